@@ -1,0 +1,85 @@
+"""`inv facts`: what is on a GPU host (GPUs, CUDA, Python, torch, FlashInfer, SGLang), one round trip."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from sglops.remote import Remote
+
+
+@dataclass
+class Facts:
+    """The host's facts as its remote script reported them."""
+
+    host: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, **self.data}
+
+    @property
+    def sm(self) -> str | None:
+        """The GPUs' architecture as `sm120`, `sm90` (first GPU; mixed hosts are flagged in the table)."""
+        gpus = self.data.get("gpus") or []
+        return gpus[0]["sm"] if gpus else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        gpus = self.data.get("gpus") or []
+        return gpus[0]["compute_capability"] if gpus else None
+
+    @property
+    def sglang(self) -> dict | None:
+        return self.data.get("sglang")
+
+    def rows(self) -> list[tuple[str, str]]:
+        d = self.data
+        gpus = d.get("gpus") or []
+        if gpus:
+            names = sorted({g["name"] for g in gpus})
+            ccs = sorted({g["compute_capability"] for g in gpus})
+            gpu = f"{len(gpus)}x {' / '.join(names)} (cc {', '.join(ccs)}, {gpus[0]['memory_mib'] // 1024} GiB each)"
+            driver = gpus[0]["driver"]
+        else:
+            gpu, driver = f"none found ({d.get('gpu_error') or 'no GPUs'})", "-"
+        cuda = d.get("cuda") or {}
+        sgl = d.get("sglang")
+        if sgl:
+            where = f"{sgl['package_dir']} ({sgl['kind']})"
+            ver = sgl.get("version") or "unknown version"
+            if sgl.get("commit"):
+                ver += f" @ {sgl['commit'][:12]}" + (" (dirty: " + ", ".join(sgl["dirty_files"][:3]) + ")" if sgl["dirty"] else "")
+        else:
+            where, ver = d.get("sglang_error") or "not found", "-"
+
+        def dist(key: str) -> str:
+            info = d.get(key)
+            return info.get("version") or f"at {info.get('location')}" if info else "not installed"
+
+        return [
+            ("GPUs", gpu),
+            ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"),
+            ("nvcc", cuda.get("nvcc") or "not found"),
+            ("python", f"{d['python']['version']} ({d['python']['executable']})"),
+            ("torch", dist("torch")),
+            ("flashinfer", dist("flashinfer")),
+            ("sglang", ver),
+            ("sglang at", where),
+            ("ripgrep", d.get("ripgrep") or "not found (probes use grep)"),
+        ]
+
+    def table(self) -> Table:
+        table = Table(title=f"facts: {self.host}", show_header=False, title_justify="left")
+        table.add_column(style="bold")
+        table.add_column()
+        for key, value in self.rows():
+            table.add_row(key, value)
+        return table
+
+
+def gather(remote: Remote) -> Facts:
+    """One round trip: the facts script runs on the host and answers JSON."""
+    return Facts(remote.name, remote.run_py("facts", {"sglang_root": remote.host.sglang_root}))

@@ -1,0 +1,421 @@
+"""The one remote layer: every command that reaches a host goes through here.
+
+Why a layer of our own over Fabric's `Connection`: Fabric handles ssh_config, auth and
+ProxyJump well, but accepts any host key, pumps stdin 1 KB per 10 ms, and leaves remote
+processes running on timeout. Here we keep Fabric for the connection, verify host keys
+ourselves, exec on a raw channel (stdin in one write, both streams read concurrently),
+and wrap every command in the host's `timeout` so a timeout really stops it.
+
+Every argument is quoted here (`shlex.join`); nobody else builds shell strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sglops import redact
+from sglops.errors import ConnectError, HostKeyError, RemoteError, RemoteTimeout
+from sglops.remote_scripts import load_script
+
+if TYPE_CHECKING:
+    from sglops.hosts import Host
+
+RESULT_MARKER = "@@SGLOPS-RESULT@@"
+KILL_GRACE_S = 5
+
+# Runs on the host: read {name, script, args} from stdin, exec the script, call main(args),
+# print the JSON answer after a marker so stray prints from the script cannot corrupt it.
+_BOOTSTRAP = (
+    "import sys,json,traceback\n"
+    "e=json.loads(sys.stdin.buffer.read())\n"
+    "g={'__name__':'__sglops_remote__','__file__':e['name']}\n"
+    "try:\n"
+    " exec(compile(e['script'],e['name'],'exec'),g)\n"
+    " r={'ok':True,'result':g['main'](e['args'])}\n"
+    "except BaseException as x:\n"
+    " r={'ok':False,'user':type(x).__name__=='UserError','error':str(x) or type(x).__name__,\n"
+    "    'type':type(x).__name__,'traceback':traceback.format_exc()}\n"
+    "sys.stdout.write('\\n" + RESULT_MARKER + "'+json.dumps(r)+'\\n')\n"
+    "sys.stdout.flush()\n"
+)
+
+
+@dataclass
+class CommandResult:
+    """What a finished remote command left behind."""
+
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def shell_command(
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> str:
+    """Build the one shell line a host runs: every piece quoted, wrapped in `timeout`."""
+    if not argv:
+        raise ValueError("empty command")
+    parts: list[str] = []
+    if cwd:
+        parts.append(f"cd {shlex.quote(cwd)} &&")
+    words = list(argv)
+    if env:
+        words = ["env", *[f"{k}={v}" for k, v in env.items()], *words]
+    if timeout:
+        words = ["timeout", "-k", str(KILL_GRACE_S), f"{max(1, int(timeout + 0.999))}", *words]
+    parts.append(shlex.join(words))
+    return " ".join(parts)
+
+
+class Remote:
+    """A host we can run commands and stdlib Python scripts on (SSH or this machine)."""
+
+    name: str
+    python: str
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.name = host.name
+        self.python = host.python or "python3"
+        self.round_trips = 0
+
+    # -- to implement -------------------------------------------------------------------
+    def _exec(
+        self,
+        command: str,
+        stdin: bytes | None,
+        timeout: float,
+        on_output: Callable[[str], None] | None,
+    ) -> CommandResult:
+        raise NotImplementedError
+
+    def put(self, local: str | os.PathLike, remote: str) -> None:
+        raise NotImplementedError
+
+    def get(self, remote: str, local: str | os.PathLike, progress: Callable[[int, int], None] | None = None) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    # -- shared ---------------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60,
+        check: bool = True,
+        stdin: bytes | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> CommandResult:
+        """Run argv on the host (quoted for you); raise RemoteError on failure when check."""
+        command = shell_command(argv, cwd=cwd, env=env, timeout=timeout)
+        result = self._exec(command, stdin, timeout + KILL_GRACE_S + 5, on_output)
+        if result.exit_code == 124:
+            raise RemoteTimeout(f"{self.name}: `{shlex.join(argv)}` timed out after {timeout:g} s (stopped on the host)")
+        if check and not result.ok:
+            tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise RemoteError(
+                f"{self.name}: `{redact.text(shlex.join(argv))}` exited {result.exit_code}: {redact.text(tail[0])}"
+            )
+        return result
+
+    def run_py(self, script: str, args: Mapping[str, Any] | None = None, *, timeout: float = 120) -> Any:
+        """Run a stdlib script from sglops/remote_scripts on the host: one round trip, JSON back."""
+        source = load_script(script)
+        payload = json.dumps({"name": f"{script}.py", "script": source, "args": dict(args or {})}).encode()
+        command = shell_command([self.python, "-c", _BOOTSTRAP], timeout=timeout)
+        result = self._exec(command, payload, timeout + KILL_GRACE_S + 5, None)
+        if result.exit_code == 124:
+            raise RemoteTimeout(f"{self.name}: remote step {script} timed out after {timeout:g} s (stopped on the host)")
+        answer = _parse_answer(result)
+        if answer is None:
+            detail = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"])[-1]
+            if result.exit_code == 127 or "not found" in detail:
+                detail = f"{detail} (is `python: {self.python}` right for this host?)"
+            raise RemoteError(f"{self.name}: remote step {script} gave no answer (exit {result.exit_code}): {detail}")
+        if not answer["ok"]:
+            if answer.get("user"):
+                raise RemoteError(f"{self.name}: {answer['error']}")
+            last = answer.get("traceback", "").strip().splitlines()
+            where = next((ln.strip() for ln in reversed(last) if ln.strip().startswith("File")), "")
+            raise RemoteError(f"{self.name}: remote step {script} failed: {answer['type']}: {answer['error']} [{where}]")
+        return answer["result"]
+
+    def __enter__(self) -> Remote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _parse_answer(result: CommandResult) -> dict | None:
+    idx = result.stdout.rfind(RESULT_MARKER)
+    if idx < 0:
+        return None
+    try:
+        return json.loads(result.stdout[idx + len(RESULT_MARKER) :].strip().splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+class LocalRemote(Remote):
+    """`--host local`: the same commands and scripts, run on this machine without SSH."""
+
+    def _exec(self, command, stdin, timeout, on_output):
+        self.round_trips += 1
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            if on_output is None:
+                out, err = proc.communicate(stdin, timeout=timeout)
+            else:
+                out, err = _stream_local(proc, stdin, timeout, on_output)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise RemoteTimeout(f"local: command timed out after {timeout:g} s") from None
+        return CommandResult(command, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
+                             time.monotonic() - start)
+
+    def put(self, local, remote):
+        Path(remote).parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{remote}.sglops-tmp"
+        with open(local, "rb") as src, open(tmp, "wb") as dst:
+            dst.write(src.read())
+        os.replace(tmp, remote)
+
+    def get(self, remote, local, progress=None):
+        self.put(remote, str(local))
+
+
+def _stream_local(proc: subprocess.Popen, stdin: bytes | None, timeout: float, on_output) -> tuple[bytes, bytes]:
+    if stdin:
+        proc.stdin.write(stdin)
+    proc.stdin.close()
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    for line in iter(proc.stdout.readline, b""):
+        out.append(line)
+        on_output(line.decode(errors="replace"))
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    err = proc.stderr.read()
+    proc.wait(timeout=max(1, deadline - time.monotonic()))
+    return b"".join(out), err
+
+
+class SSHRemote(Remote):
+    """A host over SSH: one Fabric connection per task, host keys verified against known_hosts."""
+
+    def __init__(self, host: Host, *, accept_new_host_key: bool = False, inventory: Any = None) -> None:
+        super().__init__(host)
+        self.accept_new_host_key = accept_new_host_key
+        self._inventory = inventory
+        self._conn = None
+
+    # -- connection -----------------------------------------------------------------------
+    def _connection(self):
+        if self._conn is None:
+            self._conn = _open_connection(self.host, self.accept_new_host_key, self._inventory)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _exec(self, command, stdin, timeout, on_output):
+        conn = self._connection()
+        self.round_trips += 1
+        start = time.monotonic()
+        try:
+            chan = conn.client.get_transport().open_session(timeout=self.host.connect_timeout)
+        except Exception as exc:  # transport died under us
+            raise ConnectError(f"{self.name}: SSH session could not be opened: {exc}") from None
+        chan.settimeout(timeout)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            deadline = time.monotonic() + timeout
+            pending = b""
+            while True:
+                got = False
+                while chan.recv_ready():
+                    chunk = chan.recv(1 << 16)
+                    out.append(chunk)
+                    got = True
+                    if on_output:
+                        pending += chunk
+                        *lines, pending = pending.split(b"\n")
+                        for ln in lines:
+                            on_output(ln.decode(errors="replace") + "\n")
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(1 << 16))
+                    got = True
+                if not got:
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    if chan.closed and not chan.recv_ready():
+                        break
+                    if time.monotonic() > deadline:
+                        raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s")
+                    select.select([chan], [], [], 0.05)
+            if on_output and pending:
+                on_output(pending.decode(errors="replace"))
+            code = chan.recv_exit_status()
+        except (OSError, EOFError) as exc:
+            raise ConnectError(f"{self.name}: connection lost during a command: {exc or type(exc).__name__}") from None
+        finally:
+            chan.close()
+        return CommandResult(command, code, b"".join(out).decode(errors="replace"),
+                             b"".join(err).decode(errors="replace"), time.monotonic() - start)
+
+    def put(self, local, remote):
+        sftp = self._connection().sftp()
+        tmp = f"{remote}.sglops-tmp"
+        try:
+            sftp.put(os.fspath(local), tmp)
+            sftp.posix_rename(tmp, remote)
+        except OSError as exc:
+            raise RemoteError(f"{self.name}: upload to {remote} failed: {exc}") from None
+
+    def get(self, remote, local, progress=None):
+        sftp = self._connection().sftp()
+        local = Path(local)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(local.name + ".part")
+        try:
+            sftp.get(remote, os.fspath(tmp), callback=progress)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise RemoteError(f"{self.name}: download of {remote} failed: {exc}") from None
+        os.replace(tmp, local)
+
+
+# -- host keys ------------------------------------------------------------------------------
+def fingerprint(key) -> str:
+    """OpenSSH-style SHA256 fingerprint, the form `ssh-keygen -lf` shows."""
+    import hashlib
+
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_path(host: Host) -> Path:
+    return Path(os.path.expanduser(host.known_hosts or os.environ.get("SGLOPS_KNOWN_HOSTS") or "~/.ssh/known_hosts"))
+
+
+class _VerifyPolicy:
+    """Unknown key: refuse with its fingerprint, or with --accept-new-host-key save it."""
+
+    def __init__(self, path: Path, accept_new: bool, label: str) -> None:
+        self.path, self.accept_new, self.label = path, accept_new, label
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        fp = fingerprint(key)
+        if not self.accept_new:
+            raise HostKeyError(
+                f"{self.label}: unknown host key for {hostname} ({key.get_name()} {fp}); "
+                f"check it, then re-run with --accept-new-host-key to trust and save it in {self.path}"
+            )
+        from paramiko.hostkeys import HostKeyEntry
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.write(HostKeyEntry([hostname], key).to_line())
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def _open_connection(host: Host, accept_new: bool, inventory: Any):
+    import paramiko
+    from fabric import Config, Connection
+
+    gateway = None
+    if host.gateway:
+        if inventory is None:
+            raise ConnectError(f"{host.name}: gateway {host.gateway!r} needs an inventory")
+        gateway = _open_connection(inventory.get(host.gateway), accept_new, inventory)
+    connect_kwargs: dict[str, Any] = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
+    if host.identity_file:
+        connect_kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
+    if host.password_env:
+        secret = os.environ.get(host.password_env)
+        if secret is None:
+            raise ConnectError(f"{host.name}: password_env {host.password_env} is not set")
+        redact.register(secret)
+        connect_kwargs["password"] = secret
+    conn = Connection(
+        host.address,
+        user=host.user,
+        port=host.port,
+        connect_timeout=host.connect_timeout,
+        connect_kwargs=connect_kwargs,
+        gateway=gateway,
+        config=Config(),
+    )
+    path = known_hosts_path(host)
+    client = conn.client
+    if path.exists():
+        client.load_host_keys(os.fspath(path))
+    client.set_missing_host_key_policy(_VerifyPolicy(path, accept_new, host.name))
+    where = f"{conn.user}@{conn.host}:{conn.port}"
+    try:
+        conn.open()
+        conn.client.get_transport().set_keepalive(30)
+    except HostKeyError:
+        raise
+    except paramiko.BadHostKeyException as exc:
+        raise HostKeyError(
+            f"{host.name}: host key for {where} CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}); "
+            f"refusing to connect. If the host was reinstalled, remove its old line from {path}"
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        raise ConnectError(f"{host.name}: authentication refused for {where}: {exc}") from None
+    except TimeoutError:
+        raise ConnectError(f"{host.name}: cannot reach {where}: no answer within {host.connect_timeout:g} s") from None
+    except paramiko.ssh_exception.NoValidConnectionsError as exc:
+        reason = next(iter(exc.errors.values()), exc)
+        raise ConnectError(f"{host.name}: cannot reach {where}: {getattr(reason, 'strerror', None) or reason}") from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise ConnectError(f"{host.name}: cannot connect to {where}: {exc or type(exc).__name__}") from None
+    return conn
+
+
+def connect(host: Host, *, accept_new_host_key: bool = False, inventory: Any = None) -> Remote:
+    """A Remote for the host; SSH is opened lazily on first use and reused for the task."""
+    if host.is_local:
+        return LocalRemote(host)
+    return SSHRemote(host, accept_new_host_key=accept_new_host_key, inventory=inventory)

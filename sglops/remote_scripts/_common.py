@@ -1,0 +1,144 @@
+# Helpers shared by the remote scripts (prepended to them; standard library only).
+import hashlib as _hashlib
+import os as _os
+import re as _re
+import subprocess as _subprocess
+import sys as _sys
+
+
+class UserError(Exception):
+    """Something the operator can fix; shown as one line."""
+
+
+def sh(argv, cwd=None, timeout=30, input=None):
+    """Run argv without a shell: (exit code, stdout, stderr); a missing program is 127."""
+    try:
+        p = _subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
+        return p.returncode, p.stdout, p.stderr
+    except FileNotFoundError:
+        return 127, "", argv[0] + ": not found"
+    except _subprocess.TimeoutExpired:
+        return 124, "", " ".join(argv) + ": timed out"
+
+
+def sha256_file(path):
+    h = _hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except FileNotFoundError:
+        return None
+    return h.hexdigest()
+
+
+def _expand(p):
+    return _os.path.abspath(_os.path.expanduser(p))
+
+
+_COMMON_CHECKOUTS = ["~/sglang", "/sgl-workspace/sglang", "/root/sglang", "/opt/sglang", "/workspace/sglang"]
+
+
+def _package_dir_under(path):
+    """Accept a checkout root, its python/ folder, the package folder, or a site-packages."""
+    for cand in (path, _os.path.join(path, "python", "sglang"), _os.path.join(path, "sglang")):
+        if _os.path.isfile(_os.path.join(cand, "srt", "server_args.py")) or (
+            _os.path.basename(cand) == "sglang" and _os.path.isfile(_os.path.join(cand, "__init__.py"))
+        ):
+            return cand
+    return None
+
+
+def _read_version(pkg):
+    """The release from _version.py, dist-info, pyproject or git, without importing sglang."""
+    for name in ("_version.py", "version.py"):
+        try:
+            text = open(_os.path.join(pkg, name)).read()
+        except OSError:
+            continue
+        m = _re.search(r"^(?:__version__|version)\s*(?::\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", text, _re.M)
+        if m:
+            return m.group(1)
+    parent = _os.path.dirname(pkg)
+    try:
+        for entry in sorted(_os.listdir(parent)):
+            if entry.startswith("sglang-") and entry.endswith(".dist-info"):
+                return entry[len("sglang-"):-len(".dist-info")]
+    except OSError:
+        pass
+    try:
+        text = open(_os.path.join(parent, "pyproject.toml")).read()
+        m = _re.search(r'^version\s*=\s*"([^"]+)"', text, _re.M)
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    rc, out, _ = sh(["git", "describe", "--tags", "--always"], cwd=pkg)
+    return out.strip().lstrip("v") if rc == 0 and out.strip() else None
+
+
+def _git_info(pkg):
+    rc, top, _ = sh(["git", "rev-parse", "--show-toplevel"], cwd=pkg)
+    if rc != 0:
+        return None
+    top = top.strip()
+    _, commit, _ = sh(["git", "rev-parse", "HEAD"], cwd=top)
+    _, status, _ = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
+    _, branch, _ = sh(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=top)
+    dirty = [ln[3:] for ln in status.splitlines() if ln.strip()]
+    return {"root": top, "commit": commit.strip() or None, "branch": branch.strip() or None,
+            "dirty": bool(dirty), "dirty_files": dirty[:50]}
+
+
+def find_sglang(hint=None):
+    """Where SGLang lives on this host: a git checkout or an installed package."""
+    looked = []
+    candidates = [hint] if hint else []
+    if not hint:
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec("sglang")
+            if spec and spec.submodule_search_locations:
+                candidates.append(list(spec.submodule_search_locations)[0])
+        except Exception:
+            pass
+        candidates += _COMMON_CHECKOUTS
+    for cand in candidates:
+        path = _expand(cand)
+        looked.append(path)
+        pkg = _package_dir_under(path)
+        if pkg:
+            git = _git_info(pkg)
+            info = {"package_dir": pkg, "version": _read_version(pkg), "kind": "git" if git else "installed",
+                    "root": git["root"] if git else _os.path.dirname(pkg), "commit": None, "branch": None,
+                    "dirty": False, "dirty_files": []}
+            if git:
+                info.update(git)
+            return info
+    where = ", ".join(looked) if looked else "nowhere"
+    how = "set sglang_root for this host in playbooks/hosts.yaml or pass --sglang-root PATH"
+    if hint:
+        raise UserError("SGLang not found at " + where + " (no sglang/srt/server_args.py there); " + how)
+    raise UserError("SGLang not found: looked in the host python's packages and " + where + "; " + how)
+
+
+def python_info():
+    return {"executable": _sys.executable, "version": ".".join(map(str, _sys.version_info[:3]))}
+
+
+def dist_version(name):
+    """An installed distribution's version and location, found without importing it."""
+    try:
+        import importlib.metadata as md
+        import importlib.util
+
+        spec = importlib.util.find_spec(name.replace("-", "_").split("_python")[0])
+        location = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+        try:
+            version = md.version(name)
+        except md.PackageNotFoundError:
+            version = None
+        return {"version": version, "location": location} if (version or location) else None
+    except Exception:
+        return None

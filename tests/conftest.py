@@ -1,0 +1,69 @@
+"""Shared fixtures: real sshd sandbox hosts on loopback with real SGLang releases from PyPI.
+
+`make_sandbox(hosts)` starts a sandbox for a module's own needs; `sandbox` is the default
+two-host one (sglang 0.5.23 and 0.5.15, FlashInfer 0.7.2, 8x SM120 stand-in GPUs).
+Every fixture points SGLOPS_INVENTORY / SGLOPS_ARTIFACTS at temp folders, so tests never
+touch the operator's inventory, known_hosts or artifacts, and never leave loopback.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sglops.hosts import load_inventory
+from sglops.remote import connect
+from sglops.sandbox.sshd import Sandbox
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def make_sandbox(tmp_path_factory):
+    """Factory: make_sandbox([{"name": ..., "sglang": "0.5.23", "flashinfer": "0.7.2"}, ...]) -> Sandbox."""
+    started: list[Sandbox] = []
+
+    def make(hosts: list[dict], name: str = "sbx") -> Sandbox:
+        sb = Sandbox(tmp_path_factory.mktemp(name), hosts).start()
+        started.append(sb)
+        return sb
+
+    yield make
+    for sb in started:
+        sb.stop()
+
+
+@pytest.fixture(scope="session")
+def sandbox(make_sandbox) -> Sandbox:
+    return make_sandbox([
+        {"name": "gpu-a", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
+        {"name": "gpu-b", "sglang": "0.5.15", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
+    ], name="default")
+
+
+@pytest.fixture
+def use_sandbox(sandbox, monkeypatch, tmp_path) -> Sandbox:
+    """Point sglops at the default sandbox's inventory and a fresh artifacts folder."""
+    monkeypatch.setenv("SGLOPS_INVENTORY", str(sandbox.inventory))
+    monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path / "artifacts"))
+    return sandbox
+
+
+@pytest.fixture
+def remote_a(use_sandbox):
+    """An open SSH Remote to sandbox host gpu-a."""
+    inv = load_inventory(use_sandbox.inventory)
+    with connect(inv.get("gpu-a"), inventory=inv) as r:
+        yield r
+
+
+def inv_cmd(*args: str, env: dict | None = None, cwd: Path = REPO):
+    """Run `inv ARGS` as a user would; returns CompletedProcess with text output."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
