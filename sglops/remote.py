@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sglops.hosts import Host
 
 RESULT_MARKER = "@@SGLOPS-RESULT@@"
+PROGRESS_MARKER = "@@SGLOPS-PROGRESS@@"
 KILL_GRACE_S = 5
 
 # Runs on the host: read {name, script, args} from stdin, exec the script, call main(args),
@@ -142,12 +143,31 @@ class Remote:
             )
         return result
 
-    def run_py(self, script: str, args: Mapping[str, Any] | None = None, *, timeout: float = 120) -> Any:
-        """Run a stdlib script from sglops/remote_scripts on the host: one round trip, JSON back."""
+    def run_py(
+        self,
+        script: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = 120,
+        on_progress: Callable[[dict], None] | None = None,
+    ) -> Any:
+        """Run a stdlib script from sglops/remote_scripts on the host: one round trip, JSON back.
+
+        A script may report progress with `progress(**fields)` (from _common); each report reaches
+        on_progress as a dict while the script runs.
+        """
         source = load_script(script)
         payload = json.dumps({"name": f"{script}.py", "script": source, "args": dict(args or {})}).encode()
         command = shell_command([self.python, "-c", _BOOTSTRAP], timeout=timeout)
-        result = self._exec(command, payload, timeout + KILL_GRACE_S + 5, None)
+        relay = None
+        if on_progress is not None:
+            def relay(line: str) -> None:
+                if line.startswith(PROGRESS_MARKER):
+                    try:
+                        on_progress(json.loads(line[len(PROGRESS_MARKER):]))
+                    except ValueError:
+                        pass
+        result = self._exec(command, payload, timeout + KILL_GRACE_S + 5, relay)
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: remote step {script} timed out after {timeout:g} s (stopped on the host)")
         answer = _parse_answer(result)

@@ -6,6 +6,14 @@ import subprocess as _subprocess
 import sys as _sys
 
 
+def progress(**fields):
+    """Report progress to the laptop while the script runs (shown as a progress bar there)."""
+    import json as _json
+
+    _sys.stdout.write("@@SGLOPS-PROGRESS@@" + _json.dumps(fields) + "\n")
+    _sys.stdout.flush()
+
+
 class UserError(Exception):
     """Something the operator can fix; shown as one line."""
 
