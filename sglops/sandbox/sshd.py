@@ -52,6 +52,7 @@ class SandboxHost:
     flashinfer_version: str | None
     gpus: dict | None = None
     tags: list[str] = field(default_factory=list)
+    python: str = HOST_PYTHON
     proc: subprocess.Popen | None = None
 
     @property
@@ -66,7 +67,7 @@ class SandboxHost:
         self.home.mkdir(parents=True, exist_ok=True)
         self.bin.mkdir(exist_ok=True)
         smi = self.bin / "nvidia-smi"
-        smi.write_text((HERE / "bin" / "nvidia-smi").read_text().replace("#!/usr/bin/env python3", f"#!{HOST_PYTHON}", 1))
+        smi.write_text((HERE / "bin" / "nvidia-smi").read_text().replace("#!/usr/bin/env python3", f"#!{self.python}", 1))
         smi.chmod(0o755)
         if self.gpus:
             (self.bin / "gpus.json").write_text(json.dumps(self.gpus))
@@ -148,7 +149,7 @@ class Sandbox:
             SandboxHost(
                 name=h["name"], home=self.base / h["name"], port=h.get("port") or free_port(),
                 sglang_version=h.get("sglang", "0.5.23"), flashinfer_version=h.get("flashinfer", "0.7.2"),
-                gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]),
+                gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
             )
             for h in hosts
         ]
@@ -173,7 +174,7 @@ class Sandbox:
             "default": self.hosts[0].name,
             "hosts": [
                 {"name": h.name, "address": LOOPBACK, "port": h.port, "sglang_root": str(h.sglang_root),
-                 "tags": h.tags, "node_rank": i}
+                 "tags": h.tags, "node_rank": i, **({"python": h.python} if h.python != HOST_PYTHON else {})}
                 for i, h in enumerate(self.hosts)
             ] + list(extra or []),
         }
