@@ -1,0 +1,142 @@
+"""`inv probe-backends`: a declarative probe set (playbooks/probes.yaml) run in one round trip.
+
+The YAML says what to look for; the host script (remote_scripts/probe_scan.py) finds it with
+ripgrep or a stdlib scanner; this module turns the raw hits into facts other steps can
+test (`report.facts["flashinfer_mla_fp8"]`) and into the table an engineer reads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sglops.errors import ConfigError
+from sglops.hosts import REPO_ROOT
+from sglops.probe_report import ProbeReport
+from sglops.remote import Remote
+from sglops.yamlio import check_fields, load_yaml
+
+__all__ = ["Probe", "ProbeReport", "ProbeSet", "load_probe_set", "scan"]
+
+DEFAULT_PROBES = REPO_ROOT / "playbooks" / "probes.yaml"
+PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss"}
+KINDS = {"grep", "choices"}
+SCOPES = {"global", "backend"}
+ROOTS = {"sglang", "flashinfer"}
+ENGINES = {"auto", "rg", "python"}
+SCAN_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe: where to look, what to match, and what a hit or a miss means."""
+
+    id: str
+    kind: str = "grep"
+    scope: str = "global"
+    root: str = "sglang"
+    files: tuple[str, ...] = ()
+    regex: str | None = None
+    ignore_case: bool = False
+    options: tuple[str, ...] = ()
+    fact: str | None = None
+    hit: str = "found"
+    miss: str = "not found"
+    where: str = "?"
+
+    def to_wire(self) -> dict[str, Any]:
+        """What the host script needs (no prose)."""
+        return {"id": self.id, "kind": self.kind, "scope": self.scope, "root": self.root, "files": list(self.files),
+                "regex": self.regex, "ignore_case": self.ignore_case, "options": list(self.options)}
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """A probe file: the backend files to report on and the probes to run."""
+
+    path: str
+    backend_files: str
+    expect: tuple[str, ...]
+    probes: tuple[Probe, ...]
+
+    def get(self, probe_id: str) -> Probe:
+        return next(p for p in self.probes if p.id == probe_id)
+
+
+def _str_list(value: Any, where: str, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {what} must be a string or a list of strings")
+    return tuple(value)
+
+
+def _probe(d: Any, seen: set[str]) -> Probe:
+    where = getattr(d, "where", "?")
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: each probe must be a mapping")
+    pid = d.get("id")
+    name = f"probe {pid!r}" if pid else "probe"
+    check_fields(d, PROBE_FIELDS, name, required={"id"})
+    if not isinstance(pid, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", pid):
+        raise ConfigError(f"{where}: probe id must be a word (letters, digits, _ . -), got {pid!r}")
+    if pid in seen:
+        raise ConfigError(f"{where}: probe {pid!r} is defined twice")
+    seen.add(pid)
+    kind, scope, root = d.get("kind", "grep"), d.get("scope", "global"), d.get("root", "sglang")
+    for value, allowed, label in ((kind, KINDS, "kind"), (scope, SCOPES, "scope"), (root, ROOTS, "root")):
+        if value not in allowed:
+            raise ConfigError(f"{where}: probe {pid!r}: {label} must be one of {', '.join(sorted(allowed))}, got {value!r}")
+    files = _str_list(d.get("files", []), where, f"probe {pid!r}: files")
+    if scope == "global" and not files:
+        raise ConfigError(f"{where}: probe {pid!r} needs files (globs relative to the {root} package folder)")
+    if scope == "backend" and (files or root != "sglang" or kind != "grep"):
+        raise ConfigError(f"{where}: probe {pid!r}: scope backend reads backends.files (no files, root or kind)")
+    regex, options = d.get("regex"), _str_list(d.get("options", []), where, f"probe {pid!r}: options")
+    if kind == "grep":
+        if not isinstance(regex, str) or not regex:
+            raise ConfigError(f"{where}: probe {pid!r} needs a regex")
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise ConfigError(f"{where}: probe {pid!r}: invalid regex {regex!r}: {exc}") from None
+    elif not options or regex is not None:
+        raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
+    return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex,
+                 ignore_case=bool(d.get("ignore_case", False)), options=options, fact=d.get("fact"),
+                 hit=str(d.get("hit", "found")), miss=str(d.get("miss", "not found")), where=where)
+
+
+def load_probe_set(path: str | Path | None = None) -> ProbeSet:
+    """Read and check a probe file (default playbooks/probes.yaml); errors name the probe and file:line."""
+    path = Path(path) if path else DEFAULT_PROBES
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a probe file is a mapping with backends: and probes:")
+    check_fields(data, {"backends", "probes"}, "probe file", required={"probes"})
+    backends = data.get("backends") or {}
+    check_fields(backends, {"files", "expect"}, "backends")
+    probes_raw = data.get("probes")
+    if not isinstance(probes_raw, list) or not probes_raw:
+        raise ConfigError(f"{data.where}: probes must be a non-empty list")
+    seen: set[str] = set()
+    probes = tuple(_probe(d, seen) for d in probes_raw)
+    return ProbeSet(path=str(path), backend_files=str(backends.get("files", "srt/layers/attention/*_backend.py")),
+                    expect=_str_list(backends.get("expect", []), getattr(backends, "where", str(path)), "expect"),
+                    probes=probes)
+
+
+def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto") -> ProbeReport:
+    """Run the whole probe set on the host in ONE round trip and derive the facts."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+    probe_set = probe_set or load_probe_set()
+    raw = remote.run_py("probe_scan", {
+        "sglang_root": remote.host.sglang_root,
+        "engine": engine,
+        "backends": {"files": probe_set.backend_files},
+        "probes": [p.to_wire() for p in probe_set.probes],
+    }, timeout=SCAN_TIMEOUT_S)
+    return ProbeReport.build(remote.name, probe_set, raw)
