@@ -71,6 +71,9 @@ class SandboxHost:
         smi.chmod(0o755)
         if self.gpus:
             (self.bin / "gpus.json").write_text(json.dumps(self.gpus))
+        standin = self.bin / "sglang-standin"  # the stand-in server (sglops/sandbox/standin_server.py), see launch
+        standin.write_text(f'#!/bin/sh\nexec {self.python} {HERE / "standin_server.py"} "$@"\n')
+        standin.chmod(0o755)
         if not (self.sglang_root / ".git").exists():
             trees.make_sglang_checkout(self.sglang_version, self.sglang_root)
         site = self.home / "site"

@@ -1,0 +1,539 @@
+#!/usr/bin/env python3
+"""STAND-IN for `python -m sglang.launch_server` (no GPU): for sglops tests and the demo only.
+
+It accepts launch_server's arguments and speaks the part of SGLang's HTTP API that sglops
+uses (/health, /get_server_info, /generate, /v1/completions, /start_profile, /stop_profile),
+with exactly paced decode so benchmarks measure what the stand-in was told to produce.
+Standard library only: it runs under a bare host's /usr/bin/python3.
+
+Launch arguments stay SGLang's; the stand-in's own knobs are environment variables:
+  SGLOPS_STANDIN_TPS            decode tok/s (default: from the served tree, see decode_rate())
+  SGLOPS_STANDIN_SPEEDUP        multiplies the rate (the demo keeps ratios but runs fast)
+  SGLOPS_STANDIN_TTFT_MS        time to first token (default 30)
+  SGLOPS_STANDIN_STARTUP_S      loading time before /health is 200 (default 0.3)
+  SGLOPS_STANDIN_FAIL           static_assert | oom | traceback | unsupported_backend: crash in warm-up
+  SGLOPS_STANDIN_DROP_AFTER     drop every stream after N tokens
+  SGLOPS_STANDIN_STREAM_INTERVAL tokens per streamed chunk (default 1)
+  SGLOPS_STANDIN_PROFILER=off   accept profiling but never write trace files
+  SGLOPS_STANDIN_IGNORE_TERM=1  ignore SIGTERM (to exercise a stopper's KILL fallback)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GATHER_CAST_MARKER = "sglops: gather-cast"
+WHOLE_POOL_CAST = "get_key_buffer(layer.layer_id).to(q.dtype)"
+RATE_WHOLE_POOL_CAST = 10.5
+RATE_GATHER_CAST = 13.5
+GEN_LOG_EVERY = 40  # SGLang logs "gen throughput" every 40 decode steps
+VOCAB = ["the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", "."]
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stdout.write(f"[{stamp}] {msg}\n")
+    sys.stdout.flush()
+
+
+# -- arguments -------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    """launch_server's arguments that matter to sglops, under SGLang's names; the rest go to extra_args."""
+    p = argparse.ArgumentParser(prog="sglang.launch_server (sglops stand-in)", allow_abbrev=False)
+    a = p.add_argument
+    a("--model-path", "--model", dest="model_path", default=None)
+    a("--tokenizer-path", default=None)
+    a("--served-model-name", default=None)
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=30000)
+    a("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    a("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    a("--ep-size", "--ep", dest="ep_size", type=int, default=1)
+    a("--pp-size", dest="pp_size", type=int, default=1)
+    a("--attention-backend", default=None)
+    a("--prefill-attention-backend", default=None)
+    a("--decode-attention-backend", default=None)
+    for stage in ("prefill", "decode"):
+        a(f"--nsa-{stage}-backend", default=None)
+        a(f"--dsa-{stage}-backend", default=None)
+    a("--kv-cache-dtype", default="auto")
+    a("--dtype", default="auto")
+    a("--quantization", default=None)
+    a("--mem-fraction-static", type=float, default=None)
+    a("--context-length", type=int, default=None)
+    a("--max-running-requests", type=int, default=None)
+    a("--chunked-prefill-size", type=int, default=None)
+    a("--page-size", type=int, default=None)
+    a("--disable-cuda-graph", action="store_true")
+    a("--cuda-graph-max-bs", type=int, default=None)
+    a("--cuda-graph-bs", type=int, nargs="+", default=None)
+    for stage in ("decode", "prefill"):
+        a(f"--cuda-graph-backend-{stage}", default=None)
+        a(f"--cuda-graph-max-bs-{stage}", type=int, default=None)
+    a("--moe-runner-backend", default=None)
+    a("--nnodes", type=int, default=1)
+    a("--node-rank", type=int, default=0)
+    a("--dist-init-addr", default=None)
+    a("--trust-remote-code", action="store_true")
+    a("--enable-metrics", action="store_true")
+    a("--enable-dp-attention", action="store_true")
+    a("--log-level", default="info")
+    a("--random-seed", type=int, default=None)
+    return p
+
+
+def parse(argv: list[str]) -> tuple[dict, list[str]]:
+    ns, extra = parser().parse_known_args(argv)
+    args = vars(ns)
+    args["served_model_name"] = args["served_model_name"] or args["model_path"]
+    args["tokenizer_path"] = args["tokenizer_path"] or args["model_path"]
+    return args, extra
+
+
+# -- what the served tree says -----------------------------------------------------------------
+def served_tree() -> str | None:
+    """The sglang package folder the launch script put on PYTHONPATH (found, not imported)."""
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def tree_version(pkg: str | None) -> str | None:
+    import re
+
+    if not pkg:
+        return None
+    for name in ("_version.py", "version.py"):
+        m = re.search(r"^(?:__version__|version)\s*(?::\s*str)?\s*=\s*(?:\w+\s*=\s*)*['\"]([^'\"]+)['\"]",
+                      _read(os.path.join(pkg, name)), re.M)
+        if m:
+            return m.group(1)
+    return None
+
+
+def gather_cast_patched(pkg: str | None) -> bool:
+    """True when the tree's FlashInfer MLA backend carries the gather-cast patch's marker."""
+    if not pkg:
+        return False
+    return GATHER_CAST_MARKER in _read(os.path.join(pkg, "srt", "layers", "attention", "flashinfer_mla_backend.py"))
+
+
+def decode_rate(pkg: str | None) -> float:
+    """Decode tok/s: the env knob, else 13.5 with the gather-cast patch, 10.5 while the whole pool is cast."""
+    env = os.environ.get("SGLOPS_STANDIN_TPS")
+    base = float(env) if env else (RATE_GATHER_CAST if gather_cast_patched(pkg) else RATE_WHOLE_POOL_CAST)
+    return base * float(os.environ.get("SGLOPS_STANDIN_SPEEDUP") or 1)
+
+
+# -- warm-up crashes (what real logs look like) ----------------------------------------------------
+def crash_log(kind: str, args: dict) -> str:
+    backend = args.get("attention_backend") or "flashinfer"
+    if kind == "static_assert":
+        return (
+            "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+            "/root/.cache/flashinfer/generated/batch_mla_attention/include/flashinfer/mma.cuh(523): "
+            "error: static assertion failed with \"sizeof(DType) == 2\"\n"
+            "    static_assert(sizeof(DType) == 2);\n"
+            "          detected during instantiation of \"void flashinfer::mma::m16k16_rowsum_f16f16f32"
+            "<DType>(float *, DType *) [with DType=__nv_fp8_e4m3]\" at line 511 of attention/mla.cuh\n"
+            "1 error detected in the compilation of \"batch_mla_attention.cu\".\n"
+            "ninja: build stopped: subcommand failed.\n"
+            "RuntimeError: Ninja build failed (FlashInfer JIT: batch_mla_attention_dtype_q_bf16_dtype_kv_e4m3)\n"
+            "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+        )
+    if kind == "oom":
+        return (
+            "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+            "Traceback (most recent call last):\n"
+            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 412, '
+            "in capture\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 94.97 GiB of which 1.12 GiB is free. Of the allocated memory 90.10 GiB is allocated by PyTorch.\n"
+            "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+        )
+    if kind == "unsupported_backend":
+        return (
+            "Traceback (most recent call last):\n"
+            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 1802, '
+            "in _get_attention_backend_from_str\n"
+            f"ValueError: Invalid attention backend: {backend} is not supported for this model "
+            "(MLA with kv_cache_dtype=" + str(args.get("kv_cache_dtype")) + ")\n"
+            "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+        )
+    return (
+        "[2026-01-01 00:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2961, in run_scheduler_process\n'
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py", line 1288, in forward\n'
+        "    q_nope_out = torch.bmm(q_nope.transpose(0, 1), self.w_kc)\n"
+        "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: c10::BFloat16 != c10::Float8_e4m3fn\n"
+        "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+
+
+# -- the server's state ---------------------------------------------------------------------------
+class State:
+    """Everything the handlers share: args, readiness, decode steps and the profiler."""
+
+    def __init__(self, args: dict, extra: list[str], pkg: str | None) -> None:
+        self.args, self.extra, self.pkg = args, extra, pkg
+        self.version = tree_version(pkg)
+        self.rate = decode_rate(pkg)
+        self.ttft = float(os.environ.get("SGLOPS_STANDIN_TTFT_MS") or 30) / 1000
+        self.interval = max(1, int(os.environ.get("SGLOPS_STANDIN_STREAM_INTERVAL") or 1))
+        drop = os.environ.get("SGLOPS_STANDIN_DROP_AFTER")
+        self.drop_after = int(drop) if drop else None
+        self.profiler_on = (os.environ.get("SGLOPS_STANDIN_PROFILER") or "on").lower() != "off"
+        self.ready = False
+        self.lock = threading.Lock()
+        self.decode_steps = 0
+        self.last_gen_throughput = 0.0
+        self._window_start = time.monotonic()
+        self.profile: dict | None = None
+        self.request_no = 0
+
+    def server_info(self) -> dict:
+        return {**self.args, "version": self.version, "standin": True, "sglang_tree": self.pkg,
+                "last_gen_throughput": self.last_gen_throughput, "extra_args": list(self.extra),
+                "standin_decode_tps": self.rate}
+
+    def decode_step(self) -> None:
+        """Count one decode step: gen-throughput log every 40, auto-stop a num_steps profile."""
+        finish = None
+        with self.lock:
+            self.decode_steps += 1
+            if self.decode_steps % GEN_LOG_EVERY == 0:
+                now = time.monotonic()
+                self.last_gen_throughput = round(GEN_LOG_EVERY / max(now - self._window_start, 1e-9), 2)
+                self._window_start = now
+                log(f"Decode batch. #running-req: 1, #token: {self.decode_steps}, token usage: 0.00, "
+                    f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0")
+            if self.profile is not None:
+                self.profile["steps"] += 1
+                want = self.profile.get("num_steps")
+                if want and self.profile["steps"] >= want:
+                    finish, self.profile = self.profile, None
+        if finish:
+            threading.Thread(target=write_traces, args=(self, finish), daemon=True).start()
+
+
+def trace_name(prof: dict, rank: int) -> str:
+    prefix = prof.get("profile_prefix")
+    return (f"{prefix}-" if prefix else "") + f"{prof['profile_id']}-TP-{rank}.trace.json.gz"
+
+
+def write_traces(state: State, prof: dict) -> None:
+    """One trace per TP rank, written straight to its final name in chunks over ~0.2 s, like torch."""
+    if not state.profiler_on:
+        log("Profiling done (SGLOPS_STANDIN_PROFILER=off: no trace written)")
+        return
+    if HERE not in sys.path:
+        sys.path.append(HERE)
+    try:
+        from standin_trace import write_trace
+    except Exception as exc:  # the trace helper is missing or broken: say so, write nothing
+        log(f"stand-in profiler: cannot import standin_trace.write_trace ({type(exc).__name__}: {exc}); no trace")
+        return
+    tp = int(state.args.get("tp_size") or 1)
+    out_dir = prof["output_dir"]
+    os.makedirs(out_dir, exist_ok=True)
+    for rank in range(tp):
+        final = os.path.join(out_dir, trace_name(prof, rank))
+        scratch = tempfile.mkdtemp(prefix="sglops-standin-trace-")
+        try:
+            tmp = os.path.join(scratch, "trace.json.gz")
+            write_trace(tmp, rank=rank, tp_size=tp, steps=max(1, prof["steps"]),
+                        whole_pool_cast=not gather_cast_patched(state.pkg))
+            with open(tmp, "rb") as fh:
+                data = fh.read()
+            pieces = 5
+            size = max(1, -(-len(data) // pieces))
+            with open(final, "wb") as out:
+                for i in range(0, len(data), size):
+                    out.write(data[i:i + size])
+                    out.flush()
+                    time.sleep(0.2 / pieces / tp)
+        except Exception:
+            log("stand-in profiler: trace writing failed\n" + traceback.format_exc())
+        finally:
+            for name in os.listdir(scratch):
+                os.unlink(os.path.join(scratch, name))
+            os.rmdir(scratch)
+        log(f"Profiling done. Traces are saved to: {final}")
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "sglang-standin"
+    state: State  # set on the class at start-up
+
+    def log_message(self, fmt, *args):  # SGLang's uvicorn access log, one line
+        log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    # helpers
+    def _json(self, code: int, obj) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, code: int, text: str) -> None:
+        body = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> dict:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        if not raw.strip():
+            return {}
+        return json.loads(raw)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    # routes
+    def do_GET(self):
+        st = self.state
+        path = self.path.split("?")[0]
+        if path in ("/health", "/health_generate"):
+            return self._text(200, "") if st.ready else self._text(503, "Server is loading")
+        if path in ("/get_server_info", "/server_info"):
+            return self._json(200, st.server_info())
+        if path in ("/get_model_info", "/model_info"):
+            return self._json(200, {"model_path": st.args["model_path"], "is_generation": True})
+        if path == "/v1/models":
+            return self._json(200, {"object": "list", "data": [{"id": st.args["served_model_name"], "object": "model"}]})
+        return self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        st = self.state
+        path = self.path.split("?")[0]
+        try:
+            body = self._body()
+        except ValueError as exc:
+            return self._json(400, {"error": {"message": f"invalid JSON body: {exc}"}})
+        if path == "/start_profile":
+            return self._start_profile(body)
+        if path == "/stop_profile":
+            return self._stop_profile()
+        if not st.ready:
+            return self._json(503, {"error": {"message": "Server is loading"}})
+        if path == "/generate":
+            return self._generate(body)
+        if path in ("/v1/completions",):
+            return self._completions(body)
+        return self._json(404, {"detail": "Not Found"})
+
+    # profiler
+    def _start_profile(self, body: dict):
+        st = self.state
+        with st.lock:
+            if st.profile is not None:
+                return self._text(400, "Profiling is already in progress. Call /stop_profile first.")
+            out = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
+            st.profile = {
+                "output_dir": out, "num_steps": body.get("num_steps"), "steps": 0,
+                "profile_id": str(body.get("profile_id") or time.time()), "profile_prefix": body.get("profile_prefix"),
+                "activities": body.get("activities") or ["CPU", "GPU"],
+                "with_stack": body.get("with_stack"), "record_shapes": body.get("record_shapes"),
+                "profile_by_stage": bool(body.get("profile_by_stage")),
+            }
+        log(f"Profiling starts. Traces will be saved to: {out} (with profile id: {st.profile['profile_id']})")
+        return self._text(200, "Start profiling.\n")
+
+    def _stop_profile(self):
+        st = self.state
+        with st.lock:
+            prof, st.profile = st.profile, None
+        if prof is None:
+            return self._text(400, "Profiling is not in progress. Call /start_profile first.")
+        threading.Thread(target=write_traces, args=(st, prof), daemon=True).start()
+        return self._text(200, "Stop profiling. This will take some time.\n")
+
+    # generation
+    def _tokens(self, prompt) -> int:
+        if isinstance(prompt, list):
+            return len(prompt)
+        return max(1, len(str(prompt or "").split()))
+
+    def _paced(self, n: int):
+        """Yield token indices at t_first + k/rate on absolute monotonic deadlines (no drift)."""
+        st = self.state
+        t_first = time.monotonic() + st.ttft
+        for k in range(n):
+            wait = t_first + k / st.rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            if k > 0:
+                st.decode_step()
+            yield k
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _drop(self) -> None:
+        log("stand-in: dropping the stream (SGLOPS_STANDIN_DROP_AFTER)")
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _generate(self, body: dict):
+        st = self.state
+        sp = body.get("sampling_params") or {}
+        n = int(sp.get("max_new_tokens") or 128)
+        prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
+        ptoks = self._tokens(prompt)
+        with st.lock:
+            st.request_no += 1
+            rid = body.get("rid") or uuid.uuid4().hex
+        start = time.monotonic()
+        ids: list[int] = []
+        text = ""
+
+        def meta(done: bool) -> dict:
+            return {"id": rid, "prompt_tokens": ptoks, "completion_tokens": len(ids),
+                    "finish_reason": {"type": "length", "length": n} if done else None,
+                    "e2e_latency": round(time.monotonic() - start, 6)}
+
+        if not body.get("stream"):
+            for k in self._paced(n):
+                ids.append(k % len(VOCAB))
+                text += VOCAB[k % len(VOCAB)]
+            return self._json(200, {"text": text, "output_ids": ids, "meta_info": meta(True)})
+        self._start_stream()
+        for k in self._paced(n):
+            ids.append(k % len(VOCAB))
+            text += VOCAB[k % len(VOCAB)]
+            dropping = st.drop_after is not None and len(ids) >= st.drop_after
+            if len(ids) % st.interval == 0 or k == n - 1 or dropping:
+                out = {"text": text, "output_ids": list(ids), "meta_info": meta(k == n - 1 and not dropping)}
+                self._chunk(b"data: " + json.dumps(out).encode() + b"\n\n")
+            if dropping:
+                return self._drop()
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _completions(self, body: dict):
+        st = self.state
+        n = int(body.get("max_tokens") or 16)
+        ptoks = self._tokens(body.get("prompt"))
+        cid = "cmpl-" + uuid.uuid4().hex
+        model = body.get("model") or st.args["served_model_name"]
+        usage = {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}
+        if not body.get("stream"):
+            text = "".join(VOCAB[k % len(VOCAB)] for k in self._paced(n))
+            return self._json(200, {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
+                                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
+        self._start_stream()
+        pending = ""
+        sent = 0
+        for k in self._paced(n):
+            pending += VOCAB[k % len(VOCAB)]
+            dropping = st.drop_after is not None and k + 1 >= st.drop_after
+            if (k + 1) % st.interval == 0 or k == n - 1 or dropping:
+                sent = k + 1
+                chunk = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
+                         "choices": [{"index": 0, "text": pending, "logprobs": None,
+                                      "finish_reason": "length" if k == n - 1 else None}]}
+                self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                pending = ""
+            if dropping:
+                return self._drop()
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage["completion_tokens"] = sent
+            usage["total_tokens"] = ptoks + sent
+            last = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
+                    "choices": [], "usage": usage}
+            self._chunk(b"data: " + json.dumps(last).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+
+# -- start-up ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse(sys.argv[1:] if argv is None else argv)
+    pkg = served_tree()
+    state = State(args, extra, pkg)
+    if os.environ.get("SGLOPS_STANDIN_IGNORE_TERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log("sglops STAND-IN for sglang.launch_server (no GPU; tests and demo only)")
+    log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
+    if extra:
+        log(f"unrecognized arguments kept as extra_args: {extra}")
+    log(f"served SGLang tree: {pkg or 'not found'} (version {state.version}); decode {state.rate:g} tok/s")
+    Handler.state = state
+    try:
+        httpd = ThreadingHTTPServer((args["host"], args["port"]), Handler)
+    except OSError as exc:
+        log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{args['host']}', {args['port']}): {(exc.strerror or str(exc)).lower()}")
+        sys.stderr.write(f"OSError: [Errno {exc.errno}] {exc.strerror}: port {args['port']} is already in use\n"
+                         if exc.errno == 98 else f"OSError: {exc}\n")
+        return 1
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    log(f"Load weight begin. (stand-in loading for {os.environ.get('SGLOPS_STANDIN_STARTUP_S') or 0.3} s)")
+    time.sleep(float(os.environ.get("SGLOPS_STANDIN_STARTUP_S") or 0.3))
+    fail = os.environ.get("SGLOPS_STANDIN_FAIL")
+    if fail:
+        sys.stderr.write(crash_log(fail, args))
+        sys.stderr.flush()
+        httpd.server_close()
+        return 1
+    state.ready = True
+    log(f"INFO:     Uvicorn running on http://{args['host']}:{args['port']} (Press CTRL+C to quit)")
+    log("The server is fired up and ready to roll!")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

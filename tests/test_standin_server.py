@@ -1,0 +1,272 @@
+"""The stand-in SGLang server: what sglops and the demo rely on it to do, over real loopback HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sglops.sandbox import trees
+from sglops.sandbox.sshd import HOST_PYTHON, free_port
+
+STANDIN = Path(__file__).resolve().parent.parent / "sglops" / "sandbox" / "standin_server.py"
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    def conn(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        c = self.conn()
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read()
+
+    def post(self, path: str, body: dict) -> http.client.HTTPResponse:
+        c = self.conn()
+        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        return c.getresponse()
+
+    def wait_healthy(self, timeout: float = 10) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"stand-in exited {self.proc.returncode}: {self.log.read_text()[-800:]}")
+            try:
+                if self.get("/health")[0] == 200:
+                    return time.monotonic() - start
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("stand-in never became healthy")
+
+
+@pytest.fixture
+def start(tmp_path):
+    """start(*launch_args, env=..., script=...) -> Server on a free loopback port, stopped afterwards."""
+    procs: list[subprocess.Popen] = []
+    tree = trees.sglang_template("0.5.23") / "python"
+
+    def go(*args: str, env: dict | None = None, script: Path = STANDIN, port: int | None = None,
+           sglang: Path | None = tree) -> Server:
+        port = port or free_port()
+        log = tmp_path / f"server-{port}-{len(procs)}.log"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLOPS_STANDIN")}
+        full_env.update({"PYTHONPATH": str(sglang) if sglang else "", **(env or {})})
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen([HOST_PYTHON, str(script), "--port", str(port), *args],
+                                    stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+        procs.append(proc)
+        return Server(proc, port, log)
+
+    yield go
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def sse(resp: http.client.HTTPResponse):
+    """(arrival time, parsed data) per SSE event, until [DONE]."""
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            yield time.monotonic(), None
+            return
+        yield time.monotonic(), json.loads(line[6:])
+
+
+def test_health_goes_503_then_200_and_server_info_reports_effective_args(start):
+    s = start("--model-path", "/models/GLM-5 nvfp4", "--tp", "4", "--attention-backend", "trtllm_mla",
+              "--kv-cache-dtype", "fp8_e4m3", "--some-future-flag", "7", env={"SGLOPS_STANDIN_STARTUP_S": "0.6"})
+    time.sleep(0.25)
+    assert s.get("/health")[0] == 503
+    assert s.wait_healthy() > 0.1
+    for path in ("/get_server_info", "/server_info"):
+        code, body = s.get(path)
+        info = json.loads(body)
+        assert code == 200 and info["standin"] is True
+        assert info["model_path"] == "/models/GLM-5 nvfp4"
+        assert (info["tp_size"], info["attention_backend"], info["kv_cache_dtype"]) == (4, "trtllm_mla", "fp8_e4m3")
+        assert (info["host"], info["port"]) == ("127.0.0.1", s.port)
+        assert info["version"] == "0.5.23"
+        assert info["extra_args"] == ["--some-future-flag", "7"]
+    log = s.log.read_text()
+    assert "STAND-IN" in log and "server_args=ServerArgs(" in log
+
+
+def test_generate_stream_and_plain_give_exact_token_counts(start):
+    s = start("--model-path", "m", env={"SGLOPS_STANDIN_TPS": "400", "SGLOPS_STANDIN_STREAM_INTERVAL": "3",
+                                       "SGLOPS_STANDIN_STARTUP_S": "0"})
+    s.wait_healthy()
+    body = {"input_ids": list(range(17)), "sampling_params": {"max_new_tokens": 20, "temperature": 0,
+                                                             "ignore_eos": True}, "stream": True}
+    events = [e for _, e in sse(s.post("/generate", body))]
+    assert events[-1] is None
+    chunks = events[:-1]
+    assert [len(c["output_ids"]) for c in chunks] == [3, 6, 9, 12, 15, 18, 20]
+    last = chunks[-1]["meta_info"]
+    assert last["prompt_tokens"] == 17 and last["completion_tokens"] == 20
+    assert last["finish_reason"] == {"type": "length", "length": 20}
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["text"].startswith(chunks[0]["text"])  # cumulative text
+    plain = json.loads(s.post("/generate", {**body, "stream": False}).read())
+    assert len(plain["output_ids"]) == 20 and plain["meta_info"]["completion_tokens"] == 20
+
+
+def test_openai_completions_stream_with_usage(start):
+    s = start("--model-path", "m", env={"SGLOPS_STANDIN_TPS": "400", "SGLOPS_STANDIN_STARTUP_S": "0"})
+    s.wait_healthy()
+    body = {"model": "m", "prompt": "one two three", "max_tokens": 9, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    events = [e for _, e in sse(s.post("/v1/completions", body))]
+    assert events[-1] is None
+    content = [e for e in events[:-1] if e["choices"]]
+    usage = [e for e in events[:-1] if not e["choices"]]
+    assert len(content) == 9 and content[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(c["object"] == "text_completion" for c in content)
+    assert usage == [usage[0]] and usage[0]["usage"] == {"prompt_tokens": 3, "completion_tokens": 9,
+                                                         "total_tokens": 12}
+    no_usage = [e for _, e in sse(s.post("/v1/completions", {**body, "stream_options": {}}))]
+    assert all(e is None or e["choices"] for e in no_usage)
+
+
+@pytest.mark.parametrize("rate,n", [(40.0, 21), (2000.0, 1001)])
+def test_decode_pacing_is_exact_single_stream(start, rate, n):
+    s = start("--model-path", "m", env={"SGLOPS_STANDIN_TPS": str(rate / 2), "SGLOPS_STANDIN_SPEEDUP": "2",
+                                       "SGLOPS_STANDIN_STARTUP_S": "0"})
+    s.wait_healthy()
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": n, "ignore_eos": True}, "stream": True}
+    stamps = [t for t, e in sse(s.post("/generate", body)) if e is not None]
+    assert len(stamps) == n
+    measured = (n - 1) / (stamps[-1] - stamps[0])
+    assert measured == pytest.approx(rate, rel=0.01)
+
+
+def test_default_rate_follows_the_gather_cast_marker_in_the_served_tree(start, tmp_path):
+    src = trees.sglang_template("0.5.23") / "python"
+    patched = tmp_path / "patched" / "python"
+    shutil.copytree(src / "sglang", patched / "sglang", ignore=shutil.ignore_patterns("*test*", "multimodal*"))
+    mla = patched / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
+    mla.write_text(mla.read_text() + "\n# sglops: gather-cast\n")
+    plain = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"})
+    fixed = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"}, sglang=patched)
+    plain.wait_healthy()
+    fixed.wait_healthy()
+    rates = [json.loads(x.get("/get_server_info")[1])["standin_decode_tps"] for x in (plain, fixed)]
+    assert rates == [10.5, 13.5]
+
+
+def test_port_in_use_fails_with_a_realistic_message(start):
+    first = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"})
+    first.wait_healthy()
+    second = start("--model-path", "m", port=first.port)
+    assert second.proc.wait(10) != 0
+    assert "address already in use" in second.log.read_text().lower()
+
+
+@pytest.mark.parametrize("kind,needle", [("static_assert", "static_assert(sizeof(DType) == 2)"),
+                                         ("oom", "torch.OutOfMemoryError: CUDA out of memory"),
+                                         ("traceback", "Traceback (most recent call last)"),
+                                         ("unsupported_backend", "Invalid attention backend")])
+def test_warmup_crashes_print_a_real_looking_log_and_exit_nonzero(start, kind, needle):
+    s = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0", "SGLOPS_STANDIN_FAIL": kind})
+    assert s.proc.wait(10) != 0
+    assert needle in s.log.read_text()
+
+
+def test_drop_after_cuts_the_stream(start):
+    s = start("--model-path", "m", env={"SGLOPS_STANDIN_TPS": "500", "SGLOPS_STANDIN_STARTUP_S": "0",
+                                       "SGLOPS_STANDIN_DROP_AFTER": "5"})
+    s.wait_healthy()
+    got = []
+    try:
+        for _, e in sse(s.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 50},
+                                             "stream": True})):
+            got.append(e)
+    except http.client.IncompleteRead:
+        pass
+    assert [len(e["output_ids"]) for e in got] == [1, 2, 3, 4, 5]  # no [DONE], no finish_reason
+    assert got[-1]["meta_info"]["finish_reason"] is None
+
+
+DUMMY_TRACE = '''
+import gzip, json
+def write_trace(path, rank, tp_size, steps, whole_pool_cast):
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": [{"name": "step", "ph": "X", "ts": i, "dur": 1} for i in range(steps)],
+                   "rank": rank, "tp_size": tp_size, "whole_pool_cast": whole_pool_cast}, fh)
+'''
+
+
+@pytest.fixture
+def standin_with_dummy_trace(tmp_path):
+    folder = tmp_path / "standin"
+    folder.mkdir()
+    shutil.copy(STANDIN, folder / STANDIN.name)
+    (folder / "standin_trace.py").write_text(DUMMY_TRACE)
+    return folder / STANDIN.name
+
+
+def wait_complete(path: Path, timeout: float = 10) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(gzip.decompress(path.read_bytes()))
+        except (OSError, EOFError, ValueError):
+            time.sleep(0.05)
+    raise AssertionError(f"{path} never complete")
+
+
+def test_profile_num_steps_writes_one_trace_per_tp_rank(start, standin_with_dummy_trace, tmp_path):
+    s = start("--model-path", "m", "--tp-size", "2", script=standin_with_dummy_trace,
+              env={"SGLOPS_STANDIN_TPS": "500", "SGLOPS_STANDIN_STARTUP_S": "0"})
+    s.wait_healthy()
+    out = tmp_path / "traces"
+    r = s.post("/start_profile", {"output_dir": str(out), "num_steps": 5, "profile_id": "p1",
+                                  "profile_prefix": "glm5", "activities": ["CPU", "GPU"]})
+    assert r.status == 200
+    r.read()
+    list(sse(s.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 12}, "stream": True})))
+    docs = [wait_complete(out / f"glm5-p1-TP-{rank}.trace.json.gz") for rank in (0, 1)]
+    assert [d["rank"] for d in docs] == [0, 1]
+    assert all(d["tp_size"] == 2 and d["whole_pool_cast"] is True and len(d["traceEvents"]) == 5 for d in docs)
+    assert sorted(p.name for p in out.iterdir()) == ["glm5-p1-TP-0.trace.json.gz", "glm5-p1-TP-1.trace.json.gz"]
+
+
+def test_stop_profile_and_profiler_off(start, standin_with_dummy_trace, tmp_path):
+    s = start("--model-path", "m", script=standin_with_dummy_trace,
+              env={"SGLOPS_STANDIN_TPS": "500", "SGLOPS_STANDIN_STARTUP_S": "0",
+                   "SGLANG_TORCH_PROFILER_DIR": str(tmp_path / "envdir")})
+    s.wait_healthy()
+    assert s.post("/stop_profile", {}).status == 400
+    r = s.post("/start_profile", {"profile_id": "p2"})
+    r.read()
+    list(sse(s.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}, "stream": True})))
+    r = s.post("/stop_profile", {})
+    r.read()
+    assert r.status == 200
+    assert len(wait_complete(tmp_path / "envdir" / "p2-TP-0.trace.json.gz")["traceEvents"]) == 3
+
+    off = start("--model-path", "m", script=standin_with_dummy_trace,
+                env={"SGLOPS_STANDIN_STARTUP_S": "0", "SGLOPS_STANDIN_PROFILER": "off"})
+    off.wait_healthy()
+    r = off.post("/start_profile", {"output_dir": str(tmp_path / "none"), "profile_id": "p3"})
+    r.read()
+    assert r.status == 200
+    r = off.post("/stop_profile", {})
+    r.read()
+    time.sleep(0.4)
+    assert not (tmp_path / "none").exists()
