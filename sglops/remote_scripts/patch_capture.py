@@ -1,0 +1,50 @@
+# sglops: include patch_lib
+# What was edited by hand in this SGLang tree, for `inv capture-patch`: each changed file's
+# current text and its pristine text (from git HEAD), or, against the PyPI release, the files
+# whose sha256 differs from the wheel's RECORD (the laptop holds the wheel's text).
+
+
+def _pkg_rel(root, path):
+    rel = _os.path.relpath(path, root)
+    return rel if rel.startswith("python/") else "python/" + rel
+
+
+def main(args):
+    root, info = sglang_root(args.get("sglang_root"))
+    against = args["against"]
+    only = set(args.get("files") or [])
+    with Lock(root, args.get("lock_wait_s", 30), args.get("operator", "")):
+        recover(root)
+        out = {}
+        if against == "commit":
+            if info.get("kind") != "git":
+                raise UserError("SGLang at " + root + " is not a git checkout; use --against release")
+            rc, status, err = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
+            if rc != 0:
+                raise UserError("git status failed in " + root + ": " + err.strip())
+            for line in status.splitlines():
+                rel = line[3:].strip()
+                if not rel or (only and rel not in only):
+                    continue
+                path = _os.path.join(root, rel)
+                rc, head, _ = sh(["git", "show", "HEAD:" + rel], cwd=root)
+                cur = open(path, encoding="utf-8").read() if _os.path.isfile(path) else None
+                out[rel] = {"before": head if rc == 0 else None, "after": cur, "sha256": sha256_file(path)}
+        else:
+            wanted = args["release_hashes"]  # {"sglang/...py": sha256}
+            pkg = info["package_dir"]
+            base = _os.path.dirname(pkg)
+            for dirpath, _dirs, names in _os.walk(pkg):
+                for n in names:
+                    if not n.endswith(".py"):
+                        continue
+                    path = _os.path.join(dirpath, n)
+                    key = _os.path.relpath(path, base)
+                    rel = _pkg_rel(root, path)
+                    if (only and rel not in only) or key not in wanted:
+                        continue
+                    digest = sha256_file(path)
+                    if digest != wanted[key]:
+                        out[rel] = {"key": key, "after": open(path, encoding="utf-8").read(), "sha256": digest}
+        return {"root": root, "version": info.get("version"), "commit": info.get("commit"), "files": out,
+                "ledger": ledger(root)}
