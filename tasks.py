@@ -22,3 +22,80 @@ def sandbox(c, action, hosts=2, base=None):
     from sglops.sandbox import cli as sandbox_cli
 
     cli.guarded(sandbox_cli.main, action, hosts=int(hosts), base=base)
+
+
+@task(help={"keep": "leave the sandbox running afterwards"})
+def demo(c, keep=False):
+    """The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, torn down."""
+    from sglops.demo import run_demo
+
+    code = cli.guarded(run_demo, keep=keep)
+    if code:
+        cli.fail("demo failed", code)
+
+
+# -- patches ------------------------------------------------------------------------------
+_PATCH_HELP = cli.help_with(dry_run="show the diff and the files it would touch; change nothing",
+                            force="override: hand-modified files, unmet requirements, drift")
+
+
+@task(help=_PATCH_HELP | {"variant": "use this variant (default: by version/commit, else the one that applies)"})
+def apply_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+                dry_run=False, variant=None, force=False, json=False):
+    """Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's ledger, idempotent."""
+    from sglops import patch_spec, patches
+
+    cli.guarded(patch_spec.load, name)
+    cli.per_host("apply-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: patches.apply_patch(r, name, dry_run=dry_run, variant=variant, force=force),
+                 json=json, artifact="patch.json")
+
+
+@task(help=_PATCH_HELP)
+def revert_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+                 dry_run=False, force=False, json=False):
+    """Take patches/NAME back off the host, only if its files are as the patch left them (else --force)."""
+    from sglops import patch_spec, patches
+
+    cli.guarded(patch_spec.load, name)
+    cli.per_host("revert-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: patches.revert_patch(r, name, dry_run=dry_run, force=force),
+                 json=json, artifact="patch.json")
+
+
+@task(name="patches", help=cli.help_with())
+def patches_(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False):
+    """Each patch on the host: available / applicable / applied / conflicting / drifted."""
+    from sglops import patches
+
+    cli.per_host("patches", Targets(host, hosts, tag, sglang_root, accept_new_host_key), patches.status,
+                 json=json)
+
+
+@task(help={k: v for k, v in _PATCH_HELP.items() if k not in ("hosts", "tag")} | {
+    "against": "commit (git HEAD) or release (the PyPI wheel)",
+                          "variant": "variant name (default sglang-VERSION[-local])",
+                          "files": "only these files (comma-separated, relative to the checkout)"})
+def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=False, against="commit",
+                  variant=None, files=None, dry_run=False, force=False, json=False):
+    """Turn hand edits on the host into a new variant under patches/NAME/ with its patch.yaml entry."""
+    from sglops.patch_capture import capture
+
+    cli.per_host("capture-patch", Targets(host, None, None, sglang_root, accept_new_host_key),
+                 lambda r: capture(r, name, against=against, variant=variant, dry_run=dry_run, force=force,
+                                   files=files.split(",") if files else None), json=json)
+
+
+# -- probes -----------------------------------------------------------------------------------
+@task(help=cli.help_with(probes="probe file (default playbooks/probes.yaml)", show_hits="list every hit as file:line:text",
+                         engine="auto (rg if the host has it), rg, or python (stdlib scanner)"))
+def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
+                   probes=None, show_hits=False, engine="auto"):
+    """Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; FlashInfer MLA FP8."""
+    from sglops.console import console
+    from sglops.probe import load_probe_set, scan
+
+    probe_set = cli.guarded(load_probe_set, probes)
+    cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: scan(r, probe_set, engine=engine), json=json, artifact="probe.json",
+                 show=lambda rep: console.print(rep.table(show_hits=show_hits)))

@@ -312,7 +312,7 @@ class SSHRemote(Remote):
                         break
                     if time.monotonic() > deadline:
                         raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s")
-                    select.select([chan], [], [], 0.05)
+                    select.select([chan], [], [], 0.005)
             if on_output and pending:
                 on_output(pending.decode(errors="replace"))
             code = chan.recv_exit_status()

@@ -90,9 +90,11 @@ def _git_info(pkg):
     if rc != 0:
         return None
     top = top.strip()
-    _, commit, _ = sh(["git", "rev-parse", "HEAD"], cwd=top)
-    _, status, _ = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
-    _, branch, _ = sh(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=top)
+    (_, commit, _), (_, status, _), (_, branch, _) = parallel(
+        lambda: sh(["git", "rev-parse", "HEAD"], cwd=top),
+        lambda: sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top),
+        lambda: sh(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=top),
+    )
     dirty = [ln[3:] for ln in status.splitlines() if ln.strip()]
     return {"root": top, "commit": commit.strip() or None, "branch": branch.strip() or None,
             "dirty": bool(dirty), "dirty_files": dirty[:50]}
@@ -135,18 +137,51 @@ def python_info():
     return {"executable": _sys.executable, "version": ".".join(map(str, _sys.version_info[:3]))}
 
 
-def dist_version(name):
-    """An installed distribution's version and location, found without importing it."""
-    try:
-        import importlib.metadata as md
-        import importlib.util
+_LISTINGS = {}
 
-        spec = importlib.util.find_spec(name.replace("-", "_").split("_python")[0])
-        location = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+
+def _listing(path):
+    if path not in _LISTINGS:
         try:
-            version = md.version(name)
-        except md.PackageNotFoundError:
-            version = None
-        return {"version": version, "location": location} if (version or location) else None
-    except Exception:
-        return None
+            _LISTINGS[path] = _os.listdir(path)
+        except OSError:
+            _LISTINGS[path] = []
+    return _LISTINGS[path]
+
+
+def dist_version(name, import_name=None):
+    """An installed distribution's version and package folder, found on sys.path without importing
+    it (nor importlib.metadata, which costs more than the lookup itself)."""
+    dist = _re.sub(r"[-_.]+", "_", name).lower()
+    module = import_name or dist.split("_python")[0]
+    version = location = None
+    for entry in _sys.path:
+        entry = entry or _os.getcwd()
+        for item in _listing(entry):
+            if version is None and item.endswith(".dist-info"):
+                stem = item[: -len(".dist-info")]
+                dname, _, ver = stem.rpartition("-")
+                if _re.sub(r"[-_.]+", "_", dname).lower() == dist:
+                    version = ver
+            if location is None and item == module and _os.path.isdir(_os.path.join(entry, item)):
+                location = _os.path.join(entry, item)
+        if version and location:
+            break
+    return {"version": version, "location": location} if (version or location) else None
+
+
+def parallel(*calls):
+    """Run independent zero-argument calls at once (most are waits on subprocesses)."""
+    import threading
+
+    results = [None] * len(calls)
+
+    def run(i, fn):
+        results[i] = fn()
+
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

@@ -22,30 +22,30 @@ def gpus():
 
 
 def cuda_version():
-    rc, out, _ = sh(["nvidia-smi"])
+    (rc, out, _), (rc2, out2, _) = parallel(lambda: sh(["nvidia-smi"]), lambda: sh(["nvcc", "--version"]))
     m = re.search(r"CUDA Version:\s*([\d.]+)", out) if rc == 0 else None
-    driver_cuda = m.group(1) if m else None
-    rc, out, _ = sh(["nvcc", "--version"])
-    m = re.search(r"release ([\d.]+)", out) if rc == 0 else None
-    return {"driver_cuda": driver_cuda, "nvcc": m.group(1) if m else None}
+    m2 = re.search(r"release ([\d.]+)", out2) if rc2 == 0 else None
+    return {"driver_cuda": m.group(1) if m else None, "nvcc": m2.group(1) if m2 else None}
+
+
+def _sglang(root):
+    try:
+        return find_sglang(root), None
+    except UserError as exc:
+        return None, str(exc)
 
 
 def main(args):
-    gpu_rows, gpu_error = gpus()
+    (gpu_rows, gpu_error), cuda, (sglang, sglang_error), (rc, rg, _) = parallel(
+        gpus, cuda_version, lambda: _sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]))
     torch = dist_version("torch")
     if torch and torch.get("version") and "+cu" in torch["version"]:
         torch["cuda"] = torch["version"].split("+cu")[1]
-    try:
-        sglang = find_sglang(args.get("sglang_root"))
-        sglang_error = None
-    except UserError as exc:
-        sglang, sglang_error = None, str(exc)
-    rc, rg, _ = sh(["rg", "--version"])
     return {
         "hostname": __import__("socket").gethostname(),
         "gpus": gpu_rows,
         "gpu_error": gpu_error,
-        "cuda": cuda_version(),
+        "cuda": cuda,
         "python": python_info(),
         "torch": torch,
         "triton": dist_version("triton"),

@@ -101,7 +101,7 @@ class SandboxHost:
                 "MaxSessions 64",
                 "LogLevel ERROR",
                 "Subsystem sftp internal-sftp",
-                f"SetEnv PATH={path} PYTHONPATH={site} SGLOPS_SANDBOX_HOST={self.name}",
+                f"SetEnv HOME={self.home} PATH={path} PYTHONPATH={site} SGLOPS_SANDBOX_HOST={self.name}",
                 "",
             ])
         )
