@@ -42,6 +42,7 @@ class BackendRow:
     name: str
     file: str | None
     hits: dict[str, list[dict]] = field(default_factory=dict)  # fact -> hits
+    unreadable: str | None = None  # why the file could not be read (then no probe result means anything)
 
     @property
     def exists(self) -> bool:
@@ -53,27 +54,30 @@ class BackendRow:
     def verdict(self, facts: dict[str, Any]) -> str:
         if not self.exists:
             return "absent in this release"
+        if self.unreadable:
+            return f"unreadable: {self.unreadable}"
         casts, native = self.has("casts_whole_pool"), self.has("fp8_native")
         funcs = sorted({h["func"] for h in self.hits.get("casts_whole_pool", []) if h.get("func")})
         where = f" in {', '.join(funcs)}" if funcs else ""
         if native and casts:
-            text = f"plans with the KV dtype but still casts the pool{where}"
+            text = f"plans with the KV dtype, still casts the pool{where}"
         elif native:
             text = "takes FP8 KV natively"
         elif casts and self.has("plans_model_dtype"):
-            text = f"casts the whole KV pool to the model dtype every layer{where}"
+            text = f"casts whole pool to model dtype{where}"
         elif casts:
-            text = f"casts the whole KV pool every layer{where}"
+            text = f"casts whole pool{where}"
         elif self.has("fp8_paths"):
-            text = "no whole-pool cast found; has FP8 code paths"
+            text = "no whole-pool cast; has FP8 code paths"
         else:
             text = "no FP8 KV handling found"
         if self.name == "flashinfer_mla" and facts.get(CAST_FLAG):
-            text += f" although FlashInfer {facts.get('flashinfer_version')} could take FP8 KV"
+            text += f"; FlashInfer {facts.get('flashinfer_version')} could take FP8 KV"
         return text
 
     def to_json(self, facts: dict[str, Any]) -> dict[str, Any]:
-        return {"name": self.name, "file": self.file, "exists": self.exists, "verdict": self.verdict(facts),
+        return {"name": self.name, "file": self.file, "exists": self.exists, "unreadable": self.unreadable,
+                "verdict": self.verdict(facts),
                 **{fact: self.has(fact) for fact in self.hits},
                 "hits": {fact: hits for fact, hits in self.hits.items() if hits}}
 
@@ -104,6 +108,10 @@ class ProbeReport:
         rows = {n: BackendRow(n, f) for n, f in names.items()}
         for n in probe_set.expect:
             rows.setdefault(n, BackendRow(n, None))
+        for u in raw.get("unreadable", []):
+            row = rows.get(backend_name(u["file"]))
+            if row is not None and row.file == u["file"]:
+                row.unreadable = u["error"]
         facts: dict[str, Any] = {
             "sglang_version": raw["sglang"].get("version"),
             "sglang_commit": raw["sglang"].get("commit"),
@@ -179,6 +187,9 @@ class ProbeReport:
         for b in self.backends:
             if not b.exists:
                 t.add_row(b.name, "-", "-", "-", "-", Text("absent in this release", style="dim"))
+                continue
+            if b.unreadable:
+                t.add_row(b.name, "?", "?", "?", "?", Text(b.verdict(f), style="red"))
                 continue
             native = f"yes {_lines(b.hits['fp8_native'])}" if b.has("fp8_native") else "no"
             casts = (_by_func(b.hits["casts_whole_pool"]) if b.has("casts_whole_pool") else "no whole-pool cast found")

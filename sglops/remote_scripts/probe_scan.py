@@ -3,6 +3,7 @@
 # ripgrep where the host has it, else a stdlib scanner; both feed the same post-processing,
 # so results are identical. Choice lists are read with `ast` (no import of sglang).
 import ast
+import bisect
 import glob
 import json
 import os
@@ -34,8 +35,8 @@ class _Files:
     """Each file read at most once per scan (bytes split into lines)."""
 
     def __init__(self):
-        self.lines = {}
-        self.errors = {}
+        self.lines, self.errors = {}, {}
+        self._text, self._starts, self._defs, self._trees, self._index = {}, {}, {}, {}, {}
 
     def get(self, path):
         if path in self.lines:
@@ -54,77 +55,168 @@ class _Files:
         self.lines[path] = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
         return self.lines[path]
 
+    def text(self, path):
+        if path not in self._text:
+            self._text[path] = "\n".join(self.get(path) or [])
+        return self._text[path]
 
-def _grep_python(files, probe, reader):
-    rx = re.compile(probe["regex"], re.I if probe.get("ignore_case") else 0)
+    def starts(self, path):
+        """Offset of each line's start in text(path)."""
+        if path not in self._starts:
+            out, pos = [], 0
+            for line in self.get(path) or []:
+                out.append(pos)
+                pos += len(line) + 1
+            self._starts[path] = out
+        return self._starts[path]
+
+    def defs(self, path):
+        """(line, indent, name) of every def/class, in order."""
+        if path not in self._defs:
+            out = []
+            for i, line in enumerate(self.get(path) or [], 1):
+                if ("def " in line or "class " in line) and (m := _DEF.match(line)):
+                    out.append((i, len(m.group(1)), m.group(2)))
+            self._defs[path] = out
+        return self._defs[path]
+
+    def tree(self, path):
+        """The parsed module (cached); SyntaxError propagates."""
+        if path not in self._trees:
+            self._trees[path] = ast.parse(self.text(path), filename=path)
+        return self._trees[path]
+
+    def index(self, path):
+        """Every option definition in a module, found in one walk: (flag-or-field, line, node, deprecated)."""
+        if path not in self._index:
+            self._index[path] = list(_all_definitions(self.tree(path)))
+        return self._index[path]
+
+
+def _compile(job):
+    flags = re.I if job.get("ignore_case") else 0
+    return re.compile(job["regex"], flags), re.compile(job["regex"], flags | re.M)
+
+
+def _grep_python(job, reader):
+    """Lines of job's files matching its regex. Whole-text search (re.M) jumps to candidate lines;
+    each is confirmed on its own, so semantics stay per line, as with rg."""
+    rx, whole = _compile(job)
     hits = []
-    for path in files:
+    for path in job["paths"]:
         lines = reader.get(path)
         if lines is None:
             continue
-        for i, line in enumerate(lines, 1):
-            if rx.search(line):
-                hits.append((path, i, line))
+        text, starts, pos = reader.text(path), reader.starts(path), 0
+        while True:
+            m = whole.search(text, pos)
+            if m is None:
+                break
+            i = bisect.bisect_right(starts, m.start()) - 1
+            if rx.search(lines[i]):
+                hits.append((path, i + 1, lines[i]))
+            if i + 1 >= len(starts):
+                break
+            pos = starts[i + 1]
     return hits
 
 
-def _grep_rg(rg, files, probe, reader):
-    """ripgrep over the same files; None when rg cannot take this regex (the caller falls back)."""
-    if not files:
-        return []
-    argv = [rg, "--json", "--no-config", "-a", "-e", probe["regex"]]
-    if probe.get("ignore_case"):
-        argv.insert(3, "-i")
-    rc, out, err = sh(argv + ["--"] + files, timeout=120)
-    hits, summary = [], False
+def _rg_lines(rg, patterns, paths, reader):
+    """One ripgrep run for several patterns: {path: [(line, text)]}; None if rg refused a pattern."""
+    argv = [rg, "--json", "--no-config", "-a"]
+    for pat in patterns:
+        argv += ["-e", pat]
+    rc, out, err = sh(argv + ["--"] + paths, timeout=300)
+    found, summary = {}, False
     for line in out.splitlines():
         msg = json.loads(line)
         if msg["type"] == "summary":
             summary = True
         elif msg["type"] == "match":
             d = msg["data"]
-            path = d["path"].get("text") or d["path"].get("bytes")
-            lines = d["lines"]
-            text = lines.get("text")
+            text = d["lines"].get("text")
             if text is None:
                 import base64
 
-                text = base64.b64decode(lines["bytes"]).decode("utf-8", "replace")
-            hits.append((os.path.normpath(path), d["line_number"], text.rstrip("\n").rstrip("\r")))
+                text = base64.b64decode(d["lines"]["bytes"]).decode("utf-8", "replace")
+            path = os.path.normpath(d["path"].get("text") or "")
+            found.setdefault(path, []).append((d["line_number"], text.rstrip("\n").rstrip("\r")))
     if not summary:
         return None
+    given = set(paths)
     for line in err.splitlines():
-        m = re.match(r"^rg: (.+?): (.+)$", line)
-        if m:
-            reader.errors.setdefault(os.path.normpath(m.group(1)), _OS_ERROR.sub("", m.group(2)))
-    return hits
+        line = line[4:] if line.startswith("rg: ") else line  # rg 13 prints `PATH: why`, later ones `rg: PATH: why`
+        path, sep, why = line.partition(": ")
+        while sep and path not in given:
+            head, sep, why = why.partition(": ")
+            path = path + ": " + head
+        if sep and path in given:
+            reader.errors.setdefault(path, _OS_ERROR.sub("", why))
+    return found
 
 
-def _enclosing(lines, lineno):
+def _rg_ok(rg, pattern):
+    rc, _, _ = sh([rg, "--no-config", "-q", "-e", pattern, "--", os.devnull])
+    return rc in (0, 1)
+
+
+def _grep_rg(rg, jobs, reader, fallbacks):
+    """All jobs of one root in one rg run (rg finds candidate lines, each job's regex confirms them);
+    a pattern rg cannot take goes to the stdlib scanner instead."""
+    out = {}
+    todo = list(jobs)
+    paths = sorted({p for j in todo for p in j["paths"]})
+    if not paths:
+        return {j["id"]: [] for j in jobs}
+    pats = [("(?i)" if j.get("ignore_case") else "") + j["regex"] for j in todo]
+    found = _rg_lines(rg, pats, paths, reader) if todo else {}
+    if found is None:
+        bad = [j for j, pat in zip(todo, pats, strict=True) if not _rg_ok(rg, pat)]
+        for j in bad:
+            fallbacks.append(j["id"])
+            out[j["id"]] = _grep_python(j, reader)
+        todo = [j for j in todo if j not in bad]
+        pats = [("(?i)" if j.get("ignore_case") else "") + j["regex"] for j in todo]
+        found = _rg_lines(rg, pats, paths, reader) if todo else {}
+        if found is None:
+            raise UserError("ripgrep failed on this probe set; retry with --engine python")
+    for j in todo:
+        rx, _ = _compile(j)
+        hits = []
+        for path in j["paths"]:
+            hits += [(path, n, t) for n, t in found.get(path, []) if rx.search(t)]
+        out[j["id"]] = hits
+    return out
+
+
+def _enclosing(reader, path, lineno):
     """The def/class a line sits in, so a hit reads `forward_decode` rather than L822."""
+    lines = reader.get(path)
     if not lines or lineno > len(lines):
         return None
+    defs = reader.defs(path)
     here = lines[lineno - 1]
     indent = len(here) - len(here.lstrip())
-    for i in range(lineno - 2, -1, -1):
-        m = _DEF.match(lines[i])
-        if m and len(m.group(1)) < indent:
-            return m.group(2)
+    for i in range(bisect.bisect_left(defs, (lineno,)) - 1, -1, -1):
+        if defs[i][1] < indent:
+            return defs[i][2]
     return None
 
 
 # -- choices: an option's choice list as the tree's Python source defines it -----------------------
-def _literal_list(node, names, depth=0):
+def _literal_list(node, lookup, depth=0):
+    """The strings of a list/tuple literal; a NAME is looked up (module-level, any probe file)."""
     if isinstance(node, (ast.List, ast.Tuple)):
         out = []
         for elt in node.elts:
             if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
                 out.append(elt.value)
             elif isinstance(elt, ast.Starred):
-                out.extend(_literal_list(elt.value, names, depth + 1) or [])
+                out.extend(_literal_list(elt.value, lookup, depth + 1) or [])
         return out
-    if isinstance(node, ast.Name) and depth < 5 and node.id in names:
-        return _literal_list(names[node.id], names, depth + 1)
+    if isinstance(node, ast.Name) and depth < 5:
+        value = lookup(node.id)
+        return _literal_list(value, lookup, depth + 1) if value is not None else None
     return None
 
 
@@ -146,69 +238,69 @@ def _const(node):
     return node.value if isinstance(node, ast.Constant) else None
 
 
-def _definitions(tree, options):
-    """(flag, line, choices node, deprecated) for argparse add_argument calls and dataclass fields."""
-    wanted = set(options)
-    fields = {o.lstrip("-").replace("-", "_"): o for o in options}
+def _all_definitions(tree):
+    """argparse add_argument calls ("--flag") and dataclass fields with choices= ("--field-name")."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-            flags = [_const(a) for a in node.args]
-            flag = next((f for f in flags if f in wanted), None)
-            if flag:
-                action = _kw(node, "action")
-                helptext = _const(_kw(node, "help")) or ""
-                deprecated = "Deprecat" in ast.dump(action) if action is not None else False
-                yield flag, node.lineno, _kw(node, "choices"), deprecated or helptext.startswith("[Deprecated]")
+            action = _kw(node, "action")
+            helptext = _const(_kw(node, "help"))
+            deprecated = ("Deprecat" in ast.dump(action) if action is not None else False) or (
+                isinstance(helptext, str) and helptext.startswith("[Deprecated]"))
+            for arg in node.args:
+                flag = _const(arg)
+                if isinstance(flag, str) and flag.startswith("--"):
+                    yield flag, node.lineno, _kw(node, "choices"), deprecated
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             for call in ast.walk(node.annotation):
                 if isinstance(call, ast.Call) and _kw(call, "choices") is not None:
-                    cli = _const(_kw(call, "cli_name"))
-                    flag = cli if cli else fields.get(node.target.id)
-                    if flag in wanted and _const(_kw(call, "no_cli")) is not True:
-                        yield flag, node.lineno, _kw(call, "choices"), False
+                    if _const(_kw(call, "no_cli")) is not True:
+                        cli = _const(_kw(call, "cli_name"))
+                        yield cli or "--" + node.target.id.replace("_", "-"), node.lineno, _kw(call, "choices"), False
                     break
 
 
 def _choices(root, files, candidates, probe, reader, errors):
-    """Parse the candidate files; resolve NAME choices through module-level lists in any probe file."""
-    names, trees = {}, {}
-    for path in files:
-        lines = reader.get(path)
-        if lines is None:
-            continue
-        text = "\n".join(lines)
-        if path not in candidates and not re.search(r"_CHOICES\s*=", text):
-            continue
+    """Option definitions in the candidate files; NAME choices resolve through the probe's files."""
+
+    def parsed(path):
         try:
-            tree = ast.parse(text, filename=path)
+            return reader.tree(path)
         except SyntaxError as exc:
-            errors.append({"file": _rel(root, path), "error": "cannot parse: " + str(exc.msg) + " (line " + str(exc.lineno) + ")"})
-            continue
-        trees[path] = tree
-        names.update(_module_names(tree))
+            err = {"file": _rel(root, path), "error": "cannot parse: " + str(exc.msg) + " (line " + str(exc.lineno) + ")"}
+            if err not in errors:
+                errors.append(err)
+            return None
+
+    def lookup_in(local):
+        def lookup(name):
+            if name in local:
+                return local[name]
+            rx = re.compile(r"^" + re.escape(name) + r"\s*[:=]", re.M)
+            for path in files:
+                if reader.get(path) is not None and rx.search(reader.text(path)):
+                    tree = parsed(path)
+                    value = _module_names(tree).get(name) if tree else None
+                    if value is not None:
+                        return value
+            return None
+        return lookup
+
+    wanted = set(probe["options"])
     defs = []
     for path in sorted(candidates):
-        tree = trees.get(path)
+        tree = parsed(path)
         if tree is None:
             continue
-        local = {**names, **_module_names(tree)}
-        for flag, line, node, deprecated in _definitions(tree, probe["options"]):
-            values = _literal_list(node, local) if node is not None else None
+        lookup = lookup_in(_module_names(tree))
+        for flag, line, node, deprecated in reader.index(path):
+            if flag not in wanted:
+                continue
+            values = _literal_list(node, lookup) if node is not None else None
             defs.append({"flag": flag, "file": _rel(root, path), "line": line, "choices": values,
-                         "deprecated": bool(deprecated),
-                         "text": (reader.get(path) or [""])[line - 1].strip()})
+                         "deprecated": bool(deprecated), "text": reader.get(path)[line - 1].strip()})
     order = {o: i for i, o in enumerate(probe["options"])}
     defs.sort(key=lambda d: (d["deprecated"], order.get(d["flag"], 99), d["file"], d["line"]))
     return defs
-
-
-def _grep(engine, rg, files, probe, reader, fallbacks):
-    if engine == "rg":
-        hits = _grep_rg(rg, files, probe, reader)
-        if hits is not None:
-            return hits
-        fallbacks.append(probe["id"])
-    return _grep_python(files, probe, reader)
 
 
 def main(args):
@@ -227,29 +319,44 @@ def main(args):
         engine_label = "rg " + (out.split()[1] if rc == 0 and out.split()[1:] else "?")
     reader, fallbacks, errors = _Files(), [], []
     backend_files = _glob_files(roots["sglang"], [args["backends"]["files"]])
-    results = []
+    jobs, results = [], []
     for probe in args["probes"]:
-        root = roots.get(probe.get("root") or "sglang")
-        res = {"id": probe["id"], "root": probe.get("root") or "sglang", "hits": [], "files": 0}
+        root_name = probe.get("root") or "sglang"
+        root = roots.get(root_name)
+        res = {"id": probe["id"], "root": root_name, "hits": [], "files": 0}
+        results.append(res)
         if not root:
             res["missing_root"] = True
-            results.append(res)
             continue
-        files = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
-        res["files"] = len(files)
-        res["file_list"] = [_rel(root, f) for f in files]
+        paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
+        res["files"] = len(paths)
+        res["file_list"] = [_rel(root, f) for f in paths]
         if probe.get("kind") == "choices":
-            pat = {"regex": "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
-                                     for o in probe["options"]), "id": probe["id"]}
-            cand = {h[0] for h in _grep(engine, rg, files, pat, reader, fallbacks)}
-            res["definitions"] = _choices(root, files, cand, probe, reader, errors)
+            regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
+                             for o in probe["options"])
+            jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": regex})
         else:
-            hits = _grep(engine, rg, files, probe, reader, fallbacks)
-            for path, line, text in hits:
-                res["hits"].append({"file": _rel(root, path), "line": line, "text": text.strip()[:300],
-                                    "func": _enclosing(reader.get(path), line)})
-            res["hits"].sort(key=lambda h: (h["file"], h["line"]))
-        results.append(res)
+            jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": probe["regex"],
+                         "ignore_case": probe.get("ignore_case")})
+    if engine == "rg":
+        found = {}
+        for root_name in sorted({j["root"] for j in jobs}):
+            found.update(_grep_rg(rg, [j for j in jobs if j["root"] == root_name], reader, fallbacks))
+    else:
+        found = {j["id"]: _grep_python(j, reader) for j in jobs}
+    by_id = {p["id"]: p for p in args["probes"]}
+    for res in results:
+        if res.get("missing_root"):
+            continue
+        probe, root = by_id[res["id"]], roots[res["root"]]
+        hits = found[res["id"]]
+        if probe.get("kind") == "choices":
+            paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
+            res["definitions"] = _choices(root, paths, {h[0] for h in hits}, probe, reader, errors)
+            continue
+        for path, line, text in sorted(hits):
+            res["hits"].append({"file": _rel(root, path), "line": line, "text": text.strip()[:300],
+                                "func": _enclosing(reader, path, line)})
     unreadable = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
     for u in unreadable:
         for name, root in roots.items():
