@@ -21,7 +21,7 @@ from rich.table import Table
 from sglops import patch_diff
 from sglops.errors import ConfigError, SglopsError
 from sglops.patch_spec import load, patches_root
-from sglops.patches import host_state, operator
+from sglops.patches import host_state, lock_wait_s, operator
 from sglops.remote import Remote
 from sglops.yamlio import loads_yaml
 
@@ -96,7 +96,7 @@ def capture(remote: Remote, name: str, *, against: str = "commit", variant: str 
     if against not in ("commit", "release"):
         raise ConfigError(f"--against must be commit or release, not {against!r}")
     args = {"sglang_root": remote.host.sglang_root, "against": against, "files": files or [],
-            "operator": operator()}
+            "operator": operator(), "lock_wait_s": lock_wait_s()}
     wheel = None
     if against == "release":
         info = host_state(remote, [], contents=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sglops import patch_diff
-from sglops.errors import SglopsError
+from sglops.errors import ConnectError, RemoteError, SglopsError
 from sglops.patch_spec import Patch, Variant, load, load_all
 from sglops.remote import Remote
 
@@ -30,6 +31,11 @@ class PatchRefused(SglopsError):
     """The patch cannot be applied or reverted here as things are (conflict, drift, requirement)."""
 
     exit_code = 6
+
+
+def lock_wait_s() -> float:
+    """How long a patch step waits for another operator's lock on the same tree."""
+    return float(os.environ.get("SGLOPS_PATCH_LOCK_WAIT_S") or 60)
 
 
 def operator() -> str:
@@ -48,7 +54,7 @@ def host_state(remote: Remote, files: list[str], *, contents: bool = True, backu
     """
     return remote.run_py("patch_state", {"sglang_root": remote.host.sglang_root, "files": files,
                                          "contents": contents, "backups_of": list(backups_of),
-                                         "operator": operator()})
+                                         "operator": operator(), "lock_wait_s": lock_wait_s()})
 
 
 def applied(remote: Remote) -> list[dict]:
@@ -296,8 +302,9 @@ def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: st
     payload = {rel: {"before": state["files"][rel]["sha256"], "after": sha(text), "content": text}
                for rel, text in t.new_texts.items()}
     entry_in = {"variant": t.variant.name, "operator": operator()}
-    done = remote.run_py("patch_txn", {"sglang_root": remote.host.sglang_root, "op": "apply", "patch": name,
+    done = _txn(remote, name, "apply", {"sglang_root": remote.host.sglang_root, "op": "apply", "patch": name,
                                        "files": payload, "entry": entry_in, "operator": operator(),
+                                       "lock_wait_s": lock_wait_s(),
                                        **(txn_args or {})}, timeout=300, on_progress=on_progress)
     new_entry = next(e for e in done["ledger"]["applied"] if e["patch"] == name)
     return PatchResult(**base, action="applied", changed=True, variant=t.variant.name, how=how, files=files,
@@ -342,10 +349,21 @@ def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: boo
                            notes=notes)
     payload = {rel: {"before": state["files"][rel]["sha256"], "after": entry["files"][rel]["before"],
                      "from_backup": True} for rel in files}
-    remote.run_py("patch_txn", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
-                                "files": payload, "operator": operator(), **(txn_args or {})}, timeout=300,
+    _txn(remote, name, "revert", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
+                                "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s(), **(txn_args or {})}, timeout=300,
                   on_progress=on_progress)
     return PatchResult(**base, action="reverted", changed=True, variant=variant, files=files, notes=notes)
+
+
+def _txn(remote: Remote, name: str, op: str, args: dict, **kw: Any) -> dict:
+    """Run patch_txn; a lost connection is explained (the host finishes or rolls back on its own)."""
+    try:
+        return remote.run_py("patch_txn", args, **kw)
+    except (ConnectError, RemoteError) as exc:
+        if isinstance(exc, ConnectError) or "gave no answer" in str(exc):
+            raise ConnectError(f"{remote.name}: connection lost during {op} of {name}; the host completes or rolls "
+                               "back the change by itself (never half-way): run `inv patches` to see which") from None
+        raise
 
 
 def _render(fp: patch_diff.FilePatch) -> str:
