@@ -100,7 +100,7 @@ def write_trace(path: str, *, rank: int, tp_size: int, steps: int, whole_pool_ca
         "deviceProperties": [{"id": rank, "name": "sglops stand-in GPU"}],
         "displayTimeUnit": "ms",
     }
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as gz:
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=6) as gz:
         import io
 
         fh = io.TextIOWrapper(gz, encoding="utf-8")

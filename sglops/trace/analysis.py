@@ -1,0 +1,243 @@
+"""One analysis over one or more trace files (one per TP rank): per rank and summed over ranks."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown
+from sglops.trace.diagnose import Finding, diagnose, load_rules
+from sglops.trace.parse import TraceError, read
+
+SCOPE_LABELS = {"decode": "in decode steps", "steps": "in profiled steps", "all": "overall"}
+
+
+def short_kernel(name: str) -> str:
+    """A kernel name a person can read: base name plus the functor/dtype that tells variants apart."""
+    s = (name[5:] if name.startswith("void ") else name).replace("(anonymous namespace)::", "")
+    cut = min([i for i in (s.find("<"), s.find("(")) if i > 0] or [len(s)])
+    base = s[:cut]
+    if cut == len(s):
+        return base[:90]
+    inner = s[cut:]
+    bits = []
+    m = re.search(r"at::native::(\w+(?:_kernel_cuda|Functor_\w+|Functor|_scalar))", inner)
+    if m:
+        bits.append(m.group(1))
+    m = re.search(r"lambda\((c10::\w+|float|double|int|long|bool|short)\)#", inner)
+    if m:
+        bits.append(m.group(1).replace("c10::", ""))
+    return (f"{base}[{', '.join(bits)}]" if bits else base)[:90]
+
+
+@dataclass
+class RankSummary:
+    path: str
+    rank: int | None
+    stage: str | None
+    gpu: str | None
+    events: int
+    kernels: int
+    linked: int
+    gpu_us: float
+    idle_share: float
+    steps: int
+
+    def to_json(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class TraceAnalysis:
+    """Everything `analyze-trace` reports; table, markdown, chart and JSON are views of it."""
+
+    files: list[RankSummary]
+    gpu_us: float
+    window_us: float
+    idle_us: float
+    by_kernel: dict[str, list]
+    by_op: dict[str, list]
+    by_gpu_span: dict[str, list]
+    steps: list[dict]
+    scope: str
+    scope_gpu_us: float
+    findings: list[Finding]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def idle_share(self) -> float:
+        return self.idle_us / self.window_us if self.window_us > 0 else 0.0
+
+    def top_kernels(self, n: int = 15) -> list[tuple[str, float, int]]:
+        rows = sorted(self.by_kernel.items(), key=lambda kv: -kv[1][0])[:n]
+        return [(k, us, c) for k, (us, c) in rows]
+
+    def top_ops(self, n: int = 15) -> list[tuple[str, float, int]]:
+        rows = sorted(((k, v) for k, v in self.by_op.items() if v[0] > 0), key=lambda kv: -kv[1][0])[:n]
+        return [(k, us, c) for k, (us, c) in rows]
+
+    def step_summary(self) -> list[dict]:
+        """Steps grouped by name: count, median CPU and GPU time per step."""
+        groups: dict[str, list[dict]] = {}
+        for s in self.steps:
+            key = "ProfilerStep#" if s["name"].startswith("ProfilerStep#") else s["name"]
+            groups.setdefault(key, []).append(s)
+        out = []
+        for name, rows in groups.items():
+            out.append({"name": name, "count": len(rows),
+                        "median_cpu_us": statistics.median(r["cpu_us"] for r in rows),
+                        "median_gpu_us": statistics.median(r["gpu_us"] for r in rows),
+                        "gpu_us": sum(r["gpu_us"] for r in rows)})
+        return sorted(out, key=lambda r: -r["gpu_us"])
+
+    def to_json(self) -> dict:
+        def rows(d: dict) -> list[dict]:
+            total = self.gpu_us or 1.0
+            return [{"name": k, "us": round(v[0], 3), "count": v[1], "share": round(v[0] / total, 5)}
+                    for k, v in sorted(d.items(), key=lambda kv: -kv[1][0])]
+        return {
+            "files": [f.to_json() for f in self.files],
+            "ranks": len({f.rank for f in self.files}),
+            "gpu_us": round(self.gpu_us, 3),
+            "window_us": round(self.window_us, 3),
+            "idle_share": round(self.idle_share, 4),
+            "scope": self.scope,
+            "scope_gpu_us": round(self.scope_gpu_us, 3),
+            "findings": [f.to_json() for f in self.findings],
+            "by_kernel": rows(self.by_kernel),
+            "by_op": rows(self.by_op),
+            "by_gpu_span": rows(self.by_gpu_span),
+            "steps": [{**s, **{k: round(v, 3) for k, v in s.items() if isinstance(v, float)}}
+                      for s in self.step_summary()],
+            "warnings": self.warnings,
+        }
+
+    def table(self):
+        from sglops.trace.report import table
+
+        return table(self)
+
+    def markdown(self) -> str:
+        from sglops.trace.report import markdown
+
+        return markdown(self)
+
+    def chart(self, path: str | os.PathLike, top: int = 15) -> Path:
+        from sglops.trace.report import chart
+
+        return chart(self, path, top)
+
+
+def _add(into: dict, src: dict) -> None:
+    for k, (us, c) in src.items():
+        cur = into.setdefault(k, [0.0, 0])
+        cur[0] += us
+        cur[1] += c
+
+
+def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | None = None) -> TraceAnalysis:
+    """Parse each trace (one at a time, so memory stays per-file), sum over ranks, diagnose."""
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise TraceError("no trace files given")
+    parts: list[Breakdown] = []
+    for p in paths:
+        parts.append(breakdown(read(p)))
+    warnings = []
+    for b in parts:
+        if b.kernels == 0:
+            warnings.append(f"{b.path}: no GPU events (kernels/memcpy) in this trace")
+        elif b.linked < b.kernels:
+            warnings.append(f"{b.path}: {b.kernels - b.linked} of {b.kernels} GPU events have no launching CPU op "
+                            f"(CUDA graph replay or missing runtime events); counted under {UNATTRIBUTED}")
+    if all(b.kernels == 0 for b in parts):
+        names = ", ".join(os.path.basename(b.path) for b in parts)
+        raise TraceError(f"{names}: no GPU events at all (was the profiler started with GPU activity, "
+                         f"activities CPU+GPU?)")
+    by_kernel: dict[str, list] = {}
+    by_op: dict[str, list] = {}
+    by_gpu_span: dict[str, list] = {}
+    op_kernel: dict[str, dict] = {"all": {}, "steps": {}, "decode": {}}
+    steps = []
+    for b in parts:
+        _add(by_kernel, b.by_kernel)
+        _add(by_op, b.by_op)
+        _add(by_gpu_span, b.by_gpu_span)
+        for scope, pairs in b.by_op_kernel.items():
+            tgt = op_kernel[scope]
+            for key, us in pairs.items():
+                tgt[key] = tgt.get(key, 0.0) + us
+        steps += [{**s, "rank": b.rank} for s in b.steps]
+    scope = "decode" if op_kernel["decode"] else ("steps" if op_kernel["steps"] else "all")
+    scope_us = sum(op_kernel[scope].values())
+    gpu_us = sum(b.gpu_us for b in parts)
+    window = sum(b.window_us for b in parts)
+    idle = sum(b.idle_us for b in parts)
+    facts = {"op_kernel": op_kernel[scope], "scope_gpu_us": scope_us, "scope_label": SCOPE_LABELS[scope],
+             "window_us": window, "idle_us": idle}
+    findings = diagnose(facts, load_rules(rules_path) if rules_path else load_rules(), short_kernel)
+    files = [RankSummary(path=b.path, rank=b.rank, stage=b.stage, gpu=b.gpu_name, events=b.events,
+                         kernels=b.kernels, linked=b.linked, gpu_us=b.gpu_us,
+                         idle_share=(b.idle_us / b.window_us if b.window_us > 0 else 0.0), steps=len(b.steps))
+             for b in parts]
+    files.sort(key=lambda f: (f.rank is None, f.rank or 0, f.stage or ""))
+    return TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
+                         by_op=by_op, by_gpu_span=by_gpu_span, steps=steps, scope=scope, scope_gpu_us=scope_us,
+                         findings=findings, warnings=warnings)
+
+
+def expand_paths(spec: str | Iterable[str]) -> list[str]:
+    """Trace files from a comma-separated list, folders (their *.json / *.json.gz) and globs."""
+    import glob
+
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        p = Path(item).expanduser()
+        if p.is_dir():
+            found = sorted(str(f) for f in p.iterdir() if f.is_file() and re.search(r"\.json(\.gz)?$", f.name))
+            if not found:
+                raise TraceError(f"{p}: no *.json or *.json.gz trace files in this folder")
+            out += found
+        elif any(ch in item for ch in "*?["):
+            found = sorted(glob.glob(str(p)))
+            if not found:
+                raise TraceError(f"{item}: no file matches")
+            out += found
+        else:
+            out.append(str(p))
+    if not out:
+        raise TraceError("no trace files given")
+    return out
+
+
+def save_report(a: TraceAnalysis, folder: str | os.PathLike) -> dict[str, str]:
+    """analysis.json, report.md and top_kernels.png in one folder; returns their paths."""
+    from sglops import artifacts
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": str(artifacts.write_json(folder / "analysis.json", a.to_json()))}
+    md = folder / "report.md"
+    tmp = md.with_name(md.name + ".tmp")
+    tmp.write_text(a.markdown())
+    os.replace(tmp, md)
+    paths["markdown"] = str(md)
+    if a.by_kernel:
+        paths["chart"] = str(a.chart(folder / "top_kernels.png"))
+    return paths
+
+
+def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None) -> tuple[TraceAnalysis, dict]:
+    """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
+    from sglops import artifacts
+
+    a = analyze(expand_paths(files))
+    folder = Path(out) if out else artifacts.run_dir("local", artifacts.new_run_id()) / "trace-analysis"
+    return a, save_report(a, folder)
