@@ -99,6 +99,8 @@ class ProbeReport:
     fallbacks: list[str]
     seconds: float
     meanings: dict[str, tuple[str, str]]
+    fact_miss: dict[str, str] = field(default_factory=dict)  # backend fact -> what a miss means
+    global_greps: list[str] = field(default_factory=list)  # ids of global grep probes
 
     # -- building --------------------------------------------------------------------------
     @classmethod
@@ -154,6 +156,8 @@ class ProbeReport:
             flashinfer=raw.get("flashinfer"), results=raw["results"], backends=backends, facts=facts,
             flags=flags, unreadable=raw.get("unreadable", []), fallbacks=raw.get("fallbacks", []),
             seconds=raw.get("seconds", 0.0), meanings={p.id: (p.hit, p.miss) for p in probe_set.probes},
+            fact_miss={(p.fact or p.id): p.miss for p in probe_set.probes if p.scope == "backend"},
+            global_greps=[p.id for p in probe_set.probes if p.scope == "global" and p.kind == "grep"],
         )
 
     # -- views -----------------------------------------------------------------------------
@@ -180,24 +184,11 @@ class ProbeReport:
         ver = f"sglang {f['sglang_version'] or '?'}"
         if f.get("sglang_commit"):
             ver += f" @ {f['sglang_commit'][:12]}"
-        t = Table(title=f"probe-backends: {self.host} ({ver}, {f['sglang_kind']}; {self.engine}, {self.seconds:.2f} s)",
-                  title_justify="left")
-        for col in ("backend", "FP8-native", "casts whole pool", "arch guards", "NSA/DSA", "verdict"):
-            t.add_column(col, overflow="fold")
-        for b in self.backends:
-            if not b.exists:
-                t.add_row(b.name, "-", "-", "-", "-", Text("absent in this release", style="dim"))
-                continue
-            if b.unreadable:
-                t.add_row(b.name, "?", "?", "?", "?", Text(b.verdict(f), style="red"))
-                continue
-            native = f"yes {_lines(b.hits['fp8_native'])}" if b.has("fp8_native") else "no"
-            casts = (_by_func(b.hits["casts_whole_pool"]) if b.has("casts_whole_pool") else "no whole-pool cast found")
-            arch = _lines(b.hits["arch_guard"]) if b.has("arch_guard") else "no architecture guard found"
-            dsa = f"yes {_lines(b.hits['nsa_dsa'], 2)}" if b.has("nsa_dsa") else "no NSA/DSA reference found"
-            style = "bold red" if b.has("casts_whole_pool") and not b.has("fp8_native") else None
-            t.add_row(b.name, native, Text(casts, style=style or ""), arch, dsa, b.verdict(f))
-        parts: list[Any] = [t, self._summary()]
+        title = f"probe-backends: {self.host} ({ver}, {f['sglang_kind']}; {self.engine}, {self.seconds:.2f} s)"
+        parts: list[Any] = [Text(title, style="bold")]
+        if any(b.hits for b in self.backends):
+            parts.append(self._backend_table())
+        parts += [self._summary(), self._global_table()]
         for flag in self.flags:
             parts.append(Text(f"FLAG: {flag}", style="bold yellow"))
         for u in self.unreadable:
@@ -207,30 +198,79 @@ class ProbeReport:
                               "the stdlib scanner ran those", style="dim"))
         if show_hits:
             parts.append(self._hits_table())
-        return Group(*parts)
+        return Group(*[p for p in parts if p is not None])
 
-    def _summary(self) -> Table:
+    def _cell(self, b: BackendRow, fact: str, found: str) -> str:
+        if fact not in b.hits:
+            return "not probed"
+        if not b.hits[fact]:
+            return self.fact_miss.get(fact, "not found")
+        return found
+
+    def _backend_table(self) -> Table:
         f = self.facts
-        s = Table(show_header=False, title="tree and FlashInfer", title_justify="left")
+        t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left")
+        for col in ("backend", "FP8-native", "casts whole pool", "arch guards", "NSA/DSA", "verdict"):
+            t.add_column(col, overflow="fold")
+        for b in self.backends:
+            if not b.exists:
+                t.add_row(b.name, "-", "-", "-", "-", Text("absent in this release", style="dim"))
+                continue
+            if b.unreadable:
+                t.add_row(b.name, "?", "?", "?", "?", Text(b.verdict(f), style="red"))
+                continue
+            native = "yes " + _lines(b.hits["fp8_native"]) if b.has("fp8_native") else "no"
+            casts = self._cell(b, "casts_whole_pool", _by_func(b.hits.get("casts_whole_pool", [])))
+            arch = self._cell(b, "arch_guard", _lines(b.hits.get("arch_guard", [])))
+            dsa = self._cell(b, "nsa_dsa", "yes " + _lines(b.hits.get("nsa_dsa", []), 2))
+            style = "bold red" if b.has("casts_whole_pool") and not b.has("fp8_native") else ""
+            t.add_row(b.name, native if "fp8_native" in b.hits else "not probed", Text(casts, style=style), arch, dsa,
+                      b.verdict(f))
+        return t
+
+    def _global_table(self) -> Table | None:
+        rows = [r for r in self.results if r["id"] in self.global_greps]
+        if not rows:
+            return None
+        t = Table(title="other probes", title_justify="left")
+        for col in ("probe", "hits", "meaning"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            hit, miss = self.meanings.get(r["id"], ("found", "not found"))
+            if r.get("missing_root"):
+                t.add_row(r["id"], "-", f"{r['root']} not found on the host")
+            elif not r.get("files"):
+                t.add_row(r["id"], "-", f"no file matched the probe's globs under {r['root']}")
+            else:
+                n, files = len(r["hits"]), len({h["file"] for h in r["hits"]})
+                t.add_row(r["id"], f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
+                          hit if n else miss)
+        return t
+
+    def _summary(self) -> Table | None:
+        f = self.facts
+        s = Table(show_header=False, title="server arguments and FlashInfer", title_justify="left")
         s.add_column(style="bold")
         s.add_column(overflow="fold")
-        ab = f.get("attention_backends")
-        s.add_row("--attention-backend", ", ".join(ab) if ab else "no --attention-backend option found")
+        if "attention_backends.flag" in f:
+            ab = f.get("attention_backends")
+            s.add_row("--attention-backend", ", ".join(ab) if ab else "no --attention-backend option found")
         for key, label in (("dsa_prefill_backends", "prefill"), ("dsa_decode_backends", "decode")):
-            flag = f.get(f"{key}.flag")
-            vals = f.get(key)
-            dep = f.get(f"{key}.deprecated_flags") or []
-            text = f"{flag}: {', '.join(vals)}" if flag else f"no NSA/DSA {label} backend option in this release"
+            if f"{key}.flag" not in f:
+                continue
+            flag, vals, dep = f.get(f"{key}.flag"), f.get(key), f.get(f"{key}.deprecated_flags") or []
+            text = f"{flag}: {', '.join(vals or [])}" if flag else f"no NSA/DSA {label} backend option in this release"
             if dep:
                 text += f" (deprecated alias {', '.join(dep)})"
             s.add_row(f"NSA/DSA {label}", text)
-        if f.get("flashinfer_version") or f.get("flashinfer_location"):
-            fp8 = {True: "MLA kernel can take FP8 KV", False: "MLA kernel cannot take FP8 KV",
-                   None: "MLA capability unknown"}[f.get("flashinfer_mla_fp8")]
-            s.add_row("flashinfer", f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})")
-        else:
-            s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
-        return s
+        if "flashinfer_mla_fp8_repack" in f:
+            if f.get("flashinfer_version") or f.get("flashinfer_location"):
+                fp8 = {True: "MLA kernel can take FP8 KV", False: "MLA kernel cannot take FP8 KV",
+                       None: "MLA FP8 capability unknown"}[f.get("flashinfer_mla_fp8")]
+                s.add_row("flashinfer", f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})")
+            else:
+                s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
+        return s if s.row_count else None
 
     def _hits_table(self) -> Table:
         h = Table(title="hits", title_justify="left")

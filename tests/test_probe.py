@@ -150,11 +150,12 @@ def _local(root: Path | str | None, **kw) -> LocalRemote:
 
 def test_installed_package_gives_the_same_answers_as_a_checkout(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(trees.flashinfer_site("0.6.12")))
-    pkg = trees.make_installed_sglang("0.5.15", tmp_path / "site")
-    checkout = trees.make_sglang_checkout("0.5.15", tmp_path / "checkout")
+    pkg = trees.make_installed_sglang("0.4.10", tmp_path / "site")
+    checkout = trees.make_sglang_checkout("0.4.10", tmp_path / "checkout")
     installed, git = scan(_local(pkg)), scan(_local(checkout))
     assert installed.facts["sglang_kind"] == "installed" and installed.facts["sglang_commit"] is None
-    assert installed.facts["sglang_version"] == "0.5.15" and git.facts["sglang_kind"] == "git"
+    assert installed.facts["sglang_version"] == "0.4.10" and git.facts["sglang_kind"] == "git"
+    assert installed.facts["backend.flashinfer_mla.casts_whole_pool"] is True
     same = {k: v for k, v in installed.facts.items() if not k.startswith("sglang_")}
     assert same == {k: v for k, v in git.facts.items() if not k.startswith("sglang_")}
     assert installed.to_json()["backends"] == git.to_json()["backends"]
