@@ -99,3 +99,44 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
     cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: scan(r, probe_set, engine=engine), json=json, artifact="probe.json",
                  show=lambda rep: console.print(rep.table(show_hits=show_hits)))
+
+
+# -- bench ----------------------------------------------------------------------------------
+@task(help=cli.help_with(runs="repeats (median + bootstrap 95% CI over them; default 5)",
+                         input_len="prompt tokens, sent as input_ids (exact length)",
+                         output_len="tokens to generate (ignore_eos, temperature 0)",
+                         concurrency="streams in flight, e.g. 1,4,16 (default 1: single-stream decode)",
+                         api="sglang (native /generate) or openai (/v1/completions, e.g. for vLLM)",
+                         port="the server's port on the host (the client runs on the host, on 127.0.0.1)",
+                         requests="requests per repeat and level (default: one per stream)",
+                         warmup="warm-up rounds per level, not counted (default 1)"))
+def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=5,
+          input_len=128, output_len=256, concurrency="1", api="sglang", port=30000, requests=None, warmup=1):
+    """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
+    from sglops import bench as b
+
+    step = cli.guarded(b.step, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                       api=api, port=port, requests=requests, warmup=warmup)
+    results = cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key), step, json=json)
+    cli.guarded(b.check, results)
+
+
+@task(help={"run_a": "baseline run id (or prefix, or folder)", "run_b": "run(s) to compare, comma-separated",
+            "json": "print machine-readable JSON", "no_chart": "skip the PNG chart"})
+def compare(c, run_a, run_b, json=False, no_chart=False):
+    """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, PNG of decode tok/s."""
+    from sglops import compare as cmp
+    from sglops.console import console, print_json
+
+    result = cli.guarded(cmp.compare, [*run_a.split(","), *run_b.split(",")], chart=not no_chart)
+    print_json(result.to_json()) if json else console.print(result.table())
+
+
+@task(help={"host": "only this host's runs", "task": "only runs of this task (e.g. bench)", "json": "JSON"})
+def runs(c, host=None, task=None, json=False):
+    """Recorded runs under artifacts/, with each bench's headline decode tok/s."""
+    from sglops import compare as cmp
+    from sglops.console import console, print_json
+
+    found = cli.guarded(cmp.list_runs, host, task)
+    print_json(found.to_json()) if json else console.print(found.table())

@@ -1,0 +1,229 @@
+"""`inv compare RUN_A RUN_B [...]` and `inv runs`: recorded bench runs side by side, with a verdict.
+
+The first run is the baseline. Each figure's ratio gets a bootstrap interval (each run's samples
+resampled on its own); the verdict is "faster"/"slower" only when that whole interval clears 1
+and the change is at least MIN_EFFECT (the client's own measured accuracy), else "within noise".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from sglops import artifacts, stats
+from sglops.bench import load
+from sglops.errors import ConfigError
+
+MIN_EFFECT = 0.01
+MIN_REPEATS = 3  # fewer repeats than this: intervals come from the per-request values instead
+MIN_SAMPLES = 5  # a percentile bootstrap on fewer values is too narrow to call a difference
+
+# (label, key in the level, higher is better)
+METRICS = [
+    ("decode tok/s", "decode_tok_s", True),
+    ("output tok/s", "output_tok_s", True),
+    ("TPOT ms", "tpot_ms", False),
+    ("TTFT ms", "ttft_ms", False),
+    ("e2e ms", "e2e_ms", False),
+]
+
+
+@dataclass
+class Run:
+    """A recorded bench run: its bench.json and manifest."""
+
+    run_id: str
+    host: str
+    path: Path
+    doc: dict
+
+    @property
+    def label(self) -> str:
+        names = [p.get("patch") for p in self.doc.get("patches") or []]
+        return f"{self.run_id}\n{'+'.join(names) if names else 'no patches'}"
+
+    @property
+    def ok(self) -> bool:
+        return self.doc.get("status") == "ok"
+
+    def level(self, concurrency: int) -> dict | None:
+        return next((lv for lv in self.doc["levels"] if lv["concurrency"] == concurrency), None)
+
+
+def load_run(ref: str | Path) -> Run:
+    path = artifacts.find_run(str(ref))
+    doc = load(path)
+    return Run(run_id=doc.get("run_id") or path.name, host=doc.get("host") or path.parent.name, path=path, doc=doc)
+
+
+def _samples(level: dict, key: str, repeats_ok: bool) -> list[float]:
+    """Repeat figures for the rates when there are enough repeats; otherwise (and for latencies) per request."""
+    fig = level.get(key)
+    if key == "output_tok_s":
+        return list(fig["values"]) if fig else []
+    if key == "decode_tok_s" and fig and repeats_ok:
+        return list(fig["values"])
+    return list(level["per_request"].get(key, []))
+
+
+def verdict(ratio: float | None, ci: tuple[float, float] | None, higher_is_better: bool, comparable: bool) -> str:
+    """faster / slower / within noise (or why there is no verdict)."""
+    if not comparable:
+        return "not comparable"
+    if ratio is None or ci is None:
+        return "too few samples"
+    up = ci[0] > 1 and ratio >= 1 + MIN_EFFECT
+    down = ci[1] < 1 and ratio <= 1 - MIN_EFFECT
+    if up:
+        return "faster" if higher_is_better else "slower"
+    if down:
+        return "slower" if higher_is_better else "faster"
+    return "within noise"
+
+
+@dataclass
+class Row:
+    """One figure of one run against the baseline at one concurrency."""
+
+    run: str
+    concurrency: int
+    metric: str
+    base: float
+    other: float
+    ratio: float | None
+    ratio_ci: tuple[float, float] | None
+    verdict: str
+    samples: str
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "concurrency": self.concurrency, "metric": self.metric, "base": self.base,
+                "other": self.other, "ratio": self.ratio, "ratio_ci95": list(self.ratio_ci) if self.ratio_ci else None,
+                "verdict": self.verdict, "samples": self.samples}
+
+
+@dataclass
+class Comparison:
+    """Every run against the first, figure by figure, plus the chart of decode tok/s."""
+
+    runs: list[Run]
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+    chart: str | None = None
+    saved: str | None = None
+
+    def to_json(self) -> dict:
+        return {"kind": "sglops.compare", "baseline": self.runs[0].run_id,
+                "runs": [{"run_id": r.run_id, "host": r.host, "path": str(r.path), "status": r.doc.get("status"),
+                          "patches": [p.get("patch") for p in r.doc.get("patches") or []],
+                          "sglang_commit": (r.doc.get("sglang") or {}).get("commit")} for r in self.runs],
+                "rows": [row.to_json() for row in self.rows], "notes": self.notes, "chart": self.chart}
+
+    def table(self) -> Table:
+        base = self.runs[0]
+        table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]})", title_justify="left",
+                      caption="\n".join([*self.notes, *([f"chart: {self.chart}"] if self.chart else [])]) or None,
+                      caption_justify="left")
+        for col in ("run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"):
+            table.add_column(col, justify="left" if col in ("run", "metric", "verdict", "95% CI") else "right")
+        colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
+        for row in self.rows:
+            ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
+            v = f"[{colour.get(row.verdict, 'dim')}]{row.verdict}[/]"
+            table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
+                          f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
+        return table
+
+
+def _differences(base: Run, other: Run) -> list[str]:
+    notes = []
+    for key in ("api", "input_len", "output_len"):
+        a, b = base.doc["config"].get(key), other.doc["config"].get(key)
+        if a != b:
+            notes.append(f"{other.run_id}: {key} {b} vs baseline {a}: the runs measured different work")
+    if base.host != other.host:
+        notes.append(f"{other.run_id}: host {other.host} vs baseline {base.host}")
+    if not other.ok:
+        notes.append(f"{other.run_id} is {other.doc.get('status')}: not a clean figure, no verdict")
+    return notes
+
+
+def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None) -> Comparison:
+    """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline."""
+    if len(run_dirs) < 2:
+        raise ConfigError("compare needs at least two runs (see `inv runs`)")
+    runs = [load_run(r) for r in run_dirs]
+    base = runs[0]
+    notes = [] if base.ok else [f"baseline {base.run_id} is {base.doc.get('status')}: not a clean figure, no verdict"]
+    rows: list[Row] = []
+    for other in runs[1:]:
+        notes += _differences(base, other)
+        comparable = base.ok and other.ok
+        for lv_b in base.doc["levels"]:
+            c = lv_b["concurrency"]
+            lv_o = other.level(c)
+            if lv_o is None:
+                notes.append(f"{other.run_id}: no concurrency {c}")
+                continue
+            many = all(len((lv.get("decode_tok_s") or {}).get("values") or []) >= MIN_REPEATS for lv in (lv_b, lv_o))
+            for label, key, higher in METRICS:
+                if key == "output_tok_s" and c == 1:
+                    continue
+                sb, so = _samples(lv_b, key, many), _samples(lv_o, key, many)
+                if not sb or not so:
+                    continue
+                mb, mo = stats.median(sb), stats.median(so)
+                ratio = mo / mb if mb else None
+                ci = stats.bootstrap_ratio_ci(sb, so) if min(len(sb), len(so)) >= MIN_SAMPLES or (
+                    many and key.endswith("tok_s")) else None
+                kind = "repeats" if many and key.endswith("tok_s") else "requests"
+                rows.append(Row(other.run_id, c, label, mb, mo, ratio, ci, verdict(ratio, ci, higher, comparable),
+                                f"{kind} {len(sb)} vs {len(so)}"))
+    result = Comparison(runs, rows, notes)
+    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{artifacts.new_run_id()}"
+    if chart:
+        from sglops.charts import decode_chart
+
+        result.chart = str(decode_chart(
+            [{"label": r.label, "levels": r.doc["levels"]} for r in runs], out / "decode_tok_s.png",
+            title=f"decode tok/s per stream, {base.doc['config']['api']} in {base.doc['config']['input_len']}"
+                  f" / out {base.doc['config']['output_len']}"))
+    result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
+    return result
+
+
+# -- inv runs ------------------------------------------------------------------------------------------
+@dataclass
+class RunList:
+    """Recorded runs, oldest first, with the bench headline where there is one."""
+
+    runs: list[dict]
+
+    def to_json(self) -> list[dict]:
+        return self.runs
+
+    def table(self) -> Table:
+        table = Table(title=f"runs under {artifacts.artifacts_root()}", title_justify="left")
+        for col in ("run", "host", "task", "status", "decode tok/s", "95% CI", "setup", "sglang", "patches"):
+            table.add_column(col, justify="right" if col == "decode tok/s" else "left")
+        for m in self.runs:
+            b = m.get("bench") or {}
+            head = b.get("decode_tok_s") or {}
+            ci = head.get("ci95")
+            status = b.get("status", "-")
+            style = {"ok": "green", "partial": "yellow", "failed": "red"}.get(status, "dim")
+            sgl = m.get("sglang") or {}
+            setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
+                     f" x{b.get('runs')}") if b else ""
+            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), f"[{style}]{status}[/]",
+                          f"{head['median']:.2f}" if head.get("median") else "-",
+                          f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
+                          ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",
+                          ", ".join(p.get("patch", "?") for p in m.get("patches") or []) or "-")
+        return table
+
+
+def list_runs(host: str | None = None, task: str | None = None) -> RunList:
+    runs = [r for r in artifacts.list_runs(host) if not task or r.get("task") == task]
+    return RunList(runs)

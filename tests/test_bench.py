@@ -1,0 +1,205 @@
+"""`inv bench` end to end: the client runs ON a sandbox host (real sshd) against a stand-in server there.
+
+The stand-in (sglops/sandbox/standin_server.py) streams at a rate we choose, so every figure has a
+known true value. The sandbox host is this machine's loopback, so the server is started here,
+on the host's own SGLang tree, and the client reaches it on 127.0.0.1 as it would on a GPU host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from sglops import artifacts, bench
+from sglops.compare import compare, list_runs
+from sglops.sandbox.sshd import HOST_PYTHON, free_port
+from tests.conftest import REPO, inv_cmd
+
+STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
+
+
+@pytest.fixture
+def standin(use_sandbox, tmp_path):
+    """standin(tps=..., **knobs) -> port of a stand-in server on gpu-a's tree; all stopped afterwards."""
+    procs: list[subprocess.Popen] = []
+    root = use_sandbox.host("gpu-a").sglang_root
+
+    def start(tps: float, wait: bool = True, **knobs) -> int:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLOPS_STANDIN")}
+        env.update({"PYTHONPATH": str(root / "python"), "SGLOPS_STANDIN_TPS": str(tps),
+                    "SGLOPS_STANDIN_TTFT_MS": "20", "SGLOPS_STANDIN_STARTUP_S": "0.1",
+                    **{f"SGLOPS_STANDIN_{k.upper()}": str(v) for k, v in knobs.items()}})
+        log = open(tmp_path / f"standin-{port}.log", "wb")
+        procs.append(subprocess.Popen([HOST_PYTHON, str(STANDIN), "--model-path", "deepseek-ai/DeepSeek-V2-Lite",
+                                       "--port", str(port), "--tp-size", "2", "--kv-cache-dtype", "fp8_e4m3",
+                                       "--attention-backend", "flashinfer"],
+                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        deadline = time.monotonic() + 10
+        while wait and time.monotonic() < deadline:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        return port
+
+    start.procs = procs
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def bench_json(*args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    proc = inv_cmd("bench", "--host", "gpu-a", "--json", *args)
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        return proc, None
+
+
+def test_single_stream_decode_is_the_servers_true_rate_and_is_kept_with_what_ran(standin, use_sandbox):
+    rate = 180.0
+    port = standin(rate)
+    root = use_sandbox.host("gpu-a").sglang_root
+    # a patch recorded in the host's ledger, as `inv apply-patch` leaves it
+    target = root / "python" / "sglang" / "srt" / "server_args.py"
+    ledger = root / ".sglops" / "applied.json"
+    ledger.parent.mkdir(exist_ok=True)
+    digest = __import__("hashlib").sha256(target.read_bytes()).hexdigest()
+    ledger.write_text(json.dumps({"applied": [{"patch": "gather-cast", "variant": "sglang-0.5.23",
+                                               "files": {"python/sglang/srt/server_args.py":
+                                                         {"before": "0" * 64, "after": digest}}}]}))
+    try:
+        proc, doc = bench_json("--port", str(port), "--runs", "3", "--input-len", "64", "--output-len", "60")
+    finally:
+        ledger.unlink()
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    (level,) = doc["levels"]
+    assert level["concurrency"] == 1 and level["outcomes"] == {"ok": 3}
+    assert level["decode_tok_s"]["median"] == pytest.approx(rate, rel=0.01)
+    lo, hi = level["decode_tok_s"]["ci95"]
+    assert lo <= level["decode_tok_s"]["median"] <= hi
+    assert level["tpot_ms"]["median"] == pytest.approx(1000 / rate, rel=0.01)
+    assert level["itl_ms"]["n"] == 3 * 59  # one ITL per token after the first
+    assert level["ttft_ms"]["median"] >= 20  # the stand-in's TTFT, plus the trip
+    raw = doc["raw"][0]["requests"][0]
+    assert raw["tokens"] == 60 and raw["prompt_tokens"] == 64  # the server's own counts; input_ids are exact
+    # the run is kept, with what was running
+    run = artifacts.find_run(doc["run_id"])
+    manifest = artifacts.read_json(run / "manifest.json")
+    assert manifest["task"] == "bench" and "bench.json" in manifest["files"]
+    assert manifest["launch_args"]["tp_size"] == 2 and manifest["launch_args"]["kv_cache_dtype"] == "fp8_e4m3"
+    assert manifest["sglang"]["version"] == "0.5.23" and len(manifest["sglang"]["commit"]) == 40
+    assert manifest["patches"][0]["patch"] == "gather-cast" and manifest["patches"][0]["intact"] is True
+    assert manifest["facts"]["gpus"] and manifest["bench"]["decode_tok_s"]["median"] == pytest.approx(rate, rel=0.01)
+
+
+def test_openai_api_concurrency_and_chunked_streams(standin, remote_a):
+    rate = 150.0
+    port = standin(rate, stream_interval=4)
+    seen = []
+    native = bench.run_bench(remote_a, runs=2, input_len=32, output_len=41, port=port, with_facts=False,
+                             on_progress=seen.append)
+    lv = native.levels[0]
+    # chunks of 4 tokens: ITL spreads each gap over its tokens, the rate is still the true one
+    assert lv.itl_ms["median"] == pytest.approx(1000 / rate, rel=0.02)
+    assert lv.decode_tok_s["median"] == pytest.approx(rate, rel=0.01)
+    assert seen and seen[-1]["done"] == seen[-1]["total"] == 2  # progress reached the laptop live
+    port = standin(rate)
+    oai = bench.run_bench(remote_a, runs=2, input_len=32, output_len=40, port=port, api="openai",
+                          concurrency="1,3", with_facts=False)
+    one, three = oai.levels
+    assert oai.status == "ok" and oai.config["model"] == "deepseek-ai/DeepSeek-V2-Lite"
+    assert one.decode_tok_s["median"] == pytest.approx(rate, rel=0.01)
+    assert three.outcomes == {"ok": 6} and three.decode_tok_s["median"] == pytest.approx(rate, rel=0.02)
+    assert three.output_tok_s["median"] > 2 * rate  # three streams in flight
+    assert "output tok/s" in _render(oai.table())
+
+
+def _render(renderable) -> str:
+    from rich.console import Console
+
+    con = Console(width=160, record=True)
+    con.print(renderable)
+    return con.export_text()
+
+
+def test_server_down_or_loading_is_one_clear_line_and_nothing_is_recorded(standin, use_sandbox):
+    closed = free_port()
+    proc, doc = bench_json("--port", str(closed), "--runs", "1")
+    assert proc.returncode != 0 and doc["ok"] is False and "connection refused" in doc["error"]
+    proc = inv_cmd("bench", "--host", "gpu-a", "--port", str(closed), "--runs", "1")
+    assert proc.returncode != 0
+    assert f"no server on 127.0.0.1:{closed}" in proc.stderr and "Traceback" not in proc.stderr
+    loading = standin(100, wait=False, startup_s=60)
+    time.sleep(0.5)
+    proc = inv_cmd("bench", "--host", "gpu-a", "--port", str(loading), "--runs", "1")
+    assert proc.returncode != 0 and "not healthy" in proc.stderr and "503" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list_runs().runs == []
+    proc = inv_cmd("bench", "--host", "gpu-a", "--concurrency", "1,x")
+    assert proc.returncode != 0 and "--concurrency" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dropped_streams_mark_the_run_failed_never_a_clean_figure(standin):
+    port = standin(200, drop_after=10)
+    proc = inv_cmd("bench", "--host", "gpu-a", "--port", str(port), "--runs", "2", "--output-len", "30")
+    assert proc.returncode == 1
+    assert "FAILED" in proc.stdout and "dropped 2" in proc.stdout
+    assert "failed (dropped 2) - not a clean figure" in proc.stderr
+    (run,) = list_runs(task="bench").runs
+    assert run["bench"]["status"] == "failed" and run["bench"]["decode_tok_s"] is None
+    doc = bench.load(run["path"])
+    assert doc["levels"][0]["outcomes"] == {"dropped": 2}
+    assert all(r["tokens"] == 10 for rep in doc["raw"] for r in rep["requests"])
+
+
+def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
+    port = standin(100)
+    proc = standin.procs[-1]
+
+    def kill_after_first(ev):
+        if ev.get("done", 0) >= 1 and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    result = bench.run_bench(remote_a, runs=4, output_len=30, port=port, with_facts=False,
+                             on_progress=kill_after_first)
+    lv = result.levels[0]
+    assert result.status == "partial" and lv.ok >= 1 and lv.ok < 4
+    assert sum(lv.outcomes.values()) == 4 and len(lv.decode_tok_s["values"]) == lv.ok
+    with pytest.raises(bench.BenchIncomplete, match="partial"):
+        bench.check([result])
+    assert "PARTIAL" in _render(result.table())
+
+
+def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_path):
+    slow, fast = 150.0, 195.0
+    ids = []
+    for rate in (slow, slow, fast):
+        port = standin(rate)
+        ids.append(bench.record(bench.run_bench(remote_a, runs=5, output_len=30, port=port, with_facts=False)).run_id)
+    proc = inv_cmd("compare", ids[0], f"{ids[1]},{ids[2]}", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "within noise" in proc.stdout and "faster" in proc.stdout
+    cmp = compare(ids, out_dir=tmp_path / "cmp")
+    decode = {r.run: r for r in cmp.rows if r.metric == "decode tok/s"}
+    assert decode[ids[1]].verdict == "within noise"
+    assert decode[ids[2]].verdict == "faster"
+    assert decode[ids[2]].ratio == pytest.approx(fast / slow, rel=0.01)
+    lo, hi = decode[ids[2]].ratio_ci
+    assert lo <= decode[ids[2]].ratio <= hi
+    assert {r.verdict for r in cmp.rows if r.run == ids[2] and r.metric == "TPOT ms"} == {"faster"}
+    png = (tmp_path / "cmp" / "decode_tok_s.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    listed = inv_cmd("runs", "--task", "bench", env={"COLUMNS": "200"})
+    assert listed.returncode == 0 and all(i in listed.stdout for i in ids)

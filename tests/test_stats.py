@@ -1,0 +1,89 @@
+"""The statistics behind every bench figure: numpy-compatible percentiles, honest intervals, noise flags."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from sglops import stats
+from sglops.bench import analyse, request_metrics
+from sglops.compare import verdict
+
+
+def test_percentiles_match_numpy_as_bench_serving_computes_them():
+    rng = random.Random(7)
+    for n in (1, 2, 5, 37, 1000):
+        xs = [rng.lognormvariate(0, 1) for _ in range(n)]
+        for q in (0, 50, 90, 95, 99, 100):
+            assert stats.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)), rel=1e-12)
+    s = stats.summary([4.0, 1.0, 3.0, 2.0])
+    assert (s["n"], s["median"], s["mean"], s["min"], s["max"]) == (4, 2.5, 2.5, 1.0, 4.0)
+    assert stats.summary([]) is None
+
+
+def test_bootstrap_interval_covers_the_true_median_about_95_percent_of_the_time():
+    rng = random.Random(1)
+    covered, trials = 0, 200
+    for t in range(trials):
+        xs = [rng.gauss(100, 5) for _ in range(15)]
+        lo, hi = stats.bootstrap_ci(xs, resamples=400, seed=t)
+        covered += lo <= 100 <= hi
+    assert 0.85 <= covered / trials <= 1.0
+    assert stats.bootstrap_ci([3.0]) is None
+    # seeded: re-analysing a recorded run gives the same interval
+    assert stats.bootstrap_ci([1.0, 2.0, 3.0, 9.0]) == stats.bootstrap_ci([1.0, 2.0, 3.0, 9.0])
+
+
+def test_cv_above_five_percent_is_flagged_noisy():
+    steady = stats.figure([10.0, 10.1, 9.9, 10.05, 9.95])
+    noisy = stats.figure([10.0, 11.5, 9.0, 10.8, 9.3])
+    assert steady["cv"] < 0.05 and not steady["noisy"]
+    assert noisy["cv"] > 0.05 and noisy["noisy"]
+    assert stats.figure([10.0])["ci95"] is None and not stats.figure([10.0])["noisy"]
+
+
+def test_ratio_interval_and_verdicts():
+    rng = random.Random(3)
+    a = [rng.gauss(10.5, 0.1) for _ in range(5)]
+    b = [rng.gauss(13.5, 0.1) for _ in range(5)]
+    lo, hi = stats.bootstrap_ratio_ci(a, b)
+    assert lo <= stats.median(b) / stats.median(a) <= hi and lo > 1.2
+    assert verdict(1.29, (lo, hi), True, True) == "faster"
+    assert verdict(1 / 1.29, (1 / hi, 1 / lo), True, True) == "slower"
+    assert verdict(0.78, (0.7, 0.8), False, True) == "faster"  # a latency that dropped
+    assert verdict(1.004, (1.001, 1.008), True, True) == "within noise"  # below the client's 1% accuracy
+    assert verdict(1.05, (0.97, 1.12), True, True) == "within noise"
+    assert verdict(1.3, (1.2, 1.4), True, False) == "not comparable"
+    assert verdict(1.3, None, True, True) == "too few samples"
+
+
+def _rec(ttft, gaps, *, outcome="ok", first=1):
+    """A raw request record as the host script returns it: chunk gaps in seconds, one token each."""
+    return {"outcome": outcome, "error": None if outcome == "ok" else outcome, "ttft_s": ttft,
+            "e2e_s": ttft + sum(gaps), "tokens": first + len(gaps), "first_tokens": first,
+            "itl_s": list(gaps), "itl_basis": "per_token", "cpu_s": 0.001}
+
+
+def test_request_metrics_follow_sglang_definitions():
+    m = request_metrics(_rec(0.05, [0.1] * 9))
+    assert m["tpot_ms"] == pytest.approx(100.0)  # (e2e - ttft) / (n - 1)
+    assert m["decode_tok_s"] == pytest.approx(10.0)
+    assert m["ttft_ms"] == pytest.approx(50.0) and m["e2e_ms"] == pytest.approx(950.0)
+    # a first chunk of 4 tokens: decode rate counts only what came after it
+    chunky = request_metrics(_rec(0.05, [0.1] * 8, first=4))
+    assert chunky["decode_tok_s"] == pytest.approx(10.0)
+    assert request_metrics(_rec(0.05, [0.1] * 9, outcome="dropped")) is None
+
+
+def test_failed_requests_are_counted_and_their_repeats_give_no_figure():
+    repeats = [
+        {"concurrency": 1, "wall_s": 1.0, "requests": [_rec(0.05, [0.1] * 9)]},
+        {"concurrency": 1, "wall_s": 1.0, "requests": [_rec(0.05, [0.1] * 3, outcome="dropped")]},
+        {"concurrency": 1, "wall_s": 1.0, "requests": [_rec(0.05, [0.125] * 9)]},
+    ]
+    lv = analyse(repeats, 1)
+    assert lv.status == "partial" and lv.outcomes == {"ok": 2, "dropped": 1}
+    assert lv.decode_tok_s["values"] == pytest.approx([10.0, 8.0])
+    assert analyse([repeats[1]], 1).status == "failed"
