@@ -1,0 +1,140 @@
+"""`inv profile` over real SSH to a sandbox host, against the stand-in SGLang server on loopback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO, inv_cmd
+
+from sglops.errors import RemoteError
+from sglops.profile import run_profile
+from sglops.remote_scripts import load_script
+from sglops.sandbox.sshd import HOST_PYTHON, free_port
+
+STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
+
+
+@pytest.fixture
+def standin(use_sandbox, tmp_path):
+    """standin(tp=..., env=...) -> port of a stand-in server serving gpu-a's SGLang tree."""
+    procs: list[subprocess.Popen] = []
+    root = use_sandbox.host("gpu-a").sglang_root
+
+    def start(tp: int = 2, env: dict | None = None) -> int:
+        port = free_port()
+        full = {k: v for k, v in os.environ.items() if not k.startswith("SGLOPS_STANDIN")}
+        full.update({"PYTHONPATH": str(root / "python"), "SGLOPS_STANDIN_TPS": "400",
+                     "SGLOPS_STANDIN_STARTUP_S": "0", **(env or {})})
+        log = open(tmp_path / f"standin-{port}.log", "wb")
+        procs.append(subprocess.Popen([HOST_PYTHON, str(STANDIN), "--model-path", "m", "--port", str(port),
+                                       "--tp-size", str(tp)], stdout=log, stderr=subprocess.STDOUT, env=full,
+                                      start_new_session=True))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return port
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("stand-in never healthy: " + (tmp_path / f"standin-{port}.log").read_text()[-500:])
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_profile_two_ranks_end_to_end(remote_a, standin, tmp_path):
+    port = standin(tp=2)
+    r = run_profile(remote_a, steps=4, output_len=16, port=port, show_progress=False)
+    assert r.port_from == "--port" and r.stopped_by == "num_steps" and r.standin
+    names = sorted(Path(p).name for p in r.traces)
+    assert names == [f"{r.profile_id}-TP-0.trace.json.gz", f"{r.profile_id}-TP-1.trace.json.gz"]
+    folder = Path(os.environ["SGLOPS_ARTIFACTS"]) / "gpu-a" / r.run_id
+    assert all(Path(p).parent == folder / "traces" for p in r.traces)
+    for p in r.traces:  # downloaded whole, byte for byte
+        remote_copy = Path(r.remote_dir) / Path(p).name
+        assert Path(p).read_bytes() == remote_copy.read_bytes()
+        gzip.decompress(Path(p).read_bytes())
+    a = r.analysis
+    assert [f.rank for f in a.files] == [0, 1] and a.scope == "decode"
+    assert [s["count"] for s in a.step_summary()] == [8]  # 4 decode steps on each rank
+    top = a.findings[0]
+    assert top.rule == "dtype-cast" and top.share == pytest.approx(0.69, abs=0.02)
+    assert "takes 69% of GPU time in decode steps" in top.message
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["task"] == "profile" and "profile.json" in manifest["files"]
+    assert (folder / "report.md").exists() and (folder / "top_kernels.png").exists()
+
+
+def test_port_comes_from_the_launch_state(remote_a, standin, use_sandbox):
+    port = standin(tp=1)
+    state = use_sandbox.host("gpu-a").sglang_root / ".sglops"
+    state.mkdir(exist_ok=True)
+    had = (state / "server.json").read_bytes() if (state / "server.json").exists() else None
+    (state / "server.json").write_text(json.dumps({"port": port, "host": "127.0.0.1"}))
+    try:
+        r = run_profile(remote_a, steps=2, output_len=8, show_progress=False)
+    finally:
+        if had is None:
+            (state / "server.json").unlink()
+        else:
+            (state / "server.json").write_bytes(had)
+    assert (r.port, r.port_from) == (port, ".sglops/server.json")
+    assert len(r.traces) == 1 and r.analysis.files[0].rank == 0
+
+
+def test_profiler_off_times_out_clearly(remote_a, standin):
+    port = standin(tp=1, env={"SGLOPS_STANDIN_PROFILER": "off"})
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match=r"gpu-a: no trace files in .* after 2 s: .*profiler disabled"):
+        run_profile(remote_a, steps=2, output_len=8, port=port, wait_s=2, show_progress=False)
+    assert time.monotonic() - t0 < 20
+
+
+def test_no_server_on_the_port(remote_a):
+    with pytest.raises(RemoteError, match=r"no SGLang server answering on 127.0.0.1:\d+ \(port from --port\)"):
+        run_profile(remote_a, steps=2, output_len=8, port=free_port(), show_progress=False)
+
+
+def test_inv_profile_json(use_sandbox, standin, tmp_path):
+    port = standin(tp=2)
+    env = {"SGLOPS_INVENTORY": str(use_sandbox.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art")}
+    r = inv_cmd("profile", "--host", "gpu-a", "--port", str(port), "--steps", "3", "--output-len", "8", "--json",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and len(doc["traces"]) == 2 and doc["analysis"]["findings"][0]["rule"] == "dtype-cast"
+    r = inv_cmd("profile", "--host", "gpu-a", "--port", str(free_port()), env=env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "no SGLang server answering" in r.stderr
+
+
+def test_host_script_completeness_and_compression(tmp_path):
+    """The host-side checks, run as the host runs them (the script's own source, stdlib only)."""
+    ns: dict = {"__name__": "profile_capture"}
+    exec(compile(load_script("profile_capture"), "profile_capture.py", "exec"), ns)
+    whole = gzip.compress(b'{"traceEvents": []}' * 1000)
+    good, cut = tmp_path / "a-TP-0.trace.json.gz", tmp_path / "b-TP-0.trace.json.gz"
+    good.write_bytes(whole)
+    cut.write_bytes(whole[:-10])
+    assert ns["_complete"](str(good)) and not ns["_complete"](str(cut))
+    plain = tmp_path / "p1-TP-1.trace.json"
+    plain.write_text('{"traceEvents": [{"ph": "X"}],\n "traceName": "/root/x.json", "baseTimeNanoseconds": 17}\n')
+    half = tmp_path / "p1-TP-2.trace.json"
+    half.write_text('{"traceEvents": [{"ph": "X", "args": {"grid": [1, 2]}}, {"ph": "X"}')
+    assert ns["_complete"](str(plain)) and not ns["_complete"](str(half))
+    out = ns["_compress"](str(plain))
+    assert out.endswith(".trace.json.gz") and not plain.exists()
+    assert json.loads(gzip.decompress(Path(out).read_bytes())) ["traceEvents"] == [{"ph": "X"}]
+    pat = ns["_pattern"]("1700")
+    assert pat.match("1700-TP-3.trace.json.gz").group(1) == "3"
+    assert pat.match("glm5-1700-TP-0-DP-1-DECODE.trace.json.gz")
+    assert not pat.match("1700-TP-0-memory.pickle") and not pat.match("17000-TP-0.trace.json.gz")
