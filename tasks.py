@@ -101,6 +101,38 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
                  show=lambda rep: console.print(rep.table(show_hits=show_hits)))
 
 
+# -- profile ----------------------------------------------------------------------------------
+@task(help={"files": "trace files: comma-separated, a folder, or a quoted glob (plain or .gz Chrome traces)",
+            "out": "folder for analysis.json, report.md, top_kernels.png (default artifacts/local/<run-id>/)",
+            "json": "print machine-readable JSON instead of tables"})
+def analyze_trace(c, files, out=None, json=False):
+    """GPU time by kernel / launching op / step, idle share, per rank; names the bottleneck and what to try."""
+    from sglops.console import console, note, print_json
+    from sglops.trace import analyze_to
+
+    analysis, saved = cli.guarded(analyze_to, files, out)
+    if json:
+        print_json({**analysis.to_json(), "report": saved})
+    else:
+        console.print(analysis.table())
+        note(f"report: {saved['markdown']}" + (f", chart: {saved['chart']}" if "chart" in saved else ""))
+
+
+@task(help=cli.help_with(steps="decode steps to profile (the profiler stops itself after them; default 5)",
+                         output_len="tokens the single decode stream generates (default 64)",
+                         port="server port (default: the launch state on the host, else 30000)",
+                         wait="seconds to wait for complete trace files (default 120)"))
+def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
+            steps=5, output_len=64, port=None, wait=120):
+    """Torch-profile single-stream decode on the host's SGLang, fetch every rank's trace, name the bottleneck."""
+    from sglops.profile import run_profile
+
+    bar = bool(host) and not json
+    cli.per_host("profile", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: run_profile(r, steps=int(steps), output_len=int(output_len), port=int(port) if port else None,
+                                       wait_s=float(wait), show_progress=bar), json=json)
+
+
 # -- bench ----------------------------------------------------------------------------------
 @task(help=cli.help_with(runs="repeats (median + bootstrap 95% CI over them; default 5)",
                          input_len="prompt tokens, sent as input_ids (exact length)",
