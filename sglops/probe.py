@@ -8,7 +8,7 @@ test (`report.facts["flashinfer_mla_fp8"]`) and into the table an engineer reads
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from sglops.yamlio import check_fields, load_yaml
 __all__ = ["Probe", "ProbeReport", "ProbeSet", "load_probe_set", "scan"]
 
 DEFAULT_PROBES = REPO_ROOT / "playbooks" / "probes.yaml"
-PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss"}
+PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss",
+                "attribute", "window", "context"}
 KINDS = {"grep", "choices"}
 SCOPES = {"global", "backend"}
 ROOTS = {"sglang", "flashinfer"}
@@ -42,6 +43,8 @@ class Probe:
     ignore_case: bool = False
     options: tuple[str, ...] = ()
     fact: str | None = None
+    window: int | None = None  # attribute: backends -> look this many lines above a hit for backend names
+    context: str | None = None  # ... only on lines matching this regex
     hit: str = "found"
     miss: str = "not found"
     where: str = "?"
@@ -49,7 +52,8 @@ class Probe:
     def to_wire(self) -> dict[str, Any]:
         """What the host script needs (no prose)."""
         return {"id": self.id, "kind": self.kind, "scope": self.scope, "root": self.root, "files": list(self.files),
-                "regex": self.regex, "ignore_case": self.ignore_case, "options": list(self.options)}
+                "regex": self.regex, "ignore_case": self.ignore_case, "options": list(self.options),
+                "window": self.window, "context": self.context}
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,11 @@ class ProbeSet:
     backend_files: str
     expect: tuple[str, ...]
     probes: tuple[Probe, ...]
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend file name -> option values
+
+    def choice_names(self, backend: str) -> set[str]:
+        """The --attention-backend values that select this backend file (its own name included)."""
+        return {backend, *self.aliases.get(backend, ())}
 
     def get(self, probe_id: str) -> Probe:
         return next(p for p in self.probes if p.id == probe_id)
@@ -104,7 +113,20 @@ def _probe(d: Any, seen: set[str]) -> Probe:
             raise ConfigError(f"{where}: probe {pid!r}: invalid regex {regex!r}: {exc}") from None
     elif not options or regex is not None:
         raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
-    return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex,
+    window, context = None, d.get("context")
+    if "attribute" in d or "window" in d or context is not None:
+        window = d.get("window", 6)
+        if d.get("attribute") != "backends" or scope != "global" or kind != "grep":
+            raise ConfigError(f"{where}: probe {pid!r}: attribute: backends (with window) is for global grep probes")
+        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= 50:
+            raise ConfigError(f"{where}: probe {pid!r}: window must be a number of lines (0-50), got {window!r}")
+        if context is not None:
+            try:
+                re.compile(str(context))
+            except re.error as exc:
+                raise ConfigError(f"{where}: probe {pid!r}: invalid context regex {context!r}: {exc}") from None
+    return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex, window=window,
+                 context=str(context) if context is not None else None,
                  ignore_case=bool(d.get("ignore_case", False)), options=options, fact=d.get("fact"),
                  hit=str(d.get("hit", "found")), miss=str(d.get("miss", "not found")), where=where)
 
@@ -117,7 +139,11 @@ def load_probe_set(path: str | Path | None = None) -> ProbeSet:
         raise ConfigError(f"{path}: a probe file is a mapping with backends: and probes:")
     check_fields(data, {"backends", "probes"}, "probe file", required={"probes"})
     backends = data.get("backends") or {}
-    check_fields(backends, {"files", "expect"}, "backends")
+    check_fields(backends, {"files", "expect", "aliases"}, "backends")
+    aliases = backends.get("aliases") or {}
+    if not isinstance(aliases, dict):
+        raise ConfigError(f"{getattr(backends, 'where', path)}: backends.aliases maps a backend to option values")
+    aliases = {str(k): _str_list(v, getattr(aliases, "where", str(path)), f"aliases.{k}") for k, v in aliases.items()}
     probes_raw = data.get("probes")
     if not isinstance(probes_raw, list) or not probes_raw:
         raise ConfigError(f"{data.where}: probes must be a non-empty list")
@@ -125,7 +151,7 @@ def load_probe_set(path: str | Path | None = None) -> ProbeSet:
     probes = tuple(_probe(d, seen) for d in probes_raw)
     return ProbeSet(path=str(path), backend_files=str(backends.get("files", "srt/layers/attention/*_backend.py")),
                     expect=_str_list(backends.get("expect", []), getattr(backends, "where", str(path)), "expect"),
-                    probes=probes)
+                    probes=probes, aliases=aliases)
 
 
 def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto") -> ProbeReport:

@@ -128,6 +128,11 @@ class ProbeReport:
             if probe.scope == "backend":
                 for row in rows.values():
                     row.hits[fact] = [h for h in res.get("hits", []) if h["file"] == row.file]
+            elif probe.window is not None:  # attribute: backends -> a guard that names the backend nearby
+                for row in rows.values():
+                    names = probe_set.choice_names(row.name)
+                    row.hits[fact] = [h for h in res.get("hits", []) if names & set(h.get("names", []))]
+                facts[fact] = bool(res.get("hits")) if res.get("files") else None
             elif probe.kind == "choices":
                 defs = res.get("definitions") or []
                 primary = next((d for d in defs if d["choices"] is not None), None)
@@ -157,7 +162,7 @@ class ProbeReport:
             flags=flags, unreadable=raw.get("unreadable", []), fallbacks=raw.get("fallbacks", []),
             seconds=raw.get("seconds", 0.0), meanings={p.id: (p.hit, p.miss) for p in probe_set.probes},
             fact_miss={(p.fact or p.id): p.miss for p in probe_set.probes if p.scope == "backend"},
-            global_greps=[p.id for p in probe_set.probes if p.scope == "global" and p.kind == "grep"],
+            global_greps=[p.id for p in probe_set.probes if p.scope == "global" and p.kind == "grep" and p.window is None],
         )
 
     # -- views -----------------------------------------------------------------------------
@@ -207,6 +212,20 @@ class ProbeReport:
             return self.fact_miss.get(fact, "not found")
         return found
 
+    def arch_cell(self, b: BackendRow) -> str:
+        parts = []
+        if b.has("arch_guard"):
+            parts.append(_lines(b.hits["arch_guard"]))
+        if b.has("arch_guard_args"):
+            parts.append("args: " + ", ".join(f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}"
+                                              for h in b.hits["arch_guard_args"][:3])
+                         + (f" (+{len(b.hits['arch_guard_args']) - 3})" if len(b.hits["arch_guard_args"]) > 3 else ""))
+        if parts:
+            return "; ".join(parts)
+        if "arch_guard" not in b.hits and "arch_guard_args" not in b.hits:
+            return "not probed"
+        return "no architecture guard found"
+
     def _backend_table(self) -> Table:
         f = self.facts
         t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left")
@@ -221,7 +240,7 @@ class ProbeReport:
                 continue
             native = "yes " + _lines(b.hits["fp8_native"]) if b.has("fp8_native") else "no"
             casts = self._cell(b, "casts_whole_pool", _by_func(b.hits.get("casts_whole_pool", [])))
-            arch = self._cell(b, "arch_guard", _lines(b.hits.get("arch_guard", [])))
+            arch = self.arch_cell(b)
             dsa = self._cell(b, "nsa_dsa", "yes " + _lines(b.hits.get("nsa_dsa", []), 2))
             style = "bold red" if b.has("casts_whole_pool") and not b.has("fp8_native") else ""
             t.add_row(b.name, native if "fp8_native" in b.hits else "not probed", Text(casts, style=style), arch, dsa,

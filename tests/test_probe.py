@@ -81,6 +81,12 @@ def test_0523_flashinfer_mla_casts_whole_pool_while_flashinfer_072_takes_fp8(rep
     assert [(h["line"], h["text"]) for h in native] == [(248, "self.data_type = model_runner.kv_cache_dtype")]
     assert f["backend.trtllm_mla.fp8_native"] is True and f["backend.trtllm_mla.casts_whole_pool"] is False
     assert f["backend.flashmla.fp8_native"] is True  # L94
+    # trtllm_mla's Blackwell check is not in its file but in arg_groups/overrides.py L1207-1210.
+    assert f["backend.trtllm_mla.arch_guard"] is False
+    assert [(h["file"], h["line"]) for h in rep.backend("trtllm_mla").hits["arch_guard_args"]] == [
+        ("srt/arg_groups/overrides.py", 1210)]
+    assert "is_blackwell" in rep.backend("trtllm_mla").hits["arch_guard_args"][0]["text"]
+    assert rep.arch_cell(rep.backend("flashmla")) == "no architecture guard found"
 
     assert f["backend.cutlass_mla.exists"] is False and rep.backend("cutlass_mla").verdict(f) == "absent in this release"
     assert f["backend.cutedsl_mla.exists"] is True
@@ -102,6 +108,8 @@ def test_0515_has_cutlass_mla_and_nsa_aliases_with_flashinfer_0612_bf16_only(rep
     f = rep.facts
     assert trips == 1 and f["sglang_version"] == "0.5.15" and f["flashinfer_version"] == "0.6.12"
     assert [h["line"] for h in rep.backend("cutlass_mla").hits["fp8_native"]] == [81]
+    assert [(h["file"], h["line"]) for h in rep.backend("trtllm_mla").hits["arch_guard_args"]] == [
+        ("srt/arg_groups/overrides.py", 1595)]  # `if not is_blackwell_supported():`
     assert [(h["func"], h["line"]) for h in rep.backend("flashinfer_mla").hits["casts_whole_pool"]] == [
         ("forward_extend", 577), ("forward_decode", 639)]
     assert f["backend.nsa.exists"] is True and f["backend.dsa.exists"] is True

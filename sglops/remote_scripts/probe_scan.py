@@ -12,18 +12,24 @@ import shutil
 import time
 
 _OS_ERROR = re.compile(r"\s*\(os error \d+\)$")
+_QUOTED = re.compile(r"[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']")
 _DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)")
 
 
+_GLOBS = {}
+
+
 def _glob_files(root, patterns):
-    """Files under root matching the globs (sorted, relative paths), broken links included."""
-    found = {}
-    for pat in patterns:
-        for path in glob.glob(os.path.join(root, pat), recursive=True):
-            if os.path.isdir(path):
-                continue
-            found[os.path.normpath(path)] = None
-    return sorted(found)
+    """Files under root matching the globs (sorted, normalised paths), broken links included."""
+    key = (root, tuple(patterns))
+    if key not in _GLOBS:
+        found = {}
+        for pat in patterns:
+            for path in glob.glob(os.path.join(root, pat), recursive=True):
+                if not os.path.isdir(path):
+                    found[os.path.normpath(path)] = None
+        _GLOBS[key] = sorted(found)
+    return _GLOBS[key]
 
 
 def _rel(root, path):
@@ -317,7 +323,6 @@ def main(args):
             continue
         paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
         res["files"] = len(paths)
-        res["file_list"] = [_rel(root, f) for f in paths]
         if probe.get("kind") == "choices":
             regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
                              for o in probe["options"])
@@ -339,9 +344,17 @@ def main(args):
             paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
             res["definitions"] = _choices(root, paths, {h[0] for h in hits}, probe, reader, errors)
             continue
+        window = probe.get("window")
         for path, line, text in sorted(hits):
-            res["hits"].append({"file": _rel(root, path), "line": line, "text": text.strip()[:300],
-                                "func": _enclosing(reader, path, line)})
+            hit = {"file": _rel(root, path), "line": line, "text": text.strip()[:300],
+                   "func": _enclosing(reader, path, line)}
+            if window is not None:
+                near = (reader.get(path) or [])[max(0, line - 1 - window):line]
+                if probe.get("context"):
+                    ctx = re.compile(probe["context"])
+                    near = [ln for ln in near if ctx.search(ln)]
+                hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
+            res["hits"].append(hit)
     unreadable = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
     for u in unreadable:
         for name, root in roots.items():
