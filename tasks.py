@@ -172,3 +172,71 @@ def runs(c, host=None, task=None, json=False):
 
     found = cli.guarded(cmp.list_runs, host, task)
     print_json(found.to_json()) if json else console.print(found.table())
+
+
+# -- launch ---------------------------------------------------------------------------------
+_LAUNCH_HELP = cli.help_with(port="override the profile's port", json="print machine-readable JSON")
+_ONE_HOST = {k: v for k, v in _LAUNCH_HELP.items() if k not in ("hosts", "tag")}
+
+
+@task(help=_ONE_HOST)
+def render(c, profile, host=None, sglang_root=None, accept_new_host_key=False, port=None, json=False):
+    """Print the launch script for PROFILE (with --host: checked against that host's SGLang release)."""
+    from sglops import launch
+
+    if host is None:
+        out = cli.guarded(launch.render_for, None, profile, port=port)
+        return launch.show(out, json)
+    cli.per_host("render", Targets(host, None, None, sglang_root, accept_new_host_key),
+                 lambda r: launch.render_for(r, profile, port=port), json=json)
+
+
+_RESTART_HELP = _LAUNCH_HELP | {"rollback": "start the last script of PROFILE that came up healthy",
+                               "dry_run": "show the plan and the script; change nothing",
+                               "timeout": "seconds to wait for /health (default: the profile's startup_timeout)"}
+
+
+@task(help=_RESTART_HELP)
+def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+            rollback=False, dry_run=False, timeout=None, port=None, json=False):
+    """Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, explain crashes."""
+    from sglops import launch
+
+    cli.guarded(launch.check_restart_args, profile, rollback)
+    with launch.progress_view(not json) as view:
+        cli.per_host("restart", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                     launch.restart_step(profile, rollback=rollback, dry_run=dry_run, timeout=timeout, port=port,
+                                         reporter=view, json=json), json=json, artifact="restart.json")
+
+
+@task(help={k: v for k, v in _RESTART_HELP.items() if k not in ("rollback", "port")})
+def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, dry_run=False,
+             timeout=None, json=False):
+    """Start the last launch script that came up healthy on the host, whatever its profile."""
+    from sglops import launch
+
+    with launch.progress_view(not json) as view:
+        cli.per_host("rollback", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                     launch.restart_step(None, rollback=True, dry_run=dry_run, timeout=timeout, port=None,
+                                         reporter=view, json=json), json=json, artifact="restart.json")
+
+
+@task(help=_LAUNCH_HELP)
+def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, port=None,
+                  json=False):
+    """The server sglops started: process, /health, effective args, recent restarts."""
+    from sglops import launch
+
+    cli.per_host("server-status", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: launch.status(r, port=int(port) if port else None), json=json)
+
+
+@task(help={k: v for k, v in _ONE_HOST.items() if k != "port"} | {"lines": "how many last lines (default 50)",
+                                                                   "follow": "keep printing new lines (Ctrl-C stops)"})
+def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=50, follow=False, json=False):
+    """The server's log on the host (<sglang root>/.sglops/server.log)."""
+    from sglops import launch
+
+    cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key),
+                 lambda r: launch.logs(r, lines=int(lines), follow=follow), json=json,
+                 show=None if not follow else (lambda _: None))

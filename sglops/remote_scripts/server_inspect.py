@@ -1,0 +1,137 @@
+# sglops: include _common, server_common
+# What the host's SGLang tree accepts as launch arguments (read statically, never imported: the
+# host python may have no torch), plus the server sglops started there, in one round trip.
+import ast
+import os
+
+CHOICE_FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
+                "--nsa-prefill-backend", "--nsa-decode-backend", "--dsa-prefill-backend", "--dsa-decode-backend",
+                "--kv-cache-dtype", "--moe-runner-backend"]
+
+
+def _files(srt):
+    yield os.path.join(srt, "server_args.py")
+    groups = os.path.join(srt, "arg_groups")
+    for folder, _, names in os.walk(groups):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                yield os.path.join(folder, name)
+
+
+def _strings(node, consts):
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        out = []
+        for elt in node.elts:
+            if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                out.append(elt.value)
+            elif isinstance(elt, ast.Starred):
+                out += _strings(elt.value, consts) or []
+        return out
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _strings(node.left, consts), _strings(node.right, consts)
+        return (left or []) + (right or []) if left is not None or right is not None else None
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "list" and node.args:
+        return _strings(node.args[0], consts)
+    return None
+
+
+def _constants(trees):
+    """Module-level lists of strings (e.g. ATTENTION_BACKEND_CHOICES), across all files; aliases resolved."""
+    consts = {}
+    for _ in range(3):  # a few passes resolve NAME = OTHER_NAME chains across files
+        for tree in trees:
+            for node in tree.body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    val = _strings(node.value, consts)
+                    if val is not None:
+                        consts[node.targets[0].id] = val
+    return consts
+
+
+def _kw(call, name):
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def launch_arguments(pkg):
+    """{flags, choices}: every --flag the tree's server_args defines and the choices of the backend flags."""
+    srt = os.path.join(pkg, "srt")
+    trees = []
+    for path in _files(srt):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                trees.append(ast.parse(fh.read(), path))
+        except (OSError, SyntaxError):
+            continue
+    consts = _constants(trees)
+    flags, choices = set(), {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                         and a.value.startswith("--")]
+                flags.update(names)
+                ch = _kw(node, "choices")
+                vals = _strings(ch, consts) if ch is not None else None
+                for n in names:
+                    if vals:
+                        choices[n] = vals
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    _field(item, consts, flags, choices)
+    return sorted(flags), {k: v for k, v in choices.items() if k in CHOICE_FLAGS}
+
+
+def _field(item, consts, flags, choices):
+    """A dataclass field `name: A[type, Arg(...)]` (0.5.15+ arg_groups): its CLI flag and choices."""
+    if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+        return
+    ann = item.annotation
+    if not (isinstance(ann, ast.Subscript) and getattr(ann.value, "id", None) == "A"):
+        return
+    if item.target.id.startswith("_"):
+        return
+    arg = next((n for n in ast.walk(ann) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Arg"), None)
+    if arg is not None:
+        no_cli = _kw(arg, "no_cli")
+        if isinstance(no_cli, ast.Constant) and no_cli.value is True:
+            return
+    cli = _kw(arg, "cli_name") if arg is not None else None
+    name = cli.value if isinstance(cli, ast.Constant) else "--" + item.target.id.replace("_", "-")
+    names = [name] + (_strings(_kw(arg, "aliases"), consts) or [] if arg is not None else [])
+    flags.update(names)
+    ch = _kw(arg, "choices") if arg is not None else None
+    vals = _strings(ch, consts) if ch is not None else None
+    if vals:
+        for n in names:
+            choices[n] = vals
+
+
+def tree_facts(pkg):
+    mla = os.path.join(pkg, "srt", "layers", "attention", "flashinfer_mla_backend.py")
+    try:
+        with open(mla, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        text = ""
+    return {"gather_cast": "sglops: gather-cast" in text,
+            "whole_pool_cast": "get_key_buffer(layer.layer_id).to(q.dtype)" in text}
+
+
+def current(root):
+    paths = state_paths(root)
+    info = our_server(paths)
+    return {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
+            "last_good": read_json_file(paths["launch.last-good.json"])
+            if os.path.exists(paths["launch.last-good.sh"]) else None}
+
+
+def main(args):
+    tree = find_sglang(args.get("sglang_root"))
+    flags, choices = launch_arguments(tree["package_dir"])
+    if not flags:
+        raise UserError("no launch arguments found in " + os.path.join(tree["package_dir"], "srt", "server_args.py"))
+    return {"sglang": {k: tree[k] for k in ("version", "root", "package_dir", "commit", "dirty")},
+            "flags": flags, "choices": choices, "tree": tree_facts(tree["package_dir"]),
+            "current": current(tree["root"])}

@@ -1,0 +1,67 @@
+# sglops: include _common, server_common
+# The server sglops started on this host: alive?, /health, /get_server_info, last restarts, log tail.
+# With follow_s, keep streaming new log lines (as progress reports) for that long.
+import json
+import os
+import time
+
+
+def last_restarts(path, n):
+    try:
+        with open(path) as fh:
+            lines = fh.readlines()[-n:]
+    except OSError:
+        return []
+    out = []
+    for ln in lines:
+        try:
+            out.append(json.loads(ln))
+        except ValueError:
+            pass
+    return out
+
+
+def follow(path, seconds):
+    """Stream lines appended to the log for `seconds` (the laptop prints them as they come)."""
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        raise UserError("no server log at " + path + " (has sglops started a server here?)") from None
+    fh.seek(0, 2)
+    end = time.monotonic() + seconds
+    pending = b""
+    while time.monotonic() < end:
+        chunk = fh.read()
+        if chunk:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for ln in lines:
+                progress(line=ln.decode(errors="replace"))
+        else:
+            time.sleep(0.2)
+    return 0
+
+
+def main(args):
+    root = args["root"]
+    paths = state_paths(root)
+    info = our_server(paths)
+    port = args.get("port") or (info or {}).get("port")
+    host = args.get("host") or (info or {}).get("host")
+    out = {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
+           "health": None, "server_info": None, "restarts": last_restarts(paths["restarts.jsonl"], 5),
+           "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20)))}
+    if port:
+        out["health"], _ = http_get(local_url(host, port, "/health"), timeout=3)
+        if args.get("server_info", True):
+            status, body = http_get(local_url(host, port, "/get_server_info"), timeout=5)
+            if status == 200:
+                try:
+                    out["server_info"] = json.loads(body)
+                except ValueError:
+                    pass
+    if args.get("follow_s"):
+        for ln in out["log_tail"]:
+            progress(line=ln)
+        follow(paths["server.log"], float(args["follow_s"]))
+    return out
