@@ -240,3 +240,38 @@ def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=50, fo
     cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key),
                  lambda r: launch.logs(r, lines=int(lines), follow=follow), json=json,
                  show=None if not follow else (lambda _: None))
+
+
+# -- kernels -----------------------------------------------------------------------------------
+@task(help=cli.help_with(name="a folder under kernels/ with a kernel.yaml",
+                         dry_run="show the target, install path and commands; change nothing",
+                         force="rebuild even when the sources and target are unchanged",
+                         target="install here instead: site-packages | sglang | /abs/path on the host",
+                         arch="build for this instead of the host's GPU: 9.0, sm_90a, sm_120"))
+def build_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+                 dry_run=False, force=False, target=None, arch=None, json=False):
+    """Build kernels/NAME for the host's GPU, self-test it there, install it atomically (logs in artifacts)."""
+    from sglops import kernels
+
+    spec = cli.guarded(kernels.load_kernel, name)
+    cli.per_host("build-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: kernels.build(r, spec, dry_run=dry_run, force=force, target=target, arch=arch), json=json)
+
+
+@task(help=cli.help_with(name="an installed kernel (see `inv kernels`)", dry_run="show what would be removed"))
+def uninstall_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+                     dry_run=False, json=False):
+    """Remove a kernel build-kernel installed (its link, versioned copy, build tree and record)."""
+    from sglops import kernels
+
+    cli.per_host("uninstall-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+                 lambda r: kernels.uninstall(r, name, dry_run=dry_run), json=json)
+
+
+@task(help=cli.help_with())
+def kernels(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False):
+    """The kernels sglops installed on the host, from its record."""
+    from sglops import kernels as kernels_lib
+
+    cli.per_host("kernels", Targets(host, hosts, tag, sglang_root, accept_new_host_key), kernels_lib.installed,
+                 json=json)
