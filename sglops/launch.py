@@ -208,6 +208,7 @@ def restart(
     """Stop the running server, start the profile's (or the last good) script, wait for /health."""
     doc = inspect(remote)
     tree = TreeArgs.from_inspect(doc)
+    _ROOTS[(remote.name, remote.host.sglang_root)] = tree.root
     current = doc["current"]
     rendered = None
     if rollback:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -132,8 +134,8 @@ def test_inv_restart_failure_is_one_line_and_nonzero(use_sandbox, profiles):
 
 def test_slow_start_shows_progress_and_a_timeout_stops_it(clean_a, profiles):
     seen: list[dict] = []
-    slow = launch.restart(clean_a, profiles("slow", env={"SGLOPS_STANDIN_STARTUP_S": "1.5"}), on_progress=seen.append)
-    assert slow.ok and slow.waited_s >= 1.4
+    slow = launch.restart(clean_a, profiles("slow", env={"SGLOPS_STANDIN_STARTUP_S": "1.2"}), on_progress=seen.append)
+    assert slow.ok and slow.waited_s >= 1.1
     assert any(ev.get("phase") == "waiting for /health" and ev.get("health") == 503 for ev in seen)
     late = launch.restart(clean_a, profiles("late", env={"SGLOPS_STANDIN_STARTUP_S": "30"}), timeout=1)
     assert not late.ok and late.state == "timeout" and late.failure == "timeout"
@@ -190,6 +192,13 @@ def test_server_status_and_logs_via_inv(clean_a, use_sandbox, profiles):
     assert st.returncode == 0 and f'"pid": {up.pid}' in st.stdout and '"health": 200' in st.stdout
     lg = inv_cmd("logs", "--host", "gpu-a", "--lines", "5", env=env)
     assert lg.returncode == 0 and "fired up and ready to roll" in lg.stdout
+    followed: list[str] = []
+    poke = threading.Timer(0.5, lambda: urllib.request.urlopen(
+        f"http://127.0.0.1:{up.port}/get_model_info?follow-marker", timeout=5).read())
+    poke.start()
+    launch.logs(clean_a, lines=3, follow=True, follow_s=1.5, on_line=followed.append)
+    poke.join()
+    assert len(followed) > 3 and any("follow-marker" in ln for ln in followed[3:])
 
 
 def test_restart_refuses_an_unknown_profile_before_touching_a_host(use_sandbox):
