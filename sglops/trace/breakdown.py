@@ -10,6 +10,7 @@ steps); same-name nested ops count once per occurrence, as in torch.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,13 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
     return t, th
 
 
+def _arr(code: str, values: np.ndarray) -> array:
+    """A typed array copy of a numpy array (no intermediate bytes object)."""
+    out = array(code)
+    out.frombytes(memoryview(np.ascontiguousarray(values)).cast("B"))
+    return out
+
+
 def _cut(stack: list[int], stack_end: list[float], limit: float) -> None:
     """Close every op that ended at or before `limit`, and everything nested above it."""
     if stack_end and min(stack_end) <= limit:
@@ -98,24 +106,26 @@ def _attribute(raw, k_dur, t, th, is_step):
     Returns (device us per op occurrence, innermost op per kernel, step occurrence per kernel).
     """
     o_ts = np.frombuffer(raw.o_ts, dtype=np.float64)
-    o_end = o_ts + np.frombuffer(raw.o_dur, dtype=np.float64)
+    o_dur = np.frombuffer(raw.o_dur, dtype=np.float64)
     o_th = np.frombuffer(raw.o_thread, dtype=np.int32)
     op_dev = np.zeros(len(o_ts))
     inner = np.full(len(k_dur), -1, dtype=np.int64)
     step_of = np.full(len(k_dur), -1, dtype=np.int64)
     for thread in np.unique(th[th >= 0]):
         ops = np.flatnonzero(o_th == thread)
-        ops = ops[np.lexsort((-o_end[ops], o_ts[ops]))]  # start asc, longer (outer) first
+        ops = ops[np.lexsort((-o_dur[ops], o_ts[ops]))]  # start asc, longer (outer) first
         ks = np.flatnonzero(th == thread)
         ks = ks[np.argsort(t[ks], kind="stable")]
-        starts, ends = o_ts[ops].tolist(), o_end[ops].tolist()
-        ops_l = ops.tolist()
-        steps_l = is_step[ops].tolist()
+        # typed arrays, not lists: 8 bytes per op instead of ~32 (a 1 GB trace has ~1.4M ops)
+        starts, ends = _arr("d", o_ts[ops]), _arr("d", o_ts[ops] + o_dur[ops])
+        ops_l = _arr("q", ops.astype(np.int64))
+        steps_l = _arr("b", is_step[ops].astype(np.int8))
+        del ops
         stack: list[int] = []       # positions into ops_l, outermost first
         stack_end: list[float] = []
         j, n_ops = 0, len(ops_l)
-        credit: dict[int, float] = {}
-        for k, tk, dk in zip(ks.tolist(), t[ks].tolist(), k_dur[ks].tolist(), strict=True):
+        credit = array("d", bytes(8 * n_ops))  # device us per op of this thread (a dict cost ~100 B/op)
+        for k, tk, dk in zip(_arr("q", ks.astype(np.int64)), _arr("d", t[ks]), _arr("d", k_dur[ks]), strict=True):
             while j < n_ops and starts[j] <= tk:
                 # a sibling may start a rounding hair before its neighbour ends; an op that
                 # outlasts the top of the stack is not nested in it
@@ -131,14 +141,13 @@ def _attribute(raw, k_dur, t, th, is_step):
                 continue
             step = -1
             for p in stack:
-                credit[p] = credit.get(p, 0.0) + dk
+                credit[p] += dk
                 if steps_l[p]:
                     step = p
             inner[k] = ops_l[stack[-1]]
             if step >= 0:
                 step_of[k] = ops_l[step]
-        for p, us in credit.items():
-            op_dev[ops_l[p]] += us
+        op_dev[np.frombuffer(ops_l, dtype=np.int64)] += np.frombuffer(credit, dtype=np.float64)
     return op_dev, inner, step_of
 
 

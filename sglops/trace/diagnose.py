@@ -6,6 +6,7 @@ metrics they can use are the small functions in METRICS.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -47,6 +48,16 @@ class Finding:
 
 def load_rules(path: str | Path = RULES_PATH) -> list[Rule]:
     """Read and check the rules file; mistakes are ConfigErrors naming file:line."""
+    try:
+        stamp = Path(path).stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return _load_rules(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_rules(path: str, _stamp: int | None) -> list[Rule]:
+    """Cached per (file, mtime): an edit to the rules file is picked up on the next analysis."""
     doc = load_yaml(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
         raise ConfigError(f"{path}: expected a mapping with a 'rules' list")

@@ -9,6 +9,7 @@ offset, and a broken file never yields a partial result.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import os
@@ -133,74 +134,176 @@ def rank_of(path: str, meta: dict) -> int | None:
     return int(rank) if isinstance(rank, int | float) else None
 
 
+class _Columns:
+    """Appends the fields the breakdown needs from event dicts into a RawTrace."""
+
+    def __init__(self, raw: RawTrace) -> None:
+        self.raw, self.names, self.threads = raw, {}, {}
+
+    def take(self, events) -> None:
+        raw, names, threads = self.raw, self.names, self.threads
+        for ev in events:
+            raw.events += 1
+            if ev.get("ph") != "X":
+                continue
+            cat = ev.get("cat")
+            if cat in GPU_CATS:
+                args = ev.get("args") or {}
+                name = ev.get("name", "?")
+                nid = names.get(name)
+                if nid is None:
+                    nid = names[name] = len(names)
+                raw.k_ts.append(ev["ts"])
+                raw.k_dur.append(ev.get("dur", 0.0))
+                raw.k_corr.append(int(args.get("correlation", -1)))
+                raw.k_ext.append(int(args.get("External id", -1)))
+                raw.k_name.append(nid)
+                dev = args.get("device", ev.get("pid", 0))
+                raw.k_dev.append(dev if isinstance(dev, int) else 0)
+            elif cat in OP_CATS:
+                name = ev.get("name", "?")
+                nid = names.get(name)
+                if nid is None:
+                    nid = names[name] = len(names)
+                key = (ev.get("pid"), ev.get("tid"))
+                tid = threads.get(key)
+                if tid is None:
+                    tid = threads[key] = len(threads)
+                raw.o_ts.append(ev["ts"])
+                raw.o_dur.append(ev.get("dur", 0.0))
+                raw.o_name.append(nid)
+                raw.o_thread.append(tid)
+                raw.o_ext.append(int((ev.get("args") or {}).get("External id", -1)))
+            elif cat == GPU_SPAN_CAT:
+                name = ev.get("name", "?")
+                nid = names.get(name)
+                if nid is None:
+                    nid = names[name] = len(names)
+                raw.g_dur.append(ev.get("dur", 0.0))
+                raw.g_name.append(nid)
+            elif cat in LAUNCH_CATS:
+                corr = (ev.get("args") or {}).get("correlation")
+                if not corr:
+                    continue
+                key = (ev.get("pid"), ev.get("tid"))
+                tid = threads.get(key)
+                if tid is None:
+                    tid = threads[key] = len(threads)
+                raw.l_ts.append(ev["ts"])
+                raw.l_corr.append(int(corr))
+                raw.l_thread.append(tid)
+
+
+class _NotFast(Exception):
+    """The fast path cannot vouch for this file: parse it again with ijson."""
+
+
+CHUNK = 1 << 20
+BOUNDARY = b"},\n"  # '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
+
+
+def _fast(path: str, cols: _Columns) -> dict:
+    """Events in ~1 MB batches parsed by orjson; each batch is cut at an element boundary that
+    orjson itself validates (a cut inside an event cannot parse as a list). Returns top-level
+    metadata. Anything unexpected (one-line JSON, odd layout, a broken file) raises _NotFast."""
+    import orjson
+
+    with open_trace(path) as fh:
+        buf = b""
+        while True:
+            chunk = fh.read(CHUNK)
+            if not chunk:
+                raise _NotFast
+            buf += chunk
+            i = buf.find(b'"traceEvents"')
+            j = buf.find(b"[", i) if i >= 0 else -1
+            if j >= 0:
+                break
+            if len(buf) > 4 * CHUNK:
+                raise _NotFast
+        try:
+            meta = orjson.loads(buf[:i] + b'"traceEvents": []}')
+        except orjson.JSONDecodeError:
+            raise _NotFast from None
+        if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
+            raise _NotFast
+        buf = buf[j + 1:]
+        while True:
+            chunk = fh.read(CHUNK)
+            buf += chunk
+            if not chunk:
+                break
+            cut, tries = len(buf), 0
+            while tries < 4:
+                cut = buf.rfind(BOUNDARY, 0, cut)
+                if cut < 0:
+                    break
+                try:
+                    events = orjson.loads(b"[" + buf[:cut + 1] + b"]")
+                except orjson.JSONDecodeError:
+                    tries += 1
+                    continue
+                cols.take(events)
+                buf = buf[cut + 2:]
+                break
+            if len(buf) > 8 * CHUNK:
+                raise _NotFast
+        # the end: the last events, the array's ']', then simple trailing keys and '}'
+        end = len(buf)
+        for _ in range(8):
+            end = buf.rfind(b"]", 0, end)
+            if end < 0:
+                break
+            tail = buf[end + 1:].strip()
+            try:
+                events = orjson.loads(b"[" + buf[:end] + b"]")
+                extra = {} if tail == b"}" else orjson.loads(b"{" + tail[1:]) if tail[:1] == b"," else None
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(extra, dict):
+                cols.take(events)
+                return {**meta, **extra}
+        raise _NotFast
+
+
 def read(path: str | os.PathLike) -> RawTrace:
     """Parse one trace file into columns; TraceError when it is incomplete or not a trace."""
     path = str(path)
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such trace file")
-    meta = _header(path)
-    raw = RawTrace(path=path, meta=meta, rank=rank_of(path, meta))
     m = STAGE_RE.search(os.path.basename(path))
-    raw.stage = m.group(1) if m else None
-    names: dict[str, int] = {}
-    threads: dict[tuple, int] = {}
-    seen_array = False
+    stage = m.group(1) if m else None
+    raw = RawTrace(path=path, stage=stage)
+    cols = _Columns(raw)
+    # Parsing allocates millions of short-lived dicts and no cycles: the cyclic GC would only
+    # rescan them (half the parse time on the real trace), so it pauses while we parse.
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            raw.meta = _fast(path, cols)
+        except Exception:  # _NotFast, or a broken file: the ijson pass says precisely where
+            raw = RawTrace(path=path, stage=stage, meta=_header(path))
+            cols = _Columns(raw)
+            _slow(path, cols)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    raw.rank = rank_of(path, raw.meta)
+    raw.names = list(cols.names)
+    return raw
+
+
+def _slow(path: str, cols: _Columns) -> None:
+    """ijson, one event at a time: any layout, and exact error positions for broken files."""
+    raw = cols.raw
+    counted = None
     try:
         with open_trace(path) as fh:
             counted = _Counting(fh)
             stream = io.BufferedReader(counted, 1 << 18)
             try:
-                for ev in _ijson.items(stream, "traceEvents.item", use_float=True):
-                    seen_array = True
-                    raw.events += 1
-                    if ev.get("ph") != "X":
-                        continue
-                    cat = ev.get("cat")
-                    if cat in GPU_CATS:
-                        args = ev.get("args") or {}
-                        name = ev.get("name", "?")
-                        nid = names.get(name)
-                        if nid is None:
-                            nid = names[name] = len(names)
-                        raw.k_ts.append(ev["ts"])
-                        raw.k_dur.append(ev.get("dur", 0.0))
-                        raw.k_corr.append(int(args.get("correlation", -1)))
-                        raw.k_ext.append(int(args.get("External id", -1)))
-                        raw.k_name.append(nid)
-                        dev = args.get("device", ev.get("pid", 0))
-                        raw.k_dev.append(dev if isinstance(dev, int) else 0)
-                    elif cat in OP_CATS:
-                        name = ev.get("name", "?")
-                        nid = names.get(name)
-                        if nid is None:
-                            nid = names[name] = len(names)
-                        key = (ev.get("pid"), ev.get("tid"))
-                        tid = threads.get(key)
-                        if tid is None:
-                            tid = threads[key] = len(threads)
-                        raw.o_ts.append(ev["ts"])
-                        raw.o_dur.append(ev.get("dur", 0.0))
-                        raw.o_name.append(nid)
-                        raw.o_thread.append(tid)
-                        raw.o_ext.append(int((ev.get("args") or {}).get("External id", -1)))
-                    elif cat == GPU_SPAN_CAT:
-                        name = ev.get("name", "?")
-                        nid = names.get(name)
-                        if nid is None:
-                            nid = names[name] = len(names)
-                        raw.g_dur.append(ev.get("dur", 0.0))
-                        raw.g_name.append(nid)
-                    elif cat in LAUNCH_CATS:
-                        corr = (ev.get("args") or {}).get("correlation")
-                        if not corr:
-                            continue
-                        key = (ev.get("pid"), ev.get("tid"))
-                        tid = threads.get(key)
-                        if tid is None:
-                            tid = threads[key] = len(threads)
-                        raw.l_ts.append(ev["ts"])
-                        raw.l_corr.append(int(corr))
-                        raw.l_thread.append(tid)
+                cols.take(_ijson.items(stream, "traceEvents.item", use_float=True))
             except (KeyError, TypeError, ValueError) as exc:
                 if isinstance(exc, ijson.JSONError | ijson.IncompleteJSONError):
                     raise
@@ -209,16 +312,15 @@ def read(path: str | os.PathLike) -> RawTrace:
     except (ijson.IncompleteJSONError, ijson.JSONError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"{path}: invalid or truncated JSON after {raw.events} events, near byte "
-                         f"{counted.pos:,} of the JSON text ({detail}); not analysed") from None
+                         f"{counted.pos if counted else 0:,} of the JSON text ({detail}); not analysed") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise TraceError(f"{path}: gzip stream broken after {raw.events} events, near byte {counted.pos:,} "
-                         f"of the JSON text ({exc}); incomplete file, not analysed") from None
+        raise TraceError(f"{path}: gzip stream broken after {raw.events} events, near byte "
+                         f"{counted.pos if counted else 0:,} of the JSON text ({exc}); incomplete file, not analysed") \
+            from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not seen_array and raw.events == 0 and not _has_trace_events(path):
+    if raw.events == 0 and not _has_trace_events(path):
         raise TraceError(f"{path}: not a Chrome trace (no traceEvents array)")
-    raw.names = list(names)
-    return raw
 
 
 def _has_trace_events(path: str) -> bool:

@@ -1,0 +1,167 @@
+"""Trace analysis speed against Holistic Trace Analysis, and peak memory on a 1 GB trace.
+
+    python3 bench/bench_trace.py speed  [--repeats 5]   # needs `pip install .[bench]` (HTA)
+    python3 bench/bench_trace.py memory [--size-gb 1.0] # makes /tmp/sglops-bench-<size>g.trace.json
+
+speed: the real H200 trace, sglops' full analysis (kernels + ops + steps + idle + rules) and
+HTA's TraceAnalysis + get_gpu_kernel_breakdown, interleaved in one process, medians; the
+per-kernel totals of both are compared (HTA with HTA_DISABLE_NS_ROUNDING=1, else it trims
+sub-us kernels to whole us; both figures are printed).
+memory: the real trace's events replicated with shifted timestamps and ids into one plain
+JSON file, analysed in a child process; peak RSS from getrusage(RUSAGE_CHILDREN).
+Loopback/local only: nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import logging
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+REAL = REPO.parent / "shared" / "data" / "traces" / "decode_gathercast.trace.json.gz"
+
+
+def _hta_breakdown(path: str, work: str) -> dict[str, float]:
+    from hta.trace_analysis import TraceAnalysis
+
+    sink = io.StringIO()
+    with redirect_stdout(sink), redirect_stderr(sink):
+        ta = TraceAnalysis(trace_files={0: path}, trace_dir=work, include_last_profiler_step=True)
+        _, kernels = ta.get_gpu_kernel_breakdown(visualize=False, num_kernels=10**9, duration_ratio=1.0)
+    return {row["name"]: float(row["sum (us)"]) for _, row in kernels.iterrows()}
+
+
+def speed(repeats: int) -> dict:
+    from sglops.trace import analyze
+
+    logging.disable(logging.WARNING)
+    work = tempfile.mkdtemp(prefix="sglops-bench-hta-")
+    path = os.path.join(work, "rank0.trace.json.gz")
+    shutil.copy(REAL, path)
+    ours_s, hta_s = [], []
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+    _hta_breakdown(path, work), analyze([path])  # warm imports and caches for both
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ours = analyze([path])
+        ours_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        hta = _hta_breakdown(path, work)
+        hta_s.append(time.perf_counter() - t)
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "0"
+    hta_rounded = _hta_breakdown(path, work)
+    shutil.rmtree(work, ignore_errors=True)
+    mine = {k: us for k, (us, _) in ours.by_kernel.items()}
+    worst = max(abs(mine[k] - v) / v for k, v in hta.items() if v)
+    return {
+        "trace": str(REAL), "repeats": repeats,
+        "sglops_s": statistics.median(ours_s), "hta_s": statistics.median(hta_s),
+        "speedup": statistics.median(hta_s) / statistics.median(ours_s),
+        "same_kernels": sorted(mine) == sorted(hta), "max_kernel_rel_diff": worst,
+        "sglops_total_us": sum(mine.values()), "hta_total_us": sum(hta.values()),
+        "hta_rounded_total_us": sum(hta_rounded.values()),
+    }
+
+
+def make_big(size_gb: float) -> tuple[Path, int]:
+    """Replicate the real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb."""
+    import orjson
+
+    out = Path(tempfile.gettempdir()) / f"sglops-bench-{size_gb:g}g.trace.json"
+    doc = orjson.loads(gzip.decompress(REAL.read_bytes()))
+    events = doc.pop("traceEvents")
+    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
+    top = 0
+    for e in events:
+        a = e.get("args") or {}
+        top = max(top, int(a.get("correlation", 0) or 0), int(a.get("External id", 0) or 0), int(e.get("id", 0) or 0)
+                  if isinstance(e.get("id"), int) else 0)
+    offset = top + 1
+    target = int(size_gb * 2**30)
+    header = orjson.dumps(doc)[:-1] + b', "traceEvents": [\n'
+    if out.exists() and out.stat().st_size >= target:
+        reps = json.loads(out.with_suffix(".reps").read_text())
+        return out, reps
+    tmp = out.with_name(out.name + ".tmp")
+    reps = 0
+    with open(tmp, "wb") as fh:
+        fh.write(header)
+        written, first = len(header), True
+        while written < target:
+            chunk = []
+            for e in events:
+                if e.get("ph") == "M" and reps:
+                    continue
+                e2 = dict(e)
+                if "ts" in e2 and isinstance(e2["ts"], int | float):
+                    e2["ts"] = e2["ts"] + reps * span
+                if isinstance(e2.get("id"), int):
+                    e2["id"] += reps * offset
+                if e2.get("args"):
+                    a = dict(e2["args"])
+                    for key in ("correlation", "External id"):
+                        if isinstance(a.get(key), int) and a[key] > 0:
+                            a[key] += reps * offset
+                    e2["args"] = a
+                chunk.append(orjson.dumps(e2))
+            data = (b"" if first else b",\n") + b",\n".join(chunk)
+            fh.write(data)
+            written += len(data)
+            first = False
+            reps += 1
+        fh.write(b"\n]}\n")
+    os.replace(tmp, out)
+    out.with_suffix(".reps").write_text(str(reps))
+    return out, reps
+
+
+def memory(size_gb: float) -> dict:
+    from sglops.trace import analyze
+
+    t = time.perf_counter()
+    path, reps = make_big(size_gb)
+    made_s = time.perf_counter() - t
+    one = analyze([REAL])
+    code = ("import json, sys, time\nfrom sglops.trace import analyze\nt = time.perf_counter()\n"
+            "a = analyze([sys.argv[1]])\n"
+            "print(json.dumps({'s': time.perf_counter() - t, 'gpu_us': a.gpu_us, 'events': a.files[0].events,"
+            " 'kernels': a.files[0].kernels, 'linked': a.files[0].linked, 'steps': len(a.steps),"
+            " 'mm_us': a.by_op['aten::mm'][0]}))")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO)
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    got = json.loads(proc.stdout)
+    return {"trace": str(path), "bytes": path.stat().st_size, "replicas": reps, "made_s": made_s, **got,
+            "peak_rss_mb": peak_kb / 1024, "earlier_children_peak_mb": before / 1024,
+            "gpu_us_expected": one.gpu_us * reps, "mm_us_expected": one.by_op["aten::mm"][0] * reps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=["speed", "memory"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--size-gb", type=float, default=1.0)
+    args = ap.parse_args()
+    res = speed(args.repeats) if args.part == "speed" else memory(args.size_gb)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
