@@ -242,6 +242,29 @@ def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=50, fo
                  show=None if not follow else (lambda _: None))
 
 
+# -- plays -------------------------------------------------------------------------------------
+@task(iterable=["var"], help=cli.help_with(dry_run="print the plan and the changes each step would make",
+                                           from_="resume the last run of this play at this step",
+                                           var="override a play variable: --var profile=sandbox (repeatable)"))
+def play(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, dry_run=False,
+         from_=None, var=None, json=False):
+    """Run a play (playbooks/NAME.yaml): its steps in order, stop at the first failure, --from resumes."""
+    from sglops.play_cli import play_task
+
+    play_task(name, Targets(host, hosts, tag, sglang_root, accept_new_host_key), dry_run=dry_run,
+              from_step=from_, var=var, json=json)
+
+
+@task(help={"run": "a run id (or unique prefix, or its folder)", "output": "where to write (default RUN/report.md)"})
+def report(c, run, output=None):
+    """Write a markdown report of a recorded run (a play, bench, profile...) with its charts."""
+    from sglops.report import write_report
+
+    from sglops.console import console
+
+    console.print(f"report written: {cli.guarded(write_report, run, output)}")
+
+
 # -- kernels -----------------------------------------------------------------------------------
 @task(help=cli.help_with(name="a folder under kernels/ with a kernel.yaml",
                          dry_run="show the target, install path and commands; change nothing",

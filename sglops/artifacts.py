@@ -93,7 +93,8 @@ def find_run(run_id: str) -> Path:
 
     if Path(run_id).is_dir():
         return Path(run_id)
-    matches = [p for p in artifacts_root().glob(f"*/{run_id}*") if p.is_dir()]
+    exact = [p for p in artifacts_root().glob(f"*/{run_id}") if p.is_dir()]
+    matches = exact or [p for p in artifacts_root().glob(f"*/{run_id}*") if p.is_dir()]
     if len(matches) == 1:
         return matches[0]
     if not matches:

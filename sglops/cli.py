@@ -13,7 +13,7 @@ from typing import Any
 from invoke.exceptions import Exit
 
 from sglops import artifacts
-from sglops.console import console, error_line, print_json
+from sglops.console import console, error_line, print_json  # noqa: F401 (error_line re-exported)
 from sglops.errors import SglopsError
 from sglops.hosts import Host, Inventory, load_inventory, resolve_targets
 from sglops.parallel import on_hosts
@@ -30,7 +30,7 @@ TARGET_HELP = {
 
 
 def help_with(**extra: str) -> dict[str, str]:
-    return {**TARGET_HELP, **{k.replace("_", "-"): v for k, v in extra.items()}}
+    return {**TARGET_HELP, **{k.rstrip("_").replace("_", "-"): v for k, v in extra.items()}}
 
 
 @dataclass

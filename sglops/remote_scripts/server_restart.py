@@ -46,6 +46,17 @@ def wait_healthy(proc, host, port, timeout_s, log_path):
         time.sleep(0.1)
 
 
+def port_taken(host, port):
+    import socket
+
+    try:
+        with socket.create_connection((host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", int(port)),
+                                      timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def main(args):
     root = args["root"]
     paths = state_paths(root)
@@ -69,6 +80,16 @@ def main(args):
         script = args["script"]
     progress(phase="stopping the running server")
     stopped = stop_server(paths, float(args.get("grace_s", 20)))
+    if port_taken(args["host"], args["port"]):
+        # Someone else's server answers there: a health check would pass against it, not ours. Nothing is started.
+        label = f"port {args['port']} on {args['host']} is already in use by a process sglops did not start here"
+        append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "profile": args.get("profile"),
+                              "state": "died", "failure": "port_in_use", "stopped_pid": stopped["pid"],
+                              "operator": args.get("operator")})
+        return {"stopped": stopped, "pid": None, "log_path": paths["server.log"],
+                "state_dir": os.path.dirname(paths["server.log"]), "state": "died", "exit_code": None, "waited_s": 0,
+                "server_info": None, "log_tail": [label + " (checked before starting; nothing was started)"],
+                "failure": "port_in_use", "failure_label": label}
     previous = paths["launch.sh"] + ".prev"
     if os.path.exists(paths["launch.sh"]):
         os.replace(paths["launch.sh"], previous)

@@ -1,0 +1,41 @@
+"""The `inv play` task's body: load the play once, run it per host, print the recap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglops import cli
+from sglops.console import console
+from sglops.errors import ConfigError
+
+
+def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
+    """`--var runs=3 --var profile=sandbox` -> {"runs": 3, "profile": "sandbox"} (YAML scalars)."""
+    from sglops.yamlio import loads_yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--var takes KEY=VALUE (got {pair!r})")
+        out[key.strip()] = loads_yaml(value, f"--var {key}") if value else ""
+    return out
+
+
+def play_task(name: str, targets: cli.Targets, *, dry_run: bool, from_step: str | None, var: list[str] | None,
+              json: bool) -> None:
+    from sglops.play import run_play
+    from sglops.play_spec import load_play
+
+    play = cli.guarded(lambda: load_play(name, cli.guarded(parse_vars, var)))
+    show = not json
+    results = cli.per_host("play", targets, lambda r: run_play(r, play, dry_run=dry_run, from_step=from_step,
+                                                                show=show), json=json)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        step = r.failed
+        if step:
+            cli.error_line(f"{r.host}: play {r.play} stopped at step {step.id}: {step.error}")
+            console.print(f"fix it, then resume: inv play {name} --host {r.host} --from {step.id}")
+    if failed:
+        cli.fail(f"{len(failed)} of {len(results)} hosts did not finish the play", 1)

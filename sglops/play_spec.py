@@ -1,0 +1,118 @@
+"""Plays: an investigation as YAML (playbooks/<name>.yaml), checked whole before anything runs.
+
+    name: fp8-kv-decode
+    description: ...
+    vars: {runs: 5, output_len: 256}
+    steps:
+      - id: baseline-bench
+        do: bench
+        with: {runs: "{{ runs }}", output_len: "{{ output_len }}"}
+
+`with` values may use `{{ var }}` (Jinja2, StrictUndefined) over `vars` and `--var k=v` overrides.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import StrictUndefined, UndefinedError
+from jinja2.nativetypes import NativeEnvironment
+
+from sglops.errors import ConfigError
+from sglops.hosts import REPO_ROOT
+from sglops.yamlio import check_fields, load_yaml
+
+PLAYBOOKS = REPO_ROOT / "playbooks"
+_env = NativeEnvironment(undefined=StrictUndefined)
+
+
+@dataclass
+class Step:
+    """One step: which function (`do`), its parameters (`with`), where it was written."""
+
+    id: str
+    do: str
+    params: dict[str, Any]
+    where: str
+    description: str = ""
+
+
+@dataclass
+class Play:
+    name: str
+    description: str
+    steps: list[Step]
+    vars: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def index(self, step_id: str) -> int:
+        for i, step in enumerate(self.steps):
+            if step.id == step_id:
+                return i
+        raise ConfigError(f"play {self.name} has no step {step_id!r}; steps: {', '.join(s.id for s in self.steps)}")
+
+
+def play_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = PLAYBOOKS / f"{name}.yaml"
+    if candidate.exists():
+        return candidate
+    known = sorted(p.stem for p in PLAYBOOKS.glob("*.yaml") if _is_play(p))
+    raise ConfigError(f"no play {name!r}; plays in {PLAYBOOKS}: {', '.join(known) or 'none'}")
+
+
+def _is_play(path: Path) -> bool:
+    try:
+        doc = load_yaml(path)
+    except ConfigError:
+        return False
+    return isinstance(doc, dict) and "steps" in doc
+
+
+def render_value(value: Any, variables: dict[str, Any], where: str) -> Any:
+    """`{{ var }}` in strings (recursively), keeping native types: "{{ runs }}" -> 5."""
+    if isinstance(value, str) and "{{" in value:
+        try:
+            return _env.from_string(value).render(**variables)
+        except UndefinedError as exc:
+            raise ConfigError(f"{where}: {exc.message} (define it under vars: or pass --var)") from None
+    if isinstance(value, dict):
+        return {k: render_value(v, variables, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render_value(v, variables, where) for v in value]
+    return value
+
+
+def load_play(name: str, overrides: dict[str, Any] | None = None) -> Play:
+    """Read and check a play: known step kinds, known parameters, unique ids, defined vars."""
+    from sglops.play_steps import STEPS
+
+    path = play_path(name)
+    doc = load_yaml(path)
+    check_fields(doc, {"name", "description", "vars", "steps"}, "play", required={"steps"})
+    variables = {**(doc.get("vars") or {}), **(overrides or {})}
+    steps: list[Step] = []
+    for raw in doc["steps"] or []:
+        check_fields(raw, {"id", "do", "with", "description"}, "step", required={"do"})
+        where = getattr(raw, "where", str(path))
+        kind = raw["do"]
+        if kind not in STEPS:
+            raise ConfigError(f"{where}: unknown step {kind!r}; steps are: {', '.join(sorted(STEPS))}")
+        step_id = str(raw.get("id") or kind)
+        if any(s.id == step_id for s in steps):
+            raise ConfigError(f"{where}: step id {step_id!r} is used twice (give each an id:)")
+        params = render_value(dict(raw.get("with") or {}), variables, where)
+        accepted = set(inspect.signature(STEPS[kind].run).parameters) - {"ctx"}
+        unknown = sorted(set(params) - accepted)
+        if unknown:
+            raise ConfigError(f"{where}: step {step_id} ({kind}) has no parameter {unknown[0]!r}; "
+                              f"it takes: {', '.join(sorted(accepted)) or 'none'}")
+        steps.append(Step(step_id, kind, params, where, raw.get("description", "")))
+    if not steps:
+        raise ConfigError(f"{path}: the play has no steps")
+    return Play(doc.get("name") or path.stem, doc.get("description", ""), steps, variables, path)

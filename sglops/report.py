@@ -1,0 +1,172 @@
+"""`inv report RUN`: one markdown page for a recorded run, written from its JSON records.
+
+A play's report walks the investigation: the host, what the probes flagged, what was patched and
+launched, each benchmark, the comparison with its chart, and what each profile named as the
+bottleneck. A bench, profile or compare run gets the part of that page it has.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sglops import artifacts
+from sglops.errors import ConfigError
+
+
+def _rel(path: str | None, base: Path) -> str | None:
+    return os.path.relpath(path, base) if path else None
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(cell(v) for v in row) + " |" for row in rows], ""]
+
+
+def _host(facts: dict | None) -> list[str]:
+    if not facts:
+        return []
+    gpus = facts.get("gpus") or []
+    sgl = facts.get("sglang") or {}
+    fi = facts.get("flashinfer") or {}
+    gpu = f"{len(gpus)}x {gpus[0]['name']} (compute capability {gpus[0]['compute_capability']})" if gpus else "no GPU"
+    return ["## Host", "",
+            f"- GPUs: {gpu}, driver {gpus[0]['driver'] if gpus else '-'}, CUDA {(facts.get('cuda') or {}).get('driver_cuda')}",
+            f"- SGLang {sgl.get('version')} at `{sgl.get('package_dir')}`"
+            + (f", commit `{(sgl.get('commit') or '')[:12]}`" + (" (dirty)" if sgl.get("dirty") else "") if sgl else ""),
+            f"- FlashInfer {fi.get('version') or 'not installed'}, "
+            f"torch {(facts.get('torch') or {}).get('version') or 'not installed'}", ""]
+
+
+def _probe(doc: dict) -> list[str]:
+    rows = []
+    for b in doc.get("backends") or []:
+        if not b.get("exists"):
+            continue
+        rows.append([b["name"], "yes" if b.get("fp8_native") else "no", "yes" if b.get("casts_whole_pool") else "no",
+                     "yes" if b.get("arch_guard") else "none found", "yes" if b.get("nsa_dsa") else "no",
+                     b.get("verdict", "")])
+    out = ["## Probes", ""] + [f"- **FLAG**: {f}" for f in doc.get("flags") or []]
+    if rows:
+        out += ["", *_table(["backend", "FP8-native", "casts whole pool", "arch guard", "NSA/DSA", "verdict"], rows)]
+    return out + [""]
+
+
+def _bench(step_id: str, doc: dict) -> list[str]:
+    rows = []
+    for lv in doc.get("levels") or []:
+        d = lv.get("decode_tok_s") or {}
+        ci = d.get("ci95") or []
+
+        def med(key: str, _lv=lv) -> str:
+            m = (_lv.get(key) or {}).get("median")
+            return f"{m:.2f}" if m is not None else "-"
+
+        rows.append([lv.get("concurrency"), f"{d.get('median', float('nan')):.2f}" if d else "-",
+                     f"{ci[0]:.2f}-{ci[1]:.2f}" if len(ci) == 2 else "-", med("tpot_ms"), med("ttft_ms"),
+                     med("e2e_ms"), lv.get("status")])
+    cfg = doc.get("config") or {}
+    patches = ", ".join(p.get("patch", "?") for p in doc.get("patches") or []) or "none"
+    return [f"### {step_id}", "", f"run `{doc.get('run_id')}`: {cfg.get('runs')} repeats, input {cfg.get('input_len')} / "
+            f"output {cfg.get('output_len')} tokens, {cfg.get('api')} API; patches applied: {patches}", "",
+            *_table(["concurrency", "decode tok/s", "95% CI", "TPOT ms", "TTFT ms", "e2e ms", "status"], rows)]
+
+
+def _compare(doc: dict, base: Path) -> list[str]:
+    rows = [[r["run"], r["concurrency"], r["metric"], f"{r['base']:.2f}", f"{r['other']:.2f}", f"{r['ratio']:.3f}",
+             f"[{r['ratio_ci95'][0]:.3f}, {r['ratio_ci95'][1]:.3f}]" if r.get("ratio_ci95") else "-", r["verdict"]]
+            for r in doc.get("rows") or []]
+    out = ["## Comparison", "", f"baseline: `{doc.get('baseline')}`", "",
+           *_table(["run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"], rows)]
+    out += [f"- {n}" for n in doc.get("notes") or []]
+    chart = _rel(doc.get("chart"), base)
+    return out + ([f"![decode tok/s]({chart})", ""] if chart else [])
+
+
+def _profile(step_id: str, doc: dict, base: Path) -> list[str]:
+    a = doc.get("analysis") or {}
+    out = [f"### {step_id}", "", f"{len(doc.get('traces') or [])} trace file(s), {doc.get('steps')} decode steps"
+           + (" (stand-in server: synthetic traces, not GPU data)" if doc.get("standin") else ""), ""]
+    for f in a.get("findings") or []:
+        out.append(f"- **{f['message']}**; next: " + "; ".join(f"`{t}`" if t.startswith("inv ") else t
+                                                             for t in f.get("try_next") or []))
+    kernels = [[k["name"][:90], k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"] for k in (a.get("by_kernel") or [])[:8]]
+    out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels)]
+    chart = _rel((doc.get("report") or {}).get("chart"), base)
+    return out + ([f"![top kernels]({chart})", ""] if chart else [])
+
+
+def _play(doc: dict, manifest: dict, base: Path) -> list[str]:
+    steps = doc.get("steps") or []
+    by_kind: dict[str, list[dict]] = {}
+    for s in steps:
+        by_kind.setdefault(s["do"], []).append(s)
+    out = [f"# Play `{doc['play']}` on {doc['host']}", "",
+           f"run `{doc['run_id']}`, operator {manifest.get('operator')}, started {manifest.get('started')}; "
+           + ("**finished**" if doc.get("ok") else f"**stopped at step {manifest.get('failed_step')}**")
+           + (" (dry run)" if doc.get("dry_run") else ""), "",
+           *_table(["step", "does", "status", "seconds", "result"],
+                   [[s["id"], s["do"], s["status"], s["seconds"], s.get("error") or s.get("summary", "")] for s in steps])]
+    out += _host(manifest.get("facts"))
+    for s in by_kind.get("probe", []):
+        if s.get("result"):
+            out += _probe(s["result"])
+    patches = manifest.get("patches")
+    if isinstance(patches, list):
+        out += ["## Patches on the host at the end", ""]
+        out += [f"- `{p['patch']}` variant `{p['variant']}`: " + ", ".join(
+            f"`{f}` {h['before'][:10]} -> {h['after'][:10]}" for f, h in (p.get("files") or {}).items())
+            for p in patches] or ["- none"]
+        out.append("")
+    seen: dict[str, list[str]] = {}
+    for launch in manifest.get("launch") or []:
+        if launch.get("argv"):
+            seen.setdefault(" ".join(launch["argv"]), []).append(f"{launch.get('step')}: profile {launch.get('profile')}")
+    for argv, where in seen.items():
+        out += [f"## Launch ({'; '.join(where)})", "", "```", argv, "```", ""]
+    benches = [s for s in by_kind.get("bench", []) if s.get("result") and not s["result"].get("dry_run")]
+    if benches:
+        out += ["## Benchmarks", ""]
+        for s in benches:
+            out += _bench(s["id"], s["result"])
+    for s in by_kind.get("compare", []):
+        if s.get("result") and s["result"].get("rows"):
+            out += _compare(s["result"], base)
+    profiles = [s for s in by_kind.get("profile", []) if s.get("result") and s["result"].get("analysis")]
+    if profiles:
+        out += ["## Profiles", ""]
+        for s in profiles:
+            out += _profile(s["id"], s["result"], base)
+    return out
+
+
+def render(folder: Path, base: Path | None = None) -> str:
+    """The report's markdown for the run in folder; chart links are relative to base (default folder)."""
+    base = base or folder
+    manifest = artifacts.read_json(folder / "manifest.json") if (folder / "manifest.json").exists() else {}
+    if (folder / "play.json").exists():
+        lines = _play(artifacts.read_json(folder / "play.json"), manifest, base)
+    elif (folder / "bench.json").exists():
+        doc = artifacts.read_json(folder / "bench.json")
+        lines = [f"# Bench on {doc.get('host')}", "", *_host(doc.get("facts")), *_bench(doc.get("run_id", ""), doc)]
+    elif (folder / "comparison.json").exists():
+        lines = ["# Comparison", "", *_compare(artifacts.read_json(folder / "comparison.json"), base)]
+    elif (folder / "profile.json").exists():
+        doc = artifacts.read_json(folder / "profile.json")
+        lines = [f"# Profile on {doc.get('host')}", "", *_profile(doc.get("run_id", ""), doc, base)]
+    else:
+        raise ConfigError(f"{folder}: no play, bench, profile or comparison record to report on")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(run: str, output: str | None = None) -> Path:
+    """Write RUN's report (default RUN/run-report.md, next to its charts) and return its path."""
+    folder = artifacts.find_run(run)
+    target = Path(output) if output else folder / "run-report.md"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render(folder, target.parent.resolve()))
+    return target
