@@ -113,6 +113,11 @@ def test_inv_profile_json(use_sandbox, standin, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["ok"] and len(doc["traces"]) == 2 and doc["analysis"]["findings"][0]["rule"] == "dtype-cast"
+    r = inv_cmd("profile", "--host", "gpu-a", "--port", str(port), "--steps", "2", "--output-len", "8", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "dtype conversion (aten::copy_ -> elementwise kernel) takes 69% of GPU time in decode steps" in \
+        " ".join(r.stdout.split())
+    assert "stand-in server" in r.stdout and "report:" in r.stdout
     r = inv_cmd("profile", "--host", "gpu-a", "--port", str(free_port()), env=env)
     assert r.returncode != 0 and "Traceback" not in r.stderr and "no SGLang server answering" in r.stderr
 
