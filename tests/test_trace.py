@@ -211,6 +211,13 @@ def test_report_views(tmp_path, real):
     assert open(saved["chart"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     doc = json.loads((tmp_path / "rep" / "analysis.json").read_text())
     assert doc["by_kernel"][0]["name"] == "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_NNT"
+    from rich.console import Console
+
+    out = Console(record=True, width=200)
+    out.print(real.table())
+    text = out.export_text()  # kernel names carry [...]: shown as text, not eaten as rich markup
+    assert "unrolled_elementwise_kernel[direct_copy_kernel_cuda, BFloat16]" in text
+    assert "ProfilerStep#" in text and "78.3%" in text
 
 
 def test_inv_analyze_trace(tmp_path):

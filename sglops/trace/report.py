@@ -33,7 +33,7 @@ def _verdict(a: TraceAnalysis) -> list[str]:
 
 def _ranks(a: TraceAnalysis) -> str:
     ranks = sorted({f.rank for f in a.files if f.rank is not None})
-    return f"{len(a.files)} file(s), ranks {', '.join(map(str, ranks)) or '?'}"
+    return f"{len(a.files)} file(s), " + (f"ranks {', '.join(map(str, ranks))}" if ranks else "rank not recorded")
 
 
 def table(a: TraceAnalysis, top: int = 12) -> Group:
@@ -49,13 +49,13 @@ def table(a: TraceAnalysis, top: int = 12) -> Group:
     for col, just in (("kernel", "left"), ("ms", "right"), ("share", "right"), ("calls", "right")):
         kt.add_column(col, justify=just, overflow="fold")
     for name, us, n in a.top_kernels(top):
-        kt.add_row(short_kernel(name), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
+        kt.add_row(Text(short_kernel(name)), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
     ot = Table(title="GPU time by launching CPU op (incl. nested ops, as torch's device_time_total)",
                title_justify="left")
     for col, just in (("op", "left"), ("ms", "right"), ("share", "right"), ("calls", "right")):
         ot.add_column(col, justify=just)
     for name, us, n in a.top_ops(top):
-        ot.add_row(name, f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
+        ot.add_row(Text(name), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
     parts = [head, kt, ot]
     steps = a.step_summary()
     if steps:
@@ -64,7 +64,7 @@ def table(a: TraceAnalysis, top: int = 12) -> Group:
             st.add_column(col, justify="left" if col == "step" else "right")
         for s in steps:
             busy = s["median_gpu_us"] / s["median_cpu_us"] if s["median_cpu_us"] else 0.0
-            st.add_row(s["name"], str(s["count"]), f"{s['median_cpu_us'] / 1000:.3f}",
+            st.add_row(Text(s["name"]), str(s["count"]), f"{s['median_cpu_us'] / 1000:.3f}",
                        f"{s['median_gpu_us'] / 1000:.3f}", f"{busy:.0%}")
         parts.append(st)
     if len(a.files) > 1:
@@ -72,7 +72,7 @@ def table(a: TraceAnalysis, top: int = 12) -> Group:
         for col in ("rank", "file", "GPU ms", "idle", "kernels", "steps"):
             rt.add_column(col, justify="left" if col == "file" else "right")
         for f in a.files:
-            rt.add_row(str(f.rank) if f.rank is not None else "?", os.path.basename(f.path),
+            rt.add_row(str(f.rank) if f.rank is not None else "?", Text(os.path.basename(f.path)),
                        f"{f.gpu_us / 1000:.3f}", f"{f.idle_share:.0%}", str(f.kernels), str(f.steps))
         parts.append(rt)
     for w in a.warnings:
