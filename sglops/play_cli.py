@@ -28,6 +28,8 @@ def play_task(name: str, targets: cli.Targets, *, dry_run: bool, from_step: str 
     from sglops.play_spec import load_play
 
     play = cli.guarded(lambda: load_play(name, cli.guarded(parse_vars, var)))
+    if from_step:
+        cli.guarded(play.index, from_step)  # a step that is not in the play is refused before any host is touched
     show = not json
     results = cli.per_host("play", targets, lambda r: run_play(r, play, dry_run=dry_run, from_step=from_step,
                                                                 show=show), json=json)

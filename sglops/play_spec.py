@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, UndefinedError
+from jinja2 import StrictUndefined, Undefined, UndefinedError
 from jinja2.nativetypes import NativeEnvironment
 
 from sglops.errors import ConfigError
@@ -78,7 +78,10 @@ def render_value(value: Any, variables: dict[str, Any], where: str) -> Any:
     """`{{ var }}` in strings (recursively), keeping native types: "{{ runs }}" -> 5."""
     if isinstance(value, str) and "{{" in value:
         try:
-            return _env.from_string(value).render(**variables)
+            out = _env.from_string(value).render(**variables)
+            if isinstance(out, Undefined):  # a lone "{{ name }}" renders natively to the Undefined itself
+                out._fail_with_undefined_error()
+            return out
         except UndefinedError as exc:
             raise ConfigError(f"{where}: {exc.message} (define it under vars: or pass --var)") from None
     if isinstance(value, dict):

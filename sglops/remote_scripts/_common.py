@@ -40,6 +40,20 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def sglops_dir(root, create=True):
+    """<root>/.sglops: sglops' state on the host (ledger, lock, backups, server and kernel records).
+
+    Created with a .gitignore of `*`, so the SGLang checkout's `git status` stays clean. With
+    create=False nothing is made (dry runs and read-only inspections change nothing).
+    """
+    d = _os.path.join(root, ".sglops")
+    if create and not _os.path.isdir(d):
+        _os.makedirs(d, exist_ok=True)
+        with open(_os.path.join(d, ".gitignore"), "w") as fh:
+            fh.write("# sglops state on this host (not part of the SGLang tree)\n*\n")
+    return d
+
+
 def _expand(p):
     return _os.path.abspath(_os.path.expanduser(p))
 

@@ -24,7 +24,7 @@ def state_dir(hint):
         root = find_sglang(hint)["root"]
     except UserError:
         root = _os.path.expanduser("~")
-    return _os.path.join(root, ".sglops", "kernels")
+    return _os.path.join(sglops_dir(root, create=False), "kernels")
 
 
 def target_dir(target, hint):
@@ -54,6 +54,7 @@ def write_records(state, records):
 
 
 def lock(state):
+    sglops_dir(_os.path.dirname(_os.path.dirname(state)))  # <root>/.sglops with its .gitignore
     _os.makedirs(state, exist_ok=True)
     fh = open(_os.path.join(state, ".lock"), "w")
     try:

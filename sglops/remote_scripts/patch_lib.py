@@ -20,12 +20,7 @@ STAGED_SUFFIX = ".sglops-new"
 
 
 def state_dir(root):
-    d = _os.path.join(root, ".sglops")
-    if not _os.path.isdir(d):
-        _os.makedirs(d, exist_ok=True)
-        with open(_os.path.join(d, ".gitignore"), "w") as fh:
-            fh.write("# sglops state: ledger, lock, backups (not part of the SGLang tree)\n*\n")
-    return d
+    return sglops_dir(root)
 
 
 def resolve(root, rel):

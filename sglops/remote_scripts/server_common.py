@@ -18,14 +18,8 @@ FAILURE_CLASSES = [  # (class, label, pattern): first match wins, most specific 
 ]
 
 
-def state_dir(root):
-    path = _sos.path.join(root, ".sglops")
-    _sos.makedirs(path, exist_ok=True)
-    return path
-
-
-def state_paths(root):
-    d = state_dir(root)
+def state_paths(root, create=True):
+    d = sglops_dir(root, create)
     names = ["server.pid", "server.json", "launch.sh", "launch.last-good.sh", "launch.last-good.json", "server.log",
              "restarts.jsonl", "server.lock"]
     return {n: _sos.path.join(d, n) for n in names}

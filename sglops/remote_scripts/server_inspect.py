@@ -120,7 +120,7 @@ def tree_facts(pkg):
 
 
 def current(root):
-    paths = state_paths(root)
+    paths = state_paths(root, create=False)
     info = our_server(paths)
     return {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
             "last_good": read_json_file(paths["launch.last-good.json"])
