@@ -129,7 +129,7 @@ def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int |
         return Planned(f"profile {steps} decode steps of a {output_len}-token single-stream request, pull the "
                        "traces back and analyse them")
     return profile.run_profile(ctx.remote, steps=steps, output_len=output_len, port=port or _server_port(ctx.remote),
-                               show_progress=False)
+                               show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}")
 
 
 def _compare(ctx: StepContext, runs: list[str] | None = None):

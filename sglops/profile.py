@@ -71,7 +71,7 @@ def _bar(remote_files: list[dict]):
 
 
 def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: int | None = None,
-                wait_s: float = 120, show_progress: bool = True) -> ProfileResult:
+                wait_s: float = 120, show_progress: bool = True, run_id: str | None = None) -> ProfileResult:
     """Profile `steps` decode steps of a single-stream request on the host's server, then analyse."""
     if steps < 1 or output_len < 1:
         raise ConfigError(f"--steps and --output-len must be positive (got {steps}, {output_len})")
@@ -90,7 +90,7 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
     else:
         doc = remote.run_py("profile_capture", args, timeout=wait_s + 600)
 
-    run_id = artifacts.new_run_id()
+    run_id = run_id or artifacts.new_run_id()
     folder = artifacts.run_dir(remote.name, run_id)
     traces_dir = folder / "traces"
     traces_dir.mkdir(parents=True, exist_ok=True)

@@ -394,15 +394,24 @@ class Handler(BaseHTTPRequestHandler):
         return max(1, len(str(prompt or "").split()))
 
     def _paced(self, n: int):
-        """Yield token indices at t_first + k/rate on absolute monotonic deadlines (no drift)."""
+        """Yield token indices at t_first + k/rate on absolute monotonic deadlines (no drift).
+
+        t_first is when the first token actually went out (the caller has written it when the
+        generator resumes), so a late first token delays the rest instead of being caught up.
+        """
         st = self.state
-        t_first = time.monotonic() + st.ttft
-        for k in range(n):
+        wait = st.ttft
+        if wait > 0:
+            time.sleep(wait)
+        if n < 1:
+            return
+        yield 0
+        t_first = time.monotonic()
+        for k in range(1, n):
             wait = t_first + k / st.rate - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            if k > 0:
-                st.decode_step()
+            st.decode_step()
             yield k
 
     def _start_stream(self) -> None:

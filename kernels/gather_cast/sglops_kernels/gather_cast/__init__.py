@@ -70,12 +70,17 @@ def backend(pool: torch.Tensor) -> str:
 
 def gather_cast(pool: torch.Tensor, idx: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16,
                 scale: float | torch.Tensor | None = None) -> torch.Tensor:
-    """pool[idx] dequantised to out_dtype (times scale), in one pass on CUDA."""
-    _as_fp8(pool)
+    """pool[idx] dequantised to out_dtype (times scale), in one pass on CUDA.
+
+    A pool that is not FP8 (a BF16 KV cache) is gathered by torch: there is nothing to dequantise.
+    """
     if idx.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"gather_cast: idx must be int32 or int64, not {idx.dtype}")
     if idx.device != pool.device:
         raise ValueError(f"gather_cast: idx is on {idx.device}, pool on {pool.device}")
+    if pool.dtype not in (_FP8, torch.uint8):
+        rows = pool[idx]
+        return rows.to(out_dtype) if scale is None else (rows.to(torch.float32) * scale).to(out_dtype)
     if backend(pool) == "torch":
         return torch_gather_cast(pool, idx, out_dtype, scale)
     return _triton_impl.gather_cast(pool, idx, out_dtype, scale)
