@@ -10,8 +10,38 @@ from rich.console import Console
 
 from sglops import redact
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class _Redacting:
+    """A text stream that masks registered secrets in everything written through it, so no table,
+    progress line or script that rich prints can show a password or token."""
+
+    def __init__(self, stream_name: str) -> None:
+        self._name = stream_name
+
+    @property
+    def _stream(self):
+        return getattr(sys, self._name)  # looked up each time: pytest and Invoke swap sys.stdout
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact.text(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", "utf-8")
+
+
+console = Console(file=_Redacting("stdout"), highlight=False)
+err_console = Console(file=_Redacting("stderr"), highlight=False)
 
 
 def print_json(obj: Any) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglops import redact
 from sglops.errors import ConfigError
 from sglops.hosts import REPO_ROOT
 from sglops.yamlio import check_fields, load_yaml
@@ -151,9 +152,11 @@ def _build(name: str, path: Path, data: dict) -> Profile:
     env = data.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError(f"{where}: env must be a mapping NAME: value")
-    for k in env:
+    for k, v in env.items():
         if not ENV_NAME.match(str(k)):
             raise ConfigError(f"{where}: env name {k!r} is not a valid variable name")
+        if redact.SECRET_NAME.search(str(k)):
+            redact.register(str(v))  # an HF_TOKEN in a profile never shows in a printed script or artifact
     extra = data.get("extra_args") or []
     if not isinstance(extra, list):
         raise ConfigError(f"{where}: extra_args must be a list of strings, one argument each")

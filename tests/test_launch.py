@@ -206,3 +206,20 @@ def test_restart_refuses_an_unknown_profile_before_touching_a_host(use_sandbox):
     assert r.returncode != 0 and "no server profile 'nope'" in r.stderr and "sandbox" in r.stderr
     with pytest.raises(SglopsError):
         launch.check_restart_args(None, False)
+
+
+def test_a_token_in_a_profile_never_shows_in_what_sglops_prints_or_keeps(use_sandbox, profiles, tmp_path):
+    from conftest import inv_cmd
+
+    token = "hf_planted_token_for_the_leak_test_7781"
+    name = profiles("secret", env={"HF_TOKEN": token})
+    env = {"SGLOPS_INVENTORY": str(use_sandbox.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art"),
+           "SGLOPS_PROFILES": os.environ.get("SGLOPS_PROFILES", "")}
+    res = inv_cmd("render", name, "--host", "gpu-a", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "HF_TOKEN" in res.stdout and token not in res.stdout + res.stderr
+    res = inv_cmd("restart", name, "--host", "gpu-a", "--dry-run", "--json", env=env)
+    assert token not in res.stdout + res.stderr
+    for path in (tmp_path / "art").rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(errors="replace"), path

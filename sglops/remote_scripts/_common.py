@@ -40,6 +40,25 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def http(url, body=None, timeout=2.0):
+    """(status, body text) of a GET, or of a JSON POST when body is given, to the host's own server;
+    (None, error) when nothing answers. HTTP errors are answers too (their status and body)."""
+    import json as _json
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else _json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                 headers={} if body is None else {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (OSError, ValueError) as exc:
+        return None, str(getattr(exc, "reason", exc))
+
+
 def sglops_dir(root, create=True):
     """<root>/.sglops: sglops' state on the host (ledger, lock, backups, server and kernel records).
 
@@ -145,6 +164,14 @@ def find_sglang(hint=None):
     if hint:
         raise UserError("SGLang not found at " + where + " (no sglang/srt/server_args.py there); " + how)
     raise UserError("SGLang not found: looked in the host python's packages and " + where + "; " + how)
+
+
+def try_find_sglang(hint=None):
+    """(info, None) or (None, the one-line reason): for steps that still answer without SGLang."""
+    try:
+        return find_sglang(hint), None
+    except UserError as exc:
+        return None, str(exc)
 
 
 def python_info():

@@ -81,13 +81,6 @@ def served_model(port, info):
 
 
 # -- what is applied -----------------------------------------------------------------------------
-def sglang_tree(hint):
-    try:
-        return find_sglang(hint), None
-    except UserError as exc:
-        return None, str(exc)
-
-
 def applied_patches(root):
     """Patches from the ledger, each file's current hash checked against the hash recorded after applying."""
     if not root:
@@ -354,7 +347,7 @@ def main(args):
     check_health(port)
     info = server_info(port)
     model = args.get("model") or served_model(port, info)
-    tree, tree_error = sglang_tree(args.get("sglang_root"))
+    tree, tree_error = try_find_sglang(args.get("sglang_root"))
     patches = applied_patches(tree["root"] if tree else None)
 
     plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels

@@ -28,16 +28,9 @@ def cuda_version():
     return {"driver_cuda": m.group(1) if m else None, "nvcc": m2.group(1) if m2 else None}
 
 
-def _sglang(root):
-    try:
-        return find_sglang(root), None
-    except UserError as exc:
-        return None, str(exc)
-
-
 def main(args):
     (gpu_rows, gpu_error), cuda, (sglang, sglang_error), (rc, rg, _) = parallel(
-        gpus, cuda_version, lambda: _sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]))
+        gpus, cuda_version, lambda: try_find_sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]))
     torch = dist_version("torch")
     if torch and torch.get("version") and "+cu" in torch["version"]:
         torch["cuda"] = torch["version"].split("+cu")[1]

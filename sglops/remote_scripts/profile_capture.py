@@ -9,23 +9,13 @@ import re
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 DEFAULT_PORT = 30000
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 
 
 def _post(url, body, timeout):
-    data = json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except (OSError, ValueError) as exc:
-        return None, str(getattr(exc, "reason", exc))
+    return http(url, body, timeout)
 
 
 def _where(args):

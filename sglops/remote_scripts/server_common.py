@@ -137,16 +137,7 @@ def local_url(host, port, path):
 
 def http_get(url, timeout=2.0):
     """(status, body) from a GET on the host's own server; (None, error) when nothing answers."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except (OSError, ValueError) as exc:
-        return None, str(getattr(exc, "reason", exc))
+    return http(url, timeout=timeout)
 
 
 def append_record(paths, record):
