@@ -119,17 +119,15 @@ def _read_version(pkg):
 
 
 def _git_info(pkg):
-    rc, top, _ = sh(["git", "rev-parse", "--show-toplevel"], cwd=pkg)
-    if rc != 0:
+    """Checkout root, commit, branch and dirty files: two git calls (rev-parse answers three questions)."""
+    rc, out, _ = sh(["git", "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD"], cwd=pkg)
+    lines = out.split("\n")
+    if rc != 0 or len(lines) < 3:
         return None
-    top = top.strip()
-    (_, commit, _), (_, status, _), (_, branch, _) = parallel(
-        lambda: sh(["git", "rev-parse", "HEAD"], cwd=top),
-        lambda: sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top),
-        lambda: sh(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=top),
-    )
+    top, commit, branch = (ln.strip() for ln in lines[:3])
+    _, status, _ = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
     dirty = [ln[3:] for ln in status.splitlines() if ln.strip()]
-    return {"root": top, "commit": commit.strip() or None, "branch": branch.strip() or None,
+    return {"root": top, "commit": commit or None, "branch": branch or None,
             "dirty": bool(dirty), "dirty_files": dirty[:50]}
 
 

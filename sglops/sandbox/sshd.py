@@ -9,7 +9,6 @@ Loopback only: sshd listens on 127.0.0.1 and nothing here connects anywhere else
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shutil
 import signal
@@ -34,6 +33,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+GPU_KEYS = {"count": "COUNT", "name": "NAME", "compute_cap": "CC", "memory_mib": "MEM", "driver": "DRIVER",
+            "cuda": "CUDA"}
+
+
+def gpus_env(gpus: dict) -> str:
+    """The stand-in nvidia-smi's GPU set, e.g. {"count": 1, "name": "NVIDIA H200", "compute_cap": "9.0",
+    "memory_mib": 143771}, as the sh file it sources."""
+    import shlex
+
+    unknown = set(gpus) - set(GPU_KEYS)
+    if unknown:
+        raise ValueError(f"unknown stand-in GPU keys {sorted(unknown)}; known: {sorted(GPU_KEYS)}")
+    return "".join(f"{GPU_KEYS[k]}={shlex.quote(str(v))}\n" for k, v in gpus.items())
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -67,10 +81,10 @@ class SandboxHost:
         self.home.mkdir(parents=True, exist_ok=True)
         self.bin.mkdir(exist_ok=True)
         smi = self.bin / "nvidia-smi"
-        smi.write_text((HERE / "bin" / "nvidia-smi").read_text().replace("#!/usr/bin/env python3", f"#!{self.python}", 1))
+        shutil.copy(HERE / "bin" / "nvidia-smi", smi)
         smi.chmod(0o755)
         if self.gpus:
-            (self.bin / "gpus.json").write_text(json.dumps(self.gpus))
+            (self.bin / "gpus.env").write_text(gpus_env(self.gpus))
         standin = self.bin / "sglang-standin"  # the stand-in server (sglops/sandbox/standin_server.py), see launch
         standin.write_text(f'#!/bin/sh\nexec {self.python} {HERE / "standin_server.py"} "$@"\n')
         standin.chmod(0o755)
