@@ -93,9 +93,11 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
                    probes=None, show_hits=False, engine="auto"):
     """Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; FlashInfer MLA FP8."""
     from sglops.console import console
-    from sglops.probe import load_probe_set, scan
+    from sglops.probe import ENGINES, load_probe_set, scan
 
     probe_set = cli.guarded(load_probe_set, probes)
+    if engine not in ENGINES:
+        cli.fail(f"--engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
     cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: scan(r, probe_set, engine=engine), json=json, artifact="probe.json",
                  show=lambda rep: console.print(rep.table(show_hits=show_hits)))
@@ -258,9 +260,8 @@ def play(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_
 @task(help={"run": "a run id (or unique prefix, or its folder)", "output": "where to write (default RUN/report.md)"})
 def report(c, run, output=None):
     """Write a markdown report of a recorded run (a play, bench, profile...) with its charts."""
-    from sglops.report import write_report
-
     from sglops.console import console
+    from sglops.report import write_report
 
     console.print(f"report written: {cli.guarded(write_report, run, output)}")
 

@@ -164,6 +164,7 @@ def _record(remote: Remote, play: Play, result: PlayResult, folder: Path) -> Non
     artifacts.save(remote.name, result.run_id, "play.json", result.to_json(), task="play", extra={
         "play": play.name, "play_file": str(play.path), "vars": play.vars, "dry_run": result.dry_run,
         "ok": result.ok, "failed_step": result.failed.id if result.failed else None,
+        "status": "dry-run" if result.dry_run else ("ok" if result.ok else f"failed at {result.failed.id}"),
         "facts": facts, "sglang": (facts or {}).get("sglang"), "patches": patches_applied,
         "launch": [{"step": r["step"], "profile": r.get("profile"), "argv": r.get("argv"), "script": r.get("script")}
                    for r in restart],

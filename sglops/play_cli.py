@@ -30,7 +30,9 @@ def play_task(name: str, targets: cli.Targets, *, dry_run: bool, from_step: str 
     play = cli.guarded(lambda: load_play(name, cli.guarded(parse_vars, var)))
     if from_step:
         cli.guarded(play.index, from_step)  # a step that is not in the play is refused before any host is touched
-    show = not json
+    # live per-step progress for one host; with several, rich can drive only one live display, so each
+    # host's play runs quietly and its table is printed when it is done
+    show = not json and len(cli.guarded(targets.resolve)) == 1
     results = cli.per_host("play", targets, lambda r: run_play(r, play, dry_run=dry_run, from_step=from_step,
                                                                 show=show), json=json)
     failed = [r for r in results if not r.ok]
