@@ -21,12 +21,8 @@ import contextlib
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,33 +31,22 @@ sys.path.insert(0, str(REPO))
 from sglops.bench import run_bench  # noqa: E402
 from sglops.hosts import Host  # noqa: E402
 from sglops.remote import LocalRemote, connect  # noqa: E402
-from sglops.sandbox.sshd import HOST_PYTHON, free_port  # noqa: E402
+from sglops.sandbox.sshd import HOST_PYTHON  # noqa: E402
+from sglops.sandbox.standin_local import start_standin  # noqa: E402
 
-STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
 RATES = "5,10.5,13.5,50,200,1000,2000,5000,10000"
 
 
 @contextlib.contextmanager
 def standin(rate: float, ttft_ms: float = 20):
     """A stand-in server on a free loopback port, decoding at `rate` tok/s."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLOPS_STANDIN")}
-    env.update({"SGLOPS_STANDIN_TPS": repr(rate), "SGLOPS_STANDIN_TTFT_MS": str(ttft_ms),
-                "SGLOPS_STANDIN_STARTUP_S": "0.05"})
-    proc = subprocess.Popen([HOST_PYTHON, str(STANDIN), "--model-path", "standin", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    server = start_standin("--model-path", "standin",
+                           knobs={"TPS": repr(rate), "TTFT_MS": str(ttft_ms), "STARTUP_S": "0.05"})
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.02)
-        yield port
+        server.wait_healthy(10)
+        yield server.port
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        server.stop()
 
 
 @contextlib.contextmanager

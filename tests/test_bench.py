@@ -8,54 +8,38 @@ on the host's own SGLang tree, and the client reaches it on 127.0.0.1 as it woul
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
 from sglops import artifacts, bench
 from sglops.compare import compare, list_runs
-from sglops.sandbox.sshd import HOST_PYTHON, free_port
-from tests.conftest import REPO, inv_cmd
-
-STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
+from sglops.sandbox.sshd import free_port
+from sglops.sandbox.standin_local import StandinProcess, start_standin
+from tests.conftest import inv_cmd
 
 
 @pytest.fixture
 def standin(use_sandbox, tmp_path):
     """standin(tps=..., **knobs) -> port of a stand-in server on gpu-a's tree; all stopped afterwards."""
-    procs: list[subprocess.Popen] = []
+    servers: list[StandinProcess] = []
     root = use_sandbox.host("gpu-a").sglang_root
 
     def start(tps: float, wait: bool = True, **knobs) -> int:
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLOPS_STANDIN")}
-        env.update({"PYTHONPATH": str(root / "python"), "SGLOPS_STANDIN_TPS": str(tps),
-                    "SGLOPS_STANDIN_TTFT_MS": "20", "SGLOPS_STANDIN_STARTUP_S": "0.1",
-                    **{f"SGLOPS_STANDIN_{k.upper()}": str(v) for k, v in knobs.items()}})
-        log = open(tmp_path / f"standin-{port}.log", "wb")
-        procs.append(subprocess.Popen([HOST_PYTHON, str(STANDIN), "--model-path", "deepseek-ai/DeepSeek-V2-Lite",
-                                       "--port", str(port), "--tp-size", "2", "--kv-cache-dtype", "fp8_e4m3",
-                                       "--attention-backend", "flashinfer"],
-                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        deadline = time.monotonic() + 10
-        while wait and time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.05)
-        return port
+        server = start_standin("--model-path", "deepseek-ai/DeepSeek-V2-Lite", "--tp-size", "2",
+                               "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "flashinfer",
+                               knobs={"TPS": tps, "TTFT_MS": 20, "STARTUP_S": 0.1, **knobs},
+                               sglang_python=root / "python", log=tmp_path / f"standin-{len(servers)}.log")
+        servers.append(server)
+        if wait:
+            server.wait_healthy(10)
+        return server.port
 
-    start.procs = procs
+    start.procs = servers
     yield start
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    for server in servers:
+        server.stop()
 
 
 def bench_json(*args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
@@ -166,11 +150,11 @@ def test_dropped_streams_mark_the_run_failed_never_a_clean_figure(standin):
 
 def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
     port = standin(100)
-    proc = standin.procs[-1]
+    server = standin.procs[-1]
 
     def kill_after_first(ev):
-        if ev.get("done", 0) >= 1 and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if ev.get("done", 0) >= 1:
+            server.stop()
 
     result = bench.run_bench(remote_a, runs=4, output_len=30, port=port, with_facts=False,
                              on_progress=kill_after_first)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sglops.sandbox import trees
-from sglops.sandbox.sshd import HOST_PYTHON, free_port
+from sglops.sandbox.standin_local import start_standin
 
 STANDIN = Path(__file__).resolve().parent.parent / "sglops" / "sandbox" / "standin_server.py"
 
@@ -59,15 +58,10 @@ def start(tmp_path):
 
     def go(*args: str, env: dict | None = None, script: Path = STANDIN, port: int | None = None,
            sglang: Path | None = tree) -> Server:
-        port = port or free_port()
-        log = tmp_path / f"server-{port}-{len(procs)}.log"
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLOPS_STANDIN")}
-        full_env.update({"PYTHONPATH": str(sglang) if sglang else "", **(env or {})})
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen([HOST_PYTHON, str(script), "--port", str(port), *args],
-                                    stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
-        procs.append(proc)
-        return Server(proc, port, log)
+        sp = start_standin(*args, port=port, env=env, sglang_python=sglang, script=script,
+                           log=tmp_path / f"server-{len(procs)}.log")
+        procs.append(sp.proc)
+        return Server(sp.proc, sp.port, sp.log)
 
     yield go
     for p in procs:
