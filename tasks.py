@@ -141,11 +141,11 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
                          output_len="tokens to generate (ignore_eos, temperature 0)",
                          concurrency="streams in flight, e.g. 1,4,16 (default 1: single-stream decode)",
                          api="sglang (native /generate) or openai (/v1/completions, e.g. for vLLM)",
-                         port="the server's port on the host (the client runs on the host, on 127.0.0.1)",
+                         port="the server's port on the host (default: the server sglops started there, else 30000)",
                          requests="requests per repeat and level (default: one per stream)",
                          warmup="warm-up rounds per level, not counted (default 1)"))
 def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=5,
-          input_len=128, output_len=256, concurrency="1", api="sglang", port=30000, requests=None, warmup=1):
+          input_len=128, output_len=256, concurrency="1", api="sglang", port=None, requests=None, warmup=1):
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
     from sglops import bench as b
 

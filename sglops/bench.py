@@ -29,7 +29,6 @@ from sglops.errors import ConfigError, SglopsError
 from sglops.remote import Remote
 
 APIS = ("sglang", "openai")
-DEFAULT_PORT = 30000
 
 
 class BenchIncomplete(SglopsError):
@@ -235,14 +234,14 @@ def parse_levels(concurrency: str | int | Sequence[int]) -> list[int]:
     return list(dict.fromkeys(levels))
 
 
-def _check(runs: int, input_len: int, output_len: int, api: str, port: int) -> None:
+def _check(runs: int, input_len: int, output_len: int, api: str, port: int | None) -> None:
     if api not in APIS:
         raise ConfigError(f"--api must be one of {', '.join(APIS)} (got {api!r})")
     if runs < 1:
         raise ConfigError(f"--runs must be at least 1 (got {runs})")
     if input_len < 1 or output_len < 2:
         raise ConfigError(f"--input-len must be >= 1 and --output-len >= 2 (got {input_len}, {output_len})")
-    if not 0 < port < 65536:
+    if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be a TCP port (got {port})")
 
 
@@ -254,7 +253,7 @@ def run_bench(
     output_len: int = 256,
     concurrency: str | int | Sequence[int] = 1,
     api: str = "sglang",
-    port: int = DEFAULT_PORT,
+    port: int | None = None,
     requests: int | None = None,
     warmup: int = 1,
     request_timeout: float = 120,
@@ -267,7 +266,8 @@ def run_bench(
     A server that is down or unhealthy raises (nothing is measured); failed requests are counted
     per request and make the result partial or failed.
     """
-    runs, input_len, output_len, port = int(runs), int(input_len), int(output_len), int(port)
+    runs, input_len, output_len = int(runs), int(input_len), int(output_len)
+    port = int(port) if port else None  # None: the server sglops started on the host, else 30000
     _check(runs, input_len, output_len, api, port)
     levels = parse_levels(concurrency)
     args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
@@ -282,7 +282,7 @@ def run_bench(
     tokens = raw["client_tokens"]
     return BenchResult(
         host=remote.name,
-        config={"api": api, "port": port, "model": raw["model"], "runs": runs, "input_len": input_len,
+        config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"], "runs": runs, "input_len": input_len,
                 "output_len": output_len, "concurrency": levels, "requests_per_run": raw["requests_per_run"],
                 "warmup": int(warmup), "ignore_eos": True, "temperature": 0, "input": "random input_ids",
                 "order": "repeats interleaved across concurrency levels"},

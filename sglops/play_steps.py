@@ -115,7 +115,7 @@ def _bench(ctx: StepContext, runs: int = 5, input_len: int = 128, output_len: in
             ctx.progress(f"request {ev.get('done', 0)}/{ev.get('total', '?')}")
 
     result = bench.run_bench(ctx.remote, runs=runs, input_len=input_len, output_len=output_len,
-                             concurrency=concurrency, api=api, port=port or _server_port(ctx.remote), warmup=warmup,
+                             concurrency=concurrency, api=api, port=port, warmup=warmup,
                              on_progress=on_progress)
     bench.record(result, run_id=f"{ctx.run_id}-{ctx.step_id}")
     bench.check([result])
@@ -128,7 +128,7 @@ def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int |
     if ctx.dry_run:
         return Planned(f"profile {steps} decode steps of a {output_len}-token single-stream request, pull the "
                        "traces back and analyse them")
-    return profile.run_profile(ctx.remote, steps=steps, output_len=output_len, port=port or _server_port(ctx.remote),
+    return profile.run_profile(ctx.remote, steps=steps, output_len=output_len, port=port,
                                show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}")
 
 
@@ -152,16 +152,6 @@ def _compare(ctx: StepContext, runs: list[str] | None = None):
         else:
             dirs.append(artifacts.find_run(name))
     return compare.compare(dirs, out_dir=artifacts.run_dir(ctx.remote.name, ctx.run_id))
-
-
-def _server_port(remote: Remote) -> int:
-    """The port of the server sglops started on this host, else SGLang's default."""
-    from sglops import launch
-
-    try:
-        return int(launch.server_info(remote).get("port") or 30000)
-    except Exception:
-        return 30000
 
 
 def _profile_summary(doc: dict) -> str:

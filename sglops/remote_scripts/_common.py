@@ -172,6 +172,26 @@ def try_find_sglang(hint=None):
         return None, str(exc)
 
 
+DEFAULT_SERVER_PORT = 30000
+
+
+def server_port(root, given=None):
+    """(port, where it came from): --port wins, then the server sglops started here (.sglops/server.json),
+    then SGLang's default."""
+    import json as _json
+
+    if given:
+        return int(given), "--port"
+    try:
+        with open(_os.path.join(root, ".sglops", "server.json")) as fh:
+            port = _json.load(fh).get("port") if root else None
+    except (OSError, ValueError, TypeError):
+        port = None
+    if port:
+        return int(port), ".sglops/server.json"
+    return DEFAULT_SERVER_PORT, "default"
+
+
 def python_info():
     return {"executable": _sys.executable, "version": ".".join(map(str, _sys.version_info[:3]))}
 

@@ -333,7 +333,8 @@ def prompt_ids(seed, n, low, high):
 
 
 def main(args):
-    port = int(args["port"])
+    tree, tree_error = try_find_sglang(args.get("sglang_root"))
+    port, port_from = server_port(tree["root"] if tree else None, args.get("port"))
     api = args.get("api") or "sglang"
     if api not in ("sglang", "openai"):
         raise UserError(f"unknown api {api!r} (sglang or openai)")
@@ -347,7 +348,6 @@ def main(args):
     check_health(port)
     info = server_info(port)
     model = args.get("model") or served_model(port, info)
-    tree, tree_error = try_find_sglang(args.get("sglang_root"))
     patches = applied_patches(tree["root"] if tree else None)
 
     plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels
@@ -389,7 +389,7 @@ def main(args):
     finally:
         stop.set()
     return {
-        "api": api, "port": port, "model": model, "input_len": in_len, "output_len": out_len,
+        "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
         "runs": runs, "concurrency": levels, "requests_per_run": sizes, "warmup": warm,
         "server_info": info, "sglang": tree, "sglang_error": tree_error, "patches": patches,
         "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens,

@@ -10,7 +10,6 @@ import shutil
 import tempfile
 import time
 
-DEFAULT_PORT = 30000
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 
 
@@ -19,17 +18,15 @@ def _post(url, body, timeout):
 
 
 def _where(args):
-    """(root or None, host, port): --port wins, then the launch state in <root>/.sglops/server.json."""
+    """(root or None, host, port, where the port came from): --port, the launch state, or the default."""
     root = None
     try:
         root = find_sglang(args.get("sglang_root"))["root"]
     except UserError:
         pass
-    state = read_json_file(os.path.join(root, ".sglops", "server.json")) if root else None
-    state = state or {}
-    port = args.get("port") or state.get("port") or DEFAULT_PORT
-    return root, state.get("host") or "127.0.0.1", int(port), "--port" if args.get("port") else (
-        ".sglops/server.json" if state.get("port") else "default")
+    state = (read_json_file(os.path.join(root, ".sglops", "server.json")) if root else None) or {}
+    port, port_from = server_port(root, args.get("port"))
+    return root, state.get("host") or "127.0.0.1", port, port_from
 
 
 def _out_dir(root, profile_id):
