@@ -267,3 +267,26 @@ def test_fast_and_streaming_paths_agree(monkeypatch, real):
     slow = analyze([REAL])
     assert fast.by_kernel == slow.by_kernel == real.by_kernel
     assert fast.by_op == slow.by_op and fast.steps == slow.steps
+
+
+GRAPH = REPO / "tests" / "data" / "traces" / "h200_graph_fullcast.trace.json.gz"  # bench/gpu_graph_trace.py, H200
+
+
+def test_cuda_graph_replay_trace_matches_torch_and_is_still_diagnosed():
+    """SGLang decodes under CUDA graphs: replayed kernels hang off cudaGraphLaunch, with no aten op.
+    Kernel totals and the step[DECODE] span must still match torch's own, and the whole-pool cast must
+    still be named, from the kernel alone."""
+    a = analyze([GRAPH])
+    rows = json.loads(GRAPH.with_name("h200_graph_fullcast.torch_totals.json").read_text())[
+        "torch_key_averages_top_by_device_time_us"]
+    kernels = [r for r in rows if r["key"] in a.by_kernel]
+    assert len(kernels) >= 10
+    for r in kernels:
+        us, count = a.by_kernel[r["key"]]
+        assert count == r["count"] and us == pytest.approx(r["device_time_total_us"], rel=TOLERANCE), r
+    step = next(r for r in rows if r["key"] == "step[DECODE bs=1]")
+    assert a.by_gpu_span["step[DECODE bs=1]"][0] == pytest.approx(step["device_time_total_us"], rel=TOLERANCE)
+    (first, *_) = a.to_json()["findings"]
+    assert first["rule"] == "dtype-cast" and first["top_op"] == "CUDA graph replay"
+    assert first["message"].startswith("dtype conversion (CUDA graph replay -> elementwise kernel) takes 9")
+    assert "in decode steps" in first["message"]

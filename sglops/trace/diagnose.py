@@ -17,7 +17,8 @@ from sglops.hosts import REPO_ROOT
 from sglops.yamlio import check_fields, load_yaml
 
 RULES_PATH = REPO_ROOT / "playbooks" / "diagnosis.yaml"
-FIELDS = {"id", "what", "metric", "op", "kernel", "min_share", "try"}
+FIELDS = {"id", "what", "metric", "op", "kernel", "graph_kernel", "min_share", "try"}
+GRAPH_REPLAY = "CUDA graph replay"  # what {op} says for kernels a graph replay launched (no aten op of their own)
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Rule:
     metric: str = "kernel_share"
     op: re.Pattern | None = None
     kernel: re.Pattern | None = None
+    graph_kernel: re.Pattern | None = None
     try_next: list[str] = field(default_factory=list)
 
 
@@ -71,12 +73,14 @@ def _load_rules(path: str, _stamp: int | None) -> list[Rule]:
         try:
             op = re.compile(entry["op"]) if entry.get("op") else None
             kernel = re.compile(entry["kernel"]) if entry.get("kernel") else None
+            graph_kernel = re.compile(entry["graph_kernel"]) if entry.get("graph_kernel") else None
         except re.error as exc:
             raise ConfigError(f"{where}: bad regex in rule {entry['id']}: {exc}") from None
         if metric == "kernel_share" and not (op or kernel):
             raise ConfigError(f"{where}: rule {entry['id']} needs an op or kernel regex")
         rules.append(Rule(id=str(entry["id"]), what=str(entry["what"]), min_share=float(entry["min_share"]),
-                          metric=metric, op=op, kernel=kernel, try_next=[str(t) for t in entry.get("try") or []]))
+                          metric=metric, op=op, kernel=kernel, graph_kernel=graph_kernel,
+                          try_next=[str(t) for t in entry.get("try") or []]))
     return rules
 
 
@@ -86,9 +90,12 @@ def _kernel_share(rule: Rule, facts: dict) -> tuple[float, str | None, str | Non
     by_op: dict[str, float] = {}
     by_kernel: dict[str, float] = {}
     for (op, kernel), us in pairs.items():
-        if rule.op and not rule.op.search(op):
-            continue
-        if rule.kernel and not rule.kernel.search(kernel):
+        if rule.op is None or rule.op.search(op):
+            if rule.kernel and not rule.kernel.search(kernel):
+                continue
+        elif rule.graph_kernel and not op.startswith("aten::") and rule.graph_kernel.search(kernel):
+            op = GRAPH_REPLAY  # replayed from a CUDA graph: no aten op to match, the kernel alone says what it is
+        else:
             continue
         by_op[op] = by_op.get(op, 0.0) + us
         by_kernel[kernel] = by_kernel.get(kernel, 0.0) + us
