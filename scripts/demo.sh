@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec python3 -m invoke demo "$@"
+. scripts/python.sh
+exec "$PY" -m invoke demo "$@"

@@ -15,5 +15,12 @@ if [ "$need_apt" = 1 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client ripgrep git >/dev/null
 fi
-python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test]"
-python3 -c "import sglops, fabric, invoke, torch" # fail here, not in the middle of a test run
+. scripts/python.sh
+if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv 2>/dev/null || {
+    $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    python3 -m venv .venv
+  }
+fi
+"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test]"
+"$PY" -c "import sglops, fabric, invoke, torch" # fail here, not in the middle of a test run
