@@ -102,7 +102,7 @@ def per_host(
         console.print(
             f"[bold]{task}[/]: {len(outcomes) - len(failed)} ok, {len(failed)} failed"
             + (f" ({', '.join(o.host.name for o in failed)})" if failed else "")
-            + f"; run {run_id}"
+            + (f"; run {run_id}" if artifact else "")  # steps that record their own runs name them
         )
     if failed:
         raise Exit(code=1)
