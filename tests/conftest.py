@@ -8,6 +8,7 @@ touch the operator's inventory, known_hosts or artifacts, and never leave loopba
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -52,11 +53,25 @@ def use_sandbox(sandbox, monkeypatch, tmp_path) -> Sandbox:
     return sandbox
 
 
+@contextlib.contextmanager
+def open_remote(sandbox: Sandbox, name: str):
+    """An open SSH Remote to one of the sandbox's hosts, closed afterwards."""
+    inv = load_inventory(sandbox.inventory)
+    with connect(inv.get(name), inventory=inv) as r:
+        yield r
+
+
 @pytest.fixture
 def remote_a(use_sandbox):
     """An open SSH Remote to sandbox host gpu-a."""
-    inv = load_inventory(use_sandbox.inventory)
-    with connect(inv.get("gpu-a"), inventory=inv) as r:
+    with open_remote(use_sandbox, "gpu-a") as r:
+        yield r
+
+
+@pytest.fixture
+def remote_b(use_sandbox):
+    """An open SSH Remote to sandbox host gpu-b (sglang 0.5.15)."""
+    with open_remote(use_sandbox, "gpu-b") as r:
         yield r
 
 

@@ -18,9 +18,7 @@ import yaml
 
 from sglops import launch
 from sglops.errors import ConfigError, SglopsError
-from sglops.hosts import load_inventory
 from sglops.launch_profiles import load_profile
-from sglops.remote import connect
 from sglops.sandbox.sshd import free_port
 from tests.conftest import REPO, inv_cmd
 
@@ -45,13 +43,6 @@ def profiles(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def host_b(use_sandbox):
-    inv = load_inventory(use_sandbox.inventory)
-    with connect(inv.get("gpu-b"), inventory=inv) as r:
-        yield r
-
-
-@pytest.fixture
 def clean_a(remote_a):
     yield remote_a
     launch.stop(remote_a, grace_s=1)
@@ -66,10 +57,10 @@ def alive(pid: int) -> bool:
 
 
 # -- render -----------------------------------------------------------------------------------
-def test_render_follows_each_hosts_release(remote_a, host_b, profiles):
+def test_render_follows_each_hosts_release(remote_a, remote_b, profiles):
     name = profiles("graphs", cuda_graph={"max_bs": 16}, dsa_decode_backend="flashmla_kv")
     a = launch.render_for(remote_a, name)
-    b = launch.render_for(host_b, name)
+    b = launch.render_for(remote_b, name)
     assert (a.sglang_version, b.sglang_version) == ("0.5.23", "0.5.15")
     assert "--cuda-graph-max-bs-decode 16" in a.script and "--cuda-graph-max-bs 16" in b.script
     assert "--dsa-decode-backend flashmla_kv" in a.script

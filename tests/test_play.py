@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, inv_cmd
+from conftest import REPO, inv_cmd, open_remote
 
 from sglops.errors import ConfigError
 from sglops.play_cli import parse_vars
@@ -111,11 +111,8 @@ def test_the_investigation_end_to_end(play_host, env):
 
 def _stop_server(sb) -> None:
     from sglops import launch
-    from sglops.hosts import load_inventory
-    from sglops.remote import connect
 
-    inv = load_inventory(sb.inventory)
-    with connect(inv.get("play-1"), inventory=inv) as remote:
+    with open_remote(sb, "play-1") as remote:
         launch.stop(remote)
 
 
