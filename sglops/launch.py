@@ -83,6 +83,12 @@ class RestartResult:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def failure_line(self, *notes: str) -> str:
+        """The one line a failed start ends in: what broke, after how long, what to try, where the log is."""
+        where = "; ".join([f"log {self.log_path}", *notes])
+        return (f"{self.host}: server did not come up: {self.failure_label} ({self.failure}) "
+                f"after {self.waited_s or 0:.1f}s; {self.hint} ({where})")
+
     def table(self):
         t = Table(title=f"restart {self.profile or '(rollback)'} on {self.host}", show_header=False)
         t.add_column(style="bold")
@@ -405,8 +411,6 @@ def restart_step(profile: str | None, *, rollback: bool, dry_run: bool, timeout:
         path = artifacts.save(remote.name, artifacts.new_run_id(), "restart.json", res.to_json(), task="restart")
         if not json:
             console.print(res.table())
-        raise LaunchFailed(f"{remote.name}: server did not come up: {res.failure_label} ({res.failure}) "
-                           f"after {res.waited_s:.1f}s; {res.hint} (log {res.log_path}; record {path}"
-                           + ("" if rollback else "; `inv rollback` brings back the last script that came up healthy")
-                           + ")")
+        notes = [f"record {path}"] + ([] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
+        raise LaunchFailed(res.failure_line(*notes))
     return step

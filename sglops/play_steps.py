@@ -98,8 +98,7 @@ def _restart(ctx: StepContext, profile: str | None = None, rollback: bool = Fals
     result = launch.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
                             on_progress=on_progress)
     if not ctx.dry_run and not result.ok:
-        raise launch.LaunchFailed(result.error_line() if hasattr(result, "error_line") else
-                                  f"{ctx.remote.name}: server did not come up ({result.failure_label})")
+        raise launch.LaunchFailed(result.failure_line())
     return result
 
 
