@@ -62,6 +62,26 @@ def bits(t):
     return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.uint8)
 
 
+def assert_same_reads(stock_buf, stock_indices, compact_buf, compact_indices, kv_indptr) -> None:
+    """Per request, the rows the kernel reads through the compact layout equal, bit for bit, the rows
+    it reads from the stock buffer (the whole-pool cast) through the stock kv_indices."""
+    for e, g in zip(kernel_reads(stock_buf, kv_indptr, stock_indices),
+                    kernel_reads(compact_buf, kv_indptr, compact_indices), strict=True):
+        assert torch.equal(bits(e), bits(g))
+
+
+def recording_kernel(ns) -> list:
+    """Install a fused kernel stand-in (right answer, records each call's row count) in the helpers."""
+    calls: list = []
+
+    def fused(pool, idx, out_dtype=torch.bfloat16, scale=None):
+        calls.append(len(idx))
+        return pool.view(torch.uint8)[idx.long()].view(pool.dtype).to(out_dtype)
+
+    ns["_fused_gather_cast"] = fused
+    return calls
+
+
 def random_batch(gen, pool_rows: int, bs: int, max_len: int):
     seq_lens = torch.randint(1, max_len + 1, (bs,), generator=gen)
     kv_indptr = torch.zeros(bs + 1, dtype=torch.int32)
@@ -86,10 +106,7 @@ def test_compact_buffer_matches_whole_pool_cast(variant, pool_rows, bs, max_len)
     compact = ns["_sglops_gather_cast"](pool, wrapper, torch.bfloat16)
     assert compact.dtype == torch.bfloat16 and compact.shape == (len(kv_indices), 1, 576)
 
-    expected = kernel_reads(pool.to(torch.bfloat16), kv_indptr, kv_indices)  # the unpatched path
-    got = kernel_reads(compact, kv_indptr, planned)
-    for e, g in zip(expected, got, strict=True):
-        assert torch.equal(bits(e), bits(g))
+    assert_same_reads(pool.to(torch.bfloat16), kv_indices, compact, planned, kv_indptr)  # vs the unpatched path
     # the point of it: rows cast are the active ones, not the pool
     assert compact.shape[0] == int(kv_indptr[-1])
 
@@ -108,21 +125,13 @@ def test_graph_wrappers_and_disabled_plans_keep_the_whole_pool_cast(variant):
         assert planned is kv_indices
         buf = ns["_sglops_gather_cast"](pool, wrapper, torch.bfloat16)
         assert buf.shape[0] == 300
-        for e, g in zip(kernel_reads(pool.to(torch.bfloat16), kv_indptr, kv_indices),
-                        kernel_reads(buf, kv_indptr, planned), strict=True):
-            assert torch.equal(bits(e), bits(g))
+        assert_same_reads(pool.to(torch.bfloat16), kv_indices, buf, planned, kv_indptr)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fused_kernel_is_preferred_when_installed(variant):
     ns = patched_helpers(variant)
-    calls = []
-
-    def fused(pool, idx, out_dtype=torch.bfloat16, scale=None):
-        calls.append(len(idx))
-        return pool[idx.long()].to(out_dtype)
-
-    ns["_fused_gather_cast"] = fused
+    calls = recording_kernel(ns)
     gen = torch.Generator().manual_seed(3)
     pool = torch.randint(0, 256, (64, 1, 576), generator=gen, dtype=torch.uint8).view(torch.float8_e4m3fn)
     kv_indptr, kv_indices = random_batch(gen, 64, 3, 20)
@@ -130,9 +139,7 @@ def test_fused_kernel_is_preferred_when_installed(variant):
     planned = ns["_sglops_compact_kv"](wrapper, kv_indices, True)
     buf = ns["_sglops_gather_cast"](pool, wrapper, torch.bfloat16)
     assert calls == [len(kv_indices)]
-    for e, g in zip(kernel_reads(pool.to(torch.bfloat16), kv_indptr, kv_indices),
-                    kernel_reads(buf, kv_indptr, planned), strict=True):
-        assert torch.equal(bits(e), bits(g))
+    assert_same_reads(pool.to(torch.bfloat16), kv_indices, buf, planned, kv_indptr)
 
 
 def test_bf16_pool_is_gathered_unchanged():
@@ -143,8 +150,7 @@ def test_bf16_pool_is_gathered_unchanged():
     wrapper = SimpleNamespace(_use_cuda_graph=False)
     planned = ns["_sglops_compact_kv"](wrapper, kv_indices, True)
     buf = ns["_sglops_gather_cast"](pool, wrapper, torch.bfloat16)
-    for e, g in zip(kernel_reads(pool, kv_indptr, kv_indices), kernel_reads(buf, kv_indptr, planned), strict=True):
-        assert torch.equal(bits(e), bits(g))
+    assert_same_reads(pool, kv_indices, buf, planned, kv_indptr)
 
 
 # --- CUDA graphs ---------------------------------------------------------------------------------
@@ -242,10 +248,8 @@ def test_cuda_graph_replays_read_exactly_the_whole_pool_cast_rows(variant, pool_
         stale_tail_seen |= bool(w._sglops_graph is not None and backend.cuda_graph_kv_indices[n:caps[bs]].any())
         for pool in layers:
             buf = ns["_sglops_gather_cast"](pool, w, torch.bfloat16)
-            expected = kernel_reads(pool.to(torch.bfloat16), kv_indptr, backend.cuda_graph_kv_indices)
-            got = kernel_reads(buf, kv_indptr, w._kv_indices_buf)
-            for e, g in zip(expected, got, strict=True):
-                assert torch.equal(bits(e), bits(g))
+            assert_same_reads(pool.to(torch.bfloat16), backend.cuda_graph_kv_indices, buf, w._kv_indices_buf,
+                              kv_indptr)
             if bs in compacted:
                 # static under the graph: cap rows gathered through the live index buffer, and
                 # the kernel's indices still the arange it was built on
@@ -277,13 +281,7 @@ def test_cuda_graph_layout_off_for_spec_dcp_and_unknown_pools(variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_cuda_graph_prefers_the_fused_kernel(variant):
     ns = patched_helpers(variant)
-    calls = []
-
-    def fused(pool, idx, out_dtype=torch.bfloat16, scale=None):
-        calls.append(len(idx))
-        return pool.view(torch.uint8)[idx.long()].view(pool.dtype).to(out_dtype)
-
-    ns["_fused_gather_cast"] = fused
+    calls = recording_kernel(ns)
     gen = torch.Generator().manual_seed(9)
     backend = FakeGraphBackend(4, 30)
     fake_pool, (pool,) = fp8_layers(gen, 1, 1000)
@@ -292,9 +290,7 @@ def test_cuda_graph_prefers_the_fused_kernel(variant):
     kv_indptr = replay(gen, backend, 4, 1000, 30)
     buf = ns["_sglops_gather_cast"](pool, w, torch.bfloat16)
     assert calls == [min(4 * 32, 120)]  # a static row count under the graph
-    for e, g in zip(kernel_reads(pool.to(torch.bfloat16), kv_indptr, backend.cuda_graph_kv_indices),
-                    kernel_reads(buf, kv_indptr, w._kv_indices_buf), strict=True):
-        assert torch.equal(bits(e), bits(g))
+    assert_same_reads(pool.to(torch.bfloat16), backend.cuda_graph_kv_indices, buf, w._kv_indices_buf, kv_indptr)
 
 
 def _method(tree: ast.Module, cls: str, names: tuple[str, ...]) -> ast.FunctionDef:

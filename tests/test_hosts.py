@@ -1,4 +1,7 @@
-"""Inventory and target resolution: --host NAME|ADDRESS|local, --hosts, --tag, --sglang-root."""
+"""Inventory and target resolution: --host NAME|ADDRESS|local, --hosts, --tag, --sglang-root.
+
+The 10.x addresses here are data only: resolution never connects, and nothing in this file opens a socket.
+"""
 
 from __future__ import annotations
 
