@@ -137,7 +137,7 @@ def _ssh_config_aliases() -> set[str]:
         return set()
 
 
-def ad_hoc_host(spec: str, inv: Inventory) -> Host:
+def ad_hoc_host(spec: str) -> Host:
     """`user@addr:port` or an ssh_config alias, not in the inventory."""
     user = None
     port = None
@@ -167,7 +167,7 @@ def resolve_one(spec: str, inv: Inventory) -> Host:
     if spec in inv.hosts:
         return inv.hosts[spec]
     if _looks_like_address(spec) or spec.split("@")[-1].split(":")[0] in _ssh_config_aliases():
-        return ad_hoc_host(spec, inv)
+        return ad_hoc_host(spec)
     raise HostNotFound(f"unknown host {spec!r}; {inv._names_hint()}")
 
 
