@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -174,8 +175,8 @@ def test_default_rate_follows_what_the_served_decode_code_does(start, tmp_path):
         "plain": None,
         "patched": _served_copy(tmp_path, "patched", "sglang-0.5.23.diff"),
         "marker-only": _served_copy(tmp_path, "marker", edit=lambda t: t + "\n# sglops: gather-cast\n"),
-        "patched-but-casting": _served_copy(tmp_path, "casting", "sglang-0.5.23.diff", edit=lambda t: t.replace(
-            'rows = getattr(wrapper, "_sglops_kv_rows", None)', "rows = None")),
+        "patched-but-casting": _served_copy(tmp_path, "casting", "sglang-0.5.23.diff", edit=lambda t: re.sub(
+            r'rows = getattr\(wrapper, "_sglops_\w+", None\)', "rows = None", t)),
     }
     servers = {k: start("--model-path", "m", "--attention-backend", "flashinfer",
                         env={"SGLOPS_STANDIN_STARTUP_S": "0"}, **({"sglang": v} if v else {}))
@@ -194,8 +195,7 @@ def test_default_rate_follows_what_the_served_decode_code_does(start, tmp_path):
 
 
 def test_served_decode_code_that_breaks_fails_at_warm_up(start, tmp_path):
-    broken = _served_copy(tmp_path, "broken", "sglang-0.5.23.diff", edit=lambda t: t.replace(
-        "return raw[rows.long()]", "return raw[rows.lon()]"))
+    broken = _served_copy(tmp_path, "broken", "sglang-0.5.23.diff", edit=lambda t: t.replace(".long()", ".lon()"))
     s = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"}, sglang=broken)
     assert s.proc.wait(20) != 0
     assert "the decode KV code fails: AttributeError" in s.log.read_text()

@@ -52,6 +52,8 @@ class Meter:
 class CountingTensor:
     """Rows of `width` elements; records the work done on it in a shared Meter."""
 
+    is_cuda = True  # what the served code runs on: a GPU host's pool
+
     def __init__(self, rows: int, width: int, dtype: DType, meter: Meter, device: str = "cuda") -> None:
         self.rows, self.width, self.dtype, self.meter, self.device = rows, width, dtype, meter, device
 
@@ -102,6 +104,9 @@ class CountingTensor:
     def __len__(self) -> int:
         return self.rows
 
+    def __setitem__(self, index, value) -> None:
+        """A store into an allocated buffer: the work was counted where the value was made."""
+
     def __getitem__(self, index) -> CountingTensor:
         first = index[0] if isinstance(index, tuple) else index
         if isinstance(first, CountingTensor):  # an index gather: rows copied out of the pool
@@ -136,8 +141,20 @@ class CountingTorch:
         return CountingTensor(int(n), 1, dtype or INT64, self.meter)
 
     def empty(self, *shape, dtype=None, device=None, **kwargs) -> CountingTensor:
-        rows = shape[0][0] if shape and isinstance(shape[0], tuple) else (shape[0] if shape else 0)
-        return CountingTensor(int(rows), 1, dtype or BF16, self.meter)
+        dims = tuple(shape[0]) if shape and isinstance(shape[0], (tuple, list)) else shape
+        width = 1
+        for d in dims[1:]:
+            width *= int(d)
+        return CountingTensor(int(dims[0]) if dims else 0, width, dtype or BF16, self.meter)
+
+    class cuda:  # noqa: N801 (torch.cuda)
+        @staticmethod
+        def is_current_stream_capturing() -> bool:
+            return False  # the stand-in decodes eagerly
+
+        @staticmethod
+        def is_available() -> bool:
+            return True
 
     def is_tensor(self, obj) -> bool:
         return isinstance(obj, CountingTensor)
@@ -177,19 +194,37 @@ def _decode_k_buffer(tree: ast.Module) -> ast.expr:
     raise ServedCodeError(f"{MLA_FILE}: no `k_buffer = ...` in a forward_decode")
 
 
-def _plan_hooks(tree: ast.Module, functions: set[str]) -> list[tuple[str, int]]:
-    """Module-level functions the decode indices updater calls as `kv_indices = f(wrapper, kv_indices, ...)`."""
-    hooks: list[tuple[str, int]] = []
+def _plan_hooks(tree: ast.Module, functions: set[str]) -> list[tuple[str, bool]]:
+    """Module-level functions the decode indices updater calls with a wrapper first, before planning:
+    (name, whether its result replaces kv_indices). E.g. `kv_indices = f(wrapper, kv_indices, ...)` or
+    `f(wrapper, kv_indices, kv_indptr, enable)`."""
+    hooks: list[tuple[str, bool]] = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and "Decode" in n.name):
         for node in ast.walk(cls):
-            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            call = node.value if isinstance(node, (ast.Assign, ast.Expr)) else None
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in functions
+                    and call.args and isinstance(call.args[0], ast.Name) and "wrapper" in call.args[0].id):
                 continue
-            call = node.value
-            if (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and node.targets[0].id == "kv_indices" and isinstance(call.func, ast.Name)
-                    and call.func.id in functions and len(call.args) >= 2):
-                hooks.append((call.func.id, len(call.args)))
+            replaces = (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "kv_indices")
+            hooks.append((call.func.id, replaces))
     return hooks
+
+
+def _hook_args(fn, wrapper: _Obj, indices: CountingTensor, meter: Meter) -> list:
+    """Arguments for a plan hook by its parameter names: the wrapper, this plan's indices and indptr; flags on."""
+    code = fn.__code__
+    args = []
+    for name in code.co_varnames[:code.co_argcount]:
+        if "wrapper" in name:
+            args.append(wrapper)
+        elif name == "kv_indices":
+            args.append(indices)
+        elif name == "kv_indptr":
+            args.append(CountingTensor(2, 1, INT32, meter))
+        else:
+            args.append(True)
+    return args
 
 
 def decode_kv_elements(pkg: str, live_rows: int) -> tuple[int, int]:
@@ -213,8 +248,9 @@ def decode_kv_elements(pkg: str, live_rows: int) -> tuple[int, int]:
     wrapper = _Obj(_use_cuda_graph=False)
     indices = CountingTensor(live_rows, 1, INT32, meter)
     try:
-        for name, nargs in _plan_hooks(tree, {f.name for f in functions}):
-            indices = namespace[name](wrapper, indices, *([True] * (nargs - 2)))
+        for name, replaces in _plan_hooks(tree, {f.name for f in functions}):
+            out = namespace[name](*_hook_args(namespace[name], wrapper, indices, meter))
+            indices = out if replaces else indices
         pool = CountingTensor(POOL_ROWS, ROW_ELEMS, FLOAT8, meter)
         scope = {
             "self": _Obj(token_to_kv_pool=_Obj(get_key_buffer=lambda layer_id: pool),
