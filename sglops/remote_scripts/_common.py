@@ -192,19 +192,18 @@ def package_version(pkg, dists, describe=None):
 
 
 def _git_info(pkg):
-    """Checkout root, commit, branch, dirty files and `git describe`: rev-parse (three answers in one call)
-    and describe at once, then status."""
-    (rc, out, _), (drc, dout, _) = parallel(
-        lambda: sh(["git", "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD"], cwd=pkg),
-        lambda: sh(_DESCRIBE, cwd=pkg))
+    """Checkout root, commit, branch, dirty files and `git describe`: rev-parse answers three questions in one
+    call; only in a checkout, status and describe then run at once (describe hides behind status)."""
+    rc, out, _ = sh(["git", "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD"], cwd=pkg)
     lines = out.split("\n")
     if rc != 0 or len(lines) < 3:
         return None
     top, commit, branch = (ln.strip() for ln in lines[:3])
-    _, status, _ = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
+    (_, status, _), (drc, described, _) = parallel(
+        lambda: sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top), lambda: sh(_DESCRIBE, cwd=pkg))
     dirty = [ln[3:] for ln in status.splitlines() if ln.strip()]
     return {"root": top, "commit": commit or None, "branch": branch or None,
-            "dirty": bool(dirty), "dirty_files": dirty[:50], "describe": dout.strip() if drc == 0 else None}
+            "dirty": bool(dirty), "dirty_files": dirty[:50], "describe": described.strip() if drc == 0 else None}
 
 
 def find_sglang(hint=None):
