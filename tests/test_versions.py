@@ -115,6 +115,21 @@ def test_pip_installed_tree_reads_the_wheels_version_file_then_its_metadata(env,
     assert table.returncode == 0 and "sglang ?" in table.stdout
 
 
+def test_a_venv_inside_a_tagged_git_repo_is_still_an_install(env, tmp_path):
+    """A project's .venv inside its own git repo: the project's commit and tags are not SGLang's."""
+    project = tmp_path / "project"
+    site = project / ".venv" / "lib" / "python3.11" / "site-packages"
+    trees.make_installed_sglang("0.5.15", site)
+    (project / "app.py").write_text("print('hi')\n")
+    git(project, "init", "-q")
+    git(project, "add", "app.py")
+    git(project, "commit", "-q", "-m", "app")
+    git(project, "tag", "v9.9.9")
+    for seen in sglang_seen(env, site):
+        assert (seen["version"], seen["version_source"], seen["kind"]) == ("0.5.15", "sglang/_version.py", "installed")
+        assert seen["commit"] is None and seen["root"] == str(site)
+
+
 def test_release_checkout_reads_its_tag(env, use_sandbox):
     for seen in sglang_seen(env, use_sandbox.host("gpu-a").sglang_root, "gpu-a"):
         assert (seen["version"], seen["version_source"], seen["kind"]) == ("0.5.23", "git tag v0.5.23", "git")

@@ -225,7 +225,10 @@ def find_sglang(hint=None):
         looked.append(path)
         pkg = _package_dir_under(path)
         if pkg:
-            git = _git_info(pkg)
+            # a package in site-packages is an install even inside someone's git repo (a project's .venv):
+            # that repo's commit and tags say nothing about SGLang
+            installed = _os.path.basename(_os.path.dirname(pkg)) in ("site-packages", "dist-packages")
+            git = None if installed else _git_info(pkg)
             info = {"package_dir": pkg, "kind": "git" if git else "installed",
                     "root": git["root"] if git else _os.path.dirname(pkg), "commit": None, "branch": None,
                     "dirty": False, "dirty_files": []}
