@@ -79,6 +79,18 @@ def test_version_files_as_the_wheels_ship_them(tmp_path, dist, version, files, w
         assert _common.version_from_files(str(pkg))[2] == "d84335d8c54e0c8f9f7e22faa15c7e34a58abf94"
 
 
+@pytest.mark.parametrize("text,want", [
+    ("version = '0.3.1'\nversion_tuple = (0, 3, 1)\n", "0.3.1"),  # setuptools-scm before 7
+    ('__version__: str = "0.4.0"  # bumped by release.sh\n', "0.4.0"),
+    ("try:\n    from ._v import __version__\nexcept ImportError:\n    __version__ = '0.0.0.dev0'\n", None),
+    ("__version__ = get_version()\n", None),
+    ("version_tuple = ('1', '2')\n", None),
+])
+def test_version_file_lines(tmp_path, text, want):
+    (tmp_path / "version.py").write_text(text)
+    assert _common.version_from_files(str(tmp_path))[0] == want
+
+
 @pytest.mark.parametrize("out,want", [
     ("v0.5.15-0-g1a2b3c4\n", ("0.5.15", "git tag v0.5.15", 0)),
     ("v0.5.15-3-g1a2b3c4\n", ("0.5.15-3-g1a2b3c4", "git describe: 3 commits after tag v0.5.15", 3)),

@@ -91,10 +91,11 @@ def _package_dir_under(path):
 
 
 # A version file's own top-level assignment: setuptools-scm / vcs-versioning write
-# `__version__ = version = '0.5.15'`, hand-kept files `__version__ = "0.4.10"`, annotated ones
-# `__version__: str = "..."`. Only column 0 counts: assignments inside try/except are fallbacks
-# (`"0.0.0.dev0"`), not the release.
-_VERSION_LINE = _re.compile(r"^__version__\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*$", _re.M)
+# `__version__ = version = '0.5.15'` (before setuptools-scm 7: `version = '0.5.15'`), hand-kept files
+# `__version__ = "0.4.10"`, annotated ones `__version__: str = "..."`. Only column 0 counts:
+# assignments inside try/except are fallbacks (`"0.0.0.dev0"`), not the release.
+_VERSION_LINE = _re.compile(
+    r"^(?:__version__|version)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*(?:#.*)?$", _re.M)
 _COMMIT_LINE = _re.compile(r"^(?:__commit_id__|__git_commit__)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1",
                            _re.M)
 # Generated at build time first (they say what was built), then the hand-kept version.py.
