@@ -39,9 +39,12 @@ def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file; malformed YAML raises ConfigError naming file and line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as UTF-8") from None
     return loads_yaml(text, str(path))
 
 
@@ -60,8 +63,9 @@ def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = fro
     """Refuse unknown or missing fields with the file and line of the mapping."""
     where = d.where if isinstance(d, LineDict) else what
     if not isinstance(d, dict):
-        raise ConfigError(f"{where}: {what} must be a mapping, got {type(d).__name__}")
-    unknown = sorted(set(d) - allowed)
+        shown = repr(d) if len(repr(d)) <= 60 else repr(d)[:57] + "..."
+        raise ConfigError(f"{what} must be a mapping, got {type(d).__name__} {shown}")
+    unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r} in {what} (allowed: {', '.join(sorted(allowed))})")
     missing = sorted(required - set(d))
