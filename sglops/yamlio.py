@@ -71,3 +71,14 @@ def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = fro
     missing = sorted(required - set(d))
     if missing:
         raise ConfigError(f"{where}: {what} is missing {missing[0]!r}")
+
+
+def list_field(d: dict, key: str, what: str) -> list:
+    """d[key] as a list (absent or empty: []); anything else is refused with the mapping's file:line."""
+    value = d.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        where = d.where if isinstance(d, LineDict) else what
+        raise ConfigError(f"{where}: {key} in {what} must be a list (got {type(value).__name__} {value!r:.60})")
+    return value
