@@ -113,9 +113,9 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
     data = load_yaml(path)
     if data is None:
         return Inventory(path=path)
-    check_fields(data, {"defaults", "hosts", "default"}, "inventory")
+    check_fields(data, {"defaults", "hosts", "default"}, "inventory", within=str(path))
     defaults = data.get("defaults") or {}
-    check_fields(defaults, HOST_FIELDS - {"name", "address"}, "defaults")
+    check_fields(defaults, HOST_FIELDS - {"name", "address"}, "defaults", within=str(path))
     defaults = _host_fields(defaults, getattr(defaults, "where", str(path)))
     entries = data.get("hosts") or []
     if not isinstance(entries, list):
@@ -125,7 +125,7 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
         raise ConfigError(f"{path}: default must be a host name (got {default!r})")
     inv = Inventory(path=path, default=default)
     for entry in entries:
-        check_fields(entry, HOST_FIELDS, "host entry", required={"name"})
+        check_fields(entry, HOST_FIELDS, "host entry", required={"name"}, within=str(path))
         where = getattr(entry, "where", str(path))
         merged = {**defaults, **_host_fields(entry, where)}
         merged = {k: val for k, val in merged.items() if val is not None}

@@ -96,7 +96,7 @@ def load_play(name: str, overrides: dict[str, Any] | None = None) -> Play:
     """Read and check a play: known step kinds, known parameters, unique ids, defined vars."""
     path = play_path(name)
     doc = load_yaml(path)
-    check_fields(doc, {"name", "description", "vars", "steps"}, f"play {path}", required={"steps"})
+    check_fields(doc, {"name", "description", "vars", "steps"}, "play", required={"steps"}, within=str(path))
     where = getattr(doc, "where", str(path))
     for key in ("name", "description"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
@@ -122,7 +122,7 @@ def _step(raw: Any, path: Path, variables: dict[str, Any]) -> Step:
     from sglops import values
     from sglops.play_steps import STEPS
 
-    check_fields(raw, {"id", "do", "with", "description"}, f"step in {path}", required={"do"})
+    check_fields(raw, {"id", "do", "with", "description"}, "step", required={"do"}, within=str(path))
     where = getattr(raw, "where", str(path))
     kind = raw["do"]
     if not isinstance(kind, str) or kind not in STEPS:

@@ -59,12 +59,14 @@ def loads_yaml(text: str, file: str = "<string>") -> Any:
         raise ConfigError(f"{file}: malformed YAML: {exc}") from None
 
 
-def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = frozenset()) -> None:
-    """Refuse unknown or missing fields with the file and line of the mapping."""
+def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = frozenset(),
+                 within: str | None = None) -> None:
+    """Refuse unknown or missing fields with the file and line of the mapping (`within`: the file, for a
+    value that is not a mapping and so has no line of its own)."""
     where = d.where if isinstance(d, LineDict) else what
     if not isinstance(d, dict):
         shown = repr(d) if len(repr(d)) <= 60 else repr(d)[:57] + "..."
-        raise ConfigError(f"{what} must be a mapping, got {type(d).__name__} {shown}")
+        raise ConfigError(f"{within + ': ' if within else ''}{what} must be a mapping, got {type(d).__name__} {shown}")
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r} in {what} (allowed: {', '.join(sorted(allowed))})")
