@@ -207,7 +207,7 @@ def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accep
     """Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, explain crashes."""
     from sglops import launch
 
-    o = cli.checked(values.RESTART | {"profile": values.Name("profile")}, profile=profile, timeout=timeout, port=port)
+    o = cli.checked(values.RESTART | values.PROFILE_NAME, profile=profile, timeout=timeout, port=port)
     cli.guarded(launch.check_restart_args, o["profile"], rollback)
     with launch.progress_view(not json) as view:
         cli.per_host("restart", Targets(host, hosts, tag, sglang_root, accept_new_host_key),

@@ -101,8 +101,7 @@ def per_host(
             if not shown.ok and out.ok:
                 out.fail_from(shown)
         if not out.ok and not json:
-            error_line(f"[{out.host.name}] {out.error}" if many and not out.error.startswith(f"{out.host.name}:")
-                       else out.error)
+            error_line(f"[{out.host.name}] {out.error}" if many else out.error)
             if out.traceback:
                 err_console.print(Text(out.traceback.rstrip(), style="dim"), soft_wrap=True)
         documents.append({"host": out.host.name, "ok": out.ok, **(doc or {}),

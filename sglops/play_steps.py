@@ -200,7 +200,7 @@ STEPS: dict[str, StepKind] = {
     "revert-patch": StepKind(_revert_patch, _PATCH, mutates=True),
     "build-kernel": StepKind(_build_kernel, {"name": v.Required(v.Name("kernel")), "force": v.Flag(),
                                              "target": v.Str(), "arch": v.Str()}, mutates=True),
-    "restart": StepKind(_restart, {"profile": v.Name("profile"), "rollback": v.Flag()} | v.RESTART, mutates=True),
+    "restart": StepKind(_restart, v.PROFILE_NAME | {"rollback": v.Flag()} | v.RESTART, mutates=True),
     "bench": StepKind(_bench, v.BENCH, summary=_bench_summary),
     "profile": StepKind(_profile, v.PROFILE, summary=_profile_summary),
     "compare": StepKind(_compare, {"runs": v.StrList()}, summary=_compare_summary),

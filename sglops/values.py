@@ -140,6 +140,18 @@ class Name(Value):
 
 
 @dataclass(frozen=True)
+class NameOrFile(Name):
+    """A name as above, or the path of a YAML file (a profile or play kept outside the repo)."""
+
+    def parse(self, raw: Any, label: str) -> str:
+        if isinstance(raw, str) and raw.endswith((".yaml", ".yml")) and Str().check(raw, label):
+            return raw
+        if not isinstance(raw, str) or not _NAME.fullmatch(raw) or ".." in raw:
+            raise self.refuse(label, f"a {self.what} name (letters, digits, . _ + -) or a .yaml file", raw)
+        return raw
+
+
+@dataclass(frozen=True)
 class Flag(Value):
     default: bool = False
 
@@ -232,6 +244,6 @@ RESTART: Spec = {"timeout": Float(1, 86400), "port": Port()}
 LOGS: Spec = {"lines": Int(1, 1_000_000, 50)}
 SANDBOX: Spec = {"hosts": Int(1, 16, 2)}
 PATCH_NAME: Spec = {"name": Name("patch")}
-PROFILE_NAME: Spec = {"profile": Name("profile")}
+PROFILE_NAME: Spec = {"profile": NameOrFile("profile")}
 KERNEL_NAME: Spec = {"name": Name("kernel")}
 CAPTURE: Spec = {"against": Choice(("commit", "release"), "commit"), "variant": Name("variant"), "files": StrList()}

@@ -135,7 +135,7 @@ CASES = [
     Case("patch name is a path", ["apply-patch", "../../etc/passwd", "--host", "gpu-a"], says="not a path"),
     Case("unknown patch", ["apply-patch", "nosuch", "--host", "gpu-a"], says="no patch 'nosuch'"),
     Case("unknown profile", ["render", "nosuch"], says="no server profile 'nosuch'"),
-    Case("profile name is a path", ["restart", "../x", "--host", "gpu-a"], says="not a path"),
+    Case("profile name is a path", ["restart", "../x", "--host", "gpu-a"], says="or a .yaml file"),
     Case("unknown kernel", ["build-kernel", "nosuch", "--host", "gpu-a"], says="no kernel 'nosuch'"),
     Case("unknown play", ["play", "nosuch", "--host", "gpu-a"], says="no play 'nosuch'"),
     Case("unknown run for report", ["report", "nosuch-run"]),
