@@ -139,10 +139,10 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
 
 # -- bench ----------------------------------------------------------------------------------
 @task(help=cli.help_with(runs="repeats (median + bootstrap 95% CI over them; default 5)",
-                         input_len="prompt tokens, sent as input_ids (exact length)",
-                         output_len="tokens to generate (ignore_eos, temperature 0)",
+                         input_len="prompt tokens, sent as input_ids (exact length; default 128)",
+                         output_len="tokens to generate (ignore_eos, temperature 0; default 256)",
                          concurrency="streams in flight, e.g. 1,4,16 (default 1: single-stream decode)",
-                         api="sglang (native /generate) or openai (/v1/completions, e.g. for vLLM)",
+                         api="sglang (native /generate, the default) or openai (/v1/completions, e.g. for vLLM)",
                          port="the server's port on the host (default: the server sglops started there, else 30000)",
                          requests="requests per repeat and level (default: one per stream)",
                          warmup="warm-up rounds per level, not counted (default 1)"))
