@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from sglops import artifacts, stats
 from sglops.bench import load
@@ -130,7 +131,7 @@ class Comparison:
         colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
         for row in self.rows:
             ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
-            v = f"[{colour.get(row.verdict, 'dim')}]{row.verdict}[/]"
+            v = Text(row.verdict, style=colour.get(row.verdict, "dim"))
             table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
                           f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
         return table
@@ -228,7 +229,7 @@ class RunList:
             sgl = m.get("sglang") or {}
             setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
                      f" x{b.get('runs')}") if b else ""
-            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), f"[{style}]{status}[/]",
+            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), Text(status, style=style),
                           f"{head['median']:.2f}" if head.get("median") else "-",
                           f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
                           ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",

@@ -10,7 +10,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sglops.console import console
+from rich.text import Text
+
+from sglops.console import console, styled
 from sglops.sandbox.sshd import Sandbox
 
 DEMO_HOSTS = [{"name": "sandbox-1", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]}]
@@ -29,11 +31,11 @@ def run_demo(keep: bool = False) -> int:
     play = load_play("fp8-kv-decode", {**DEMO_VARS, "port": free_port()})
     base = Path(tempfile.mkdtemp(prefix="sglops-demo-"))
     sandbox = Sandbox(base, DEMO_HOSTS)
-    console.rule("[bold]sglops demo[/]: the fp8-kv-decode investigation on a sandbox GPU host")
+    console.print(styled(("sglops demo", "bold"), ": the fp8-kv-decode investigation on a sandbox GPU host"))
     console.print("sandbox-1: real sshd on 127.0.0.1, a real sglang 0.5.23 tree from PyPI, FlashInfer 0.7.2, a stand-in "
                   "nvidia-smi (8x RTX PRO 6000 Blackwell, SM120) and a stand-in SGLang server whose decode rate follows "
                   "the tree it serves (x20 for a quick demo)")
-    with console.status("starting the sandbox host ..."):
+    with console.status(Text("starting the sandbox host ...")):
         sandbox.start()
     os.environ["SGLOPS_INVENTORY"] = str(sandbox.inventory)
     try:
@@ -46,13 +48,13 @@ def run_demo(keep: bool = False) -> int:
 
                 launch.stop(remote)
             except Exception as exc:  # the sandbox goes away anyway; say so, don't hide the play's outcome
-                console.print(f"[yellow]could not stop the stand-in server cleanly: {exc}[/]")
+                console.print(Text(f"could not stop the stand-in server cleanly: {exc}", style="yellow"))
         report = write_report(result.run_id)
         console.print(f"report: {report}")
         if not result.ok:
             return 1
         compare = next(s for s in result.steps if s.do == "compare")
-        console.print(f"[bold green]result[/]: {compare.summary}")
+        console.print(styled(("result", "bold green"), f": {compare.summary}"))
         return 0
     finally:
         if keep:
