@@ -55,7 +55,7 @@ def extract(variant: str, dest: str) -> None:
         if {n.name for n in keep if isinstance(n, ast.FunctionDef)} != set(names):
             raise SystemExit(f"error: {patch} {variant} lacks {names}")
         parts.append(f"# --- {patch} {variant}, patched (extracted by sglops)\n" + ast.unparse(ast.Module(keep, [])))
-    Path(dest).write_text("import torch\nfrom functools import partial\n\n" + "\n\n".join(parts) + "\n")
+    Path(dest).write_text("from functools import partial\n\nimport torch\n\n" + "\n\n".join(parts) + "\n")
 
 
 # --- SGLang's calls ------------------------------------------------------------------------------
