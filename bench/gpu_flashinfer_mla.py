@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GATHER_HELPERS = ("_sglops_graph_rows", "_sglops_record_rows", "_sglops_cast_kv")
 FP8_HELPERS = ("_sglops_fp8_plan_kwargs", "_sglops_fp8_run_kwargs")
 CKV, KPE = 512, 64
+ZERO_COPY = False  # --zero-copy: row (f), the prototype FP8 MLA decode kernel (kernels/fp8_mla_decode)
 
 
 def extract(variant: str, dest: str) -> None:
@@ -425,7 +426,21 @@ def table_row(ns, pools, bf16_pools, ws, bufs, gen, ctx, bs, layers, backend) ->
             for p in pools:
                 p.to(torch.bfloat16)
 
-        for key, fn in (("a_whole_pool_cast_mla", whole), ("c_graph_gather_cast_mla", patched),
+        zero_copy = []
+        if ZERO_COPY:
+            from sglops_kernels.fp8_mla_decode import _triton as zc
+
+            splits = zc.splits_for(bs, heads, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
+            zws = (torch.empty(bs * heads * splits * CKV, dtype=torch.float32, device="cuda"),
+                   torch.empty(bs * heads * splits, dtype=torch.float32, device="cuda"))
+            r["f_splits"] = splits
+
+            def fp8_zero_copy():
+                for p in pools:
+                    zc.mla_decode(q, p, indptr, ids, sm_scale, 1.0, splits, o, zws)
+
+            zero_copy = [("f_zero_copy_fp8_mla", fp8_zero_copy)]
+        for key, fn in (*zero_copy, ("a_whole_pool_cast_mla", whole), ("c_graph_gather_cast_mla", patched),
                         ("d_fp8_native_mla", fp8_direct), ("e_bf16_mla_floor", floor),
                         ("cast_graph_device_count", cast_device_count),
                         ("cast_exact_rows_host_count", cast_host_count),
@@ -461,6 +476,100 @@ def table_row(ns, pools, bf16_pools, ws, bufs, gen, ctx, bs, layers, backend) ->
     return r
 
 
+def zero_copy_check(out: dict, gen) -> None:
+    """The prototype kernel against fp32 attention and FlashInfer's BF16 output, eager and under a
+    graph replayed with new lengths and ids written in place."""
+    import torch
+    from flashinfer.mla import BatchMLAPagedAttentionWrapper
+    from sglops_kernels.fp8_mla_decode import _triton as zc
+
+    pool_rows = 495_000
+    pool = (torch.randn(pool_rows, 1, CKV + KPE, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    whole = pool.to(torch.bfloat16)
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    sm_scale = 1.0 / (192 ** 0.5)
+    cases = out.setdefault("zero_copy_check", [])
+    for heads, bs, max_len in ((16, 1, 4096), (16, 4, 4096), (16, 16, 4096), (128, 4, 4096), (16, 1, 32768)):
+        case = {"heads": heads, "bs": bs, "max_len": max_len}
+        try:
+            seq, indptr, ids = batch(gen, bs, pool_rows, max_len=max_len)
+            q = torch.randn(bs, heads, CKV + KPE, generator=gen, device="cuda").to(torch.bfloat16)
+            r32 = fp32_reference(q, whole, indptr, ids, sm_scale)
+            w = BatchMLAPagedAttentionWrapper(ws, backend="fa3")
+            sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
+            fi = sglang_run(w, q, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda"))
+            splits = zc.splits_for(bs, heads, max_len, torch.cuda.get_device_properties(0).multi_processor_count)
+            got = zc.mla_decode(q, pool, indptr, ids, sm_scale, 1.0, splits)
+            case.update({"splits": splits, "max_abs_err_vs_fp32": float((got.float() - r32).abs().max()),
+                         "flashinfer_bf16_max_abs_err_vs_fp32": float((fi.float() - r32).abs().max()),
+                         "max_abs_diff_vs_flashinfer": float((got.float() - fi.float()).abs().max())})
+            # graph: capture once, replay with a new batch written in place
+            qs, ind, idb = q.clone(), indptr.clone(), torch.zeros(bs * max_len, dtype=torch.int32, device="cuda")
+            idb[: ids.numel()].copy_(ids)
+            o = torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda")
+            g = capture(partial(zc.mla_decode, qs, pool, ind, idb, sm_scale, 1.0, splits, o))
+            seq2, indptr2, ids2 = batch(gen, bs, pool_rows, max_len=max_len)
+            q2 = torch.randn(bs, heads, CKV + KPE, generator=gen, device="cuda").to(torch.bfloat16)
+            qs.copy_(q2)
+            ind.copy_(indptr2)
+            idb[: ids2.numel()].copy_(ids2)
+            g.replay()
+            torch.cuda.synchronize()
+            r2 = fp32_reference(q2, whole, indptr2, ids2, sm_scale)
+            case["graph_replay_max_abs_err_vs_fp32"] = float((o.float() - r2).abs().max())
+        except Exception as exc:
+            case["error"] = f"{type(exc).__name__}: {exc}"
+            case["trace"] = traceback.format_exc()[-1500:]
+        cases.append(case)
+        print("zc_check", json.dumps({k: v for k, v in case.items() if k != "trace"}), flush=True)
+
+
+def zero_copy_sweep(out: dict, gen, layers: int = 8) -> None:
+    """Tile, warps and grid size of the prototype on three cells; the best (geometric mean) is kept
+    in CONFIG for the table that follows, and recorded."""
+    import math
+
+    import torch
+    from sglops_kernels.fp8_mla_decode import _triton as zc
+
+    pool_rows, heads = 495_000, 16
+    sm_scale = 1.0 / (192 ** 0.5)
+    pools = [(torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+             for _ in range(layers)]
+    cells = [(1, 4096), (4, 4096), (1, 32768), (16, 4096)]
+    data = [(bs, ctx, *batch(gen, bs, pool_rows, seq_lens=torch.full((bs,), ctx, device="cuda"))[1:],
+             torch.randn(bs, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)) for bs, ctx in cells]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows, best = [], None
+    for block_n in (32, 64):
+        for warps in (4, 8):
+            for per_sm in (1, 2, 4):
+                zc.CONFIG.update(block_n=block_n, warps=warps, programs_per_sm=per_sm)
+                times = []
+                for bs, ctx, indptr, ids, q in data:
+                    splits = zc.splits_for(bs, heads, ctx, sms)
+                    o = torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda")
+
+                    def fn(q=q, indptr=indptr, ids=ids, splits=splits, o=o):
+                        for p in pools:
+                            zc.mla_decode(q, p, indptr, ids, sm_scale, 1.0, splits, o)
+                    try:
+                        times.append(replay_us(capture(fn)) / layers)
+                    except Exception as exc:
+                        times.append(float("inf"))
+                        print("zc_sweep error", block_n, warps, per_sm, repr(exc)[:200], flush=True)
+                row = {"block_n": block_n, "warps": warps, "programs_per_sm": per_sm,
+                       "us": dict(zip([f"bs{b}_ctx{c}" for b, c in cells], times, strict=True))}
+                gm = math.exp(sum(math.log(t) for t in times) / len(times))
+                row["geomean_us"] = gm
+                rows.append(row)
+                print("zc_sweep", json.dumps(row), flush=True)
+                if best is None or gm < best["geomean_us"]:
+                    best = row
+    zc.CONFIG.update(block_n=best["block_n"], warps=best["warps"], programs_per_sm=best["programs_per_sm"])
+    out["zero_copy_sweep"] = {"rows": rows, "picked": best}
+
+
 def derive(r: dict) -> None:
     """The issue's goals, as ratios."""
     def ratio(a, b):
@@ -470,6 +579,8 @@ def derive(r: dict) -> None:
     r["goal_c_vs_floor"] = ratio("c_graph_gather_cast_mla", "e_bf16_mla_floor")
     r["goal_c_vs_fp8_native"] = ratio("c_graph_gather_cast_mla", "d_fp8_native_mla")
     r["speedup_vs_whole_pool_cast"] = ratio("a_whole_pool_cast_mla", "c_graph_gather_cast_mla")
+    r["f_vs_floor"] = ratio("f_zero_copy_fp8_mla", "e_bf16_mla_floor")
+    r["f_vs_c"] = ratio("f_zero_copy_fp8_mla", "c_graph_gather_cast_mla")
 
 
 def prebuild(backends) -> dict:
@@ -499,6 +610,7 @@ def main() -> None:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--zero-copy", action="store_true", help="row (f): the prototype FP8 MLA decode kernel")
     ap.add_argument("--backends", default="fa3,fa2")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ctx", default="4096,32768,131072")
@@ -533,6 +645,12 @@ def main() -> None:
             dest.write_text(json.dumps(out, indent=1))
         if args.sweep:
             sweep(out, gen)
+            dest.write_text(json.dumps(out, indent=1))
+        if args.zero_copy:
+            global ZERO_COPY
+            ZERO_COPY = True
+            zero_copy_check(out, gen)
+            zero_copy_sweep(out, gen)
             dest.write_text(json.dumps(out, indent=1))
         if args.table:
             table(ns, out, gen, args.layers, [int(x) for x in args.ctx.split(",")],
