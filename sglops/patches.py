@@ -286,7 +286,7 @@ def status(remote: Remote, *, facts_fn: FactsFn = host_facts) -> PatchList:
 
 
 def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: str | None = None,
-                force: bool = False, facts_fn: FactsFn = host_facts, txn_args: dict | None = None,
+                force: bool = False, facts_fn: FactsFn = host_facts,
                 on_progress: Callable[[dict], None] | None = None) -> PatchResult:
     """Apply NAME atomically (or show what would change); a second apply reports "already applied"."""
     patch = load(name)
@@ -334,15 +334,14 @@ def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: st
     entry_in = {"variant": t.variant.name, "operator": operator()}
     done = _txn(remote, name, "apply", {"sglang_root": remote.host.sglang_root, "op": "apply", "patch": name,
                                        "files": payload, "entry": entry_in, "operator": operator(),
-                                       "lock_wait_s": lock_wait_s(),
-                                       **(txn_args or {})}, timeout=300, on_progress=on_progress)
+                                       "lock_wait_s": lock_wait_s()}, timeout=300, on_progress=on_progress)
     new_entry = next(e for e in done["ledger"]["applied"] if e["patch"] == name)
     return PatchResult(**base, action="applied", changed=True, variant=t.variant.name, how=how, files=files,
                        notes=notes, ledger_entry=new_entry)
 
 
 def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: bool = False,
-                 txn_args: dict | None = None, on_progress: Callable[[dict], None] | None = None) -> PatchResult:
+                 on_progress: Callable[[dict], None] | None = None) -> PatchResult:
     """Put the originals back, only if the files are still as the patch left them (else --force)."""
     patch = load(name)
     state = host_state(remote, patch.files, backups_of=[f"{name}:{f}" for f in patch.files], recover=not dry_run,
@@ -382,7 +381,7 @@ def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: boo
     payload = {rel: {"before": state["files"][rel]["sha256"], "after": entry["files"][rel]["before"],
                      "from_backup": True} for rel in files}
     _txn(remote, name, "revert", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
-                                "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s(), **(txn_args or {})}, timeout=300,
+                                "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s()}, timeout=300,
                   on_progress=on_progress)
     return PatchResult(**base, action="reverted", changed=True, variant=variant, files=files, notes=notes)
 
