@@ -149,6 +149,19 @@ def _differences(base: Run, other: Run) -> list[str]:
     return notes
 
 
+def _settings(run: Run) -> str:
+    cfg = run.doc.get("config") or {}
+    return f"{cfg.get('api')} in {cfg.get('input_len')} / out {cfg.get('output_len')}"
+
+
+def chart_title(runs: list[Run]) -> str:
+    """The chart's title names every run's settings: one phrase when they agree, each run's when they differ."""
+    settings = [_settings(r) for r in runs]
+    if len(set(settings)) == 1:
+        return f"decode tok/s per stream, {settings[0]} (all runs)"
+    return "decode tok/s per stream, " + "; ".join(f"{r.run_id}: {s}" for r, s in zip(runs, settings, strict=True))
+
+
 def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None) -> Comparison:
     """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline."""
     if len(run_dirs) < 2:
@@ -187,8 +200,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
 
         result.chart = str(decode_chart(
             [{"label": r.label, "levels": r.doc["levels"]} for r in runs], out / "decode_tok_s.png",
-            title=f"decode tok/s per stream, {base.doc['config']['api']} in {base.doc['config']['input_len']}"
-                  f" / out {base.doc['config']['output_len']}"))
+            title=chart_title(runs)))
     result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
     return result
 

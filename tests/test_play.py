@@ -19,6 +19,7 @@ from sglops.errors import ConfigError
 from sglops.play_cli import parse_vars
 from sglops.play_spec import load_play
 from sglops.sandbox.sshd import free_port
+from sglops.sandbox.standin_kv_cost import SEED_RATE, step_model
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,10 @@ def test_the_investigation_end_to_end(play_host, env):
     assert steps["patch"]["result"]["variant"] == "sglang-0.5.23"
     base = steps["baseline-bench"]["result"]["levels"][0]["decode_tok_s"]["median"]
     patched = steps["patched-bench"]["result"]["levels"][0]["decode_tok_s"]["median"]
-    assert 1.25 < patched / base < 1.32  # the stand-in serves 10.5 vs 13.5 tok/s (x20): the seed's +29%
+    # the stand-in's rates are set by its decode model run on the served tree's own code (before and after the
+    # patch), not measured on a GPU: the benchmark must reproduce the ratio that model sets
+    served = play_host.host("play-1").sglang_root / "python" / "sglang"
+    assert patched / base == pytest.approx(step_model(str(served))["rate"] / SEED_RATE, rel=0.05)
     row = next(r for r in steps["compare"]["result"]["rows"] if r["metric"] == "decode tok/s")
     assert row["verdict"] == "faster"
     # the manifest ties the figures to what produced them

@@ -1,0 +1,66 @@
+"""Make the sandbox's tiny Llama offline: random weights and a byte-level BPE tokenizer trained here.
+
+Runs inside the SGLang CPU venv (it needs torch, transformers and tokenizers): `python make_tiny_model.py DEST`.
+Nothing comes from a model hub. Seeded, so every machine makes the same weights and the same tokenizer, and
+output token ids at temperature 0 can be compared across runs and machines.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+VOCAB = 1024
+SEED = 20261202
+
+
+def corpus() -> list[str]:
+    """Training text that every Python install has: the stdlib's own sources, in a fixed order."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = []
+    for path in sorted(stdlib.glob("*.py"))[:120]:
+        texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return texts
+
+
+def make_tokenizer(dest: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<s>", "</s>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(dest)
+
+
+def make_model(dest: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         bos_token_id=0, eos_token_id=1, pad_token_id=2, torch_dtype="bfloat16",
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(dest)
+
+
+def main(dest: str) -> None:
+    path = Path(dest)
+    path.mkdir(parents=True, exist_ok=True)
+    make_tokenizer(path)
+    make_model(path)
+    (path / "sglops-model.json").write_text(json.dumps({"made_by": "sglops sandbox", "vocab_size": VOCAB,
+                                                        "seed": SEED, "weights": "random"}) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,196 @@
+"""A real SGLang server on this CPU-only machine: its venv, a tiny offline model, the one stand-in it needs.
+
+Built once per machine and cached (~7 GB, ~3 min of pip), reused by the tests, the demo and the benchmarks:
+- a venv of its own with `sglang==0.5.23` and the dependencies its wheel pins (PyPI's CUDA torch + torchvision
+  build runs with no GPU; the CPU torch build cannot import torchvision: see docs/sandbox.md);
+- `sgl_kernel`: a STAND-IN for sgl-kernel's CPU extension (no wheel ships it; a source build needs ~60 C++ files,
+  libnuma and OpenMP and is too slow for CI), installed into that venv as a package that says what it is;
+- a tiny random Llama with a tokenizer trained here (no model hub).
+The SGLang tree a sandbox host probes and patches is this venv's own `site-packages/sglang`: a pip-installed
+layout, exactly as the wheel put it there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglops.errors import SglopsError
+from sglops.sandbox.trees import cache_dir
+
+SGLANG_VERSION = "0.5.23"
+# torch/torchvision: the CUDA builds sglang 0.5.23 pins; they run on a CPU-only machine. dill: imported at start-up.
+PINS = (f"sglang=={SGLANG_VERSION}", "torch==2.14.1", "torchvision==0.29.1", "dill")
+HERE = Path(__file__).resolve().parent
+STANDIN_SRC = HERE / "standin_sgl_kernel" / "sgl_kernel"
+MODEL_NAME = "tiny-llama-v1024"
+READY = ".sglops-ready"
+# The environment every real CPU server of ours runs with (SGLang's CPU engine, not the CUDA code paths).
+SERVER_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+# The flags a CPU host needs: torch_native attention (the x86 default, intel_amx, needs the real CPU kernels),
+# no CUDA graphs, no grammar backend (xgrammar wants a GPU build), a small KV pool.
+SERVER_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--grammar-backend", "none",
+                "--max-total-tokens", "8192", "--max-running-requests", "8", "--mem-fraction-static", "0.05")
+
+
+def env_root() -> Path:
+    return cache_dir() / "server-env"
+
+
+def venv_dir() -> Path:
+    return env_root() / f"sglang-{SGLANG_VERSION}"
+
+
+def venv_python() -> Path:
+    return venv_dir() / "bin" / "python"
+
+
+def site_packages(venv: Path | None = None) -> Path:
+    venv = venv or venv_dir()
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise SglopsError(f"no site-packages under {venv}/lib")
+    return found[0]
+
+
+def sglang_tree() -> Path:
+    """The installed SGLang package folder: what a sandbox host's `sglang_root` points at."""
+    return site_packages() / "sglang"
+
+
+def model_dir() -> Path:
+    return env_root() / "models" / MODEL_NAME
+
+
+def _run(argv: list[str], what: str, log: Path, timeout: float = 1800) -> None:
+    with open(log, "ab") as out:
+        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise SglopsError(f"{what} failed (exit {proc.returncode}): {tail[0][:200]}; full log: {log}")
+
+
+def install_standin(venv: Path) -> Path:
+    """Copy the sgl_kernel stand-in into the venv, with a dist-info that names it as ours."""
+    site = site_packages(venv)
+    dest = site / "sgl_kernel"
+    tmp = site / "sgl_kernel.sglops-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(STANDIN_SRC, tmp, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    info = site / "sglops_standin_sgl_kernel-0.0.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglops-standin-sgl-kernel\nVersion: 0.0.0\n"
+                                   "Summary: sglops STAND-IN for sgl-kernel's CPU ops (two KV bookkeeping ops)\n")
+    (info / "INSTALLER").write_text("sglops\n")
+    return dest
+
+
+def ensure_env(log: Path | None = None) -> Path:
+    """The venv's python, building the venv first if this machine has none (idempotent, resumable)."""
+    venv = venv_dir()
+    marker = venv / READY
+    want = "\n".join(PINS) + "\n"
+    if marker.exists() and marker.read_text() == want:
+        return venv_python()
+    env_root().mkdir(parents=True, exist_ok=True)
+    log = log or env_root() / f"build-{SGLANG_VERSION}.log"
+    if not venv_python().exists():
+        _run([sys.executable, "-m", "venv", str(venv)], "making the SGLang venv", log)
+    _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
+         f"pip install {' '.join(PINS)}", log)
+    install_standin(venv)
+    marker.write_text(want)
+    return venv_python()
+
+
+def ensure_model(log: Path | None = None) -> Path:
+    """The tiny model's folder, made offline in the venv if missing."""
+    dest = model_dir()
+    if (dest / "sglops-model.json").exists():
+        return dest
+    python = ensure_env(log)
+    log = log or env_root() / "model.log"
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    _run([str(python), str(HERE / "make_tiny_model.py"), str(tmp)], "making the tiny model", log, timeout=600)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
+
+
+@dataclass
+class CpuServer:
+    """A real `python -m sglang.launch_server` on loopback, in its own process group."""
+
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, grace: float = 15.0) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> CpuServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def server_argv(port: int, model: Path | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    return [str(venv_python()), "-m", "sglang.launch_server", "--model-path", str(model or model_dir()),
+            "--host", "127.0.0.1", "--port", str(port), *SERVER_FLAGS, *extra]
+
+
+def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: float = 120.0,
+                 env: dict[str, str] | None = None) -> CpuServer:
+    """Start a real server directly (benchmarks, fixtures); `inv restart` goes through the rendered script instead."""
+    import urllib.request
+
+    ensure_model()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(server_argv(port, extra=extra), stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **SERVER_ENV, **(env or {})}, start_new_session=True)
+    server = CpuServer(port, proc, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SglopsError(f"SGLang server exited ({proc.returncode}) before /health; log: {log}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise SglopsError(f"SGLang server not healthy within {timeout:g} s; log: {log}")
+
+
+if __name__ == "__main__":  # python -m sglops.sandbox.sglang_cpu: build the venv and the model, print where
+    print(ensure_env())
+    print(ensure_model())
