@@ -96,7 +96,7 @@ def capture(remote: Remote, name: str, *, against: str = "commit", variant: str 
     if against not in ("commit", "release"):
         raise ConfigError(f"--against must be commit or release, not {against!r}")
     args = {"sglang_root": remote.host.sglang_root, "against": against, "files": files or [],
-            "operator": operator(), "lock_wait_s": lock_wait_s()}
+            "operator": operator(), "lock_wait_s": lock_wait_s(), "read_only": dry_run}
     wheel = None
     if against == "release":
         info = host_state(remote, [], contents=False)

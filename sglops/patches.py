@@ -47,19 +47,35 @@ def sha(text: str) -> str:
 
 
 # -- host state ------------------------------------------------------------------------------
-def host_state(remote: Remote, files: list[str], *, contents: bool = True, backups_of: list[str] = ()) -> dict:
+def host_state(remote: Remote, files: list[str], *, contents: bool = True, backups_of: list[str] = (),
+               recover: bool = False, on_progress: Callable[[dict], None] | None = None) -> dict:
     """One round trip: version, commit, the files (text + sha256 + git status), the ledger.
 
-    Also finishes or rolls back a transaction that a dropped connection or crash cut short.
+    Read-only unless `recover` (mutating commands only): then, under the host's lock, it first
+    finishes or rolls back a transaction that a dropped connection or a crash cut short. Read-only,
+    a pending transaction comes back as "recovery_needed" and the answer shows the tree as it will
+    be once recovered.
     """
-    return remote.run_py("patch_state", {"sglang_root": remote.host.sglang_root, "files": files,
-                                         "contents": contents, "backups_of": list(backups_of),
-                                         "operator": operator(), "lock_wait_s": lock_wait_s()})
+    args = {"sglang_root": remote.host.sglang_root, "files": files, "contents": contents,
+            "backups_of": list(backups_of), "recover": recover, "operator": operator(), "lock_wait_s": lock_wait_s()}
+    if recover:
+        return _mutating(remote, "patch_state", args, "recovery", on_progress=on_progress)
+    return remote.run_py("patch_state", args)
 
 
 def applied(remote: Remote) -> list[dict]:
-    """The host's ledger entries (`applied.json` "applied" list), for bench/play code."""
+    """The host's ledger entries (`applied.json` "applied" list), for bench/play code (read-only)."""
     return host_state(remote, [], contents=False)["ledger"].get("applied", [])
+
+
+def recovery_note(pending: dict | None) -> str | None:
+    """One line on a transaction cut short that the next mutating patch command will recover."""
+    if not pending:
+        return None
+    what = "finished" if pending.get("will") == "roll forward" else "rolled back"
+    return (f"recovery needed: {pending['op']} of {pending['patch']} was cut short (journal state "
+            f"{pending['state']}); the next apply-patch or revert-patch on this host {what} it first; "
+            f"shown as it will be then")
 
 
 def _entry(state: dict, name: str) -> dict | None:
@@ -166,11 +182,13 @@ class PatchResult:
     notes: list[str] = field(default_factory=list)
     recovered: dict | None = None
     ledger_entry: dict | None = None
+    recovery_needed: dict | None = None
 
     def to_json(self) -> dict:
         return {"host": self.host, "patch": self.patch, "action": self.action, "changed": self.changed,
                 "variant": self.variant, "how": self.how, "files": self.files, "diff": self.diff or None,
-                "notes": self.notes, "recovered": self.recovered, "ledger_entry": self.ledger_entry}
+                "notes": self.notes, "recovered": self.recovered, "recovery_needed": self.recovery_needed,
+                "ledger_entry": self.ledger_entry}
 
     def table(self):
         t = Table(title=f"{self.patch} on {self.host}: {self.action}", show_header=False, title_justify="left")
@@ -182,10 +200,17 @@ class PatchResult:
         for n in self.notes:
             t.add_row("note", n)
         if self.recovered:
-            t.add_row("recovered", f"{self.recovered['op']} of {self.recovered['patch']}: {self.recovered['outcome']}")
+            t.add_row("recovered", Text(recovered_line(self.recovered)))
+        if self.recovery_needed:
+            t.add_row("recovery", Text(recovery_note(self.recovery_needed)))
         if self.diff:
             return Group(t, Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=True))
         return t
+
+
+def recovered_line(rec: dict) -> str:
+    what = f"{rec['op']} of {rec['patch']}: {rec['outcome']}" if rec.get("op") else "leftovers cleaned"
+    return what + (f" (removed {', '.join(rec['orphans'])})" if rec.get("orphans") else "")
 
 
 @dataclass
@@ -201,16 +226,18 @@ class PatchList:
     host: str
     sglang: str
     rows: list[PatchStatus]
-    recovered: dict | None = None
+    recovery_needed: dict | None = None
 
     def to_json(self) -> dict:
-        return {"host": self.host, "sglang": self.sglang, "recovered": self.recovered,
+        return {"host": self.host, "sglang": self.sglang, "recovery_needed": self.recovery_needed,
                 "patches": [vars(r) for r in self.rows]}
 
     def table(self) -> Table:
         colors = {"applied": "green", "applicable": "cyan", "available": "yellow", "drifted": "red",
                   "conflicting": "red"}
-        t = Table(title=f"patches on {self.host} (sglang {self.sglang})", title_justify="left")
+        t = Table(title=f"patches on {self.host} (sglang {self.sglang})", title_justify="left",
+                  caption=Text(recovery_note(self.recovery_needed)) if self.recovery_needed else None,
+                  caption_justify="left")
         for c in ("patch", "status", "variant", "detail"):
             t.add_column(c)
         for r in self.rows:
@@ -223,7 +250,9 @@ FactsFn = Callable[[Remote], dict[str, Any]]
 
 
 def status(remote: Remote, *, facts_fn: FactsFn = host_facts) -> PatchList:
-    """Every patch under patches/ against this host: applied / drifted / applicable / available / conflicting."""
+    """Every patch under patches/ against this host: applied / drifted / applicable / available / conflicting.
+
+    Read-only: no lock, nothing created; a transaction cut short is reported, not recovered."""
     patches = load_all()
     state = host_state(remote, sorted({f for p in patches for f in p.files}))
     facts: dict | None = None
@@ -253,16 +282,17 @@ def status(remote: Remote, *, facts_fn: FactsFn = host_facts) -> PatchList:
                 detail += f"; modified by hand: {', '.join(hand)}"
             rows.append(PatchStatus(p.name, "available" if reasons else "applicable", t.variant.name, detail))
     where = (state.get("version") or "?") + (f" @ {state['commit'][:12]}" if state.get("commit") else "")
-    return PatchList(remote.name, where, rows, state.get("recovered"))
+    return PatchList(remote.name, where, rows, state.get("recovery_needed"))
 
 
 def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: str | None = None,
-                force: bool = False, facts_fn: FactsFn = host_facts, txn_args: dict | None = None,
+                force: bool = False, facts_fn: FactsFn = host_facts,
                 on_progress: Callable[[dict], None] | None = None) -> PatchResult:
     """Apply NAME atomically (or show what would change); a second apply reports "already applied"."""
     patch = load(name)
-    state = host_state(remote, patch.files)
-    base = {"host": remote.name, "patch": name, "recovered": state.get("recovered")}
+    state = host_state(remote, patch.files, recover=not dry_run, on_progress=on_progress)
+    base = {"host": remote.name, "patch": name, "recovered": state.get("recovered"),
+            "recovery_needed": state.get("recovery_needed")}
     entry = _entry(state, name)
     if entry:
         drift = _drift(state, entry)
@@ -304,19 +334,20 @@ def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: st
     entry_in = {"variant": t.variant.name, "operator": operator()}
     done = _txn(remote, name, "apply", {"sglang_root": remote.host.sglang_root, "op": "apply", "patch": name,
                                        "files": payload, "entry": entry_in, "operator": operator(),
-                                       "lock_wait_s": lock_wait_s(),
-                                       **(txn_args or {})}, timeout=300, on_progress=on_progress)
+                                       "lock_wait_s": lock_wait_s()}, timeout=300, on_progress=on_progress)
     new_entry = next(e for e in done["ledger"]["applied"] if e["patch"] == name)
     return PatchResult(**base, action="applied", changed=True, variant=t.variant.name, how=how, files=files,
                        notes=notes, ledger_entry=new_entry)
 
 
 def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: bool = False,
-                 txn_args: dict | None = None, on_progress: Callable[[dict], None] | None = None) -> PatchResult:
+                 on_progress: Callable[[dict], None] | None = None) -> PatchResult:
     """Put the originals back, only if the files are still as the patch left them (else --force)."""
     patch = load(name)
-    state = host_state(remote, patch.files, backups_of=[f"{name}:{f}" for f in patch.files])
-    base = {"host": remote.name, "patch": name, "recovered": state.get("recovered")}
+    state = host_state(remote, patch.files, backups_of=[f"{name}:{f}" for f in patch.files], recover=not dry_run,
+                       on_progress=on_progress)
+    base = {"host": remote.name, "patch": name, "recovered": state.get("recovered"),
+            "recovery_needed": state.get("recovery_needed")}
     entry = _entry(state, name)
     if not entry:
         return PatchResult(**base, action="not applied", changed=False, notes=["nothing recorded in the ledger"])
@@ -350,19 +381,26 @@ def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: boo
     payload = {rel: {"before": state["files"][rel]["sha256"], "after": entry["files"][rel]["before"],
                      "from_backup": True} for rel in files}
     _txn(remote, name, "revert", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
-                                "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s(), **(txn_args or {})}, timeout=300,
+                                "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s()}, timeout=300,
                   on_progress=on_progress)
     return PatchResult(**base, action="reverted", changed=True, variant=variant, files=files, notes=notes)
 
 
 def _txn(remote: Remote, name: str, op: str, args: dict, **kw: Any) -> dict:
     """Run patch_txn; a lost connection is explained (the host finishes or rolls back on its own)."""
+    return _mutating(remote, "patch_txn", args, f"{op} of {name}", **kw)
+
+
+def _mutating(remote: Remote, script: str, args: dict, what: str, **kw: Any) -> dict:
+    """Run a host step that may change the tree; a lost connection or a killed host process is
+    explained as what it means for the tree (never half-way)."""
     try:
-        return remote.run_py("patch_txn", args, **kw)
+        return remote.run_py(script, args, **kw)
     except (ConnectError, RemoteError) as exc:
         if isinstance(exc, ConnectError) or "gave no answer" in str(exc):
-            raise ConnectError(f"{remote.name}: connection lost during {op} of {name}; the host completes or rolls "
-                               "back the change by itself (never half-way): run `inv patches` to see which") from None
+            raise ConnectError(f"{remote.name}: connection lost during {what}; the host never leaves it "
+                               "half-way: a live host process completes or rolls it back by itself, a killed one is "
+                               "recovered by the next apply-patch or revert-patch: run `inv patches` to see which") from None
         raise
 
 

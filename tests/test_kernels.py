@@ -223,3 +223,24 @@ def test_install_beside_sglang_with_library_calls(ksandbox, tmp_path, monkeypatc
         assert kernels.build(remote, spec, target="sglang", arch="sm_120", dry_run=True).status == "would-build"
         kernels.uninstall(remote, "gather_cast")
         assert not (py_dir / "sglops_kernels").exists()
+
+
+def test_a_corrupt_kernel_record_is_one_clear_error_and_is_left_as_it_is(env, ksandbox):
+    """Never read as {} (which would forget what is installed); every command says so in one line."""
+    state = ksandbox.host("ktorch").sglang_root / ".sglops" / "kernels"
+    state.mkdir(parents=True, exist_ok=True)
+    record = state / "installed.json"
+    record.write_text('{"gather_cast": {"name": "gather_cast", "hash": ')  # cut short
+    there = [p for p in sorted(state.rglob("*")) if p.name != ".lock"]
+    try:
+        for args in (["kernels"], ["build-kernel", "gather_cast", "--arch", "sm_90a", "--dry-run"],
+                     ["build-kernel", "gather_cast", "--arch", "sm_90a"],
+                     ["uninstall-kernel", "gather_cast"], ["uninstall-kernel", "gather_cast", "--dry-run"]):
+            out = inv_cmd(*args, "--host", "ktorch", env=env)
+            assert out.returncode != 0, args
+            assert f"kernel record {record} is unreadable" in out.stderr and "fix or move it aside" in out.stderr, args
+            assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+            assert record.read_text().endswith('"hash": ')
+        assert [p for p in sorted(state.rglob("*")) if p.name != ".lock"] == there  # (mutations took the lock)
+    finally:
+        record.unlink()

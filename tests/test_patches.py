@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from sglops.errors import SglopsError
 from sglops.hosts import load_inventory
 from sglops.remote import connect
 from tests.conftest import REPO, inv_cmd
+from tests.faults import Faults
 
 MLA = "python/sglang/srt/layers/attention/flashinfer_mla_backend.py"
 HOSTS = {"p23": "0.5.23", "p15": "0.5.15", "p04": "0.4.10"}
@@ -234,7 +234,16 @@ def session_sshd(script_pid: int, listener_pid: int) -> int:
         pid = ppid
 
 
-def apply_in_background(psb, pause_s: float):
+@pytest.fixture
+def faults(psb, env, tmp_path, monkeypatch):
+    """Fault-injecting twins of the hosts (tests/faults.py): SGLOPS_PAUSE_AT / SGLOPS_CRASH_AT in the host env."""
+    f = Faults(psb, tmp_path / "faults")
+    monkeypatch.setenv("SGLOPS_INVENTORY", str(f.inventory))
+    return f
+
+
+def apply_in_background(faults, pause_s: float):
+    """Apply two-files on p23, the host process pausing right after its first file is renamed."""
     seen: dict = {}
     paused = threading.Event()
     outcome: dict = {}
@@ -244,11 +253,12 @@ def apply_in_background(psb, pause_s: float):
             seen.update(ev)
             paused.set()
 
+    faults.set(SGLOPS_PAUSE_AT=f"renamed 1:{pause_s}")
+    r = faults.connect("p23-faults")
+
     def run():
-        r = remote(psb, "p23")
         try:
-            outcome["result"] = patches.apply_patch(r, "two-files", on_progress=on_progress,
-                                                    txn_args={"test_pause_after_first_file_s": pause_s})
+            outcome["result"] = patches.apply_patch(r, "two-files", on_progress=on_progress)
         except SglopsError as exc:
             outcome["error"] = str(exc)
         finally:
@@ -257,16 +267,17 @@ def apply_in_background(psb, pause_s: float):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     assert paused.wait(30), "the host never reached the pause"
+    faults.clear()
     return seen, t, outcome
 
 
-def test_capture_then_connection_dropped_mid_apply_leaves_tree_whole(env, psb):
+def test_capture_then_connection_dropped_mid_apply_leaves_tree_whole(env, psb, faults):
     sbx = psb.host("p23")
     root = sbx.sglang_root
     capture_two_file_patch(psb, root)
     old = {rel: digest(root / rel) for rel in TWO}
 
-    seen, t, outcome = apply_in_background(psb, pause_s=2.0)
+    seen, t, outcome = apply_in_background(faults, pause_s=2.0)
     # half-way on the host right now: first file renamed, second not yet
     assert digest(root / TWO[0]) != old[TWO[0]] and digest(root / TWO[1]) == old[TWO[1]]
     os.kill(session_sshd(seen["pid"], sbx.proc.pid), signal.SIGKILL)  # the connection really drops
@@ -274,34 +285,37 @@ def test_capture_then_connection_dropped_mid_apply_leaves_tree_whole(env, psb):
     assert "error" in outcome and "connection" in outcome["error"].lower()
 
     with remote(psb, "p23") as r:  # waits on the host's lock until the orphaned apply has finished
+        res = patches.apply_patch(r, "two-files")
+        assert res.action == "already applied" and not res.changed and res.recovered is None
         listed = {p.patch: p for p in patches.status(r, facts_fn=lambda _: {}).rows}
         assert listed["two-files"].status == "applied"
         (entry,) = patches.applied(r)
-        res = patches.apply_patch(r, "two-files")
-    assert res.action == "already applied" and not res.changed
     assert all(entry["files"][rel]["after"] == digest(root / rel) for rel in TWO)  # whole-new, ledger agrees
     assert all(entry["files"][rel]["before"] == old[rel] for rel in TWO)
     assert not (root / ".sglops" / "journal.json").exists()
 
 
-def test_apply_killed_half_way_is_rolled_back_by_the_next_command(env, psb):
+def test_apply_killed_half_way_is_reported_by_patches_and_rolled_back_by_the_next_apply(env, psb, faults):
     root = psb.host("p23").sglang_root
     capture_two_file_patch(psb, root)
     old = {rel: digest(root / rel) for rel in TWO}
 
-    seen, t, outcome = apply_in_background(psb, pause_s=20.0)
-    os.kill(seen["pid"], signal.SIGKILL)  # the host process dies between the two renames
-    t.join(30)
-    assert "error" in outcome
+    faults.set(SGLOPS_CRASH_AT="renamed 1")  # the host process dies between the two renames
+    with faults.connect("p23-faults") as fr, pytest.raises(SglopsError, match="connection lost during apply"):
+        patches.apply_patch(fr, "two-files")
+    faults.clear()
     assert digest(root / TWO[0]) != old[TWO[0]] and (root / ".sglops" / "journal.json").exists()
-    time.sleep(0.2)
 
-    listed = {p["patch"]: p for p in inv_json("patches", "--host", "p23")["patches"]}
-    assert listed["two-files"]["status"] == "applicable"
-    assert {rel: digest(root / rel) for rel in TWO} == old  # whole-old again
-    assert not ledger(root)["applied"] and not (root / ".sglops" / "journal.json").exists()
-    done = inv_json("apply-patch", "two-files", "--host", "p23")  # re-running finishes the job
-    assert done["action"] == "applied"
+    listed = inv_json("patches", "--host", "p23")  # read-only: says so, changes nothing
+    assert listed["recovery_needed"]["op"] == "apply" and listed["recovery_needed"]["will"] == "roll back"
+    assert {p["patch"]: p for p in listed["patches"]}["two-files"]["status"] == "applicable"  # as it will be
+    assert digest(root / TWO[0]) != old[TWO[0]] and (root / ".sglops" / "journal.json").exists()
+    text = inv_cmd("patches", "--host", "p23")
+    assert "recovery needed: apply of two-files was cut short" in " ".join(text.stdout.split())
+
+    done = inv_json("apply-patch", "two-files", "--host", "p23")  # recovers first, then applies
+    assert done["recovered"]["outcome"] == "rolled back" and done["action"] == "applied"
+    assert not (root / ".sglops" / "journal.json").exists()
     assert inv_json("apply-patch", "two-files", "--host", "p23")["action"] == "already applied"
 
 

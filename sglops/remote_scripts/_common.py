@@ -5,6 +5,9 @@ import re as _re
 import subprocess as _subprocess
 import sys as _sys
 
+# Read-only steps stay read-only: `git status` must not refresh (write) the tree's index.
+_os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")
+
 
 def progress(**fields):
     """Report progress to the laptop while the script runs (shown as a progress bar there)."""
@@ -59,18 +62,49 @@ def http(url, body=None, timeout=2.0):
         return None, str(getattr(exc, "reason", exc))
 
 
+PRIVATE_DIR = 0o700  # .sglops holds launch scripts with env secrets (HF_TOKEN, API keys): owner only
+PRIVATE_FILE = 0o600  # ledger, journal, logs, records
+PRIVATE_SCRIPT = 0o700  # launch scripts
+
+
 def sglops_dir(root, create=True):
     """<root>/.sglops: sglops' state on the host (ledger, lock, backups, server and kernel records).
 
-    Created with a .gitignore of `*`, so the SGLang checkout's `git status` stays clean. With
-    create=False nothing is made (dry runs and read-only inspections change nothing).
+    The one place the state dir is made: mode 0700 on creation, and tightened to 0700 when an
+    existing one is found looser (it holds launch scripts with secrets in their env). Created
+    with a .gitignore of `*`, so the SGLang checkout's `git status` stays clean. With
+    create=False nothing is made or changed (dry runs and read-only inspections change nothing).
     """
     d = _os.path.join(root, ".sglops")
-    if create and not _os.path.isdir(d):
-        _os.makedirs(d, exist_ok=True)
-        with open(_os.path.join(d, ".gitignore"), "w") as fh:
+    if not create:
+        return d
+    try:
+        st = _os.stat(d)
+    except FileNotFoundError:
+        try:
+            _os.mkdir(d, PRIVATE_DIR)
+        except FileExistsError:
+            pass
+        with open_private(_os.path.join(d, ".gitignore"), "w") as fh:
             fh.write("# sglops state on this host (not part of the SGLang tree)\n*\n")
+        st = _os.stat(d)
+    if st.st_mode & 0o777 != PRIVATE_DIR:
+        _os.chmod(d, PRIVATE_DIR)
     return d
+
+
+def open_private(path, mode="w", perm=PRIVATE_FILE):
+    """open() for a file only its owner may read: created with perm, tightened if found looser."""
+    flags = {"w": _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, "a": _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND,
+             "a+": _os.O_RDWR | _os.O_CREAT | _os.O_APPEND}[mode.replace("b", "")]
+    fd = _os.open(path, flags, perm)
+    try:
+        if _os.fstat(fd).st_mode & 0o777 != perm:
+            _os.fchmod(fd, perm)
+        return _os.fdopen(fd, mode)
+    except BaseException:
+        _os.close(fd)
+        raise
 
 
 def _expand(p):

@@ -39,24 +39,36 @@ def target_dir(target, hint):
 
 
 def read_records(state):
+    """installed.json: {} when there is none yet; a corrupt one is a one-line error (never {}: that
+    would forget what is installed and let the next build overwrite it)."""
+    path = _os.path.join(state, "installed.json")
     try:
-        with open(_os.path.join(state, "installed.json")) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
+        with open(path) as fh:
+            records = json.load(fh)
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as exc:
+        raise UserError("kernel record " + path + " is unreadable (" + str(exc) + "); fix or move it aside") from None
+    if not isinstance(records, dict):
+        raise UserError("kernel record " + path + " is not a JSON object; fix or move it aside")
+    return records
 
 
 def write_records(state, records):
     path = _os.path.join(state, "installed.json")
-    with open(path + ".tmp", "w") as fh:
+    with open_private(path + ".tmp", "w") as fh:
         json.dump(records, fh, indent=1, sort_keys=True)
+        fh.flush()
+        _os.fsync(fh.fileno())
     os.replace(path + ".tmp", path)
 
 
 def lock(state):
-    sglops_dir(_os.path.dirname(_os.path.dirname(state)))  # <root>/.sglops with its .gitignore
-    _os.makedirs(state, exist_ok=True)
-    fh = open(_os.path.join(state, ".lock"), "w")
+    """The kernel lock; records are read only after it is taken (mutations only: dry runs and the list
+    read without it and create nothing)."""
+    sglops_dir(_os.path.dirname(_os.path.dirname(state)))  # <root>/.sglops, 0700, with its .gitignore
+    _os.makedirs(state, mode=PRIVATE_DIR, exist_ok=True)
+    fh = open_private(_os.path.join(state, ".lock"), "w")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -133,19 +145,41 @@ def swap_link(path, link_to):
 
 def build(args):
     p = plan(args)
+    if args.get("dry_run"):
+        records = read_records(p["state_dir"])
+        rec = records.get(args["name"])
+        return decide(args, p, records) or {"status": "would-build", **p,
+                                            "previous": rec and {k: rec.get(k) for k in ("hash", "arch")}}
+    held = lock(p["state_dir"])
+    try:
+        records = read_records(p["state_dir"])
+        done = decide(args, p, records)
+        if not done and not writable(_os.path.dirname(p["install_path"])):
+            raise UserError("install target " + p["target_dir"] + " is not writable; pass --target PATH")
+    except BaseException:
+        held.close()
+        raise
+    if done:
+        held.close()
+        return done
+    return _build_locked(args, p, records, held)
+
+
+def decide(args, p, records):
+    """The answer when there is nothing to build (unchanged), or None; refuses a path not ours."""
     name, path = args["name"], p["install_path"]
-    records = read_records(p["state_dir"])
     rec = records.get(name)
     same = rec and rec.get("hash") == args["hash"] and rec.get("arch") == args["arch"]
     if same and installed_ok(rec, p) and not args.get("force"):
         return {"status": "unchanged", **p, "installed_at": rec.get("installed_at")}
     if _os.path.lexists(path) and not (rec and rec.get("install_path") == path and _os.path.islink(path)):
         raise UserError(path + " exists and was not installed by sglops; remove it or pick another install target")
-    if args.get("dry_run"):
-        return {"status": "would-build", **p, "previous": rec and {k: rec.get(k) for k in ("hash", "arch")}}
-    if not writable(_os.path.dirname(path)):
-        raise UserError("install target " + p["target_dir"] + " is not writable; pass --target PATH")
-    held = lock(p["state_dir"])
+    return None
+
+
+def _build_locked(args, p, records, held):
+    name, path = args["name"], p["install_path"]
+    rec = records.get(name)
     builds = _os.path.join(p["state_dir"], "builds", name)
     final = _os.path.join(builds, p["tag"])
     work = final + ".tmp-" + str(_os.getpid())
@@ -216,20 +250,28 @@ def build(args):
         held.close()
 
 
-def uninstall(args):
-    hint = args.get("sglang_root")
-    state = state_dir(hint)
-    records = read_records(state)
+def uninstall_check(args, state, records):
     rec = records.get(args["name"])
     if not rec:
         raise UserError("kernel " + args["name"] + " is not installed on this host by sglops (" + state + ")")
     path = rec["install_path"]
     if _os.path.lexists(path) and not (_os.path.islink(path) and _os.readlink(path) == rec["link_to"]):
         raise UserError(path + " was changed since sglops installed it; refusing to remove it")
+    return rec
+
+
+def uninstall(args):
+    hint = args.get("sglang_root")
+    state = state_dir(hint)
     if args.get("dry_run"):
-        return {"status": "would-uninstall", **rec}
+        return {"status": "would-uninstall", **uninstall_check(args, state, read_records(state))}
+    if not _os.path.isdir(state):
+        uninstall_check(args, state, {})  # the one-line "not installed", without making the state dir
     held = lock(state)
     try:
+        records = read_records(state)
+        rec = uninstall_check(args, state, records)
+        path = rec["install_path"]
         if _os.path.lexists(path):
             os.unlink(path)
         shutil.rmtree(rec["version_dir"], ignore_errors=True)

@@ -13,38 +13,50 @@ def main(args):
     root, info = sglang_root(args.get("sglang_root"))
     against = args["against"]
     only = set(args.get("files") or [])
+    if args.get("read_only"):
+        journal = pending(root)
+        if journal:
+            raise UserError("recovery needed: " + journal.get("op", "?") + " of " + journal.get("patch", "?")
+                            + " was cut short on this host; the next apply-patch or revert-patch recovers it (this "
+                            + "dry run changes nothing)")
+        return _capture(root, info, against, only, args)
     with Lock(root, args.get("lock_wait_s", 30), args.get("operator", "")):
         recover(root)
-        out = {}
-        if against == "commit":
-            if info.get("kind") != "git":
-                raise UserError("SGLang at " + root + " is not a git checkout; use --against release")
-            rc, status, err = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
-            if rc != 0:
-                raise UserError("git status failed in " + root + ": " + err.strip())
-            for line in status.splitlines():
-                rel = line[3:].strip()
-                if not rel or (only and rel not in only):
+        return _capture(root, info, against, only, args)
+
+
+def _capture(root, info, against, only, args):
+    """The changed files' texts (before and after) and the ledger."""
+    out = {}
+    if against == "commit":
+        if info.get("kind") != "git":
+            raise UserError("SGLang at " + root + " is not a git checkout; use --against release")
+        rc, status, err = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
+        if rc != 0:
+            raise UserError("git status failed in " + root + ": " + err.strip())
+        for line in status.splitlines():
+            rel = line[3:].strip()
+            if not rel or (only and rel not in only):
+                continue
+            path = _os.path.join(root, rel)
+            rc, head, _ = sh(["git", "show", "HEAD:" + rel], cwd=root)
+            cur = open(path, encoding="utf-8").read() if _os.path.isfile(path) else None
+            out[rel] = {"before": head if rc == 0 else None, "after": cur, "sha256": sha256_file(path)}
+    else:
+        wanted = args["release_hashes"]  # {"sglang/...py": sha256}
+        pkg = info["package_dir"]
+        base = _os.path.dirname(pkg)
+        for dirpath, _dirs, names in _os.walk(pkg):
+            for n in names:
+                if not n.endswith(".py"):
                     continue
-                path = _os.path.join(root, rel)
-                rc, head, _ = sh(["git", "show", "HEAD:" + rel], cwd=root)
-                cur = open(path, encoding="utf-8").read() if _os.path.isfile(path) else None
-                out[rel] = {"before": head if rc == 0 else None, "after": cur, "sha256": sha256_file(path)}
-        else:
-            wanted = args["release_hashes"]  # {"sglang/...py": sha256}
-            pkg = info["package_dir"]
-            base = _os.path.dirname(pkg)
-            for dirpath, _dirs, names in _os.walk(pkg):
-                for n in names:
-                    if not n.endswith(".py"):
-                        continue
-                    path = _os.path.join(dirpath, n)
-                    key = _os.path.relpath(path, base)
-                    rel = _pkg_rel(root, path)
-                    if (only and rel not in only) or key not in wanted:
-                        continue
-                    digest = sha256_file(path)
-                    if digest != wanted[key]:
-                        out[rel] = {"key": key, "after": open(path, encoding="utf-8").read(), "sha256": digest}
-        return {"root": root, "version": info.get("version"), "commit": info.get("commit"), "files": out,
-                "ledger": ledger(root)}
+                path = _os.path.join(dirpath, n)
+                key = _os.path.relpath(path, base)
+                rel = _pkg_rel(root, path)
+                if (only and rel not in only) or key not in wanted:
+                    continue
+                digest = sha256_file(path)
+                if digest != wanted[key]:
+                    out[rel] = {"key": key, "after": open(path, encoding="utf-8").read(), "sha256": digest}
+    return {"root": root, "version": info.get("version"), "commit": info.get("commit"), "files": out,
+            "ledger": ledger(root)}

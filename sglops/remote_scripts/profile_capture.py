@@ -34,6 +34,8 @@ def _out_dir(root, profile_id):
             os.path.join(tempfile.gettempdir(), "sglops-profiles")]:
         try:
             path = os.path.join(base, profile_id)
+            if root and base.startswith(os.path.join(root, ".sglops")):
+                sglops_dir(root)  # 0700, with its .gitignore
             os.makedirs(path, exist_ok=True)
             return path
         except OSError:

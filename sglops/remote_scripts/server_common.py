@@ -1,6 +1,7 @@
 # Server state on the host, shared by the server_* scripts (standard library only; needs _common).
 # State lives in <sglang root>/.sglops/: server.pid, server.json, launch.sh, launch.last-good.sh,
 # server.log, restarts.jsonl. A process is ours only if its pid AND its start time match server.json.
+# The folder is 0700 (sglops_dir), scripts 0700, everything else 0600: scripts carry env secrets.
 import json as _sjson
 import os as _sos
 import re as _sre
@@ -25,11 +26,11 @@ def state_paths(root, create=True):
     return {n: _sos.path.join(d, n) for n in names}
 
 
-def write_atomic(path, text, mode=0o644):
+def write_atomic(path, text, mode=PRIVATE_FILE):
+    """Replace path with text in one rename; owner-only (launch scripts hold env secrets: PRIVATE_SCRIPT)."""
     tmp = path + ".sglops-tmp"
-    with open(tmp, "w") as fh:
+    with open_private(tmp, "w", mode) as fh:
         fh.write(text)
-    _sos.chmod(tmp, mode)
     _sos.replace(tmp, path)
 
 
@@ -141,5 +142,5 @@ def http_get(url, timeout=2.0):
 
 
 def append_record(paths, record):
-    with open(paths["restarts.jsonl"], "a") as fh:
+    with open_private(paths["restarts.jsonl"], "a") as fh:
         fh.write(_sjson.dumps(record) + "\n")

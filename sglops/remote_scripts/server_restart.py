@@ -10,7 +10,7 @@ import time
 
 
 def start(paths, script_path, cwd):
-    with open(paths["server.log"], "ab") as log, open(os.devnull, "rb") as null:
+    with open_private(paths["server.log"], "ab") as log, open(os.devnull, "rb") as null:
         log.write(f"\n===== sglops restart {time.strftime('%Y-%m-%dT%H:%M:%S')} =====\n".encode())
         log.flush()
         proc = subprocess.Popen(["nohup", "bash", script_path], cwd=cwd, stdin=null, stdout=log,
@@ -60,7 +60,7 @@ def port_taken(host, port):
 def main(args):
     root = args["root"]
     paths = state_paths(root)
-    lock = open(paths["server.lock"], "w")
+    lock = open_private(paths["server.lock"], "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -93,7 +93,8 @@ def main(args):
     previous = paths["launch.sh"] + ".prev"
     if os.path.exists(paths["launch.sh"]):
         os.replace(paths["launch.sh"], previous)
-    write_atomic(paths["launch.sh"], script, 0o755)
+        os.chmod(previous, PRIVATE_SCRIPT)  # one written by an older sglops may be 0755
+    write_atomic(paths["launch.sh"], script, PRIVATE_SCRIPT)
     progress(phase="starting")
     proc, info = start(paths, paths["launch.sh"], root)
     info.update({"profile": args.get("profile"), "port": args["port"], "host": args["host"],
@@ -110,7 +111,7 @@ def main(args):
                 result["server_info"] = json.loads(body)
             except ValueError:
                 pass
-        write_atomic(paths["launch.last-good.sh"], script, 0o755)
+        write_atomic(paths["launch.last-good.sh"], script, PRIVATE_SCRIPT)
         write_atomic(paths["launch.last-good.json"], json.dumps(
             {"profile": args.get("profile"), "host": args["host"], "port": args["port"],
              "timeout_s": args["timeout_s"], "grace_s": args.get("grace_s", 20), "at": time.time()}))

@@ -44,7 +44,7 @@ def follow(path, seconds):
 
 def main(args):
     root = args["root"]
-    paths = state_paths(root)
+    paths = state_paths(root, create=False)  # read-only: makes no .sglops/
     info = our_server(paths)
     port = args.get("port") or (info or {}).get("port")
     host = args.get("host") or (info or {}).get("host")
