@@ -143,14 +143,17 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
                          api="sglang (native /generate) or openai (/v1/completions, e.g. for vLLM)",
                          port="the server's port on the host (default: the server sglops started there, else 30000)",
                          requests="requests per repeat and level (default: one per stream)",
-                         warmup="warm-up rounds per level, not counted (default 1)"))
+                         warmup="warm-up rounds per level, not counted (default 1)",
+                         vocab_size="the model's vocabulary when the host cannot read its config.json (prompt ids "
+                                    "are drawn below it)"))
 def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=5,
-          input_len=128, output_len=256, concurrency="1", api="sglang", port=None, requests=None, warmup=1):
+          input_len=128, output_len=256, concurrency="1", api="sglang", port=None, requests=None, warmup=1,
+          vocab_size=None):
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
     from sglops import bench as b
 
     step = cli.guarded(b.step, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                       api=api, port=port, requests=requests, warmup=warmup)
+                       api=api, port=port, requests=requests, warmup=warmup, vocab_size=vocab_size)
     results = cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key), step, json=json)
     cli.guarded(b.check, results)
 

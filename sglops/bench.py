@@ -151,7 +151,7 @@ class Level:
     def status(self) -> str:
         if self.ok == self.requests_total and self.decode_tok_s:
             return "ok"
-        return "failed" if not self.ok or not self.decode_tok_s else "partial"
+        return "failed" if not self.ok or not self.per_request.get("tpot_ms") else "partial"
 
     def to_json(self) -> dict:
         return {"concurrency": self.concurrency, "status": self.status, "requests": self.requests_total,
