@@ -89,7 +89,8 @@ def process_info(pid):
     except OSError:
         pass
     return {"pid": pid, "argv": argv[:40], "python": _interpreter(pid, argv, env), "log": log,
-            "pythonpath": env.get("PYTHONPATH"), "virtual_env": env.get("VIRTUAL_ENV")}
+            "pythonpath": env.get("PYTHONPATH"), "virtual_env": env.get("VIRTUAL_ENV"),
+            "hf_env": {k: env[k] for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k)}}
 
 
 _PROBE = "import json,sys;print(json.dumps({'executable':sys.executable,'version':'%d.%d.%d'%sys.version_info[:3]," \

@@ -20,16 +20,18 @@ def _vread(path):
         return None
 
 
-def _hf_snapshot(repo_id):
-    """A hub id's newest snapshot folder in the Hugging Face cache on this host (where the server loaded it)."""
-    hub = _vos.environ.get("HF_HUB_CACHE") or _vos.path.join(
-        _vos.environ.get("HF_HOME") or _vos.path.expanduser("~/.cache/huggingface"), "hub")
+def _hf_snapshot(repo_id, env=None):
+    """A hub id's newest snapshot folder in the Hugging Face cache on this host (where the server loaded it;
+    `env`: the server process's environment, whose HF_HOME / HF_HUB_CACHE win)."""
+    env = env or _vos.environ
+    hub = env.get("HF_HUB_CACHE") or _vos.path.join(
+        env.get("HF_HOME") or _vos.path.expanduser("~/.cache/huggingface"), "hub")
     pattern = _vos.path.join(hub, "models--" + repo_id.replace("/", "--"), "snapshots", "*", "config.json")
     found = sorted(_vglob.glob(pattern), key=_vos.path.getmtime)
     return _vos.path.dirname(found[-1]) if found else None
 
 
-def model_dir(path):
+def model_dir(path, env=None):
     """The folder holding the model's config.json: the path itself, else the hub cache's snapshot."""
     if not path:
         return None
@@ -37,7 +39,7 @@ def model_dir(path):
     if _vos.path.isfile(_vos.path.join(path, "config.json")):
         return path
     if not _vos.path.isabs(path) and path.count("/") == 1:
-        return _hf_snapshot(path)
+        return _hf_snapshot(path, env)
     return None
 
 
@@ -98,11 +100,12 @@ def read_token_space(folder, tokenizer_folder=None):
     return (min(sizes) if sizes else None), special, read
 
 
-def model_token_space(base_url, info=None, vocab_size=None):
+def model_token_space(base_url, info=None, vocab_size=None, env=None):
     """Where prompt ids may come from for the server at base_url: {"high", "special", "model_dir", "source"}.
 
     `info` is the server's /server_info answer when the caller has it (model_path, tokenizer_path);
-    otherwise /model_info is asked. `vocab_size` (the operator's --vocab-size) wins over the files.
+    otherwise /model_info is asked. `vocab_size` (the operator's --vocab-size) wins over the files. `env`:
+    the server process's HF_HOME / HF_HUB_CACHE, when it loads hub ids from a cache of its own.
     """
     info = info or {}
     if not info.get("model_path"):
@@ -115,8 +118,8 @@ def model_token_space(base_url, info=None, vocab_size=None):
                 except ValueError:
                     pass
     model_path = info.get("model_path")
-    folder = model_dir(model_path)
-    tok_folder = model_dir(info.get("tokenizer_path")) if info.get("tokenizer_path") else None
+    folder = model_dir(model_path, env)
+    tok_folder = model_dir(info.get("tokenizer_path"), env) if info.get("tokenizer_path") else None
     vocab, special, read = read_token_space(folder, tok_folder) if folder else (None, set(), [])
     source = f"{folder} ({', '.join(read)})" if folder else None
     if vocab_size:

@@ -360,7 +360,7 @@ def main(args):
         proc["env"] = python_env(proc["python"], proc.get("pythonpath"))
     log_mark = log_size((proc or {}).get("log"))
     space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
-                                                               args.get("vocab_size"))
+                                                               args.get("vocab_size"), (proc or {}).get("hf_env"))
     patches = applied_patches(root)
 
     plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels
