@@ -254,3 +254,45 @@ def test_half_the_tokens_in_one_chunk_is_the_line():
     assert bench.request_metrics(bad)["suspect"] == "burst: 5 of 8 decode tokens in one chunk"
     uncounted = {"outcome": "ok", "tokens": 40, "e2e_s": 0.5, "chunk_t": [0.05, 0.5], "chunk_n": [None, None]}
     assert bench.request_metrics(uncounted)["suspect"] == "burst: 40 tokens in 2 chunks"
+
+
+# -- prompt ids from the model's own vocabulary (host-side helper, shared with profile) ------------------------
+def _host_helpers() -> dict:
+    """The host-side vocabulary helper as a host runs it (with _common prepended), in a namespace of its own."""
+    from sglops.remote_scripts import load_script
+
+    ns: dict = {"__name__": "host"}
+    exec(compile(load_script("_common") + "\n" + load_script("_vocab"), "_vocab", "exec"), ns)
+    return ns
+
+
+def test_prompt_ids_stay_below_the_vocabulary_and_skip_every_special_token(tmp_path):
+    host = _host_helpers()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 64, "bos_token_id": 0, "eos_token_id": [1, 7],
+                                                   "pad_token_id": None}))
+    (model / "tokenizer.json").write_text(json.dumps({
+        "model": {"vocab": {f"t{i}": i for i in range(60)}},  # the tokenizer's own vocabulary is smaller
+        "added_tokens": [{"id": 5, "content": "<|im_start|>", "special": True},
+                         {"id": 9, "content": "word", "special": False}]}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"11": {"special": True}}}))
+    space = host["model_token_space"]("http://127.0.0.1:1", {"model_path": str(model)})
+    assert space["high"] == 60 and space["special"] == [0, 1, 5, 7, 11]
+    ids = [i for seed in range(50) for i in host["draw_prompt_ids"](space, seed, 40)]
+    assert max(ids) < 60 and not set(ids) & {0, 1, 5, 7, 11} and 9 in ids
+    assert host["draw_prompt_ids"](space, 3, 40) == host["draw_prompt_ids"](space, 3, 40)  # seeded: same prompt
+
+
+def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one_clear_line(tmp_path):
+    host = _host_helpers()
+    snap = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 500, "eos_token_id": 2}}))
+    space = host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/tiny"}, env={"HF_HOME": str(tmp_path / "hf")})
+    assert space["high"] == 500 and space["special"] == [2]
+    closed = free_port()
+    with pytest.raises(host["UserError"], match="cannot tell the served model's vocabulary.*--vocab-size"):
+        host["model_token_space"](f"http://127.0.0.1:{closed}", {"model_path": "org/missing"},
+                                  env={"HF_HOME": str(tmp_path / "hf")})
+    assert host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/missing"}, vocab_size=128)["high"] == 128

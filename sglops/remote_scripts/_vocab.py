@@ -107,21 +107,33 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
     otherwise /model_info is asked. `vocab_size` (the operator's --vocab-size) wins over the files. `env`:
     the server process's HF_HOME / HF_HUB_CACHE, when it loads hub ids from a cache of its own.
     """
-    info = info or {}
-    if not info.get("model_path"):
+    info = dict(info or {})
+    asked = False
+
+    def ask():
         for path in ("/model_info", "/get_model_info"):
             status, text = http(base_url + path, timeout=5)
             if status == 200:
                 try:
-                    info = {**_vjson.loads(text), **info}
-                    break
+                    answer = _vjson.loads(text)
                 except ValueError:
-                    pass
+                    continue
+                if isinstance(answer, dict):
+                    return answer
+        return {}
+
+    if not info.get("model_path"):
+        info = {**ask(), **info}
+        asked = True
     model_path = info.get("model_path")
     folder = model_dir(model_path, env)
     tok_folder = model_dir(info.get("tokenizer_path"), env) if info.get("tokenizer_path") else None
     vocab, special, read = read_token_space(folder, tok_folder) if folder else (None, set(), [])
     source = f"{folder} ({', '.join(read)})" if folder else None
+    if not vocab:  # a server that reports its vocabulary (SGLang does not; our stand-in does) is taken at its word
+        reported = info.get("vocab_size") or (None if asked else ask().get("vocab_size"))
+        if isinstance(reported, int) and reported > 0:
+            vocab, source = reported, "the server's /model_info vocab_size"
     if vocab_size:
         vocab, source = int(vocab_size), f"--vocab-size {int(vocab_size)}"
     if not vocab:
