@@ -74,6 +74,20 @@ def test_inv_bench_records_the_servers_python_and_version(real_server, use_sandb
     assert manifest["launch_args"]["model_path"] == str(model_dir())
 
 
+def test_facts_on_a_pip_installed_sglang_describe_its_venv_not_the_host_python(use_sandbox, tmp_path):
+    import sys
+
+    from sglops.sandbox.sglang_cpu import sglang_tree
+
+    proc = inv_cmd("facts", "--host", "local", "--sglang-root", str(sglang_tree()), "--json",
+                   env={"SGLOPS_ARTIFACTS": str(tmp_path / "artifacts")})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["sglang"]["version"] == SGLANG_VERSION and doc["sglang"]["kind"] == "installed"
+    assert doc["python"]["executable"] == str(venv_python()) and doc["torch"]["version"].startswith("2.14.1")
+    assert doc["host_python"]["executable"] == sys.executable  # the python sglops runs on, reported apart
+
+
 def test_a_request_that_stops_short_makes_the_run_partial(real_server, remote_a, tmp_path, monkeypatch):
     monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path / "artifacts"))
     # tests only: the first request of each repeat asks the server for fewer tokens than the run expects,
@@ -98,6 +112,7 @@ def test_a_server_that_dies_mid_run_is_named_with_its_logs_cause(real_server, re
     result = bench.run_bench(remote_a, runs=3, input_len=IN, output_len=OUT, port=real_server.port, warmup=0,
                              with_facts=False, test_options={"test_token_range": [5000, 6000]})
     down = result.server_down
+    print(down["line"])  # what the operator reads (pytest -rP shows it)
     assert result.status == "failed" and down["state"] == "died"
     assert "IndexError" in down["cause"] and down["log"] == str(real_server.log)
     assert f"the server on 127.0.0.1:{real_server.port} died" in down["line"] and "IndexError" in down["line"]

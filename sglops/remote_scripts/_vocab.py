@@ -1,4 +1,5 @@
-# The served model's token space, for prompts sent as input_ids (needs _common: include "_common, _vocab").
+# The served model's token space, for prompts sent as input_ids (needs _common's UserError:
+# `# sglops: include _common, _vocab`).
 # SGLang does not validate input_ids: an id at or above the vocabulary size makes the embedding lookup raise
 # (IndexError) and the server dies. So prompt ids are drawn below the model's vocabulary (read from its
 # config.json and tokenizer files, where the server loads them from) and never a special token (bos, eos, pad,
@@ -10,6 +11,21 @@ import random as _vrandom
 
 _CONFIG_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "unk_token_id",
                    "sep_token_id", "cls_token_id", "mask_token_id")
+
+
+def _vget(url, timeout=5.0):
+    """(status, body) of a GET on the host's own server; (None, reason) when nothing answers. Own helper: a
+    script that imports http.client shadows _common's `http` function with the module."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (OSError, ValueError) as exc:
+        return None, str(exc)
 
 
 def _vread(path):
@@ -112,7 +128,7 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
 
     def ask():
         for path in ("/model_info", "/get_model_info"):
-            status, text = http(base_url + path, timeout=5)
+            status, text = _vget(base_url + path)
             if status == 200:
                 try:
                     answer = _vjson.loads(text)
