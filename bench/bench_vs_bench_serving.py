@@ -7,7 +7,9 @@ alternating order (A B, then B A): the same request count, concurrency, input/ou
 tokenizer the model folder holds, offline), ignore_eos on, temperature 0, one warm-up request.
 
 Reported per tool: the median over rounds of each figure, the tool's spread against itself over the rounds
-((max - min) / median), and sglops / bench_serving. Definitions (both read from the sources):
+((max - min) / median), and sglops / bench_serving. On a machine whose speed swings between runs (2 cores
+shared with other work), each run is also set against the server's own decode rate over the same window (its
+"gen throughput" log lines per running request): `decode_vs_server` = the tool's decode tok/s / that rate. Definitions (both read from the sources):
 - TTFT, TPOT ((e2e - TTFT) / (n - 1)), e2e, output tok/s (all tokens / wall time): the same definitions.
 - decode tok/s: sglops' per-request (n - first chunk's tokens) / (e2e - TTFT), median over requests;
   bench_serving has no such figure, its column is 1000 / median TPOT (equal when the first chunk carries one
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,7 +45,22 @@ from sglops.remote import connect  # noqa: E402
 from sglops.sandbox.sglang_cpu import model_dir, start_server, venv_python  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 
-FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "output_tok_s", "client_cpu_us_per_token")
+FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "output_tok_s", "server_gen_tok_s",
+           "decode_vs_server", "client_cpu_us_per_token")
+GEN = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+
+
+def server_rate(log: Path | None, offset: int) -> float | None:
+    """The server's own per-stream decode rate while a tool ran: median of its "gen throughput" log lines
+    (every 40 decode steps) divided by the running requests. A reference both tools share, so a machine that
+    slows down for one tool's run and not the other's is seen in each tool's ratio to it."""
+    if not log:
+        return None
+    with open(log, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode(errors="replace")
+    rates = [float(m.group(2)) / int(m.group(1)) for m in GEN.finditer(text) if int(m.group(1))]
+    return stats.median(rates) if rates else None
 BACKENDS = {"sglang": "sglang", "openai": "sglang-oai"}
 
 
@@ -125,12 +143,14 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--apis", default="sglang,openai")
     ap.add_argument("--port", type=int, help="an SGLang server already running on 127.0.0.1 (default: start one)")
+    ap.add_argument("--server-log", type=Path, help="with --port: that server's log (its gen throughput lines)")
     ap.add_argument("--json", type=Path, help="write every run and the summary here")
     a = ap.parse_args()
     levels = bench.parse_levels(a.concurrency)
     apis = [x.strip() for x in a.apis.split(",") if x.strip()]
     server = None
     port = a.port
+    log = a.server_log
     if not port:
         port = free_port()
         log = Path(tempfile.mkdtemp(prefix="bench-vs-serving-")) / "server.log"
@@ -148,9 +168,13 @@ def main() -> None:
                         row = {"round": rnd, "api": api, "c": c, "order": list(order)}
                         for tool in order:
                             t0 = time.monotonic()
+                            mark = log.stat().st_size if log else 0
                             row[tool] = (run_sglops(remote, port, api, c, a) if tool == "sglops"
                                          else run_bench_serving(port, api, c, a, seed=rnd))
                             row[tool]["wall_s"] = round(time.monotonic() - t0, 2)
+                            ref = server_rate(log, mark)
+                            row[tool]["server_gen_tok_s"] = ref
+                            row[tool]["decode_vs_server"] = row[tool]["decode_tok_s"] / ref if ref else None
                         runs.append(row)
                         print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
                               f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
