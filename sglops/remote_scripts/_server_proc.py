@@ -151,7 +151,8 @@ _EXC_LINE = _pre.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception
 
 
 def death_cause(log_path, since=None):
-    """The last exception line of a server log (`IndexError: index out of range in self`), else its last line."""
+    """The last exception line a server log gained since offset `since` (`IndexError: index out of range in
+    self`), or None when it shows none."""
     if not log_path:
         return None
     try:
@@ -168,7 +169,7 @@ def death_cause(log_path, since=None):
         m = _EXC_LINE.match(line.strip())
         if m and not m.group(1).startswith(("UserWarning", "FutureWarning", "DeprecationWarning")):
             return m.group(1)[:300]
-    return lines[-1][:300] if lines else None
+    return None
 
 
 def log_size(log_path):

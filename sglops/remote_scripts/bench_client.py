@@ -299,19 +299,33 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter,
 
 
 # -- a server that stops answering ------------------------------------------------------------------------
-def server_down(port, proc, log_mark):
-    """None while /health answers 200; else what happened: died (with the cause from its log) or unhealthy."""
+def _health(port):
+    """(state, what /health said): ok, died (nothing listens) or unhealthy (answers, but not 200, or hangs)."""
     try:
         status, _ = _get(port, "/health", timeout=5)
         if status == 200:
-            return None
-        state, health = "unhealthy", f"/health answered HTTP {status}"
+            return "ok", "HTTP 200"
+        return "unhealthy", f"/health answered HTTP {status}"
     except ConnectionRefusedError:
-        state, health = "died", "connection refused"
+        return "died", "connection refused"
     except TimeoutError:
-        state, health = "unhealthy", "/health did not answer within 5 s"
+        return "unhealthy", "/health did not answer within 5 s"
     except (OSError, http.client.HTTPException) as exc:
-        state, health = "died", f"{type(exc).__name__}"
+        return "going", type(exc).__name__  # a server going down resets connections before it stops listening
+
+
+def server_down(port, proc, log_mark):
+    """None while /health answers 200; else what happened: died (with the cause from its log) or unhealthy."""
+    state, health = _health(port)
+    for _ in range(6):  # a server on its way down: ask again until it is gone or back
+        if state != "going":
+            break
+        time.sleep(0.5)
+        state, health = _health(port)
+    if state == "ok":
+        return None
+    if state == "going":
+        state = "died"
     if proc and proc.get("pid") and not _os.path.exists(f"/proc/{proc['pid']}"):
         state = "died"
     log = (proc or {}).get("log")
@@ -323,10 +337,14 @@ def server_down(port, proc, log_mark):
 
 def down_line(port, down):
     what = "died" if down["state"] == "died" else "stopped answering"
-    cause = down.get("cause")
+    if down.get("cause"):
+        cause = f": {down['cause']}"
+    elif down.get("log") and down["state"] == "died":
+        cause = ": no error in its log since the run began (killed by a signal? out of memory?)"
+    else:
+        cause = ""
     where = f"log: {down['log']}" if down.get("log") else "its log is unknown (not started by sglops, stdout not a file)"
-    return (f"the server on {LOOPBACK}:{port} {what} ({down['health']})"
-            + (f": {cause}" if cause else "") + f"; {where}")
+    return f"the server on {LOOPBACK}:{port} {what} ({down['health']}){cause}; {where}"
 
 
 def prompt_ids(space, seed, n):
