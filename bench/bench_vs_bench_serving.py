@@ -186,7 +186,8 @@ def main() -> None:
     print()
     print_table(rows)
     if a.json:
-        a.json.write_text(json.dumps({"config": vars(a) | {"json": str(a.json)}, "runs": runs, "summary": rows},
+        a.json.write_text(json.dumps({"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+                                      "runs": runs, "summary": rows},
                                      indent=1))
 
 
