@@ -159,26 +159,24 @@ def main() -> None:
     runs = []
     try:
         with connect(local_host(load_inventory(REPO / "no-inventory.yaml"))) as remote:
-            step = 0
             for rnd in range(a.rounds):
-                for api in apis:
-                    for c in levels:
-                        order = ("sglops", "bench_serving") if step % 2 == 0 else ("bench_serving", "sglops")
-                        step += 1
-                        row = {"round": rnd, "api": api, "c": c, "order": list(order)}
-                        for tool in order:
-                            t0 = time.monotonic()
-                            mark = log.stat().st_size if log else 0
-                            row[tool] = (run_sglops(remote, port, api, c, a) if tool == "sglops"
-                                         else run_bench_serving(port, api, c, a, seed=rnd))
-                            row[tool]["wall_s"] = round(time.monotonic() - t0, 2)
-                            ref = server_rate(log, mark)
-                            row[tool]["server_gen_tok_s"] = ref
-                            row[tool]["decode_vs_server"] = row[tool]["decode_tok_s"] / ref if ref else None
-                        runs.append(row)
-                        print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
-                              f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
-                              f"(order {' -> '.join(order)})", flush=True)
+                for combo, (api, c) in enumerate((api, c) for api in apis for c in levels):
+                    # each combination alternates which tool goes first from round to round
+                    order = ("sglops", "bench_serving") if (rnd + combo) % 2 == 0 else ("bench_serving", "sglops")
+                    row = {"round": rnd, "api": api, "c": c, "order": list(order)}
+                    for tool in order:
+                        t0 = time.monotonic()
+                        mark = log.stat().st_size if log else 0
+                        row[tool] = (run_sglops(remote, port, api, c, a) if tool == "sglops"
+                                     else run_bench_serving(port, api, c, a, seed=rnd))
+                        row[tool]["wall_s"] = round(time.monotonic() - t0, 2)
+                        ref = server_rate(log, mark)
+                        row[tool]["server_gen_tok_s"] = ref
+                        row[tool]["decode_vs_server"] = row[tool]["decode_tok_s"] / ref if ref else None
+                    runs.append(row)
+                    print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
+                          f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
+                          f"(order {' -> '.join(order)})", flush=True)
     finally:
         if server:
             server.stop()
