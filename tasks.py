@@ -145,14 +145,18 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
                          api="sglang (native /generate, the default) or openai (/v1/completions, e.g. for vLLM)",
                          port="the server's port on the host (default: the server sglops started there, else 30000)",
                          requests="requests per repeat and level (default: one per stream)",
-                         warmup="warm-up rounds per level, not counted (default 1)"))
+                         warmup="warm-up rounds per level, not counted (default 1)",
+                         vocab_size="the model's vocabulary when the host cannot read its config.json (prompt ids "
+                                    "are drawn below it)"))
 def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=None,
-          input_len=None, output_len=None, concurrency=None, api=None, port=None, requests=None, warmup=None):
+          input_len=None, output_len=None, concurrency=None, api=None, port=None, requests=None, warmup=None,
+          vocab_size=None):
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
     from sglops import bench as b
 
     opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                       api=api, port=port, requests=requests, warmup=warmup)
+                       api=api, port=port, requests=requests, warmup=warmup,
+                       vocab_size=vocab_size)
     cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key), b.step(**opts), json=json,
                  check=lambda result: b.check([result]))
 

@@ -39,17 +39,85 @@ class BenchIncomplete(SglopsError):
 
 
 # -- figures from raw timings ----------------------------------------------------------------------
-def request_metrics(rec: dict) -> dict | None:
-    """Derived figures of one successful request (None when it cannot give a decode rate)."""
-    n, ttft, e2e = rec["tokens"], rec["ttft_s"], rec["e2e_s"]
-    first = rec.get("first_tokens") or 1
-    if rec["outcome"] != "ok" or n - first < 1 or ttft is None or e2e is None or e2e <= ttft:
+def timeline(rec: dict) -> dict | None:
+    """TTFT, per-token ITL and the first chunk's token count from a request's raw chunk timeline.
+
+    Counted chunks (the server's cumulative completion_tokens per chunk): each gap is spread over the
+    tokens its chunk carried (SGLang native bench_serving's ITL). Uncounted chunks (an OpenAI server without
+    per-chunk usage): the gaps are spread evenly over the final usage count ("chunks_spread").
+    """
+    times, counts, n = rec.get("chunk_t") or [], rec.get("chunk_n") or [], rec.get("tokens") or 0
+    if not times or not n:
         return None
-    tpot = (e2e - ttft) / (n - 1)
-    itl = rec.get("itl_s") or []
-    return {"tokens": n, "ttft_ms": ttft * 1e3, "e2e_ms": e2e * 1e3, "tpot_ms": tpot * 1e3,
-            "decode_tok_s": (n - first) / (e2e - ttft), "itl_ms": [x * 1e3 for x in itl],
-            "itl_ms_median": stats.median(itl) * 1e3 if itl else None}
+    if None not in counts:
+        itl, chunk_tokens = [], [counts[0]]
+        for i in range(1, len(times)):
+            carried = counts[i] - counts[i - 1]
+            itl.extend([(times[i] - times[i - 1]) / carried] * carried)
+            chunk_tokens.append(carried)
+        return {"ttft": times[0], "first": counts[0], "itl": itl, "chunk_tokens": chunk_tokens, "basis": "per_token"}
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    itl, done = [], 0
+    per_gap = (n - 1) / len(gaps) if gaps else 0
+    for i, gap in enumerate(gaps):
+        upto = round((i + 1) * per_gap)
+        if upto > done:
+            itl.extend([gap / (upto - done)] * (upto - done))
+            done = upto
+    return {"ttft": times[0], "first": n - len(itl), "itl": itl, "chunk_tokens": None,
+            "basis": "per_token" if len(times) == n else "chunks_spread"}
+
+
+SUSPECT_BURST_SHARE = 0.5  # one chunk carrying over half the decode tokens: the decode window was not measured
+SUSPECT_MIN_DECODE = 4  # fewer decode tokens than this: a burst rule would flag ordinary merged chunks
+SUSPECT_CLOCK_SLACK_S = 0.002
+
+
+def suspect_reason(rec: dict, tl: dict | None = None) -> str | None:
+    """Why a request's figures cannot be what the server did, or None.
+
+    - burst: most decode tokens arrived in one chunk (a stalled stream delivered at once), so e2e - TTFT
+      measures delivery, not decoding (the 148,433 tok/s "measurement" of one such request);
+    - the client saw the stream end before the server says it finished (meta_info.e2e_latency, where the
+      server reports it): the client's clock or timeline is wrong.
+    """
+    tl = tl or timeline(rec)
+    if tl is None:
+        return None
+    n, first = rec["tokens"], tl["first"]
+    decode = n - first
+    if tl["chunk_tokens"] is not None and decode >= SUSPECT_MIN_DECODE:
+        biggest = max(tl["chunk_tokens"][1:], default=0)
+        if biggest > SUSPECT_BURST_SHARE * decode:
+            return f"burst: {biggest} of {decode} decode tokens in one chunk"
+    if tl["chunk_tokens"] is not None and n >= SUSPECT_MIN_DECODE and first > SUSPECT_BURST_SHARE * n:
+        return f"burst: the first chunk carried {first} of {n} tokens"
+    if tl["chunk_tokens"] is None and decode >= SUSPECT_MIN_DECODE and len(tl["itl"]) and len(rec["chunk_t"]) < 3:
+        return f"burst: {n} tokens in {len(rec['chunk_t'])} chunks"
+    server = rec.get("server_e2e_s")
+    if server is not None and rec.get("e2e_s") is not None and rec["e2e_s"] < server - SUSPECT_CLOCK_SLACK_S:
+        return (f"stream ended {1e3 * (server - rec['e2e_s']):.1f} ms before the server's own e2e_latency "
+                f"({1e3 * server:.1f} ms)")
+    return None
+
+
+def request_metrics(rec: dict) -> dict | None:
+    """Derived figures of one successful request (None when it cannot give a decode rate).
+
+    Adds `suspect` (a reason) when the figures cannot be what the server did; callers keep those out.
+    """
+    if rec["outcome"] != "ok":
+        return None
+    tl = timeline(rec)
+    e2e = rec.get("e2e_s")
+    if tl is None or e2e is None:
+        return None
+    n, ttft, first = rec["tokens"], tl["ttft"], tl["first"]
+    if n - first < 1 or e2e <= ttft:
+        return {"suspect": suspect_reason(rec, tl) or "no decode window (every token in the first chunk)"}
+    return {"tokens": n, "ttft_ms": ttft * 1e3, "e2e_ms": e2e * 1e3, "tpot_ms": (e2e - ttft) / (n - 1) * 1e3,
+            "decode_tok_s": (n - first) / (e2e - ttft), "itl_ms": [x * 1e3 for x in tl["itl"]],
+            "itl_basis": tl["basis"], "suspect": suspect_reason(rec, tl)}
 
 
 @dataclass
@@ -69,35 +137,56 @@ class Level:
     per_request: dict[str, list]
     client_cpu_us_per_token: float | None
     itl_basis: list[str]
+    suspect: dict[str, int] = field(default_factory=dict)  # reason kind -> requests kept out of the figures
+    suspect_examples: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> int:
         return self.outcomes.get("ok", 0)
 
     @property
+    def suspects(self) -> int:
+        return sum(self.suspect.values())
+
+    @property
     def status(self) -> str:
         if self.ok == self.requests_total and self.decode_tok_s:
             return "ok"
-        return "failed" if not self.ok else "partial"
+        return "failed" if not self.ok or not self.per_request.get("tpot_ms") else "partial"
 
     def to_json(self) -> dict:
         return {"concurrency": self.concurrency, "status": self.status, "requests": self.requests_total,
-                "outcomes": self.outcomes, "errors": self.errors, "decode_tok_s": self.decode_tok_s,
+                "outcomes": self.outcomes, "errors": self.errors, "suspect": self.suspect,
+                "suspect_examples": self.suspect_examples, "decode_tok_s": self.decode_tok_s,
                 "output_tok_s": self.output_tok_s, "ttft_ms": self.ttft_ms, "itl_ms": self.itl_ms,
                 "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms, "per_request": self.per_request,
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis}
 
 
 def analyse(repeats: Sequence[dict], concurrency: int) -> Level:
-    """One level's figures from the raw repeats the host script returned."""
+    """One level's figures from the raw repeats the host script returned.
+
+    Failed requests (any outcome but ok, including wrong_length) make the level partial; suspect requests
+    (see suspect_reason) are counted and kept out of every figure, the repeat's too.
+    """
     mine = [r for r in repeats if r["concurrency"] == concurrency]
     recs = [rec for r in mine for rec in r["requests"]]
     outcomes = Counter(rec["outcome"] for rec in recs)
     errors = sorted({f"{rec['outcome']}: {rec['error']}" for rec in recs if rec.get("error")})[:5]
-    good = [m for m in (request_metrics(rec) for rec in recs) if m]
-    per_repeat_decode, per_repeat_output = [], []
+    suspect: Counter = Counter()
+    examples: list[str] = []
+    good, per_repeat_decode, per_repeat_output = [], [], []
     for r in mine:
-        ms = [m for m in (request_metrics(rec) for rec in r["requests"]) if m]
+        ms = []
+        for rec in r["requests"]:
+            m = request_metrics(rec)
+            if m and m["suspect"]:
+                suspect[m["suspect"].split(":")[0]] += 1
+                if len(examples) < 3:
+                    examples.append(m["suspect"])
+            elif m:
+                ms.append(m)
+        good += ms
         if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
             per_repeat_decode.append(stats.median([m["decode_tok_s"] for m in ms]))
             per_repeat_output.append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
@@ -116,7 +205,9 @@ def analyse(repeats: Sequence[dict], concurrency: int) -> Level:
         e2e_ms=stats.summary([m["e2e_ms"] for m in good]),
         per_request={key: [m[key] for m in good] for key in ("decode_tok_s", "tpot_ms", "ttft_ms", "e2e_ms")},
         client_cpu_us_per_token=cpu / tokens * 1e6 if tokens else None,
-        itl_basis=sorted({rec.get("itl_basis", "per_token") for rec in recs if rec["outcome"] == "ok"}),
+        itl_basis=sorted({m["itl_basis"] for m in good}),
+        suspect=dict(suspect),
+        suspect_examples=examples,
     )
 
 
@@ -137,6 +228,8 @@ class BenchResult:
     raw: list[dict] = field(default_factory=list, repr=False)
     run_id: str | None = None
     artifact: str | None = None
+    server: dict | None = None  # what served: version, process, its python, log, token space
+    server_down: dict | None = None  # the server died or stopped answering mid-run: how, and the cause
 
     @property
     def status(self) -> str:
@@ -153,14 +246,38 @@ class BenchResult:
         return {"concurrency": lv.concurrency, "median": lv.decode_tok_s["median"], "ci95": lv.decode_tok_s["ci95"],
                 "cv": lv.decode_tok_s["cv"]}
 
+    def problems(self) -> list[str]:
+        """Why the run is not a clean figure (or what was kept out of it), one line each."""
+        out = []
+        if self.server_down:
+            out.append(self.server_down.get("line") or f"server {self.server_down.get('state')}")
+        for lv in self.levels:
+            bad = {k: v for k, v in sorted(lv.outcomes.items()) if k != "ok"}
+            if bad:
+                out.append(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests failed ("
+                           + ", ".join(f"{k} {v}" for k, v in bad.items()) + ")")
+            if lv.suspects:
+                out.append(f"C={lv.concurrency}: {lv.suspects} suspect request(s) kept out of the figures ("
+                           + "; ".join(lv.suspect_examples) + ")")
+        srv = (self.server or {}).get("version")
+        tree = (self.sglang or {}).get("tree_version")
+        if srv and tree and srv != tree:
+            out.append(f"the server runs sglang {srv} but the tree at {(self.sglang or {}).get('root')} is {tree}: "
+                       "the commit and patches recorded may not be what served")
+        return out
+
     def manifest(self) -> dict:
         """What the run's manifest.json records beside bench.json: what was running."""
         sgl = self.sglang or {}
         return {
             "bench": {"status": self.status, "api": self.config["api"], "decode_tok_s": self.headline(),
                       "input_len": self.config["input_len"], "output_len": self.config["output_len"],
-                      "concurrency": self.config["concurrency"], "runs": self.config["runs"]},
-            "sglang": {k: sgl.get(k) for k in ("version", "commit", "branch", "dirty", "dirty_files", "root")},
+                      "concurrency": self.config["concurrency"], "runs": self.config["runs"],
+                      "suspect_requests": sum(lv.suspects for lv in self.levels), "problems": self.problems()},
+            "sglang": {k: sgl.get(k) for k in ("version", "version_from", "tree_version", "commit", "branch", "dirty",
+                                               "dirty_files", "root")},
+            "server": self.server,
+            "server_down": self.server_down,
             "patches": self.patches,
             "launch_args": self.server_info,
             "facts": self.facts,
@@ -196,6 +313,9 @@ class BenchResult:
                 bad = ", ".join(f"{k} {v}" for k, v in sorted(lv.outcomes.items()) if k != "ok")
                 table.add_row(str(lv.concurrency), Text(lv.status.upper(), style="bold red"),
                               f"{lv.ok}/{lv.requests_total} ok", "", "", Text(bad, style="red"), "")
+            if lv.suspects:
+                table.add_row(str(lv.concurrency), Text("suspect", style="yellow"), f"{lv.suspects}/{lv.requests_total}",
+                              "", "", Text("kept out of the figures", style="yellow"), "")
         return table
 
     def _caption(self) -> Text:
@@ -211,13 +331,22 @@ class BenchResult:
         cpu = [lv.client_cpu_us_per_token for lv in self.levels if lv.client_cpu_us_per_token]
         if cpu:
             parts.append(f"client CPU {max(cpu):.0f} us/token")
+        py = ((self.server or {}).get("python") or {})
+        if py.get("executable"):
+            torch = (py.get("torch") or {}).get("version") or "no torch"
+            parts.append(f"server python {py.get('version')} ({py['executable']}), torch {torch}")
         lines: list[Any] = [Text("; ").join(Text(p) if isinstance(p, str) else p for p in parts)]
+        if self.server_down:
+            lines.append(Text(str(self.server_down.get("line")), style="bold red"))
         for lv in self.levels:
             if lv.status != "ok":
                 lines.append(Text(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
                                   "failed; figures cover only the successful ones and are not a clean result",
                                   style="red"))
                 lines += [Text(f"  {e}", style="red") for e in lv.errors[:3]]
+            if lv.suspects:
+                lines.append(Text(f"C={lv.concurrency}: {lv.suspects} suspect request(s) kept out of the figures: "
+                                  + "; ".join(lv.suspect_examples), style="yellow"))
             if any(b != "per_token" for b in lv.itl_basis):
                 lines.append(f"C={lv.concurrency}: the server sent no per-chunk token counts; ITL spread evenly")
         if self.artifact:
@@ -260,46 +389,71 @@ def run_bench(
     port: int | None = None,
     requests: int | None = None,
     warmup: int = 1,
+    vocab_size: int | None = None,
     request_timeout: float = 120,
     timeout: float = 3600,
     with_facts: bool = True,
     on_progress: Callable[[dict], None] | None = None,
+    test_options: dict | None = None,
 ) -> BenchResult:
     """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
 
     A server that is down or unhealthy raises (nothing is measured); failed requests are counted
-    per request and make the result partial or failed.
+    per request and make the result partial or failed; a server that dies mid-run ends the run, and
+    the result says so with the cause from the server's log. `test_options` (tests only) reach the
+    host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
     """
     runs, input_len, output_len = int(runs), int(input_len), int(output_len)
     port = int(port) if port else None  # None: the server sglops started on the host, else 30000
     _check(runs, input_len, output_len, api, port)
+    if vocab_size is not None and int(vocab_size) < 2:
+        raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
     levels = parse_levels(concurrency)
     args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
             "concurrency": levels, "requests": int(requests) if requests else None, "warmup": int(warmup),
-            "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root}
+            "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
+            "vocab_size": int(vocab_size) if vocab_size else None, **(test_options or {})}
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
     facts = None
     if with_facts:
         from sglops.facts import gather
 
-        facts = gather(remote).to_json()
+        facts = gather(remote, port=raw["port"]).to_json()
     tokens = raw["client_tokens"]
+    proc = raw.get("server_process") or {}
     return BenchResult(
         host=remote.name,
-        config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"], "runs": runs, "input_len": input_len,
-                "output_len": output_len, "concurrency": levels, "requests_per_run": raw["requests_per_run"],
-                "warmup": int(warmup), "ignore_eos": True, "temperature": 0, "input": "random input_ids",
-                "order": "repeats interleaved across concurrency levels"},
+        config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
+                "runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": levels,
+                "requests_per_run": raw["requests_per_run"], "warmup": int(warmup), "ignore_eos": True,
+                "temperature": 0, "input": "random ordinary token ids below the model's vocabulary (input_ids)",
+                "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels"},
         levels=[analyse(raw["repeats"], c) for c in levels],
         server_info=raw["server_info"],
-        sglang=raw["sglang"],
+        sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
         patches=raw["patches"],
         warmup=raw["warmup"],
         client={"cpu_s": raw["client_cpu_s"], "tokens": tokens,
                 "cpu_us_per_token": raw["client_cpu_s"] / tokens * 1e6 if tokens else None},
         facts=facts,
         raw=raw["repeats"],
+        server={"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
+                "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
+                "python": proc.get("env"), "token_space": raw.get("token_space")} if raw.get("server_version") or proc
+        else None,
+        server_down=raw.get("server_down"),
     )
+
+
+def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
+    """The tree on the host (commit, dirty files) with the version the SERVER reported: that is what ran."""
+    if not tree and not server_version:
+        return None
+    out = dict(tree or {})
+    out["tree_version"] = (tree or {}).get("version")
+    out["version"] = server_version or out["tree_version"]
+    out["version_from"] = "server /server_info" if server_version else "tree"
+    return out
 
 
 def record(result: BenchResult, run_id: str | None = None) -> BenchResult:
@@ -318,7 +472,8 @@ def check(results: Sequence[BenchResult]) -> None:
         raise BenchIncomplete("; ".join(
             f"{r.host}: run {r.run_id or ''} is {r.status} ("
             + ", ".join(f"{k} {v}" for lv in r.levels for k, v in sorted(lv.outcomes.items()) if k != "ok")
-            + ") - not a clean figure" for r in bad))
+            + ") - not a clean figure"
+            + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "") for r in bad))
 
 
 # -- progress bar ---------------------------------------------------------------------------------------------

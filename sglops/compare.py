@@ -147,6 +147,14 @@ def _differences(base: Run, other: Run) -> list[str]:
         notes.append(f"{other.run_id}: host {other.host} vs baseline {base.host}")
     if not other.ok:
         notes.append(f"{other.run_id} is {other.doc.get('status')}: not a clean figure, no verdict")
+    for run in (base, other):
+        suspect = sum(sum((lv.get("suspect") or {}).values()) for lv in run.doc["levels"])
+        if suspect:
+            notes.append(f"{run.run_id}: {suspect} suspect request(s) kept out of its figures (see its bench.json)")
+    versions = {r.run_id: (r.doc.get("sglang") or {}).get("version") for r in (base, other)}
+    if len({v for v in versions.values() if v}) > 1:
+        notes.append(f"{other.run_id}: the server ran sglang {versions[other.run_id]} vs baseline "
+                     f"{versions[base.run_id]}")
     return notes
 
 
@@ -194,7 +202,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
                 kind = "repeats" if many and key.endswith("tok_s") else "requests"
                 rows.append(Row(other.run_id, c, label, mb, mo, ratio, ci, verdict(ratio, ci, higher, comparable),
                                 f"{kind} {len(sb)} vs {len(so)}"))
-    result = Comparison(runs, rows, notes)
+    result = Comparison(runs, rows, list(dict.fromkeys(notes)))
     out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{artifacts.new_run_id()}"
     if chart:
         from sglops.charts import decode_chart

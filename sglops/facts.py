@@ -69,13 +69,15 @@ class Facts:
             ("GPUs", gpu),
             ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"),
             ("nvcc", cuda.get("nvcc") or "not found"),
-            ("python", f"{d['python']['version']} ({d['python']['executable']})"),
+            ("python", f"{d['python']['version']} ({d['python']['executable']})"
+                       + (f", from {d['python']['source']}" if d["python"].get("source") else "")),
             ("torch", dist("torch")),
             ("flashinfer", dist("flashinfer", source=True)),
             ("sglang", ver),
             ("sglang at", where),
             ("ripgrep", d.get("ripgrep") or "not found (probes use grep)"),
-        ]
+        ] + ([("host python", f"{host['version']} ({host['executable']}), runs sglops' scripts")]
+             if (host := d.get("host_python")) and host.get("executable") != d["python"].get("executable") else [])
 
     def table(self) -> Table:
         table = Table(title=f"facts: {self.host}", show_header=False, title_justify="left")
@@ -86,6 +88,9 @@ class Facts:
         return table
 
 
-def gather(remote: Remote) -> Facts:
-    """One round trip: the facts script runs on the host and answers JSON."""
-    return Facts(remote.name, remote.run_py("facts", {"sglang_root": remote.host.sglang_root}))
+def gather(remote: Remote, port: int | None = None) -> Facts:
+    """One round trip: the facts script runs on the host and answers JSON.
+
+    `port`: the server whose Python to describe (default: the one sglops started there, else 30000).
+    """
+    return Facts(remote.name, remote.run_py("facts", {"sglang_root": remote.host.sglang_root, "port": port}))

@@ -233,6 +233,7 @@ BENCH: Spec = {
     "port": Port(),
     "requests": Int(1, 1_000_000),
     "warmup": Int(0, 1000, 1),
+    "vocab_size": Int(2, 1 << 24),
 }
 PROFILE: Spec = {
     "steps": Int(1, 1000, 5),

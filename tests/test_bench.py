@@ -25,6 +25,11 @@ def standin(use_sandbox, tmp_path):
     """standin(tps=..., **knobs) -> port of a stand-in server on gpu-a's tree; all stopped afterwards."""
     servers: list[StandinProcess] = []
     root = use_sandbox.host("gpu-a").sglang_root
+    # the model as the host's Hugging Face cache holds it: bench reads its vocabulary there
+    snap = use_sandbox.host("gpu-a").home / ".cache/huggingface/hub/models--deepseek-ai--DeepSeek-V2-Lite/snapshots/0"
+    snap.mkdir(parents=True, exist_ok=True)
+    (snap / "config.json").write_text(json.dumps({"vocab_size": 102400, "bos_token_id": 100000,
+                                                  "eos_token_id": 100001}))
 
     def start(tps: float, wait: bool = True, **knobs) -> int:
         server = start_standin("--model-path", "deepseek-ai/DeepSeek-V2-Lite", "--tp-size", "2",
@@ -160,10 +165,13 @@ def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
                              on_progress=kill_after_first)
     lv = result.levels[0]
     assert result.status == "partial" and lv.ok >= 1 and lv.ok < 4
-    assert sum(lv.outcomes.values()) == 4 and len(lv.decode_tok_s["values"]) == lv.ok
-    with pytest.raises(bench.BenchIncomplete, match="partial"):
+    # the run stops at the first request that finds the server gone: nothing more is sent to a dead server
+    assert sum(lv.outcomes.values()) < 4 and len(lv.decode_tok_s["values"]) == lv.ok
+    assert result.server_down["state"] == "died" and "connection refused" in result.server_down["line"]
+    with pytest.raises(bench.BenchIncomplete, match="partial.*died"):
         bench.check([result])
-    assert "PARTIAL" in _render(result.table())
+    text = _render(result.table())
+    assert "PARTIAL" in text and f"127.0.0.1:{port} died" in text
 
 
 def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_path):
@@ -187,3 +195,104 @@ def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     listed = inv_cmd("runs", "--task", "bench", env={"COLUMNS": "200"})
     assert listed.returncode == 0 and all(i in listed.stdout for i in ids)
+
+
+# -- the suspect-request rule, on recorded chunk timelines -------------------------------------------------------
+# A request as the real SGLang 0.5.23 CPU server streamed it to bench_client at C=4 on a loaded 2-core machine
+# (raw record: arrival of each chunk that raised completion_tokens, and the count it raised it to).
+REAL = {"outcome": "ok", "tokens": 16, "e2e_s": 6.097292, "server_e2e_s": 6.009426256000097,
+        "chunk_t": [0.980563, 1.938822, 2.197151, 2.449397, 3.015748, 3.349479, 3.425548, 3.907308, 4.344339,
+                    4.656458, 4.890566, 5.22956, 5.708195, 5.844024, 6.026442, 6.097229],
+        "chunk_n": list(range(1, 17))}
+# the same stream had two pairs of tokens been merged into one chunk each (59-64 chunks for 64 tokens is usual)
+MERGED = dict(REAL, chunk_t=REAL["chunk_t"][:3] + REAL["chunk_t"][4:9] + REAL["chunk_t"][10:],
+              chunk_n=[1, 2, 3, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16])
+
+
+def _burst(first_t: float, tokens: int, server_e2e: float) -> dict:
+    """The field report: one token, then every other token in one chunk 0.4 ms later (a stalled stream)."""
+    return {"outcome": "ok", "tokens": tokens, "e2e_s": first_t + 0.000424, "server_e2e_s": server_e2e,
+            "chunk_t": [first_t, first_t + 0.000424], "chunk_n": [1, tokens]}
+
+
+def test_an_ordinary_real_timeline_with_merged_chunks_is_not_suspect():
+    for rec in (REAL, MERGED):
+        m = bench.request_metrics(rec)
+        assert m["suspect"] is None
+        assert m["ttft_ms"] == pytest.approx(980.563) and len(m["itl_ms"]) == 15  # merged chunks spread per token
+        assert m["tpot_ms"] == pytest.approx((6097.292 - 980.563) / 15)
+    merged = bench.request_metrics(MERGED)["itl_ms"]
+    assert merged[2] == merged[3] == pytest.approx((3015.748 - 2197.151) / 2)  # one gap, two tokens
+
+
+def test_a_burst_is_suspect_and_kept_out_of_the_figures_but_counted():
+    burst = _burst(0.150, 64, 0.151)
+    m = bench.request_metrics(burst)
+    assert m["decode_tok_s"] > 100_000  # the impossible figure it used to report as ok
+    assert m["suspect"] == "burst: 63 of 63 decode tokens in one chunk"
+    repeats = [{"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]},
+               {"concurrency": 1, "wall_s": 0.3, "requests": [burst]},
+               {"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]}]
+    lv = bench.analyse(repeats, 1)
+    assert lv.suspect == {"burst": 1} and lv.suspects == 1 and lv.status == "ok"
+    assert len(lv.per_request["decode_tok_s"]) == 2 and max(lv.per_request["decode_tok_s"]) < 100
+    assert lv.decode_tok_s["values"] == pytest.approx([15 / (6.097292 - 0.980563)] * 2)
+    assert lv.to_json()["suspect_examples"] == ["burst: 63 of 63 decode tokens in one chunk"]
+
+
+def test_a_stream_that_ends_before_the_server_finished_is_suspect():
+    early = dict(REAL, server_e2e_s=6.150)  # the server says it finished 53 ms after the client saw the end
+    assert bench.request_metrics(early)["suspect"].startswith("stream ended 52.7 ms before the server's own")
+    assert bench.request_metrics(dict(REAL, server_e2e_s=6.0985))["suspect"] is None  # within the clock slack
+
+
+def test_half_the_tokens_in_one_chunk_is_the_line():
+    # 8 decode tokens: a chunk of 4 is ordinary merging, a chunk of 5 is more than half
+    ok = {"outcome": "ok", "tokens": 9, "e2e_s": 0.1, "chunk_t": [0.01, 0.04, 0.06, 0.1], "chunk_n": [1, 3, 5, 9]}
+    bad = dict(ok, chunk_n=[1, 2, 4, 9])
+    assert bench.request_metrics(ok)["suspect"] is None
+    assert bench.request_metrics(bad)["suspect"] == "burst: 5 of 8 decode tokens in one chunk"
+    uncounted = {"outcome": "ok", "tokens": 40, "e2e_s": 0.5, "chunk_t": [0.05, 0.5], "chunk_n": [None, None]}
+    assert bench.request_metrics(uncounted)["suspect"] == "burst: 40 tokens in 2 chunks"
+
+
+# -- prompt ids from the model's own vocabulary (host-side helper, shared with profile) ------------------------
+def _host_helpers() -> dict:
+    """The host-side vocabulary helper as a host runs it (with _common prepended), in a namespace of its own."""
+    from sglops.remote_scripts import load_script
+
+    ns: dict = {"__name__": "host"}
+    exec(compile(load_script("_common") + "\n" + load_script("_vocab"), "_vocab", "exec"), ns)
+    return ns
+
+
+def test_prompt_ids_stay_below_the_vocabulary_and_skip_every_special_token(tmp_path):
+    host = _host_helpers()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 64, "bos_token_id": 0, "eos_token_id": [1, 7],
+                                                   "pad_token_id": None}))
+    (model / "tokenizer.json").write_text(json.dumps({
+        "model": {"vocab": {f"t{i}": i for i in range(60)}},  # the tokenizer's own vocabulary is smaller
+        "added_tokens": [{"id": 5, "content": "<|im_start|>", "special": True},
+                         {"id": 9, "content": "word", "special": False}]}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"11": {"special": True}}}))
+    space = host["model_token_space"]("http://127.0.0.1:1", {"model_path": str(model)})
+    assert space["high"] == 60 and space["special"] == [0, 1, 5, 7, 11]
+    ids = [i for seed in range(50) for i in host["draw_prompt_ids"](space, seed, 40)]
+    assert max(ids) < 60 and not set(ids) & {0, 1, 5, 7, 11} and 9 in ids
+    assert host["draw_prompt_ids"](space, 3, 40) == host["draw_prompt_ids"](space, 3, 40)  # seeded: same prompt
+
+
+def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one_clear_line(tmp_path):
+    host = _host_helpers()
+    snap = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 500, "eos_token_id": 2}}))
+    space = host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/tiny"}, env={"HF_HOME": str(tmp_path / "hf")})
+    assert space["high"] == 500 and space["special"] == [2]
+    closed = free_port()
+    with pytest.raises(host["UserError"], match="cannot tell the served model's vocabulary.*--vocab-size"):
+        host["model_token_space"](f"http://127.0.0.1:{closed}", {"model_path": "org/missing"},
+                                  env={"HF_HOME": str(tmp_path / "hf")})
+    assert host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/missing"}, vocab_size=128)["high"] == 128

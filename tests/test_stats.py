@@ -60,10 +60,14 @@ def test_ratio_interval_and_verdicts():
 
 
 def _rec(ttft, gaps, *, outcome="ok", first=1):
-    """A raw request record as the host script returns it: chunk gaps in seconds, one token each."""
-    return {"outcome": outcome, "error": None if outcome == "ok" else outcome, "ttft_s": ttft,
-            "e2e_s": ttft + sum(gaps), "tokens": first + len(gaps), "first_tokens": first,
-            "itl_s": list(gaps), "itl_basis": "per_token", "cpu_s": 0.001}
+    """A raw request record as the host script returns it: a first chunk of `first` tokens at ttft, then one
+    token per chunk after each gap (seconds)."""
+    times, counts = [ttft], [first]
+    for gap in gaps:
+        times.append(times[-1] + gap)
+        counts.append(counts[-1] + 1)
+    return {"outcome": outcome, "error": None if outcome == "ok" else outcome, "e2e_s": times[-1],
+            "tokens": counts[-1], "chunk_t": times, "chunk_n": counts, "server_e2e_s": None, "cpu_s": 0.001}
 
 
 def test_request_metrics_follow_sglang_definitions():

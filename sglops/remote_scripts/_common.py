@@ -323,14 +323,14 @@ def _listing(path):
     return _LISTINGS[path]
 
 
-def dist_version(name, import_name=None):
-    """An installed distribution's version and package folder, found on sys.path without importing
-    it (nor importlib.metadata, which costs more than the lookup itself); the version is the
-    dist-info folder's name (pip writes it from METADATA's Version)."""
+def dist_version(name, import_name=None, paths=None):
+    """An installed distribution's version and package folder, found on sys.path (or on `paths`, another
+    python's path) without importing it (nor importlib.metadata, which costs more than the lookup itself);
+    the version is the dist-info folder's name (pip writes it from METADATA's Version)."""
     dist = _norm(name)
     module = import_name or dist.split("_python")[0]
     version = location = source = None
-    for entry in _sys.path:
+    for entry in (_sys.path if paths is None else paths):
         entry = entry or _os.getcwd()
         for item in _listing(entry):
             if version is None and item.endswith(".dist-info"):

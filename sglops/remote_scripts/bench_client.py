@@ -1,4 +1,4 @@
-# sglops: include _common
+# sglops: include _common, _vocab, _server_proc
 # Streaming benchmark client, run ON the GPU host against its own server on 127.0.0.1
 # (no network jitter in the figures, and never any traffic off the host).
 #
@@ -109,20 +109,20 @@ def applied_patches(root):
 
 
 # -- one request -----------------------------------------------------------------------------------
-def make_body(api, model, ids, out_len):
+def make_body(api, model, ids, out_len, override=None):
+    """The request; `override` (tests only) replaces sampling fields to force a length the run did not ask for."""
     if api == "sglang":
-        return "/generate", {
-            "input_ids": ids, "stream": True,
-            "sampling_params": {"max_new_tokens": out_len, "temperature": 0, "ignore_eos": True},
-        }
-    return "/v1/completions", {
-        "model": model, "prompt": ids, "max_tokens": out_len, "temperature": 0, "ignore_eos": True,
-        "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+        sampling = {"max_new_tokens": out_len, "temperature": 0, "ignore_eos": True, **(override or {})}
+        return "/generate", {"input_ids": ids, "stream": True, "sampling_params": sampling}
+    body = {"model": model, "prompt": ids, "max_tokens": out_len, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    for key, value in (override or {}).items():
+        body["max_tokens" if key == "max_new_tokens" else key] = value
+    return "/v1/completions", body
 
 
 def _native_meta(data):
-    """meta_info from a /generate chunk without parsing the cumulative text (O(n^2) otherwise)."""
+    """meta_info from a /generate chunk without parsing the cumulative text and output_ids (O(n^2) otherwise)."""
     at = data.rfind(_META)
     if at >= 0:
         try:
@@ -134,22 +134,6 @@ def _native_meta(data):
             pass
     obj = json.loads(data)
     return obj.get("meta_info"), obj
-
-
-def _spread(chunk_times, total):
-    """Per-token ITL when chunks carry no token counts: gaps spread over the tokens evenly."""
-    gaps = [b - a for a, b in zip(chunk_times, chunk_times[1:], strict=False)]
-    if not gaps or total < 2:
-        return []
-    per_gap = (total - 1) / len(gaps)
-    itl, done = [], 0
-    for i, gap in enumerate(gaps):
-        upto = round((i + 1) * per_gap)
-        n = upto - done
-        if n > 0:
-            itl.extend([gap / n] * n)
-            done = upto
-    return itl
 
 
 def _lines(resp):
@@ -176,17 +160,20 @@ def _lines(resp):
         buf = buf[start:]
 
 
-def one_request(port, api, model, ids, out_len, timeout):
-    """Stream one request; every timestamp is taken as its line arrives."""
-    path, body = make_body(api, model, ids, out_len)
+def one_request(port, api, model, ids, out_len, timeout, override=None):
+    """Stream one request and keep its raw timeline: each chunk that carried tokens as (arrival, cumulative
+    count). Counts are the server's (meta_info / usage.completion_tokens), never counted from text; the
+    laptop turns the timeline into TTFT, ITL, TPOT (sglops/bench.py), so a recorded run can be re-analysed.
+    On /v1/completions without per-chunk usage, text chunks are kept with count None."""
+    path, body = make_body(api, model, ids, out_len, override)
     payload = json.dumps(body).encode()
-    rec = {"outcome": "ok", "error": None, "ttft_s": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None,
-           "itl_s": [], "itl_basis": "per_token", "chunks": 0, "first_tokens": None, "server_e2e_s": None, "finish": None}
+    rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
+           "chunk_n": [], "server_e2e_s": None, "finish": None}
+    chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
     conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
     st = time.perf_counter()
-    last_t, last_n, done = st, 0, False
-    chunk_times, counted, got_usage = [], True, api == "sglang"
+    last_n, done, final_n = 0, False, None
     try:
         conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -215,6 +202,9 @@ def one_request(port, api, model, ids, out_len, timeout):
                     rec["server_e2e_s"] = meta["e2e_latency"]
                 if meta.get("finish_reason"):
                     rec["finish"] = meta["finish_reason"]
+                if n is None:
+                    rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
+                    break
             else:
                 obj = json.loads(data)
                 if obj.get("error") or obj.get("object") == "error":
@@ -225,64 +215,46 @@ def one_request(port, api, model, ids, out_len, timeout):
                 n = usage.get("completion_tokens")
                 if usage.get("prompt_tokens") is not None:
                     rec["prompt_tokens"] = usage["prompt_tokens"]
-                if not choices:  # the final usage chunk (or a keep-alive without either)
+                if not choices:  # the final usage chunk (or a keep-alive)
                     if n is not None:
-                        last_n = max(last_n, n) if counted else n
-                        got_usage = True
+                        final_n = n
                     continue
                 if choices[0].get("finish_reason"):
                     rec["finish"] = choices[0]["finish_reason"]
-                if n is None:  # no continuous usage: a text chunk, its count unknown until the usage chunk
-                    counted = False
+                if n is None:  # no per-chunk usage: a text chunk, its token count unknown
                     if choices[0].get("text"):
-                        rec["chunks"] += 1
-                        chunk_times.append(now)
-                        if rec["ttft_s"] is None:
-                            rec["ttft_s"] = now - st
+                        chunk_t.append(round(now - st, 6))
+                        chunk_n.append(None)
                     continue
-                got_usage = True
-            if n is None:
-                rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
-                break
             if n > last_n:
-                rec["chunks"] += 1
-                chunk_times.append(now)
-                if rec["ttft_s"] is None:
-                    rec["ttft_s"] = now - st
-                    rec["first_tokens"] = n
-                else:
-                    per = (now - last_t) / (n - last_n)
-                    rec["itl_s"].extend([per] * (n - last_n))
-                last_t, last_n = now, n
-        rec["e2e_s"] = now - st
+                chunk_t.append(round(now - st, 6))
+                chunk_n.append(n)
+                last_n = n
+        rec["e2e_s"] = round(now - st, 6)
     except TimeoutError:
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        if rec["chunks"]:
+        if chunk_t:
             rec.update(outcome="dropped", error=f"stream dropped after {last_n} tokens ({type(exc).__name__})")
         else:
             rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()
-        rec["tokens"] = last_n
         rec["cpu_s"] = time.thread_time() - cpu0
-    if rec["outcome"] == "ok" and not got_usage and rec["chunks"]:
+    rec["tokens"] = final_n if final_n is not None else last_n
+    if api == "openai" and final_n is None and rec["outcome"] == "ok" and chunk_t:
         rec.update(outcome="error", error="server sent no usage (stream_options.include_usage ignored?); "
                    "cannot count tokens")
-    if not counted and rec["outcome"] == "ok":
-        rec["itl_basis"] = "per_token" if rec["chunks"] == last_n else "chunks_spread"
-        rec["itl_s"] = _spread(chunk_times, last_n)
-        rec["first_tokens"] = last_n - len(rec["itl_s"]) if last_n else None
     if rec["outcome"] == "ok":
         finish = rec["finish"]
         kind = finish.get("type") if isinstance(finish, dict) else finish
         if not done and not finish:
-            rec.update(outcome="dropped", error=f"stream ended after {last_n} tokens without finishing")
+            rec.update(outcome="dropped", error=f"stream ended after {rec['tokens']} tokens without finishing")
         elif kind == "abort":
             rec.update(outcome="error", error=f"server aborted: {str(finish)[:200]}")
-        elif last_n < out_len:
-            rec.update(outcome="short", error=f"{last_n} of {out_len} tokens (finish: {kind})")
-    rec["itl_s"] = [round(x, 7) for x in rec["itl_s"]]
+        elif rec["tokens"] != out_len:
+            rec.update(outcome="wrong_length", error=f"{rec['tokens']} tokens, {out_len} asked (finish: {kind}; "
+                       "ignore_eos not honoured?)")
     return rec
 
 
@@ -293,7 +265,7 @@ class Counter:
         self.done = self.failed = 0
 
 
-def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter):
+def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter, override=None):
     """Send the prompts with `concurrency` streams in flight; returns (records, wall seconds)."""
     records = [None] * len(prompts)
     nxt = [0]
@@ -307,7 +279,7 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter)
             if i >= len(prompts):
                 return
             t0 = time.perf_counter()
-            rec = one_request(port, api, model, prompts[i], out_len, timeout)
+            rec = one_request(port, api, model, prompts[i], out_len, timeout, override if i == 0 else None)
             rec["start_s"] = t0
             records[i] = rec
             with counter.lock:
@@ -326,15 +298,68 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter)
     return records, wall
 
 
-def prompt_ids(seed, n, low, high):
-    """Distinct random token ids per request, so the prefix cache cannot serve the prompt."""
-    rng = random.Random(seed)
-    return [rng.randrange(low, high) for _ in range(n)]
+# -- a server that stops answering ------------------------------------------------------------------------
+def _health(port):
+    """(state, what /health said): ok, died (nothing listens) or unhealthy (answers, but not 200, or hangs)."""
+    try:
+        status, _ = _get(port, "/health", timeout=5)
+        if status == 200:
+            return "ok", "HTTP 200"
+        return "unhealthy", f"/health answered HTTP {status}"
+    except ConnectionRefusedError:
+        return "died", "connection refused"
+    except TimeoutError:
+        return "unhealthy", "/health did not answer within 5 s"
+    except (OSError, http.client.HTTPException) as exc:
+        return "going", type(exc).__name__  # a server going down resets connections before it stops listening
+
+
+def server_down(port, proc, log_mark):
+    """None while /health answers 200; else what happened: died (with the cause from its log) or unhealthy."""
+    state, health = _health(port)
+    for _ in range(6):  # a server on its way down: ask again until it is gone or back
+        if state != "going":
+            break
+        time.sleep(0.5)
+        state, health = _health(port)
+    if state == "ok":
+        return None
+    if state == "going":
+        state = "died"
+    if proc and proc.get("pid") and not _os.path.exists(f"/proc/{proc['pid']}"):
+        state = "died"
+    log = (proc or {}).get("log")
+    if state == "died" and log:
+        time.sleep(0.5)  # the launcher writes the scheduler's traceback as it goes down
+    return {"state": state, "health": health, "pid": (proc or {}).get("pid"), "log": log,
+            "cause": death_cause(log, log_mark) if log else None}
+
+
+def down_line(port, down):
+    what = "died" if down["state"] == "died" else "stopped answering"
+    if down.get("cause"):
+        cause = f": {down['cause']}"
+    elif down.get("log") and down["state"] == "died":
+        cause = ": no error in its log since the run began (killed by a signal? out of memory?)"
+    else:
+        cause = ""
+    where = f"log: {down['log']}" if down.get("log") else "its log is unknown (not started by sglops, stdout not a file)"
+    return f"the server on {LOOPBACK}:{port} {what} ({down['health']}){cause}; {where}"
+
+
+def prompt_ids(space, seed, n):
+    """Distinct random ordinary token ids of the model per request, so the prefix cache cannot serve the prompt.
+    `space` may be a test's explicit [low, high) range (unsafe on purpose: ids past the vocabulary kill SGLang)."""
+    if isinstance(space, list):
+        rng = random.Random(seed)
+        return [rng.randrange(space[0], space[1]) for _ in range(n)]
+    return draw_prompt_ids(space, seed, n)
 
 
 def main(args):
     tree, tree_error = try_find_sglang(args.get("sglang_root"))
-    port, port_from = server_port(tree["root"] if tree else None, args.get("port"))
+    root = tree["root"] if tree else None
+    port, port_from = server_port(root, args.get("port"))
     api = args.get("api") or "sglang"
     if api not in ("sglang", "openai"):
         raise UserError(f"unknown api {api!r} (sglang or openai)")
@@ -343,12 +368,18 @@ def main(args):
     per_run = args.get("requests")  # per repeat and level; default one per stream
     warmup = int(args.get("warmup", 1))
     timeout = float(args.get("request_timeout", 120))
-    low, high = args.get("token_range") or [1000, 30000]
+    override = args.get("test_sampling_override")  # tests only: the first request of each repeat asks for this
 
     check_health(port)
     info = server_info(port)
     model = args.get("model") or served_model(port, info)
-    patches = applied_patches(tree["root"] if tree else None)
+    proc = server_process(port, root)
+    if proc and proc.get("python"):
+        proc["env"] = python_env(proc["python"], proc.get("pythonpath"))
+    log_mark = log_size((proc or {}).get("log"))
+    space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
+                                                               args.get("vocab_size"), (proc or {}).get("hf_env"))
+    patches = applied_patches(root)
 
     plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels
     sizes = {c: max(1, int(per_run or c)) for c in levels}
@@ -363,34 +394,47 @@ def main(args):
 
     threading.Thread(target=reporter, daemon=True).start()
     seed = int(args.get("seed", 0))
-    warm = []
+    warm, repeats, down = [], [], None
+    cpu, tokens = 0.0, 0
     try:
         for c in levels:
             for w in range(warmup):
-                prompts = [prompt_ids(-(seed * 7919 + c * 131 + w * 17 + i + 1), in_len, low, high) for i in range(c)]
+                prompts = [prompt_ids(space, -(seed * 7919 + c * 131 + w * 17 + i + 1), in_len) for i in range(c)]
                 recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter())
+                if any(r["outcome"] != "ok" for r in recs):
+                    gone = server_down(port, proc, log_mark)
+                    if gone:
+                        raise UserError("warm-up: " + down_line(port, gone))
                 for rec in recs:
                     if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
                         raise UserError(f"warm-up request to {LOOPBACK}:{port} failed: {rec['error']}")
                 warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
         state["phase"] = "measuring"
         _say(phase="measuring", done=0, total=total_req, failed=0)
-        repeats = []
         cpu0 = time.process_time()
-        tokens = 0
         for k, (rep, c) in enumerate(plan):
-            prompts = [prompt_ids(seed * 1000003 + k * 1009 + i, in_len, low, high) for i in range(sizes[c])]
+            prompts = [prompt_ids(space, seed * 1000003 + k * 1009 + i, in_len) for i in range(sizes[c])]
             started = time.time()
-            recs, wall = run_batch(port, api, model, prompts, out_len, c, timeout, counter)
+            recs, wall = run_batch(port, api, model, prompts, out_len, c, timeout, counter, override)
             tokens += sum(r["tokens"] for r in recs)
             repeats.append({"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs})
             _say(phase="measuring", done=counter.done, total=total_req, failed=counter.failed)
+            if any(r["outcome"] not in ("ok", "wrong_length") for r in recs):
+                down = server_down(port, proc, log_mark)
+                if down:  # nothing more to measure: the rest of the plan is not sent
+                    down["after_requests"] = counter.done
+                    down["line"] = down_line(port, down)
+                    break
         cpu = time.process_time() - cpu0
     finally:
         stop.set()
+    space_out = space if isinstance(space, dict) else {"test_range": space}
     return {
         "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
         "runs": runs, "concurrency": levels, "requests_per_run": sizes, "warmup": warm,
-        "server_info": info, "sglang": tree, "sglang_error": tree_error, "patches": patches,
+        "server_info": info, "server_version": (info or {}).get("version"), "server_process": proc,
+        "token_space": {**{k: v for k, v in space_out.items() if k != "special"},
+                        "special_ids": len(space_out.get("special") or [])},
+        "sglang": tree, "sglang_error": tree_error, "patches": patches, "server_down": down,
         "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens,
     }

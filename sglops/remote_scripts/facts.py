@@ -1,5 +1,9 @@
-# sglops: include _common
+# sglops: include _common, _server_proc
 # What is on this GPU host, in one round trip: GPUs, driver/CUDA, Python, torch, FlashInfer, SGLang.
+# "python" and "torch" describe the Python SGLang runs on: the running server's interpreter (found from the
+# process listening on the server port), else the venv the SGLang package is installed in; only when neither
+# is known, the python running this script (always reported as "host_python").
+import os
 import re
 
 GPU_FIELDS = ["index", "name", "compute_cap", "memory.total", "driver_version", "uuid"]
@@ -28,21 +32,61 @@ def cuda_version():
     return {"driver_cuda": m.group(1) if m else None, "nvcc": m2.group(1) if m2 else None}
 
 
+def install_python(sglang):
+    """The venv python an installed (site-packages) SGLang belongs to, or None."""
+    pkg = (sglang or {}).get("package_dir") or ""
+    m = re.match(r"^(.*)/lib/python[\d.]+/site-packages/sglang$", pkg)
+    if not m:
+        return None
+    for name in ("python", "python3"):
+        cand = os.path.join(m.group(1), "bin", name)
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def sglang_python(sglang, port):
+    """(python env, where it was found) of the Python SGLang runs on, or (None, None)."""
+    proc = server_process(port, (sglang or {}).get("root"))
+    if proc and proc.get("python"):
+        env = python_env(proc["python"], proc.get("pythonpath"))
+        if env.get("version"):
+            return env, f"the server on port {port} (pid {proc['pid']})"
+    python = install_python(sglang)
+    if python:
+        env = python_env(python)
+        if env.get("version"):
+            return env, "the venv SGLang is installed in"
+    return None, None
+
+
 def main(args):
     (gpu_rows, gpu_error), cuda, (sglang, sglang_error), (rc, rg, _) = parallel(
         gpus, cuda_version, lambda: try_find_sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]))
-    torch = dist_version("torch")
-    if torch and torch.get("version") and "+cu" in torch["version"]:
-        torch["cuda"] = torch["version"].split("+cu")[1]
+    port, _ = server_port((sglang or {}).get("root"), args.get("port"))
+    env, source = sglang_python(sglang, port)
+    host = python_info()
+    if env:
+        python = {"executable": env["executable"], "version": env["version"], "prefix": env.get("prefix"),
+                  "source": source}
+        torch, triton, flashinfer = env.get("torch"), env.get("triton"), env.get("flashinfer")
+    else:
+        python = {**host, "source": "the python running sglops' host scripts (no server or venv of SGLang found)"}
+        torch = dist_version("torch")
+        triton = dist_version("triton")
+        flashinfer = flashinfer_info()
+        if torch and torch.get("version") and "+cu" in torch["version"]:
+            torch["cuda"] = torch["version"].split("+cu")[1]
     return {
         "hostname": __import__("socket").gethostname(),
         "gpus": gpu_rows,
         "gpu_error": gpu_error,
         "cuda": cuda,
-        "python": python_info(),
+        "python": python,
+        "host_python": host,
         "torch": torch,
-        "triton": dist_version("triton"),
-        "flashinfer": flashinfer_info(),
+        "triton": triton,
+        "flashinfer": flashinfer,
         "sglang": sglang,
         "sglang_error": sglang_error,
         "ripgrep": rg.split()[1] if rc == 0 and rg else None,

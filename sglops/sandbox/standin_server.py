@@ -38,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HERE = os.path.dirname(os.path.abspath(__file__))
 MLA_BACKENDS = ("flashinfer", None)  # the backends whose decode KV code the stand-in runs (None: the default)
 GEN_LOG_EVERY = 40  # SGLang logs "gen throughput" every 40 decode steps
+STANDIN_VOCAB = 32000  # token ids the stand-in accepts in input_ids (it counts them, it does not embed them)
 VOCAB = ["the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", "."]
 
 
@@ -341,7 +342,10 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/get_server_info", "/server_info"):
             return self._json(200, st.server_info())
         if path in ("/get_model_info", "/model_info"):
-            return self._json(200, {"model_path": st.args["model_path"], "is_generation": True})
+            # vocab_size: real SGLang does not report it (bench reads the model's config.json); the stand-in,
+            # with no model files, says what ids it takes
+            return self._json(200, {"model_path": st.args["model_path"], "is_generation": True,
+                                    "vocab_size": STANDIN_VOCAB})
         if path == "/v1/models":
             return self._json(200, {"object": "list", "data": [{"id": st.args["served_model_name"], "object": "model"}]})
         return self._json(404, {"detail": "Not Found"})

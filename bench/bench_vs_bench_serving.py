@@ -1,0 +1,193 @@
+"""`inv bench` vs SGLang's own `bench_serving`, on one real SGLang server, alternated (issue 12 item 4).
+
+One real CPU server (sglops.sandbox.sglang_cpu.start_server: sglang 0.5.23, tiny Llama, vocabulary 1,024).
+Per round, API (/generate, /v1/completions) and concurrency, both tools run the same work back to back, in
+alternating order (A B, then B A): the same request count, concurrency, input/output lengths (fixed:
+`--random-range-ratio 1.0`), input sent as token ids (`--dataset-name random-ids --tokenize-prompt`, the
+tokenizer the model folder holds, offline), ignore_eos on, temperature 0, one warm-up request.
+
+Reported per tool: the median over rounds of each figure, the tool's spread against itself over the rounds
+((max - min) / median), and sglops / bench_serving. On a machine whose speed swings between runs (2 cores
+shared with other work), each run is also set against the server's own decode rate over the same window (its
+"gen throughput" log lines per running request): `decode_vs_server` = the tool's decode tok/s / that rate. Definitions (both read from the sources):
+- TTFT, TPOT ((e2e - TTFT) / (n - 1)), e2e, output tok/s (all tokens / wall time): the same definitions.
+- decode tok/s: sglops' per-request (n - first chunk's tokens) / (e2e - TTFT), median over requests;
+  bench_serving has no such figure, its column is 1000 / median TPOT (equal when the first chunk carries one
+  token and the request count is odd).
+- ITL: per token on both for /generate (a chunk's gap spread over its tokens); on /v1/completions bench_serving
+  records one ITL per text chunk (merged chunks count once), sglops per token (from per-chunk usage).
+- TTFT on /v1/completions: bench_serving waits for the first chunk with text; sglops for the first chunk that
+  raises completion_tokens (a token ending mid-character sends no text). And bench_serving refuses
+  `--tokenize-prompt` with `--backend sglang-oai`: its prompt is the ids decoded to text, re-tokenized by the
+  server, so its input length is near, not exactly, --input-len (sglops sends the ids).
+
+    python3 bench/bench_vs_bench_serving.py --rounds 3 --requests 7 --input-len 32 --output-len 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sglops import bench, stats  # noqa: E402
+from sglops.hosts import load_inventory, local_host  # noqa: E402
+from sglops.remote import connect  # noqa: E402
+from sglops.sandbox.sglang_cpu import model_dir, start_server, venv_python  # noqa: E402
+from sglops.sandbox.sshd import free_port  # noqa: E402
+
+FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "output_tok_s", "server_gen_tok_s",
+           "decode_vs_server", "client_cpu_us_per_token")
+GEN = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+
+
+def server_rate(log: Path | None, offset: int) -> float | None:
+    """The server's own per-stream decode rate while a tool ran: median of its "gen throughput" log lines
+    (every 40 decode steps) divided by the running requests. A reference both tools share, so a machine that
+    slows down for one tool's run and not the other's is seen in each tool's ratio to it."""
+    if not log:
+        return None
+    with open(log, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode(errors="replace")
+    rates = [float(m.group(2)) / int(m.group(1)) for m in GEN.finditer(text) if int(m.group(1))]
+    return stats.median(rates) if rates else None
+BACKENDS = {"sglang": "sglang", "openai": "sglang-oai"}
+
+
+def run_sglops(remote, port: int, api: str, c: int, a: argparse.Namespace) -> dict:
+    res = bench.run_bench(remote, runs=1, input_len=a.input_len, output_len=a.output_len, concurrency=c, api=api,
+                          port=port, requests=a.requests, warmup=1, with_facts=False)
+    lv = res.levels[0]
+    if lv.status != "ok":
+        raise SystemExit(f"sglops run not clean at C={c} {api}: {res.problems()}")
+    return {"ttft_ms": lv.ttft_ms["median"], "tpot_ms": lv.tpot_ms["median"], "itl_ms": lv.itl_ms["median"],
+            "e2e_ms": lv.e2e_ms["median"], "decode_tok_s": lv.decode_tok_s["median"],
+            "output_tok_s": (lv.output_tok_s or {}).get("median"),
+            "client_cpu_us_per_token": res.client["cpu_us_per_token"], "suspect": lv.suspects}
+
+
+def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: int) -> dict:
+    out = Path(tempfile.mkdtemp(prefix="bench-serving-")) / "out.jsonl"
+    model = str(model_dir())
+    argv = [str(venv_python()), "-m", "sglang.benchmark.serving", "--backend", BACKENDS[api],
+            "--base-url", f"http://127.0.0.1:{port}", "--model", model, "--tokenizer", model,
+            "--dataset-name", "random-ids", *(["--tokenize-prompt"] if api == "sglang" else []),
+            "--random-input-len", str(a.input_len),
+            "--random-output-len", str(a.output_len), "--random-range-ratio", "1.0", "--num-prompts", str(a.requests),
+            "--max-concurrency", str(c), "--request-rate", "inf", "--warmup-requests", "1", "--seed", str(seed),
+            "--disable-tqdm", "--output-file", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"bench_serving failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-1500:]}")
+    doc = json.loads(out.read_text().strip().splitlines()[-1])
+    if doc["completed"] != a.requests:
+        raise SystemExit(f"bench_serving completed {doc['completed']} of {a.requests} requests")
+    return {"ttft_ms": doc["median_ttft_ms"], "tpot_ms": doc["median_tpot_ms"], "itl_ms": doc["median_itl_ms"],
+            "e2e_ms": doc["median_e2e_latency_ms"], "decode_tok_s": 1000 / doc["median_tpot_ms"],
+            "output_tok_s": doc["output_throughput"] if c > 1 else None,
+            "client_cpu_us_per_token": None}  # its process CPU is mostly imports and tokenizer loading
+
+
+def spread(values: list[float]) -> float | None:
+    return (max(values) - min(values)) / stats.median(values) if len(values) > 1 else None
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    rows = []
+    keys = sorted({(r["api"], r["c"]) for r in runs})
+    for api, c in keys:
+        for fig in FIGURES:
+            mine = [r["sglops"][fig] for r in runs if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] is not None]
+            theirs = [r["bench_serving"][fig] for r in runs
+                      if (r["api"], r["c"]) == (api, c) and r["bench_serving"][fig] is not None]
+            if not mine or not theirs:
+                continue
+            paired = [r["sglops"][fig] / r["bench_serving"][fig] for r in runs
+                      if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] and r["bench_serving"][fig]]
+            rows.append({"api": api, "c": c, "figure": fig, "sglops": stats.median(mine),
+                         "bench_serving": stats.median(theirs), "ratio": stats.median(mine) / stats.median(theirs),
+                         "paired_ratios": paired, "sglops_spread": spread(mine),
+                         "bench_serving_spread": spread(theirs)})
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    head = f"{'api':7} {'C':>2} {'figure':24} {'sglops':>10} {'bench_serving':>13} {'ratio':>7} " \
+           f"{'paired ratios':>22} {'self-spread sglops':>19} {'self-spread b_s':>16}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        pr = f"{min(r['paired_ratios']):.3f}-{max(r['paired_ratios']):.3f}" if r["paired_ratios"] else "-"
+        print(f"{r['api']:7} {r['c']:>2} {r['figure']:24} {r['sglops']:>10.2f} {r['bench_serving']:>13.2f} "
+              f"{r['ratio']:>7.3f} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=7, help="requests per run (odd: medians are one request)")
+    ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=32)
+    ap.add_argument("--concurrency", default="1,4")
+    ap.add_argument("--apis", default="sglang,openai")
+    ap.add_argument("--port", type=int, help="an SGLang server already running on 127.0.0.1 (default: start one)")
+    ap.add_argument("--server-log", type=Path, help="with --port: that server's log (its gen throughput lines)")
+    ap.add_argument("--json", type=Path, help="write every run and the summary here")
+    a = ap.parse_args()
+    levels = bench.parse_levels(a.concurrency)
+    apis = [x.strip() for x in a.apis.split(",") if x.strip()]
+    server = None
+    port = a.port
+    log = a.server_log
+    if not port:
+        port = free_port()
+        log = Path(tempfile.mkdtemp(prefix="bench-vs-serving-")) / "server.log"
+        print(f"starting a real SGLang server on 127.0.0.1:{port} (log {log})", flush=True)
+        server = start_server(port, log, timeout=900)
+    runs = []
+    try:
+        with connect(local_host(load_inventory(REPO / "no-inventory.yaml"))) as remote:
+            for rnd in range(a.rounds):
+                for combo, (api, c) in enumerate((api, c) for api in apis for c in levels):
+                    # each combination alternates which tool goes first from round to round
+                    order = ("sglops", "bench_serving") if (rnd + combo) % 2 == 0 else ("bench_serving", "sglops")
+                    row = {"round": rnd, "api": api, "c": c, "order": list(order)}
+                    for tool in order:
+                        t0 = time.monotonic()
+                        mark = log.stat().st_size if log else 0
+                        row[tool] = (run_sglops(remote, port, api, c, a) if tool == "sglops"
+                                     else run_bench_serving(port, api, c, a, seed=rnd))
+                        row[tool]["wall_s"] = round(time.monotonic() - t0, 2)
+                        ref = server_rate(log, mark)
+                        row[tool]["server_gen_tok_s"] = ref
+                        row[tool]["decode_vs_server"] = row[tool]["decode_tok_s"] / ref if ref else None
+                    runs.append(row)
+                    print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
+                          f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
+                          f"(order {' -> '.join(order)})", flush=True)
+    finally:
+        if server:
+            server.stop()
+    rows = summarise(runs)
+    print()
+    print_table(rows)
+    if a.json:
+        a.json.write_text(json.dumps({"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+                                      "runs": runs, "summary": rows},
+                                     indent=1))
+
+
+if __name__ == "__main__":
+    main()

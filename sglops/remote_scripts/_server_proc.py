@@ -1,0 +1,179 @@
+# The server process behind a port on this host, and what it runs on (needs _common).
+# Why: the Python that matters for a benchmark is the SERVER's (its venv, its torch), not the one running
+# sglops' scripts; and when a server dies mid-run its own log says why (the log is its stdout, or the log
+# sglops recorded when it started the server).
+import json as _pjson
+import os as _pos
+import re as _pre
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+
+
+def _listen_inodes(port):
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh, None)
+                for line in fh:
+                    cols = line.split()
+                    if len(cols) > 9 and cols[3] == _LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def listening_pid(port):
+    """The pid whose socket listens on port (this host's network namespace), or None when none can be seen."""
+    inodes = {f"socket:[{i}]" for i in _listen_inodes(int(port))}
+    if not inodes:
+        return None
+    for pid in sorted((p for p in _pos.listdir("/proc") if p.isdigit()), key=int, reverse=True):
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            for fd in _pos.listdir(fd_dir):
+                try:
+                    if _pos.readlink(f"{fd_dir}/{fd}") in inodes:
+                        return int(pid)
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return None
+
+
+def _environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+    except OSError:
+        return {}
+    return dict(i.decode(errors="replace").split("=", 1) for i in items if b"=" in i)
+
+
+def _interpreter(pid, argv, env):
+    """The python the process was started with, as invoked (a venv's bin/python, not the binary it links to)."""
+    first = argv[0] if argv else ""
+    if "python" in _pos.path.basename(first):
+        if _pos.path.isabs(first):
+            return first
+        if "/" in first:
+            try:
+                return _pos.path.normpath(_pos.path.join(_pos.readlink(f"/proc/{pid}/cwd"), first))
+            except OSError:
+                pass
+        for folder in (env.get("PATH") or "").split(":"):
+            cand = _pos.path.join(folder, first)
+            if folder and _pos.access(cand, _pos.X_OK):
+                return cand
+    try:
+        return _pos.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def process_info(pid):
+    """argv, interpreter, stdout log and environment of a process (None when it is gone or not readable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return None
+    env = _environ(pid)
+    log = None
+    try:
+        target = _pos.readlink(f"/proc/{pid}/fd/1")
+        if target.startswith("/") and not target.startswith("/dev/") and _pos.path.isfile(target):
+            log = target
+    except OSError:
+        pass
+    return {"pid": pid, "argv": argv[:40], "python": _interpreter(pid, argv, env), "log": log,
+            "pythonpath": env.get("PYTHONPATH"), "virtual_env": env.get("VIRTUAL_ENV"),
+            "hf_env": {k: env[k] for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k)}}
+
+
+_PROBE = "import json,sys;print(json.dumps({'executable':sys.executable,'version':'%d.%d.%d'%sys.version_info[:3]," \
+         "'prefix':sys.prefix,'path':sys.path}))"
+
+
+def python_env(python, pythonpath=None):
+    """A python's version, prefix and the versions of torch/sglang/flashinfer/triton on ITS path, read
+    from dist-info folders (it runs only `import sys`, so a heavy venv answers in tens of ms)."""
+    env = dict(_pos.environ)
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    try:
+        import subprocess as _psub
+
+        out = _psub.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=20, env=env)
+        info = _pjson.loads(out.stdout)
+    except (OSError, ValueError, _psub.TimeoutExpired):
+        return {"executable": python, "version": None, "error": "could not run it"}
+    paths = [p for p in info.pop("path") if p]
+    info["torch"] = dist_version("torch", paths=paths)
+    if info["torch"] and "+cu" in (info["torch"].get("version") or ""):
+        info["torch"]["cuda"] = info["torch"]["version"].split("+cu")[1]
+    for name, dist in (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("triton", "triton"),
+                       ("sgl_kernel", "sgl-kernel")):
+        info[name] = dist_version(dist, paths=paths)
+    return info
+
+
+def recorded_server(root, port):
+    """server.json of the server sglops started here, when it serves this port ({} otherwise)."""
+    if not root:
+        return {}
+    try:
+        with open(_pos.path.join(root, ".sglops", "server.json")) as fh:
+            rec = _pjson.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return rec if isinstance(rec, dict) and int(rec.get("port") or 0) == int(port) else {}
+
+
+def server_process(port, root=None):
+    """What serves port: pid, argv, interpreter, log; None when nothing this user can see listens there."""
+    pid = listening_pid(port)
+    info = process_info(pid) if pid else None
+    rec = recorded_server(root, port)
+    if info is None and not rec:
+        return None
+    info = info or {"pid": None, "argv": [], "python": None, "log": None, "pythonpath": None}
+    if rec.get("log"):
+        info["log"] = rec["log"]  # sglops' own record of where the server writes
+    info["started_by_sglops"] = bool(rec)
+    return info
+
+
+_EXC_LINE = _pre.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$")
+
+
+def death_cause(log_path, since=None):
+    """The last exception line a server log gained since offset `since` (`IndexError: index out of range in
+    self`), or None when it shows none."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            start = max(since or 0, size - 512 * 1024) if since is not None and since <= size else max(0, size - 512 * 1024)
+            fh.seek(start)
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        m = _EXC_LINE.match(line.strip())
+        if m and not m.group(1).startswith(("UserWarning", "FutureWarning", "DeprecationWarning")):
+            return m.group(1)[:300]
+    return None
+
+
+def log_size(log_path):
+    try:
+        return _pos.path.getsize(log_path) if log_path else None
+    except OSError:
+        return None
