@@ -105,14 +105,15 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
 
 # -- profile ----------------------------------------------------------------------------------
 @task(help={"files": "trace files: comma-separated, a folder, or a quoted glob (plain or .gz Chrome traces)",
-            "out": "folder for analysis.json, report.md, top_kernels.png (default artifacts/local/<run-id>/)",
-            "json": "print machine-readable JSON instead of tables"})
-def analyze_trace(c, files, out=None, json=False):
-    """GPU time by kernel / launching op / step, idle share, per rank; names the bottleneck and what to try."""
+            "out": "folder for analysis.json, report.md (and the chart) (default artifacts/local/<run-id>/)",
+            "json": "print machine-readable JSON instead of tables (writes analysis.json only)",
+            "chart": "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)"})
+def analyze_trace(c, files, out=None, json=False, chart=False):
+    """GPU kernels / launching ops / steps / idle and the CPU side (scheduler phases, ops by self time)."""
     from sglops.console import console, note, print_json
     from sglops.trace import analyze_to
 
-    analysis, saved = cli.guarded(analyze_to, files, out)
+    analysis, saved = cli.guarded(analyze_to, files, out, markdown=not json, chart=chart)
     if json:
         print_json({**analysis.to_json(), "report": saved})
     else:

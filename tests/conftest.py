@@ -19,7 +19,8 @@ from sglops.remote import connect
 from sglops.sandbox.sshd import Sandbox
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# the team's shared data (real H200 traces); a worktree elsewhere names it with SGLOPS_SHARED
+SHARED = Path(os.environ.get("SGLOPS_SHARED") or REPO.parent / "shared")
 
 
 @pytest.fixture(scope="session")

@@ -89,6 +89,7 @@ class RawTrace:
     o_name: array = field(default_factory=lambda: array("i"))
     o_thread: array = field(default_factory=lambda: array("i"))
     o_ext: array = field(default_factory=lambda: array("q"))
+    o_annot: array = field(default_factory=lambda: array("b"))  # 1: user_annotation (record_function), 0: cpu_op
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
     g_name: array = field(default_factory=lambda: array("i"))
@@ -174,6 +175,7 @@ class _Columns:
                 raw.o_name.append(nid)
                 raw.o_thread.append(tid)
                 raw.o_ext.append(int((ev.get("args") or {}).get("External id", -1)))
+                raw.o_annot.append(cat == "user_annotation")
             elif cat == GPU_SPAN_CAT:
                 name = ev.get("name", "?")
                 nid = names.get(name)

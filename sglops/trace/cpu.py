@@ -1,0 +1,344 @@
+"""The CPU side of a trace: what the scheduler loop and the ops on the CPU spend their time on.
+
+Why: a CPU-only SGLang trace (a host with no GPU, or `activities: ["CPU"]`) has no kernels, and
+on a GPU trace the question after "which kernel" is often "why is the GPU idle": the answer is
+on the CPU. SGLang marks its scheduler loop with record_function ranges (`scheduler.recv_requests`,
+`scheduler.get_next_batch_to_run`, `scheduler.run_batch` (which holds `step[DECODE bs=N]` /
+`step[EXTEND bs=N toks=M]` and `copy_result_to_cpu`), `scheduler.process_batch_result`,
+`scheduler.idle`); torch records every aten op as `cpu_op`. From those:
+- self time per op (its duration minus its direct children's, on its own thread);
+- loop iterations (one per `scheduler.recv_requests`), each tagged with the step it ran;
+- on GPU traces, the CPU ops and phases that overlap the GPU's idle gaps.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sglops.trace.parse import STEP_RE, RawTrace
+
+PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
+ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
+STEP_KIND_RE = re.compile(r"^step\[(\w+)")
+EPS_US = 0.005  # as in breakdown: timestamps are ns rounded to us floats
+
+
+def op_key(name: str) -> str:
+    """How ops are grouped: by name, all ProfilerStep#N together (as torch's key_averages does)."""
+    return "ProfilerStep*" if name.startswith("ProfilerStep#") else name
+
+
+def step_kind(name: str) -> str:
+    """`step[DECODE bs=1]` -> DECODE; `ProfilerStep#3` -> ProfilerStep; anything else as is."""
+    if name.startswith("ProfilerStep#"):
+        return "ProfilerStep"
+    m = STEP_KIND_RE.match(name)
+    return m.group(1) if m else name
+
+
+@dataclass
+class CpuView:
+    """One file's CPU numbers; the analysis sums them over ranks."""
+
+    ops: int                         # cpu_op + user_annotation events
+    threads: int
+    main_thread_window_us: float     # first .. last op on the busiest thread
+    main_thread_busy_us: float       # union of its outermost ops
+    by_self: dict[str, list]         # name -> [self us, count, total us, 1 if annotation]
+    phases: dict[str, list]          # scheduler phase -> [us, count]
+    iterations: list[dict]           # one per scheduler loop pass: ts, us, kind, step, phases {name: us}
+    gpu_idle_us: float = 0.0         # GPU traces: idle gaps inside the GPU's active window
+    idle_cpu_us: float = 0.0         # of those, covered by an op on the launching thread
+    idle_by_phase: dict[str, float] = field(default_factory=dict)   # phase -> us inside GPU gaps
+    idle_by_self: dict[str, float] = field(default_factory=dict)    # op -> its self us inside GPU gaps
+
+
+def _parents(ts: np.ndarray, end: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Each op's innermost enclosing op on the same thread (-1 for an outermost one)."""
+    n = len(ts)
+    parent = np.full(n, -1, dtype=np.int64)
+    if not n:
+        return parent
+    order = np.lexsort((-(end - ts), ts, th))
+    out = array("q", bytes(8 * n))
+    stack: list[int] = []
+    stack_end: list[float] = []
+    cur = None
+    for i, s, e, t in zip(order.tolist(), ts[order].tolist(), end[order].tolist(), th[order].tolist(), strict=True):
+        if t != cur:
+            stack.clear()
+            stack_end.clear()
+            cur = t
+        # closed before this one starts (a hair of rounding allowed), or outlasted by it: not its parent
+        while stack and (stack_end[-1] <= s + EPS_US or e > stack_end[-1] + EPS_US):
+            stack.pop()
+            stack_end.pop()
+        out[i] = stack[-1] if stack else -1
+        stack.append(i)
+        stack_end.append(e)
+    parent[:] = np.frombuffer(out, dtype=np.int64)
+    return parent
+
+
+def gpu_gaps(k_ts: np.ndarray, k_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the gaps in the union of GPU activity, inside its first start .. last end."""
+    if len(k_ts) < 2:
+        return np.zeros(0), np.zeros(0)
+    order = np.argsort(k_ts, kind="stable")
+    s, e = k_ts[order], np.maximum.accumulate(k_end[order])
+    keep = s[1:] > e[:-1] + EPS_US
+    return e[:-1][keep], s[1:][keep]
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """For each interval [starts, ends], how much of it lies inside the sorted, disjoint gaps [gs, ge]."""
+    if not len(gs):
+        return np.zeros(len(starts))
+    cum = np.concatenate(([0.0], np.cumsum(ge - gs)))
+
+    def upto(t: np.ndarray) -> np.ndarray:  # gap time before t
+        i = np.searchsorted(gs, t, side="right")  # gaps starting at or before t
+        last = np.clip(i - 1, 0, len(gs) - 1)
+        inside = np.clip(t - gs[last], 0.0, ge[last] - gs[last])
+        return np.where(i > 0, cum[np.maximum(i - 1, 0)] + inside, 0.0)
+
+    return np.maximum(upto(ends) - upto(starts), 0.0)
+
+
+def _by_name(values: np.ndarray, names_idx: np.ndarray, names: list[str], nn: int) -> dict[str, float]:
+    sums = np.bincount(names_idx, weights=values, minlength=nn)
+    out: dict[str, float] = {}
+    for i in np.flatnonzero(sums > 0).tolist():
+        key = op_key(names[i])
+        out[key] = out.get(key, 0.0) + float(sums[i])
+    return out
+
+
+def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
+    """The CPU view of one file. `main_thread`: the thread that launches the kernels, when known."""
+    names = raw.names
+    nn = max(len(names), 1)
+    ts = np.frombuffer(raw.o_ts, dtype=np.float64)
+    dur = np.frombuffer(raw.o_dur, dtype=np.float64)
+    end = ts + dur
+    th = np.frombuffer(raw.o_thread, dtype=np.int32).astype(np.int64)
+    nid = np.frombuffer(raw.o_name, dtype=np.int32).astype(np.int64)
+    annot = np.frombuffer(raw.o_annot, dtype=np.int8).astype(bool) if len(raw.o_annot) == len(ts) else \
+        np.zeros(len(ts), dtype=bool)
+    parent = _parents(ts, end, th)
+    child = parent >= 0
+    self_us = dur - np.bincount(parent[child], weights=dur[child], minlength=len(ts))
+
+    cnt = np.bincount(nid, minlength=nn)
+    tot = np.bincount(nid, weights=dur, minlength=nn)
+    slf = np.bincount(nid, weights=self_us, minlength=nn)
+    is_ann = np.bincount(nid, weights=annot.astype(np.float64), minlength=nn) > 0
+    by_self: dict[str, list] = {}
+    for i in np.flatnonzero(cnt).tolist():
+        row = by_self.setdefault(op_key(names[i]), [0.0, 0, 0.0, int(is_ann[i])])
+        row[0] += float(slf[i])
+        row[1] += int(cnt[i])
+        row[2] += float(tot[i])
+
+    phase_ids = np.array([i for i, n in enumerate(names) if PHASE_RE.match(n)], dtype=np.int64)
+    is_phase = np.isin(nid, phase_ids)
+    phases = {names[i]: [float(tot[i]), int(cnt[i])] for i in phase_ids.tolist() if cnt[i]}
+
+    if main_thread is None and len(th):
+        step_ids = np.array([i for i, n in enumerate(names) if STEP_RE.match(n)], dtype=np.int64)
+        marked = th[np.isin(nid, np.concatenate((step_ids, phase_ids)))]
+        weights = dur * (~child)
+        main_thread = int(np.bincount(marked).argmax()) if len(marked) else \
+            int(np.bincount(th, weights=weights).argmax())
+    on_main = th == main_thread
+    top = on_main & ~child
+    window = float(end[on_main].max() - ts[on_main].min()) if on_main.any() else 0.0
+
+    view = CpuView(ops=len(ts), threads=len(np.unique(th)), main_thread_window_us=window,
+                   main_thread_busy_us=float(dur[top].sum()), by_self=by_self, phases=phases,
+                   iterations=_iterations(names, ts, end, nid, on_main & (is_phase | _is_step(names, nid))))
+
+    k_ts = np.frombuffer(raw.k_ts, dtype=np.float64)
+    if len(k_ts) > 1:
+        gs, ge = gpu_gaps(k_ts, k_ts + np.frombuffer(raw.k_dur, dtype=np.float64))
+        over = _covered(ts, end, gs, ge) * on_main
+        self_over = over - np.bincount(parent[child], weights=over[child], minlength=len(ts))
+        view.gpu_idle_us = float((ge - gs).sum())
+        view.idle_cpu_us = float(over[top].sum())
+        view.idle_by_self = _by_name(np.maximum(self_over, 0.0), nid, names, nn)
+        view.idle_by_phase = _by_name(over * is_phase, nid, names, nn)
+    return view
+
+
+def _is_step(names: list[str], nid: np.ndarray) -> np.ndarray:
+    step_ids = np.array([i for i, n in enumerate(names) if STEP_RE.match(n)], dtype=np.int64)
+    return np.isin(nid, step_ids)
+
+
+def _iterations(names, ts, end, nid, marked) -> list[dict]:
+    """Scheduler loop passes: from one `scheduler.recv_requests` to the next, tagged with their step."""
+    idx = np.flatnonzero(marked)
+    if not len(idx):
+        return []
+    idx = idx[np.argsort(ts[idx], kind="stable")]
+    starts = [i for i in idx.tolist() if names[nid[i]] == ITERATION_START]
+    if not starts:
+        return []
+    bounds = [float(ts[i]) for i in starts] + [float(end[idx].max())]
+    out: list[dict] = []
+    j = 0
+    order = idx.tolist()
+    while j < len(order) and ts[order[j]] < bounds[0] - EPS_US:
+        j += 1
+    for k in range(len(starts)):
+        lo, hi = bounds[k], bounds[k + 1]
+        it = {"ts": lo, "us": hi - lo, "kind": None, "step": None, "phases": {}}
+        while j < len(order) and ts[order[j]] < hi - EPS_US:
+            name = names[nid[order[j]]]
+            if STEP_RE.match(name):
+                it["kind"], it["step"] = step_kind(name), name
+            else:
+                it["phases"][name] = it["phases"].get(name, 0.0) + float(end[order[j]] - ts[order[j]])
+            j += 1
+        # a pass that ran no batch is idle; one whose batch has no step marker (cut off when the
+        # profiler stopped, or a release without markers) is kept apart rather than guessed
+        it["kind"] = it["kind"] or ("unmarked" if "scheduler.run_batch" in it["phases"] else "idle")
+        out.append(it)
+    return out
+
+
+def _add(into: dict, src: dict) -> None:
+    for k, v in src.items():
+        if isinstance(v, list):
+            cur = into.setdefault(k, [0] * len(v))
+            for i, x in enumerate(v):
+                cur[i] = x if i == 3 else cur[i] + x  # [3] is a flag (annotation), not a sum
+        else:
+            into[k] = into.get(k, 0.0) + v
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+@dataclass
+class CpuSummary:
+    """The CPU view over all files (ranks summed; steps and loop passes kept per rank)."""
+
+    ops: int
+    busy_us: float                   # main threads' outermost ops, summed over ranks
+    window_us: float
+    by_self: dict[str, list]         # name -> [self us, count, total us, annotation flag]
+    phases: dict[str, list]          # scheduler phase -> [us, count]
+    iterations: list[dict]
+    steps: list[dict]                # from the breakdown: name, cpu_us, gpu_us, rank
+    gpu_idle_us: float
+    idle_cpu_us: float
+    idle_by_phase: dict[str, float]
+    idle_by_self: dict[str, float]
+
+    def top_self(self, n: int = 15) -> list[tuple[str, float, int, float, bool]]:
+        """Ops by self time: (name, self us, calls, total us, is a record_function range)."""
+        rows = sorted(self.by_self.items(), key=lambda kv: -kv[1][0])[:n]
+        return [(k, v[0], v[1], v[2], bool(v[3])) for k, v in rows if v[0] > 0]
+
+    def phase_rows(self) -> list[tuple[str, float, int]]:
+        return [(k, v[0], v[1]) for k, v in sorted(self.phases.items(), key=lambda kv: -kv[1][0])]
+
+    def step_types(self) -> list[dict]:
+        """Per step kind (DECODE, EXTEND, ...): counts and medians of the step span, its loop pass and
+        each scheduler phase in that pass."""
+        kinds: dict[str, dict] = {}
+        for s in self.steps:
+            k = kinds.setdefault(step_kind(s["name"]), {"steps": [], "passes": [], "phases": {}})
+            k["steps"].append(s["cpu_us"])
+        for it in self.iterations:
+            k = kinds.setdefault(it["kind"], {"steps": [], "passes": [], "phases": {}})
+            k["passes"].append(it["us"])
+            for name, us in it["phases"].items():
+                k["phases"].setdefault(name, []).append(us)
+        out = []
+        for kind, k in kinds.items():
+            n = max(len(k["steps"]), len(k["passes"]))
+            out.append({"kind": kind, "count": n, "median_step_us": _median(k["steps"]),
+                        "median_pass_us": _median(k["passes"]),
+                        "median_phase_us": {p: statistics.median(v + [0.0] * (len(k["passes"]) - len(v)))
+                                            for p, v in sorted(k["phases"].items())}})
+        return sorted(out, key=lambda r: -(r["count"] * (r["median_pass_us"] or r["median_step_us"] or 0)))
+
+    @property
+    def self_total_us(self) -> float:
+        """All CPU time the ops cover, on every thread (each instant counted once per thread)."""
+        return sum(v[0] for v in self.by_self.values())
+
+    def top_idle(self, n: int = 10) -> list[tuple[str, float]]:
+        return sorted(((k, v) for k, v in self.idle_by_self.items() if v > 0), key=lambda kv: -kv[1])[:n]
+
+    def verdict(self) -> list[str]:
+        """One or two sentences a person reads first."""
+        lines = []
+        kinds = {r["kind"]: r for r in self.step_types()}
+        for kind in ("DECODE", "EXTEND"):
+            r = kinds.get(kind)
+            if r and r["median_step_us"] is not None:
+                lines.append(f"{kind.lower()} step: median {r['median_step_us'] / 1000:.3f} ms of CPU "
+                             f"({r['count']} steps)" + (f", loop pass {r['median_pass_us'] / 1000:.3f} ms"
+                                                        if r["median_pass_us"] else ""))
+        ops = [row for row in self.top_self(50) if not row[4]]
+        if ops and self.self_total_us > 0:
+            name, us, calls, _, _ = ops[0]
+            lines.append(f"top CPU op by self time: {name}, {us / self.self_total_us:.0%} of the CPU time in ops "
+                         f"({calls} calls)")
+        if self.gpu_idle_us > 0:
+            idle = self.top_idle(1)
+            lines.append(f"while the GPU idles ({self.gpu_idle_us / 1000:.3f} ms), the launching thread is in an op "
+                         f"{self.idle_cpu_us / self.gpu_idle_us:.0%} of the time"
+                         + (f"; most in {idle[0][0]} ({idle[0][1] / self.gpu_idle_us:.0%})" if idle else ""))
+        return lines
+
+    def to_json(self) -> dict:
+        def r3(v):
+            return round(v, 3) if isinstance(v, float) else v
+
+        total = self.self_total_us or 1.0
+        return {
+            "ops": self.ops, "busy_us": r3(self.busy_us), "window_us": r3(self.window_us),
+            "verdict": self.verdict(),
+            "step_types": [{k: ({p: r3(u) for p, u in v.items()} if isinstance(v, dict) else r3(v)) for k, v in r.items()}
+                           for r in self.step_types()],
+            "phases": [{"name": n, "us": r3(us), "count": c, "share": round(us / total, 5)}
+                       for n, us, c in self.phase_rows()],
+            "top_self": [{"name": n, "self_us": r3(us), "count": c, "total_us": r3(t), "annotation": a,
+                          "share": round(us / total, 5)} for n, us, c, t, a in self.top_self(30)],
+            "gpu_idle": None if not self.gpu_idle_us else {
+                "idle_us": r3(self.gpu_idle_us), "cpu_in_op_us": r3(self.idle_cpu_us),
+                "by_phase": {k: r3(v) for k, v in sorted(self.idle_by_phase.items(), key=lambda kv: -kv[1])},
+                "by_op_self": [{"name": k, "us": r3(v), "share": round(v / self.gpu_idle_us, 5)}
+                               for k, v in self.top_idle(15)]},
+            "iterations": len(self.iterations),
+        }
+
+
+def summarize(views: list[tuple[int | None, CpuView]], steps: list[dict]) -> CpuSummary:
+    """Sum per-file views; loop passes keep their rank."""
+    by_self: dict[str, list] = {}
+    phases: dict[str, list] = {}
+    idle_phase: dict[str, float] = {}
+    idle_self: dict[str, float] = {}
+    iterations = []
+    for rank, v in views:
+        _add(by_self, v.by_self)
+        _add(phases, v.phases)
+        _add(idle_phase, v.idle_by_phase)
+        _add(idle_self, v.idle_by_self)
+        iterations += [{**it, "rank": rank} for it in v.iterations]
+    return CpuSummary(ops=sum(v.ops for _, v in views), busy_us=sum(v.main_thread_busy_us for _, v in views),
+                      window_us=sum(v.main_thread_window_us for _, v in views), by_self=by_self, phases=phases,
+                      iterations=iterations, steps=steps, gpu_idle_us=sum(v.gpu_idle_us for _, v in views),
+                      idle_cpu_us=sum(v.idle_cpu_us for _, v in views), idle_by_phase=idle_phase,
+                      idle_by_self=idle_self)
