@@ -121,19 +121,27 @@ def analyze_trace(c, files, out=None, json=False, chart=False):
         note(f"report: {saved['markdown']}" + (f", chart: {saved['chart']}" if "chart" in saved else ""))
 
 
-@task(help=cli.help_with(steps="decode steps to profile (the profiler stops itself after them; default 5)",
+@task(help=cli.help_with(steps="forward steps to profile (the profiler stops itself after them; default 5)",
                          output_len="tokens the single decode stream generates (default 64)",
                          port="server port (default: the launch state on the host, else 30000)",
-                         wait="seconds to wait for complete trace files (default 120)"))
+                         wait="seconds to wait for complete trace files (default 120)",
+                         activities="CPU,GPU (default; CPU alone on a CPU server), MEM",
+                         with_stack="record Python stacks (off: they are most of a trace's events)",
+                         record_shapes="record op input shapes", by_stage="SGLang's profile_by_stage: "
+                         "one file per rank for EXTEND and one for DECODE", chart="also draw the PNG chart",
+                         vocab_size="the model's vocabulary when the host has no config.json for it"))
 def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
-            steps=5, output_len=64, port=None, wait=120):
-    """Torch-profile single-stream decode on the host's SGLang, fetch every rank's trace, name the bottleneck."""
+            steps=5, output_len=64, port=None, wait=120, activities=None, with_stack=False, record_shapes=False,
+            by_stage=False, chart=False, vocab_size=None):
+    """Torch-profile a decode on the host's SGLang, fetch every rank's trace, analyse GPU and CPU, record the run."""
     from sglops.profile import run_profile
 
     bar = bool(host) and not json
     cli.per_host("profile", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: run_profile(r, steps=int(steps), output_len=int(output_len), port=int(port) if port else None,
-                                       wait_s=float(wait), show_progress=bar), json=json)
+                                       wait_s=float(wait), show_progress=bar, activities=activities,
+                                       with_stack=with_stack, record_shapes=record_shapes, by_stage=by_stage,
+                                       chart=chart, vocab_size=int(vocab_size) if vocab_size else None), json=json)
 
 
 # -- bench ----------------------------------------------------------------------------------
