@@ -2,8 +2,9 @@
 
     python bench/hta_breakdown.py TRACE [--json]
 
-What a user writes with HTA to get the breakdown `inv analyze-trace` gives: load one trace, kernel breakdown,
-idle time, CPU op durations. Run it with a Python that has `holistictraceanalysis` (the `bench` extra).
+What a user writes with HTA to get what `inv analyze-trace` gives: load one trace; the GPU kernel breakdown and the
+GPU idle time (temporal breakdown) where there are kernels; time and calls per CPU op and per record_function range
+(SGLang's scheduler phases and step markers). Run it with a Python that has `holistictraceanalysis` (the `bench` extra).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 
 
-def main(path: str, as_json: bool) -> None:
+def breakdown(path: str) -> dict:
     from hta.trace_analysis import TraceAnalysis
 
     work = tempfile.mkdtemp(prefix="hta-breakdown-")
@@ -27,22 +28,31 @@ def main(path: str, as_json: bool) -> None:
         sink = io.StringIO()
         with redirect_stdout(sink), redirect_stderr(sink):
             ta = TraceAnalysis(trace_files={0: local}, trace_dir=work, include_last_profiler_step=True)
+            out: dict = {}
             try:
                 _, kernels = ta.get_gpu_kernel_breakdown(visualize=False, num_kernels=15, duration_ratio=1.0)
-                rows = [{"name": r["name"], "us": float(r["sum (us)"])} for _, r in kernels.iterrows()]
-            except Exception as exc:  # a CPU-only trace has no kernels: HTA cannot break it down
-                rows = [{"error": f"{type(exc).__name__}: {exc}"[:200]}]
+                out["kernels"] = [{"name": r["name"], "us": float(r["sum (us)"])} for _, r in kernels.iterrows()]
+                temporal = ta.get_temporal_breakdown(visualize=False)
+                out["idle_pct"] = float(temporal["idle_time_pctg"].iloc[0])
+            except Exception as exc:  # a CPU-only trace has no kernels: HTA has no GPU breakdown for it
+                out["kernels_error"] = f"{type(exc).__name__}: {exc}"[:200]
             df = ta.t.get_trace(0)
-            ops = df[df["cat"].isin(["cpu_op", "user_annotation"])]
-            top_ops = ops.groupby("name")["dur"].sum().sort_values(ascending=False).head(15)
+            ids = ta.t.symbol_table.get_sym_id_map()
             names = ta.t.symbol_table.get_sym_table()
-        out = {"kernels": rows, "cpu_ops": [{"name": names[int(i)] if isinstance(i, int | float) else str(i),
-                                            "us": float(v)} for i, v in top_ops.items()]}
-        print(json.dumps(out) if as_json else "\n".join(f"{r.get('us', '')}\t{r.get('name', r.get('error'))}"
-                                                       for r in out["kernels"] + out["cpu_ops"]))
+            for label, cat in (("cpu_ops", "cpu_op"), ("ranges", "user_annotation")):
+                rows = df[df["cat"] == ids.get(cat, -2)].groupby("name")["dur"].agg(["sum", "count"])
+                rows = rows.sort_values("sum", ascending=False).head(15)
+                out[label] = [{"name": names[int(i)], "us": float(r["sum"]), "count": int(r["count"])}
+                              for i, r in rows.iterrows()]
+        return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--json" in sys.argv[2:])
+    result = breakdown(sys.argv[1])
+    if "--json" in sys.argv[2:]:
+        print(json.dumps(result))
+    else:
+        for key, rows in result.items():
+            print(key, rows if not isinstance(rows, list) else "\n  " + "\n  ".join(map(str, rows)))

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown
-from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, summarize
-from sglops.trace.diagnose import Finding, diagnose, load_rules
+from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
 from sglops.trace.parse import TraceError, read
+
+if TYPE_CHECKING:
+    from sglops.trace.diagnose import Finding
 
 SCOPE_LABELS = {"decode": "in decode steps", "steps": "in profiled steps", "all": "overall"}
 
@@ -95,8 +97,8 @@ class TraceAnalysis:
         out = []
         for name, rows in groups.items():
             out.append({"name": name, "count": len(rows),
-                        "median_cpu_us": statistics.median(r["cpu_us"] for r in rows),
-                        "median_gpu_us": statistics.median(r["gpu_us"] for r in rows),
+                        "median_cpu_us": median([r["cpu_us"] for r in rows]),
+                        "median_gpu_us": median([r["gpu_us"] for r in rows]),
                         "gpu_us": sum(r["gpu_us"] for r in rows)})
         return sorted(out, key=lambda r: -r["gpu_us"])
 
@@ -191,7 +193,7 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     idle = sum(b.idle_us for b in parts)
     facts = {"op_kernel": op_kernel[scope], "scope_gpu_us": scope_us, "scope_label": SCOPE_LABELS[scope],
              "window_us": window, "idle_us": idle}
-    findings = [] if cpu_only else diagnose(facts, load_rules(rules_path) if rules_path else load_rules(), short_kernel)
+    findings = [] if cpu_only else _diagnose(facts, rules_path)
     files = [RankSummary(path=b.path, rank=b.rank, stage=b.stage, gpu=b.gpu_name, events=b.events,
                          kernels=b.kernels, linked=b.linked, gpu_us=b.gpu_us,
                          idle_share=(b.idle_us / b.window_us if b.window_us > 0 else 0.0), steps=len(b.steps))
@@ -200,6 +202,13 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     return TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
                          by_op=by_op, by_gpu_span=by_gpu_span, steps=steps, scope=scope, scope_gpu_us=scope_us,
                          findings=findings, cpu=summarize(views, steps), warnings=warnings)
+
+
+def _diagnose(facts: dict, rules_path: str | os.PathLike | None) -> list[Finding]:
+    """The GPU rules (playbooks/diagnosis.yaml); imported here, as a CPU-only trace never needs them."""
+    from sglops.trace.diagnose import diagnose, load_rules
+
+    return diagnose(facts, load_rules(rules_path) if rules_path else load_rules(), short_kernel)
 
 
 def _launching_thread(raw) -> int | None:

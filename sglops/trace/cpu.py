@@ -14,12 +14,12 @@ on the CPU. SGLang marks its scheduler loop with record_function ranges (`schedu
 from __future__ import annotations
 
 import re
-import statistics
 from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from sglops.trace.breakdown import distinct
 from sglops.trace.parse import STEP_RE, RawTrace
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
@@ -159,7 +159,7 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     top = on_main & ~child
     window = float(end[on_main].max() - ts[on_main].min()) if on_main.any() else 0.0
 
-    view = CpuView(ops=len(ts), threads=len(np.unique(th)), main_thread_window_us=window,
+    view = CpuView(ops=len(ts), threads=len(distinct(th)), main_thread_window_us=window,
                    main_thread_busy_us=float(dur[top].sum()), by_self=by_self, phases=phases,
                    iterations=_iterations(names, ts, end, nid, on_main & (is_phase | _is_step(names, nid))))
 
@@ -222,8 +222,13 @@ def _add(into: dict, src: dict) -> None:
             into[k] = into.get(k, 0.0) + v
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def median(values: list[float]) -> float | None:
+    """The median (mean of the middle two for an even count), as statistics.median, without importing it."""
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 @dataclass
@@ -265,9 +270,9 @@ class CpuSummary:
         out = []
         for kind, k in kinds.items():
             n = max(len(k["steps"]), len(k["passes"]))
-            out.append({"kind": kind, "count": n, "median_step_us": _median(k["steps"]),
-                        "median_pass_us": _median(k["passes"]),
-                        "median_phase_us": {p: statistics.median(v + [0.0] * (len(k["passes"]) - len(v)))
+            out.append({"kind": kind, "count": n, "median_step_us": median(k["steps"]),
+                        "median_pass_us": median(k["passes"]),
+                        "median_phase_us": {p: median(v + [0.0] * (len(k["passes"]) - len(v)))
                                             for p, v in sorted(k["phases"].items())}})
         return sorted(out, key=lambda r: -(r["count"] * (r["median_pass_us"] or r["median_step_us"] or 0)))
 
