@@ -200,3 +200,10 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path):
     assert line.startswith("/generate during profiling failed (IncompleteRead(0 bytes read)) and the server died: "
                            "IndexError: index out of range in self (from ")
     assert "restart it" in line
+    import http.client
+
+    def dies_mid_answer(*_a):
+        raise http.client.IncompleteRead(b"")
+
+    ns["http"] = dies_mid_answer  # the connection breaks mid-answer: an answer to explain, not a traceback
+    assert ns["_post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")

@@ -20,7 +20,14 @@ _EXC_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception)\
 
 
 def _post(url, body, timeout):
-    return http(url, body, timeout)
+    """(status, text), or (None, what broke) also when the connection dies mid-answer (IncompleteRead is
+    not an OSError): a server that dies during the request is then asked about, not a traceback."""
+    from http.client import HTTPException
+
+    try:
+        return http(url, body, timeout)
+    except HTTPException as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _where(args):
