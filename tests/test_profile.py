@@ -207,3 +207,16 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path):
 
     ns["http"] = dies_mid_answer  # the connection breaks mid-answer: an answer to explain, not a traceback
     assert ns["_post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")
+
+
+def test_runs_table_shows_a_profiles_own_status():
+    """`inv runs` shows a profile run's status (ok / failed) though it has no bench headline."""
+    from rich.console import Console
+
+    from sglops.compare import RunList
+
+    out = Console(record=True, width=200)
+    out.print(RunList([{"run_id": "20261202-180000-ab12", "host": "cpu-host", "task": "profile",
+                        "status": "failed"}]).table())
+    row = next(line for line in out.export_text().splitlines() if "20261202-180000-ab12" in line)
+    assert "profile" in row and "failed" in row
