@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sglops.trace.breakdown import distinct
+from sglops.trace.breakdown import _arr, distinct
 from sglops.trace.parse import STEP_RE, RawTrace
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
@@ -69,7 +69,9 @@ def _parents(ts: np.ndarray, end: np.ndarray, th: np.ndarray) -> np.ndarray:
     stack: list[int] = []
     stack_end: list[float] = []
     cur = None
-    for i, s, e, t in zip(order.tolist(), ts[order].tolist(), end[order].tolist(), th[order].tolist(), strict=True):
+    # typed arrays, not lists: 8 bytes per op instead of ~32 (a 1 GB trace has ~1.4M ops)
+    for i, s, e, t in zip(_arr("q", order), _arr("d", ts[order]), _arr("d", end[order]), _arr("q", th[order]),
+                          strict=True):
         if t != cur:
             stack.clear()
             stack_end.clear()
