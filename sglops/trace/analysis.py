@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown
+from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_breakdown
 from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
 from sglops.trace.parse import TraceError, read
 
@@ -158,7 +158,7 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     views: list[tuple[int | None, CpuView]] = []
     for p in paths:
         raw = read(p)
-        parts.append(breakdown(raw))
+        parts.append(breakdown(raw) if len(raw.k_ts) else cpu_only_breakdown(raw))
         views.append((raw.rank, cpu_view(raw, main_thread=_launching_thread(raw))))
         del raw
     warnings = []
@@ -213,10 +213,13 @@ def _diagnose(facts: dict, rules_path: str | os.PathLike | None) -> list[Finding
 
 def _launching_thread(raw) -> int | None:
     """The thread that launched most kernels (the one whose CPU time can keep the GPU waiting)."""
-    import numpy as np
+    if not len(raw.l_thread):
+        return None
+    counts: dict[int, int] = {}
+    for t in raw.l_thread:
+        counts[t] = counts.get(t, 0) + 1
+    return max(counts, key=counts.get)
 
-    th = np.frombuffer(raw.l_thread, dtype=np.int32)
-    return int(np.bincount(th).argmax()) if len(th) else None
 
 
 def expand_paths(spec: str | Iterable[str]) -> list[str]:

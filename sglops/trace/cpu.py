@@ -14,12 +14,10 @@ on the CPU. SGLang marks its scheduler loop with record_function ranges (`schedu
 from __future__ import annotations
 
 import re
+import sys
 from array import array
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from sglops.trace.breakdown import _arr, distinct
 from sglops.trace.parse import STEP_RE, RawTrace
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
@@ -58,20 +56,17 @@ class CpuView:
     idle_by_self: dict[str, float] = field(default_factory=dict)    # op -> its self us inside GPU gaps
 
 
-def _parents(ts: np.ndarray, end: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """Each op's innermost enclosing op on the same thread (-1 for an outermost one)."""
+def _parents(ts: array, end: array, th: array) -> array:
+    """Each op's innermost enclosing op on the same thread (-1 for an outermost one). Plain Python over
+    typed arrays (8 bytes per op): a CPU-only trace is analysed without importing numpy at all."""
     n = len(ts)
-    parent = np.full(n, -1, dtype=np.int64)
-    if not n:
-        return parent
-    order = np.lexsort((-(end - ts), ts, th))
-    out = array("q", bytes(8 * n))
+    out = array("q", [-1]) * n
+    order = _nesting_order(ts, end, th)
     stack: list[int] = []
     stack_end: list[float] = []
     cur = None
-    # typed arrays, not lists: 8 bytes per op instead of ~32 (a 1 GB trace has ~1.4M ops)
-    for i, s, e, t in zip(_arr("q", order), _arr("d", ts[order]), _arr("d", end[order]), _arr("q", th[order]),
-                          strict=True):
+    for i in order:
+        s, e, t = ts[i], end[i], th[i]
         if t != cur:
             stack.clear()
             stack_end.clear()
@@ -83,12 +78,27 @@ def _parents(ts: np.ndarray, end: np.ndarray, th: np.ndarray) -> np.ndarray:
         out[i] = stack[-1] if stack else -1
         stack.append(i)
         stack_end.append(e)
-    parent[:] = np.frombuffer(out, dtype=np.int64)
-    return parent
+    return out
 
 
-def gpu_gaps(k_ts: np.ndarray, k_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the gaps in the union of GPU activity, inside its first start .. last end."""
+def _nesting_order(ts: array, end: array, th: array):
+    """Op indices by thread, then start, longer (outer) first. numpy's lexsort (8 bytes per op) when a GPU
+    trace has loaded it anyway, else Python's sort (no numpy import for a CPU-only trace)."""
+    if "numpy" in sys.modules:
+        import numpy as np
+
+        t, e = np.frombuffer(ts, dtype=np.float64), np.frombuffer(end, dtype=np.float64)
+        order = np.lexsort((t - e, t, np.frombuffer(th, dtype=np.int32)))
+        out = array("q")
+        out.frombytes(order.astype(np.int64).tobytes())
+        return out
+    return sorted(range(len(ts)), key=lambda i: (th[i], ts[i], ts[i] - end[i]))
+
+
+def gpu_gaps(k_ts, k_end):
+    """(starts, ends) of the gaps in the union of GPU activity, inside its first start .. last end (numpy)."""
+    import numpy as np
+
     if len(k_ts) < 2:
         return np.zeros(0), np.zeros(0)
     order = np.argsort(k_ts, kind="stable")
@@ -97,13 +107,15 @@ def gpu_gaps(k_ts: np.ndarray, k_end: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return e[:-1][keep], s[1:][keep]
 
 
-def _covered(starts: np.ndarray, ends: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+def _covered(starts, ends, gs, ge):
     """For each interval [starts, ends], how much of it lies inside the sorted, disjoint gaps [gs, ge]."""
+    import numpy as np
+
     if not len(gs):
         return np.zeros(len(starts))
     cum = np.concatenate(([0.0], np.cumsum(ge - gs)))
 
-    def upto(t: np.ndarray) -> np.ndarray:  # gap time before t
+    def upto(t):  # gap time before t
         i = np.searchsorted(gs, t, side="right")  # gaps starting at or before t
         last = np.clip(i - 1, 0, len(gs) - 1)
         inside = np.clip(t - gs[last], 0.0, ge[last] - gs[last])
@@ -112,89 +124,104 @@ def _covered(starts: np.ndarray, ends: np.ndarray, gs: np.ndarray, ge: np.ndarra
     return np.maximum(upto(ends) - upto(starts), 0.0)
 
 
-def _by_name(values: np.ndarray, names_idx: np.ndarray, names: list[str], nn: int) -> dict[str, float]:
-    sums = np.bincount(names_idx, weights=values, minlength=nn)
+def _grouped(per_name: dict[int, float], names: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for i in np.flatnonzero(sums > 0).tolist():
-        key = op_key(names[i])
-        out[key] = out.get(key, 0.0) + float(sums[i])
+    for i, v in per_name.items():
+        if v > 0:
+            key = op_key(names[i])
+            out[key] = out.get(key, 0.0) + v
     return out
 
 
 def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     """The CPU view of one file. `main_thread`: the thread that launches the kernels, when known."""
     names = raw.names
-    nn = max(len(names), 1)
-    ts = np.frombuffer(raw.o_ts, dtype=np.float64)
-    dur = np.frombuffer(raw.o_dur, dtype=np.float64)
-    end = ts + dur
-    th = np.frombuffer(raw.o_thread, dtype=np.int32).astype(np.int64)
-    nid = np.frombuffer(raw.o_name, dtype=np.int32).astype(np.int64)
-    annot = np.frombuffer(raw.o_annot, dtype=np.int8).astype(bool) if len(raw.o_annot) == len(ts) else \
-        np.zeros(len(ts), dtype=bool)
+    ts, dur, th, nid = raw.o_ts, raw.o_dur, raw.o_thread, raw.o_name
+    n = len(ts)
+    annot = raw.o_annot if len(raw.o_annot) == n else array("b", bytes(n))
+    end = array("d", map(float.__add__, ts, dur))
     parent = _parents(ts, end, th)
-    child = parent >= 0
-    self_us = dur - np.bincount(parent[child], weights=dur[child], minlength=len(ts))
+    child_dur = array("d", bytes(8 * n))
+    for i, p in enumerate(parent):
+        if p >= 0:
+            child_dur[p] += dur[i]
 
-    cnt = np.bincount(nid, minlength=nn)
-    tot = np.bincount(nid, weights=dur, minlength=nn)
-    slf = np.bincount(nid, weights=self_us, minlength=nn)
-    is_ann = np.bincount(nid, weights=annot.astype(np.float64), minlength=nn) > 0
+    by_id: dict[int, list] = {}  # name id -> [self us, count, total us, annotation]
+    for i in range(n):
+        row = by_id.get(nid[i])
+        if row is None:
+            row = by_id[nid[i]] = [0.0, 0, 0.0, 0]
+        row[0] += dur[i] - child_dur[i]
+        row[1] += 1
+        row[2] += dur[i]
+        row[3] |= annot[i]
     by_self: dict[str, list] = {}
-    for i in np.flatnonzero(cnt).tolist():
-        row = by_self.setdefault(op_key(names[i]), [0.0, 0, 0.0, int(is_ann[i])])
-        row[0] += float(slf[i])
-        row[1] += int(cnt[i])
-        row[2] += float(tot[i])
+    for i, (slf, cnt, tot, ann) in by_id.items():
+        row = by_self.setdefault(op_key(names[i]), [0.0, 0, 0.0, int(ann)])
+        row[0] += slf
+        row[1] += cnt
+        row[2] += tot
+    phase_ids = {i for i, name in enumerate(names) if PHASE_RE.match(name)}
+    step_ids = {i for i, name in enumerate(names) if STEP_RE.match(name)}
+    phases = {names[i]: [by_id[i][2], by_id[i][1]] for i in sorted(phase_ids) if i in by_id}
 
-    phase_ids = np.array([i for i, n in enumerate(names) if PHASE_RE.match(n)], dtype=np.int64)
-    is_phase = np.isin(nid, phase_ids)
-    phases = {names[i]: [float(tot[i]), int(cnt[i])] for i in phase_ids.tolist() if cnt[i]}
-
-    if main_thread is None and len(th):
-        step_ids = np.array([i for i, n in enumerate(names) if STEP_RE.match(n)], dtype=np.int64)
-        marked = th[np.isin(nid, np.concatenate((step_ids, phase_ids)))]
-        weights = dur * (~child)
-        main_thread = int(np.bincount(marked).argmax()) if len(marked) else \
-            int(np.bincount(th, weights=weights).argmax())
-    on_main = th == main_thread
-    top = on_main & ~child
-    window = float(end[on_main].max() - ts[on_main].min()) if on_main.any() else 0.0
-
-    view = CpuView(ops=len(ts), threads=len(distinct(th)), main_thread_window_us=window,
-                   main_thread_busy_us=float(dur[top].sum()), by_self=by_self, phases=phases,
-                   iterations=_iterations(names, ts, end, nid, on_main & (is_phase | _is_step(names, nid))))
-
-    k_ts = np.frombuffer(raw.k_ts, dtype=np.float64)
-    if len(k_ts) > 1:
-        gs, ge = gpu_gaps(k_ts, k_ts + np.frombuffer(raw.k_dur, dtype=np.float64))
-        over = _covered(ts, end, gs, ge) * on_main
-        self_over = over - np.bincount(parent[child], weights=over[child], minlength=len(ts))
-        view.gpu_idle_us = float((ge - gs).sum())
-        view.idle_cpu_us = float(over[top].sum())
-        view.idle_by_self = _by_name(np.maximum(self_over, 0.0), nid, names, nn)
-        view.idle_by_phase = _by_name(over * is_phase, nid, names, nn)
+    if main_thread is None and n:
+        marked: dict[int, int] = {}
+        outer: dict[int, float] = {}
+        for i in range(n):
+            if nid[i] in phase_ids or nid[i] in step_ids:
+                marked[th[i]] = marked.get(th[i], 0) + 1
+            if parent[i] < 0:
+                outer[th[i]] = outer.get(th[i], 0.0) + dur[i]
+        main_thread = max(marked, key=marked.get) if marked else max(outer, key=outer.get)
+    on_main = [i for i in range(n) if th[i] == main_thread]
+    window = (max(end[i] for i in on_main) - min(ts[i] for i in on_main)) if on_main else 0.0
+    busy = sum(dur[i] for i in on_main if parent[i] < 0)
+    loop = [i for i in on_main if nid[i] in phase_ids or nid[i] in step_ids]
+    view = CpuView(ops=n, threads=len(set(th)), main_thread_window_us=window, main_thread_busy_us=busy,
+                   by_self=by_self, phases=phases, iterations=_iterations(names, ts, end, nid, loop))
+    if len(raw.k_ts) > 1:
+        _gpu_idle(view, raw, ts, end, nid, parent, on_main, phase_ids)
     return view
 
 
-def _is_step(names: list[str], nid: np.ndarray) -> np.ndarray:
-    step_ids = np.array([i for i, n in enumerate(names) if STEP_RE.match(n)], dtype=np.int64)
-    return np.isin(nid, step_ids)
+def _gpu_idle(view: CpuView, raw: RawTrace, ts, end, nid, parent, on_main: list[int], phase_ids: set[int]) -> None:
+    """The launching thread's ops and phases inside the GPU's idle gaps (GPU traces only: numpy is loaded)."""
+    import numpy as np
+
+    k_ts = np.frombuffer(raw.k_ts, dtype=np.float64)
+    gs, ge = gpu_gaps(k_ts, k_ts + np.frombuffer(raw.k_dur, dtype=np.float64))
+    main = np.array(on_main, dtype=np.int64)
+    starts = np.frombuffer(ts, dtype=np.float64)[main]
+    over_main = _covered(starts, np.frombuffer(end, dtype=np.float64)[main], gs, ge)
+    over = np.zeros(len(ts))
+    over[main] = over_main
+    par = np.frombuffer(parent, dtype=np.int64)
+    child = par >= 0
+    self_over = over - np.bincount(par[child], weights=over[child], minlength=len(ts))
+    names_idx = np.frombuffer(nid, dtype=np.int32)
+    nn = max(len(raw.names), 1)
+    view.gpu_idle_us = float((ge - gs).sum())
+    view.idle_cpu_us = float(over[~child].sum())
+    sums = np.bincount(names_idx, weights=np.maximum(self_over, 0.0), minlength=nn)
+    view.idle_by_self = _grouped({int(i): float(sums[i]) for i in np.flatnonzero(sums)}, raw.names)
+    ph = np.zeros(nn, dtype=bool)
+    ph[list(phase_ids)] = True
+    psums = np.bincount(names_idx, weights=over * ph[names_idx], minlength=nn)
+    view.idle_by_phase = _grouped({int(i): float(psums[i]) for i in np.flatnonzero(psums)}, raw.names)
 
 
-def _iterations(names, ts, end, nid, marked) -> list[dict]:
+def _iterations(names: list[str], ts, end, nid, loop: list[int]) -> list[dict]:
     """Scheduler loop passes: from one `scheduler.recv_requests` to the next, tagged with their step."""
-    idx = np.flatnonzero(marked)
-    if not len(idx):
+    if not loop:
         return []
-    idx = idx[np.argsort(ts[idx], kind="stable")]
-    starts = [i for i in idx.tolist() if names[nid[i]] == ITERATION_START]
+    order = sorted(loop, key=lambda i: ts[i])
+    starts = [i for i in order if names[nid[i]] == ITERATION_START]
     if not starts:
         return []
-    bounds = [float(ts[i]) for i in starts] + [float(end[idx].max())]
+    bounds = [ts[i] for i in starts] + [max(end[i] for i in order)]
     out: list[dict] = []
     j = 0
-    order = idx.tolist()
     while j < len(order) and ts[order[j]] < bounds[0] - EPS_US:
         j += 1
     for k in range(len(starts)):
@@ -205,7 +232,7 @@ def _iterations(names, ts, end, nid, marked) -> list[dict]:
             if STEP_RE.match(name):
                 it["kind"], it["step"] = step_kind(name), name
             else:
-                it["phases"][name] = it["phases"].get(name, 0.0) + float(end[order[j]] - ts[order[j]])
+                it["phases"][name] = it["phases"].get(name, 0.0) + (end[order[j]] - ts[order[j]])
             j += 1
         # a pass that ran no batch is idle; one whose batch has no step marker (cut off when the
         # profiler stopped, or a release without markers) is kept apart rather than guessed
