@@ -147,14 +147,14 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
             child_dur[p] += dur[i]
 
     by_id: dict[int, list] = {}  # name id -> [self us, count, total us, annotation]
-    for i in range(n):
-        row = by_id.get(nid[i])
+    for k, d, cd, a in zip(nid, dur, child_dur, annot, strict=True):
+        row = by_id.get(k)
         if row is None:
-            row = by_id[nid[i]] = [0.0, 0, 0.0, 0]
-        row[0] += dur[i] - child_dur[i]
+            row = by_id[k] = [0.0, 0, 0.0, 0]
+        row[0] += d - cd
         row[1] += 1
-        row[2] += dur[i]
-        row[3] |= annot[i]
+        row[2] += d
+        row[3] |= a
     by_self: dict[str, list] = {}
     for i, (slf, cnt, tot, ann) in by_id.items():
         row = by_self.setdefault(op_key(names[i]), [0.0, 0, 0.0, int(ann)])
@@ -165,19 +165,20 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     step_ids = {i for i, name in enumerate(names) if STEP_RE.match(name)}
     phases = {names[i]: [by_id[i][2], by_id[i][1]] for i in sorted(phase_ids) if i in by_id}
 
+    loop_ids = phase_ids | step_ids
     if main_thread is None and n:
         marked: dict[int, int] = {}
         outer: dict[int, float] = {}
-        for i in range(n):
-            if nid[i] in phase_ids or nid[i] in step_ids:
-                marked[th[i]] = marked.get(th[i], 0) + 1
-            if parent[i] < 0:
-                outer[th[i]] = outer.get(th[i], 0.0) + dur[i]
+        for k, t, p, d in zip(nid, th, parent, dur, strict=True):
+            if k in loop_ids:
+                marked[t] = marked.get(t, 0) + 1
+            if p < 0:
+                outer[t] = outer.get(t, 0.0) + d
         main_thread = max(marked, key=marked.get) if marked else max(outer, key=outer.get)
-    on_main = [i for i in range(n) if th[i] == main_thread]
+    on_main = array("q", (i for i, t in enumerate(th) if t == main_thread))  # 8 bytes per op, not ~36
     window = (max(end[i] for i in on_main) - min(ts[i] for i in on_main)) if on_main else 0.0
     busy = sum(dur[i] for i in on_main if parent[i] < 0)
-    loop = [i for i in on_main if nid[i] in phase_ids or nid[i] in step_ids]
+    loop = [i for i in on_main if nid[i] in loop_ids]
     view = CpuView(ops=n, threads=len(set(th)), main_thread_window_us=window, main_thread_busy_us=busy,
                    by_self=by_self, phases=phases, iterations=_iterations(names, ts, end, nid, loop))
     if len(raw.k_ts) > 1:
@@ -185,13 +186,13 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     return view
 
 
-def _gpu_idle(view: CpuView, raw: RawTrace, ts, end, nid, parent, on_main: list[int], phase_ids: set[int]) -> None:
+def _gpu_idle(view: CpuView, raw: RawTrace, ts, end, nid, parent, on_main: array, phase_ids: set[int]) -> None:
     """The launching thread's ops and phases inside the GPU's idle gaps (GPU traces only: numpy is loaded)."""
     import numpy as np
 
     k_ts = np.frombuffer(raw.k_ts, dtype=np.float64)
     gs, ge = gpu_gaps(k_ts, k_ts + np.frombuffer(raw.k_dur, dtype=np.float64))
-    main = np.array(on_main, dtype=np.int64)
+    main = np.frombuffer(on_main, dtype=np.int64)
     starts = np.frombuffer(ts, dtype=np.float64)[main]
     over_main = _covered(starts, np.frombuffer(end, dtype=np.float64)[main], gs, ge)
     over = np.zeros(len(ts))
