@@ -106,14 +106,15 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
 
 # -- profile ----------------------------------------------------------------------------------
 @task(help={"files": "trace files: comma-separated, a folder, or a quoted glob (plain or .gz Chrome traces)",
-            "out": "folder for analysis.json, report.md, top_kernels.png (default artifacts/local/<run-id>/)",
-            "json": "print machine-readable JSON instead of tables"})
-def analyze_trace(c, files, out=None, json=False):
-    """GPU time by kernel / launching op / step, idle share, per rank; names the bottleneck and what to try."""
+            "out": "folder for analysis.json, report.md (and the chart) (default artifacts/local/<run-id>/)",
+            "json": "print machine-readable JSON instead of tables (writes analysis.json only)",
+            "chart": "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)"})
+def analyze_trace(c, files, out=None, json=False, chart=False):
+    """GPU kernels / launching ops / steps / idle and the CPU side (scheduler phases, ops by self time)."""
     from sglops.console import console, note, print_json
     from sglops.trace import analyze_to
 
-    analysis, saved = cli.guarded(analyze_to, files, out)
+    analysis, saved = cli.guarded(analyze_to, files, out, markdown=not json, chart=chart)
     if json:
         print_json({**analysis.to_json(), "report": saved})
     else:
@@ -121,20 +122,29 @@ def analyze_trace(c, files, out=None, json=False):
         note(f"report: {saved['markdown']}" + (f", chart: {saved['chart']}" if "chart" in saved else ""))
 
 
-@task(help=cli.help_with(steps="decode steps to profile (the profiler stops itself after them; default 5)",
+@task(help=cli.help_with(steps="forward steps to profile (the profiler stops itself after them; default 5)",
                          output_len="tokens the single decode stream generates (default 64)",
                          port="server port (default: the launch state on the host, else 30000)",
-                         wait="seconds to wait for complete trace files (default 120)"))
+                         wait="seconds to wait for complete trace files (default 120)",
+                         activities="CPU,GPU (default; CPU alone on a CPU server), MEM",
+                         with_stack="record Python stacks (off: they are most of a trace's events)",
+                         record_shapes="record op input shapes", by_stage="SGLang's profile_by_stage: "
+                         "one file per rank for EXTEND and one for DECODE", chart="also draw the PNG chart",
+                         vocab_size="the model's vocabulary when the host has no config.json for it"))
 def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
-            steps=None, output_len=None, port=None, wait=None):
-    """Torch-profile single-stream decode on the host's SGLang, fetch every rank's trace, name the bottleneck."""
+            steps=None, output_len=None, port=None, wait=None, activities=None, with_stack=False,
+            record_shapes=False, by_stage=False, chart=False, vocab_size=None):
+    """Torch-profile a decode on the host's SGLang, fetch every rank's trace, analyse GPU and CPU, record the run."""
     from sglops.profile import run_profile
 
     o = cli.checked(values.PROFILE, steps=steps, output_len=output_len, port=port, wait=wait)
+    extra = cli.checked({"vocab_size": values.Int(2, 1 << 24)}, vocab_size=vocab_size)
     bar = bool(host) and not json
     cli.per_host("profile", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: run_profile(r, steps=o["steps"], output_len=o["output_len"], port=o["port"],
-                                       wait_s=o["wait"], show_progress=bar), json=json)
+                                       wait_s=o["wait"], show_progress=bar, activities=activities,
+                                       with_stack=with_stack, record_shapes=record_shapes, by_stage=by_stage,
+                                       chart=chart, vocab_size=extra["vocab_size"]), json=json)
 
 
 # -- bench ----------------------------------------------------------------------------------

@@ -1,8 +1,18 @@
-"""Trace analysis speed against Holistic Trace Analysis, and peak memory on a 1 GB trace.
+"""Trace analysis speed against Holistic Trace Analysis, as a library call and as a command; peak memory on 1 GB.
 
-    python3 bench/bench_trace.py speed  [--repeats 5]   # needs `pip install .[bench]` (HTA)
+    python3 bench/bench_trace.py command --hta-python PY [--trace T ...] [--repeats 7]
+    python3 bench/bench_trace.py cpu [--repeats 9]      # the real SGLang CPU trace, analysis only, in-process
+    python3 bench/bench_trace.py speed  [--repeats 5]   # needs `pip install .[bench]` (HTA) in this python
     python3 bench/bench_trace.py memory [--size-gb 1.0] [--gzip]  # makes /tmp/sglops-bench-<size>g.trace.json
 
+command: what a user waits for. `python -m invoke analyze-trace TRACE --json --out DIR` against
+`PY bench/hta_breakdown.py TRACE --json` (a plain HTA script: kernel breakdown, idle time, CPU ops and
+ranges), each a whole process, started in turn (A B A B ...) after one warm-up each; wall clock and the
+child's own CPU time (user + sys, from wait4); medians, and the median of the pairwise ratios. Default
+traces: the real SGLang CPU trace and the largest real H200 trace in tests/data/traces. PY is a python with
+`holistictraceanalysis` (the `bench` extra; a venv of its own if it would fight the pinned packages). Start
+both the same way: a venv made with --system-site-packages pays the same site start-up as this python.
+cpu: the analysis alone (parse + GPU + CPU views) of the real SGLang CPU trace, in-process, median.
 speed: the real H200 trace, sglops' full analysis (kernels + ops + steps + idle + rules) and
 HTA's TraceAnalysis + get_gpu_kernel_breakdown, interleaved in one process, medians; the
 per-kernel totals of both are compared (HTA with HTA_DISABLE_NS_ROUNDING=1, else it trims
@@ -33,6 +43,69 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 REAL = REPO / "tests" / "data" / "traces" / "h200_decode_gathercast.trace.json.gz"
+TRACES = REPO / "tests" / "data" / "traces"
+CPU_TRACE = TRACES / "sglang-cpu-decode20-TP-0.trace.json.gz"
+
+
+def _largest_gpu_trace() -> Path:
+    return max((p for p in TRACES.glob("h200_*.trace.json.gz")), key=lambda p: p.stat().st_size)
+
+
+def _timed(argv: list[str], env: dict) -> tuple[float, float, int]:
+    """(wall s, the child's CPU s, exit code) of one whole process, its output thrown away."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_utime + usage.ru_stime, proc.returncode
+
+
+def command(hta_python: str, traces: list[str], repeats: int) -> dict:
+    """inv analyze-trace vs a plain HTA script, as whole processes, interleaved."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out_dir = tempfile.mkdtemp(prefix="sglops-bench-cmd-")
+    results = []
+    try:
+        for trace in traces:
+            ours = [sys.executable, "-m", "invoke", "analyze-trace", str(trace), "--json", "--out", out_dir]
+            hta = [hta_python, str(REPO / "bench" / "hta_breakdown.py"), str(trace), "--json"]
+            for argv in (ours, hta):  # warm-up: page cache, .pyc files
+                _, _, code = _timed(argv, env)
+                if code:
+                    raise SystemExit(f"exit {code}: {' '.join(argv)}")
+            a, b = [], []
+            for _ in range(repeats):
+                a.append(_timed(ours, env))
+                b.append(_timed(hta, env))
+            med = statistics.median
+            results.append({
+                "trace": str(trace), "bytes": Path(trace).stat().st_size, "repeats": repeats,
+                "sglops_wall_s": med(x[0] for x in a), "hta_wall_s": med(x[0] for x in b),
+                "sglops_cpu_s": med(x[1] for x in a), "hta_cpu_s": med(x[1] for x in b),
+                "speedup_wall": med(y[0] / x[0] for x, y in zip(a, b, strict=True)),
+                "speedup_cpu": med(y[1] / x[1] for x, y in zip(a, b, strict=True)),
+                "exit_codes": sorted({x[2] for x in a} | {y[2] for y in b}),
+            })
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return {"python": sys.executable, "hta_python": hta_python, "results": results}
+
+
+def cpu_analysis(repeats: int) -> dict:
+    """The analysis of the real SGLang CPU trace alone (no process start-up), median of repeats."""
+    from sglops.trace import analyze
+
+    analyze([CPU_TRACE])
+    cpu, wall = [], []
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        a = analyze([CPU_TRACE])
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return {"trace": str(CPU_TRACE), "bytes": CPU_TRACE.stat().st_size, "events": a.files[0].events,
+            "cpu_ops": a.cpu.ops, "repeats": repeats, "analysis_wall_s": statistics.median(wall),
+            "analysis_cpu_s": statistics.median(cpu)}
 
 
 def _hta_breakdown(path: str, work: str) -> dict[str, float]:
@@ -162,12 +235,21 @@ def memory(size_gb: float, gz: bool = False) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["speed", "memory"])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("part", choices=["command", "cpu", "speed", "memory"])
+    ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
+    ap.add_argument("--hta-python", default=sys.executable, help="command: a python with holistictraceanalysis")
+    ap.add_argument("--trace", action="append", help="command: a trace to time (repeatable)")
     args = ap.parse_args()
-    res = speed(args.repeats) if args.part == "speed" else memory(args.size_gb, args.gzip)
+    if args.part == "command":
+        res = command(args.hta_python, args.trace or [str(CPU_TRACE), str(_largest_gpu_trace())], args.repeats or 7)
+    elif args.part == "cpu":
+        res = cpu_analysis(args.repeats or 9)
+    elif args.part == "speed":
+        res = speed(args.repeats or 5)
+    else:
+        res = memory(args.size_gb, args.gzip)
     print(json.dumps(res, indent=1))
 
 

@@ -232,7 +232,7 @@ class RunList:
             b = m.get("bench") or {}
             head = b.get("decode_tok_s") or {}
             ci = head.get("ci95")
-            status = b.get("status", "-")
+            status = b.get("status") or m.get("status", "-")  # a profile records its own status
             style = {"ok": "green", "partial": "yellow", "failed": "red"}.get(status, "dim")
             sgl = m.get("sglang") or {}
             setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"

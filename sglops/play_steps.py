@@ -137,7 +137,7 @@ def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int |
         return Planned(f"profile {steps} decode steps of a {output_len}-token single-stream request, pull the "
                        "traces back and analyse them")
     return profile.run_profile(ctx.remote, steps=steps, output_len=output_len, port=port, wait_s=wait,
-                               show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}")
+                               show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}", chart=True)
 
 
 def _compare(ctx: StepContext, runs: list[str] | None = None):
@@ -163,8 +163,12 @@ def _compare(ctx: StepContext, runs: list[str] | None = None):
 
 
 def _profile_summary(doc: dict) -> str:
-    findings = (doc.get("analysis") or {}).get("findings") or []
-    return findings[0]["message"] if findings else "no bottleneck rule fired"
+    analysis = doc.get("analysis") or {}
+    findings = analysis.get("findings") or []
+    cpu = (analysis.get("cpu") or {}).get("verdict") or []
+    if findings:
+        return findings[0]["message"]
+    return f"CPU only: {cpu[0]}" if cpu and not analysis.get("gpu") else "no bottleneck rule fired"
 
 
 def _probe_summary(doc: dict) -> str:

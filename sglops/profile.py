@@ -1,9 +1,11 @@
-"""`inv profile`: torch-profile SGLang's decode on a host, fetch every rank's trace, analyse it.
+"""`inv profile`: torch-profile SGLang's decode on a host, fetch every rank's trace, analyse it, record the run.
 
 Why one command: the investigation this replaces took a manual /start_profile, a manual wait
 for files that were still being written, a manual scp and manual reading of the trace. The
 host-side part is one round trip (remote_scripts/profile_capture.py); the download shows a
-progress bar; the analysis is sglops.trace's.
+progress bar; the analysis is sglops.trace's (GPU kernels and the CPU side; a CPU-only trace is
+analysed too); the run is kept under artifacts/<host>/<run-id>/ with profile.json and a manifest,
+so `inv runs` lists it and `inv report` writes its page.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from sglops import artifacts
 from sglops.console import err_console
 from sglops.errors import ConfigError
 from sglops.remote import Remote
-from sglops.trace import TraceAnalysis, analyze, save_report
+from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
+
+ACTIVITIES = ("CPU", "GPU", "MEM")
 
 
 @dataclass
@@ -45,14 +49,18 @@ class ProfileResult:
     standin: bool
     analysis: TraceAnalysis
     report: dict
+    request: dict | None = None
+    sglang_version: str | None = None
+    device: str | None = None
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
 
     def table(self) -> Group:
         head = Text.assemble(
-            ("profile ", "bold"), f"{self.host}:{self.port} ({self.port_from}), {self.steps} decode steps, "
-            f"{len(self.traces)} trace file(s) -> {self.folder}/traces "
+            ("profile ", "bold"), f"{self.host}:{self.port} ({self.port_from}), {self.steps} steps, "
+            f"{len(self.traces)} trace file(s) -> {self.folder}/traces " +
+            (f"[{', '.join(self.request.get('activities') or [])}] " if self.request else "") +
             f"(decode {self.decode_s:.1f} s, files ready after {self.waited_s:.1f} s, download {self.download_s:.1f} s)")
         if self.standin:
             head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
@@ -70,12 +78,30 @@ def _bar(remote_files: list[dict]):
     return progress, task
 
 
+def _activities(spec: str | list[str] | None) -> list[str] | None:
+    if spec is None or spec == "":
+        return None
+    items = [a.strip().upper() for a in (spec.split(",") if isinstance(spec, str) else spec) if a.strip()]
+    bad = [a for a in items if a not in ACTIVITIES]
+    if bad or not items:
+        raise ConfigError(f"--activities takes {', '.join(ACTIVITIES)} (comma-separated), got {spec!r}")
+    return items
+
+
 def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: int | None = None,
-                wait_s: float = 120, show_progress: bool = True, run_id: str | None = None) -> ProfileResult:
-    """Profile `steps` decode steps of a single-stream request on the host's server, then analyse."""
+                wait_s: float = 120, show_progress: bool = True, run_id: str | None = None,
+                activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
+                by_stage: bool = False, vocab_size: int | None = None, chart: bool = False) -> ProfileResult:
+    """Profile `steps` forward steps of a single-stream request on the host's server, then analyse.
+
+    activities: default CPU+GPU, CPU alone when the server runs on the CPU; with_stack (Python stacks: most
+    of the trace's events) and record_shapes are off unless asked; by_stage: SGLang's profile_by_stage, one
+    file per rank for EXTEND and one for DECODE."""
     if steps < 1 or output_len < 1:
         raise ConfigError(f"--steps and --output-len must be positive (got {steps}, {output_len})")
-    status = err_console.status(Text(f"{remote.name}: profiling {steps} decode steps")) if show_progress else None
+    if vocab_size is not None and int(vocab_size) < 2:
+        raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
+    status = err_console.status(Text(f"{remote.name}: profiling {steps} steps")) if show_progress else None
 
     def on_progress(ev: dict) -> None:
         if status is not None and ev.get("phase") == "waiting":
@@ -83,7 +109,8 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
                                f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)"))
 
     args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
-            "wait_s": wait_s}
+            "wait_s": wait_s, "activities": _activities(activities), "with_stack": with_stack,
+            "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size}
     if status is not None:
         with status:
             doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=on_progress)
@@ -92,14 +119,37 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
 
     run_id = run_id or artifacts.new_run_id()
     folder = artifacts.run_dir(remote.name, run_id)
-    traces_dir = folder / "traces"
+    local, download_s = _download(remote, doc["files"], folder / "traces", show_progress)
+    record = {"host": remote.name, "run_id": run_id, "folder": str(folder), "port": doc["port"],
+              "port_from": doc["port_from"], "profile_id": doc["profile_id"], "steps": doc["steps"],
+              "output_len": doc["output_len"], "stopped_by": doc["stopped_by"], "remote_dir": doc["output_dir"],
+              "traces": local, "decode_s": doc["decode_s"], "waited_s": doc["waited_s"],
+              "download_s": round(download_s, 3), "standin": doc.get("standin", False),
+              "request": doc.get("request"), "sglang_version": doc.get("sglang_version"), "device": doc.get("device")}
+    manifest = {"traces": [str(Path(p).relative_to(folder)) for p in local],
+                "sglang": {"version": doc.get("sglang_version")}, "profile": {"request": doc.get("request")}}
+    try:
+        analysis = analyze(local)
+    except TraceError as exc:  # the traces are kept and the run recorded; the one line says what broke
+        artifacts.save(remote.name, run_id, "profile.json", {**record, "analysis": None, "error": str(exc)},
+                       task="profile", extra={**manifest, "status": "failed"})
+        raise
+    report = save_report(analysis, folder, chart=chart)
+    result = ProfileResult(**record, analysis=analysis, report=report)
+    artifacts.save(remote.name, run_id, "profile.json", result.to_json(), task="profile",
+                   extra={**manifest, "status": "ok"})
+    return result
+
+
+def _download(remote: Remote, files: list[dict], traces_dir: Path, show_progress: bool) -> tuple[list[str], float]:
+    """Every trace file into traces_dir, with one progress bar over their total bytes."""
     traces_dir.mkdir(parents=True, exist_ok=True)
     local: list[str] = []
     t0 = time.monotonic()
-    bar = _bar(doc["files"]) if show_progress else None
+    bar = _bar(files) if show_progress else None
     done = 0
     with bar[0] if bar else nullcontext():
-        for f in doc["files"]:
+        for f in files:
             target = traces_dir / os.path.basename(f["path"])
 
             def cb(sent: int, _total: int, _base=done) -> None:
@@ -111,15 +161,4 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
             if bar:
                 bar[0].update(bar[1], completed=done)
             local.append(str(target))
-    download_s = time.monotonic() - t0
-    analysis = analyze(local)
-    report = save_report(analysis, folder)
-    result = ProfileResult(host=remote.name, run_id=run_id, folder=str(folder), port=doc["port"],
-                           port_from=doc["port_from"], profile_id=doc["profile_id"], steps=doc["steps"],
-                           output_len=doc["output_len"], stopped_by=doc["stopped_by"], remote_dir=doc["output_dir"],
-                           traces=local, decode_s=doc["decode_s"], waited_s=doc["waited_s"],
-                           download_s=round(download_s, 3), standin=doc.get("standin", False), analysis=analysis,
-                           report=report)
-    artifacts.save(remote.name, run_id, "profile.json", result.to_json(), task="profile",
-                   extra={"traces": [str(Path(p).relative_to(folder)) for p in local]})
-    return result
+    return local, time.monotonic() - t0

@@ -89,13 +89,31 @@ def _compare(doc: dict, base: Path) -> list[str]:
 
 def _profile(step_id: str, doc: dict, base: Path) -> list[str]:
     a = doc.get("analysis") or {}
-    out = [f"### {step_id}", "", f"{len(doc.get('traces') or [])} trace file(s), {doc.get('steps')} decode steps"
+    req = doc.get("request") or {}
+    out = [f"### {step_id}", "", f"{len(doc.get('traces') or [])} trace file(s), {doc.get('steps')} steps"
+           + (f", activities {', '.join(req.get('activities') or [])}" if req else "")
+           + (f", SGLang {doc['sglang_version']}" if doc.get("sglang_version") else "")
            + (" (stand-in server: synthetic traces, not GPU data)" if doc.get("standin") else ""), ""]
+    if doc.get("error"):
+        return out + [f"- **not analysed**: {doc['error']}", ""]
     for f in a.get("findings") or []:
         out.append(f"- **{f['message']}**; next: " + "; ".join(f"`{t}`" if t.startswith("inv ") else t
                                                              for t in f.get("try_next") or []))
-    kernels = [[k["name"][:90], k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"] for k in (a.get("by_kernel") or [])[:8]]
-    out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels)]
+    cpu = a.get("cpu") or {}
+    if a.get("by_kernel"):
+        kernels = [[k["name"][:90], k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"]
+                   for k in a["by_kernel"][:8]]
+        out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels)]
+    out += [f"- CPU: {line}" for line in cpu.get("verdict") or []]
+    if cpu.get("step_types"):
+        out += ["", *_table(["step kind", "count", "median step ms", "median loop pass ms"],
+                            [[r["kind"], r["count"], f"{r['median_step_us'] / 1000:.3f}" if r.get("median_step_us")
+                              else "-", f"{r['median_pass_us'] / 1000:.3f}" if r.get("median_pass_us") else "-"]
+                             for r in cpu["step_types"]])]
+    if not a.get("by_kernel") and cpu.get("top_self"):
+        out += _table(["CPU op", "calls", "self us", "share"],
+                      [[r["name"][:90], r["count"], f"{r['self_us']:.0f}", f"{r['share'] * 100:.1f}%"]
+                       for r in cpu["top_self"][:8]])
     chart = _rel((doc.get("report") or {}).get("chart"), base)
     return out + ([f"![top kernels]({chart})", ""] if chart else [])
 
@@ -136,7 +154,8 @@ def _play(doc: dict, manifest: dict, base: Path) -> list[str]:
     for s in by_kind.get("compare", []):
         if s.get("result") and s["result"].get("rows"):
             out += _compare(s["result"], base)
-    profiles = [s for s in by_kind.get("profile", []) if s.get("result") and s["result"].get("analysis")]
+    profiles = [s for s in by_kind.get("profile", []) if s.get("result") and
+                (s["result"].get("analysis") or s["result"].get("error"))]
     if profiles:
         out += ["## Profiles", ""]
         for s in profiles:

@@ -54,10 +54,13 @@ def standin(use_sandbox, tmp_path):
 
 def test_profile_two_ranks_end_to_end(remote_a, standin, tmp_path):
     port = standin(tp=2)
-    r = run_profile(remote_a, steps=4, output_len=16, port=port, show_progress=False)
+    r = run_profile(remote_a, steps=4, output_len=16, port=port, show_progress=False, chart=True)
     assert r.port_from == "--port" and r.stopped_by == "num_steps" and r.standin
+    assert r.request == {"output_dir": r.remote_dir, "num_steps": 4, "activities": ["CPU", "GPU"],
+                         "profile_prefix": "sglops", "profile_id": r.profile_id, "with_stack": False,
+                         "record_shapes": False}
     names = sorted(Path(p).name for p in r.traces)
-    assert names == [f"{r.profile_id}-TP-0.trace.json.gz", f"{r.profile_id}-TP-1.trace.json.gz"]
+    assert names == [f"sglops-{r.profile_id}-TP-0.trace.json.gz", f"sglops-{r.profile_id}-TP-1.trace.json.gz"]
     folder = Path(os.environ["SGLOPS_ARTIFACTS"]) / "gpu-a" / r.run_id
     assert all(Path(p).parent == folder / "traces" for p in r.traces)
     for p in r.traces:  # downloaded whole, byte for byte
@@ -71,7 +74,7 @@ def test_profile_two_ranks_end_to_end(remote_a, standin, tmp_path):
     assert top.rule == "dtype-cast" and top.share == pytest.approx(0.69, abs=0.02)
     assert "takes 69% of GPU time in decode steps" in top.message
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["task"] == "profile" and "profile.json" in manifest["files"]
+    assert manifest["task"] == "profile" and "profile.json" in manifest["files"] and manifest["status"] == "ok"
     assert (folder / "report.md").exists() and (folder / "top_kernels.png").exists()
 
 
@@ -141,5 +144,79 @@ def test_host_script_completeness_and_compression(tmp_path):
     assert json.loads(gzip.decompress(Path(out).read_bytes())) ["traceEvents"] == [{"ph": "X"}]
     pat = ns["_pattern"]("1700")
     assert pat.match("1700-TP-3.trace.json.gz").group(1) == "3"
-    assert pat.match("glm5-1700-TP-0-DP-1-DECODE.trace.json.gz")
+    assert pat.match("glm5-1700-TP-0-DP-1-DECODE.trace.json.gz").group(3) == "DECODE"
     assert not pat.match("1700-TP-0-memory.pickle") and not pat.match("17000-TP-0.trace.json.gz")
+    ours = ns["_pattern"]("1700", "sglops")  # the prefix we send is the prefix we wait for
+    assert ours.match("sglops-1700-TP-1-EXTEND.trace.json.gz").group(1, 3) == ("1", "EXTEND")
+    assert not ours.match("glm5-1700-TP-0.trace.json.gz") and not ours.match("1700-TP-0.trace.json.gz")
+    assert ns["_expected"]({"tp_size": 2, "pp_size": 1}, False) == 2
+    assert ns["_expected"]({"tp_size": 2, "dp_size": 2}, True) == 8  # EXTEND and DECODE per rank
+
+
+def _host_script():
+    ns: dict = {"__name__": "profile_capture"}
+    exec(compile(load_script("profile_capture"), "profile_capture.py", "exec"), ns)
+    return ns
+
+
+def test_prompt_ids_stay_inside_the_vocabulary(tmp_path):
+    """Ids past the vocabulary kill a real SGLang server (its embedding lookup raises): never send one."""
+    ns = _host_script()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 1024, "bos_token_id": 0, "eos_token_id": [1, 7],
+                                                   "pad_token_id": 2}))
+    ids = ns["prompt_ids"]({"model_path": str(model)}, 32)
+    assert len(ids) == 32 and max(ids) < 1024 and not {0, 1, 2, 7} & set(ids)
+    assert ids == ns["prompt_ids"]({"model_path": str(model)}, 32)  # the same prompt every run
+    nested = tmp_path / "vlm"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 40, "eos_token_id": 5}}))
+    ids = ns["prompt_ids"]({"model_path": str(nested)}, 32)
+    assert max(ids) < 40 and 5 not in ids
+    with pytest.raises(Exception, match=r"cannot tell the served model's vocabulary .*pass --vocab-size N"):
+        ns["prompt_ids"]({"model_path": "org/not-here"}, 32)
+    assert max(ns["prompt_ids"]({"model_path": "org/not-here"}, 32, vocab_size=50)) < 50
+
+
+def test_start_request_sends_only_what_was_asked():
+    ns = _host_script()
+    req = ns["start_request"]({"steps": 20}, {"device": "cpu"}, "/out", "id1")
+    assert req == {"output_dir": "/out", "num_steps": 20, "activities": ["CPU"], "profile_prefix": "sglops",
+                   "profile_id": "id1", "with_stack": False, "record_shapes": False}
+    req = ns["start_request"]({"steps": 3, "with_stack": True, "record_shapes": True, "by_stage": True},
+                              {"device": "cuda"}, "/out", "id2")
+    assert req["activities"] == ["CPU", "GPU"] and req["with_stack"] and req["record_shapes"]
+    assert req["profile_by_stage"] is True
+
+
+def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path):
+    ns = _host_script()
+    log = tmp_path / "server.log"
+    log.write_text("[2026-12-02 17:00:01] Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                   "IndexError: index out of range in self\n[2026-12-02 17:00:01] Received sigquit from a child\n")
+    base = f"http://127.0.0.1:{free_port()}"
+    line = ns["explain_failure"](base, "/generate during profiling", None, "IncompleteRead(0 bytes read)", str(log))
+    assert line.startswith("/generate during profiling failed (IncompleteRead(0 bytes read)) and the server died: "
+                           "IndexError: index out of range in self (from ")
+    assert "restart it" in line
+    import http.client
+
+    def dies_mid_answer(*_a):
+        raise http.client.IncompleteRead(b"")
+
+    ns["http"] = dies_mid_answer  # the connection breaks mid-answer: an answer to explain, not a traceback
+    assert ns["_post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")
+
+
+def test_runs_table_shows_a_profiles_own_status():
+    """`inv runs` shows a profile run's status (ok / failed) though it has no bench headline."""
+    from rich.console import Console
+
+    from sglops.compare import RunList
+
+    out = Console(record=True, width=200)
+    out.print(RunList([{"run_id": "20261202-180000-ab12", "host": "cpu-host", "task": "profile",
+                        "status": "failed"}]).table())
+    row = next(line for line in out.export_text().splitlines() if "20261202-180000-ab12" in line)
+    assert "profile" in row and "failed" in row

@@ -1,7 +1,9 @@
 # sglops: include _common, server_common
-# Profile SGLang's decode on this host in one round trip: /start_profile (num_steps, CPU+GPU,
-# shapes), one single-stream /generate, stop if the profiler did not stop itself, wait until
-# every TP rank's trace file is complete, gzip any plain ones. Talks to 127.0.0.1 only.
+# Profile SGLang on this host in one round trip: POST /start_profile with the fields SGLang reads (num_steps,
+# activities, profile_prefix, profile_id, output_dir, with_stack, record_shapes, profile_by_stage), one
+# single-stream /generate whose prompt ids lie inside the model's vocabulary, stop the profiler if it did not
+# stop itself, wait until every rank's (and stage's) trace file is complete, gzip any plain ones. Talks to
+# 127.0.0.1 only. A failed request asks /health: a dead server is named as dead, with its log's last error.
 import gzip
 import json
 import os
@@ -11,10 +13,21 @@ import tempfile
 import time
 
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
+PREFIX = "sglops"
+PROMPT_LEN = 32
+_SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "decoder_start_token_id")
+_EXC_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$")
 
 
 def _post(url, body, timeout):
-    return http(url, body, timeout)
+    """(status, text), or (None, what broke) also when the connection dies mid-answer (IncompleteRead is
+    not an OSError): a server that dies during the request is then asked about, not a traceback."""
+    from http.client import HTTPException
+
+    try:
+        return http(url, body, timeout)
+    except HTTPException as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _where(args):
@@ -29,9 +42,32 @@ def _where(args):
     return root, state.get("host") or "127.0.0.1", port, port_from
 
 
+def _server_info(base):
+    """/server_info (SGLang >= 0.5.x), else the deprecated /get_server_info; (status, dict)."""
+    status, body = None, ""
+    for path in ("/server_info", "/get_server_info"):
+        status, body = http_get(base + path, timeout=5)
+        if status == 200:
+            try:
+                info = json.loads(body)
+                return status, info if isinstance(info, dict) else {}
+            except ValueError:
+                return status, {}
+        if status is None:
+            break
+    return status, body
+
+
 def _out_dir(root, profile_id):
-    for base in ([os.path.join(root, ".sglops", "profiles")] if root else []) + [
-            os.path.join(tempfile.gettempdir(), "sglops-profiles")]:
+    """Where the server writes: sglops' state folder on this host (the SGLang tree's), else the temp dir."""
+    bases = []
+    if root:
+        try:
+            bases.append(os.path.join(sglops_dir(root), "profiles"))
+        except OSError:
+            pass
+    bases.append(os.path.join(tempfile.gettempdir(), "sglops-profiles"))
+    for base in bases:
         try:
             path = os.path.join(base, profile_id)
             if root and base.startswith(os.path.join(root, ".sglops")):
@@ -43,8 +79,10 @@ def _out_dir(root, profile_id):
     raise UserError("no writable folder for trace files on this host")
 
 
-def _pattern(profile_id):
-    return re.compile(r"^(?:.+-)?" + re.escape(profile_id) + r"-TP-(\d+)(?:-(?:DP|PP|EP)-\d+)*(?:-(?:EXTEND|DECODE))?"
+def _pattern(profile_id, prefix=None):
+    """SGLang's names: [{prefix}-]{profile_id}-TP-{rank}[-DP-n][-PP-n][-EP-n][-EXTEND|-DECODE].trace.json.gz."""
+    head = re.escape(prefix) + "-" if prefix else r"(?:.+-)?"
+    return re.compile("^" + head + re.escape(profile_id) + r"-TP-(\d+)((?:-(?:DP|PP|EP)-\d+)*)(?:-(EXTEND|DECODE))?"
                       r"\.trace\.json(\.gz)?$")
 
 
@@ -79,14 +117,93 @@ def _compress(path):
     return final
 
 
-def _expected(info):
-    """How many files the server will write: one per TP rank (times pipeline stages)."""
+def _expected(info, by_stage):
+    """How many files the server will write: one per TP x PP x DP rank, times two stages with profile_by_stage."""
     if not isinstance(info, dict):
         return None
     try:
-        return max(1, int(info.get("tp_size") or 1)) * max(1, int(info.get("pp_size") or 1))
+        ranks = 1
+        for key in ("tp_size", "pp_size", "dp_size"):
+            ranks *= max(1, int(info.get(key) or 1))
     except (TypeError, ValueError):
         return None
+    return ranks * (2 if by_stage else 1)
+
+
+# -- prompt ids inside the model's vocabulary ---------------------------------------------------------------
+# SGLang does not check input_ids: an id past the vocabulary makes the embedding lookup raise and the server
+# dies. (The bench client reads the token space the same way; one shared helper can replace these two.)
+def _model_vocab(info):
+    """(vocab size or None, special ids) from the served model's config.json on this host."""
+    folder = os.path.expanduser(str(info.get("model_path") or ""))
+    try:
+        with open(os.path.join(folder, "config.json")) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return None, set()
+    if not isinstance(config, dict):
+        return None, set()
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    vocab = config.get("vocab_size") or text.get("vocab_size")
+    special = set()
+    for key in _SPECIAL_KEYS:
+        for src in (config, text):
+            v = src.get(key)
+            special |= {v} if isinstance(v, int) else {i for i in v if isinstance(i, int)} if isinstance(v, list) else set()
+    return (int(vocab) if isinstance(vocab, int) else None), special
+
+
+def prompt_ids(info, n, vocab_size=None):
+    """n ordinary token ids of the served model (below its vocabulary, no bos/eos/pad), the same every run."""
+    vocab, special = _model_vocab(info)
+    if vocab_size:
+        vocab = int(vocab_size)
+    if not vocab and info.get("standin"):
+        vocab = 1024  # sglops' stand-in server has no model and no embedding table: any small ids do
+    if not vocab:
+        raise UserError(f"cannot tell the served model's vocabulary (no config.json in {info.get('model_path')!r} on "
+                        "this host), so no safe prompt token ids; pass --vocab-size N")
+    ordinary = [i for i in range(3, vocab) if i not in special] or [i for i in range(vocab) if i not in special]
+    if not ordinary:
+        raise UserError(f"the model's vocabulary ({vocab}) has no ordinary token ids to build a prompt from")
+    step = max(1, len(ordinary) // (n + 1))
+    return [ordinary[(k * step) % len(ordinary)] for k in range(n)]
+
+
+# -- a request that failed: is the server still there? ------------------------------------------------------
+def _log_of(root):
+    """The server log sglops keeps for a server it started on this host."""
+    if not root:
+        return None
+    state = read_json_file(os.path.join(root, ".sglops", "server.json")) or {}
+    for cand in (state.get("log"), os.path.join(root, ".sglops", "server.log")):
+        if cand and os.path.isfile(cand):
+            return cand
+    return None
+
+
+def last_error(log_path):
+    """The last exception line of a log (`IndexError: index out of range in self`), or None."""
+    lines = tail(log_path, 400) if log_path else []
+    for line in reversed(lines):
+        m = _EXC_LINE.match(line.strip())
+        if m and not m.group(1).startswith(("UserWarning", "FutureWarning", "DeprecationWarning")):
+            return m.group(1)[:300]
+    return None
+
+
+def explain_failure(base, what, status, text, log_path):
+    """One line for a failed request: the server died (and why, from its log), stopped answering, or refused."""
+    time.sleep(0.5)  # a dying server closes its socket a moment after the connection drops
+    health, _ = http_get(base + "/health", timeout=5)
+    got = f"{status or ''} {str(text).strip()[:160]}".strip()
+    if health == 200:
+        return f"{what} failed while the server stays healthy: {got}"
+    cause = last_error(log_path)
+    state = "died" if health is None else f"is unhealthy (/health answered {health})"
+    return (f"{what} failed ({got}) and the server {state}"
+            + (f": {cause} (from {log_path})" if cause else "; its log says why")
+            + ("" if health is not None else "; restart it (inv restart) before profiling again"))
 
 
 def _wait(out_dir, pattern, expected, wait_s, started):
@@ -132,50 +249,65 @@ def _wait(out_dir, pattern, expected, wait_s, started):
         time.sleep(0.25)
 
 
+def start_request(args, info, out_dir, profile_id):
+    """The /start_profile body: only what was asked, so the server's own defaults never add Python stacks."""
+    activities = args.get("activities") or (["CPU"] if str(info.get("device") or "") == "cpu" else ["CPU", "GPU"])
+    req = {"output_dir": out_dir, "num_steps": int(args["steps"]), "activities": list(activities),
+           "profile_prefix": PREFIX, "profile_id": profile_id, "with_stack": bool(args.get("with_stack")),
+           "record_shapes": bool(args.get("record_shapes"))}
+    if args.get("by_stage"):
+        req["profile_by_stage"] = True
+    return req
+
+
 def main(args):
     root, host, port, port_from = _where(args)
     base = local_url(host, port, "")
-    status, body = http_get(base + "/get_server_info", timeout=5)
+    status, info = _server_info(base)
     if status != 200:
         raise UserError(f"no SGLang server answering on {host}:{port} (port from {port_from}): "
-                        f"{status or body}; start one (inv restart) or pass --port")
-    try:
-        info = json.loads(body)
-    except ValueError:
-        info = {}
+                        f"{status or info}; start one (inv restart) or pass --port")
     steps = int(args["steps"])
-    output_len = max(int(args["output_len"]), steps + 4)  # the profile stops itself after `steps` decode steps
-    profile_id = args.get("profile_id") or ("sglops-" + time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
+    output_len = max(int(args["output_len"]), steps + 4)  # the profile stops itself after `steps` steps
+    ids = prompt_ids(info, PROMPT_LEN, args.get("vocab_size"))
+    profile_id = args.get("profile_id") or (time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     out_dir = _out_dir(root, profile_id)
-    req = {"output_dir": out_dir, "num_steps": steps, "activities": ["CPU", "GPU"], "record_shapes": True,
-           "profile_id": profile_id}
+    log_path = _log_of(root)
+    req = start_request(args, info, out_dir, profile_id)
     status, text = _post(base + "/start_profile", req, timeout=60)
     if status != 200:
-        raise UserError(f"/start_profile on {host}:{port} refused: {status or ''} {text.strip()[:200]}")
+        if status is None:
+            raise UserError(explain_failure(base, "/start_profile", status, text, log_path))
+        raise UserError(f"/start_profile on {host}:{port} refused: {status} {text.strip()[:200]}")
     progress(phase="decode", output_len=output_len)
     t0 = time.monotonic()
-    gen = {"input_ids": list(range(1000, 1032)),
-           "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}}
+    gen = {"input_ids": ids, "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}}
     status, text = _post(base + "/generate", gen, timeout=float(args.get("generate_timeout_s", 300)))
     decode_s = time.monotonic() - t0
     if status != 200:
+        line = explain_failure(base, f"/generate on {host}:{port} during profiling", status, text, log_path)
         _post(base + "/stop_profile", {}, timeout=30)
-        raise UserError(f"/generate on {host}:{port} failed during profiling: {status or ''} {text.strip()[:200]}")
+        raise UserError(line)
     try:
         meta = json.loads(text).get("meta_info") or {}
     except ValueError:
         meta = {}
-    pattern = _pattern(profile_id)
-    # num_steps normally stops the profiler; if decode ran fewer steps, stop it ourselves
+    pattern = _pattern(profile_id, PREFIX)
+    expected = _expected(info, bool(args.get("by_stage")))
+    # num_steps normally stops the profiler; if the request ran fewer steps, stop it ourselves
     started = time.monotonic()
     stopped_by = "num_steps"
     deadline = started + 2.0
-    while time.monotonic() < deadline and not any(pattern.match(n) for n in os.listdir(out_dir)):
+
+    def present():
+        return [n for n in os.listdir(out_dir) if pattern.match(n)]
+
+    while time.monotonic() < deadline and len(present()) < (expected or 1):
         time.sleep(0.1)
-    if not any(pattern.match(n) for n in os.listdir(out_dir)):
-        s, _ = _post(base + "/stop_profile", {}, timeout=60)
+    if len(present()) < (expected or 1):
+        s, _ = _post(base + "/stop_profile", {}, timeout=120)
         stopped_by = "stop_profile" if s == 200 else "num_steps"
-    names = _wait(out_dir, pattern, _expected(info), float(args.get("wait_s", 120)), started)
+    names = _wait(out_dir, pattern, expected, float(args.get("wait_s", 120)), started)
     files = []
     for n in names:
         path = os.path.join(out_dir, n)
@@ -183,8 +315,11 @@ def main(args):
             progress(phase="compress", file=n)
             path = _compress(path)
         m = pattern.match(os.path.basename(path))
-        files.append({"path": path, "size": os.path.getsize(path), "rank": int(m.group(1)) if m else None})
+        files.append({"path": path, "size": os.path.getsize(path), "rank": int(m.group(1)) if m else None,
+                      "stage": m.group(3) if m else None})
     return {"host": host, "port": port, "port_from": port_from, "profile_id": profile_id, "output_dir": out_dir,
             "steps": steps, "output_len": output_len, "stopped_by": stopped_by, "decode_s": round(decode_s, 3),
             "waited_s": round(time.monotonic() - started, 3), "completion_tokens": meta.get("completion_tokens"),
-            "tp_size": info.get("tp_size"), "standin": bool(info.get("standin")), "files": files}
+            "request": req, "prompt_ids": {"count": len(ids), "max": max(ids)},
+            "tp_size": info.get("tp_size"), "sglang_version": info.get("version"), "device": info.get("device"),
+            "model_path": info.get("model_path"), "standin": bool(info.get("standin")), "files": files}

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown
-from sglops.trace.diagnose import Finding, diagnose, load_rules
+from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_breakdown
+from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
 from sglops.trace.parse import TraceError, read
+
+if TYPE_CHECKING:
+    from sglops.trace.diagnose import Finding
 
 SCOPE_LABELS = {"decode": "in decode steps", "steps": "in profiled steps", "all": "overall"}
 
@@ -66,7 +69,12 @@ class TraceAnalysis:
     scope: str
     scope_gpu_us: float
     findings: list[Finding]
+    cpu: CpuSummary | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(f.kernels for f in self.files)
 
     @property
     def idle_share(self) -> float:
@@ -89,8 +97,8 @@ class TraceAnalysis:
         out = []
         for name, rows in groups.items():
             out.append({"name": name, "count": len(rows),
-                        "median_cpu_us": statistics.median(r["cpu_us"] for r in rows),
-                        "median_gpu_us": statistics.median(r["gpu_us"] for r in rows),
+                        "median_cpu_us": median([r["cpu_us"] for r in rows]),
+                        "median_gpu_us": median([r["gpu_us"] for r in rows]),
                         "gpu_us": sum(r["gpu_us"] for r in rows)})
         return sorted(out, key=lambda r: -r["gpu_us"])
 
@@ -113,6 +121,8 @@ class TraceAnalysis:
             "by_gpu_span": rows(self.by_gpu_span),
             "steps": [{**s, **{k: round(v, 3) for k, v in s.items() if isinstance(v, float)}}
                       for s in self.step_summary()],
+            "gpu": self.has_gpu,
+            "cpu": self.cpu.to_json() if self.cpu else None,
             "warnings": self.warnings,
         }
 
@@ -145,24 +155,28 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     if not paths:
         raise TraceError("no trace files given")
     parts: list[Breakdown] = []
+    views: list[tuple[int | None, CpuView]] = []
     for p in paths:
-        parts.append(breakdown(read(p)))
+        raw = read(p)
+        parts.append(breakdown(raw) if len(raw.k_ts) else cpu_only_breakdown(raw))
+        views.append((raw.rank, cpu_view(raw, main_thread=_launching_thread(raw))))
+        del raw
     warnings = []
+    cpu_only = all(b.kernels == 0 for b in parts)
     for b in parts:
-        if b.kernels == 0:
-            warnings.append(f"{b.path}: no GPU events (kernels/memcpy) in this trace")
+        if b.kernels == 0 and not cpu_only:
+            warnings.append(f"{b.path}: no GPU events (kernels/memcpy) in this trace, unlike the other files")
         elif b.linked < b.kernels:
             warnings.append(f"{b.path}: {b.kernels - b.linked} of {b.kernels} GPU events have no launching CPU op "
                             f"(CUDA graph replay or missing runtime events); counted under {UNATTRIBUTED}")
-    if all(b.kernels == 0 for b in parts):
-        names = ", ".join(os.path.basename(b.path) for b in parts)
-        raise TraceError(f"{names}: no GPU events at all (was the profiler started with GPU activity, "
-                         f"activities CPU+GPU?)")
+    if cpu_only:
+        warnings.append("CPU-only trace: no GPU activity recorded (a host without a GPU, or the profile asked for "
+                        "CPU activity only); the CPU view is the analysis")
     by_kernel: dict[str, list] = {}
     by_op: dict[str, list] = {}
     by_gpu_span: dict[str, list] = {}
     op_kernel: dict[str, dict] = {"all": {}, "steps": {}, "decode": {}}
-    steps = []
+    steps: list[dict] = []
     for b in parts:
         _add(by_kernel, b.by_kernel)
         _add(by_op, b.by_op)
@@ -179,7 +193,7 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     idle = sum(b.idle_us for b in parts)
     facts = {"op_kernel": op_kernel[scope], "scope_gpu_us": scope_us, "scope_label": SCOPE_LABELS[scope],
              "window_us": window, "idle_us": idle}
-    findings = diagnose(facts, load_rules(rules_path) if rules_path else load_rules(), short_kernel)
+    findings = [] if cpu_only else _diagnose(facts, rules_path)
     files = [RankSummary(path=b.path, rank=b.rank, stage=b.stage, gpu=b.gpu_name, events=b.events,
                          kernels=b.kernels, linked=b.linked, gpu_us=b.gpu_us,
                          idle_share=(b.idle_us / b.window_us if b.window_us > 0 else 0.0), steps=len(b.steps))
@@ -187,7 +201,25 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     files.sort(key=lambda f: (f.rank is None, f.rank or 0, f.stage or ""))
     return TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
                          by_op=by_op, by_gpu_span=by_gpu_span, steps=steps, scope=scope, scope_gpu_us=scope_us,
-                         findings=findings, warnings=warnings)
+                         findings=findings, cpu=summarize(views, steps), warnings=warnings)
+
+
+def _diagnose(facts: dict, rules_path: str | os.PathLike | None) -> list[Finding]:
+    """The GPU rules (playbooks/diagnosis.yaml); imported here, as a CPU-only trace never needs them."""
+    from sglops.trace.diagnose import diagnose, load_rules
+
+    return diagnose(facts, load_rules(rules_path) if rules_path else load_rules(), short_kernel)
+
+
+def _launching_thread(raw) -> int | None:
+    """The thread that launched most kernels (the one whose CPU time can keep the GPU waiting)."""
+    if not len(raw.l_thread):
+        return None
+    counts: dict[int, int] = {}
+    for t in raw.l_thread:
+        counts[t] = counts.get(t, 0) + 1
+    return max(counts, key=counts.get)
+
 
 
 def expand_paths(spec: str | Iterable[str]) -> list[str]:
@@ -217,27 +249,31 @@ def expand_paths(spec: str | Iterable[str]) -> list[str]:
     return out
 
 
-def save_report(a: TraceAnalysis, folder: str | os.PathLike) -> dict[str, str]:
-    """analysis.json, report.md and top_kernels.png in one folder; returns their paths."""
+def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool = True,
+                chart: bool = False) -> dict[str, str]:
+    """analysis.json always; report.md and the PNG chart (top kernels, or top CPU ops on a CPU-only
+    trace) only when asked: drawing costs more than analysing a small trace. Returns their paths."""
     from sglops import artifacts
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": str(artifacts.write_json(folder / "analysis.json", a.to_json()))}
-    md = folder / "report.md"
-    tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text(a.markdown())
-    os.replace(tmp, md)
-    paths["markdown"] = str(md)
-    if a.by_kernel:
-        paths["chart"] = str(a.chart(folder / "top_kernels.png"))
+    if markdown:
+        md = folder / "report.md"
+        tmp = md.with_name(md.name + ".tmp")
+        tmp.write_text(a.markdown())
+        os.replace(tmp, md)
+        paths["markdown"] = str(md)
+    if chart and (a.by_kernel or (a.cpu and a.cpu.by_self)):
+        paths["chart"] = str(a.chart(folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
     return paths
 
 
-def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None) -> tuple[TraceAnalysis, dict]:
+def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None, *, markdown: bool = True,
+               chart: bool = False) -> tuple[TraceAnalysis, dict]:
     """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
     from sglops import artifacts
 
     a = analyze(expand_paths(files))
     folder = Path(out) if out else artifacts.run_dir("local", artifacts.new_run_id()) / "trace-analysis"
-    return a, save_report(a, folder)
+    return a, save_report(a, folder, markdown=markdown, chart=chart)

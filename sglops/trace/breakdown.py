@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sglops.trace.parse import STEP_RE, RawTrace
+
+if TYPE_CHECKING:
+    import numpy as np
 
 UNATTRIBUTED = "(no CPU op)"
 EPS_US = 0.005  # timestamps are ns rounded to us floats near 5e12: ~1 ns of noise
@@ -42,10 +44,23 @@ class Breakdown:
     steps: list[dict]                # one per step span: name, cpu_us, gpu_us, kernels
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values, as np.unique gives them: plain np.unique imports numpy.ma on first use
+    (~45 ms, a tenth of analyze-trace's whole run on a small trace)."""
+    import numpy as np
+
+    if not len(values):
+        return values
+    s = np.sort(values, kind="stable")
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+
+
 def _idle(ts: np.ndarray, end: np.ndarray, dev: np.ndarray) -> tuple[float, float]:
     """(window, idle) summed over devices: gaps in the union of GPU intervals."""
+    import numpy as np
+
     window = idle = 0.0
-    for d in np.unique(dev):
+    for d in distinct(dev):
         sel = dev == d
         order = np.argsort(ts[sel], kind="stable")
         s, e = ts[sel][order], end[sel][order]
@@ -58,6 +73,8 @@ def _idle(ts: np.ndarray, end: np.ndarray, dev: np.ndarray) -> tuple[float, floa
 
 def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
     """Each kernel's (launch time, thread) or -1: by correlation, else by External id."""
+    import numpy as np
+
     n = len(k_corr)
     l_corr = np.frombuffer(raw.l_corr, dtype=np.int64)
     t = np.full(n, np.nan)
@@ -86,6 +103,8 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
 
 def _arr(code: str, values: np.ndarray) -> array:
     """A typed array copy of a numpy array (no intermediate bytes object)."""
+    import numpy as np
+
     out = array(code)
     out.frombytes(memoryview(np.ascontiguousarray(values)).cast("B"))
     return out
@@ -105,13 +124,15 @@ def _attribute(raw, k_dur, t, th, is_step):
 
     Returns (device us per op occurrence, innermost op per kernel, step occurrence per kernel).
     """
+    import numpy as np
+
     o_ts = np.frombuffer(raw.o_ts, dtype=np.float64)
     o_dur = np.frombuffer(raw.o_dur, dtype=np.float64)
     o_th = np.frombuffer(raw.o_thread, dtype=np.int32)
     op_dev = np.zeros(len(o_ts))
     inner = np.full(len(k_dur), -1, dtype=np.int64)
     step_of = np.full(len(k_dur), -1, dtype=np.int64)
-    for thread in np.unique(th[th >= 0]):
+    for thread in distinct(th[th >= 0]):
         ops = np.flatnonzero(o_th == thread)
         ops = ops[np.lexsort((-o_dur[ops], o_ts[ops]))]  # start asc, longer (outer) first
         ks = np.flatnonzero(th == thread)
@@ -151,8 +172,34 @@ def _attribute(raw, k_dur, t, th, is_step):
     return op_dev, inner, step_of
 
 
+def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
+    """The breakdown of a file with no GPU events, in plain Python: nothing on the GPU to attribute, the
+    step spans' CPU time; numpy is not imported for it (a tenth of analyze-trace's run on a small trace)."""
+    names = raw.names
+    by_op: dict[str, list] = {}
+    steps = []
+    for i, (nid, ts, dur) in enumerate(zip(raw.o_name, raw.o_ts, raw.o_dur, strict=True)):
+        name = names[nid]
+        key = "ProfilerStep*" if name.startswith("ProfilerStep#") else name
+        row = by_op.setdefault(key, [0.0, 0])
+        row[1] += 1
+        if STEP_RE.match(name):
+            steps.append((ts, i, {"name": name, "ts": ts, "cpu_us": dur, "gpu_us": 0.0, "kernels": 0}))
+    by_gpu_span: dict[str, list] = {}
+    for nid, dur in zip(raw.g_name, raw.g_dur, strict=True):
+        row = by_gpu_span.setdefault(names[nid], [0.0, 0])
+        row[0] += dur
+        row[1] += 1
+    return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=None, events=raw.events, kernels=0,
+                     linked=0, gpu_us=0.0, window_us=0.0, idle_us=0.0, by_kernel={}, by_op=by_op,
+                     by_gpu_span=by_gpu_span, by_op_kernel={"all": {}, "steps": {}, "decode": {}},
+                     steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))])
+
+
 def breakdown(raw: RawTrace) -> Breakdown:
     """Turn one file's columns into its kernel / op / step breakdown."""
+    import numpy as np
+
     names = raw.names
     k_ts = np.frombuffer(raw.k_ts, dtype=np.float64)
     k_dur = np.frombuffer(raw.k_dur, dtype=np.float64)

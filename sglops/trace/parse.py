@@ -19,14 +19,18 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ijson
-
 from sglops.errors import SglopsError
 
-try:  # the C backend is ~10x faster than pure Python; fall back rather than refuse
-    _ijson = ijson.get_backend("yajl2_c")
-except Exception:  # pragma: no cover - depends on the wheel
-    _ijson = ijson
+
+def _ijson_backend():
+    """ijson (imported only when the orjson fast path cannot vouch for a file): the C backend, ~10x faster
+    than pure Python; fall back rather than refuse."""
+    import ijson
+
+    try:
+        return ijson, ijson.get_backend("yajl2_c")
+    except Exception:  # pragma: no cover - depends on the wheel
+        return ijson, ijson
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -89,6 +93,7 @@ class RawTrace:
     o_name: array = field(default_factory=lambda: array("i"))
     o_thread: array = field(default_factory=lambda: array("i"))
     o_ext: array = field(default_factory=lambda: array("q"))
+    o_annot: array = field(default_factory=lambda: array("b"))  # 1: user_annotation (record_function), 0: cpu_op
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
     g_name: array = field(default_factory=lambda: array("i"))
@@ -116,7 +121,7 @@ def _header(path: str) -> dict:
         pass
     head = b"".join(chunks)
     try:
-        for key, value in _ijson.kvitems(io.BytesIO(head), ""):
+        for key, value in _ijson_backend()[1].kvitems(io.BytesIO(head), ""):
             if key == "traceEvents":
                 break
             meta[key] = value
@@ -141,13 +146,33 @@ class _Columns:
         self.raw, self.names, self.threads = raw, {}, {}
 
     def take(self, events) -> None:
+        # the hot loop of every analysis: bound methods in locals, the commonest category (CPU ops) first
         raw, names, threads = self.raw, self.names, self.threads
+        o_ts, o_dur, o_name, o_thread = raw.o_ts.append, raw.o_dur.append, raw.o_name.append, raw.o_thread.append
+        o_ext, o_annot = raw.o_ext.append, raw.o_annot.append
+        n = 0
         for ev in events:
-            raw.events += 1
+            n += 1
             if ev.get("ph") != "X":
                 continue
             cat = ev.get("cat")
-            if cat in GPU_CATS:
+            if cat in OP_CATS:
+                name = ev.get("name", "?")
+                nid = names.get(name)
+                if nid is None:
+                    nid = names[name] = len(names)
+                key = (ev.get("pid"), ev.get("tid"))
+                tid = threads.get(key)
+                if tid is None:
+                    tid = threads[key] = len(threads)
+                o_ts(ev["ts"])
+                o_dur(ev.get("dur", 0.0))
+                o_name(nid)
+                o_thread(tid)
+                args = ev.get("args")
+                o_ext(int(args.get("External id", -1)) if args else -1)
+                o_annot(cat == "user_annotation")
+            elif cat in GPU_CATS:
                 args = ev.get("args") or {}
                 name = ev.get("name", "?")
                 nid = names.get(name)
@@ -160,20 +185,6 @@ class _Columns:
                 raw.k_name.append(nid)
                 dev = args.get("device", ev.get("pid", 0))
                 raw.k_dev.append(dev if isinstance(dev, int) else 0)
-            elif cat in OP_CATS:
-                name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
-                key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
-                raw.o_ts.append(ev["ts"])
-                raw.o_dur.append(ev.get("dur", 0.0))
-                raw.o_name.append(nid)
-                raw.o_thread.append(tid)
-                raw.o_ext.append(int((ev.get("args") or {}).get("External id", -1)))
             elif cat == GPU_SPAN_CAT:
                 name = ev.get("name", "?")
                 nid = names.get(name)
@@ -192,6 +203,7 @@ class _Columns:
                 raw.l_ts.append(ev["ts"])
                 raw.l_corr.append(int(corr))
                 raw.l_thread.append(tid)
+        raw.events += n
 
 
 class _NotFast(Exception):
@@ -296,6 +308,7 @@ def read(path: str | os.PathLike) -> RawTrace:
 
 def _slow(path: str, cols: _Columns) -> None:
     """ijson, one event at a time: any layout, and exact error positions for broken files."""
+    ijson, _ijson = _ijson_backend()
     raw = cols.raw
     counted = None
     try:
@@ -325,7 +338,7 @@ def _slow(path: str, cols: _Columns) -> None:
 
 def _has_trace_events(path: str) -> bool:
     with open_trace(path) as fh:
-        for prefix, event, _ in _ijson.parse(fh):
+        for prefix, event, _ in _ijson_backend()[1].parse(fh):
             if prefix == "traceEvents" and event == "start_array":
                 return True
             if prefix == "" and event == "end_map":

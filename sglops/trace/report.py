@@ -25,7 +25,7 @@ def _verdict(a: TraceAnalysis) -> list[str]:
 
     top = a.top_kernels(1)
     if not top:
-        return ["no GPU kernels to diagnose"]
+        return (a.cpu.verdict() if a.cpu else []) or ["no GPU kernels and no CPU ops to analyse"]
     name, us, _ = top[0]
     return [f"no known bottleneck pattern above its threshold; the biggest kernel, {short_kernel(name)}, "
             f"takes {us / a.gpu_us:.0%} of GPU time"]
@@ -39,12 +39,12 @@ def _ranks(a: TraceAnalysis) -> str:
 def table(a: TraceAnalysis, top: int = 12) -> Group:
     from sglops.trace.analysis import short_kernel
 
-    head = Text.assemble(
-        ("trace analysis: ", "bold"), f"{_ranks(a)}; GPU time {a.gpu_us / 1000:.2f} ms summed over ranks; "
-        f"GPU idle {a.idle_share:.0%} of its active window\n")
+    head = Text.assemble(("trace analysis: ", "bold"), _headline(a) + "\n")
     for i, line in enumerate(_verdict(a)):
         head.append(("" if line.startswith("  ") else "=> ") + line + "\n",
                     style="dim" if line.startswith("  ") else ("bold red" if a.findings and i == 0 else "bold"))
+    if not a.has_gpu:
+        return Group(head, *_cpu_tables(a, top), *_rank_and_notes(a))
     kt = Table(title="GPU time by kernel (summed over ranks)", title_justify="left")
     for col, just in (("kernel", "left"), ("ms", "right"), ("share", "right"), ("calls", "right")):
         kt.add_column(col, justify=just, overflow="fold")
@@ -67,6 +67,68 @@ def table(a: TraceAnalysis, top: int = 12) -> Group:
             st.add_row(Text(s["name"]), str(s["count"]), f"{s['median_cpu_us'] / 1000:.3f}",
                        f"{s['median_gpu_us'] / 1000:.3f}", f"{busy:.0%}")
         parts.append(st)
+    if a.cpu and a.cpu.gpu_idle_us > 0:
+        for line in a.cpu.verdict()[-1:]:
+            parts.append(Text("CPU side: " + line, style="bold"))
+        parts += _cpu_tables(a, top)
+    return Group(*parts, *_rank_and_notes(a))
+
+
+def _headline(a: TraceAnalysis) -> str:
+    if a.has_gpu:
+        return (f"{_ranks(a)}; GPU time {a.gpu_us / 1000:.2f} ms summed over ranks; "
+                f"GPU idle {a.idle_share:.0%} of its active window")
+    cpu = a.cpu
+    return f"{_ranks(a)}; CPU only: {cpu.ops if cpu else 0} CPU ops, {cpu.window_us / 1000 if cpu else 0:.2f} ms " \
+           "on the scheduler thread"
+
+
+def _table(title: str, cols: list[str], rows: list[list]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, col in enumerate(cols):
+        t.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows:
+        t.add_row(Text(str(row[0])), *[str(c) for c in row[1:]])
+    return t
+
+
+def _cpu_tables(a: TraceAnalysis, top: int) -> list:
+    """Step kinds, scheduler phases, top ops by self time; on GPU traces, what the CPU does in GPU gaps."""
+    cpu = a.cpu
+    if cpu is None:
+        return []
+    out = []
+    total = cpu.self_total_us or 1.0
+    if cpu.gpu_idle_us > 0:
+        rows = [[n, f"{us / 1000:.3f}", f"{us / cpu.gpu_idle_us:.1%}"] for n, us in cpu.top_idle(top)]
+        rows.append(["(no op on the launching thread)", f"{(cpu.gpu_idle_us - cpu.idle_cpu_us) / 1000:.3f}",
+                     f"{1 - cpu.idle_cpu_us / cpu.gpu_idle_us:.1%}"])
+        rows += [[f"phase {n}", f"{us / 1000:.3f}", f"{us / cpu.gpu_idle_us:.1%}"]
+                 for n, us in sorted(cpu.idle_by_phase.items(), key=lambda kv: -kv[1]) if us > 0]
+        out.append(_table("while the GPU idles: CPU self time by op on the launching thread",
+                          ["op", "ms", "share of GPU idle"], rows))
+    kinds = cpu.step_types()
+    phase_names = sorted({p for r in kinds for p in r["median_phase_us"]})
+    if kinds:
+        def ms(v: float | None) -> str:
+            return "-" if v is None else f"{v / 1000:.3f}"
+        rows = [[r["kind"], r["count"], ms(r["median_step_us"]), ms(r["median_pass_us"]),
+                 *[ms(r["median_phase_us"].get(p)) for p in phase_names]] for r in kinds]
+        out.append(_table("CPU time per step kind (median ms; a loop pass runs from one scheduler.recv_requests "
+                          "to the next)", ["kind", "count", "step", "loop pass",
+                                          *[p.replace("scheduler.", "") for p in phase_names]], rows))
+    if cpu.phases:
+        out.append(_table("scheduler phases (CPU, inclusive; run_batch holds the step and copy_result_to_cpu)",
+                          ["phase", "ms", "share", "calls"],
+                          [[n, f"{us / 1000:.3f}", f"{us / total:.1%}", c] for n, us, c in cpu.phase_rows()]))
+    out.append(_table("top CPU ops by self time", ["op", "self ms", "share", "calls", "total ms"],
+                      [[n + (" (range)" if ann else ""), f"{us / 1000:.3f}", f"{us / total:.1%}", c,
+                        f"{t / 1000:.3f}"] for n, us, c, t, ann in cpu.top_self(top)]))
+    return out
+
+
+def _rank_and_notes(a: TraceAnalysis) -> list:
+    parts: list = []
     if len(a.files) > 1:
         rt = Table(title="per rank", title_justify="left")
         for col in ("rank", "file", "GPU ms", "idle", "kernels", "steps"):
@@ -77,17 +139,18 @@ def table(a: TraceAnalysis, top: int = 12) -> Group:
         parts.append(rt)
     for w in a.warnings:
         parts.append(Text(f"note: {w}", style="yellow"))
-    return Group(*parts)
+    return parts
 
 
 def markdown(a: TraceAnalysis, top: int = 15) -> str:
     """A report to paste into an issue or keep beside the traces."""
     from sglops.trace.analysis import short_kernel
 
-    out = ["# Trace analysis", "", f"{_ranks(a)}. GPU time {a.gpu_us / 1000:.2f} ms summed over ranks; "
-           f"GPU idle {a.idle_share:.0%} of its active window.", "", "## Verdict", ""]
+    out = ["# Trace analysis", "", _headline(a) + ".", "", "## Verdict", ""]
     for line in _verdict(a):
         out.append(f"  - {line.strip()[5:]}" if line.startswith("  try:") else f"- **{line}**")
+    if not a.has_gpu:
+        return "\n".join(out + _cpu_markdown(a, top) + _files_markdown(a)) + "\n"
     out += ["", "## GPU time by kernel", "", "| kernel | ms | share | calls |", "|---|---:|---:|---:|"]
     for name, us, n in a.top_kernels(top):
         out.append(f"| `{short_kernel(name)}` | {us / 1000:.3f} | {us / a.gpu_us:.1%} | {n} |")
@@ -101,17 +164,66 @@ def markdown(a: TraceAnalysis, top: int = 15) -> str:
         for s in steps:
             out.append(f"| `{s['name']}` | {s['count']} | {s['median_cpu_us'] / 1000:.3f} | "
                        f"{s['median_gpu_us'] / 1000:.3f} |")
-    out += ["", "## Files", "", "| rank | file | GPU ms | idle | kernels |", "|---:|---|---:|---:|---:|"]
+    if a.cpu and a.cpu.gpu_idle_us > 0:
+        out += _cpu_markdown(a, top)
+    return "\n".join(out + _files_markdown(a)) + "\n"
+
+
+def _md_table(header: list[str], rows: list[list]) -> list[str]:
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    return ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|",
+            *["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]]
+
+
+def _cpu_markdown(a: TraceAnalysis, top: int) -> list[str]:
+    cpu = a.cpu
+    if cpu is None:
+        return []
+    out = ["", "## CPU side", ""] + ([f"- {line}" for line in cpu.verdict()] if a.has_gpu else [])
+    total = cpu.self_total_us or 1.0
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v / 1000:.3f}"
+
+    if cpu.gpu_idle_us > 0:
+        rows = [[f"`{n}`", ms(us), f"{us / cpu.gpu_idle_us:.1%}"] for n, us in cpu.top_idle(top)]
+        rows.append(["(no op on the launching thread)", ms(cpu.gpu_idle_us - cpu.idle_cpu_us),
+                     f"{1 - cpu.idle_cpu_us / cpu.gpu_idle_us:.1%}"])
+        out += ["", "### While the GPU idles (CPU self time on the launching thread)", "",
+                *_md_table(["op", "ms", "share of GPU idle"], rows)]
+    kinds = cpu.step_types()
+    if kinds:
+        phases = sorted({p for r in kinds for p in r["median_phase_us"]})
+        out += ["", "### CPU time per step kind (median ms)", "",
+                *_md_table(["kind", "count", "step", "loop pass", *[f"`{p}`" for p in phases]],
+                           [[r["kind"], r["count"], ms(r["median_step_us"]), ms(r["median_pass_us"]),
+                             *[ms(r["median_phase_us"].get(p)) for p in phases]] for r in kinds])]
+    if cpu.phases:
+        out += ["", "### Scheduler phases (inclusive)", "",
+                *_md_table(["phase", "ms", "share", "calls"],
+                           [[f"`{n}`", ms(us), f"{us / total:.1%}", c] for n, us, c in cpu.phase_rows()])]
+    out += ["", "### Top CPU ops by self time", "",
+            *_md_table(["op", "self ms", "share", "calls", "total ms"],
+                       [[f"`{n}`" + (" (range)" if ann else ""), ms(us), f"{us / total:.1%}", c, ms(t)]
+                        for n, us, c, t, ann in cpu.top_self(top)])]
+    return out
+
+
+def _files_markdown(a: TraceAnalysis) -> list[str]:
+    out = ["", "## Files", "", "| rank | stage | file | GPU ms | idle | kernels |", "|---:|---|---|---:|---:|---:|"]
     for f in a.files:
-        out.append(f"| {f.rank if f.rank is not None else '?'} | `{os.path.basename(f.path)}` | "
+        out.append(f"| {f.rank if f.rank is not None else '?'} | {f.stage or '-'} | `{os.path.basename(f.path)}` | "
                    f"{f.gpu_us / 1000:.3f} | {f.idle_share:.0%} | {f.kernels} |")
     if a.warnings:
         out += ["", "## Notes", ""] + [f"- {w}" for w in a.warnings]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def chart(a: TraceAnalysis, path: str | os.PathLike, top: int = 15) -> Path:
-    """Horizontal bars of the top kernels by GPU time (matplotlib, Agg: no display needed)."""
+    """Horizontal bars: the top kernels by GPU time, or on a CPU-only trace the top CPU ops by self time
+    (matplotlib, imported only here, Agg: no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,17 +231,23 @@ def chart(a: TraceAnalysis, path: str | os.PathLike, top: int = 15) -> Path:
 
     from sglops.trace.analysis import short_kernel
 
-    rows = a.top_kernels(top)[::-1]
+    if a.has_gpu:
+        rows = [(short_kernel(n)[:70], us / a.gpu_us * 100) for n, us, _ in a.top_kernels(top)][::-1]
+        xlabel, title = "share of GPU time (%)", f"Top kernels by GPU time ({_ranks(a)})"
+    else:
+        total = (a.cpu.self_total_us if a.cpu else 0) or 1.0
+        rows = [(n[:70], us / total * 100) for n, us, *_ in (a.cpu.top_self(top) if a.cpu else [])][::-1]
+        xlabel, title = "share of CPU time in ops, self (%)", f"Top CPU ops by self time ({_ranks(a)})"
     fig, ax = plt.subplots(figsize=(10, 0.4 * max(len(rows), 3) + 1.2))
-    shares = [us / a.gpu_us * 100 for _, us, _ in rows]
-    ys = list(range(len(rows)))  # numeric positions: two kernels may share a short label
+    shares = [v for _, v in rows]
+    ys = list(range(len(rows)))  # numeric positions: two rows may share a short label
     ax.barh(ys, shares, color="#3b6ea8")
-    ax.set_yticks(ys, [short_kernel(n)[:70] for n, _, _ in rows])
+    ax.set_yticks(ys, [label for label, _ in rows])
     ax.set_xlim(0, max(shares + [1]) * 1.15)
-    for y, s in enumerate(shares):
-        ax.text(s, y, f" {s:.1f}%", va="center", fontsize=8)
-    ax.set_xlabel("share of GPU time (%)")
-    ax.set_title(f"Top kernels by GPU time ({_ranks(a)})", fontsize=10)
+    for y, v in enumerate(shares):
+        ax.text(v, y, f" {v:.1f}%", va="center", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     path = Path(path)

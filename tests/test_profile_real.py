@@ -1,0 +1,66 @@
+"""`inv profile` against a REAL SGLang 0.5.23 server (CPU engine, tiny model) through a sandbox sshd host.
+
+The server is started directly (sglops.sandbox.sglang_cpu.start_server) and reached with --port; the host
+script runs over real SSH, the server writes its real trace files, sglops downloads and analyses them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+from conftest import inv_cmd
+
+from sglops.sandbox.sglang_cpu import start_server
+from sglops.sandbox.sshd import free_port
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory):
+    """One real server for this module (~2.4 GB, 20-60 s to start on a busy machine); always stopped."""
+    log = tmp_path_factory.mktemp("real-server") / "server.log"
+    with start_server(free_port(), log, timeout=400) as server:
+        yield server
+
+
+def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path):
+    sb = make_sandbox([{"name": "cpu-host", "tags": ["sandbox"]}], name="real-profile")
+    env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art")}
+    r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--steps", "8",
+                "--output-len", "16", "--json", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and not doc["standin"] and doc["sglang_version"] == "0.5.23" and doc["device"] == "cpu"
+    req = doc["request"]
+    assert req["activities"] == ["CPU"] and req["with_stack"] is False and req["num_steps"] == 8
+    (trace,) = doc["traces"]
+    assert os.path.basename(trace) == f"sglops-{doc['profile_id']}-TP-0.trace.json.gz"
+    events = json.loads(gzip.decompress(open(trace, "rb").read()))["traceEvents"]
+    assert not [e for e in events if e.get("cat") == "python_function"]  # no Python stacks unless asked
+    a = doc["analysis"]
+    assert a["gpu"] is False and a["findings"] == []
+    kinds = {k["kind"]: k for k in a["cpu"]["step_types"]}
+    assert kinds["DECODE"]["count"] >= 5 and kinds["DECODE"]["median_step_us"] > 0
+    assert {p["name"] for p in a["cpu"]["phases"]} >= {"scheduler.recv_requests", "scheduler.run_batch",
+                                                       "scheduler.get_next_batch_to_run"}
+    assert a["cpu"]["top_self"][0]["name"].startswith(("aten::", "step[", "scheduler."))
+
+    # recorded like a bench run: `inv runs` lists it, `inv report` writes its page
+    r = inv_cmd("runs", "--json", env=env)
+    runs = json.loads(r.stdout)
+    assert [(x["run_id"], x["task"], x["status"]) for x in runs] == [(doc["run_id"], "profile", "ok")]
+    r = inv_cmd("report", doc["run_id"], env=env)
+    assert r.returncode == 0, r.stderr
+    page = open(os.path.join(doc["folder"], "run-report.md")).read()
+    assert "activities CPU, SGLang 0.5.23" in page and "| DECODE |" in page
+
+    # SGLang's per-stage naming: one EXTEND and one DECODE file for the one rank
+    r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--steps", "4",
+                "--output-len", "12", "--by-stage", "--json", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert sorted(os.path.basename(p) for p in doc["traces"]) == [
+        f"sglops-{doc['profile_id']}-TP-0-{stage}.trace.json.gz" for stage in ("DECODE", "EXTEND")]
+    assert sorted(f["stage"] for f in doc["analysis"]["files"]) == ["DECODE", "EXTEND"]
