@@ -236,7 +236,7 @@ def test_drop_after_cuts_the_stream(start):
 
 DUMMY_TRACE = '''
 import gzip, json
-def write_trace(path, rank, tp_size, steps, whole_pool_cast):
+def write_trace(path, rank, tp_size, steps, whole_pool_cast, cast_share=None):
     with gzip.open(path, "wt") as fh:
         json.dump({"traceEvents": [{"name": "step", "ph": "X", "ts": i, "dur": 1} for i in range(steps)],
                    "rank": rank, "tp_size": tp_size, "whole_pool_cast": whole_pool_cast}, fh)
@@ -248,6 +248,7 @@ def standin_with_dummy_trace(tmp_path):
     folder = tmp_path / "standin"
     folder.mkdir()
     shutil.copy(STANDIN, folder / STANDIN.name)
+    shutil.copy(STANDIN.with_name("standin_kv_cost.py"), folder)  # the stand-in's decode model, as installed
     (folder / "standin_trace.py").write_text(DUMMY_TRACE)
     return folder / STANDIN.name
 
