@@ -19,7 +19,7 @@ from sglops.yamlio import check_fields, load_yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST_FIELDS = {
     "name", "address", "port", "user", "identity_file", "sglang_root", "python", "gateway", "tags",
-    "known_hosts", "connect_timeout", "password_env", "node_rank",
+    "known_hosts", "connect_timeout", "password_env", "node_rank", "vars",
 }
 LOCAL = "local"
 
@@ -41,6 +41,7 @@ class Host:
     connect_timeout: float = 10.0
     password_env: str | None = None
     node_rank: int | None = None
+    vars: dict = field(default_factory=dict, hash=False)  # host-specific values profiles use as {vars.NAME}
 
     @property
     def is_local(self) -> bool:
@@ -96,6 +97,7 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
         merged = {**defaults, **entry}
         merged.setdefault("address", entry["name"])
         merged["tags"] = tuple(merged.get("tags") or ())
+        merged["vars"] = {**_vars(defaults, path), **_vars(entry, path)}
         try:
             host = Host(**merged)
         except TypeError as exc:
@@ -108,6 +110,14 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
     if inv.default and inv.default not in inv.hosts:
         raise ConfigError(f"{path}: default host {inv.default!r} is not defined")
     return inv
+
+
+def _vars(entry: dict, path: Path) -> dict:
+    """A `vars:` mapping of NAME: scalar (profiles read them as {vars.NAME})."""
+    v = entry.get("vars") or {}
+    if not isinstance(v, dict) or not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v.values()):
+        raise ConfigError(f"{getattr(entry, 'where', path)}: vars must be a mapping NAME: value (text or number)")
+    return {str(k): v[k] for k in v}
 
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
