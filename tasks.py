@@ -16,12 +16,13 @@ def facts(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
                  json=json, artifact="facts.json")
 
 
-@task(help={"hosts": "number of sandbox hosts", "base": "folder for the sandbox (default .cache/sandbox)"})
-def sandbox(c, action, hosts=2, base=None):
+@task(help={"hosts": "number of sandbox hosts", "base": "folder for the sandbox (default .cache/sandbox)",
+            "real": "add host cpu-a with the real SGLang 0.5.23 CPU server environment (scripts/setup.sh builds it)"})
+def sandbox(c, action, hosts=2, base=None, real=False):
     """Bring local sandbox GPU hosts up or down (real sshd on loopback, real SGLang trees): up|down|status."""
     from sglops.sandbox import cli as sandbox_cli
 
-    cli.guarded(sandbox_cli.main, action, hosts=int(hosts), base=base)
+    cli.guarded(sandbox_cli.main, action, hosts=int(hosts), base=base, real=real)
 
 
 @task(help={"keep": "leave the sandbox running afterwards"})

@@ -181,25 +181,29 @@ def test_stop_ends_the_whole_process_tree(real):
 
 
 # -- crash classes, end to end ------------------------------------------------------------------------
-CRASHES = {  # class: (profile changes, text the cause line shows)
-    "unknown_backend": ({"attention_backend": None, "extra_args": ["--attention-backend", "bogus_attn"]},
+CRASHES = {  # case: (class, profile changes, text the cause line shows)
+    "unknown-backend": ("unknown_backend", {"attention_backend": None,
+                                            "extra_args": ["--attention-backend", "bogus_attn"]},
                         "invalid choice: 'bogus_attn'"),
-    "model_missing": ({"model_path": "/nonexistent/tiny-model"}, "Repo id must be in the form"),
-    "bad_argument": ({"extra_args": ["--kv-cache-dtype", "fp9_e9m9"]}, "invalid choice: 'fp9_e9m9'"),
-    "unsupported": ({"attention_backend": "flashinfer"}, "NameError"),  # the scheduler fails, the launcher hangs
-    "import_error": ({"env": {"SGLANG_USE_CPU_ENGINE": "0"}}, "No module named 'vllm'"),  # CUDA paths on a CPU host
+    "model-path-missing": ("model_missing", {"model_path": "/nonexistent/tiny-model"}, "Repo id must be in the form"),
+    "bad-kv-cache-dtype": ("bad_argument", {"extra_args": ["--kv-cache-dtype", "fp9_e9m9"]},
+                           "invalid choice: 'fp9_e9m9'"),
+    # valid choices this CPU host cannot run; the scheduler fails and the launcher hangs until sglops stops it
+    "flashinfer-on-cpu": ("unsupported", {"attention_backend": "flashinfer"}, "NameError"),
+    "fp8-kv-without-amx": ("unsupported", {"kv_cache_dtype": "fp8_e4m3"}, "requires Intel AMX support"),
+    "no-cpu-engine": ("import_error", {"env": {"SGLANG_USE_CPU_ENGINE": "0"}}, "No module named 'vllm'"),
 }
 
 
-@pytest.mark.parametrize("cls", sorted(CRASHES))
-def test_a_real_start_up_failure_is_named_and_leaves_nothing(real, cls):
+@pytest.mark.parametrize("case", sorted(CRASHES))
+def test_a_real_start_up_failure_is_named_and_leaves_nothing(real, case):
     sb, remote = real
-    changes, cause = CRASHES[cls]
-    res = launch.restart(remote, variant(f"crash-{cls}", **changes), port=free_port(), timeout=240)
+    cls, changes, cause = CRASHES[case]
+    res = launch.restart(remote, variant(f"crash-{case}", **changes), port=free_port(), timeout=600)
     assert not res.ok and res.state == "died", res.log_tail
     assert res.failure == cls and cause in (res.failure_detail or ""), (res.failure, res.failure_detail)
     assert res.hint and cause in res.failure_line()
-    print(f"\n{cls}: died after {res.waited_s:.1f}s: {res.failure_detail}")
+    print(f"\n{case}: {cls} after {res.waited_s:.1f}s: {res.failure_detail}")
     assert not server_processes(res.pid) and not launch.status(remote).running
 
 
@@ -209,7 +213,7 @@ def test_a_port_taken_by_a_socket_that_does_not_answer(real):
     port = free_port()
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
-        res = launch.restart(remote, PROFILE, port=port, timeout=240)
+        res = launch.restart(remote, PROFILE, port=port, timeout=600)
     assert not res.ok and res.failure == "port_in_use", (res.failure, res.failure_detail, res.log_tail)
     assert not server_processes(res.pid)
 

@@ -24,13 +24,13 @@ def _where(args):
         root = find_sglang(args.get("sglang_root"))["root"]
     except UserError:
         pass
-    state = (read_json_file(os.path.join(root, ".sglops", "server.json")) if root else None) or {}
+    state = (read_json_file(os.path.join(sglops_dir(root, create=False), "server.json")) if root else None) or {}
     port, port_from = server_port(root, args.get("port"))
     return root, state.get("host") or "127.0.0.1", port, port_from
 
 
 def _out_dir(root, profile_id):
-    for base in ([os.path.join(root, ".sglops", "profiles")] if root else []) + [
+    for base in ([os.path.join(sglops_dir(root, create=False), "profiles")] if root else []) + [
             os.path.join(tempfile.gettempdir(), "sglops-profiles")]:
         try:
             path = os.path.join(base, profile_id)

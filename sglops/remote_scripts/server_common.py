@@ -13,7 +13,8 @@ import time as _stime
 FAILURE_CLASSES = [
     ("static_assert", "static_assert (a kernel failed to compile)", r"static_assert|static assertion failed"),
     ("cuda_oom", "CUDA out of memory", r"CUDA out of memory|OutOfMemoryError"),
-    ("port_in_use", "port in use", r"address already in use|Errno 98\b"),
+    ("port_in_use", "port in use",
+     r"address already in use|Errno 98\b|\bport \S* ?is already in use|at \d+ is not available in \d+ seconds"),
     ("unknown_backend", "unknown backend", r"error: argument --[\w-]*backend: invalid choice"),
     ("bad_argument", "invalid launch argument",
      r"error: argument --[\w-]+: invalid|error: unrecognized arguments|error: argument --[\w-]+: expected"),

@@ -203,5 +203,9 @@ def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: flo
 
 
 if __name__ == "__main__":  # python -m sglops.sandbox.sglang_cpu: build the venv and the model, print where
-    print(ensure_env())
-    print(ensure_model())
+    try:
+        print(ensure_env())
+        print(ensure_model())
+    except (SglopsError, OSError, subprocess.SubprocessError) as exc:
+        print(f"sglang_cpu: {exc}", file=sys.stderr)
+        sys.exit(1)
