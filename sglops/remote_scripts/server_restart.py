@@ -32,7 +32,9 @@ def start(paths, script_path, cwd):
 
 # SGLang's own words for "a process of mine failed": after them it tries to kill its tree, but on a CPU host a
 # failed scheduler can leave the launcher hanging (seen on 0.5.23): it is stopped instead of waited for.
-FATAL = re.compile(r"Received sigquit from a child process|Scheduler hit an exception|kill_process_tree called")
+# A failed bind of the HTTP port is as final: SGLang's warm-up thread then retries /model_info for ~2 minutes.
+FATAL = re.compile(r"Received sigquit from a child process|Scheduler hit an exception|kill_process_tree called|"
+                   r"error while attempting to bind on address")
 FATAL_GRACE_S = 5.0
 
 
