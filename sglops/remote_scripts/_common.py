@@ -69,7 +69,12 @@ def user_state_dir(root):
     $XDG_STATE_HOME/sglops/<tree-id> (default ~/.local/state/sglops/<tree-id>), the id readable and unique."""
     base = _os.environ.get("XDG_STATE_HOME") or _os.path.join(_os.path.expanduser("~"), ".local", "state")
     real = _os.path.realpath(root)
-    slug = _re.sub(r"[^A-Za-z0-9.]+", "-", real).strip("-")[-48:].strip("-") or "root"
+    slug = ""
+    for part in reversed([_re.sub(r"[^A-Za-z0-9.]+", "-", p).strip("-") for p in real.split(_os.sep) if p]):
+        if slug and len(part) + len(slug) > 48:
+            break
+        slug = part + ("-" + slug if slug else "")
+    slug = slug[-48:].lstrip("-") or "root"
     return _os.path.join(base, "sglops", slug + "-" + _hashlib.sha256(real.encode()).hexdigest()[:10])
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from sglops.errors import SglopsError
-from sglops.sandbox import trees
+from sglops.sandbox import sglang_cpu, trees
 
 HERE = Path(__file__).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -81,8 +81,6 @@ class SandboxHost:
         if self.sglang_env not in SGLANG_ENVS:
             raise SglopsError(f"sandbox host {self.name}: unknown sglang_env {self.sglang_env!r}; "
                               f"known: {', '.join(SGLANG_ENVS)}")
-        from sglops.sandbox import sglang_cpu
-
         self.python = str(sglang_cpu.venv_python())
         self.sglang_version = sglang_cpu.SGLANG_VERSION
         self.flashinfer_version = None
@@ -91,8 +89,6 @@ class SandboxHost:
     @property
     def sglang_root(self) -> Path:
         if self.sglang_env:
-            from sglops.sandbox import sglang_cpu
-
             return sglang_cpu.sglang_tree()
         return self.home / "sglang"
 
@@ -112,8 +108,6 @@ class SandboxHost:
         standin.write_text(f'#!/bin/sh\nexec {self.python} {HERE / "standin_server.py"} "$@"\n')
         standin.chmod(0o755)
         if self.sglang_env:
-            from sglops.sandbox import sglang_cpu
-
             sglang_cpu.ensure_model()  # the venv and the model: built once per machine, cached
         elif not (self.sglang_root / ".git").exists():
             trees.make_sglang_checkout(self.sglang_version, self.sglang_root)
