@@ -237,7 +237,7 @@ def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_n
 @task(help={k: v for k, v in _ONE_HOST.items() if k != "port"} | {"lines": "how many last lines (default 50)",
                                                                    "follow": "keep printing new lines (Ctrl-C stops)"})
 def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=50, follow=False, json=False):
-    """The server's log on the host (<sglang root>/.sglops/server.log)."""
+    """The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an installed tree)."""
     from sglops import launch
 
     cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key),

@@ -52,6 +52,9 @@ def test_the_cause_is_the_line_a_person_would_quote(host_side):
     assert "argument --attention-backend: invalid choice: 'bogus_attn'" in cause("unknown_backend")
     assert "argument --kv-cache-dtype: invalid choice: 'fp9_e9m9'" in cause("bad_argument")
     assert cause("unsupported--flashinfer").startswith("NameError:")  # the exception, not a stack frame
+    assert cause("unsupported--fp8") == "ValueError: CPU FP8 KV cache requires Intel AMX support."
+    assert cause("import_error") == "ModuleNotFoundError: No module named 'vllm'"
+    assert "[Errno 98] error while attempting to bind on address" in cause("port_in_use")
 
 
 def test_the_last_30_lines_are_not_enough(host_side):
