@@ -120,6 +120,18 @@ def test_render_spells_the_real_server_for_a_pip_installed_tree(real):
         launch.render_for(remote, variant("typo", attention_backend="bogus_attn"))
 
 
+def test_facts_and_patches_meet_the_pip_installed_tree(real):
+    r = inv_cmd("facts", "--host", "cpu-a", "--json")
+    assert r.returncode == 0, r.stderr
+    facts = json.loads(r.stdout)
+    assert facts["python"]["executable"] == str(sglang_cpu.venv_python())  # the server's python, not the system's
+    assert facts["torch"]["version"] == "2.14.1"
+    assert (facts["sglang"]["kind"], facts["sglang"]["version"]) == ("installed", sglang_cpu.SGLANG_VERSION)
+    assert facts["sglang"]["package_dir"] == str(sglang_cpu.sglang_tree())
+    r = inv_cmd("patches", "--host", "cpu-a")
+    assert r.returncode == 0 and "gather-cast" in r.stdout and "applicable" in r.stdout, r.stderr
+
+
 def test_a_missing_host_var_is_one_line(real):
     r = inv_cmd("render", variant("needs-var", tokenizer_path="{vars.tokenizer_dir}"), "--host", "cpu-a")
     assert r.returncode != 0 and "Traceback" not in r.stderr
