@@ -2,7 +2,7 @@
 
 from invoke import task
 
-from sglops import cli
+from sglops import cli, values
 from sglops.cli import Targets
 
 
@@ -18,11 +18,12 @@ def facts(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
 
 @task(help={"hosts": "number of sandbox hosts", "base": "folder for the sandbox (default .cache/sandbox)",
             "real": "add host cpu-a with the real SGLang 0.5.23 CPU server environment (scripts/setup.sh builds it)"})
-def sandbox(c, action, hosts=2, base=None, real=False):
+def sandbox(c, action, hosts=None, base=None, real=False):
     """Bring local sandbox GPU hosts up or down (real sshd on loopback, real SGLang trees): up|down|status."""
     from sglops.sandbox import cli as sandbox_cli
 
-    cli.guarded(sandbox_cli.main, action, hosts=int(hosts), base=base, real=real)
+    opts = cli.checked(values.SANDBOX | {"action": values.Choice(("up", "down", "status"))}, hosts=hosts, action=action)
+    cli.guarded(sandbox_cli.main, opts["action"], hosts=opts["hosts"], base=base, real=real)
 
 
 @task(help={"keep": "leave the sandbox running afterwards"})
@@ -46,7 +47,7 @@ def apply_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, acce
     """Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's ledger, idempotent."""
     from sglops import patch_spec, patches
 
-    cli.guarded(patch_spec.load, name)
+    cli.guarded(patch_spec.load, cli.checked(values.PATCH_NAME, name=name)["name"])
     cli.per_host("apply-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: patches.apply_patch(r, name, dry_run=dry_run, variant=variant, force=force),
                  json=json, artifact="patch.json")
@@ -58,7 +59,7 @@ def revert_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, acc
     """Take patches/NAME back off the host, only if its files are as the patch left them (else --force)."""
     from sglops import patch_spec, patches
 
-    cli.guarded(patch_spec.load, name)
+    cli.guarded(patch_spec.load, cli.checked(values.PATCH_NAME, name=name)["name"])
     cli.per_host("revert-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: patches.revert_patch(r, name, dry_run=dry_run, force=force),
                  json=json, artifact="patch.json")
@@ -82,6 +83,7 @@ def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=Fals
     """Turn hand edits on the host into a new variant under patches/NAME/ with its patch.yaml entry."""
     from sglops.patch_capture import capture
 
+    cli.checked(values.PATCH_NAME | values.CAPTURE, name=name, against=against, variant=variant, files=files)
     cli.per_host("capture-patch", Targets(host, None, None, sglang_root, accept_new_host_key),
                  lambda r: capture(r, name, against=against, variant=variant, dry_run=dry_run, force=force,
                                    files=files.split(",") if files else None), json=json)
@@ -96,9 +98,8 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
     from sglops.console import console
     from sglops.probe import ENGINES, load_probe_set, scan
 
+    engine = cli.checked({"engine": values.Choice(tuple(sorted(ENGINES)))}, engine=engine)["engine"]
     probe_set = cli.guarded(load_probe_set, probes)
-    if engine not in ENGINES:
-        cli.fail(f"--engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
     cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: scan(r, probe_set, engine=engine), json=json, artifact="probe.json",
                  show=lambda rep: console.print(rep.table(show_hits=show_hits)))
@@ -126,34 +127,35 @@ def analyze_trace(c, files, out=None, json=False):
                          port="server port (default: the launch state on the host, else 30000)",
                          wait="seconds to wait for complete trace files (default 120)"))
 def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
-            steps=5, output_len=64, port=None, wait=120):
+            steps=None, output_len=None, port=None, wait=None):
     """Torch-profile single-stream decode on the host's SGLang, fetch every rank's trace, name the bottleneck."""
     from sglops.profile import run_profile
 
+    o = cli.checked(values.PROFILE, steps=steps, output_len=output_len, port=port, wait=wait)
     bar = bool(host) and not json
     cli.per_host("profile", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
-                 lambda r: run_profile(r, steps=int(steps), output_len=int(output_len), port=int(port) if port else None,
-                                       wait_s=float(wait), show_progress=bar), json=json)
+                 lambda r: run_profile(r, steps=o["steps"], output_len=o["output_len"], port=o["port"],
+                                       wait_s=o["wait"], show_progress=bar), json=json)
 
 
 # -- bench ----------------------------------------------------------------------------------
 @task(help=cli.help_with(runs="repeats (median + bootstrap 95% CI over them; default 5)",
-                         input_len="prompt tokens, sent as input_ids (exact length)",
-                         output_len="tokens to generate (ignore_eos, temperature 0)",
+                         input_len="prompt tokens, sent as input_ids (exact length; default 128)",
+                         output_len="tokens to generate (ignore_eos, temperature 0; default 256)",
                          concurrency="streams in flight, e.g. 1,4,16 (default 1: single-stream decode)",
-                         api="sglang (native /generate) or openai (/v1/completions, e.g. for vLLM)",
+                         api="sglang (native /generate, the default) or openai (/v1/completions, e.g. for vLLM)",
                          port="the server's port on the host (default: the server sglops started there, else 30000)",
                          requests="requests per repeat and level (default: one per stream)",
                          warmup="warm-up rounds per level, not counted (default 1)"))
-def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=5,
-          input_len=128, output_len=256, concurrency="1", api="sglang", port=None, requests=None, warmup=1):
+def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=None,
+          input_len=None, output_len=None, concurrency=None, api=None, port=None, requests=None, warmup=None):
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
     from sglops import bench as b
 
-    step = cli.guarded(b.step, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
+    opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
                        api=api, port=port, requests=requests, warmup=warmup)
-    results = cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key), step, json=json)
-    cli.guarded(b.check, results)
+    cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key), b.step(**opts), json=json,
+                 check=lambda result: b.check([result]))
 
 
 @task(help={"run_a": "baseline run id (or prefix, or folder)", "run_b": "run(s) to compare, comma-separated",
@@ -187,11 +189,12 @@ def render(c, profile, host=None, sglang_root=None, accept_new_host_key=False, p
     """Print the launch script for PROFILE (with --host: checked against that host's SGLang release)."""
     from sglops import launch
 
+    o = cli.checked(values.PROFILE_NAME | values.PORT, profile=profile, port=port)
     if host is None:
-        out = cli.guarded(launch.render_for, None, profile, port=port)
-        return launch.show(out, json)
+        out = cli.guarded(launch.render_for, None, o["profile"], port=o["port"])
+        return launch.show_script(out, json)
     cli.per_host("render", Targets(host, None, None, sglang_root, accept_new_host_key),
-                 lambda r: launch.render_for(r, profile, port=port), json=json)
+                 lambda r: launch.render_for(r, o["profile"], port=o["port"]), json=json, show=launch.show_script)
 
 
 _RESTART_HELP = _LAUNCH_HELP | {"rollback": "start the last script of PROFILE that came up healthy",
@@ -205,11 +208,12 @@ def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accep
     """Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, explain crashes."""
     from sglops import launch
 
-    cli.guarded(launch.check_restart_args, profile, rollback)
+    o = cli.checked(values.RESTART | values.PROFILE_NAME, profile=profile, timeout=timeout, port=port)
+    cli.guarded(launch.check_restart_args, o["profile"], rollback)
     with launch.progress_view(not json) as view:
         cli.per_host("restart", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
-                     launch.restart_step(profile, rollback=rollback, dry_run=dry_run, timeout=timeout, port=port,
-                                         reporter=view, json=json), json=json, artifact="restart.json")
+                     launch.restart_step(o["profile"], rollback=rollback, dry_run=dry_run, timeout=o["timeout"],
+                                         port=o["port"], reporter=view, json=json), json=json, artifact="restart.json")
 
 
 @task(help={k: v for k, v in _RESTART_HELP.items() if k not in ("rollback", "port")})
@@ -218,6 +222,7 @@ def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
     """Start the last launch script that came up healthy on the host, whatever its profile."""
     from sglops import launch
 
+    timeout = cli.checked(values.RESTART, timeout=timeout)["timeout"]
     with launch.progress_view(not json) as view:
         cli.per_host("rollback", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                      launch.restart_step(None, rollback=True, dry_run=dry_run, timeout=timeout, port=None,
@@ -230,18 +235,20 @@ def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_n
     """The server sglops started: process, /health, effective args, recent restarts."""
     from sglops import launch
 
+    port = cli.checked(values.PORT, port=port)["port"]
     cli.per_host("server-status", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
-                 lambda r: launch.status(r, port=int(port) if port else None), json=json)
+                 lambda r: launch.status(r, port=port), json=json)
 
 
 @task(help={k: v for k, v in _ONE_HOST.items() if k != "port"} | {"lines": "how many last lines (default 50)",
                                                                    "follow": "keep printing new lines (Ctrl-C stops)"})
-def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=50, follow=False, json=False):
+def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=None, follow=False, json=False):
     """The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an installed tree)."""
     from sglops import launch
 
+    lines = cli.checked(values.LOGS, lines=lines)["lines"]
     cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key),
-                 lambda r: launch.logs(r, lines=int(lines), follow=follow), json=json,
+                 lambda r: launch.logs(r, lines=lines, follow=follow), json=json,
                  show=None if not follow else (lambda _: None))
 
 
@@ -278,7 +285,7 @@ def build_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, acc
     """Build kernels/NAME for the host's GPU, self-test it there, install it atomically (logs in artifacts)."""
     from sglops import kernels
 
-    spec = cli.guarded(kernels.load_kernel, name)
+    spec = cli.guarded(kernels.load_kernel, cli.checked(values.KERNEL_NAME, name=name)["name"])
     cli.per_host("build-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: kernels.build(r, spec, dry_run=dry_run, force=force, target=target, arch=arch), json=json)
 
@@ -289,6 +296,7 @@ def uninstall_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None,
     """Remove a kernel build-kernel installed (its link, versioned copy, build tree and record)."""
     from sglops import kernels
 
+    cli.checked(values.KERNEL_NAME, name=name)
     cli.per_host("uninstall-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
                  lambda r: kernels.uninstall(r, name, dry_run=dry_run), json=json)
 

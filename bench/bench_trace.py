@@ -32,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-REAL = REPO.parent / "shared" / "data" / "traces" / "decode_gathercast.trace.json.gz"
+REAL = REPO / "tests" / "data" / "traces" / "h200_decode_gathercast.trace.json.gz"
 
 
 def _hta_breakdown(path: str, work: str) -> dict[str, float]:

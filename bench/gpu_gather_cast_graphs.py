@@ -1,5 +1,10 @@
 """GPU check of the gather-cast patch under real CUDA graphs (run on a GPU host, not in CI).
 
+SUPERSEDED: this drives the compact-layout helpers (`_sglops_compact_kv`, `_sglops_graph_kv`,
+`_sglops_gather_cast`) of commit f717254, which produced bench/results/h200_gather_cast_graphs.json;
+the patch now casts live rows in place (bench/gpu_flashinfer_mla.py checks and times it inside
+FlashInfer). To reproduce the old figures, run this file from that commit.
+
 The helpers the patch adds are taken from the patched release file (`--helpers FILE`, written by
 `python3 bench/gpu_gather_cast_graphs.py --extract sglang-0.5.23 OUT.py` on the laptop, which
 applies the diff to the real PyPI release). On the GPU the script drives them as SGLang's decode
@@ -29,6 +34,9 @@ def extract(variant: str, dest: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_gather_cast_numeric import HELPERS, patched_text
 
+    if "_sglops_graph_kv" not in HELPERS:
+        raise SystemExit("error: the patch no longer has the compact-layout helpers; run this script from "
+                         "commit f717254 (or use bench/gpu_flashinfer_mla.py)")
     tree = ast.parse(patched_text(variant))
     keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in HELPERS)
             or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))]

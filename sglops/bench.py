@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from sglops import artifacts, stats
 from sglops.errors import ConfigError, SglopsError
@@ -182,8 +183,10 @@ class BenchResult:
             for name, fig in (("decode tok/s", lv.decode_tok_s), ("output tok/s", lv.output_tok_s)):
                 if fig and (name.startswith("decode") or lv.concurrency > 1):
                     ci = f"[{fig['ci95'][0]:.2f}, {fig['ci95'][1]:.2f}]" if fig["ci95"] else "1 repeat"
-                    cvs = "-" if fig["cv"] is None else f"{fig['cv']:.1%}" + (" [red]noisy[/]" if fig["noisy"] else "")
-                    table.add_row(str(lv.concurrency), f"[{dim}bold]{name}[/]", f"{fig['median']:.2f}", "", "", ci, cvs)
+                    cvs = Text("-") if fig["cv"] is None else Text.assemble(
+                        f"{fig['cv']:.1%}", (" noisy", "red") if fig["noisy"] else "")
+                    table.add_row(str(lv.concurrency), Text(name, style=f"{dim}bold"), f"{fig['median']:.2f}", "", "",
+                                  ci, cvs)
             for name, summ in (("TPOT ms", lv.tpot_ms), ("ITL ms", lv.itl_ms), ("TTFT ms", lv.ttft_ms),
                                ("e2e ms", lv.e2e_ms)):
                 if summ:
@@ -191,34 +194,35 @@ class BenchResult:
                                   f"{summ['p99']:.2f}", "", "")
             if lv.status != "ok":
                 bad = ", ".join(f"{k} {v}" for k, v in sorted(lv.outcomes.items()) if k != "ok")
-                table.add_row(str(lv.concurrency), f"[bold red]{lv.status.upper()}[/]",
-                              f"{lv.ok}/{lv.requests_total} ok", "", "", f"[red]{bad}[/]", "")
+                table.add_row(str(lv.concurrency), Text(lv.status.upper(), style="bold red"),
+                              f"{lv.ok}/{lv.requests_total} ok", "", "", Text(bad, style="red"), "")
         return table
 
-    def _caption(self) -> str:
+    def _caption(self) -> Text:
         sgl = self.sglang or {}
-        parts = [f"status: {'[green]ok[/]' if self.status == 'ok' else '[bold red]' + self.status + '[/]'}"]
+        parts: list[Any] = [Text.assemble("status: ", (self.status, "green" if self.status == "ok" else "bold red"))]
         if sgl:
             commit = (sgl.get("commit") or "")[:12]
             parts.append(f"sglang {sgl.get('version') or '?'}" + (f" @ {commit}" if commit else "")
                          + (" (dirty)" if sgl.get("dirty") else ""))
-        names = [f"{p.get('patch')}" + ("" if p.get("intact", True) else " [red](modified since applied)[/]")
+        names = [Text.assemble(f"{p.get('patch')}", "" if p.get("intact", True) else (" (modified since applied)", "red"))
                  for p in self.patches]
-        parts.append("patches: " + (", ".join(names) if names else "none"))
+        parts.append(Text("patches: ") + (Text(", ").join(names) if names else Text("none")))
         cpu = [lv.client_cpu_us_per_token for lv in self.levels if lv.client_cpu_us_per_token]
         if cpu:
             parts.append(f"client CPU {max(cpu):.0f} us/token")
-        lines = ["; ".join(parts)]
+        lines: list[Any] = [Text("; ").join(Text(p) if isinstance(p, str) else p for p in parts)]
         for lv in self.levels:
             if lv.status != "ok":
-                lines.append(f"[red]C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
-                             f"failed; figures cover only the successful ones and are not a clean result[/]")
-                lines += [f"[red]  {e}[/]" for e in lv.errors[:3]]
+                lines.append(Text(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
+                                  "failed; figures cover only the successful ones and are not a clean result",
+                                  style="red"))
+                lines += [Text(f"  {e}", style="red") for e in lv.errors[:3]]
             if any(b != "per_token" for b in lv.itl_basis):
                 lines.append(f"C={lv.concurrency}: the server sent no per-chunk token counts; ITL spread evenly")
         if self.artifact:
             lines.append(f"saved {self.artifact}")
-        return "\n".join(lines)
+        return Text("\n").join(Text(x) if isinstance(x, str) else x for x in lines)
 
 
 # -- running it ---------------------------------------------------------------------------------------------
@@ -333,8 +337,9 @@ class _Board:
 
         with self.lock:
             if self.progress is None:
-                self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                         TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
+                self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                         MofNCompleteColumn(), TextColumn("{task.fields[note]}", markup=False),
+                                         TimeElapsedColumn(),
                                          console=err_console, transient=True)
                 self.progress.start()
             self.users += 1
@@ -346,7 +351,7 @@ class _Board:
                 return
             phase = event.get("phase", "")
             failed = event.get("failed") or 0
-            note = phase + (f", [red]{failed} failed[/]" if failed else "")
+            note = phase + (f", {failed} failed" if failed else "")
             if phase == "measuring":
                 self.progress.update(task, total=event.get("total"), completed=event.get("done", 0), note=note)
             else:

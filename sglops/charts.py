@@ -43,6 +43,7 @@ def decode_chart(runs: Sequence[dict], path: str | Path, *, title: str = "decode
             ax.annotate(f"{y:.1f}{change}", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xticks(range(len(runs)), [r["label"] for r in runs], fontsize=8)
     ax.set_xlim(-0.6, len(runs) - 0.4)
+    ax.set_ylim(bottom=0)  # an honest bar: ratios read off the chart are the ratios measured
     ax.set_ylabel("tok/s (median, 95% CI)")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)

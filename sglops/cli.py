@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from invoke.exceptions import Exit
+from rich.text import Text
 
 from sglops import artifacts
-from sglops.console import console, error_line, print_json  # noqa: F401 (error_line re-exported)
-from sglops.errors import SglopsError
+from sglops.console import console, err_console, error_line, print_json, styled
+from sglops.errors import SglopsError, combined_exit
 from sglops.hosts import Host, Inventory, load_inventory, resolve_targets
-from sglops.parallel import on_hosts
+from sglops.parallel import Outcome, guard, on_hosts
 from sglops.remote import Remote
 
 TARGET_HELP = {
@@ -60,6 +61,13 @@ def guarded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         fail(str(exc), exc.exit_code)
 
 
+def checked(spec: Any, **raw: Any) -> dict[str, Any]:
+    """The task's flags checked and converted by spec (sglops.values); a bad one is one line, exit 2."""
+    from sglops import values
+
+    return guarded(values.check, spec, raw)
+
+
 def per_host(
     task: str,
     targets: Targets,
@@ -68,10 +76,14 @@ def per_host(
     json: bool = False,
     artifact: str | None = None,
     show: Callable[[Any], None] | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> list[Any]:
-    """Run step on every target in parallel, save and print each result, recap, exit non-zero on failure.
+    """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
-    A step returns an object with `to_json()` (and `table()` unless `show` is given).
+    A step returns an object with `to_json()` (and `table()` unless `show` is given). `check(value)` raises
+    for a result that counts as a failure though it is kept and shown (a partial bench, a stopped play).
+    Whatever goes wrong on one host (a user error, an unreachable host, a bug) is that host's outcome: the
+    others' results are still saved and printed, and the exit code follows errors.combined_exit.
     """
     try:
         inventory = load_inventory()
@@ -81,29 +93,55 @@ def per_host(
     outcomes = on_hosts(hosts, step, accept_new_host_key=targets.accept_new_host_key, inventory=inventory)
     run_id = artifacts.new_run_id()
     documents = []
+    many = len(outcomes) > 1
     for out in outcomes:
-        if not out.ok:
-            if not json:
-                error_line(f"[{out.host.name}] {out.error}" if len(outcomes) > 1 else out.error)
-            documents.append({"host": out.host.name, "ok": False, "error": out.error})
-            continue
+        doc = _result_document(out, task, run_id, artifact, check) if out.ok else None
+        if doc is not None and not json:
+            shown = guard(out.host, lambda v=out.value: (show or _show_table)(v))
+            if not shown.ok and out.ok:
+                out.fail_from(shown)
+        if not out.ok and not json:
+            error_line(f"[{out.host.name}] {out.error}" if many else out.error)
+            if out.traceback:
+                err_console.print(Text(out.traceback.rstrip(), style="dim"), soft_wrap=True)
+        documents.append({"host": out.host.name, "ok": out.ok, **(doc or {}),
+                          **({} if out.ok else out.to_json())})
+    if json:
+        print_json(documents if many else documents[0])
+    failed = [o for o in outcomes if not o.ok]
+    if many and not json:
+        console.print(
+            styled((task, "bold"), f": {len(outcomes) - len(failed)} ok, {len(failed)} failed")
+            + Text(f" ({', '.join(f'{o.host.name}: {o.kind}' for o in failed)})" if failed else "")
+            + Text(f"; run {run_id}" if artifact else "")  # steps that record their own runs name them
+        )
+    code = combined_exit(o.exit_code for o in outcomes)
+    if code:
+        raise Exit(code=code)
+    return [o.value for o in outcomes]
+
+
+def _show_table(value: Any) -> None:
+    console.print(value.table())
+
+
+def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,
+                     check: Callable[[Any], None] | None) -> dict | None:
+    """The host's result as JSON (saved under artifacts/ when the task keeps one); a failing check or a bug
+    in the result's own code turns the outcome into a failure, keeping what could be rendered."""
+    doc: dict | None = None
+
+    def render() -> None:
+        nonlocal doc
         doc = out.value.to_json()
         if artifact:
             path = artifacts.save(out.host.name, run_id, artifact, doc, task=task,
                                   extra={"seconds": round(out.seconds, 3)})
             doc = {**doc, "artifact": str(path)}
-        documents.append({"host": out.host.name, "ok": True, **doc})
-        if not json:
-            (show or (lambda v: console.print(v.table())))(out.value)
-    if json:
-        print_json(documents if len(documents) > 1 else documents[0])
-    failed = [o for o in outcomes if not o.ok]
-    if len(outcomes) > 1 and not json:
-        console.print(
-            f"[bold]{task}[/]: {len(outcomes) - len(failed)} ok, {len(failed)} failed"
-            + (f" ({', '.join(o.host.name for o in failed)})" if failed else "")
-            + (f"; run {run_id}" if artifact else "")  # steps that record their own runs name them
-        )
-    if failed:
-        raise Exit(code=1)
-    return [o.value for o in outcomes]
+        if check:
+            check(out.value)
+
+    checked = guard(out.host, render)
+    if not checked.ok:
+        out.fail_from(checked)
+    return doc

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from sglops import artifacts, stats
 from sglops.bench import load
@@ -130,7 +131,7 @@ class Comparison:
         colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
         for row in self.rows:
             ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
-            v = f"[{colour.get(row.verdict, 'dim')}]{row.verdict}[/]"
+            v = Text(row.verdict, style=colour.get(row.verdict, "dim"))
             table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
                           f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
         return table
@@ -147,6 +148,19 @@ def _differences(base: Run, other: Run) -> list[str]:
     if not other.ok:
         notes.append(f"{other.run_id} is {other.doc.get('status')}: not a clean figure, no verdict")
     return notes
+
+
+def _settings(run: Run) -> str:
+    cfg = run.doc.get("config") or {}
+    return f"{cfg.get('api')} in {cfg.get('input_len')} / out {cfg.get('output_len')}"
+
+
+def chart_title(runs: list[Run]) -> str:
+    """The chart's title names every run's settings: one phrase when they agree, each run's when they differ."""
+    settings = [_settings(r) for r in runs]
+    if len(set(settings)) == 1:
+        return f"decode tok/s per stream, {settings[0]} (all runs)"
+    return "decode tok/s per stream, " + "; ".join(f"{r.run_id}: {s}" for r, s in zip(runs, settings, strict=True))
 
 
 def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None) -> Comparison:
@@ -187,8 +201,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
 
         result.chart = str(decode_chart(
             [{"label": r.label, "levels": r.doc["levels"]} for r in runs], out / "decode_tok_s.png",
-            title=f"decode tok/s per stream, {base.doc['config']['api']} in {base.doc['config']['input_len']}"
-                  f" / out {base.doc['config']['output_len']}"))
+            title=chart_title(runs)))
     result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
     return result
 
@@ -216,7 +229,7 @@ class RunList:
             sgl = m.get("sglang") or {}
             setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
                      f" x{b.get('runs')}") if b else ""
-            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), f"[{style}]{status}[/]",
+            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), Text(status, style=style),
                           f"{head['median']:.2f}" if head.get("median") else "-",
                           f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
                           ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",

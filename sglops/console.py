@@ -1,14 +1,29 @@
-"""Printing: rich tables for people, --json for machines; both are views of one result object."""
+"""Printing: rich tables for people, --json for machines; both are views of one result object.
+
+Text is data. Both consoles are built with markup off, so a string reaching rich (a table
+cell, a title, a printed line) is shown exactly as it is: a probe hit such as
+`dtype in [torch.bfloat16, torch.float8_e4m3fn]`, a host prefix `[gpu-a]` or an error with
+`[/x]` in it never turns into styling or a crash. Where sglops wants colour it says so with
+`rich.text.Text` (or `styled`), never by writing markup into a string.
+
+When the output is not a terminal (a pipe, a file), lines are neither wrapped nor cropped at
+80 columns: what is printed is what grep and diff see.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import orjson
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.text import Text
 
 from sglops import redact
+
+NOT_A_TERMINAL_WIDTH = 4096  # "no wrapping": wider than any line sglops prints to a pipe
+MAX_ERROR_CHARS = 2000
 
 
 class _Redacting:
@@ -40,8 +55,27 @@ class _Redacting:
         return getattr(self._stream, "encoding", "utf-8")
 
 
-console = Console(file=_Redacting("stdout"), highlight=False)
-err_console = Console(file=_Redacting("stderr"), highlight=False)
+class _DataConsole(Console):
+    """A rich console that never reads markup and does not wrap what goes to a pipe or file."""
+
+    def __init__(self, stream_name: str) -> None:
+        super().__init__(file=_Redacting(stream_name), highlight=False, markup=False, emoji=False)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if not self.is_terminal and not os.environ.get("COLUMNS"):
+            return ConsoleDimensions(NOT_A_TERMINAL_WIDTH, dims.height)
+        return dims
+
+
+console = _DataConsole("stdout")
+err_console = _DataConsole("stderr")
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text from plain strings and (string, style) pairs: sglops picks the styles, every string is data."""
+    return Text.assemble(*parts)
 
 
 def print_json(obj: Any) -> None:
@@ -50,9 +84,25 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def print_raw(text: str) -> None:
+    """Exactly this text on stdout (secrets masked), not through rich: for scripts meant to be redirected."""
+    sys.stdout.write(redact.text(text) if text.endswith("\n") else redact.text(text) + "\n")
+    sys.stdout.flush()
+
+
+def one_line(message: str) -> str:
+    """A message as one line: inner line breaks become ' | ', and a wall of text is cut short."""
+    flat = " | ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    if len(flat) > MAX_ERROR_CHARS:
+        flat = flat[:MAX_ERROR_CHARS] + f"... ({len(flat) - MAX_ERROR_CHARS} more characters)"
+    return flat
+
+
 def error_line(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {redact.text(message)}", markup=True, soft_wrap=True)
+    """The one line a user error ends in, on stderr."""
+    err_console.print(styled(("error:", "bold red"), " ", redact.text(one_line(message))), soft_wrap=True)
 
 
 def note(message: str) -> None:
-    err_console.print(f"[dim]{redact.text(message)}[/]", soft_wrap=True)
+    """A remark for the person at the terminal, on stderr (so stdout stays what was asked for)."""
+    err_console.print(Text(redact.text(message), style="dim"), soft_wrap=True)

@@ -1,12 +1,52 @@
-"""User-facing errors: each one prints as a single line and exits non-zero (tracebacks are for bugs)."""
+"""User-facing errors and the exit codes they end in (tracebacks are for bugs).
+
+Exit codes, one per class of failure (documented in README "Exit codes"):
+
+    0  ok
+    1  FAILED   the work ran and did not succeed: a server that did not come up, a bench with failed
+                requests, a play that stopped at a step
+    2  USAGE    a bad flag, value, name or file: nothing was touched
+    3  CONNECT  a host could not be reached or refused us (unreachable, auth, host key)
+    4  TIMEOUT  a step ran past its time limit on the host (it was killed there)
+    5  REMOTE   a step failed on the host (its one line says what and where)
+    6  REFUSED  the host's state forbids the change (conflict, drift, lock, build failure): nothing changed
+    7  MIXED    several hosts failed, in different classes (each host's line and --json say which)
+   70  BUG      an unexpected exception in sglops (EX_SOFTWARE): the traceback is printed and kept in --json
+
+With several hosts the exit code is the class all failed hosts share, else MIXED.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CONNECT = 3
+EXIT_TIMEOUT = 4
+EXIT_REMOTE = 5
+EXIT_REFUSED = 6
+EXIT_MIXED = 7
+EXIT_BUG = 70
+
+EXIT_NAMES = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_USAGE: "usage", EXIT_CONNECT: "connect",
+              EXIT_TIMEOUT: "timeout", EXIT_REMOTE: "remote", EXIT_REFUSED: "refused", EXIT_MIXED: "mixed",
+              EXIT_BUG: "bug"}
+
+
+def combined_exit(codes: Iterable[int]) -> int:
+    """The exit code of a run over several hosts: 0, the one class every failure shares, or MIXED."""
+    failed = {c for c in codes if c != EXIT_OK}
+    if not failed:
+        return EXIT_OK
+    return failed.pop() if len(failed) == 1 else EXIT_MIXED
 
 
 class SglopsError(Exception):
     """An error the user can cause or fix; `str()` is the one line they see."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class ConfigError(SglopsError):
@@ -20,7 +60,7 @@ class HostNotFound(SglopsError):
 class ConnectError(SglopsError):
     """The host could not be reached or refused us (unreachable, auth, host key)."""
 
-    exit_code = 3
+    exit_code = EXIT_CONNECT
 
 
 class HostKeyError(ConnectError):
@@ -30,10 +70,22 @@ class HostKeyError(ConnectError):
 class RemoteTimeout(SglopsError):
     """A remote command ran past its timeout (it was killed on the host)."""
 
-    exit_code = 4
+    exit_code = EXIT_TIMEOUT
 
 
 class RemoteError(SglopsError):
     """A remote command or script failed; the message names what and where."""
 
-    exit_code = 5
+    exit_code = EXIT_REMOTE
+
+
+class Refused(SglopsError):
+    """The host's state forbids the change (conflict, drift, lock, failed build): nothing changed."""
+
+    exit_code = EXIT_REFUSED
+
+
+class Failed(SglopsError):
+    """The work ran and did not succeed (server did not come up, bench with failed requests, play stopped)."""
+
+    exit_code = EXIT_FAILED

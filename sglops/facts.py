@@ -52,12 +52,18 @@ class Facts:
             ver = sgl.get("version") or "unknown version"
             if sgl.get("commit"):
                 ver += f" @ {sgl['commit'][:12]}" + (" (dirty: " + ", ".join(sgl["dirty_files"][:3]) + ")" if sgl["dirty"] else "")
+            if sgl.get("version_source"):
+                ver += f" (from {sgl['version_source']})"
         else:
             where, ver = d.get("sglang_error") or "not found", "-"
 
-        def dist(key: str) -> str:
+        def dist(key: str, source: bool = False) -> str:
             info = d.get(key)
-            return info.get("version") or f"at {info.get('location')}" if info else "not installed"
+            if not info:
+                return "not installed"
+            if not info.get("version"):
+                return f"at {info.get('location')}"
+            return info["version"] + (f" (from {info['version_source']})" if source and info.get("version_source") else "")
 
         return [
             ("GPUs", gpu),
@@ -65,7 +71,7 @@ class Facts:
             ("nvcc", cuda.get("nvcc") or "not found"),
             ("python", f"{d['python']['version']} ({d['python']['executable']})"),
             ("torch", dist("torch")),
-            ("flashinfer", dist("flashinfer")),
+            ("flashinfer", dist("flashinfer", source=True)),
             ("sglang", ver),
             ("sglang at", where),
             ("ripgrep", d.get("ripgrep") or "not found (probes use grep)"),

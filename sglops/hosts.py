@@ -82,42 +82,76 @@ def inventory_path() -> Path:
     return Path(os.environ.get("SGLOPS_INVENTORY") or REPO_ROOT / "playbooks" / "hosts.yaml")
 
 
+def _field_kinds() -> dict:
+    from sglops import values as v
+
+    text = v.Str()
+    return {"name": _HostName(), "address": text, "port": v.Port(), "user": text, "identity_file": text,
+            "sglang_root": text, "python": text, "gateway": text, "tags": v.StrList(), "known_hosts": text,
+            "connect_timeout": v.Float(0.1, 3600), "password_env": text, "node_rank": v.Int(0, 100_000),
+            "vars": _Vars()}
+
+
+class _HostName:
+    """A host's name in the inventory: one word (it is split on commas in --hosts)."""
+
+    def check(self, raw: object, label: str) -> str:
+        if not isinstance(raw, str) or not raw.strip() or re.search(r"[\s,\[\]]|[\x00-\x1f]", raw):
+            raise ConfigError(f"{label} must be one word without spaces, commas or brackets (got {raw!r})")
+        return raw
+
+
+def _host_fields(entry: dict, where: str) -> dict:
+    """An inventory mapping's fields, each checked for its type and range."""
+    kinds = _field_kinds()
+    return {k: kinds[k].check(val, f"{where}: {k}") if val is not None else None for k, val in entry.items()}
+
+
 def load_inventory(path: str | Path | None = None) -> Inventory:
     """Read the inventory; a missing file is an empty inventory (addresses still work)."""
     path = Path(path) if path else inventory_path()
     if not path.exists():
         return Inventory(path=path)
-    data = load_yaml(path) or {}
-    check_fields(data, {"defaults", "hosts", "default"}, "inventory")
+    data = load_yaml(path)
+    if data is None:
+        return Inventory(path=path)
+    check_fields(data, {"defaults", "hosts", "default"}, "inventory", within=str(path))
     defaults = data.get("defaults") or {}
-    check_fields(defaults, HOST_FIELDS - {"name", "address"}, "defaults")
-    inv = Inventory(path=path, default=data.get("default"))
-    for entry in data.get("hosts") or []:
-        check_fields(entry, HOST_FIELDS, "host entry", required={"name"})
-        merged = {**defaults, **entry}
-        merged.setdefault("address", entry["name"])
+    check_fields(defaults, HOST_FIELDS - {"name", "address"}, "defaults", within=str(path))
+    defaults = _host_fields(defaults, getattr(defaults, "where", str(path)))
+    entries = data.get("hosts") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: hosts must be a list of host mappings (got {type(entries).__name__})")
+    default = data.get("default")
+    if default is not None and not isinstance(default, str):
+        raise ConfigError(f"{path}: default must be a host name (got {default!r})")
+    inv = Inventory(path=path, default=default)
+    for entry in entries:
+        check_fields(entry, HOST_FIELDS, "host entry", required={"name"}, within=str(path))
+        where = getattr(entry, "where", str(path))
+        fields = _host_fields(entry, where)
+        merged = {**defaults, **fields}
+        merged = {k: val for k, val in merged.items() if val is not None}
+        merged.setdefault("address", merged["name"])
         merged["tags"] = tuple(merged.get("tags") or ())
-        merged["vars"] = {**_vars(defaults, path), **_vars(entry, path)}
-        try:
-            host = Host(**merged)
-        except TypeError as exc:
-            raise ConfigError(f"{getattr(entry, 'where', path)}: {exc}") from None
+        merged["vars"] = {**(defaults.get("vars") or {}), **(fields.get("vars") or {})}  # defaults' vars, then its own
+        host = Host(**merged)
         if host.name in inv.hosts:
-            raise ConfigError(f"{getattr(entry, 'where', path)}: host {host.name!r} is defined twice")
-        if host.port is not None and not isinstance(host.port, int):
-            raise ConfigError(f"{getattr(entry, 'where', path)}: port must be a number")
+            raise ConfigError(f"{where}: host {host.name!r} is defined twice")
         inv.hosts[host.name] = host
     if inv.default and inv.default not in inv.hosts:
         raise ConfigError(f"{path}: default host {inv.default!r} is not defined")
     return inv
 
 
-def _vars(entry: dict, path: Path) -> dict:
-    """A `vars:` mapping of NAME: scalar (profiles read them as {vars.NAME})."""
-    v = entry.get("vars") or {}
-    if not isinstance(v, dict) or not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v.values()):
-        raise ConfigError(f"{getattr(entry, 'where', path)}: vars must be a mapping NAME: value (text or number)")
-    return {str(k): v[k] for k in v}
+class _Vars:
+    """A host's `vars:`: a mapping NAME: text or number (profiles read them as {vars.NAME})."""
+
+    def check(self, raw: object, label: str) -> dict:
+        if not isinstance(raw, dict) or not all(
+                isinstance(k, str) and isinstance(x, str | int | float) and not isinstance(x, bool) for k, x in raw.items()):
+            raise ConfigError(f"{label} must be a mapping NAME: value (text or number), got {raw!r}")
+        return dict(raw)
 
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
@@ -156,8 +190,8 @@ def ad_hoc_host(spec: str) -> Host:
         user, addr = addr.split("@", 1)
     if addr.count(":") == 1:
         addr, port_s = addr.split(":")
-        if not port_s.isdigit():
-            raise HostNotFound(f"bad port in {spec!r}")
+        if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+            raise HostNotFound(f"bad port in {spec!r} (a port is 1-65535)")
         port = int(port_s)
     return Host(name=spec, address=addr, user=user, port=port)
 
@@ -196,7 +230,13 @@ def resolve_targets(
     if host:
         targets = [resolve_one(host, inv)]
     elif hosts:
-        targets = [resolve_one(s, inv) for s in hosts.split(",") if s.strip()]
+        names = [s.strip() for s in hosts.split(",") if s.strip()]
+        if not names:
+            raise ConfigError(f"--hosts names no host (got {hosts!r}); give names like gpu-a,gpu-b")
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice:
+            raise ConfigError(f"--hosts names {twice!r} twice")
+        targets = [resolve_one(s, inv) for s in names]
     elif tag:
         targets = inv.tagged(tag)
     elif inv.default:

@@ -384,10 +384,19 @@ def logs(remote: Remote, *, lines: int = 50, follow: bool = False, follow_s: flo
 
 
 # -- task helpers (the CLI's view) ----------------------------------------------------------------
-def show(obj: Any, json: bool) -> None:
-    from sglops.console import print_json
+def show_script(rendered: Rendered, json: bool = False) -> None:
+    """The launch script alone on stdout, unwrapped, so `inv render P > launch.sh` writes exactly the script;
+    what it was checked against and any warnings go to stderr."""
+    from sglops.console import note, print_json, print_raw
 
-    print_json(obj.to_json()) if json else console.print(obj.table())
+    if json:
+        print_json(rendered.to_json())
+        return
+    note(f"# validated against sglang {rendered.sglang_version} on {rendered.host}" if rendered.validated else
+         "# not validated against a host's SGLang tree (pass --host)")
+    for w in rendered.warnings:
+        err_console.print(Text("warning: " + w, style="yellow"), soft_wrap=True)
+    print_raw(rendered.script)
 
 
 def check_restart_args(profile: str | None, rollback: bool) -> None:
@@ -407,8 +416,9 @@ def progress_view(enabled: bool = True):
     if not enabled:
         yield lambda host: None
         return
-    prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[host]}[/]"), TextColumn("{task.description}"),
-                    TimeElapsedColumn(), console=err_console, transient=True)
+    prog = Progress(SpinnerColumn(), TextColumn("{task.fields[host]}", style="bold", markup=False),
+                    TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=err_console,
+                    transient=True)
     lock = threading.Lock()
 
     def reporter(host: str) -> Callable[[dict], None]:
@@ -420,7 +430,7 @@ def progress_view(enabled: bool = True):
             if "elapsed" in ev:
                 text += f" {ev['elapsed']:.0f}/{ev['timeout']:g}s"
             if ev.get("log"):
-                text += f"  [dim]{ev['log'][-90:]}[/]"
+                text += f"  {ev['log'][-90:]}"
             prog.update(task, description=text)
         return update
 

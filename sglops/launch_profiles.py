@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglops import redact
+from sglops import redact, values
 from sglops.errors import ConfigError
 from sglops.hosts import REPO_ROOT
 from sglops.yamlio import check_fields, load_yaml
@@ -177,6 +177,8 @@ def _build(name: str, path: Path, data: dict) -> Profile:
             val = str(val)
         if not isinstance(val, kind) or (kind is int and isinstance(val, bool)):
             raise ConfigError(f"{where}: {key} must be {kind.__name__}, got {val!r}")
+        if key == "port":
+            values.Port().check(val, f"{where}: port")
         args[key] = val
     launcher = data.get("launcher", "module")
     if not (launcher in LAUNCHERS or (isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher))):
@@ -191,19 +193,26 @@ def _build(name: str, path: Path, data: dict) -> Profile:
     for k, v in env.items():
         if not ENV_NAME.match(str(k)):
             raise ConfigError(f"{where}: env name {k!r} is not a valid variable name")
+        if not isinstance(v, str | int | float | bool):
+            raise ConfigError(f"{where}: env {k} must be a plain value, got {v!r}")
         if redact.SECRET_NAME.search(str(k)):
             redact.register(str(v))  # an HF_TOKEN in a profile never shows in a printed script or artifact
     extra = data.get("extra_args") or []
     if not isinstance(extra, list):
         raise ConfigError(f"{where}: extra_args must be a list of strings, one argument each")
     per_host = data.get("per_host") or {}
+    if not isinstance(per_host, dict):
+        raise ConfigError(f"{where}: per_host must be a mapping of host name: overrides")
     for host, over in per_host.items():
         check_fields(over, set(SCALARS) | {"env", "cuda_graph", "extra_args", "python", "launcher"},
                      f"per_host.{host}")
     if args.get("nnodes", 1) > 1 and not args.get("dist_init_addr"):
         raise ConfigError(f"{where}: nnodes > 1 needs dist_init_addr (host:port of node 0)")
+    python = values.Str().check(data.get("python"), f"{where}: python")
     return Profile(name=name, path=path, engine=engine, description=str(data.get("description") or ""),
-                   launcher=launcher, python=data.get("python"), args=args, cuda_graph=dict(cuda_graph),
+                   launcher=launcher, python=python, args=args, cuda_graph=dict(cuda_graph),
                    env={str(k): str(v) for k, v in env.items()}, extra_args=[str(x) for x in extra],
-                   startup_timeout=float(data.get("startup_timeout") or 600),
-                   stop_grace=float(data.get("stop_grace") or 20), per_host=dict(per_host))
+                   startup_timeout=values.Float(1, 86400, 600.0).check(data.get("startup_timeout"),
+                                                                       f"{where}: startup_timeout"),
+                   stop_grace=values.Float(0, 3600, 20.0).check(data.get("stop_grace"), f"{where}: stop_grace"),
+                   per_host=dict(per_host))

@@ -16,7 +16,7 @@ from typing import Any
 from sglops import patch_diff
 from sglops.errors import ConfigError
 from sglops.hosts import REPO_ROOT
-from sglops.yamlio import check_fields, load_yaml
+from sglops.yamlio import check_fields, list_field, load_yaml
 
 PATCH_FIELDS = {"description", "files", "variants", "requires", "checks"}
 VARIANT_FIELDS = {"name", "diff", "sglang", "commits", "note"}
@@ -129,22 +129,22 @@ def load(name: str) -> Patch:
     what = f"patch {name}"
     check_fields(doc, PATCH_FIELDS, what, {"description", "variants"})
     variants = []
-    for v in doc["variants"] or []:
+    for v in list_field(doc, "variants", what):
         check_fields(v, VARIANT_FIELDS, f"{what} variant", {"name", "diff"})
-        diff = folder / v["diff"]
+        diff = folder / str(v["diff"])
         if not diff.is_file():
             raise ConfigError(f"{v.where}: variant {v['name']}: no diff file {diff}")
-        variants.append(Variant(v["name"], diff, [str(x) for x in v.get("sglang") or []],
-                                [str(x) for x in v.get("commits") or []], v.get("note", "")))
+        variants.append(Variant(v["name"], diff, [str(x) for x in list_field(v, "sglang", f"{what} variant")],
+                                [str(x) for x in list_field(v, "commits", f"{what} variant")], v.get("note", "")))
     requires = []
-    for r in doc.get("requires") or []:
+    for r in list_field(doc, "requires", what):
         check_fields(r, REQUIRE_FIELDS, f"{what} requirement", {"fact", "why"})
         requires.append(Requirement(r["fact"], r["why"], r.get("equals"), r.get("in"), r.get("not_in"), "equals" in r))
     checks = []
-    for c in doc.get("checks") or []:
+    for c in list_field(doc, "checks", what):
         check_fields(c, CHECK_FIELDS, f"{what} check", {"file"})
         checks.append(dict(c))
-    files = [str(f) for f in doc.get("files") or []]
+    files = [str(f) for f in list_field(doc, "files", what)]
     for v in variants:
         for fp in v.files():
             if fp.path not in files:

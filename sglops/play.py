@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from sglops import artifacts
-from sglops.console import console
+from sglops.console import console, styled
 from sglops.errors import ConfigError, SglopsError
 from sglops.play_spec import Play
 from sglops.play_steps import STEPS, StepContext
@@ -67,7 +68,7 @@ class PlayResult:
             t.add_column(col)
         style = {"ok": "green", "failed": "bold red", "skipped": "dim", "reused": "cyan"}
         for s in self.steps:
-            t.add_row(s.id, s.do, f"[{style[s.status]}]{s.status}[/]", f"{s.seconds:.1f}s" if s.seconds else "",
+            t.add_row(s.id, s.do, Text(s.status, style=style[s.status]), f"{s.seconds:.1f}s" if s.seconds else "",
                       s.error or s.summary)
         return t
 
@@ -86,10 +87,15 @@ def _summary(kind: str, doc: dict) -> str:
 
 
 def _previous(host: str, play: str) -> dict:
+    """The last real run of play on host: a dry run changed nothing and measured nothing, so its
+    placeholders are never reused as results."""
     runs = [r for r in artifacts.list_runs(host) if r.get("task") == "play" and r.get("play") == play]
-    if not runs:
-        raise ConfigError(f"nothing to resume: no earlier run of play {play} on {host} (run it without --from)")
-    return runs[-1]
+    real = [r for r in runs if not r.get("dry_run") and not str(r.get("run_id", "")).endswith("-dry")]
+    if not real:
+        only_dry = " (only dry runs, which have nothing to resume)" if runs else ""
+        raise ConfigError(f"nothing to resume: no earlier run of play {play} on {host}{only_dry}; "
+                          "run it without --from")
+    return real[-1]
 
 
 def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: str | None = None,
@@ -99,11 +105,13 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
     records: dict[str, dict] = {}
     if from_step:
         prev = _previous(remote.name, play.name)
-        run_id = prev["run_id"]
         old = {s["id"]: s for s in artifacts.read_json(Path(prev["path"]) / "play.json")["steps"]}
         for step in play.steps[:start_at]:
             if old.get(step.id, {}).get("status") not in ("ok", "reused"):
-                raise ConfigError(f"cannot resume run {run_id} from {from_step}: step {step.id} did not succeed there")
+                raise ConfigError(f"cannot resume run {prev['run_id']} from {from_step}: step {step.id} did not "
+                                  "succeed there")
+        # a dry run of the resumption is a run of its own: it never writes into the real run it plans from
+        run_id = artifacts.new_run_id() + "-dry" if dry_run else prev["run_id"]
     else:
         run_id = artifacts.new_run_id() + ("-dry" if dry_run else "")
         old = {}
@@ -121,18 +129,22 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
         began = time.monotonic()
         try:
             if show:
-                with console.status(f"{label} ...") as status:
-                    ctx.say = lambda text, _s=status, _l=label: _s.update(f"{_l} ... {text}")
+                with console.status(Text(f"{label} ...")) as status:
+                    ctx.say = lambda text, _s=status, _l=label: _s.update(Text(f"{_l} ... {text}"))
                     value = STEPS[step.do].run(ctx, **step.params)
             else:
                 value = STEPS[step.do].run(ctx, **step.params)
-        except SglopsError as exc:
-            rec = StepRecord(step.id, step.do, "failed", time.monotonic() - began, error=str(exc))
-            result.steps.append(rec)
+        except Exception as exc:
+            bug = not isinstance(exc, SglopsError)
+            error = f"internal error (a bug in sglops): {type(exc).__name__}: {exc}" if bug else str(exc)
+            result.steps.append(StepRecord(step.id, step.do, "failed", time.monotonic() - began, error=error))
             if show:
-                console.print(f"{label} [bold red]failed[/]: {exc}")
+                console.print(styled(label, " ", ("failed", "bold red"), f": {error}"))
             for later in play.steps[i + 1:]:
                 result.steps.append(StepRecord(later.id, later.do, "skipped"))
+            if bug:  # on record (so --from can resume), then the host's outcome is the bug with its traceback
+                _record(remote, play, result, folder)
+                raise
             break
         doc = value.to_json()
         artifact = getattr(value, "artifact", None) or doc.get("artifact")
@@ -141,7 +153,8 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
         result.steps.append(rec)
         records[step.id] = {"do": step.do, "result": doc, "run_dir": run_dir}
         if show:
-            console.print(f"{label} [green]ok[/] ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}")
+            console.print(styled(label, " ", ("ok", "green"),
+                                 f" ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}"))
             if hasattr(value, "table") and step.do in ("compare", "apply-patch", "revert-patch"):
                 console.print(value.table())
     _record(remote, play, result, folder)

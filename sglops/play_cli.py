@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sglops import cli
-from sglops.console import console
-from sglops.errors import ConfigError
+from sglops.errors import ConfigError, Failed
 
 
 def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
@@ -24,7 +23,7 @@ def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
 
 def play_task(name: str, targets: cli.Targets, *, dry_run: bool, from_step: str | None, var: list[str] | None,
               json: bool) -> None:
-    from sglops.play import run_play
+    from sglops.play import PlayResult, run_play
     from sglops.play_spec import load_play
 
     play = cli.guarded(lambda: load_play(name, cli.guarded(parse_vars, var)))
@@ -33,13 +32,12 @@ def play_task(name: str, targets: cli.Targets, *, dry_run: bool, from_step: str 
     # live per-step progress for one host; with several, rich can drive only one live display, so each
     # host's play runs quietly and its table is printed when it is done
     show = not json and len(cli.guarded(targets.resolve)) == 1
-    results = cli.per_host("play", targets, lambda r: run_play(r, play, dry_run=dry_run, from_step=from_step,
-                                                                show=show), json=json)
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        step = r.failed
+
+    def stopped(result: PlayResult) -> None:
+        step = result.failed
         if step:
-            cli.error_line(f"{r.host}: play {r.play} stopped at step {step.id}: {step.error}")
-            console.print(f"fix it, then resume: inv play {name} --host {r.host} --from {step.id}")
-    if failed:
-        cli.fail(f"{len(failed)} of {len(results)} hosts did not finish the play", 1)
+            raise Failed(f"{result.host}: play {result.play} stopped at step {step.id}: {step.error}; fix it, "
+                         f"then resume: inv play {name} --host {result.host} --from {step.id}")
+
+    cli.per_host("play", targets, lambda r: run_play(r, play, dry_run=dry_run, from_step=from_step, show=show),
+                 json=json, check=stopped)

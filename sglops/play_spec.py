@@ -13,12 +13,11 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, Undefined, UndefinedError
+from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError
 from jinja2.nativetypes import NativeEnvironment
 
 from sglops.errors import ConfigError
@@ -84,6 +83,8 @@ def render_value(value: Any, variables: dict[str, Any], where: str) -> Any:
             return out
         except UndefinedError as exc:
             raise ConfigError(f"{where}: {exc.message} (define it under vars: or pass --var)") from None
+        except TemplateError as exc:
+            raise ConfigError(f"{where}: bad template {value!r}: {exc.message or exc}") from None
     if isinstance(value, dict):
         return {k: render_value(v, variables, where) for k, v in value.items()}
     if isinstance(value, list):
@@ -93,29 +94,51 @@ def render_value(value: Any, variables: dict[str, Any], where: str) -> Any:
 
 def load_play(name: str, overrides: dict[str, Any] | None = None) -> Play:
     """Read and check a play: known step kinds, known parameters, unique ids, defined vars."""
-    from sglops.play_steps import STEPS
-
     path = play_path(name)
     doc = load_yaml(path)
-    check_fields(doc, {"name", "description", "vars", "steps"}, "play", required={"steps"})
+    check_fields(doc, {"name", "description", "vars", "steps"}, "play", required={"steps"}, within=str(path))
+    where = getattr(doc, "where", str(path))
+    for key in ("name", "description"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise ConfigError(f"{where}: {key} must be text (got {doc[key]!r})")
+    if not isinstance(doc.get("vars") or {}, dict):
+        raise ConfigError(f"{where}: vars must be a mapping of name: value (got {doc['vars']!r})")
+    if not isinstance(doc["steps"] or [], list):
+        raise ConfigError(f"{where}: steps must be a list of steps (got {doc['steps']!r})")
     variables = {**(doc.get("vars") or {}), **(overrides or {})}
-    steps: list[Step] = []
-    for raw in doc["steps"] or []:
-        check_fields(raw, {"id", "do", "with", "description"}, "step", required={"do"})
-        where = getattr(raw, "where", str(path))
-        kind = raw["do"]
-        if kind not in STEPS:
-            raise ConfigError(f"{where}: unknown step {kind!r}; steps are: {', '.join(sorted(STEPS))}")
-        step_id = str(raw.get("id") or kind)
-        if any(s.id == step_id for s in steps):
-            raise ConfigError(f"{where}: step id {step_id!r} is used twice (give each an id:)")
-        params = render_value(dict(raw.get("with") or {}), variables, where)
-        accepted = set(inspect.signature(STEPS[kind].run).parameters) - {"ctx"}
-        unknown = sorted(set(params) - accepted)
-        if unknown:
-            raise ConfigError(f"{where}: step {step_id} ({kind}) has no parameter {unknown[0]!r}; "
-                              f"it takes: {', '.join(sorted(accepted)) or 'none'}")
-        steps.append(Step(step_id, kind, params, where, raw.get("description", "")))
+    steps = [_step(raw, path, variables) for raw in doc["steps"] or []]
+    seen: set[str] = set()
+    for step in steps:
+        if step.id in seen:
+            raise ConfigError(f"{step.where}: step id {step.id!r} is used twice (give each an id:)")
+        seen.add(step.id)
     if not steps:
         raise ConfigError(f"{path}: the play has no steps")
-    return Play(doc.get("name") or path.stem, doc.get("description", ""), steps, variables, path)
+    return Play(doc.get("name") or path.stem, doc.get("description") or "", steps, variables, path)
+
+
+def _step(raw: Any, path: Path, variables: dict[str, Any]) -> Step:
+    """One `steps:` entry, its kind known and its `with:` values checked like the task's flags."""
+    from sglops import values
+    from sglops.play_steps import STEPS
+
+    check_fields(raw, {"id", "do", "with", "description"}, "step", required={"do"}, within=str(path))
+    where = getattr(raw, "where", str(path))
+    kind = raw["do"]
+    if not isinstance(kind, str) or kind not in STEPS:
+        raise ConfigError(f"{where}: unknown step {kind!r}; steps are: {', '.join(sorted(STEPS))}")
+    step_id = raw.get("id") or kind
+    if not isinstance(step_id, str | int) or isinstance(step_id, bool):
+        raise ConfigError(f"{where}: id must be a name (got {step_id!r})")
+    step_id = str(step_id)
+    given = raw.get("with") or {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"{where}: with must be a mapping of parameter: value (got {given!r})")
+    params = render_value(dict(given), variables, where)
+    accepted = STEPS[kind].params
+    unknown = sorted(str(k) for k in set(params) - set(accepted))
+    if unknown:
+        raise ConfigError(f"{where}: step {step_id} ({kind}) has no parameter {unknown[0]!r}; "
+                          f"it takes: {', '.join(sorted(accepted)) or 'none'}")
+    params = values.check(accepted, params, label=lambda p: f"{where}: step {step_id} ({kind}): {p}")
+    return Step(step_id, kind, params, where, str(raw.get("description") or ""))

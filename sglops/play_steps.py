@@ -1,6 +1,8 @@
 """What each play step does: the same library functions the tasks call, nothing of their own.
 
 A step kind is `run(ctx, **with)`; it returns an object with `to_json()` (and usually `table()`).
+Its `params` (sglops.values specs, the same the tasks use for their flags) say which `with:` keys it
+takes and check their values when the play is loaded, before any host is touched.
 In a dry run a step either asks the host for its own dry run (apply-patch, revert-patch, restart,
 build-kernel: they show exactly what would change) or says what it would measure.
 """
@@ -12,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
+from sglops import values as v
 from sglops.errors import ConfigError
 from sglops.remote import Remote
 
@@ -44,13 +48,14 @@ class Planned:
 
     def table(self) -> Table:
         t = Table(show_header=False, box=None)
-        t.add_row("[dim]would[/]", self.what)
+        t.add_row(Text("would", style="dim"), self.what)
         return t
 
 
 @dataclass
 class StepKind:
     run: Any
+    params: v.Spec = field(default_factory=dict)  # what `with:` takes, checked at load
     summary: Any = None  # result json -> one line for the play's progress/recap
     mutates: bool = False
 
@@ -82,10 +87,12 @@ def _revert_patch(ctx: StepContext, name: str, force: bool = False):
     return patches.revert_patch(ctx.remote, name, dry_run=ctx.dry_run, force=force)
 
 
-def _build_kernel(ctx: StepContext, name: str, force: bool = False):
+def _build_kernel(ctx: StepContext, name: str, force: bool = False, target: str | None = None,
+                  arch: str | None = None):
     from sglops import kernels
 
-    return kernels.build_kernel(ctx.remote, name, dry_run=ctx.dry_run, force=force)
+    return kernels.build(ctx.remote, kernels.load_kernel(name), dry_run=ctx.dry_run, force=force, target=target,
+                         arch=arch)
 
 
 def _restart(ctx: StepContext, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
@@ -103,31 +110,32 @@ def _restart(ctx: StepContext, profile: str | None = None, rollback: bool = Fals
 
 
 def _bench(ctx: StepContext, runs: int = 5, input_len: int = 128, output_len: int = 256, concurrency: Any = 1,
-           api: str = "sglang", port: int | None = None, warmup: int = 1):
+           api: str = "sglang", port: int | None = None, requests: int | None = None, warmup: int = 1):
     from sglops import bench
 
     if ctx.dry_run:
         return Planned(f"bench {runs} repeats, input {input_len} / output {output_len} tokens, concurrency "
-                       f"{concurrency}, {api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
+                       f"{','.join(map(str, concurrency)) if isinstance(concurrency, list) else concurrency}, "
+                       f"{api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
     def on_progress(ev: dict) -> None:
         if ev.get("phase") == "measuring":
             ctx.progress(f"request {ev.get('done', 0)}/{ev.get('total', '?')}")
 
     result = bench.run_bench(ctx.remote, runs=runs, input_len=input_len, output_len=output_len,
-                             concurrency=concurrency, api=api, port=port, warmup=warmup,
+                             concurrency=concurrency, api=api, port=port, requests=requests, warmup=warmup,
                              on_progress=on_progress)
     bench.record(result, run_id=f"{ctx.run_id}-{ctx.step_id}")
     bench.check([result])
     return result
 
 
-def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int | None = None):
+def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int | None = None, wait: float = 120):
     from sglops import profile
 
     if ctx.dry_run:
         return Planned(f"profile {steps} decode steps of a {output_len}-token single-stream request, pull the "
                        "traces back and analyse them")
-    return profile.run_profile(ctx.remote, steps=steps, output_len=output_len, port=port,
+    return profile.run_profile(ctx.remote, steps=steps, output_len=output_len, port=port, wait_s=wait,
                                show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}")
 
 
@@ -183,14 +191,17 @@ def _bench_summary(doc: dict) -> str:
     return f"decode {d['median']:.2f} tok/s{ci}"
 
 
+_PATCH = {"name": v.Required(v.Name("patch")), "force": v.Flag()}
 STEPS: dict[str, StepKind] = {
     "facts": StepKind(_facts),
-    "probe": StepKind(_probe, summary=_probe_summary),
-    "apply-patch": StepKind(_apply_patch, mutates=True),
-    "revert-patch": StepKind(_revert_patch, mutates=True),
-    "build-kernel": StepKind(_build_kernel, mutates=True),
-    "restart": StepKind(_restart, mutates=True),
-    "bench": StepKind(_bench, summary=_bench_summary),
-    "profile": StepKind(_profile, summary=_profile_summary),
-    "compare": StepKind(_compare, summary=_compare_summary),
+    "probe": StepKind(_probe, {"probes": v.Str(), "engine": v.Choice(("auto", "python", "rg"), "auto")},
+                      summary=_probe_summary),
+    "apply-patch": StepKind(_apply_patch, _PATCH | {"variant": v.Name("variant")}, mutates=True),
+    "revert-patch": StepKind(_revert_patch, _PATCH, mutates=True),
+    "build-kernel": StepKind(_build_kernel, {"name": v.Required(v.Name("kernel")), "force": v.Flag(),
+                                             "target": v.Str(), "arch": v.Str()}, mutates=True),
+    "restart": StepKind(_restart, v.PROFILE_NAME | {"rollback": v.Flag()} | v.RESTART, mutates=True),
+    "bench": StepKind(_bench, v.BENCH, summary=_bench_summary),
+    "profile": StepKind(_profile, v.PROFILE, summary=_profile_summary),
+    "compare": StepKind(_compare, {"runs": v.StrList()}, summary=_compare_summary),
 }

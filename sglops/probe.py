@@ -96,7 +96,7 @@ def _probe(d: Any, seen: set[str]) -> Probe:
     seen.add(pid)
     kind, scope, root = d.get("kind", "grep"), d.get("scope", "global"), d.get("root", "sglang")
     for value, allowed, label in ((kind, KINDS, "kind"), (scope, SCOPES, "scope"), (root, ROOTS, "root")):
-        if value not in allowed:
+        if not isinstance(value, str) or value not in allowed:
             raise ConfigError(f"{where}: probe {pid!r}: {label} must be one of {', '.join(sorted(allowed))}, got {value!r}")
     files = _str_list(d.get("files", []), where, f"probe {pid!r}: files")
     if scope == "global" and not files:

@@ -175,8 +175,8 @@ class ProbeReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "host": self.host, "probe_file": self.probe_file, "engine": self.engine,
-            "sglang": {k: self.sglang.get(k) for k in ("version", "commit", "branch", "dirty", "kind", "root",
-                                                       "package_dir")},
+            "sglang": {k: self.sglang.get(k) for k in ("version", "version_source", "commit", "branch", "dirty", "kind",
+                                                       "root", "package_dir")},
             "flashinfer": self.flashinfer, "facts": self.facts, "flags": self.flags,
             "backends": [b.to_json(self.facts) for b in self.backends],
             "probes": [{**r, "hit": self.meanings.get(r["id"], ("", ""))[0],

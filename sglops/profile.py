@@ -64,7 +64,7 @@ def _bar(remote_files: list[dict]):
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     total = sum(f["size"] for f in remote_files)
-    progress = Progress(TextColumn("[bold]download[/] {task.description}"), BarColumn(), DownloadColumn(),
+    progress = Progress(TextColumn("download {task.description}", markup=False), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=err_console, transient=True)
     task = progress.add_task(f"{len(remote_files)} trace file(s)", total=total)
     return progress, task
@@ -75,12 +75,12 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
     """Profile `steps` decode steps of a single-stream request on the host's server, then analyse."""
     if steps < 1 or output_len < 1:
         raise ConfigError(f"--steps and --output-len must be positive (got {steps}, {output_len})")
-    status = err_console.status(f"{remote.name}: profiling {steps} decode steps") if show_progress else None
+    status = err_console.status(Text(f"{remote.name}: profiling {steps} decode steps")) if show_progress else None
 
     def on_progress(ev: dict) -> None:
         if status is not None and ev.get("phase") == "waiting":
-            status.update(f"{remote.name}: waiting for trace files ({ev.get('complete')}/"
-                          f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)")
+            status.update(Text(f"{remote.name}: waiting for trace files ({ev.get('complete')}/"
+                               f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)"))
 
     args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
             "wait_s": wait_s}

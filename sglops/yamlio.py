@@ -39,9 +39,12 @@ def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file; malformed YAML raises ConfigError naming file and line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as UTF-8") from None
     return loads_yaml(text, str(path))
 
 
@@ -56,14 +59,28 @@ def loads_yaml(text: str, file: str = "<string>") -> Any:
         raise ConfigError(f"{file}: malformed YAML: {exc}") from None
 
 
-def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = frozenset()) -> None:
-    """Refuse unknown or missing fields with the file and line of the mapping."""
+def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = frozenset(),
+                 within: str | None = None) -> None:
+    """Refuse unknown or missing fields with the file and line of the mapping (`within`: the file, for a
+    value that is not a mapping and so has no line of its own)."""
     where = d.where if isinstance(d, LineDict) else what
     if not isinstance(d, dict):
-        raise ConfigError(f"{where}: {what} must be a mapping, got {type(d).__name__}")
-    unknown = sorted(set(d) - allowed)
+        shown = repr(d) if len(repr(d)) <= 60 else repr(d)[:57] + "..."
+        raise ConfigError(f"{within + ': ' if within else ''}{what} must be a mapping, got {type(d).__name__} {shown}")
+    unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r} in {what} (allowed: {', '.join(sorted(allowed))})")
     missing = sorted(required - set(d))
     if missing:
         raise ConfigError(f"{where}: {what} is missing {missing[0]!r}")
+
+
+def list_field(d: dict, key: str, what: str) -> list:
+    """d[key] as a list (absent or empty: []); anything else is refused with the mapping's file:line."""
+    value = d.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        where = d.where if isinstance(d, LineDict) else what
+        raise ConfigError(f"{where}: {key} in {what} must be a list (got {type(value).__name__} {value!r:.60})")
+    return value

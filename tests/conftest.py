@@ -19,7 +19,6 @@ from sglops.remote import connect
 from sglops.sandbox.sshd import Sandbox
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 @pytest.fixture(scope="session")

@@ -36,10 +36,10 @@ def test_facts_json_for_a_tag(use_sandbox, tmp_path):
 
 def test_one_host_down_others_still_reported(use_sandbox, tmp_path):
     res = inv_cmd("facts", "--hosts", "gpu-a,127.0.0.1:1,gpu-b", env=_env(use_sandbox, tmp_path))
-    assert res.returncode == 1
+    assert res.returncode == 3  # the connect class (README "Exit codes")
     assert "facts: gpu-a" in res.stdout and "facts: gpu-b" in res.stdout
     assert "[127.0.0.1:1]" in res.stderr and "refused" in res.stderr
-    assert "2 ok, 1 failed (127.0.0.1:1)" in res.stdout
+    assert "2 ok, 1 failed (127.0.0.1:1: connect)" in res.stdout
     assert "Traceback" not in res.stderr
 
 

@@ -128,7 +128,9 @@ def test_fp8_kv_direct_requires_fp8_mla_flashinfer_on_sm90(env, psb, host):
     assert tree_snapshot(root) == pristine and not ledger(root)["applied"]
 
     with remote(psb, host) as r:  # the same patch where the facts are met: no --force needed
-        res = patches.apply_patch(r, "fp8-kv-direct", facts_fn=lambda _: {"flashinfer_mla_fp8": True, "gpu_sm": "sm90"})
+        met = {"flashinfer_mla_hopper_fp8": True, "flashinfer_mla_fp8_scale_mode": True,
+               "flashinfer_mla_fp8_run_scales": True, "gpu_sm": "sm90"}
+        res = patches.apply_patch(r, "fp8-kv-direct", facts_fn=lambda _: met)
         assert res.action == "applied"
         assert "self.data_type = model_runner.kv_cache_dtype" in (root / MLA).read_text()
         assert patches.revert_patch(r, "fp8-kv-direct").action == "reverted"

@@ -19,6 +19,7 @@ from sglops.errors import ConfigError
 from sglops.play_cli import parse_vars
 from sglops.play_spec import load_play
 from sglops.sandbox.sshd import free_port
+from sglops.sandbox.standin_kv_cost import SEED_RATE, step_model
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(play_host, env):
     res = inv_cmd("play", "fp8-kv-decode", "--host", "play-1", "--dry-run", "--var", "profile=sandbox-demo",
                   "--var", f"port={free_port()}", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "+        gathered" in res.stdout or "_sglops_gather_cast" in res.stdout  # the patch's real diff is shown
+    assert "_sglops_cast_kv" in res.stdout  # the patch's real diff is shown
     assert "would" in res.stdout and "dry run" in res.stdout
     assert _tree_state(play_host) == before, "a dry run must not touch the tree or start a server"
     (manifest,) = _runs(env)
@@ -89,7 +90,10 @@ def test_the_investigation_end_to_end(play_host, env):
     assert steps["patch"]["result"]["variant"] == "sglang-0.5.23"
     base = steps["baseline-bench"]["result"]["levels"][0]["decode_tok_s"]["median"]
     patched = steps["patched-bench"]["result"]["levels"][0]["decode_tok_s"]["median"]
-    assert 1.25 < patched / base < 1.32  # the stand-in serves 10.5 vs 13.5 tok/s (x20): the seed's +29%
+    # the stand-in's rates are set by its decode model run on the served tree's own code (before and after the
+    # patch), not measured on a GPU: the benchmark must reproduce the ratio that model sets
+    served = play_host.host("play-1").sglang_root / "python" / "sglang"
+    assert patched / base == pytest.approx(step_model(str(served))["rate"] / SEED_RATE, rel=0.05)
     row = next(r for r in steps["compare"]["result"]["rows"] if r["metric"] == "decode tok/s")
     assert row["verdict"] == "faster"
     # the manifest ties the figures to what produced them
@@ -132,7 +136,7 @@ def test_a_failed_step_stops_the_play_and_from_resumes_it(play_host, env, tmp_pa
     res = inv_cmd("play", str(playfile), "--host", "play-1", env=env)
     assert res.returncode == 1
     assert "stopped at step up" in res.stderr and "static_assert" in res.stderr
-    assert "--from up" in res.stdout and "Traceback" not in res.stderr
+    assert "--from up" in res.stderr and "Traceback" not in res.stderr
     (manifest,) = [m for m in _runs(env) if m["task"] == "play"]
     assert manifest["failed_step"] == "up"
     resumed = inv_cmd("play", str(playfile), "--host", "play-1", "--from", "up", "--var", "profile=sandbox", env=env)

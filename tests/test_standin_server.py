@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -15,6 +16,7 @@ import pytest
 from sglops.sandbox import trees
 from sglops.sandbox.standin_local import start_standin
 
+REPO = Path(__file__).resolve().parent.parent
 STANDIN = Path(__file__).resolve().parent.parent / "sglops" / "sandbox" / "standin_server.py"
 
 
@@ -149,18 +151,54 @@ def test_decode_pacing_is_exact_single_stream(start, rate, n):
     assert measured == pytest.approx(rate, rel=0.01)
 
 
-def test_default_rate_follows_the_gather_cast_marker_in_the_served_tree(start, tmp_path):
+def _served_copy(tmp_path: Path, name: str, diff: str | None = None, edit=None) -> Path:
+    """A copy of sglang 0.5.23's package (no tests) with the gather-cast diff applied and/or an edit of the MLA file."""
     src = trees.sglang_template("0.5.23") / "python"
-    patched = tmp_path / "patched" / "python"
-    shutil.copytree(src / "sglang", patched / "sglang", ignore=shutil.ignore_patterns("*test*", "multimodal*"))
-    mla = patched / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
-    mla.write_text(mla.read_text() + "\n# sglops: gather-cast\n")
-    plain = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"})
-    fixed = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"}, sglang=patched)
-    plain.wait_healthy()
-    fixed.wait_healthy()
-    rates = [json.loads(x.get("/get_server_info")[1])["standin_decode_tps"] for x in (plain, fixed)]
-    assert rates == [10.5, 13.5]
+    dest = tmp_path / name / "python"
+    shutil.copytree(src / "sglang", dest / "sglang", ignore=shutil.ignore_patterns("*test*", "multimodal*"))
+    if diff:
+        subprocess.run(["git", "apply", "--directory=python", "-p2", str(REPO / "patches" / "gather-cast" / diff)],
+                       cwd=dest.parent, check=True, capture_output=True)
+    mla = dest / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
+    if edit:
+        mla.write_text(edit(mla.read_text()))
+    return dest
+
+
+def _model(server: Server) -> dict:
+    return json.loads(server.get("/get_server_info")[1])["standin_decode_model"]
+
+
+def test_default_rate_follows_what_the_served_decode_code_does(start, tmp_path):
+    """The rate comes from running the served tree's own decode KV code, not from a marker comment."""
+    trees_ = {
+        "plain": None,
+        "patched": _served_copy(tmp_path, "patched", "sglang-0.5.23.diff"),
+        "marker-only": _served_copy(tmp_path, "marker", edit=lambda t: t + "\n# sglops: gather-cast\n"),
+        "patched-but-casting": _served_copy(tmp_path, "casting", "sglang-0.5.23.diff", edit=lambda t: re.sub(
+            r'rows = getattr\(wrapper, "_sglops_\w+", None\)', "rows = None", t)),
+    }
+    servers = {k: start("--model-path", "m", "--attention-backend", "flashinfer",
+                        env={"SGLOPS_STANDIN_STARTUP_S": "0"}, **({"sglang": v} if v else {}))
+               for k, v in trees_.items()}
+    for s in servers.values():
+        s.wait_healthy()
+    models = {k: _model(s) for k, s in servers.items()}
+    assert models["plain"]["whole_pool_cast"] and models["plain"]["rate"] == pytest.approx(10.5)
+    assert models["marker-only"] == models["plain"]  # a comment changes nothing
+    assert models["patched-but-casting"]["whole_pool_cast"]  # kept the hooks, still cast the pool: no faster
+    assert models["patched-but-casting"]["rate"] == pytest.approx(10.5, rel=0.01)
+    fixed = models["patched"]
+    assert not fixed["whole_pool_cast"] and fixed["rate"] > 3 * 10.5 * 0.95
+    assert fixed["gathered_per_layer"] == fixed["converted_per_layer"] == 4096 * 576  # the live rows, once each
+    assert all(m["set_by"] == "stand-in model" for m in models.values())
+
+
+def test_served_decode_code_that_breaks_fails_at_warm_up(start, tmp_path):
+    broken = _served_copy(tmp_path, "broken", "sglang-0.5.23.diff", edit=lambda t: t.replace(".long()", ".lon()"))
+    s = start("--model-path", "m", env={"SGLOPS_STANDIN_STARTUP_S": "0"}, sglang=broken)
+    assert s.proc.wait(20) != 0
+    assert "the decode KV code fails: AttributeError" in s.log.read_text()
 
 
 def test_port_in_use_fails_with_a_realistic_message(start):

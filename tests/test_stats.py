@@ -87,3 +87,29 @@ def test_failed_requests_are_counted_and_their_repeats_give_no_figure():
     assert lv.status == "partial" and lv.outcomes == {"ok": 2, "dropped": 1}
     assert lv.decode_tok_s["values"] == pytest.approx([10.0, 8.0])
     assert analyse([repeats[1]], 1).status == "failed"
+
+
+def test_compare_chart_starts_at_zero_and_names_every_run(tmp_path, monkeypatch):
+    """A ratio read off the chart is the ratio measured: the y axis starts at 0; the title names each run's settings."""
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from sglops import charts
+    from sglops.compare import Run, chart_title
+
+    figs = []
+    monkeypatch.setattr(charts.plt, "close", lambda fig: figs.append(fig))
+    level = {"concurrency": 1, "decode_tok_s": {"median": 270.0, "ci95": [268.0, 272.0], "values": [270.0]}}
+    base = {**level, "decode_tok_s": {"median": 210.0, "ci95": [209.0, 211.0], "values": [210.0]}}
+    charts.decode_chart([{"label": "a", "levels": [base]}, {"label": "b", "levels": [level]}], tmp_path / "c.png")
+    assert figs and figs[0].axes[0].get_ylim()[0] == 0
+    plt.close(figs[0])
+
+    def run(rid: str, api: str, out: int) -> Run:
+        return Run(rid, "h", Path("."), {"config": {"api": api, "input_len": 32, "output_len": out}})
+
+    assert chart_title([run("r1", "sglang", 64), run("r2", "sglang", 64)]) == \
+        "decode tok/s per stream, sglang in 32 / out 64 (all runs)"
+    mixed = chart_title([run("r1", "sglang", 64), run("r2", "openai", 128)])
+    assert "r1: sglang in 32 / out 64" in mixed and "r2: openai in 32 / out 128" in mixed

@@ -20,12 +20,13 @@ def main() -> None:
     except ImportError as exc:
         print(f"error: torch is not importable by {sys.executable}: {exc}", flush=True)
         sys.exit(1)
-    from sglops_kernels.gather_cast import backend, gather_cast
+    from sglops_kernels.gather_cast import backend, cast_live_rows, gather_cast
 
     print(f"torch {torch.__version__} at {torch.__file__}; target {arch}", flush=True)
     if not torch.cuda.is_available():
         pool = torch.randint(0, 256, (64, 1, 576), dtype=torch.uint8)
         gather_cast(pool, torch.tensor([3, 1]))
+        cast_live_rows(pool, torch.tensor([3, 1]), 2)
         print("no CUDA device: nothing to compile; the torch fallback ran", flush=True)
         return
     import triton
@@ -51,6 +52,12 @@ def main() -> None:
             label = "tensor" if isinstance(scale, torch.Tensor) else scale
             print(f"compiled+ran idx={idx_dtype} out={out_dtype} scale={label}: "
                   f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+    ids = torch.randint(0, 4096, (5000,), device="cuda", dtype=torch.int32)
+    for live_label, live in (("host", 1000), ("device", torch.tensor([1000], dtype=torch.int32, device="cuda"))):
+        t0 = time.perf_counter()
+        cast_live_rows(pool, ids, live)
+        torch.cuda.synchronize()
+        print(f"compiled+ran cast_live_rows live={live_label}: {(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
     print("build ok", flush=True)
 
 

@@ -2,7 +2,11 @@
 
 On a CUDA GPU: the fused kernel must be the path taken and be bit-for-bit equal to torch's
 `pool[idx].to(dtype)` (and the scaled formula) on random data, for many pools and index sets,
-empty and single-row included. Without CUDA: the torch fallback against the same formula.
+empty and single-row included. cast_live_rows (what the patch uses): the live count read from
+the device (and from the host), stale index tails, repeated and out-of-range ids, the whole-pool
+switch at n >= pool rows, and a CUDA graph captured once and replayed with its index buffer and
+live count rewritten in place: rows ids[:n] bit-exact, every other row untouched. Without CUDA:
+the torch fallback against the same formula.
 Exits non-zero at the first mismatch, with one `error:` line saying where.
 """
 
@@ -10,7 +14,7 @@ import os
 import sys
 
 import torch
-from sglops_kernels.gather_cast import backend, gather_cast
+from sglops_kernels.gather_cast import backend, cast_live_rows, gather_cast
 
 FP8 = torch.float8_e4m3fn
 INT = {2: torch.int16, 4: torch.int32, 1: torch.uint8}
@@ -89,10 +93,92 @@ def main() -> None:
                                            .tolist()})[:4] if nan_only else ""
                             fail(f"{int(bad.sum())} elements differ{f' (NaN bits only, got {bits})' if nan_only else ''}"
                                  f" ({where})")
+    cases += live_rows_cases(dev, gen, want)
     if FAILURES:
         sys.exit(1)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"selftest ok: {cases} cases bit-for-bit on {dev.type} ({want} path, {name})", flush=True)
+
+
+POISON = -12345  # int16 bits of a bf16 NaN-free pattern (0xcfc7) no cast of e4m3 produces
+
+
+def check_live(pool, out, ids_cpu, n, where, exact_untouched) -> None:
+    """Rows ids[:n] (all rows once n >= pool rows) bit-exact; with the Triton path, every other
+    row still holds the poison (nothing beyond the live rows was written)."""
+    rows_total = pool.shape[0]
+    live = ids_cpu[:n].long()
+    live = live[(live >= 0) & (live < rows_total)]
+    if n >= rows_total:
+        live = torch.arange(rows_total)
+    ref = pool.view(FP8).to(torch.bfloat16).cpu()  # on the pool's device: NaN bits as that device's torch writes them
+    got = out.cpu()
+    if not torch.equal(got[live].view(torch.int16), ref[live].view(torch.int16)):
+        fail(f"live rows differ ({where})")
+        return
+    if exact_untouched:
+        mask = torch.ones(rows_total, dtype=torch.bool)
+        mask[live] = False
+        if not bool((got[mask].view(torch.int16) == POISON).all()):
+            fail(f"rows outside ids[:n] were written ({where})")
+
+
+def live_rows_cases(dev, gen, want) -> int:
+    cases = 0
+    triton_path = want == "triton"
+    for rows_total in (1, 97, 4099) + ((70001,) if dev.type == "cuda" else ()):
+        pool = torch.randint(0, 256, (rows_total, 1, 576), dtype=torch.uint8, generator=gen).to(dev)
+        cap = 3 * rows_total + 5
+        ids_cpu = torch.randint(0, rows_total, (cap,), generator=gen, dtype=torch.int32)  # repeats: shared prefixes
+        ids_cpu[1::7] = torch.randint(0, rows_total, (len(ids_cpu[1::7]),), generator=gen, dtype=torch.int32)
+        for n in sorted({0, 1, min(5, rows_total), rows_total // 3, rows_total - 1, rows_total, cap}):
+            for live_kind in ("host", "device32", "device64"):
+                ids = ids_cpu.to(dev)
+                out = torch.full((rows_total, 1, 576), POISON, dtype=torch.int16, device=dev).view(torch.bfloat16)
+                live = n if live_kind == "host" else torch.tensor(
+                    [n], dtype=torch.int32 if live_kind == "device32" else torch.int64, device=dev)
+                got = cast_live_rows(pool, ids, live, cap=cap, out=out)
+                cases += 1
+                if got.data_ptr() != out.data_ptr():
+                    fail("cast_live_rows did not write into the out= buffer")
+                # the torch path casts a static superset (ids[:cap]) for a device count: exact rows only
+                check_live(pool, got, ids_cpu, n, f"P={rows_total} n={n} live={live_kind}",
+                           triton_path or live_kind == "host")
+        # out-of-range ids are skipped by the kernel (no fault); in-range ones still land
+        if triton_path and rows_total > 2:
+            bad = torch.tensor([0, -1, rows_total, rows_total + 100, 1], dtype=torch.int32)
+            out = torch.full((rows_total, 1, 576), POISON, dtype=torch.int16, device=dev).view(torch.bfloat16)
+            cast_live_rows(pool, bad.to(dev), torch.tensor([5], dtype=torch.int32, device=dev), out=out)
+            check_live(pool, out, torch.tensor([0, 1]), 2, f"P={rows_total} out-of-range ids", True)
+            cases += 1
+    if dev.type == "cuda":
+        cases += graph_replays(dev, gen, triton_path)
+    return cases
+
+
+def graph_replays(dev, gen, triton_path) -> int:
+    """Capture once with a device live count, then replay with new batches written in place."""
+    rows_total, cap = 50_000, 40_000
+    pool = torch.randint(0, 256, (rows_total, 1, 576), dtype=torch.uint8, generator=gen).to(dev)
+    ids = torch.zeros(cap, dtype=torch.int32, device=dev)
+    live = torch.zeros(1, dtype=torch.int32, device=dev)
+    out = torch.full((rows_total, 1, 576), POISON, dtype=torch.int16, device=dev).view(torch.bfloat16)
+    cast_live_rows(pool, ids, live, cap=cap, out=out)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cast_live_rows(pool, ids, live, cap=cap, out=out)
+    cases = 0
+    for n in (7, 33_333, 1, 40_000, 0, 12_345):
+        fresh = torch.randint(0, rows_total, (cap,), generator=gen, dtype=torch.int32)
+        ids.copy_(fresh.to(dev))  # the whole buffer: entries past n are a stale tail
+        live.fill_(n)
+        out.view(torch.int16).fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_live(pool, out, fresh, n, f"graph replay n={n}", triton_path)
+        cases += 1
+    return cases
 
 
 if __name__ == "__main__":

@@ -118,45 +118,121 @@ def _package_dir_under(path):
     return None
 
 
-def _read_version(pkg):
-    """The release from _version.py, dist-info, pyproject or git, without importing sglang."""
-    for name in ("_version.py", "version.py"):
+# A version file's own top-level assignment: setuptools-scm / vcs-versioning write
+# `__version__ = version = '0.5.15'` (before setuptools-scm 7: `version = '0.5.15'`), hand-kept files
+# `__version__ = "0.4.10"`, annotated ones `__version__: str = "..."`. Only column 0 counts:
+# assignments inside try/except are fallbacks (`"0.0.0.dev0"`), not the release.
+_VERSION_LINE = _re.compile(
+    r"^(?:__version__|version)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*(?:#.*)?$", _re.M)
+_COMMIT_LINE = _re.compile(r"^(?:__commit_id__|__git_commit__)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1",
+                           _re.M)
+# Generated at build time first (they say what was built), then the hand-kept version.py.
+_VERSION_FILES = ("_version.py", "_build_meta.py", "version.py")
+
+
+def version_from_files(pkg):
+    """(version, source, build commit) from the package's own version file, or (None, None, None)."""
+    for name in _VERSION_FILES:
         try:
-            text = open(_os.path.join(pkg, name)).read()
+            with open(_os.path.join(pkg, name), errors="replace") as fh:
+                text = fh.read(65536)
         except OSError:
             continue
-        m = _re.search(r"^(?:__version__|version)\s*(?::\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", text, _re.M)
+        m = _VERSION_LINE.search(text)
         if m:
-            return m.group(1)
-    parent = _os.path.dirname(pkg)
+            c = _COMMIT_LINE.search(text)
+            return m.group(2), _os.path.basename(pkg) + "/" + name, c.group(2) if c else None
+    return None, None, None
+
+
+def _norm(name):
+    return _re.sub(r"[-_.]+", "_", name).lower()
+
+
+def version_from_metadata(site, dists):
+    """(version, source) from the `Version:` header of the dist-info METADATA in SITE of one of DISTS
+    (names the distribution had), what importlib.metadata reads, else the dist-info folder's name;
+    (None, None) without one. With several dist-info folders (a botched upgrade), the newest, said so."""
+    want = {_norm(d) for d in dists}
+    found = [e for e in _listing(site) if e.endswith(".dist-info") and _norm(e[:-10].rpartition("-")[0]) in want]
+    if not found:
+        return None, None
+    if len(found) > 1:
+        found.sort(key=lambda e: _os.stat(_os.path.join(site, e)).st_mtime)
+    info = found[-1]
+    note = f" (newest of {len(found)} dist-info folders)" if len(found) > 1 else ""
     try:
-        for entry in sorted(_os.listdir(parent)):
-            if entry.startswith("sglang-") and entry.endswith(".dist-info"):
-                return entry[len("sglang-"):-len(".dist-info")]
+        with open(_os.path.join(site, info, "METADATA"), errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    break  # end of the headers
+                if line.lower().startswith("version:"):
+                    return line.split(":", 1)[1].strip(), info + "/METADATA" + note
     except OSError:
         pass
-    try:
-        text = open(_os.path.join(parent, "pyproject.toml")).read()
-        m = _re.search(r'^version\s*=\s*"([^"]+)"', text, _re.M)
-        if m:
-            return m.group(1)
-    except OSError:
-        pass
-    rc, out, _ = sh(["git", "describe", "--tags", "--always"], cwd=pkg)
-    return out.strip().lstrip("v") if rc == 0 and out.strip() else None
+    return info[:-10].rpartition("-")[2], info + " (folder name)" + note
+
+
+_DESCRIBE = ["git", "describe", "--tags", "--long", "--match", "v[0-9]*", "--match", "[0-9]*"]
+
+
+def version_from_describe(out):
+    """What `git describe --tags --long` says: {"version", "source", "tag", "commits_after_tag"} or None.
+
+    On a release tag the version is the tag's (v0.5.15 -> 0.5.15); N commits after it, git's own
+    words (0.5.15-3-gabc1234), so no variant made for the release is taken as an exact match.
+    """
+    m = _re.match(r"^(.+)-(\d+)-g([0-9a-f]+)$", out.strip())
+    if not m:
+        return None
+    tag, after = m.group(1), int(m.group(2))
+    base = tag[1:] if tag[:1] in "vV" else tag
+    if after == 0:
+        return {"version": base, "source": "git tag " + tag, "tag": tag, "commits_after_tag": 0}
+    return {"version": f"{base}-{after}-g{m.group(3)}",
+            "source": f"git describe: {after} commit{'' if after == 1 else 's'} after tag {tag}",
+            "tag": tag, "commits_after_tag": after}
+
+
+def package_version(pkg, dists, describe=None):
+    """The release of the package at PKG and where it came from, in order of trust.
+
+    A git checkout: its release tag (`git describe`, already run: DESCRIBE is its output), since a
+    version file cannot know the commits made after it was written; without a reachable tag
+    (shallow clones), the version file. An installed package: its version file, then the
+    dist-info METADATA beside it.
+    """
+    found = version_from_describe(describe) if describe else None
+    file_version, file_source, build_commit = version_from_files(pkg)
+    if found is None and file_version:
+        found = {"version": file_version, "source": file_source}
+    if found is None:
+        version, source = version_from_metadata(_os.path.dirname(pkg), dists)
+        if version:
+            found = {"version": version, "source": source}
+    found = found or {"version": None, "source": "no version file, dist-info or release tag found"}
+    info = {"version": found["version"], "version_source": found["source"]}
+    for key in ("tag", "commits_after_tag"):
+        if key in found:
+            info[key] = found[key]
+    if build_commit:
+        info["build_commit"] = build_commit
+    return info
 
 
 def _git_info(pkg):
-    """Checkout root, commit, branch and dirty files: two git calls (rev-parse answers three questions)."""
+    """Checkout root, commit, branch, dirty files and `git describe`: rev-parse answers three questions in one
+    call; only in a checkout, status and describe then run at once (describe hides behind status)."""
     rc, out, _ = sh(["git", "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD"], cwd=pkg)
     lines = out.split("\n")
     if rc != 0 or len(lines) < 3:
         return None
     top, commit, branch = (ln.strip() for ln in lines[:3])
-    _, status, _ = sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
+    (_, status, _), (drc, described, _) = parallel(
+        lambda: sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top), lambda: sh(_DESCRIBE, cwd=pkg))
     dirty = [ln[3:] for ln in status.splitlines() if ln.strip()]
     return {"root": top, "commit": commit or None, "branch": branch or None,
-            "dirty": bool(dirty), "dirty_files": dirty[:50]}
+            "dirty": bool(dirty), "dirty_files": dirty[:50], "describe": described.strip() if drc == 0 else None}
 
 
 def find_sglang(hint=None):
@@ -178,12 +254,17 @@ def find_sglang(hint=None):
         looked.append(path)
         pkg = _package_dir_under(path)
         if pkg:
-            git = _git_info(pkg)
-            info = {"package_dir": pkg, "version": _read_version(pkg), "kind": "git" if git else "installed",
+            # a package in site-packages is an install even inside someone's git repo (a project's .venv):
+            # that repo's commit and tags say nothing about SGLang
+            installed = _os.path.basename(_os.path.dirname(pkg)) in ("site-packages", "dist-packages")
+            git = None if installed else _git_info(pkg)
+            info = {"package_dir": pkg, "kind": "git" if git else "installed",
                     "root": git["root"] if git else _os.path.dirname(pkg), "commit": None, "branch": None,
                     "dirty": False, "dirty_files": []}
             if git:
+                describe = git.pop("describe")
                 info.update(git)
+            info.update(package_version(pkg, ("sglang",), describe if git else None))
             return info
     where = ", ".join(looked) if looked else "nowhere"
     how = "set sglang_root for this host in playbooks/hosts.yaml or pass --sglang-root PATH"
@@ -240,23 +321,42 @@ def _listing(path):
 
 def dist_version(name, import_name=None):
     """An installed distribution's version and package folder, found on sys.path without importing
-    it (nor importlib.metadata, which costs more than the lookup itself)."""
-    dist = _re.sub(r"[-_.]+", "_", name).lower()
+    it (nor importlib.metadata, which costs more than the lookup itself); the version is the
+    dist-info folder's name (pip writes it from METADATA's Version)."""
+    dist = _norm(name)
     module = import_name or dist.split("_python")[0]
-    version = location = None
+    version = location = source = None
     for entry in _sys.path:
         entry = entry or _os.getcwd()
         for item in _listing(entry):
             if version is None and item.endswith(".dist-info"):
                 stem = item[: -len(".dist-info")]
                 dname, _, ver = stem.rpartition("-")
-                if _re.sub(r"[-_.]+", "_", dname).lower() == dist:
-                    version = ver
+                if _norm(dname) == dist:
+                    version, source = ver, item
             if location is None and item == module and _os.path.isdir(_os.path.join(entry, item)):
                 location = _os.path.join(entry, item)
         if version and location:
             break
-    return {"version": version, "location": location} if (version or location) else None
+    if not (version or location):
+        return None
+    return {"version": version, "version_source": source, "location": location}
+
+
+def flashinfer_info():
+    """FlashInfer's version, where it came from, and its package folder; None when not installed.
+
+    Its build writes flashinfer/_build_meta.py (`__version__`, `__git_commit__`), which version.py
+    imports: that file first, then the dist-info METADATA beside the package.
+    """
+    found = dist_version("flashinfer-python", "flashinfer") or dist_version("flashinfer")
+    if found and found["location"]:
+        pkg = found["location"]
+        info = package_version(pkg, ("flashinfer-python", "flashinfer"))
+        if info["version"] is None and found["version"]:
+            info.update(version=found["version"], version_source=found["version_source"] + " (on sys.path)")
+        found = {**found, **info}
+    return found
 
 
 def parallel(*calls):

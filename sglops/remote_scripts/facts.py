@@ -42,7 +42,7 @@ def main(args):
         "python": python_info(),
         "torch": torch,
         "triton": dist_version("triton"),
-        "flashinfer": dist_version("flashinfer-python") or dist_version("flashinfer"),
+        "flashinfer": flashinfer_info(),
         "sglang": sglang,
         "sglang_error": sglang_error,
         "ripgrep": rg.split()[1] if rc == 0 and rg else None,

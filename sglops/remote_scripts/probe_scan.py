@@ -299,7 +299,7 @@ def _choices(root, files, candidates, probe, reader, errors):
 def main(args):
     start = time.monotonic()
     sglang = find_sglang(args.get("sglang_root"))
-    fi = dist_version("flashinfer-python") or dist_version("flashinfer")
+    fi = flashinfer_info()
     roots = {"sglang": sglang["package_dir"], "flashinfer": fi.get("location") if fi else None}
     want = args.get("engine") or "auto"
     rg = shutil.which("rg")

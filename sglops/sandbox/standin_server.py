@@ -7,7 +7,8 @@ with exactly paced decode so benchmarks measure what the stand-in was told to pr
 Standard library only: it runs under a bare host's /usr/bin/python3.
 
 Launch arguments stay SGLang's; the stand-in's own knobs are environment variables:
-  SGLOPS_STANDIN_TPS            decode tok/s (default: from the served tree, see decode_rate())
+  SGLOPS_STANDIN_TPS            decode tok/s (default: a model run on the served tree's own decode KV code,
+                                standin_kv_cost.py; every figure it sets is the stand-in's, not a measurement)
   SGLOPS_STANDIN_SPEEDUP        multiplies the rate (the demo keeps ratios but runs fast)
   SGLOPS_STANDIN_TTFT_MS        time to first token (default 30)
   SGLOPS_STANDIN_STARTUP_S      loading time before /health is 200 (default 0.3)
@@ -35,10 +36,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GATHER_CAST_MARKER = "sglops: gather-cast"
-WHOLE_POOL_CAST = "get_key_buffer(layer.layer_id).to(q.dtype)"
-RATE_WHOLE_POOL_CAST = 10.5
-RATE_GATHER_CAST = 13.5
+MLA_BACKENDS = ("flashinfer", None)  # the backends whose decode KV code the stand-in runs (None: the default)
 GEN_LOG_EVERY = 40  # SGLang logs "gen throughput" every 40 decode steps
 VOCAB = ["the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", "."]
 
@@ -136,18 +134,23 @@ def tree_version(pkg: str | None) -> str | None:
     return None
 
 
-def gather_cast_patched(pkg: str | None) -> bool:
-    """True when the tree's FlashInfer MLA backend carries the gather-cast patch's marker."""
-    if not pkg:
-        return False
-    return GATHER_CAST_MARKER in _read(os.path.join(pkg, "srt", "layers", "attention", "flashinfer_mla_backend.py"))
+def decode_model(pkg: str | None, backend: str | None) -> dict:
+    """The stand-in's decode step: for FlashInfer MLA, its model run on the served tree's decode KV code
+    (standin_kv_cost.py; raises ServedCodeError where that code breaks, as a real warm-up would); else, and
+    with no tree, the seed's rate. SGLOPS_STANDIN_TPS overrides the rate; every figure here is SET BY THE STAND-IN."""
+    if HERE not in sys.path:
+        sys.path.append(HERE)
+    import standin_kv_cost as kv
 
-
-def decode_rate(pkg: str | None) -> float:
-    """Decode tok/s: the env knob, else 13.5 with the gather-cast patch, 10.5 while the whole pool is cast."""
+    if pkg and backend in MLA_BACKENDS:
+        model = kv.step_model(pkg)
+    else:
+        model = {"rate": kv.SEED_RATE, "cast_share": kv.SEED_CAST_SHARE, "whole_pool_cast": True,
+                 "set_by": "stand-in constant (the seed's rate)"}
     env = os.environ.get("SGLOPS_STANDIN_TPS")
-    base = float(env) if env else (RATE_GATHER_CAST if gather_cast_patched(pkg) else RATE_WHOLE_POOL_CAST)
-    return base * float(os.environ.get("SGLOPS_STANDIN_SPEEDUP") or 1)
+    if env:
+        model = {**model, "rate": float(env), "set_by": "SGLOPS_STANDIN_TPS"}
+    return {**model, "rate": model["rate"] * float(os.environ.get("SGLOPS_STANDIN_SPEEDUP") or 1)}
 
 
 # -- warm-up crashes (what real logs look like) ----------------------------------------------------
@@ -203,7 +206,8 @@ class State:
     def __init__(self, args: dict, extra: list[str], pkg: str | None) -> None:
         self.args, self.extra, self.pkg = args, extra, pkg
         self.version = tree_version(pkg)
-        self.rate = decode_rate(pkg)
+        self.model = decode_model(pkg, args.get("attention_backend"))
+        self.rate = self.model["rate"]
         self.ttft = float(os.environ.get("SGLOPS_STANDIN_TTFT_MS") or 30) / 1000
         self.interval = max(1, int(os.environ.get("SGLOPS_STANDIN_STREAM_INTERVAL") or 1))
         drop = os.environ.get("SGLOPS_STANDIN_DROP_AFTER")
@@ -220,7 +224,7 @@ class State:
     def server_info(self) -> dict:
         return {**self.args, "version": self.version, "standin": True, "sglang_tree": self.pkg,
                 "last_gen_throughput": self.last_gen_throughput, "extra_args": list(self.extra),
-                "standin_decode_tps": self.rate}
+                "standin_decode_tps": self.rate, "standin_decode_model": self.model}
 
     def decode_step(self) -> None:
         """Count one decode step: gen-throughput log every 40, auto-stop a num_steps profile."""
@@ -268,7 +272,7 @@ def write_traces(state: State, prof: dict) -> None:
         try:
             tmp = os.path.join(scratch, "trace.json.gz")
             write_trace(tmp, rank=rank, tp_size=tp, steps=max(1, prof["steps"]),
-                        whole_pool_cast=not gather_cast_patched(state.pkg))
+                        whole_pool_cast=state.model["whole_pool_cast"], cast_share=state.model["cast_share"])
             with open(tmp, "rb") as fh:
                 data = fh.read()
             pieces = 5
@@ -514,14 +518,21 @@ class Handler(BaseHTTPRequestHandler):
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(sys.argv[1:] if argv is None else argv)
     pkg = served_tree()
-    state = State(args, extra, pkg)
+    try:
+        state = State(args, extra, pkg)
+    except RuntimeError as exc:  # standin_kv_cost.ServedCodeError: the served decode code breaks, as at warm-up
+        sys.stderr.write("[stand-in] Scheduler hit an exception: Traceback (most recent call last):\n"
+                         f"RuntimeError: {exc}\n"
+                         "Received sigquit from a child process. It usually means the child failed.\n")
+        return 1
     if os.environ.get("SGLOPS_STANDIN_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log("sglops STAND-IN for sglang.launch_server (no GPU; tests and demo only)")
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
     if extra:
         log(f"unrecognized arguments kept as extra_args: {extra}")
-    log(f"served SGLang tree: {pkg or 'not found'} (version {state.version}); decode {state.rate:g} tok/s")
+    log(f"served SGLang tree: {pkg or 'not found'} (version {state.version}); decode {state.rate:g} tok/s, "
+        f"set by the stand-in ({state.model['set_by']}; whole-pool cast: {state.model['whole_pool_cast']})")
     Handler.state = state
     try:
         httpd = ThreadingHTTPServer((args["host"], args["port"]), Handler)

@@ -7,8 +7,10 @@ with cudaLaunchKernel runtime events linked to kernels by `correlation` and ac2g
 real-looking kernel names). It is NOT real data: the accuracy proof uses real traces.
 
 `whole_pool_cast=True` mimics the FlashInfer-MLA workaround that casts the whole FP8 KV pool
-to BF16 every layer (the cast takes ~69% of decode GPU time, the seed investigation's figure);
-False mimics gather-cast (gather the active rows, cast only those), a much shorter step.
+to BF16 every layer; False mimics gather-cast (gather the active rows, cast only those), a much
+shorter step. The cast kernel's share of the step is `cast_share`: the stand-in server passes the
+one its decode model computed from the served tree's own code (standin_kv_cost.py); without it, a
+whole-pool cast takes the seed investigation's 69%. Either way the share is SET BY THE STAND-IN.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ K_ADD = ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunc
 K_ALLREDUCE = "void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, int)"
 
 
-def _layer_plan(whole_pool_cast: bool, tp_size: int) -> list[tuple[tuple[str, ...], str, float]]:
+def _layer_plan(whole_pool_cast: bool, tp_size: int,
+                cast_share: float | None = None) -> list[tuple[tuple[str, ...], str, float]]:
     """One layer: (CPU op chain outer->inner, kernel, GPU us) in launch order."""
     plan: list[tuple[tuple[str, ...], str, float]] = [(("aten::matmul", "aten::mm"), K_GEMM_Q, 8.0)]
     if whole_pool_cast:
@@ -60,9 +63,10 @@ def _layer_plan(whole_pool_cast: bool, tp_size: int) -> list[tuple[tuple[str, ..
         (("aten::matmul", "aten::mm"), K_GEMM_DN, 8.0),
         (("aten::add",), K_ADD, 1.0),
     ]
-    if whole_pool_cast:
+    share = CAST_SHARE if cast_share is None and whole_pool_cast else cast_share
+    if share is not None:
         rest = sum(us for _, k, us in plan if k != K_CAST)
-        plan = [(ops, k, rest * CAST_SHARE / (1 - CAST_SHARE) if k == K_CAST else us) for ops, k, us in plan]
+        plan = [(ops, k, rest * share / (1 - share) if k == K_CAST else us) for ops, k, us in plan]
     return plan
 
 
@@ -88,10 +92,11 @@ class _Writer:
         return self.ext_id
 
 
-def write_trace(path: str, *, rank: int, tp_size: int, steps: int, whole_pool_cast: bool) -> None:
+def write_trace(path: str, *, rank: int, tp_size: int, steps: int, whole_pool_cast: bool,
+                cast_share: float | None = None) -> None:
     """Write a gzipped Chrome trace of `steps` decode steps for one TP rank (deterministic)."""
     rnd = random.Random(f"sglops-standin-{rank}-{tp_size}-{steps}-{int(whole_pool_cast)}")
-    plan = _layer_plan(whole_pool_cast, tp_size)
+    plan = _layer_plan(whole_pool_cast, tp_size, cast_share)
     meta = {
         "schemaVersion": 1,
         "traceName": f"sglops stand-in SGLang decode trace (TP-{rank} of {tp_size}; synthetic, not real GPU data)",

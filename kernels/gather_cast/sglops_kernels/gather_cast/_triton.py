@@ -1,4 +1,9 @@
-"""The Triton kernel behind gather_cast on CUDA: one program gathers ROWS rows.
+"""The Triton kernels behind gather_cast and cast_live_rows on CUDA.
+
+gather_cast: one program gathers ROWS rows into a compact buffer.
+cast_live_rows: a persistent grid casts the live rows in place of a pool-shaped buffer, the live
+count read from device memory (so a CUDA graph captured once costs what the rows live at replay
+cost, not what its capacity would).
 
 A row of D bytes is read as two power-of-two column blocks (576 = 512 + 64), so every load
 is a full 16-byte vector and no lane is masked off along the row; FP8 -> BF16 uses the
@@ -18,6 +23,10 @@ import triton.language as tl
 # the host's torch on every build.
 CONFIG = {"rows": 8, "warps": 4, "small": 8192, "small_rows": 2,
           "nan_bits": {"bfloat16": 0, "float16": 0, "float32": 0x7FF00000}}
+# cast_live_rows: rows per block, warps, and programs per SM of its persistent grid, picked on an
+# H200 by bench/gpu_flashinfer_mla.py --sweep (BENCH.md): 16 programs of 4 warps per SM fill the
+# SM (64 warps) and beat 8 per SM by 15-17% from 32K live rows up.
+LIVE_CONFIG = {"rows": 4, "warps": 4, "programs_per_sm": 16}
 
 _OUT = {torch.bfloat16, torch.float16, torch.float32}
 
@@ -104,4 +113,119 @@ def gather_cast(pool, idx, out_dtype=torch.bfloat16, scale=None, *, rows=None, w
     _gather_cast_kernel[(triton.cdiv(n, rows),)](
         raw, flat, out, sptr, sval, n, stride, D=d, DA=da, DB=db, ROWS=rows,
         SCALE_MODE=mode, NAN_BITS=nan_bits, num_warps=warps or CONFIG["warps"])
+    return out
+
+
+@triton.jit
+def _cast_rows(pool_ptr, out_ptr, r, ids, total, full, rows_total, pool_stride, scale, D: tl.constexpr,
+               DA: tl.constexpr, DB: tl.constexpr, SCALE_MODE: tl.constexpr, NAN_BITS: tl.constexpr):
+    """Cast one block of rows in place: row r of the work is pool row ids[r] (row r when full)."""
+    OUT: tl.constexpr = out_ptr.dtype.element_ty
+    src = tl.where(full, r, ids)
+    rm = (r < total) & (src >= 0) & (src < rows_total)
+    src_row = pool_ptr + src * pool_stride
+    dst_row = out_ptr + src * D
+    ca = tl.arange(0, DA)
+    a = tl.load(src_row[:, None] + ca[None, :], mask=rm[:, None], other=0)
+    tl.store(dst_row[:, None] + ca[None, :], _cast_block(a, scale, NAN_BITS, SCALE_MODE, OUT), mask=rm[:, None])
+    if DB > 0:
+        cb = DA + tl.arange(0, DB)
+        if DA + DB == D:
+            m = rm[:, None]
+        else:
+            m = rm[:, None] & (cb[None, :] < D)
+        b = tl.load(src_row[:, None] + cb[None, :], mask=m, other=0)
+        tl.store(dst_row[:, None] + cb[None, :], _cast_block(b, scale, NAN_BITS, SCALE_MODE, OUT), mask=m)
+
+
+@triton.jit(do_not_specialize=["n_host", "ids_len", "pool_rows"])
+def _cast_live_rows_kernel(pool_ptr, ids_ptr, live_ptr, out_ptr, scale_ptr, scale_val, n_host, ids_len, pool_rows,
+                           pool_stride, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, ROWS: tl.constexpr,
+                           LIVE_FROM_PTR: tl.constexpr, SCALE_MODE: tl.constexpr, NAN_BITS: tl.constexpr):
+    """out[ids[i]] = cast(pool[ids[i]]) for i < n, n = live[0] (device) or n_host; when n >= the
+    pool's rows, every pool row instead (the same layout, so either way the attention kernel
+    reads out through the stock slot ids). Ids outside [0, pool_rows) are skipped.
+
+    A persistent grid strides over blocks of ROWS live rows. Each program's first block of ids is
+    loaded before the live count is known (both loads in flight at once: at small n, where all
+    the work is that first block, one dependent DRAM round trip fewer)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    ids_total = tl.cast(ids_len, tl.int64)
+    r0 = tl.cast(pid, tl.int64) * ROWS + tl.arange(0, ROWS)
+    ids0 = tl.load(ids_ptr + r0, mask=r0 < ids_total, other=-1).to(tl.int64)
+    if LIVE_FROM_PTR:
+        n = tl.load(live_ptr).to(tl.int64)
+    else:
+        n = tl.cast(n_host, tl.int64)
+    n = tl.minimum(tl.maximum(n, 0), ids_total)
+    rows_total = tl.cast(pool_rows, tl.int64)
+    full = n >= rows_total
+    total = tl.where(full, rows_total, n)
+    if SCALE_MODE == 2:
+        scale = tl.load(scale_ptr)
+    else:
+        scale = scale_val
+    _cast_rows(pool_ptr, out_ptr, r0, ids0, total, full, rows_total, pool_stride, scale, D, DA, DB, SCALE_MODE,
+               NAN_BITS)
+    n_blocks = tl.cdiv(total, ROWS)
+    for blk in range(pid + nprog, n_blocks, nprog):
+        r = tl.cast(blk, tl.int64) * ROWS + tl.arange(0, ROWS)
+        ids = tl.load(ids_ptr + r, mask=(r < total) & (n < rows_total), other=-1).to(tl.int64)
+        _cast_rows(pool_ptr, out_ptr, r, ids, total, full, rows_total, pool_stride, scale, D, DA, DB, SCALE_MODE,
+                   NAN_BITS)
+
+
+_SM_COUNT: dict = {}
+
+
+def _sm_count(device) -> int:
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SM_COUNT[index]
+
+
+def cast_live_rows(pool, ids, live, cap, out_dtype=torch.bfloat16, scale=None, out=None, *, rows=None, warps=None,
+                   programs_per_sm=None, nan_bits=None):
+    if out_dtype not in _OUT:
+        raise TypeError(f"cast_live_rows: out_dtype must be one of bfloat16/float16/float32, not {out_dtype}")
+    row_shape = tuple(pool.shape[1:])
+    d = 1
+    for s in row_shape:
+        d *= s
+    raw = pool.view(torch.uint8)
+    p = pool.shape[0]
+    if p and not raw[:1].is_contiguous():
+        raise ValueError("cast_live_rows: each pool row must be contiguous")
+    stride = raw.stride(0) if pool.dim() > 1 else 1
+    if out is None:
+        out = torch.empty((p, *row_shape), dtype=out_dtype, device=pool.device)
+    elif out.shape != pool.shape or out.dtype != out_dtype or not out.is_contiguous():
+        raise ValueError(f"cast_live_rows: out must be a contiguous {out_dtype} tensor of shape {tuple(pool.shape)}")
+    flat = ids.reshape(-1)
+    if not flat.is_contiguous():
+        raise ValueError("cast_live_rows: ids must be contiguous (it is read in place, under CUDA graphs too)")
+    most = min(cap, flat.numel(), p) if isinstance(live, torch.Tensor) else min(int(live), flat.numel(), p)
+    if p == 0 or most <= 0:
+        return out
+    if isinstance(live, torch.Tensor):
+        from_ptr, live_arg, n_host = True, live, 0
+    else:
+        from_ptr, live_arg, n_host = False, flat, int(live)
+    if scale is None:
+        mode, sptr, sval = 0, flat, 1.0
+    elif isinstance(scale, torch.Tensor):
+        mode, sptr, sval = 2, scale.to(device=pool.device, dtype=torch.float32).reshape(-1), 1.0
+    else:
+        mode, sptr, sval = 1, flat, float(scale)
+    da, db = _split(d)
+    rows = rows or LIVE_CONFIG["rows"]
+    per_sm = programs_per_sm or LIVE_CONFIG["programs_per_sm"]
+    grid = max(1, min(triton.cdiv(most, rows), per_sm * _sm_count(pool.device)))
+    if nan_bits is None:
+        nan_bits = CONFIG["nan_bits"][str(out_dtype).removeprefix("torch.")]
+    _cast_live_rows_kernel[(grid,)](
+        raw, flat, live_arg, out, sptr, sval, n_host, flat.numel(), p, stride, D=d, DA=da, DB=db, ROWS=rows,
+        LIVE_FROM_PTR=from_ptr, SCALE_MODE=mode, NAN_BITS=nan_bits, num_warps=warps or LIVE_CONFIG["warps"])
     return out

@@ -1,0 +1,88 @@
+"""Every step kind a play can use works in a dry run, and a dry run is never resumed as if it had run.
+
+Before: the build-kernel step called a function that does not exist (AttributeError even under
+--dry-run), and `--from` resumed the last run even when it was a dry run, reusing its placeholders.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import open_remote
+
+from sglops import artifacts
+from sglops.errors import ConfigError
+from sglops.play import run_play
+from sglops.play_spec import load_play
+from sglops.play_steps import STEPS
+
+# the smallest `with:` for each kind, and the steps it needs before it
+DRY_RUN_CASES = {
+    "facts": ({}, []),
+    "probe": ({}, []),
+    "apply-patch": ({"name": "gather-cast"}, []),
+    "revert-patch": ({"name": "gather-cast"}, []),
+    "build-kernel": ({"name": "gather_cast"}, []),
+    "restart": ({"profile": "sandbox"}, []),
+    "bench": ({"runs": 1, "output_len": 8}, []),
+    "profile": ({"steps": 2}, []),
+    "compare": ({}, [{"id": "b1", "do": "bench"}, {"id": "b2", "do": "bench"}]),
+}
+
+
+def _play(tmp_path: Path, steps: list[dict]) -> Path:
+    path = tmp_path / "play.yaml"
+    path.write_text(yaml.safe_dump({"name": "steps-under-test", "steps": steps}))
+    return path
+
+
+def _host_state(sb, name: str) -> tuple[str, list[str]]:
+    root = sb.host(name).sglang_root
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    state = root / ".sglops"
+    return status, sorted(p.name for p in state.glob("*") if p.name not in ("lock", ".gitignore"))
+
+
+def test_every_step_kind_has_a_dry_run_case_and_its_parameters_match_its_function():
+    assert set(DRY_RUN_CASES) == set(STEPS), "a new step kind needs its dry-run case here"
+    for kind, step in STEPS.items():
+        takes = set(inspect.signature(step.run).parameters) - {"ctx"}
+        assert takes == set(step.params), f"{kind}: with: keys {sorted(step.params)} vs function {sorted(takes)}"
+
+
+@pytest.mark.parametrize("kind", sorted(DRY_RUN_CASES))
+def test_each_step_kind_runs_dry_and_changes_nothing(kind, use_sandbox, tmp_path):
+    params, before = DRY_RUN_CASES[kind]
+    play = load_play(str(_play(tmp_path, [*before, {"id": "under-test", "do": kind, "with": params}])))
+    state = _host_state(use_sandbox, "gpu-a")
+    with open_remote(use_sandbox, "gpu-a") as remote:
+        result = run_play(remote, play, dry_run=True, show=False)
+    step = result.steps[-1]
+    assert step.status == "ok", step.error
+    assert result.ok and result.run_id.endswith("-dry")
+    assert json.dumps(step.result)  # its result is on record as JSON
+    assert _host_state(use_sandbox, "gpu-a") == state, f"the dry run of {kind} changed the host"
+
+
+def test_from_never_resumes_a_dry_run(use_sandbox, tmp_path):
+    play = load_play(str(_play(tmp_path, [{"id": "one", "do": "facts"}, {"id": "two", "do": "facts"}])))
+    with open_remote(use_sandbox, "gpu-b") as remote:
+        run_play(remote, play, dry_run=True, show=False)
+        with pytest.raises(ConfigError, match="only dry runs, which have nothing to resume"):
+            run_play(remote, play, from_step="two", show=False)
+        real = run_play(remote, play, show=False)
+        assert not real.dry_run and real.ok
+        played = Path(real.run_dir) / "play.json"
+        recorded = played.read_text()
+        planned = run_play(remote, play, dry_run=True, from_step="two", show=False)
+        resumed = run_play(remote, play, from_step="two", show=False)
+    assert planned.run_id != real.run_id and planned.run_id.endswith("-dry"), "a dry resume is a run of its own"
+    assert planned.steps[0].status == "reused" and planned.steps[0].result == real.steps[0].result
+    assert resumed.run_id == real.run_id, "a real resume continues the last real run, not the dry one after it"
+    assert json.loads(recorded)["dry_run"] is False
+    assert [m["run_id"] for m in artifacts.list_runs("gpu-b") if m.get("task") == "play"].count(real.run_id) == 1
