@@ -16,13 +16,14 @@ def facts(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
                  json=json, artifact="facts.json")
 
 
-@task(help={"hosts": "number of sandbox hosts", "base": "folder for the sandbox (default .cache/sandbox)"})
-def sandbox(c, action, hosts=None, base=None):
+@task(help={"hosts": "number of sandbox hosts", "base": "folder for the sandbox (default .cache/sandbox)",
+            "real": "add host cpu-a with the real SGLang 0.5.23 CPU server environment (scripts/setup.sh builds it)"})
+def sandbox(c, action, hosts=None, base=None, real=False):
     """Bring local sandbox GPU hosts up or down (real sshd on loopback, real SGLang trees): up|down|status."""
     from sglops.sandbox import cli as sandbox_cli
 
     opts = cli.checked(values.SANDBOX | {"action": values.Choice(("up", "down", "status"))}, hosts=hosts, action=action)
-    cli.guarded(sandbox_cli.main, opts["action"], hosts=opts["hosts"], base=base)
+    cli.guarded(sandbox_cli.main, opts["action"], hosts=opts["hosts"], base=base, real=real)
 
 
 @task(help={"keep": "leave the sandbox running afterwards"})
@@ -256,7 +257,7 @@ def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_n
 @task(help={k: v for k, v in _ONE_HOST.items() if k != "port"} | {"lines": "how many last lines (default 50)",
                                                                    "follow": "keep printing new lines (Ctrl-C stops)"})
 def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=None, follow=False, json=False):
-    """The server's log on the host (<sglang root>/.sglops/server.log)."""
+    """The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an installed tree)."""
     from sglops import launch
 
     lines = cli.checked(values.LOGS, lines=lines)["lines"]

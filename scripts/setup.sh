@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: OpenSSH (the sandbox hosts are real sshd),
-# ripgrep and git (probes, trees), and sglops with its pinned Python packages.
+# ripgrep and git (probes, trees), sglops with its pinned Python packages, and the real SGLang
+# server environment the real-server tests and the demo use (sglops/sandbox/sglang_cpu.py: its own
+# venv with sglang 0.5.23 and a tiny model made offline; ~7 GB, built once per machine and cached
+# in ~/.cache/sglops/server-env, or $SGLOPS_CACHE/server-env).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -24,3 +27,13 @@ if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
 fi
 "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test]"
 "$PY" -c "import sglops, fabric, invoke, torch" # fail here, not in the middle of a test run
+t0=$SECONDS
+if ! "$PY" -m sglops.sandbox.sglang_cpu >/dev/null; then
+  if [ "${CI:-}" = true ]; then
+    echo "setup: the real SGLang environment could not be built (see the line above)" >&2
+    exit 1
+  fi
+  echo "setup: the real SGLang environment could not be built (no network?): the real-server tests will skip" >&2
+elif [ $((SECONDS - t0)) -gt 10 ]; then
+  echo "setup: real SGLang environment ready after $((SECONDS - t0)) s" >&2
+fi

@@ -19,7 +19,7 @@ from sglops.yamlio import check_fields, load_yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST_FIELDS = {
     "name", "address", "port", "user", "identity_file", "sglang_root", "python", "gateway", "tags",
-    "known_hosts", "connect_timeout", "password_env", "node_rank",
+    "known_hosts", "connect_timeout", "password_env", "node_rank", "vars",
 }
 LOCAL = "local"
 
@@ -41,6 +41,7 @@ class Host:
     connect_timeout: float = 10.0
     password_env: str | None = None
     node_rank: int | None = None
+    vars: dict = field(default_factory=dict, hash=False)  # host-specific values profiles use as {vars.NAME}
 
     @property
     def is_local(self) -> bool:
@@ -87,7 +88,8 @@ def _field_kinds() -> dict:
     text = v.Str()
     return {"name": _HostName(), "address": text, "port": v.Port(), "user": text, "identity_file": text,
             "sglang_root": text, "python": text, "gateway": text, "tags": v.StrList(), "known_hosts": text,
-            "connect_timeout": v.Float(0.1, 3600), "password_env": text, "node_rank": v.Int(0, 100_000)}
+            "connect_timeout": v.Float(0.1, 3600), "password_env": text, "node_rank": v.Int(0, 100_000),
+            "vars": _Vars()}
 
 
 class _HostName:
@@ -127,10 +129,12 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
     for entry in entries:
         check_fields(entry, HOST_FIELDS, "host entry", required={"name"}, within=str(path))
         where = getattr(entry, "where", str(path))
-        merged = {**defaults, **_host_fields(entry, where)}
+        fields = _host_fields(entry, where)
+        merged = {**defaults, **fields}
         merged = {k: val for k, val in merged.items() if val is not None}
         merged.setdefault("address", merged["name"])
         merged["tags"] = tuple(merged.get("tags") or ())
+        merged["vars"] = {**(defaults.get("vars") or {}), **(fields.get("vars") or {})}  # defaults' vars, then its own
         host = Host(**merged)
         if host.name in inv.hosts:
             raise ConfigError(f"{where}: host {host.name!r} is defined twice")
@@ -138,6 +142,16 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
     if inv.default and inv.default not in inv.hosts:
         raise ConfigError(f"{path}: default host {inv.default!r} is not defined")
     return inv
+
+
+class _Vars:
+    """A host's `vars:`: a mapping NAME: text or number (profiles read them as {vars.NAME})."""
+
+    def check(self, raw: object, label: str) -> dict:
+        if not isinstance(raw, dict) or not all(
+                isinstance(k, str) and isinstance(x, str | int | float) and not isinstance(x, bool) for k, x in raw.items()):
+            raise ConfigError(f"{label} must be a mapping NAME: value (text or number), got {raw!r}")
+        return dict(raw)
 
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")

@@ -34,14 +34,19 @@ HINTS = {
                      "try the gather-cast patch or --attention-backend trtllm_mla",
     "cuda_oom": "lower mem_fraction_static or cuda_graph.max_bs, or use more GPUs",
     "port_in_use": "another process holds the port: `inv server-status`, or pick another port in the profile",
-    "unsupported_backend": "this backend does not support the model/KV dtype on this GPU: pick another backend",
+    "unknown_backend": "this release does not know that backend: `inv render PROFILE --host H` lists the valid ones",
+    "bad_argument": "this release refused a launch argument: check the profile's values and extra_args",
+    "model_missing": "model_path is neither a folder on the host nor a hub id: check the path (or the host's vars)",
+    "unsupported": "a valid choice this host cannot run (a package or CPU/GPU feature is missing): pick another "
+                   "backend or KV dtype",
+    "import_error": "SGLang failed while importing: a missing or broken package in the server's Python",
     "python_traceback": "the server raised during start-up: read the traceback above",
     "timeout": "no /health in time: raise startup_timeout, or read the log (`inv logs`)",
     "died": "the server exited during start-up: read the log above",
 }
-CONFIRM_KEYS = ["model_path", "tp_size", "dp_size", "ep_size", "attention_backend", "prefill_attention_backend",
-                "decode_attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "kv_cache_dtype",
-                "mem_fraction_static", "port", "host", "context_length"]
+# Rendered arguments /server_info reports under another name (0.5.23 renamed nsa_* to dsa_*).
+INFO_ALIASES = {"dsa_prefill_backend": "nsa_prefill_backend", "dsa_decode_backend": "nsa_decode_backend",
+                "nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
 
 
 class LaunchFailed(SglopsError):
@@ -69,12 +74,16 @@ class RestartResult:
     waited_s: float | None = None
     failure: str | None = None
     failure_label: str | None = None
+    failure_detail: str | None = None  # the log line that shows the failure (e.g. the exception it ended in)
     hint: str | None = None
     log_path: str | None = None
     log_tail: list[str] = field(default_factory=list)
     server_info: dict | None = None
+    server_info_endpoint: str | None = None
+    stop: dict = field(default_factory=dict)  # processes stopped, any left, how long it took
     confirmed: dict[str, Any] = field(default_factory=dict)
     mismatches: dict[str, dict] = field(default_factory=dict)
+    unconfirmed: list[str] = field(default_factory=list)  # rendered, but the server does not report it
     warnings: list[str] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)
@@ -86,7 +95,8 @@ class RestartResult:
     def failure_line(self, *notes: str) -> str:
         """The one line a failed start ends in: what broke, after how long, what to try, where the log is."""
         where = "; ".join([f"log {self.log_path}", *notes])
-        return (f"{self.host}: server did not come up: {self.failure_label} ({self.failure}) "
+        detail = f": {self.failure_detail}" if self.failure_detail else ""
+        return (f"{self.host}: server did not come up: {self.failure_label} ({self.failure}){detail} "
                 f"after {self.waited_s or 0:.1f}s; {self.hint} ({where})")
 
     def table(self):
@@ -99,15 +109,21 @@ class RestartResult:
         t.add_row("sglang", str(self.sglang_version or "?"))
         t.add_row("port", str(self.port))
         if self.stopped_pid:
-            t.add_row("stopped", f"pid {self.stopped_pid} ({self.stop_signal})")
+            n, took = self.stop.get("processes"), self.stop.get("took_s")
+            t.add_row("stopped", f"pid {self.stopped_pid} ({self.stop_signal}"
+                      + (f", {n} processes in {took:.1f}s" if n and took is not None else "") + ")")
         if self.pid:
             t.add_row("pid", str(self.pid))
         for k, v in self.confirmed.items():
             t.add_row(f"  {k}", Text(str(v), style="green"))
         for k, v in self.mismatches.items():
             t.add_row(f"  {k}", Text(f"asked {v['asked']!r}, server runs {v['effective']!r}", style="yellow"))
+        if self.unconfirmed:
+            t.add_row("  not reported", Text(", ".join(self.unconfirmed), style="yellow"))
         if self.failure:
             t.add_row("failure", Text(f"{self.failure_label} [{self.failure}]", style="bold red"))
+            if self.failure_detail:
+                t.add_row("cause", Text(self.failure_detail, style="red"))
             t.add_row("hint", self.hint or "")
         for w in self.warnings:
             t.add_row("warning", Text(w, style="yellow"))
@@ -245,7 +261,8 @@ def restart(
             f"KILL after {grace:g}s" if srv else "stop nothing (no sglops server running)",
             f"install {current['state_dir']}/launch.sh " + ("from launch.last-good.sh" if rollback else "(below)"),
             f"start it detached, log {current['state_dir']}/server.log",
-            f"wait up to {wait:g}s for http://{bind}:{use_port}/health, then check /get_server_info",
+            f"wait up to {wait:g}s for http://{bind}:{use_port}/health, then check every rendered argument "
+            "against /server_info",
         ]
         return result
     answer = remote.run_py("server_restart", {
@@ -256,13 +273,16 @@ def restart(
     result.pid = answer["pid"]
     result.stopped_pid = answer["stopped"]["pid"]
     result.stop_signal = answer["stopped"]["signal"]
+    result.stop = {k: answer["stopped"].get(k) for k in ("processes", "left", "took_s")}
     result.waited_s = answer["waited_s"]
     result.log_path = answer["log_path"]
     result.log_tail = answer["log_tail"]
     result.server_info = answer["server_info"]
+    result.server_info_endpoint = answer.get("server_info_endpoint")
     result.ok = answer["state"] == "healthy"
     if not result.ok:
         result.failure, result.failure_label = answer["failure"], answer["failure_label"]
+        result.failure_detail = answer.get("failure_detail")
         result.hint = HINTS.get(answer["failure"])
     if result.server_info and rendered:
         _confirm(result, rendered.expected, result.server_info)
@@ -276,20 +296,31 @@ def stop(remote: Remote, *, grace_s: float = 20) -> dict:
 
 
 def _confirm(result: RestartResult, expected: dict, info: dict) -> None:
-    """Compare what the profile asked for with the server's effective arguments."""
-    aliases = {"dsa_prefill_backend": "nsa_prefill_backend", "dsa_decode_backend": "nsa_decode_backend"}
-    for key in CONFIRM_KEYS:
-        if key not in expected:
-            continue
-        name = key if key in info or key not in aliases else aliases[key]
+    """Check every rendered argument against the server's effective arguments (/server_info)."""
+    for key, asked in expected.items():
+        name = key if key in info or key not in INFO_ALIASES else INFO_ALIASES[key]
         if name not in info:
-            continue
-        asked, got = expected[key], info[name]
-        same = str(asked) == str(got) or (isinstance(got, (int, float)) and _num(asked) == got)
-        if same:
-            result.confirmed[key] = got
+            result.unconfirmed.append(key)
+        elif same_value(asked, info[name]):
+            result.confirmed[key] = info[name]
         else:
-            result.mismatches[key] = {"asked": asked, "effective": got}
+            result.mismatches[key] = {"asked": asked, "effective": info[name]}
+
+
+def same_value(asked: Any, got: Any) -> bool:
+    """Does the server's value say what the script asked for? (text from argv vs the JSON the server keeps)"""
+    if isinstance(asked, list) or isinstance(got, list):
+        a = asked if isinstance(asked, list) else [asked]
+        g = got if isinstance(got, list) else [got]
+        return len(a) == len(g) and all(same_value(x, y) for x, y in zip(a, g, strict=True))
+    if isinstance(got, bool) or asked is True:
+        return str(asked).lower() in ("true", "1") if got is True else str(asked).lower() in ("false", "0")
+    if got is None:
+        return str(asked).lower() in ("none", "null", "")
+    if str(asked) == str(got):
+        return True
+    a, g = _num(asked), _num(got)
+    return a is not None and g is not None and a == g
 
 
 def _num(v: Any) -> float | None:
@@ -326,11 +357,11 @@ def _root(remote: Remote) -> str:
 
 
 def server_info(remote: Remote, port: int | None = None) -> dict:
-    """Effective server args of the server running on the host (its /get_server_info)."""
+    """Effective server args of the server running on the host (its /server_info, /get_server_info before)."""
     doc = inspect_state(remote, port=port, tail=0)
     if doc["server_info"] is None:
         where = f"port {port or (doc['server'] or {}).get('port') or '?'}"
-        raise SglopsError(f"{remote.name}: no server answering /get_server_info on {where} "
+        raise SglopsError(f"{remote.name}: no server answering /server_info on {where} "
                           f"(health {doc['health'] or 'no answer'}; see `inv server-status`)")
     return doc["server_info"]
 

@@ -3,6 +3,8 @@
 Why YAML: the flags that make an experiment (backends, KV dtype, CUDA graphs, parallelism) change
 with every SGLang release, so they live in data that is validated against the host's own tree
 at render time, not in code. A profile may `extends:` another and override per host (`per_host:`).
+What differs between machines (where the model lives) stays in the inventory: a string value may say
+`{vars.NAME}` and takes the host's `vars:` entry NAME at render time.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ SCALARS = {
     "tp_size": int, "dp_size": int, "ep_size": int, "pp_size": int,
     "attention_backend": str, "prefill_attention_backend": str, "decode_attention_backend": str,
     "dsa_prefill_backend": str, "dsa_decode_backend": str, "kv_cache_dtype": str,
-    "mem_fraction_static": float, "context_length": int, "max_running_requests": int,
+    "mem_fraction_static": float, "context_length": int, "max_running_requests": int, "max_total_tokens": int,
+    "device": str, "grammar_backend": str,
     "chunked_prefill_size": int, "quantization": str, "moe_runner_backend": str,
     "trust_remote_code": bool, "enable_metrics": bool,
     "nnodes": int, "node_rank": int, "dist_init_addr": str,
@@ -35,6 +38,7 @@ ALIASES = {"nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "
 CUDA_GRAPH_FIELDS = {"disable", "max_bs", "bs"}
 LAUNCHERS = ("module", "standin")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VAR_REF = re.compile(r"\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def profiles_dir() -> Path:
@@ -78,6 +82,38 @@ class Profile:
 
     def to_json(self) -> dict:
         return {"name": self.name, "path": str(self.path), **self._raw(), "per_host": self.per_host}
+
+    def var_refs(self) -> list[str]:
+        """The `{vars.NAME}` names its values refer to (empty: nothing host-specific to fill in)."""
+        return sorted({m for text in _strings(self) for m in VAR_REF.findall(text)})
+
+    def with_vars(self, host_vars: dict[str, Any], host_name: str) -> Profile:
+        """The profile with every `{vars.NAME}` replaced by the host's var NAME (one line if one is missing)."""
+        def fill(key: str, text: str) -> str:
+            def one(m: re.Match) -> str:
+                if m.group(1) not in host_vars:
+                    have = ", ".join(sorted(host_vars)) or "none"
+                    raise ConfigError(f"profile {self.name}: {key} refers to {{vars.{m.group(1)}}} but host {host_name} "
+                                      f"has no var {m.group(1)!r} (its vars: {have}; set it under the host's `vars:` "
+                                      f"in the inventory)")
+                return str(host_vars[m.group(1)])
+            return VAR_REF.sub(one, text)
+
+        if not self.var_refs():
+            return self
+        args = {k: fill(k, v) if isinstance(v, str) else v for k, v in self.args.items()}
+        env = {k: fill(f"env.{k}", v) for k, v in self.env.items()}
+        extra = [fill("extra_args", v) for v in self.extra_args]
+        launcher = [fill("launcher", v) for v in self.launcher] if isinstance(self.launcher, list) else self.launcher
+        python = fill("python", self.python) if self.python else None
+        return Profile(**{**self.__dict__, "args": args, "env": env, "extra_args": extra, "launcher": launcher,
+                          "python": python})
+
+
+def _strings(p: Profile) -> list[str]:
+    vals = [v for v in p.args.values() if isinstance(v, str)] + list(p.env.values()) + list(p.extra_args)
+    vals += list(p.launcher) if isinstance(p.launcher, list) else []
+    return vals + ([p.python] if p.python else [])
 
 
 def _merge(base: dict, over: dict) -> dict:

@@ -27,11 +27,11 @@ CHECKED_CHOICES = {  # profile key -> flag whose choices the tree defines
     "decode_attention_backend": "--decode-attention-backend", "kv_cache_dtype": "--kv-cache-dtype",
     "moe_runner_backend": "--moe-runner-backend",
 }
-ORDER = ["model_path", "served_model_name", "tokenizer_path", "host", "port", "tp_size", "dp_size", "ep_size",
-         "pp_size", "nnodes", "node_rank", "dist_init_addr", "attention_backend", "prefill_attention_backend",
-         "decode_attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "kv_cache_dtype",
-         "mem_fraction_static", "context_length", "max_running_requests", "chunked_prefill_size", "quantization",
-         "moe_runner_backend"]
+ORDER = ["model_path", "served_model_name", "tokenizer_path", "host", "port", "device", "tp_size", "dp_size",
+         "ep_size", "pp_size", "nnodes", "node_rank", "dist_init_addr", "attention_backend",
+         "prefill_attention_backend", "decode_attention_backend", "dsa_prefill_backend", "dsa_decode_backend",
+         "kv_cache_dtype", "grammar_backend", "mem_fraction_static", "context_length", "max_running_requests",
+         "max_total_tokens", "chunked_prefill_size", "quantization", "moe_runner_backend"]
 BOOLS = ["trust_remote_code", "enable_metrics"]
 
 
@@ -71,10 +71,12 @@ class TreeArgs:
     flags: set[str]
     choices: dict[str, list[str]]
     facts: dict[str, bool] = field(default_factory=dict)
+    kind: str = "git"  # git: a checkout (cd into it, its python/ on PYTHONPATH) | installed: a site-packages
 
     @classmethod
     def from_inspect(cls, doc: dict) -> TreeArgs:
-        return cls(doc["sglang"]["version"], doc["sglang"]["root"], set(doc["flags"]), doc["choices"], doc["tree"])
+        sg = doc["sglang"]
+        return cls(sg["version"], sg["root"], set(doc["flags"]), doc["choices"], doc["tree"], sg.get("kind") or "git")
 
 
 @dataclass
@@ -220,25 +222,50 @@ def launcher_argv(p: Profile, host: Host | None) -> list[str]:
 def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -> Rendered:
     """The launch script for this profile on this host (validated when the host's tree is given)."""
     p = p.for_host(host.name if host else None)
+    unresolved = p.var_refs()
+    if host is not None:
+        p, unresolved = p.with_vars(host.vars, host.name), []
     if p.engine == "sglang":
         argv, effective = sglang_argv(p, host, tree)
     else:
         argv, effective = vllm_argv(p)
     warnings = validate(p, argv, tree, host.name if host else "?") if (tree and p.engine == "sglang") else []
+    if unresolved:
+        warnings.append(f"{{vars.{'}, {vars.'.join(unresolved)}}} left as written: no host given (`--host H` fills "
+                        "them from its inventory vars)")
     command = launcher_argv(p, host) + argv
     port = int(effective.get("port") or (30000 if p.engine == "sglang" else 8000))
     bind = str(effective.get("host") or ("127.0.0.1" if p.engine == "sglang" else "0.0.0.0"))
     root = tree.root if tree else (host.sglang_root if host else None)
+    # A pip-installed tree (site-packages) is neither a working folder nor a PYTHONPATH entry: the python finds it.
+    checkout = root if root and (tree is None or tree.kind == "git") else None
     env = dict(p.env)
     lines = [launcher_argv(p, host)] + _pairs(argv)
     script = environment().get_template(f"{p.engine}.sh.j2").render(
         profile=p.name, host=host.name if host else "(no host: not validated)", engine=p.engine,
-        version=(tree.version if tree else None) or "unknown", root=root,
-        pythonpath=f"{root}/python" if root and p.engine == "sglang" else None, env=env, lines=lines,
+        version=(tree.version if tree else None) or "unknown", root=checkout,
+        pythonpath=f"{checkout}/python" if checkout and p.engine == "sglang" else None, env=env, lines=lines,
     )
-    expected = {k: v for k, v in effective.items() if k in ORDER + BOOLS}
+    expected = (expected_args(argv) if p.engine == "sglang"
+                else {k: v for k, v in effective.items() if k in ORDER + BOOLS})
     return Rendered(p.name, host.name if host else None, p.engine, command, script, port, bind, expected, warnings,
                     tree.version if tree else None, tree is not None)
+
+
+def expected_args(argv: list[str]) -> dict[str, Any]:
+    """What each rendered argument should read in the server's /server_info, keyed as SGLang names it there:
+    `--flag v` -> flag: "v", `--flag a b` -> flag: ["a", "b"], a bare `--flag` -> flag: True."""
+    out: dict[str, Any] = {}
+    for words in _pairs(argv):
+        flag, values = words[0], words[1:]
+        if not flag.startswith("--"):
+            continue
+        if "=" in flag:
+            flag, first = flag.split("=", 1)
+            values = [first, *values]
+        key = flag[2:].replace("-", "_")
+        out[key] = True if not values else values[0] if len(values) == 1 else values
+    return out
 
 
 def _pairs(words: list[str]) -> list[list[str]]:

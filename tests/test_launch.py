@@ -214,3 +214,26 @@ def test_a_token_in_a_profile_never_shows_in_what_sglops_prints_or_keeps(use_san
     for path in (tmp_path / "art").rglob("*"):
         if path.is_file():
             assert token not in path.read_text(errors="replace"), path
+
+
+def test_the_real_cpu_profile_is_the_servers_own_flags_and_takes_the_model_from_the_host():
+    """sandbox-sglang-cpu.yaml says in profile form what sglops.sandbox.sglang_cpu starts by hand."""
+    from dataclasses import replace
+
+    from sglops.hosts import Host
+    from sglops.sandbox import sglang_cpu
+
+    offline = launch.render_for(None, "sandbox-sglang-cpu")
+    assert "{vars.model_dir}" in offline.argv and any("left as written" in w for w in offline.warnings)
+    host = Host(name="cpu-x", address="127.0.0.1", python="/venv/bin/python", vars={"model_dir": "/models/tiny"})
+    r = launch.render(load_profile("sandbox-sglang-cpu"), host)
+    flags = sglang_cpu.SERVER_FLAGS
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        assert r.argv[r.argv.index(flag) + 1] == value, flag
+    assert r.argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
+    assert r.argv[r.argv.index("--model-path") + 1] == "/models/tiny"
+    for name, value in sglang_cpu.SERVER_ENV.items():
+        assert f"export {name}={value}" in r.script
+    assert r.expected["cuda_graph_backend_decode"] == "disabled" and r.expected["max_running_requests"] == "8"
+    with pytest.raises(ConfigError, match=r"model_path refers to \{vars.model_dir\} but host cpu-y has no var"):
+        launch.render(load_profile("sandbox-sglang-cpu"), replace(host, name="cpu-y", vars={}))

@@ -62,19 +62,48 @@ def http(url, body=None, timeout=2.0):
         return None, str(getattr(exc, "reason", exc))
 
 
-PRIVATE_DIR = 0o700  # .sglops holds launch scripts with env secrets (HF_TOKEN, API keys): owner only
+PRIVATE_DIR = 0o700  # state holds launch scripts with env secrets (HF_TOKEN, API keys): owner only
 PRIVATE_FILE = 0o600  # ledger, journal, logs, records
 PRIVATE_SCRIPT = 0o700  # launch scripts
 
 
-def sglops_dir(root, create=True):
-    """<root>/.sglops: sglops' state on the host (ledger, lock, backups, server and kernel records).
+def is_checkout(root):
+    """A git checkout (its .git is a folder, or a file in a worktree): its state may live inside it."""
+    return bool(root) and _os.path.exists(_os.path.join(root, ".git"))
 
-    The one place the state dir is made: mode 0700 on creation, and tightened to 0700 when an
-    existing one is found looser (it holds launch scripts with secrets in their env). Created
-    with a .gitignore of `*`, so the SGLang checkout's `git status` stays clean. With
-    create=False nothing is made or changed (dry runs and read-only inspections change nothing).
+
+def user_state_dir(root):
+    """Per-user state for a tree that is not a checkout (a pip-installed site-packages, a read-only copy):
+    $XDG_STATE_HOME/sglops/<tree-id> (default ~/.local/state/sglops/<tree-id>), the id readable and unique."""
+    base = _os.environ.get("XDG_STATE_HOME") or _os.path.join(_os.path.expanduser("~"), ".local", "state")
+    real = _os.path.realpath(root)
+    slug = ""
+    for part in reversed([_re.sub(r"[^A-Za-z0-9.]+", "-", p).strip("-") for p in real.split(_os.sep) if p]):
+        if slug and len(part) + len(slug) > 48:
+            break
+        slug = part + ("-" + slug if slug else "")
+    slug = slug[-48:].lstrip("-") or "root"
+    return _os.path.join(base, "sglops", slug + "-" + _hashlib.sha256(real.encode()).hexdigest()[:10])
+
+
+def sglops_dir(root, create=True):
+    """sglops' state on the host for this tree (ledger, lock, backups, server and kernel records).
+
+    A git checkout keeps it in <root>/.sglops, made with a .gitignore of `*` so `git status` stays clean.
+    Any other tree (a pip-installed site-packages) keeps it in a per-user state folder (user_state_dir):
+    nothing is written inside an installed package. Either is made 0700, and tightened to 0700 when found
+    looser (it holds launch scripts with secrets). With create=False nothing is made or changed (dry runs
+    and read-only inspections change nothing).
     """
+    if not is_checkout(root):
+        d = user_state_dir(root)
+        if create and not _os.path.isdir(d):
+            _os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
+            with open_private(_os.path.join(d, "tree"), "w") as fh:
+                fh.write(_os.path.realpath(root) + "\n")
+        if create and _os.stat(d).st_mode & 0o777 != PRIVATE_DIR:
+            _os.chmod(d, PRIVATE_DIR)
+        return d
     d = _os.path.join(root, ".sglops")
     if not create:
         return d
@@ -291,19 +320,21 @@ DEFAULT_SERVER_PORT = 30000
 
 
 def server_port(root, given=None):
-    """(port, where it came from): --port wins, then the server sglops started here (.sglops/server.json),
+    """(port, where it came from): --port wins, then the server sglops started here (its state's server.json),
     then SGLang's default."""
     import json as _json
 
     if given:
         return int(given), "--port"
-    try:
-        with open(_os.path.join(root, ".sglops", "server.json")) as fh:
-            port = _json.load(fh).get("port") if root else None
-    except (OSError, ValueError, TypeError):
-        port = None
+    port = None
+    if root:
+        try:
+            with open(_os.path.join(sglops_dir(root, create=False), "server.json")) as fh:
+                port = _json.load(fh).get("port")
+        except (OSError, ValueError, AttributeError):
+            port = None
     if port:
-        return int(port), ".sglops/server.json"
+        return int(port), (".sglops/server.json" if is_checkout(root) else "server.json (sglops state)")
     return DEFAULT_SERVER_PORT, "default"
 
 

@@ -126,7 +126,7 @@ def recorded_server(root, port):
     if not root:
         return {}
     try:
-        with open(_pos.path.join(root, ".sglops", "server.json")) as fh:
+        with open(_pos.path.join(sglops_dir(root, create=False), "server.json")) as fh:
             rec = _pjson.load(fh)
     except (OSError, ValueError):
         return {}

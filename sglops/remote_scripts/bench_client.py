@@ -85,7 +85,7 @@ def applied_patches(root):
     """Patches from the ledger, each file's current hash checked against the hash recorded after applying."""
     if not root:
         return []
-    path = _os.path.join(root, ".sglops", "applied.json")
+    path = _os.path.join(sglops_dir(root, create=False), "applied.json")
     try:
         with open(path) as fh:
             ledger = json.load(fh)

@@ -1,7 +1,7 @@
 # sglops: include _common
 # Build, self-test and install a kernel on this host, or uninstall / list what sglops installed.
 #
-# State lives in <sglang root>/.sglops/kernels/ (else ~/.sglops/kernels): builds/<name>/<tag>/
+# State lives in the tree's sglops state (sglops_dir)/kernels/: builds/<name>/<tag>/
 # holds each build tree and its logs, installed.json records what is installed where. An install
 # is a versioned copy `.<leaf>-<tag>` beside a symlink `<leaf>` that is swapped in one rename,
 # so importers see the old version or the new one, never half of either.
@@ -66,7 +66,9 @@ def write_records(state, records):
 def lock(state):
     """The kernel lock; records are read only after it is taken (mutations only: dry runs and the list
     read without it and create nothing)."""
-    sglops_dir(_os.path.dirname(_os.path.dirname(state)))  # <root>/.sglops, 0700, with its .gitignore
+    parent = _os.path.dirname(state)
+    if _os.path.basename(parent) == ".sglops":
+        sglops_dir(_os.path.dirname(parent))  # <checkout>/.sglops, 0700, with its .gitignore
     _os.makedirs(state, mode=PRIVATE_DIR, exist_ok=True)
     fh = open_private(_os.path.join(state, ".lock"), "w")
     try:

@@ -37,7 +37,7 @@ def _where(args):
         root = find_sglang(args.get("sglang_root"))["root"]
     except UserError:
         pass
-    state = (read_json_file(os.path.join(root, ".sglops", "server.json")) if root else None) or {}
+    state = (read_json_file(os.path.join(sglops_dir(root, create=False), "server.json")) if root else None) or {}
     port, port_from = server_port(root, args.get("port"))
     return root, state.get("host") or "127.0.0.1", port, port_from
 

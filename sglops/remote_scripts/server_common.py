@@ -1,6 +1,7 @@
 # Server state on the host, shared by the server_* scripts (standard library only; needs _common).
-# State lives in <sglang root>/.sglops/: server.pid, server.json, launch.sh, launch.last-good.sh,
-# server.log, restarts.jsonl. A process is ours only if its pid AND its start time match server.json.
+# State lives in the tree's sglops state folder (sglops_dir: <checkout>/.sglops, or a per-user folder for a
+# pip-installed tree): server.pid, server.json, launch.sh, launch.last-good.sh, server.log, restarts.jsonl.
+# A process is ours only if its pid AND its start time match server.json.
 # The folder is 0700 (sglops_dir), scripts 0700, everything else 0600: scripts carry env secrets.
 import json as _sjson
 import os as _sos
@@ -8,15 +9,29 @@ import re as _sre
 import signal as _ssignal
 import time as _stime
 
-FAILURE_CLASSES = [  # (class, label, pattern): first match wins, most specific first
+# (class, label, pattern): the first class whose pattern matches anywhere in the log since the restart marker
+# wins, most specific first. Patterns follow what SGLang really prints (tests/data/server_logs/ keeps real logs).
+FAILURE_CLASSES = [
     ("static_assert", "static_assert (a kernel failed to compile)", r"static_assert|static assertion failed"),
     ("cuda_oom", "CUDA out of memory", r"CUDA out of memory|OutOfMemoryError"),
-    ("port_in_use", "port in use", r"address already in use|Errno 98\b"),
-    ("unsupported_backend", "unsupported backend",
-     r"Invalid attention backend|backend \S+ is not supported|not supported for this model|"
-     r"NotImplementedError: .*backend|invalid choice: '[^']*'.*backend"),
+    ("port_in_use", "port in use",
+     r"address already in use|Errno 98\b|\bport \S* ?is already in use|at \d+ is not available in \d+ seconds"),
+    ("unknown_backend", "unknown backend", r"error: argument --[\w-]*backend: invalid choice"),
+    ("bad_argument", "invalid launch argument",
+     r"error: argument --[\w-]+: invalid|error: unrecognized arguments|error: argument --[\w-]+: expected"),
+    ("model_missing", "model not found",
+     r"Repo id must be in the form|is not a local folder and is not a valid model identifier|"
+     r"does not appear to have a file named config\.json|No such file or directory: \S*config\.json"),
+    # a valid choice this host cannot run: a missing package or CPU/GPU feature, or a backend that fails to build
+    ("unsupported", "unsupported on this host",
+     r"\bis not installed\b|requires Intel AMX|not supported on (?:this|CPU|cpu)|backend \S+ is not supported|"
+     r"not supported for this model|Invalid attention backend|NotImplementedError: .*backend|"
+     r", in create_\w+_backend$"),
+    ("import_error", "import failed", r"^(?:ModuleNotFoundError|ImportError): "),
     ("python_traceback", "Python traceback", r"Traceback \(most recent call last\)"),
 ]
+_EXCEPTION_LINE = _sre.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
+SINCE_CAP = 16 * 1024 * 1024  # bytes of log read for classifying one start (a crash writes a few KB)
 
 
 def state_paths(root, create=True):
@@ -83,30 +98,87 @@ def our_server(paths):
     return info
 
 
+def _children_map():
+    """{ppid: [pid, ...]} for every process this user can see (one pass over /proc)."""
+    kids = {}
+    for name in _sos.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def process_tree(pid):
+    """[(pid, start ticks)] of pid and all its descendants (launcher, sglang::scheduler, detokenizer, ...)."""
+    kids, out, todo = _children_map(), [], [pid]
+    while todo:
+        p = todo.pop()
+        ticks = start_ticks(p)
+        if ticks is not None:
+            out.append((p, ticks))
+            todo += kids.get(p, [])
+    return out
+
+
+def alive_of(tree):
+    """The processes of a process_tree() snapshot that still run (same pid AND start time; zombies are gone)."""
+    left = []
+    for pid, ticks in tree:
+        if start_ticks(pid) != ticks:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        left.append(pid)
+    return left
+
+
+def _wait_gone(pgid, tree, deadline):
+    while (group_alive(pgid) or alive_of(tree)) and _stime.monotonic() < deadline:
+        _stime.sleep(0.05)
+
+
 def stop_server(paths, grace_s=20.0):
-    """TERM the server's process group, wait, then KILL. Never matches processes by name."""
+    """TERM the server's process group, wait, then KILL; then KILL any descendant that left the group.
+    Never matches processes by name: the group and the tree come from the pid we started."""
     info = our_server(paths)
     if info is None:
         for name in ("server.pid", "server.json"):
             if _sos.path.exists(paths[name]):
                 _sos.unlink(paths[name])
-        return {"stopped": False, "pid": None, "signal": None}
+        return {"stopped": False, "pid": None, "signal": None, "processes": 0, "left": [], "took_s": 0.0}
+    t0 = _stime.monotonic()
     pgid = info.get("pgid") or info["pid"]
+    tree = process_tree(info["pid"])
     _sos.killpg(pgid, _ssignal.SIGTERM)
     sent = "TERM"
-    deadline = _stime.monotonic() + grace_s
-    while group_alive(pgid) and _stime.monotonic() < deadline:
-        _stime.sleep(0.05)
-    if group_alive(pgid):
-        _sos.killpg(pgid, _ssignal.SIGKILL)
+    _wait_gone(pgid, tree, _stime.monotonic() + grace_s)
+    stray = alive_of(tree)
+    if group_alive(pgid) or stray:
         sent = "KILL"
-        deadline = _stime.monotonic() + 5
-        while group_alive(pgid) and _stime.monotonic() < deadline:
-            _stime.sleep(0.05)
+        try:
+            _sos.killpg(pgid, _ssignal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in stray:
+            try:
+                _sos.kill(pid, _ssignal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _wait_gone(pgid, tree, _stime.monotonic() + 5)
     for name in ("server.pid", "server.json"):
         if _sos.path.exists(paths[name]):
             _sos.unlink(paths[name])
-    return {"stopped": True, "pid": info["pid"], "signal": sent}
+    return {"stopped": True, "pid": info["pid"], "signal": sent, "processes": len(tree), "left": alive_of(tree),
+            "took_s": round(_stime.monotonic() - t0, 3)}
 
 
 def tail(path, lines=40):
@@ -121,11 +193,51 @@ def tail(path, lines=40):
     return data.splitlines()[-lines:]
 
 
+def read_since(path, offset, cap=SINCE_CAP):
+    """The log's lines written since byte `offset` (this start's marker): the whole start, not a tail."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            start = offset if 0 <= offset <= size else 0
+            fh.seek(max(start, size - cap))
+            return fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def classify(log_lines):
-    text = "\n".join(log_lines)
+    """(class, label, evidence): the failure the log shows and the one line that shows it; Nones if none."""
     for cls, label, pattern in FAILURE_CLASSES:
-        if _sre.search(pattern, text, _sre.I):
-            return cls, label
+        rx = _sre.compile(pattern, _sre.I | _sre.M)
+        hit = next((ln for ln in reversed(log_lines) if rx.search(ln)), None)  # the last: what it ended in
+        if hit is None:
+            continue
+        evidence = hit.strip()
+        if cls == "python_traceback" or (cls == "unsupported" and not _EXCEPTION_LINE.match(evidence)):
+            raised = [ln.strip() for ln in log_lines if _EXCEPTION_LINE.match(ln.strip())]
+            evidence = raised[-1] if raised else evidence  # the exception it ended in, not a frame
+        return cls, label, _shorten(evidence)
+    return None, None, None
+
+
+def _shorten(line, width=300):
+    line = _sre.sub(r"\s+", " ", line)
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def server_info(host, port, timeout=5.0):
+    """(effective server arguments, the endpoint that gave them): /server_info, or /get_server_info on
+    releases before it existed (404); (None, None) when neither answers with JSON."""
+    for path in ("/server_info", "/get_server_info"):
+        status, body = http_get(local_url(host, port, path), timeout=timeout)
+        if status == 200:
+            try:
+                return _sjson.loads(body), path
+            except ValueError:
+                return None, None
+        if status != 404:
+            break
     return None, None
 
 

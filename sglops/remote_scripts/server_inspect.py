@@ -132,6 +132,6 @@ def main(args):
     flags, choices = launch_arguments(tree["package_dir"])
     if not flags:
         raise UserError("no launch arguments found in " + os.path.join(tree["package_dir"], "srt", "server_args.py"))
-    return {"sglang": {k: tree[k] for k in ("version", "root", "package_dir", "commit", "dirty")},
+    return {"sglang": {k: tree[k] for k in ("version", "root", "package_dir", "kind", "commit", "dirty")},
             "flags": flags, "choices": choices, "tree": tree_facts(tree["package_dir"]),
             "current": current(tree["root"])}

@@ -1,21 +1,27 @@
 # sglops: include _common, server_common
-# Restart the server in one round trip: lock, stop ours (pid file + process group), install the new
-# launch script atomically, start it detached with its own log, poll /health on this host, read
-# /get_server_info, remember the script as last-good if it came up, and record the attempt.
+# Restart the server in one round trip: lock, stop ours (pid file + process group + its process tree),
+# install the new launch script atomically, start it detached with its own log, poll /health on this host,
+# read /server_info (/get_server_info before it existed), remember the script as last-good if it came up,
+# and record the attempt. A failed start is classified from the whole log since this start's marker.
 import fcntl
 import json
 import os
+import re
+import signal
 import subprocess
 import time
 
 
 def start(paths, script_path, cwd):
+    """Start the script detached; (process, info) where info["log_offset"] is where this start's log begins."""
     with open_private(paths["server.log"], "ab") as log, open(os.devnull, "rb") as null:
+        log.seek(0, 2)
+        offset = log.tell()
         log.write(f"\n===== sglops restart {time.strftime('%Y-%m-%dT%H:%M:%S')} =====\n".encode())
         log.flush()
         proc = subprocess.Popen(["nohup", "bash", script_path], cwd=cwd, stdin=null, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    info = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": None, "started": time.time()}
+    info = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": None, "started": time.time(), "log_offset": offset}
     for _ in range(100):
         info["start_ticks"] = start_ticks(proc.pid)
         if info["start_ticks"] is not None:
@@ -24,26 +30,55 @@ def start(paths, script_path, cwd):
     return proc, info
 
 
-def wait_healthy(proc, host, port, timeout_s, log_path):
-    """Poll /health until 200, the process dies, or the timeout passes; report progress meanwhile."""
+# SGLang's own words for "a process of mine failed": after them it tries to kill its tree, but on a CPU host a
+# failed scheduler can leave the launcher hanging (seen on 0.5.23): it is stopped instead of waited for.
+# A failed bind of the HTTP port is as final: SGLang's warm-up thread then retries /model_info for ~2 minutes.
+FATAL = re.compile(r"Received sigquit from a child process|Scheduler hit an exception|kill_process_tree called|"
+                   r"error while attempting to bind on address")
+FATAL_GRACE_S = 5.0
+
+
+def wait_healthy(proc, host, port, timeout_s, log_path, log_offset=0):
+    """Poll /health until 200, the process dies (or says it failed and hangs), or the timeout passes;
+    report progress meanwhile (elapsed, /health, the log's last line)."""
     t0 = time.monotonic()
     last_report = 0.0
+    fatal_at = None
+    seen = log_offset
     while True:
         elapsed = time.monotonic() - t0
         code = proc.poll()
         if code is not None:
-            return {"state": "died", "exit_code": code, "waited_s": round(elapsed, 3)}
+            return {"state": "died", "exit_code": code, "waited_s": round(elapsed, 3), "hung": False}
         status, _ = http_get(local_url(host, port, "/health"), timeout=2)
         if status == 200:
-            return {"state": "healthy", "exit_code": None, "waited_s": round(elapsed, 3)}
+            return {"state": "healthy", "exit_code": None, "waited_s": round(elapsed, 3), "hung": False}
         if elapsed > timeout_s:
-            return {"state": "timeout", "exit_code": None, "waited_s": round(elapsed, 3)}
+            return {"state": "timeout", "exit_code": None, "waited_s": round(elapsed, 3), "hung": False}
+        if fatal_at is None:
+            seen, fresh = _read_from(log_path, seen)
+            if FATAL.search(fresh):
+                fatal_at = elapsed
+        elif elapsed - fatal_at > FATAL_GRACE_S:
+            return {"state": "died", "exit_code": None, "waited_s": round(elapsed, 3), "hung": True}
         if elapsed - last_report >= 0.5:
             last_report = elapsed
             line = (tail(log_path, 1) or [""])[-1][-160:]
             progress(phase="waiting for /health", elapsed=round(elapsed, 1), timeout=timeout_s,
                      health=status, log=line)
-        time.sleep(0.1)
+        time.sleep(0.1 if elapsed < 5 else 0.25)
+
+
+def _read_from(path, offset):
+    """(new offset, text appended since offset): the health wait reads each log byte once."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(4 * 1024 * 1024)
+    except OSError:
+        return offset, ""
+    cut = data.rfind(b"\n") + 1  # whole lines only; the rest is read next time
+    return offset + cut, data[:cut].decode(errors="replace")
 
 
 def port_taken(host, port):
@@ -89,43 +124,43 @@ def main(args):
         return {"stopped": stopped, "pid": None, "log_path": paths["server.log"],
                 "state_dir": os.path.dirname(paths["server.log"]), "state": "died", "exit_code": None, "waited_s": 0,
                 "server_info": None, "log_tail": [label + " (checked before starting; nothing was started)"],
-                "failure": "port_in_use", "failure_label": label}
+                "failure": "port_in_use", "failure_label": label, "failure_detail": None,
+                "server_info_endpoint": None}
     previous = paths["launch.sh"] + ".prev"
     if os.path.exists(paths["launch.sh"]):
         os.replace(paths["launch.sh"], previous)
         os.chmod(previous, PRIVATE_SCRIPT)  # one written by an older sglops may be 0755
     write_atomic(paths["launch.sh"], script, PRIVATE_SCRIPT)
     progress(phase="starting")
-    proc, info = start(paths, paths["launch.sh"], root)
+    # A checkout's launch script cds into it; an installed tree is never a working folder (state dir instead).
+    proc, info = start(paths, paths["launch.sh"], root if is_checkout(root) else os.path.dirname(paths["server.log"]))
     info.update({"profile": args.get("profile"), "port": args["port"], "host": args["host"],
                  "log": paths["server.log"], "script": paths["launch.sh"], "rollback": bool(args.get("rollback"))})
     write_atomic(paths["server.json"], json.dumps(info))
     write_atomic(paths["server.pid"], f"{proc.pid}\n")
-    waited = wait_healthy(proc, args["host"], args["port"], float(args["timeout_s"]), paths["server.log"])
+    waited = wait_healthy(proc, args["host"], args["port"], float(args["timeout_s"]), paths["server.log"],
+                          info["log_offset"])
     result = {"stopped": stopped, "pid": proc.pid, "log_path": paths["server.log"], "state_dir": os.path.dirname(
-        paths["server.log"]), **waited, "server_info": None, "log_tail": [], "failure": None, "failure_label": None}
+        paths["server.log"]), **waited, "server_info": None, "server_info_endpoint": None, "log_tail": [], "failure": None,
+        "failure_label": None, "failure_detail": None}
     if waited["state"] == "healthy":
-        status, body = http_get(local_url(args["host"], args["port"], "/get_server_info"), timeout=5)
-        if status == 200:
-            try:
-                result["server_info"] = json.loads(body)
-            except ValueError:
-                pass
+        result["server_info"], result["server_info_endpoint"] = server_info(args["host"], args["port"])
         write_atomic(paths["launch.last-good.sh"], script, PRIVATE_SCRIPT)
         write_atomic(paths["launch.last-good.json"], json.dumps(
             {"profile": args.get("profile"), "host": args["host"], "port": args["port"],
              "timeout_s": args["timeout_s"], "grace_s": args.get("grace_s", 20), "at": time.time()}))
     else:
-        if waited["state"] == "timeout":
+        if waited["state"] == "timeout" or waited["hung"]:
             stop_server(paths, float(args.get("grace_s", 20)))  # do not leave a half-started server behind
         time.sleep(0.1)
-        result["log_tail"] = tail(paths["server.log"], int(args.get("tail", 30)))
-        since = result["log_tail"]
-        marker = [i for i, ln in enumerate(since) if ln.startswith("===== sglops restart")]
-        cls, label = classify(since[marker[-1]:] if marker else since)
-        result["failure"], result["failure_label"] = cls or waited["state"], label or (
-            f"no /health within {float(args['timeout_s']):g}s" if waited["state"] == "timeout" else "exited")
+        since = read_since(paths["server.log"], info["log_offset"])
+        result["log_tail"] = since[-int(args.get("tail", 30)):]
+        cls, label, evidence = classify(since)
+        result["failure"], result["failure_label"], result["failure_detail"] = cls or waited["state"], label or (
+            f"no /health within {float(args['timeout_s']):g}s" if waited["state"] == "timeout" else "exited"), evidence
         if waited["state"] == "died":
+            if group_alive(info["pgid"]):  # the launcher died; its workers must not outlive it
+                os.killpg(info["pgid"], signal.SIGKILL)
             for name in ("server.pid", "server.json"):
                 if os.path.exists(paths[name]):
                     os.unlink(paths[name])

@@ -1,5 +1,6 @@
 # sglops: include _common, server_common
-# The server sglops started on this host: alive?, /health, /get_server_info, last restarts, log tail.
+# The server sglops started on this host: alive?, /health, /server_info (or /get_server_info), last restarts,
+# log tail.
 # With follow_s, keep streaming new log lines (as progress reports) for that long.
 import json
 import os
@@ -53,13 +54,8 @@ def main(args):
            "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20)))}
     if port:
         out["health"], _ = http_get(local_url(host, port, "/health"), timeout=3)
-        if args.get("server_info", True):
-            status, body = http_get(local_url(host, port, "/get_server_info"), timeout=5)
-            if status == 200:
-                try:
-                    out["server_info"] = json.loads(body)
-                except ValueError:
-                    pass
+        if args.get("server_info", True) and out["health"] is not None:
+            out["server_info"], out["server_info_endpoint"] = server_info(host, port)
     if args.get("follow_s"):
         for ln in out["log_tail"]:
             progress(line=ln)

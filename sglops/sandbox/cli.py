@@ -18,6 +18,8 @@ DEFAULT_HOSTS = [
     {"name": "sandbox-3", "sglang": "0.5.15", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
     {"name": "sandbox-4", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
 ]
+# With --real: a host with the REAL SGLang 0.5.23 CPU server environment (profile sandbox-sglang-cpu).
+REAL_HOST = {"name": "cpu-a", "sglang_env": "cpu", "tags": ["sandbox", "cpu"]}
 
 
 def default_base() -> Path:
@@ -33,7 +35,8 @@ def down(base: Path) -> int:
         except (ProcessLookupError, ValueError):
             pass
         pidfile.unlink(missing_ok=True)
-    for pidfile in base.glob("*/sglang/.sglops/server.pid"):
+    servers = [*base.glob("*/sglang/.sglops/server.pid"), *base.glob("*/.local/state/sglops/*/server.pid")]
+    for pidfile in servers:  # checkouts keep state in the tree, installed trees (sglang_env) in the host's HOME
         try:
             os.killpg(int(pidfile.read_text().split()[0]), signal.SIGTERM)
         except (ProcessLookupError, ValueError, PermissionError):
@@ -41,17 +44,19 @@ def down(base: Path) -> int:
     return stopped
 
 
-def main(action: str, hosts: int = 2, base: str | None = None) -> None:
+def main(action: str, hosts: int = 2, base: str | None = None, real: bool = False) -> None:
     root = Path(base) if base else default_base()
     if action == "up":
         if not 1 <= hosts <= len(DEFAULT_HOSTS):
             raise ConfigError(f"--hosts must be 1..{len(DEFAULT_HOSTS)}")
         down(root)
-        sb = Sandbox(root, DEFAULT_HOSTS[:hosts])
+        sb = Sandbox(root, DEFAULT_HOSTS[:hosts] + ([REAL_HOST] if real else []))
         sb.start()
         (root / "sandbox.json").write_text(json.dumps({"inventory": str(sb.inventory), "hosts": [h.name for h in sb.hosts]}))
         console.print(f"sandbox up: {', '.join(f'{h.name} (127.0.0.1:{h.port}, sglang {h.sglang_version})' for h in sb.hosts)}")
         console.print(f"use it with: export SGLOPS_INVENTORY={sb.inventory}")
+        if real:
+            console.print("real SGLang server: inv restart sandbox-sglang-cpu --host cpu-a")
     elif action == "down":
         console.print(f"sandbox down: stopped {down(root)} sshd")
     elif action == "status":

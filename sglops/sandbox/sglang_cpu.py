@@ -94,6 +94,17 @@ def install_standin(venv: Path) -> Path:
     return dest
 
 
+def not_ready() -> str | None:
+    """Why the real server environment cannot be used as it is (None: the venv and the model are built)."""
+    marker = venv_dir() / READY
+    if not (marker.exists() and marker.read_text() == "\n".join(PINS) + "\n"):
+        return (f"the real SGLang {SGLANG_VERSION} environment is not built in {venv_dir()} "
+                "(`python -m sglops.sandbox.sglang_cpu` builds it; scripts/setup.sh runs that)")
+    if not (model_dir() / "sglops-model.json").exists():
+        return f"the tiny model is not made in {model_dir()} (`python -m sglops.sandbox.sglang_cpu` makes it)"
+    return None
+
+
 def ensure_env(log: Path | None = None) -> Path:
     """The venv's python, building the venv first if this machine has none (idempotent, resumable)."""
     venv = venv_dir()
@@ -192,5 +203,9 @@ def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: flo
 
 
 if __name__ == "__main__":  # python -m sglops.sandbox.sglang_cpu: build the venv and the model, print where
-    print(ensure_env())
-    print(ensure_model())
+    try:
+        print(ensure_env())
+        print(ensure_model())
+    except (SglopsError, OSError, subprocess.SubprocessError) as exc:
+        print(f"sglang_cpu: {exc}", file=sys.stderr)
+        sys.exit(1)

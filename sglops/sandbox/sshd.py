@@ -1,8 +1,11 @@
 """Sandbox GPU hosts: real OpenSSH sshd processes on loopback, one per host.
 
 Each host gets its own host key, port, PATH (with the stand-in nvidia-smi), a real SGLang
-release checkout and a FlashInfer site folder. The inventory and known_hosts written here
-are ordinary files, so everything above the SSH layer runs exactly as against a real host.
+release checkout and a FlashInfer site folder; or, with `sglang_env: cpu`, the REAL SGLang
+server environment (sglops/sandbox/sglang_cpu.py): its venv's python and its pip-installed
+`site-packages/sglang` as the host's tree, and the tiny model's folder as the host var
+`model_dir`. The inventory and known_hosts written here are ordinary files, so everything above
+the SSH layer runs exactly as against a real host.
 Loopback only: sshd listens on 127.0.0.1 and nothing here connects anywhere else.
 """
 
@@ -21,10 +24,11 @@ from pathlib import Path
 import yaml
 
 from sglops.errors import SglopsError
-from sglops.sandbox import trees
+from sglops.sandbox import sglang_cpu, trees
 
 HERE = Path(__file__).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SGLANG_ENVS = ("cpu",)  # real server environments a sandbox host can have (sglops.sandbox.sglang_cpu)
 LOOPBACK = "127.0.0.1"
 HOST_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # a stdlib-only python, like a GPU host's
 
@@ -67,10 +71,25 @@ class SandboxHost:
     gpus: dict | None = None
     tags: list[str] = field(default_factory=list)
     python: str = HOST_PYTHON
+    sglang_env: str | None = None  # "cpu": the real SGLang server environment instead of a release checkout
+    vars: dict = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        if self.sglang_env is None:
+            return
+        if self.sglang_env not in SGLANG_ENVS:
+            raise SglopsError(f"sandbox host {self.name}: unknown sglang_env {self.sglang_env!r}; "
+                              f"known: {', '.join(SGLANG_ENVS)}")
+        self.python = str(sglang_cpu.venv_python())
+        self.sglang_version = sglang_cpu.SGLANG_VERSION
+        self.flashinfer_version = None
+        self.vars = {"model_dir": str(sglang_cpu.model_dir()), **self.vars}
 
     @property
     def sglang_root(self) -> Path:
+        if self.sglang_env:
+            return sglang_cpu.sglang_tree()
         return self.home / "sglang"
 
     @property
@@ -88,7 +107,9 @@ class SandboxHost:
         standin = self.bin / "sglang-standin"  # the stand-in server (sglops/sandbox/standin_server.py), see launch
         standin.write_text(f'#!/bin/sh\nexec {self.python} {HERE / "standin_server.py"} "$@"\n')
         standin.chmod(0o755)
-        if not (self.sglang_root / ".git").exists():
+        if self.sglang_env:
+            sglang_cpu.ensure_model()  # the venv and the model: built once per machine, cached
+        elif not (self.sglang_root / ".git").exists():
             trees.make_sglang_checkout(self.sglang_version, self.sglang_root)
         site = self.home / "site"
         if self.flashinfer_version and not site.exists():
@@ -167,6 +188,7 @@ class Sandbox:
                 name=h["name"], home=self.base / h["name"], port=h.get("port") or free_port(),
                 sglang_version=h.get("sglang", "0.5.23"), flashinfer_version=h.get("flashinfer", "0.7.2"),
                 gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
+                sglang_env=h.get("sglang_env"), vars=dict(h.get("vars") or {}),
             )
             for h in hosts
         ]
@@ -191,7 +213,8 @@ class Sandbox:
             "default": self.hosts[0].name,
             "hosts": [
                 {"name": h.name, "address": LOOPBACK, "port": h.port, "sglang_root": str(h.sglang_root),
-                 "tags": h.tags, "node_rank": i, **({"python": h.python} if h.python != HOST_PYTHON else {})}
+                 "tags": h.tags, "node_rank": i, **({"python": h.python} if h.python != HOST_PYTHON else {}),
+                 **({"vars": dict(h.vars)} if h.vars else {})}
                 for i, h in enumerate(self.hosts)
             ] + list(extra or []),
         }
