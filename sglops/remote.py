@@ -138,9 +138,15 @@ class Remote:
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: `{shlex.join(argv)}` timed out after {timeout:g} s (stopped on the host)")
         if check and not result.ok:
-            tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+            output = result.stderr.strip() or result.stdout.strip()
+            line = (output.splitlines()[-1:] or ["no output"])[0]
+            shown = one_line(line)
+            where = ""
+            if shown != output and output:
+                where = f" (whole output in {self._keep_answer(argv[0], result)})"
             raise RemoteError(
-                f"{self.name}: `{redact.text(shlex.join(argv))}` exited {result.exit_code}: {redact.text(tail[0])}"
+                f"{self.name}: `{redact.text(one_line(shlex.join(argv)))}` exited {result.exit_code}: "
+                f"{redact.text(shown)}{where}"
             )
         return result
 
@@ -175,21 +181,55 @@ class Remote:
         if answer is None:
             detail = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"])[-1]
             if result.exit_code == 127 or "not found" in detail:
-                detail = f"{detail} (is `python: {self.python}` right for this host?)"
-            raise RemoteError(f"{self.name}: remote step {script} gave no answer (exit {result.exit_code}): {detail}")
+                detail = f"{one_line(detail)} (is `python: {self.python}` right for this host?)"
+            log = self._keep_answer(script, result)
+            raise RemoteError(f"{self.name}: remote step {script} gave no answer (exit {result.exit_code}): "
+                              f"{redact.text(one_line(detail))} (whole answer in {log})")
         if not answer["ok"]:
+            error = str(answer.get("error"))
+            shown = one_line(error)
+            more = f" (whole answer in {self._keep_answer(script, result)})" if shown != error else ""
             if answer.get("user"):
-                raise RemoteError(f"{self.name}: {answer['error']}")
+                raise RemoteError(f"{self.name}: {shown}{more}")
             last = answer.get("traceback", "").strip().splitlines()
             where = next((ln.strip() for ln in reversed(last) if ln.strip().startswith("File")), "")
-            raise RemoteError(f"{self.name}: remote step {script} failed: {answer['type']}: {answer['error']} [{where}]")
+            raise RemoteError(f"{self.name}: remote step {script} failed: {answer.get('type')}: {shown} "
+                              f"[{one_line(where)}]{more}")
         return answer["result"]
+
+    def _keep_answer(self, step: str, result: CommandResult) -> Path:
+        """Write a host's whole answer to a log file under artifacts/ (secrets masked); errors name it."""
+        from sglops import artifacts
+
+        folder = artifacts.artifacts_root() / artifacts.safe_name(self.name) / "remote-answers"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{artifacts.new_run_id()}-{artifacts.safe_name(os.path.basename(step))}.log"
+        path.write_text(redact.text(
+            f"host: {self.name}\nstep: {step}\nexit: {result.exit_code}\nseconds: {result.seconds:.3f}\n"
+            f"stdout: {len(result.stdout)} characters\nstderr: {len(result.stderr)} characters\n"
+            f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}\n"
+        ))
+        return path
 
     def __enter__(self) -> Remote:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+ONE_LINE_MAX = 240
+
+
+def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
+    """The first line of a host's text, cut to `limit` characters: an error line never carries a whole answer."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0].strip()
+    if len(first) > limit:
+        return first[:limit] + f"... ({len(text)} characters)"
+    if len(lines) > 1:
+        return first + f" ... (+{len(lines) - 1} lines)"
+    return first
 
 
 def _parse_answer(result: CommandResult) -> dict | None:
@@ -283,46 +323,27 @@ class SSHRemote(Remote):
         except Exception as exc:  # transport died under us
             raise ConnectError(f"{self.name}: SSH session could not be opened: {exc}") from None
         chan.settimeout(timeout)
-        out: list[bytes] = []
-        err: list[bytes] = []
         try:
             chan.exec_command(command)
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
             deadline = time.monotonic() + timeout
-            pending = b""
-            while True:
-                got = False
-                while chan.recv_ready():
-                    chunk = chan.recv(1 << 16)
-                    out.append(chunk)
-                    got = True
-                    if on_output:
-                        pending += chunk
-                        *lines, pending = pending.split(b"\n")
-                        for ln in lines:
-                            on_output(ln.decode(errors="replace") + "\n")
-                while chan.recv_stderr_ready():
-                    err.append(chan.recv_stderr(1 << 16))
-                    got = True
-                if not got:
-                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                        break
-                    if chan.closed and not chan.recv_ready():
-                        break
-                    if time.monotonic() > deadline:
-                        raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s")
-                    select.select([chan], [], [], 0.005)
-            if on_output and pending:
-                on_output(pending.decode(errors="replace"))
-            code = chan.recv_exit_status()
+            out, err = _read_to_eof(chan, deadline, on_output)
+            # The exit status may come before the last output or after the EOF: wait for it only now.
+            if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError
+            code = chan.exit_status
+            if code == -1 and not chan.get_transport().is_active():
+                raise EOFError("the SSH connection closed")
+        except TimeoutError:
+            raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s") from None
         except (OSError, EOFError) as exc:
             raise ConnectError(f"{self.name}: connection lost during a command: {exc or type(exc).__name__}") from None
         finally:
             chan.close()
-        return CommandResult(command, code, b"".join(out).decode(errors="replace"),
-                             b"".join(err).decode(errors="replace"), time.monotonic() - start)
+        return CommandResult(command, code, out.decode(errors="replace"), err.decode(errors="replace"),
+                             time.monotonic() - start)
 
     def put(self, local, remote):
         sftp = self._connection().sftp()
@@ -344,6 +365,40 @@ class SSHRemote(Remote):
             tmp.unlink(missing_ok=True)
             raise RemoteError(f"{self.name}: download of {remote} failed: {exc}") from None
         os.replace(tmp, local)
+
+
+def _read_to_eof(chan, deadline: float, on_output: Callable[[str], None] | None) -> tuple[bytes, bytes]:
+    """Both streams of a channel, read until the host closed them (EOF), not until its exit status came.
+
+    Why: sshd may send `exit-status` while the end of a large stdout is still on its way (a slow link,
+    a full window), so stopping at the exit status loses the end of the answer. SSH delivers a channel's
+    messages in order, so once EOF is seen every byte before it is already buffered here.
+    """
+    out: list[bytes] = []
+    err: list[bytes] = []
+    pending = b""
+    while True:
+        if chan.recv_ready():
+            chunk = chan.recv(1 << 16)
+            out.append(chunk)
+            if on_output:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for ln in lines:
+                    on_output(ln.decode(errors="replace") + "\n")
+        elif chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(1 << 16))
+        elif chan.eof_received or chan.closed:
+            # Seen after both buffers were empty: recheck, data may have landed just before the EOF.
+            if not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+        else:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            select.select([chan], [], [], 0.05)
+    if on_output and pending:
+        on_output(pending.decode(errors="replace"))
+    return b"".join(out), b"".join(err)
 
 
 # -- host keys ------------------------------------------------------------------------------

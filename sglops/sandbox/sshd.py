@@ -22,6 +22,7 @@ import yaml
 
 from sglops.errors import SglopsError
 from sglops.sandbox import trees
+from sglops.sandbox.netproxy import NetProfile, NetProxy
 
 HERE = Path(__file__).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -67,7 +68,14 @@ class SandboxHost:
     gpus: dict | None = None
     tags: list[str] = field(default_factory=list)
     python: str = HOST_PYTHON
+    network: NetProfile | None = None  # set: clients reach sshd only through a hostile-network proxy
     proc: subprocess.Popen | None = None
+    proxy: NetProxy | None = None
+
+    @property
+    def client_port(self) -> int:
+        """The port clients connect to: the proxy's when the host sits behind one."""
+        return self.proxy.port if self.proxy else self.port
 
     @property
     def sglang_root(self) -> Path:
@@ -131,12 +139,18 @@ class SandboxHost:
                 raise SglopsError(f"sandbox sshd for {self.name} exited: {(self.home / 'sshd.log').read_text()[-300:]}")
             try:
                 with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
-                    return
+                    break
             except OSError:
                 time.sleep(0.05)
-        raise SglopsError(f"sandbox sshd for {self.name} did not listen on {self.port}")
+        else:
+            raise SglopsError(f"sandbox sshd for {self.name} did not listen on {self.port}")
+        if self.network is not None and self.proxy is None:
+            self.proxy = NetProxy(self.port, self.network).start()
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -154,7 +168,7 @@ class SandboxHost:
 
     def host_key_line(self) -> str:
         kind, key = (self.home / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-        return f"[{LOOPBACK}]:{self.port} {kind} {key}\n"
+        return f"[{LOOPBACK}]:{self.client_port} {kind} {key}\n"
 
 
 class Sandbox:
@@ -167,6 +181,7 @@ class Sandbox:
                 name=h["name"], home=self.base / h["name"], port=h.get("port") or free_port(),
                 sglang_version=h.get("sglang", "0.5.23"), flashinfer_version=h.get("flashinfer", "0.7.2"),
                 gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
+                network=NetProfile.from_dict(h["network"]) if h.get("network") not in (None, False) else None,
             )
             for h in hosts
         ]
@@ -190,7 +205,7 @@ class Sandbox:
                          "known_hosts": str(self.known_hosts), "python": HOST_PYTHON, "connect_timeout": 5},
             "default": self.hosts[0].name,
             "hosts": [
-                {"name": h.name, "address": LOOPBACK, "port": h.port, "sglang_root": str(h.sglang_root),
+                {"name": h.name, "address": LOOPBACK, "port": h.client_port, "sglang_root": str(h.sglang_root),
                  "tags": h.tags, "node_rank": i, **({"python": h.python} if h.python != HOST_PYTHON else {})}
                 for i, h in enumerate(self.hosts)
             ] + list(extra or []),
