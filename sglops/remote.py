@@ -317,6 +317,8 @@ class SSHRemote(Remote):
             _close_all(conns)
 
     def _exec(self, command, stdin, timeout, on_output):
+        from paramiko import SSHException  # loaded with the connection already
+
         conn = self._connection()
         self.round_trips += 1
         start = time.monotonic()
@@ -340,7 +342,7 @@ class SSHRemote(Remote):
                 raise EOFError("the SSH connection closed")
         except TimeoutError:
             raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s") from None
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, SSHException) as exc:
             raise ConnectError(f"{self.name}: connection lost during a command: {exc or type(exc).__name__}") from None
         finally:
             chan.close()
@@ -588,13 +590,27 @@ def _tunnel(via: _Hop, hop: _Hop):
                            f"{exc or type(exc).__name__}") from None
 
 
+def _leave_rekeying_to_the_host(transport) -> None:
+    """Never start a key re-exchange from this side; sshd starts them (its RekeyLimit) and paramiko answers.
+
+    Why: a rekey paramiko starts itself (every 512 MB) deadlocks its transport thread if the host closes a
+    channel before it answers (paramiko issue #822): 30 s later "Key-exchange timed out", connection dead.
+    The hostile-network sandbox hits it within the first 1,000 answers of 1 MB. A rekey the host starts is
+    safe: after its KEXINIT the host sends nothing else until the new keys are in use.
+    """
+    packetizer = transport.packetizer
+    packetizer.REKEY_BYTES = packetizer.REKEY_PACKETS = 1 << 62
+
+
 def _open_hop(hop: _Hop) -> None:
     import paramiko
 
     conn, where, label = hop.conn, hop.where, hop.label
     try:
         conn.open()
-        conn.client.get_transport().set_keepalive(30)
+        transport = conn.client.get_transport()
+        transport.set_keepalive(30)
+        _leave_rekeying_to_the_host(transport)
     except HostKeyError:
         raise
     except paramiko.BadHostKeyException as exc:

@@ -32,7 +32,8 @@ HOSTILE = {"delay_ms": 50, "jitter_ms": 10, "max_chunk": 1448, "rate_mbit": 100,
 
 @pytest.fixture(scope="module")
 def far_sandbox(make_sandbox):
-    return make_sandbox([{"name": "far", "sglang": "0.5.23", "network": HOSTILE}], name="far")
+    # sshd re-keys every 4 MB too: key exchanges happen mid-answer, as on a long-lived connection.
+    return make_sandbox([{"name": "far", "sglang": "0.5.23", "network": HOSTILE, "rekey_limit": "4M"}], name="far")
 
 
 @pytest.fixture
@@ -63,6 +64,21 @@ def test_fifty_megabyte_answers_through_the_hostile_network_are_whole(far, far_s
         out = far.run(big_answer_argv(MB)).stdout
         assert len(out) == MB + 3 and out.endswith("END")
     assert far_sandbox.host("far").proxy.stats.bytes_down - before > 50 * MB  # it really went through the proxy
+
+
+def test_key_re_exchanges_mid_answer_never_stall_the_connection(far_sandbox, monkeypatch, tmp_path):
+    # paramiko would start its own re-exchange every 1 MB here (before sshd's 4 MB); one it starts deadlocks
+    # when the host closes a channel meanwhile (paramiko #822: "Key-exchange timed out" after 30 s).
+    import paramiko.packet
+
+    monkeypatch.setattr(paramiko.packet.Packetizer, "REKEY_BYTES", MB)
+    monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path / "artifacts"))
+    inv = load_inventory(far_sandbox.inventory)
+    start = time.monotonic()
+    with connect(inv.get("far"), inventory=inv) as r:
+        for _ in range(16):
+            assert len(r.run(big_answer_argv(MB), timeout=60).stdout) == MB + 3
+    assert time.monotonic() - start < 60
 
 
 def test_remote_layer_through_the_hostile_network(far, tmp_path):

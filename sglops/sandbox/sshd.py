@@ -69,6 +69,7 @@ class SandboxHost:
     tags: list[str] = field(default_factory=list)
     python: str = HOST_PYTHON
     network: NetProfile | None = None  # set: clients reach sshd only through a hostile-network proxy
+    rekey_limit: str | None = None  # sshd's RekeyLimit, e.g. "2M": key re-exchanges every 2 MB
     proc: subprocess.Popen | None = None
     proxy: NetProxy | None = None
 
@@ -123,6 +124,7 @@ class SandboxHost:
                 "MaxSessions 64",
                 "LogLevel ERROR",
                 "Subsystem sftp internal-sftp",
+                *([f"RekeyLimit {self.rekey_limit}"] if self.rekey_limit else []),
                 f"SetEnv HOME={self.home} PATH={path} PYTHONPATH={site} SGLOPS_SANDBOX_HOST={self.name}",
                 "",
             ])
@@ -182,6 +184,7 @@ class Sandbox:
                 sglang_version=h.get("sglang", "0.5.23"), flashinfer_version=h.get("flashinfer", "0.7.2"),
                 gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
                 network=NetProfile.from_dict(h["network"]) if h.get("network") not in (None, False) else None,
+                rekey_limit=h.get("rekey_limit"),
             )
             for h in hosts
         ]
