@@ -7,6 +7,7 @@ file under artifacts/). The far host sits behind sglops/sandbox/netproxy.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from sglops import patches
 from sglops.errors import ConnectError, RemoteError
 from sglops.hosts import load_inventory
 from sglops.remote import connect
+from sglops.sandbox.netproxy import NetProfile, NetProxy
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -157,3 +159,35 @@ def test_apply_and_revert_through_the_hostile_network_leave_no_half_state(far, f
 def test_the_proxy_only_listens_on_loopback(far_sandbox):
     proxy = far_sandbox.host("far").proxy
     assert proxy._server.sockets[0].getsockname()[0] == "127.0.0.1"
+
+
+def _through(proxy_profile, sandbox, tmp_path):
+    """gpu-a of the default sandbox, reached through a proxy of its own (known_hosts for the proxy's port)."""
+    a = sandbox.host("gpu-a")
+    proxy = NetProxy(a.port, proxy_profile).start()
+    known = tmp_path / "known_hosts"
+    known.write_text(a.host_key_line().replace(f"]:{a.port} ", f"]:{proxy.port} "))
+    inv = load_inventory(sandbox.inventory)
+    return proxy, dataclasses.replace(inv.get("gpu-a"), port=proxy.port, known_hosts=str(known), connect_timeout=3)
+
+
+def test_lost_segments_only_slow_an_answer_down(use_sandbox, tmp_path):
+    proxy, host = _through(NetProfile(delay_ms=5, jitter_ms=2, loss=0.05, rto_ms=50, seed=3), use_sandbox, tmp_path)
+    try:
+        with connect(host) as r:
+            assert len(r.run(big_answer_argv(MB)).stdout) == MB + 3
+        assert proxy.stats.lost_pieces > 0
+    finally:
+        proxy.stop()
+
+
+def test_a_connection_dropped_during_the_handshake_is_one_line(use_sandbox, tmp_path):
+    proxy, host = _through(NetProfile(delay_ms=1, jitter_ms=0, drop=1.0, drop_within=3000, seed=4), use_sandbox,
+                           tmp_path)
+    try:
+        with pytest.raises(ConnectError) as err:
+            connect(host).run(["true"])
+        assert str(err.value).startswith("gpu-a: ") and "\n" not in str(err.value)
+        assert proxy.stats.dropped == 1
+    finally:
+        proxy.stop()
