@@ -548,9 +548,9 @@ def _open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any,
             _open_hop(hop)
             sock = None
     except BaseException:
+        _close_all(tried)  # a failed connect leaves paramiko's transport thread running: stop it first...
         if sock is not None:
-            sock.close()
-        _close_all(tried)  # a failed connect leaves paramiko's transport thread running: close it too
+            sock.close()  # ...then the socket it was reading (closing it under the thread makes it print EBADF)
         raise
     return tried[-1], tried[:-1]
 

@@ -30,8 +30,8 @@ def jump(use_sandbox, tmp_path, monkeypatch):
     a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
     config = tmp_path / "ssh_config"
     common = f"    HostName 127.0.0.1\n    User {getpass.getuser()}\n    IdentityFile {use_sandbox.client_key}\n"
-    config.write_text(f"Host sbx-jump\n    Port {a.port}\n{common}\n"
-                      f"Host sbx-target\n    Port {b.port}\n{common}    ProxyJump sbx-jump\n")
+    config.write_text(f"Host sbx-jump\n    Port {a.client_port}\n{common}\n"
+                      f"Host sbx-target\n    Port {b.client_port}\n{common}    ProxyJump sbx-jump\n")
     monkeypatch.setenv("SGLOPS_SSH_CONFIG", str(config))
     known = tmp_path / "known_hosts"
     target = Host(name="sbx-target", address="sbx-target", known_hosts=str(known), python=HOST_PYTHON,
@@ -57,7 +57,7 @@ def test_target_behind_a_proxyjump_alias_is_reached_when_both_keys_are_known(jum
     with connect(jump["target"]) as r:
         facts = r.run_py("facts", {"sglang_root": r.host.sglang_root})
         assert facts["sglang"]["version"] == "0.5.15"  # gpu-b's release: the alias reached the target
-        assert len(r._jumps) == 1 and r._jumps[0].port == jump["a"].port  # ...through gpu-a
+        assert len(r._jumps) == 1 and r._jumps[0].port == jump["a"].client_port  # ...through gpu-a
 
 
 def test_unknown_jump_host_key_is_refused_with_one_line_and_nothing_left_open(jump):
@@ -68,7 +68,7 @@ def test_unknown_jump_host_key_is_refused_with_one_line_and_nothing_left_open(ju
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith("sbx-target (jump host sbx-jump): unknown host key for [127.0.0.1]:")
-    assert f":{jump['a'].port} " in msg and "SHA256:" in msg and "--accept-new-host-key" in msg
+    assert f":{jump['a'].client_port} " in msg and "SHA256:" in msg and "--accept-new-host-key" in msg
     assert jump["known"].read_text() == jump["b"].host_key_line(), "refusing must not save anything"
     assert transports_and_sockets() == before
 
@@ -78,7 +78,7 @@ def test_accept_new_host_key_saves_every_hop_and_then_both_are_known(jump):
         assert r.run(["echo", "ok"]).stdout == "ok\n"
     saved = jump["known"].read_text()
     for h in (jump["a"], jump["b"]):
-        assert f"[127.0.0.1]:{h.port} ssh-ed25519 {h.host_key_line().split()[2]}" in saved
+        assert f"[127.0.0.1]:{h.client_port} ssh-ed25519 {h.host_key_line().split()[2]}" in saved
     with connect(jump["target"]) as r:  # no flag needed any more
         assert r.run(["echo", "ok"]).stdout == "ok\n"
 
@@ -86,7 +86,8 @@ def test_accept_new_host_key_saves_every_hop_and_then_both_are_known(jump):
 def test_changed_jump_host_key_is_always_refused(jump):
     a, b = jump["a"], jump["b"]
     # gpu-b's key under gpu-a's address: what a jump host whose key changed looks like.
-    jump["known"].write_text(b.host_key_line().replace(f"]:{b.port} ", f"]:{a.port} ") + b.host_key_line())
+    jump["known"].write_text(b.host_key_line().replace(f"]:{b.client_port} ", f"]:{a.client_port} ")
+                             + b.host_key_line())
     before = transports_and_sockets()
     for accept in (False, True):
         with pytest.raises(HostKeyError, match=r"^sbx-target \(jump host sbx-jump\): host key for .*CHANGED"):
@@ -97,7 +98,7 @@ def test_changed_jump_host_key_is_always_refused(jump):
 def test_inventory_gateway_refusal_closes_the_gateway(use_sandbox, tmp_path):
     # The gateway (gpu-a) is known; the host behind it has a known_hosts of its own that lacks its key.
     b = use_sandbox.host("gpu-b")
-    use_sandbox.write_inventory(extra=[{"name": "behind-a", "address": "127.0.0.1", "port": b.port,
+    use_sandbox.write_inventory(extra=[{"name": "behind-a", "address": "127.0.0.1", "port": b.client_port,
                                         "gateway": "gpu-a", "known_hosts": str(tmp_path / "empty_known_hosts")}])
     try:
         inv = load_inventory(use_sandbox.inventory)
