@@ -188,7 +188,7 @@ class Remote:
                               f"{redact.text(one_line(detail))} (whole answer in {log})")
         if not answer["ok"]:
             error = str(answer.get("error"))
-            shown = one_line(error)
+            shown = one_line(error, limit=1000)  # written by our own script, though it may quote host text
             more = f" (whole answer in {self._keep_answer(script, result)})" if shown != error else ""
             if answer.get("user"):
                 raise RemoteError(f"{self.name}: {shown}{more}")
@@ -219,7 +219,7 @@ class Remote:
         self.close()
 
 
-ONE_LINE_MAX = 240
+ONE_LINE_MAX = 400
 
 
 def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
