@@ -19,6 +19,7 @@ import select
 import shlex
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -558,9 +559,24 @@ def _open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any,
 def _close_all(conns: list[Any]) -> None:
     """Close connections, the host first and then its jump hosts (Fabric never closes a gateway)."""
     for conn in reversed(conns):
+        _stop_transport(conn.client.get_transport())
         with contextlib.suppress(Exception):  # closing must reach every hop
             conn.close()
         conn.client.close()
+
+
+def _stop_transport(transport: Any) -> None:
+    """End paramiko's reader thread and let it close its own socket.
+
+    Why: `Transport.close()` closes the socket while the thread may still be inside a read on it; the
+    thread then prints "Socket exception: Bad file descriptor", or reads from the next connection that
+    is given the same file descriptor number (seen in bench_remote_loop.py: the next connection died
+    with "SSH session not active"). A closed packetizer ends the thread at its next 0.1 s read poll.
+    """
+    if transport is None or not transport.is_alive() or transport is threading.current_thread():
+        return
+    transport.packetizer.close()
+    transport.join(5)
 
 
 def _tcp(hop: _Hop) -> socket.socket:

@@ -131,3 +131,16 @@ def test_cli_refuses_an_unknown_jump_host_then_accepts_and_records_it(jump, use_
     accepted = inv_cmd("facts", "--host", "sbx-target", "--accept-new-host-key", env=env)
     assert accepted.returncode == 0, accepted.stderr
     assert jump["known"].read_text().count("ssh-ed25519") == 2
+
+
+def test_closing_a_remote_ends_every_hops_reader_thread_at_once(jump):
+    # paramiko's own close() closes the socket under its running reader thread, which then reads
+    # whatever socket gets that file descriptor next: sglops ends the threads before the sockets go.
+    jump["known"].write_text(jump["a"].host_key_line() + jump["b"].host_key_line())
+    r = connect(jump["target"])
+    r.run(["true"])
+    transports = [c.client.get_transport() for c in (*r._jumps, r._conn)]
+    assert all(t.is_alive() for t in transports)
+    r.close()
+    assert not any(t.is_alive() for t in transports)
+    assert all(t.sock.closed if isinstance(t.sock, paramiko.Channel) else t.sock.fileno() == -1 for t in transports)
