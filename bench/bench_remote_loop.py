@@ -96,16 +96,21 @@ def big_answer_argv(size: int) -> list[str]:
 
 def loop(r, calls: int, size: int) -> dict:
     """`calls` calls of `size` bytes each; counts the answers that came back short."""
-    truncated, shortest, start = 0, size + 3, time.perf_counter()
+    truncated, shortest, lost, start = 0, size + 3, [], time.perf_counter()
     argv = big_answer_argv(size)
-    for _ in range(calls):
-        out = r.run(argv, timeout=120).stdout
+    for i in range(calls):
+        try:
+            out = r.run(argv, timeout=120).stdout
+        except Exception as exc:  # the connection died: count it, reconnect, go on
+            lost.append(f"call {i}: {type(exc).__name__}: {exc}")
+            r.close()
+            continue
         if len(out) != size + 3 or not out.endswith("END"):
             truncated += 1
             shortest = min(shortest, len(out))
     wall = time.perf_counter() - start
     return {"calls": calls, "size": size, "truncated": truncated, "shortest": shortest, "seconds": round(wall, 1),
-            "ms_per_call": round(wall / max(calls, 1) * 1000, 1)}
+            "ms_per_call": round(wall / max(calls, 1) * 1000, 1), "connections_lost": lost}
 
 
 def tree_state(root: Path) -> tuple[str, list[str]]:

@@ -120,7 +120,7 @@ def test_an_unparseable_answer_is_one_line_and_kept_whole_in_a_log(remote_a, tmp
     with pytest.raises(RemoteError) as err:
         remote_a.run_py("facts", {})
     msg = str(err.value)
-    assert "\n" not in msg and len(msg) < 600, msg
+    assert "\n" not in msg and len(msg) < 1000, msg  # 400 characters of host text at most, then the log path
     assert msg.startswith("gpu-a: remote step facts gave no answer (exit 0): ")
     log = Path(msg.rsplit("(whole answer in ", 1)[1].rstrip(")"))
     assert log.is_file() and log.is_relative_to(Path(os.environ["SGLOPS_ARTIFACTS"]))
