@@ -569,9 +569,9 @@ def _stop_transport(transport: Any) -> None:
     """End paramiko's reader thread and let it close its own socket.
 
     Why: `Transport.close()` closes the socket while the thread may still be inside a read on it; the
-    thread then prints "Socket exception: Bad file descriptor", or reads from the next connection that
-    is given the same file descriptor number (seen in bench_remote_loop.py: the next connection died
-    with "SSH session not active"). A closed packetizer ends the thread at its next 0.1 s read poll.
+    thread then prints "Socket exception: Bad file descriptor" to stderr (next to our one error line),
+    and a read still in flight could land on the next socket given that descriptor number. A closed
+    packetizer ends the thread at its next 0.1 s read poll; the thread then closes the socket itself.
     """
     if transport is None or not transport.is_alive() or transport is threading.current_thread():
         return
