@@ -170,7 +170,7 @@ def _looks_like_address(text: str) -> bool:
 
 
 def _ssh_config_aliases() -> set[str]:
-    path = Path(os.path.expanduser("~/.ssh/config"))
+    path = Path(os.path.expanduser(os.environ.get("SGLOPS_SSH_CONFIG") or "~/.ssh/config"))  # as remote.py reads
     if not path.exists():
         return set()
     import paramiko

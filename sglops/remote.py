@@ -12,12 +12,14 @@ Every argument is quoted here (`shlex.join`); nobody else builds shell strings.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
 import shlex
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglops import redact
-from sglops.errors import ConnectError, HostKeyError, RemoteError, RemoteTimeout
+from sglops.errors import ConfigError, ConnectError, HostKeyError, RemoteError, RemoteTimeout
 from sglops.remote_scripts import load_script
 
 if TYPE_CHECKING:
@@ -138,9 +140,15 @@ class Remote:
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: `{shlex.join(argv)}` timed out after {timeout:g} s (stopped on the host)")
         if check and not result.ok:
-            tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+            output = result.stderr.strip() or result.stdout.strip()
+            line = (output.splitlines()[-1:] or ["no output"])[0]
+            shown = one_line(line)
+            where = ""
+            if shown != output and output:
+                where = f" (whole output in {self._keep_answer(argv[0], result)})"
             raise RemoteError(
-                f"{self.name}: `{redact.text(shlex.join(argv))}` exited {result.exit_code}: {redact.text(tail[0])}"
+                f"{self.name}: `{redact.text(one_line(shlex.join(argv)))}` exited {result.exit_code}: "
+                f"{redact.text(shown)}{where}"
             )
         return result
 
@@ -175,21 +183,55 @@ class Remote:
         if answer is None:
             detail = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"])[-1]
             if result.exit_code == 127 or "not found" in detail:
-                detail = f"{detail} (is `python: {self.python}` right for this host?)"
-            raise RemoteError(f"{self.name}: remote step {script} gave no answer (exit {result.exit_code}): {detail}")
+                detail = f"{one_line(detail)} (is `python: {self.python}` right for this host?)"
+            log = self._keep_answer(script, result)
+            raise RemoteError(f"{self.name}: remote step {script} gave no answer (exit {result.exit_code}): "
+                              f"{redact.text(one_line(detail))} (whole answer in {log})")
         if not answer["ok"]:
+            error = str(answer.get("error"))
+            shown = one_line(error, limit=1000)  # written by our own script, though it may quote host text
+            more = f" (whole answer in {self._keep_answer(script, result)})" if shown != error else ""
             if answer.get("user"):
-                raise RemoteError(f"{self.name}: {answer['error']}")
+                raise RemoteError(f"{self.name}: {shown}{more}")
             last = answer.get("traceback", "").strip().splitlines()
             where = next((ln.strip() for ln in reversed(last) if ln.strip().startswith("File")), "")
-            raise RemoteError(f"{self.name}: remote step {script} failed: {answer['type']}: {answer['error']} [{where}]")
+            raise RemoteError(f"{self.name}: remote step {script} failed: {answer.get('type')}: {shown} "
+                              f"[{one_line(where)}]{more}")
         return answer["result"]
+
+    def _keep_answer(self, step: str, result: CommandResult) -> Path:
+        """Write a host's whole answer to a log file under artifacts/ (secrets masked); errors name it."""
+        from sglops import artifacts
+
+        folder = artifacts.artifacts_root() / artifacts.safe_name(self.name) / "remote-answers"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{artifacts.new_run_id()}-{artifacts.safe_name(os.path.basename(step))}.log"
+        path.write_text(redact.text(
+            f"host: {self.name}\nstep: {step}\nexit: {result.exit_code}\nseconds: {result.seconds:.3f}\n"
+            f"stdout: {len(result.stdout)} characters\nstderr: {len(result.stderr)} characters\n"
+            f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}\n"
+        ))
+        return path
 
     def __enter__(self) -> Remote:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+ONE_LINE_MAX = 400
+
+
+def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
+    """The first line of a host's text, cut to `limit` characters: an error line never carries a whole answer."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0].strip()
+    if len(first) > limit:
+        return first[:limit] + f"... ({len(text)} characters)"
+    if len(lines) > 1:
+        return first + f" ... (+{len(lines) - 1} lines)"
+    return first
 
 
 def _parse_answer(result: CommandResult) -> dict | None:
@@ -262,19 +304,22 @@ class SSHRemote(Remote):
         self.accept_new_host_key = accept_new_host_key
         self._inventory = inventory
         self._conn = None
+        self._jumps: list[Any] = []  # the jump hosts' connections, first hop first
 
     # -- connection -----------------------------------------------------------------------
     def _connection(self):
         if self._conn is None:
-            self._conn = _open_connection(self.host, self.accept_new_host_key, self._inventory)
+            self._conn, self._jumps = _open_connection(self.host, self.accept_new_host_key, self._inventory)
         return self._conn
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            conns, self._conn, self._jumps = [*self._jumps, self._conn], None, []
+            _close_all(conns)
 
     def _exec(self, command, stdin, timeout, on_output):
+        from paramiko import SSHException  # loaded with the connection already
+
         conn = self._connection()
         self.round_trips += 1
         start = time.monotonic()
@@ -283,46 +328,27 @@ class SSHRemote(Remote):
         except Exception as exc:  # transport died under us
             raise ConnectError(f"{self.name}: SSH session could not be opened: {exc}") from None
         chan.settimeout(timeout)
-        out: list[bytes] = []
-        err: list[bytes] = []
         try:
             chan.exec_command(command)
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
             deadline = time.monotonic() + timeout
-            pending = b""
-            while True:
-                got = False
-                while chan.recv_ready():
-                    chunk = chan.recv(1 << 16)
-                    out.append(chunk)
-                    got = True
-                    if on_output:
-                        pending += chunk
-                        *lines, pending = pending.split(b"\n")
-                        for ln in lines:
-                            on_output(ln.decode(errors="replace") + "\n")
-                while chan.recv_stderr_ready():
-                    err.append(chan.recv_stderr(1 << 16))
-                    got = True
-                if not got:
-                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                        break
-                    if chan.closed and not chan.recv_ready():
-                        break
-                    if time.monotonic() > deadline:
-                        raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s")
-                    select.select([chan], [], [], 0.005)
-            if on_output and pending:
-                on_output(pending.decode(errors="replace"))
-            code = chan.recv_exit_status()
-        except (OSError, EOFError) as exc:
+            out, err = _read_to_eof(chan, deadline, on_output)
+            # The exit status may come before the last output or after the EOF: wait for it only now.
+            if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError
+            code = chan.exit_status
+            if code == -1 and not chan.get_transport().is_active():
+                raise EOFError("the SSH connection closed")
+        except TimeoutError:
+            raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s") from None
+        except (OSError, EOFError, SSHException) as exc:
             raise ConnectError(f"{self.name}: connection lost during a command: {exc or type(exc).__name__}") from None
         finally:
             chan.close()
-        return CommandResult(command, code, b"".join(out).decode(errors="replace"),
-                             b"".join(err).decode(errors="replace"), time.monotonic() - start)
+        return CommandResult(command, code, out.decode(errors="replace"), err.decode(errors="replace"),
+                             time.monotonic() - start)
 
     def put(self, local, remote):
         sftp = self._connection().sftp()
@@ -344,6 +370,40 @@ class SSHRemote(Remote):
             tmp.unlink(missing_ok=True)
             raise RemoteError(f"{self.name}: download of {remote} failed: {exc}") from None
         os.replace(tmp, local)
+
+
+def _read_to_eof(chan, deadline: float, on_output: Callable[[str], None] | None) -> tuple[bytes, bytes]:
+    """Both streams of a channel, read until the host closed them (EOF), not until its exit status came.
+
+    Why: sshd may send `exit-status` while the end of a large stdout is still on its way (a slow link,
+    a full window), so stopping at the exit status loses the end of the answer. SSH delivers a channel's
+    messages in order, so once EOF is seen every byte before it is already buffered here.
+    """
+    out: list[bytes] = []
+    err: list[bytes] = []
+    pending = b""
+    while True:
+        if chan.recv_ready():
+            chunk = chan.recv(1 << 16)
+            out.append(chunk)
+            if on_output:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for ln in lines:
+                    on_output(ln.decode(errors="replace") + "\n")
+        elif chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(1 << 16))
+        elif chan.eof_received or chan.closed:
+            # Seen after both buffers were empty: recheck, data may have landed just before the EOF.
+            if not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+        else:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            select.select([chan], [], [], 0.05)
+    if on_output and pending:
+        on_output(pending.decode(errors="replace"))
+    return b"".join(out), b"".join(err)
 
 
 # -- host keys ------------------------------------------------------------------------------
@@ -380,15 +440,59 @@ class _VerifyPolicy:
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-def _open_connection(host: Host, accept_new: bool, inventory: Any):
-    import paramiko
-    from fabric import Config, Connection
+def ssh_config_path() -> str | None:
+    """An ssh_config to read instead of ~/.ssh/config and /etc/ssh/ssh_config (like `ssh -F`), from
+    SGLOPS_SSH_CONFIG; None reads the usual ones."""
+    path = os.environ.get("SGLOPS_SSH_CONFIG")
+    return os.path.expanduser(path) if path else None
 
+
+def _fabric_config():
+    from fabric import Config
+
+    path = ssh_config_path()
+    try:
+        return Config(runtime_ssh_path=path) if path else Config()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the ssh_config {path or '~/.ssh/config'}: {exc.strerror or exc}") from None
+    except Exception as exc:  # paramiko's parser: a bad line
+        raise ConfigError(f"cannot parse the ssh_config {path or '~/.ssh/config'}: {exc}") from None
+
+
+@dataclass
+class _Hop:
+    """One SSH connection on the way to a host: a jump host or the host itself."""
+
+    conn: Any  # fabric.Connection, not opened yet
+    label: str  # who errors name: "gpu-a" or "gpu-a (jump host bastion)"
+    known_hosts: Path
+    accept_new: bool
+    timeout: float
+
+    @property
+    def where(self) -> str:
+        return f"{self.conn.user}@{self.conn.host}:{self.conn.port}"
+
+
+def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple[str, ...] = ()) -> list[_Hop]:
+    """Every connection from the first one TCP reaches to `host`, each with host key checks.
+
+    Why not leave it to Fabric: for a ProxyJump from ssh_config it builds each jump host's connection
+    with AutoAddPolicy and no known_hosts (any key accepted) and no timeouts. Here every hop gets the
+    final host's policy (its known_hosts, --accept-new-host-key), as OpenSSH does; an inventory
+    `gateway:` gets its own inventory entry's policy.
+    """
+    from fabric import Connection
+
+    chain: list[_Hop] = []
     gateway = None
     if host.gateway:
         if inventory is None:
             raise ConnectError(f"{host.name}: gateway {host.gateway!r} needs an inventory")
-        gateway = _open_connection(inventory.get(host.gateway), accept_new, inventory)
+        if host.gateway in seen or host.gateway == host.name:
+            raise ConnectError(f"{host.name}: gateway loop: {' -> '.join((*seen, host.name, host.gateway))}")
+        chain = _hops(inventory.get(host.gateway), accept_new, inventory, config, (*seen, host.name))
+        gateway = chain[-1].conn
     connect_kwargs: dict[str, Any] = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
         connect_kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
@@ -398,51 +502,147 @@ def _open_connection(host: Host, accept_new: bool, inventory: Any):
             raise ConnectError(f"{host.name}: password_env {host.password_env} is not set")
         redact.register(secret)
         connect_kwargs["password"] = secret
-    conn = Connection(
-        host.address,
-        user=host.user,
-        port=host.port,
-        connect_timeout=host.connect_timeout,
-        connect_kwargs=connect_kwargs,
-        gateway=gateway,
-        config=Config(),
-    )
+    conn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+                      connect_kwargs=connect_kwargs, gateway=gateway, config=config)
     path = known_hosts_path(host)
-    client = conn.client
-    if path.exists():
-        client.load_host_keys(os.fspath(path))
-    client.set_missing_host_key_policy(_VerifyPolicy(path, accept_new, host.name))
-    where = f"{conn.user}@{conn.host}:{conn.port}"
-    if not conn.gateway:  # direct TCP: open it ourselves so TCP_NODELAY is on from the first packet
-        try:
-            sock = socket.create_connection((conn.host, conn.port), timeout=host.connect_timeout)
-        except TimeoutError:
-            raise ConnectError(f"{host.name}: cannot reach {where}: no answer within {host.connect_timeout:g} s") from None
-        except OSError as exc:
-            raise ConnectError(f"{host.name}: cannot reach {where}: {exc.strerror or exc}") from None
-        # Small request/response packets: without TCP_NODELAY, Nagle + delayed ACKs add ~40 ms to a round trip.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.connect_kwargs["sock"] = sock
+    if gateway is None:  # ProxyJump from ssh_config: Fabric built the jump hosts, last hop first
+        jumps = []
+        hop = conn.gateway
+        while isinstance(hop, Connection):
+            jumps.append(hop)
+            hop = hop.gateway
+        for jump in reversed(jumps):
+            jump.connect_timeout = int(max(1, host.connect_timeout))
+            jump.connect_kwargs.setdefault("banner_timeout", host.connect_timeout)
+            jump.connect_kwargs.setdefault("auth_timeout", host.connect_timeout)
+            chain.append(_Hop(jump, f"{host.name} (jump host {jump.original_host})", path, accept_new,
+                              host.connect_timeout))
+    chain.append(_Hop(conn, host.name, path, accept_new, host.connect_timeout))
+    for hop in chain:
+        client = hop.conn.client
+        if hop.known_hosts.exists():
+            client.load_host_keys(os.fspath(hop.known_hosts))
+        client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label))
+    return chain
+
+
+def _open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any, list[Any]]:
+    """The opened connection to `host` and its opened jump hosts (first hop first), or one error line.
+
+    Each hop is opened here in turn, the next one over a direct-tcpip channel of the one before, so an
+    error names the hop it came from; on any failure everything opened so far is closed again.
+    """
+    chain = _hops(host, accept_new, inventory, _fabric_config())
+    tried: list[Any] = []
+    sock = None
+    try:
+        for i, hop in enumerate(chain):
+            conn = hop.conn
+            tried.append(conn)
+            if i > 0:
+                sock = _tunnel(chain[i - 1], hop)
+                conn.gateway = None  # the tunnel is open: Fabric must not open another one
+                conn.connect_kwargs["sock"] = sock
+            elif not isinstance(conn.gateway, str):  # a ProxyCommand (a string) makes its own socket
+                sock = _tcp(hop)
+                conn.connect_kwargs["sock"] = sock
+            _open_hop(hop)
+            sock = None
+    except BaseException:
+        _close_all(tried)  # a failed connect leaves paramiko's transport thread running: stop it first...
+        if sock is not None:
+            sock.close()  # ...then the socket it was reading (closing it under the thread makes it print EBADF)
+        raise
+    return tried[-1], tried[:-1]
+
+
+def _close_all(conns: list[Any]) -> None:
+    """Close connections, the host first and then its jump hosts (Fabric never closes a gateway)."""
+    for conn in reversed(conns):
+        _stop_transport(conn.client.get_transport())
+        with contextlib.suppress(Exception):  # closing must reach every hop
+            conn.close()
+        conn.client.close()
+
+
+def _stop_transport(transport: Any) -> None:
+    """End paramiko's reader thread and let it close its own socket.
+
+    Why: `Transport.close()` closes the socket while the thread may still be inside a read on it; the
+    thread then prints "Socket exception: Bad file descriptor" to stderr (next to our one error line),
+    and a read still in flight could land on the next socket given that descriptor number. A closed
+    packetizer ends the thread at its next 0.1 s read poll; the thread then closes the socket itself.
+    """
+    if transport is None or not transport.is_alive() or transport is threading.current_thread():
+        return
+    transport.packetizer.close()
+    transport.join(5)
+
+
+def _tcp(hop: _Hop) -> socket.socket:
+    try:
+        sock = socket.create_connection((hop.conn.host, hop.conn.port), timeout=hop.timeout)
+    except TimeoutError:
+        raise ConnectError(f"{hop.label}: cannot reach {hop.where}: no answer within {hop.timeout:g} s") from None
+    except OSError as exc:
+        raise ConnectError(f"{hop.label}: cannot reach {hop.where}: {exc.strerror or exc}") from None
+    # Small request/response packets: without TCP_NODELAY, Nagle + delayed ACKs add ~40 ms to a round trip.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _tunnel(via: _Hop, hop: _Hop):
+    """A direct-tcpip channel from the jump host `via` to `hop` (what `ssh -J` does)."""
+    import paramiko
+
+    try:
+        return via.conn.transport.open_channel("direct-tcpip", (hop.conn.host, int(hop.conn.port)), ("", 0),
+                                               timeout=hop.timeout)
+    except paramiko.ChannelException as exc:
+        raise ConnectError(f"{hop.label}: jump host {via.conn.host} cannot reach {hop.where}: "
+                           f"{exc.text or exc}") from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise ConnectError(f"{hop.label}: jump host {via.conn.host} cannot reach {hop.where}: "
+                           f"{exc or type(exc).__name__}") from None
+
+
+def _leave_rekeying_to_the_host(transport) -> None:
+    """Never start a key re-exchange from this side; sshd starts them (its RekeyLimit) and paramiko answers.
+
+    Why: a rekey paramiko starts itself (every 512 MB) deadlocks its transport thread if the host closes a
+    channel before it answers (paramiko issue #822): 30 s later "Key-exchange timed out", connection dead.
+    The hostile-network sandbox hits it within the first 1,000 answers of 1 MB. A rekey the host starts is
+    safe: after its KEXINIT the host sends nothing else until the new keys are in use.
+    """
+    packetizer = transport.packetizer
+    packetizer.REKEY_BYTES = packetizer.REKEY_PACKETS = 1 << 62
+
+
+def _open_hop(hop: _Hop) -> None:
+    import paramiko
+
+    conn, where, label = hop.conn, hop.where, hop.label
     try:
         conn.open()
-        conn.client.get_transport().set_keepalive(30)
+        transport = conn.client.get_transport()
+        transport.set_keepalive(30)
+        _leave_rekeying_to_the_host(transport)
     except HostKeyError:
         raise
     except paramiko.BadHostKeyException as exc:
         raise HostKeyError(
-            f"{host.name}: host key for {where} CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}); "
-            f"refusing to connect. If the host was reinstalled, remove its old line from {path}"
+            f"{label}: host key for {where} CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}); "
+            f"refusing to connect. If the host was reinstalled, remove its old line from {hop.known_hosts}"
         ) from None
     except paramiko.AuthenticationException as exc:
-        raise ConnectError(f"{host.name}: authentication refused for {where}: {exc}") from None
+        raise ConnectError(f"{label}: authentication refused for {where}: {exc}") from None
     except TimeoutError:
-        raise ConnectError(f"{host.name}: cannot reach {where}: no answer within {host.connect_timeout:g} s") from None
+        raise ConnectError(f"{label}: cannot reach {where}: no answer within {hop.timeout:g} s") from None
     except paramiko.ssh_exception.NoValidConnectionsError as exc:
         reason = next(iter(exc.errors.values()), exc)
-        raise ConnectError(f"{host.name}: cannot reach {where}: {getattr(reason, 'strerror', None) or reason}") from None
+        raise ConnectError(f"{label}: cannot reach {where}: {getattr(reason, 'strerror', None) or reason}") from None
     except (paramiko.SSHException, OSError, EOFError) as exc:
-        raise ConnectError(f"{host.name}: cannot connect to {where}: {exc or type(exc).__name__}") from None
-    return conn
+        raise ConnectError(f"{label}: cannot connect to {where}: {exc or type(exc).__name__}") from None
 
 
 def connect(host: Host, *, accept_new_host_key: bool = False, inventory: Any = None) -> Remote:

@@ -2,6 +2,7 @@
 
 `make_sandbox(hosts)` starts a sandbox for a module's own needs; `sandbox` is the default
 two-host one (sglang 0.5.23 and 0.5.15, FlashInfer 0.7.2, 8x SM120 stand-in GPUs).
+SGLOPS_TEST_NETWORK=hostile puts every sandbox host behind sglops/sandbox/netproxy.py (50 ms +- 10 ms each way).
 Every fixture points SGLOPS_INVENTORY / SGLOPS_ARTIFACTS at temp folders, so tests never
 touch the operator's inventory, known_hosts or artifacts, and never leave loopback.
 """
@@ -27,6 +28,8 @@ def make_sandbox(tmp_path_factory):
     started: list[Sandbox] = []
 
     def make(hosts: list[dict], name: str = "sbx") -> Sandbox:
+        if os.environ.get("SGLOPS_TEST_NETWORK") == "hostile":  # every sandbox host behind the hostile network
+            hosts = [{"network": {"seed": 7}, **h} for h in hosts]
         sb = Sandbox(tmp_path_factory.mktemp(name), hosts).start()
         started.append(sb)
         return sb

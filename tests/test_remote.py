@@ -105,7 +105,7 @@ def test_changed_host_key_is_always_refused(use_sandbox, tmp_path):
     # known_hosts holds gpu-b's key under gpu-a's address: exactly what a changed key looks like.
     a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
     path = tmp_path / "known_hosts"
-    path.write_text(b.host_key_line().replace(f"]:{b.port} ", f"]:{a.port} "))
+    path.write_text(b.host_key_line().replace(f"]:{b.client_port} ", f"]:{a.client_port} "))
     host, inv = _host(use_sandbox, "gpu-a", known_hosts=str(path))
     for accept in (False, True):
         with pytest.raises(HostKeyError, match="CHANGED"):
@@ -152,7 +152,7 @@ def test_secrets_never_appear_in_errors_or_artifacts(remote_a, tmp_path):
 
 def test_gateway_reaches_a_host_through_another(use_sandbox, tmp_path):
     b = use_sandbox.host("gpu-b")
-    use_sandbox.write_inventory(extra=[{"name": "behind-a", "address": "127.0.0.1", "port": b.port,
+    use_sandbox.write_inventory(extra=[{"name": "behind-a", "address": "127.0.0.1", "port": b.client_port,
                                         "gateway": "gpu-a", "sglang_root": str(b.sglang_root)}])
     try:
         inv = load_inventory(use_sandbox.inventory)

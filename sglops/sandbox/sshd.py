@@ -25,6 +25,7 @@ import yaml
 
 from sglops.errors import SglopsError
 from sglops.sandbox import sglang_cpu, trees
+from sglops.sandbox.netproxy import NetProfile, NetProxy
 
 HERE = Path(__file__).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -73,7 +74,15 @@ class SandboxHost:
     python: str = HOST_PYTHON
     sglang_env: str | None = None  # "cpu": the real SGLang server environment instead of a release checkout
     vars: dict = field(default_factory=dict)
+    network: NetProfile | None = None  # set: clients reach sshd only through a hostile-network proxy
+    rekey_limit: str | None = None  # sshd's RekeyLimit, e.g. "2M": key re-exchanges every 2 MB
     proc: subprocess.Popen | None = None
+    proxy: NetProxy | None = None
+
+    @property
+    def client_port(self) -> int:
+        """The port clients connect to: the proxy's when the host sits behind one."""
+        return self.proxy.port if self.proxy else self.port
 
     def __post_init__(self) -> None:
         if self.sglang_env is None:
@@ -136,6 +145,7 @@ class SandboxHost:
                 "MaxSessions 64",
                 "LogLevel ERROR",
                 "Subsystem sftp internal-sftp",
+                *([f"RekeyLimit {self.rekey_limit}"] if self.rekey_limit else []),
                 f"SetEnv HOME={self.home} PATH={path} PYTHONPATH={site} SGLOPS_SANDBOX_HOST={self.name}",
                 "",
             ])
@@ -152,12 +162,18 @@ class SandboxHost:
                 raise SglopsError(f"sandbox sshd for {self.name} exited: {(self.home / 'sshd.log').read_text()[-300:]}")
             try:
                 with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
-                    return
+                    break
             except OSError:
                 time.sleep(0.05)
-        raise SglopsError(f"sandbox sshd for {self.name} did not listen on {self.port}")
+        else:
+            raise SglopsError(f"sandbox sshd for {self.name} did not listen on {self.port}")
+        if self.network is not None and self.proxy is None:
+            self.proxy = NetProxy(self.port, self.network).start()
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -175,7 +191,7 @@ class SandboxHost:
 
     def host_key_line(self) -> str:
         kind, key = (self.home / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-        return f"[{LOOPBACK}]:{self.port} {kind} {key}\n"
+        return f"[{LOOPBACK}]:{self.client_port} {kind} {key}\n"
 
 
 class Sandbox:
@@ -189,6 +205,8 @@ class Sandbox:
                 sglang_version=h.get("sglang", "0.5.23"), flashinfer_version=h.get("flashinfer", "0.7.2"),
                 gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
                 sglang_env=h.get("sglang_env"), vars=dict(h.get("vars") or {}),
+                network=NetProfile.from_dict(h["network"]) if h.get("network") not in (None, False) else None,
+                rekey_limit=h.get("rekey_limit"),
             )
             for h in hosts
         ]
@@ -212,7 +230,7 @@ class Sandbox:
                          "known_hosts": str(self.known_hosts), "python": HOST_PYTHON, "connect_timeout": 5},
             "default": self.hosts[0].name,
             "hosts": [
-                {"name": h.name, "address": LOOPBACK, "port": h.port, "sglang_root": str(h.sglang_root),
+                {"name": h.name, "address": LOOPBACK, "port": h.client_port, "sglang_root": str(h.sglang_root),
                  "tags": h.tags, "node_rank": i, **({"python": h.python} if h.python != HOST_PYTHON else {}),
                  **({"vars": dict(h.vars)} if h.vars else {})}
                 for i, h in enumerate(self.hosts)
