@@ -59,7 +59,11 @@ class Facts:
             info = d.get(key)
             return info.get("version") or f"at {info.get('location')}" if info else "not installed"
 
-        return [
+        rows = []
+        if d.get("container"):
+            c = d["container"]
+            rows.append(("container", f"{c['id'][:12]} (image {c['image'].removeprefix('sha256:')[:12]})"))
+        return rows + [
             ("GPUs", gpu),
             ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"),
             ("nvcc", cuda.get("nvcc") or "not found"),
