@@ -8,7 +8,8 @@ Ctrl-C) does not stop a process in a container, but that process still dies on t
 
 The container's identity (id and image id) rides along in the same line, as an env var of the exec
 (`SGLOPS_CONTAINER="<id> <image>"`), so host scripts can record and compare it (facts, the patch ledger)
-without a second round trip.
+without a second round trip. The first step of a connection asks the engine for it (`inspect`, in the same
+shell line, echoed on stderr); later steps reuse it, so each costs one `exec`, not two engine calls.
 
 kubectl fits the same seam: `kubectl exec -i POD -c CONTAINER -- sh -c LINE`, identity from
 `kubectl get pod POD -o jsonpath=...` (container id, image id); not wired up yet (see docs/container.md).
@@ -24,6 +25,7 @@ from sglops.errors import ConfigError, RemoteError
 
 ENGINES = ("docker", "podman")
 IDENTITY_ENV = "SGLOPS_CONTAINER"
+IDENTITY_MARKER = "@@SGLOPS-CONTAINER@@"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$")
 _GONE = ("No such container", "is not running", "no container with name or ID", "container state improper")
@@ -50,14 +52,19 @@ class ContainerTarget:
         fmt = "{{.Id}} {{.Image}}"
         return f"$({self.engine} inspect --format {shlex.quote(fmt)} {shlex.quote(self.name)} 2>/dev/null)"
 
-    def wrap(self, line: str) -> str:
-        """The host shell line that runs `line` (a shell line) inside the container, stdin passed through."""
+    def wrap(self, line: str, identity: str | None = None) -> str:
+        """The host shell line that runs `line` (a shell line) inside the container, stdin passed through.
+
+        With no known identity, the line first asks the engine for it and echoes it on stderr (IDENTITY_MARKER)."""
         words = [self.engine, "exec", "-i"]
         if self.user:
             words += ["-u", str(self.user)]
         exec_head = shlex.join(words)
-        return (f'{exec_head} -e {IDENTITY_ENV}="{self.identity_probe()}" {shlex.quote(self.name)} '
-                f"sh -c {shlex.quote(line)}")
+        tail = f"{shlex.quote(self.name)} sh -c {shlex.quote(line)}"
+        if identity:
+            return f"{exec_head} -e {shlex.quote(f'{IDENTITY_ENV}={identity}')} {tail}"
+        return (f'_sglops_id="{self.identity_probe()}"; printf \'{IDENTITY_MARKER} %s\\n\' "$_sglops_id" >&2; '
+                f'{exec_head} -e {IDENTITY_ENV}="$_sglops_id" {tail}')
 
     def host_line(self, argv: list[str]) -> str:
         """A command for the engine itself on the host (restart, logs, inspect), quoted."""
@@ -73,6 +80,15 @@ class ContainerTarget:
             raise RemoteError(f"{host}: `{self.engine}` is not installed (or not on PATH) on the host")
         if "permission denied" in text.lower() and ".sock" in text:
             raise RemoteError(f"{host}: no permission to use {self.engine} on the host: {text.splitlines()[-1][:200]}")
+
+
+def identity_from_stderr(stderr: str) -> str | None:
+    """The '<id> <image>' a first step echoed (see wrap), if it is there and well formed."""
+    for line in stderr.splitlines():
+        if line.startswith(IDENTITY_MARKER):
+            value = line[len(IDENTITY_MARKER):].strip()
+            return value if len(value.split()) == 2 else None
+    return None
 
 
 def parse_identity(value: str | None) -> dict | None:

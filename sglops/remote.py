@@ -104,6 +104,7 @@ class Remote:
         self.round_trips = 0
         self.container = (ContainerTarget(host.container, host.container_engine or "docker", host.container_user)
                           if host.container else None)
+        self._container_identity: str | None = None  # '<id> <image>', learnt by the first step
 
     # -- to implement -------------------------------------------------------------------
     def _exec(
@@ -194,10 +195,18 @@ class Remote:
     # -- a container on the host (sglops/container.py) ----------------------------------------
     def _on_target(self, line: str) -> str:
         """The host shell line for `line`: itself, or wrapped into `docker exec` for a container target."""
-        return self.container.wrap(line) if self.container else line
+        return self.container.wrap(line, self._container_identity) if self.container else line
 
     def _check_target(self, result: CommandResult) -> None:
-        if self.container and result.exit_code != 0 and RESULT_MARKER not in result.stdout:
+        if not self.container:
+            return
+        if self._container_identity is None:
+            from sglops.container import IDENTITY_MARKER, identity_from_stderr
+
+            self._container_identity = identity_from_stderr(result.stderr)
+            result.stderr = "".join(ln for ln in result.stderr.splitlines(keepends=True)
+                                    if not ln.startswith(IDENTITY_MARKER))
+        if result.exit_code != 0 and RESULT_MARKER not in result.stdout:
             self.container.explain(self.name, result.stderr, result.exit_code)
 
     def run_on_host(self, argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> CommandResult:

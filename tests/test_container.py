@@ -115,6 +115,21 @@ def test_patch_apply_and_revert_inside_the_container(env, csb, dockerd):
     assert in_container(dockerd, csb, "cat", MLA).stdout == before.stdout
 
 
+def test_a_recreated_container_says_its_patches_are_gone(env, csb, dockerd, image):
+    res = inv_cmd("apply-patch", "gather-cast", "--host", "ctr", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    old = dockerd.docker("inspect", "--format", "{{.Id}}", csb.cname).stdout.decode().strip()
+    dockerd.docker("rm", "-f", csb.cname)  # what a redeploy does: a new container from the same image
+    docker.run_container(dockerd, image, csb.cname)
+    res = inv_cmd("patches", "--host", "ctr", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    row = next(r for r in json.loads(res.stdout)["patches"] if r["patch"] == "gather-cast")
+    assert row["status"] == "gone" and old[:12] in row["detail"] and "recreated" in row["detail"]
+    res = inv_cmd("apply-patch", "gather-cast", "--host", "ctr", "--json", env=env)  # and it can be applied again
+    assert res.returncode == 0 and json.loads(res.stdout)["ledger_entry"]["container"]["id"] != old
+    assert inv_cmd("revert-patch", "gather-cast", "--host", "ctr", env=env).returncode == 0
+
+
 def test_files_in_and_out_through_the_exec_stream(env, csb, tmp_path):
     blob = os.urandom(300_000) + b"\x00\xff" * 1000
     src = tmp_path / "blob.bin"

@@ -36,4 +36,4 @@ def main(args):
             backups[rel] = sha256_file(_os.path.join(state_dir(root), "backups", patch, frel))
         return {"root": root, "version": info.get("version"), "commit": info.get("commit"),
                 "kind": info.get("kind"), "files": files, "ledger": ledger(root),
-                "recovered": recovered, "backups": backups}
+                "recovered": recovered, "backups": backups, "container": container_identity()}

@@ -71,7 +71,7 @@ def main(args):
             if op == "apply":
                 entry = dict(args["entry"])
                 entry.update({"patch": patch, "time": _now(), "sglang_version": info.get("version"),
-                              "sglang_commit": info.get("commit"),
+                              "sglang_commit": info.get("commit"), "container": container_identity(),
                               "files": {rel: {"before": f["before"], "after": f["after"]}
                                         for rel, f in journal["files"].items()}})
                 entries.append(entry)
