@@ -65,7 +65,11 @@ class Facts:
                 return f"at {info.get('location')}"
             return info["version"] + (f" (from {info['version_source']})" if source and info.get("version_source") else "")
 
-        return [
+        rows = []
+        if d.get("container"):
+            c = d["container"]
+            rows.append(("container", f"{c['id'][:12]} (image {c['image'].removeprefix('sha256:')[:12]})"))
+        return rows + [
             ("GPUs", gpu),
             ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"),
             ("nvcc", cuda.get("nvcc") or "not found"),

@@ -19,7 +19,8 @@ from sglops.yamlio import check_fields, load_yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST_FIELDS = {
     "name", "address", "port", "user", "identity_file", "sglang_root", "python", "gateway", "tags",
-    "known_hosts", "connect_timeout", "password_env", "node_rank", "vars",
+    "known_hosts", "connect_timeout", "password_env", "node_rank", "vars", "container", "container_engine",
+    "container_user",
 }
 LOCAL = "local"
 
@@ -42,6 +43,9 @@ class Host:
     password_env: str | None = None
     node_rank: int | None = None
     vars: dict = field(default_factory=dict, hash=False)  # host-specific values profiles use as {vars.NAME}
+    container: str | None = None          # SGLang lives in this container on the host (docker/podman exec)
+    container_engine: str = "docker"
+    container_user: str | None = None
 
     @property
     def is_local(self) -> bool:

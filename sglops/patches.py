@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -21,7 +22,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from sglops import patch_diff
+from sglops import artifacts, patch_diff
 from sglops.errors import ConnectError, RemoteError, SglopsError
 from sglops.patch_spec import Patch, Variant, load, load_all
 from sglops.remote import Remote
@@ -216,9 +217,36 @@ def recovered_line(rec: dict) -> str:
 @dataclass
 class PatchStatus:
     patch: str
-    status: str  # available | applicable | applied | conflicting | drifted
+    status: str  # available | applicable | applied | conflicting | drifted | gone
     variant: str | None
     detail: str
+
+
+def recorded_changes(host: str) -> dict[str, dict]:
+    """Per patch, the last apply or revert this machine recorded on `host` (its artifacts), oldest first."""
+    last: dict[str, dict] = {}
+    for run in artifacts.list_runs(host):
+        if run.get("task") not in ("apply-patch", "revert-patch"):
+            continue
+        try:
+            doc = artifacts.read_json(Path(run["path"]) / "patch.json")
+        except (OSError, ValueError):
+            continue
+        if doc.get("changed") and doc.get("patch"):
+            last[doc["patch"]] = doc
+    return last
+
+
+def _gone(remote: Remote, state: dict, name: str, recorded: dict[str, dict]) -> str | None:
+    """Why a patch this machine applied in a container is no longer there: the container was recreated."""
+    doc = recorded.get(name)
+    now = state.get("container") or {}
+    was = ((doc or {}).get("ledger_entry") or {}).get("container") or {}
+    if not remote.container or not doc or doc.get("action") != "applied" or not was or was.get("id") == now.get("id"):
+        return None
+    return (f"container {remote.container.name} was recreated since apply ({was['id'][:12]} -> "
+            f"{(now.get('id') or '?')[:12]}, image {(now.get('image') or '?').removeprefix('sha256:')[:12]}): "
+            "the patch went with it; apply it again")
 
 
 @dataclass
@@ -233,7 +261,7 @@ class PatchList:
                 "patches": [vars(r) for r in self.rows]}
 
     def table(self) -> Table:
-        colors = {"applied": "green", "applicable": "cyan", "available": "yellow", "drifted": "red",
+        colors = {"gone": "red", "applied": "green", "applicable": "cyan", "available": "yellow", "drifted": "red",
                   "conflicting": "red"}
         t = Table(title=f"patches on {self.host} (sglang {self.sglang})", title_justify="left",
                   caption=Text(recovery_note(self.recovery_needed)) if self.recovery_needed else None,
@@ -257,8 +285,13 @@ def status(remote: Remote, *, facts_fn: FactsFn = host_facts) -> PatchList:
     state = host_state(remote, sorted({f for p in patches for f in p.files}))
     facts: dict | None = None
     rows = []
+    recorded = recorded_changes(remote.name) if remote.container else {}
     for p in patches:
         entry = _entry(state, p.name)
+        gone = None if entry else _gone(remote, state, p.name, recorded)
+        if gone:
+            rows.append(PatchStatus(p.name, "gone", recorded[p.name].get("variant"), gone))
+            continue
         if entry:
             drift = _drift(state, entry)
             rows.append(PatchStatus(p.name, "drifted" if drift else "applied", entry.get("variant"),

@@ -98,10 +98,15 @@ class Remote:
     python: str
 
     def __init__(self, host: Host) -> None:
+        from sglops.container import ContainerTarget
+
         self.host = host
         self.name = host.name
         self.python = host.python or "python3"
         self.round_trips = 0
+        self.container = (ContainerTarget(host.container, host.container_engine or "docker", host.container_user)
+                          if host.container else None)
+        self._container_identity: str | None = None  # '<id> <image>', learnt by the first step
 
     # -- to implement -------------------------------------------------------------------
     def _exec(
@@ -135,8 +140,9 @@ class Remote:
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         """Run argv on the host (quoted for you); raise RemoteError on failure when check."""
-        command = shell_command(argv, cwd=cwd, env=env, timeout=timeout)
+        command = self._on_target(shell_command(argv, cwd=cwd, env=env, timeout=timeout))
         result = self._exec(command, stdin, timeout + KILL_GRACE_S + 5, on_output)
+        self._check_target(result)
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: `{shlex.join(argv)}` timed out after {timeout:g} s (stopped on the host)")
         if check and not result.ok:
@@ -167,7 +173,7 @@ class Remote:
         """
         source = load_script(script)
         payload = json.dumps({"name": f"{script}.py", "script": source, "args": dict(args or {})}).encode()
-        command = shell_command([self.python, "-c", _BOOTSTRAP], timeout=timeout)
+        command = self._on_target(shell_command([self.python, "-c", _BOOTSTRAP], timeout=timeout))
         relay = None
         if on_progress is not None:
             def relay(line: str) -> None:
@@ -177,6 +183,7 @@ class Remote:
                     except ValueError:
                         pass
         result = self._exec(command, payload, timeout + KILL_GRACE_S + 5, relay)
+        self._check_target(result)
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: remote step {script} timed out after {timeout:g} s (stopped on the host)")
         answer = _parse_answer(result)
@@ -212,6 +219,54 @@ class Remote:
             f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}\n"
         ))
         return path
+
+    # -- a container on the host (sglops/container.py) ----------------------------------------
+    def _on_target(self, line: str) -> str:
+        """The host shell line for `line`: itself, or wrapped into `docker exec` for a container target."""
+        return self.container.wrap(line, self._container_identity) if self.container else line
+
+    def _check_target(self, result: CommandResult) -> None:
+        if not self.container:
+            return
+        if self._container_identity is None:
+            from sglops.container import IDENTITY_MARKER, identity_from_stderr
+
+            self._container_identity = identity_from_stderr(result.stderr)
+            result.stderr = "".join(ln for ln in result.stderr.splitlines(keepends=True)
+                                    if not ln.startswith(IDENTITY_MARKER))
+        if result.exit_code != 0 and RESULT_MARKER not in result.stdout:
+            self.container.explain(self.name, result.stderr, result.exit_code)
+
+    def run_on_host(self, argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> CommandResult:
+        """Run argv on the host itself, outside any container (the engine's own commands: restart, logs)."""
+        command = shell_command(argv, timeout=timeout)
+        result = self._exec(command, None, timeout + KILL_GRACE_S + 5, None)
+        if result.exit_code == 124:
+            raise RemoteTimeout(f"{self.name}: `{shlex.join(argv)}` timed out after {timeout:g} s (stopped on the host)")
+        if check and not result.ok:
+            tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise RemoteError(f"{self.name}: `{redact.text(shlex.join(argv))}` exited {result.exit_code}: "
+                              f"{redact.text(tail[0])}")
+        return result
+
+    def _container_put(self, local: str | os.PathLike, remote: str) -> None:
+        """Upload through the exec stream (base64 on stdin), atomically renamed into place inside."""
+        data = base64.b64encode(Path(local).read_bytes())
+        script = 'mkdir -p "$(dirname "$1")" && base64 -d > "$1.sglops-tmp" && mv -f "$1.sglops-tmp" "$1"'
+        self.run(["sh", "-c", script, "sh", remote], stdin=data, timeout=120 + len(data) / 5e6)
+
+    def _container_get(self, remote: str, local: str | os.PathLike,
+                       progress: Callable[[int, int], None] | None = None) -> None:
+        """Download through the exec stream (base64 on stdout), written to a .part file and renamed."""
+        result = self.run(["base64", remote], timeout=600)
+        data = base64.b64decode(result.stdout)
+        local = Path(local)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(local.name + ".part")
+        tmp.write_bytes(data)
+        os.replace(tmp, local)
+        if progress:
+            progress(len(data), len(data))
 
     def __enter__(self) -> Remote:
         return self
@@ -270,6 +325,8 @@ class LocalRemote(Remote):
                              time.monotonic() - start)
 
     def put(self, local, remote):
+        if self.container:
+            return self._container_put(local, remote)
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
         tmp = f"{remote}.sglops-tmp"
         with open(local, "rb") as src, open(tmp, "wb") as dst:
@@ -277,6 +334,8 @@ class LocalRemote(Remote):
         os.replace(tmp, remote)
 
     def get(self, remote, local, progress=None):
+        if self.container:
+            return self._container_get(remote, local, progress)
         self.put(remote, str(local))
 
 
@@ -351,6 +410,8 @@ class SSHRemote(Remote):
                              time.monotonic() - start)
 
     def put(self, local, remote):
+        if self.container:
+            return self._container_put(local, remote)
         sftp = self._connection().sftp()
         tmp = f"{remote}.sglops-tmp"
         try:
@@ -360,6 +421,8 @@ class SSHRemote(Remote):
             raise RemoteError(f"{self.name}: upload to {remote} failed: {exc}") from None
 
     def get(self, remote, local, progress=None):
+        if self.container:
+            return self._container_get(remote, local, progress)
         sftp = self._connection().sftp()
         local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)

@@ -409,3 +409,9 @@ def parallel(*calls):
     for t in threads:
         t.join()
     return results
+
+
+def container_identity():
+    """{'id', 'image'} of the container this step runs in (sglops passes it with `docker exec -e`), else None."""
+    parts = _os.environ.get("SGLOPS_CONTAINER", "").split()
+    return {"id": parts[0], "image": parts[1]} if len(parts) == 2 else None

@@ -90,4 +90,5 @@ def main(args):
         "sglang": sglang,
         "sglang_error": sglang_error,
         "ripgrep": rg.split()[1] if rc == 0 and rg else None,
+        "container": container_identity(),
     }

@@ -42,7 +42,8 @@ def collect(root, info, args, view=None):
         base = backups_from.get(patch, _os.path.join(state_dir(root, create=False), "backups", patch))
         backups[key] = sha256_file(_os.path.join(base, frel)) if base else None
     return {"root": root, "version": info.get("version"), "commit": info.get("commit"),
-            "kind": info.get("kind"), "files": files, "ledger": book, "backups": backups}
+            "kind": info.get("kind"), "files": files, "ledger": book, "backups": backups,
+            "container": container_identity()}
 
 
 def main(args):

@@ -30,7 +30,7 @@ def _new_ledger(book, op, patch, args, info, files):
     if op == "apply":
         entry = dict(args["entry"])
         entry.update({"patch": patch, "time": _now(), "sglang_version": info.get("version"),
-                      "sglang_commit": info.get("commit"),
+                      "sglang_commit": info.get("commit"), "container": container_identity(),
                       "files": {rel: {"before": f["before"], "after": f["after"]} for rel, f in files.items()}})
         entries.append(entry)
     return {"applied": entries}
