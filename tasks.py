@@ -123,6 +123,21 @@ def analyze_trace(c, files, out=None, json=False, chart=False):
         note(f"report: {saved['markdown']}" + (f", chart: {saved['chart']}" if "chart" in saved else ""))
 
 
+@task(help={"a": "baseline: a profile run id, a folder of traces, files (comma-separated) or a quoted glob",
+            "b": "the other side, the same way", "json": "print machine-readable JSON instead of tables",
+            "top": "rows per table (default 12)"})
+def diff_trace(c, a, b, json=False, top=12):
+    """What changed between two profiles: per step, kernel, launching op and CPU phase, ranked by change."""
+    from sglops.console import console, print_json
+    from sglops.trace.diff import diff_specs
+
+    result = cli.guarded(diff_specs, a, b)
+    if json:
+        print_json(result.to_json())
+    else:
+        console.print(result.table(int(top)))
+
+
 @task(help=cli.help_with(steps="forward steps to profile (the profiler stops itself after them; default 5)",
                          output_len="tokens the single decode stream generates (default 64)",
                          port="server port (default: the launch state on the host, else 30000)",

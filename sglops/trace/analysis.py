@@ -71,6 +71,7 @@ class TraceAnalysis:
     findings: list[Finding]
     cpu: CpuSummary | None = None
     warnings: list[str] = field(default_factory=list)
+    op_kernel: dict[tuple[str, str], float] = field(default_factory=dict)  # (launching op, kernel) -> us, in scope
 
     @property
     def has_gpu(self) -> bool:
@@ -201,7 +202,8 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     files.sort(key=lambda f: (f.rank is None, f.rank or 0, f.stage or ""))
     return TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
                          by_op=by_op, by_gpu_span=by_gpu_span, steps=steps, scope=scope, scope_gpu_us=scope_us,
-                         findings=findings, cpu=summarize(views, steps), warnings=warnings)
+                         findings=findings, cpu=summarize(views, steps), warnings=warnings,
+                         op_kernel=op_kernel[scope])
 
 
 def _diagnose(facts: dict, rules_path: str | os.PathLike | None) -> list[Finding]:

@@ -1,0 +1,63 @@
+"""Views of a TraceDiff: rich tables for the terminal, markdown for reports. Names from traces are data."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from sglops.trace.analysis import short_kernel
+
+if TYPE_CHECKING:
+    from sglops.trace.diff import Delta, TraceDiff
+
+SECTIONS = (("steps", "median step time", "step"), ("kernels", "GPU time by kernel", "kernel"),
+            ("ops", "GPU time by launching op", "op"), ("phases", "CPU time by scheduler phase", "phase"),
+            ("cpu_ops", "CPU self time by op, per scheduler loop pass", "op"))
+
+
+def _us(v: float, signed: bool = False) -> str:
+    text = f"{v / 1000:,.3f} ms" if abs(v) >= 1000 else f"{v:,.1f} us"
+    return ("+" if signed and v > 0 else "") + text
+
+
+def _name(section: str, d: Delta) -> Text:
+    name = short_kernel(d.name) if section == "kernels" else d.name
+    return Text(name + (f"  ({d.detail})" if d.detail else ""))
+
+
+def tables(diff: TraceDiff, top: int = 12) -> Group:
+    parts: list = [Text(diff.headline(), style="bold")]
+    unit = f"{diff.unit} ({diff.a.step_kind or 'trace'}: {diff.a.steps} vs {diff.b.steps} steps)" \
+        if diff.unit == "per step" else diff.unit
+    for key, title, col in SECTIONS:
+        rows = [d for d in getattr(diff, key) if d.a_us or d.b_us][:top]
+        if not rows:
+            continue
+        how = {"steps": "median", "cpu_ops": "all kinds"}.get(key, unit)
+        t = Table(title=Text(f"{title}, {how}: {diff.a.label} -> {diff.b.label}"),
+                  title_justify="left")
+        for c in (col, diff.a.label, diff.b.label, "change"):
+            t.add_column(Text(c), justify="left" if c == col else "right")
+        for d in rows:
+            style = "green" if d.delta_us < 0 else ("red" if d.delta_us > 0 else "")
+            t.add_row(_name(key, d), _us(d.a_us), _us(d.b_us), Text(_us(d.delta_us, signed=True), style=style))
+        parts.append(t)
+    return Group(*parts)
+
+
+def markdown(diff: TraceDiff, top: int = 15) -> str:
+    lines = [f"## Trace diff: {diff.a.label} -> {diff.b.label}", "", f"**{diff.headline()}**", ""]
+    for key, title, col in SECTIONS:
+        rows = [d for d in getattr(diff, key) if d.a_us or d.b_us][:top]
+        if not rows:
+            continue
+        lines += [f"### {title} ({diff.unit if key != 'steps' else 'median'})", "",
+                  f"| {col} | {diff.a.label} | {diff.b.label} | change |", "| --- | ---: | ---: | ---: |"]
+        for d in rows:
+            name = str(_name(key, d)).replace("|", "\\|")
+            lines.append(f"| `{name}` | {_us(d.a_us)} | {_us(d.b_us)} | {_us(d.delta_us, signed=True)} |")
+        lines.append("")
+    return "\n".join(lines)
