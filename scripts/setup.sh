@@ -13,10 +13,11 @@ need_apt=0
 command -v ssh-keygen >/dev/null || need_apt=1
 command -v rg >/dev/null || need_apt=1
 command -v git >/dev/null || need_apt=1
+[ -x /usr/sbin/dockerd ] || need_apt=1   # a real Docker daemon for the container-target tests (started by the suite)
 if [ "$need_apt" = 1 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    openssh-server openssh-client ripgrep git >/dev/null
+    openssh-server openssh-client ripgrep git docker.io >/dev/null
 fi
 . scripts/python.sh
 if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
