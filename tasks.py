@@ -8,11 +8,11 @@ from sglops.cli import Targets
 
 # -- foundation -----------------------------------------------------------------------------
 @task(help=cli.help_with())
-def facts(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False):
+def facts(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False):
     """What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang."""
     from sglops.facts import gather
 
-    cli.per_host("facts", Targets(host, hosts, tag, sglang_root, accept_new_host_key), gather,
+    cli.per_host("facts", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), gather,
                  json=json, artifact="facts.json")
 
 
@@ -42,35 +42,35 @@ _PATCH_HELP = cli.help_with(dry_run="show the diff and the files it would touch;
 
 
 @task(help=_PATCH_HELP | {"variant": "use this variant (default: by version/commit, else the one that applies)"})
-def apply_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+def apply_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                 dry_run=False, variant=None, force=False, json=False):
     """Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's ledger, idempotent."""
     from sglops import patch_spec, patches
 
     cli.guarded(patch_spec.load, cli.checked(values.PATCH_NAME, name=name)["name"])
-    cli.per_host("apply-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("apply-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: patches.apply_patch(r, name, dry_run=dry_run, variant=variant, force=force),
                  json=json, artifact="patch.json")
 
 
 @task(help=_PATCH_HELP)
-def revert_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+def revert_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                  dry_run=False, force=False, json=False):
     """Take patches/NAME back off the host, only if its files are as the patch left them (else --force)."""
     from sglops import patch_spec, patches
 
     cli.guarded(patch_spec.load, cli.checked(values.PATCH_NAME, name=name)["name"])
-    cli.per_host("revert-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("revert-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: patches.revert_patch(r, name, dry_run=dry_run, force=force),
                  json=json, artifact="patch.json")
 
 
 @task(name="patches", help=cli.help_with())
-def patches_(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False):
+def patches_(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False):
     """Each patch on the host: available / applicable / applied / conflicting / drifted."""
     from sglops import patches
 
-    cli.per_host("patches", Targets(host, hosts, tag, sglang_root, accept_new_host_key), patches.status,
+    cli.per_host("patches", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), patches.status,
                  json=json)
 
 
@@ -78,13 +78,13 @@ def patches_(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
     "against": "commit (git HEAD) or release (the PyPI wheel)",
                           "variant": "variant name (default sglang-VERSION[-local])",
                           "files": "only these files (comma-separated, relative to the checkout)"})
-def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=False, against="commit",
+def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=False, container=None, against="commit",
                   variant=None, files=None, dry_run=False, force=False, json=False):
     """Turn hand edits on the host into a new variant under patches/NAME/ with its patch.yaml entry."""
     from sglops.patch_capture import capture
 
     cli.checked(values.PATCH_NAME | values.CAPTURE, name=name, against=against, variant=variant, files=files)
-    cli.per_host("capture-patch", Targets(host, None, None, sglang_root, accept_new_host_key),
+    cli.per_host("capture-patch", Targets(host, None, None, sglang_root, accept_new_host_key, container),
                  lambda r: capture(r, name, against=against, variant=variant, dry_run=dry_run, force=force,
                                    files=files.split(",") if files else None), json=json)
 
@@ -92,7 +92,7 @@ def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=Fals
 # -- probes -----------------------------------------------------------------------------------
 @task(help=cli.help_with(probes="probe file (default playbooks/probes.yaml)", show_hits="list every hit as file:line:text",
                          engine="auto (rg if the host has it), rg, or python (stdlib scanner)"))
-def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
+def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False,
                    probes=None, show_hits=False, engine="auto"):
     """Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; FlashInfer MLA FP8."""
     from sglops.console import console
@@ -100,7 +100,7 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
 
     engine = cli.checked({"engine": values.Choice(tuple(sorted(ENGINES)))}, engine=engine)["engine"]
     probe_set = cli.guarded(load_probe_set, probes)
-    cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: scan(r, probe_set, engine=engine), json=json, artifact="probe.json",
                  show=lambda rep: console.print(rep.table(show_hits=show_hits)))
 
@@ -147,7 +147,7 @@ def diff_trace(c, a, b, json=False, top=12):
                          record_shapes="record op input shapes", by_stage="SGLang's profile_by_stage: "
                          "one file per rank for EXTEND and one for DECODE", chart="also draw the PNG chart",
                          vocab_size="the model's vocabulary when the host has no config.json for it"))
-def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False,
+def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False,
             steps=None, output_len=None, port=None, wait=None, activities=None, with_stack=False,
             record_shapes=False, by_stage=False, chart=False, vocab_size=None):
     """Torch-profile a decode on the host's SGLang, fetch every rank's trace, analyse GPU and CPU, record the run."""
@@ -156,7 +156,7 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
     o = cli.checked(values.PROFILE, steps=steps, output_len=output_len, port=port, wait=wait)
     extra = cli.checked({"vocab_size": values.Int(2, 1 << 24)}, vocab_size=vocab_size)
     bar = bool(host) and not json
-    cli.per_host("profile", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("profile", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: run_profile(r, steps=o["steps"], output_len=o["output_len"], port=o["port"],
                                        wait_s=o["wait"], show_progress=bar, activities=activities,
                                        with_stack=with_stack, record_shapes=record_shapes, by_stage=by_stage,
@@ -174,7 +174,7 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
                          warmup="warm-up rounds per level, not counted (default 1)",
                          vocab_size="the model's vocabulary when the host cannot read its config.json (prompt ids "
                                     "are drawn below it)"))
-def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False, runs=None,
+def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False, runs=None,
           input_len=None, output_len=None, concurrency=None, api=None, port=None, requests=None, warmup=None,
           vocab_size=None):
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
@@ -183,7 +183,7 @@ def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
     opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
                        api=api, port=port, requests=requests, warmup=warmup,
                        vocab_size=vocab_size)
-    cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key), b.step(**opts), json=json,
+    cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), b.step(**opts), json=json,
                  check=lambda result: b.check([result]))
 
 
@@ -214,7 +214,7 @@ _ONE_HOST = {k: v for k, v in _LAUNCH_HELP.items() if k not in ("hosts", "tag")}
 
 
 @task(help=_ONE_HOST)
-def render(c, profile, host=None, sglang_root=None, accept_new_host_key=False, port=None, json=False):
+def render(c, profile, host=None, sglang_root=None, accept_new_host_key=False, container=None, port=None, json=False):
     """Print the launch script for PROFILE (with --host: checked against that host's SGLang release)."""
     from sglops import launch
 
@@ -222,7 +222,7 @@ def render(c, profile, host=None, sglang_root=None, accept_new_host_key=False, p
     if host is None:
         out = cli.guarded(launch.render_for, None, o["profile"], port=o["port"])
         return launch.show_script(out, json)
-    cli.per_host("render", Targets(host, None, None, sglang_root, accept_new_host_key),
+    cli.per_host("render", Targets(host, None, None, sglang_root, accept_new_host_key, container),
                  lambda r: launch.render_for(r, o["profile"], port=o["port"]), json=json, show=launch.show_script)
 
 
@@ -232,7 +232,7 @@ _RESTART_HELP = _LAUNCH_HELP | {"rollback": "start the last script of PROFILE th
 
 
 @task(help=_RESTART_HELP)
-def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
             rollback=False, dry_run=False, timeout=None, port=None, json=False):
     """Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, explain crashes."""
     from sglops import launch
@@ -240,43 +240,43 @@ def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accep
     o = cli.checked(values.RESTART | values.PROFILE_NAME, profile=profile, timeout=timeout, port=port)
     cli.guarded(launch.check_restart_args, o["profile"], rollback)
     with launch.progress_view(not json) as view:
-        cli.per_host("restart", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+        cli.per_host("restart", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                      launch.restart_step(o["profile"], rollback=rollback, dry_run=dry_run, timeout=o["timeout"],
                                          port=o["port"], reporter=view, json=json), json=json, artifact="restart.json")
 
 
 @task(help={k: v for k, v in _RESTART_HELP.items() if k not in ("rollback", "port")})
-def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, dry_run=False,
+def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, dry_run=False,
              timeout=None, json=False):
     """Start the last launch script that came up healthy on the host, whatever its profile."""
     from sglops import launch
 
     timeout = cli.checked(values.RESTART, timeout=timeout)["timeout"]
     with launch.progress_view(not json) as view:
-        cli.per_host("rollback", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+        cli.per_host("rollback", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                      launch.restart_step(None, rollback=True, dry_run=dry_run, timeout=timeout, port=None,
                                          reporter=view, json=json), json=json, artifact="restart.json")
 
 
 @task(help=_LAUNCH_HELP)
-def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, port=None,
+def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, port=None,
                   json=False):
     """The server sglops started: process, /health, effective args, recent restarts."""
     from sglops import launch
 
     port = cli.checked(values.PORT, port=port)["port"]
-    cli.per_host("server-status", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("server-status", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: launch.status(r, port=port), json=json)
 
 
 @task(help={k: v for k, v in _ONE_HOST.items() if k != "port"} | {"lines": "how many last lines (default 50)",
                                                                    "follow": "keep printing new lines (Ctrl-C stops)"})
-def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=None, follow=False, json=False):
+def logs(c, host=None, sglang_root=None, accept_new_host_key=False, container=None, lines=None, follow=False, json=False):
     """The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an installed tree)."""
     from sglops import launch
 
     lines = cli.checked(values.LOGS, lines=lines)["lines"]
-    cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key),
+    cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key, container),
                  lambda r: launch.logs(r, lines=lines, follow=follow), json=json,
                  show=None if not follow else (lambda _: None))
 
@@ -285,12 +285,12 @@ def logs(c, host=None, sglang_root=None, accept_new_host_key=False, lines=None, 
 @task(iterable=["var"], help=cli.help_with(dry_run="print the plan and the changes each step would make",
                                            from_="resume the last run of this play at this step",
                                            var="override a play variable: --var profile=sandbox (repeatable)"))
-def play(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, dry_run=False,
+def play(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, dry_run=False,
          from_=None, var=None, json=False):
     """Run a play (playbooks/NAME.yaml): its steps in order, stop at the first failure, --from resumes."""
     from sglops.play_cli import play_task
 
-    play_task(name, Targets(host, hosts, tag, sglang_root, accept_new_host_key), dry_run=dry_run,
+    play_task(name, Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), dry_run=dry_run,
               from_step=from_, var=var, json=json)
 
 
@@ -309,31 +309,31 @@ def report(c, run, output=None):
                          force="rebuild even when the sources and target are unchanged",
                          target="install here instead: site-packages | sglang | /abs/path on the host",
                          arch="build for this instead of the host's GPU: 9.0, sm_90a, sm_120"))
-def build_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+def build_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                  dry_run=False, force=False, target=None, arch=None, json=False):
     """Build kernels/NAME for the host's GPU, self-test it there, install it atomically (logs in artifacts)."""
     from sglops import kernels
 
     spec = cli.guarded(kernels.load_kernel, cli.checked(values.KERNEL_NAME, name=name)["name"])
-    cli.per_host("build-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("build-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: kernels.build(r, spec, dry_run=dry_run, force=force, target=target, arch=arch), json=json)
 
 
 @task(help=cli.help_with(name="an installed kernel (see `inv kernels`)", dry_run="show what would be removed"))
-def uninstall_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False,
+def uninstall_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                      dry_run=False, json=False):
     """Remove a kernel build-kernel installed (its link, versioned copy, build tree and record)."""
     from sglops import kernels
 
     cli.checked(values.KERNEL_NAME, name=name)
-    cli.per_host("uninstall-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key),
+    cli.per_host("uninstall-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: kernels.uninstall(r, name, dry_run=dry_run), json=json)
 
 
 @task(help=cli.help_with())
-def kernels(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, json=False):
+def kernels(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False):
     """The kernels sglops installed on the host, from its record."""
     from sglops import kernels as kernels_lib
 
-    cli.per_host("kernels", Targets(host, hosts, tag, sglang_root, accept_new_host_key), kernels_lib.installed,
+    cli.per_host("kernels", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), kernels_lib.installed,
                  json=json)

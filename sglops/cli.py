@@ -26,6 +26,7 @@ TARGET_HELP = {
     "tag": "every inventory host with this tag",
     "sglang-root": "where SGLang lives on the host (checkout root, python/ or the package folder)",
     "accept-new-host-key": "trust and save an unknown host key (a changed key is always refused)",
+    "container": "SGLang lives in this container on the host: every step runs through docker exec",
     "json": "print machine-readable JSON instead of tables",
 }
 
@@ -43,9 +44,11 @@ class Targets:
     tag: str | None = None
     sglang_root: str | None = None
     accept_new_host_key: bool = False
+    container: str | None = None
 
     def resolve(self, inventory: Inventory | None = None) -> list[Host]:
-        return resolve_targets(self.host, self.hosts, self.tag, self.sglang_root, inventory)
+        return resolve_targets(self.host, self.hosts, self.tag, self.sglang_root, inventory,
+                               container=self.container)
 
 
 def fail(message: str, code: int = 2) -> None:

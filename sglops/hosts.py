@@ -93,7 +93,8 @@ def _field_kinds() -> dict:
     return {"name": _HostName(), "address": text, "port": v.Port(), "user": text, "identity_file": text,
             "sglang_root": text, "python": text, "gateway": text, "tags": v.StrList(), "known_hosts": text,
             "connect_timeout": v.Float(0.1, 3600), "password_env": text, "node_rank": v.Int(0, 100_000),
-            "vars": _Vars()}
+            "vars": _Vars(), "container": text, "container_engine": v.Choice(("docker", "podman"), "docker"),
+            "container_user": text}
 
 
 class _HostName:
@@ -225,6 +226,8 @@ def resolve_targets(
     tag: str | None = None,
     sglang_root: str | None = None,
     inventory: Inventory | None = None,
+    *,
+    container: str | None = None,
 ) -> list[Host]:
     """The hosts a task should act on, from the common --host/--hosts/--tag/--sglang-root flags."""
     inv = inventory or load_inventory()
@@ -249,4 +252,10 @@ def resolve_targets(
         raise ConfigError(f"no host given: pass --host NAME|ADDRESS|local ({inv._names_hint()})")
     if sglang_root:
         targets = [replace(t, sglang_root=sglang_root) for t in targets]
+    if container:
+        from sglops.container import ContainerTarget
+
+        ContainerTarget(container)  # a bad name is one line before any host is touched
+        # the container's own python, unless the inventory already described this host's container
+        targets = [replace(t, container=container, python=t.python if t.container else "python3") for t in targets]
     return targets

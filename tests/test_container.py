@@ -190,3 +190,18 @@ def test_quoting_survives_both_shells(env, csb):
 def test_repo_has_a_kubectl_seam_documented():
     doc = (REPO / "docs" / "container.md").read_text()
     assert "kubectl exec -i" in doc
+
+
+def test_container_flag_on_a_host_and_on_local(env, csb, dockerd):
+    """`--container NAME` targets a container of the host given by --host, also `--host local` on the GPU host."""
+    cid = dockerd.docker("inspect", "--format", "{{.Id}}", csb.cname).stdout.decode().strip()
+    res = inv_cmd("facts", "--host", "ctr-host", "--container", csb.cname, "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["container"]["id"] == cid
+    res = inv_cmd("facts", "--host", "local", "--container", csb.cname, "--json",
+                  env={**env, "DOCKER_HOST": dockerd.host})
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["container"]["id"] == cid and doc["hostname"] == cid[:12]
+    res = inv_cmd("facts", "--host", "local", "--container", "bad/name", env=env)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "container" in res.stderr
