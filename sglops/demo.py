@@ -66,31 +66,32 @@ def _done(sandbox: Sandbox, base: Path, keep: bool, kept: list[tuple[Path, Path]
     shutil.rmtree(base, ignore_errors=True)
 
 
-def run_demo(keep: bool = False) -> int:
-    """Both parts, each on its own sandbox, torn down after; returns an exit code."""
+def _part(hosts: list[dict], host: str, play: str, variables: dict, keep: bool, kept: list[tuple[Path, Path]]):
+    """One part of the demo: its own sandbox, one play on its host, the report; the sandbox torn down after."""
     from sglops.report import write_report
     from sglops.sandbox.sshd import free_port
 
+    sandbox, base = _start(hosts, f"sandbox host {host}")
+    try:
+        result = _play(sandbox, host, play, {**variables, "port": free_port()})
+        console.print(f"report: {write_report(result.run_id)}")
+        return result
+    finally:
+        _done(sandbox, base, keep, kept)
+
+
+def run_demo(keep: bool = False) -> int:
+    """Both parts, each on its own sandbox, torn down after; returns an exit code."""
     kept: list[tuple[Path, Path]] = []
     console.print(styled(("sglops demo, part 1", "bold"), ": a real SGLang 0.5.23 server (CPU, tiny random Llama) "
                          "on sandbox host cpu-1, driven end to end"))
-    real, base = _start(REAL_HOSTS, "sandbox host cpu-1 (real sshd, the real SGLang environment)")
-    try:
-        first = _play(real, "cpu-1", "real-server", {**REAL_VARS, "port": free_port()})
-        console.print(f"report: {write_report(first.run_id)}")
-    finally:
-        _done(real, base, keep, kept)
+    first = _part(REAL_HOSTS, "cpu-1", "real-server", REAL_VARS, keep, kept)
     if not first.ok:
         return 1
     console.print(styled(("sglops demo, part 2", "bold"), ": the fp8-kv-decode investigation on a GPU-shaped "
                          "sandbox host (a real sglang 0.5.23 tree, FlashInfer 0.7.2, a stand-in nvidia-smi (8x RTX "
                          "PRO 6000 Blackwell, SM120) and a STAND-IN server, x20 for a quick demo)"))
-    standin, base = _start(STANDIN_HOSTS, "sandbox host sandbox-1")
-    try:
-        second = _play(standin, "sandbox-1", "fp8-kv-decode", {**STANDIN_VARS, "port": free_port()})
-        console.print(f"report: {write_report(second.run_id)}")
-    finally:
-        _done(standin, base, keep, kept)
+    second = _part(STANDIN_HOSTS, "sandbox-1", "fp8-kv-decode", STANDIN_VARS, keep, kept)
     for folder, inventory in kept:
         console.print(f"sandbox kept at {folder} (export SGLOPS_INVENTORY={inventory})")
     if not second.ok:
