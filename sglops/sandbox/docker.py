@@ -33,7 +33,8 @@ TOOLS = ("sh", "bash", "timeout", "base64", "cat", "mv", "rm", "mkdir", "ls", "s
          "dirname", "cp", "chmod", "nohup", "tail", "head", "setsid", "id", "uname", "true", "grep", "sed",
          "printf", "echo", "sha256sum", "stat", "readlink", "flock", "pgrep", "pkill")
 PYTHON = "/usr/bin/python3.11"
-EXTRA_LIBS = ("libstdc++.so.6", "libgcc_s.so.1")  # torch in the bind-mounted real environment needs them
+EXTRA_LIBS = ("libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1",
+              "libm.so.6", "libz.so.1")  # what the bind-mounted real SGLang environment (torch, numpy) links against
 SITE = "/opt/sglang/lib/python3.11/site-packages"  # where the image's SGLang is "pip-installed"
 IMAGE_REPO = "sglops-sandbox"
 
