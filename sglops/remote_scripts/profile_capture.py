@@ -1,4 +1,4 @@
-# sglops: include _common, server_common
+# sglops: include _common, server_common, _vocab
 # Profile SGLang on this host in one round trip: POST /start_profile with the fields SGLang reads (num_steps,
 # activities, profile_prefix, profile_id, output_dir, with_stack, record_shapes, profile_by_stage), one
 # single-stream /generate whose prompt ids lie inside the model's vocabulary, stop the profiler if it did not
@@ -15,7 +15,6 @@ import time
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"
 PROMPT_LEN = 32
-_SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "decoder_start_token_id")
 _EXC_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$")
 
 
@@ -70,8 +69,6 @@ def _out_dir(root, profile_id):
     for base in bases:
         try:
             path = os.path.join(base, profile_id)
-            if root and base.startswith(os.path.join(root, ".sglops")):
-                sglops_dir(root)  # 0700, with its .gitignore
             os.makedirs(path, exist_ok=True)
             return path
         except OSError:
@@ -132,42 +129,14 @@ def _expected(info, by_stage):
 
 # -- prompt ids inside the model's vocabulary ---------------------------------------------------------------
 # SGLang does not check input_ids: an id past the vocabulary makes the embedding lookup raise and the server
-# dies. (The bench client reads the token space the same way; one shared helper can replace these two.)
-def _model_vocab(info):
-    """(vocab size or None, special ids) from the served model's config.json on this host."""
-    folder = os.path.expanduser(str(info.get("model_path") or ""))
-    try:
-        with open(os.path.join(folder, "config.json")) as fh:
-            config = json.load(fh)
-    except (OSError, ValueError):
-        return None, set()
-    if not isinstance(config, dict):
-        return None, set()
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    vocab = config.get("vocab_size") or text.get("vocab_size")
-    special = set()
-    for key in _SPECIAL_KEYS:
-        for src in (config, text):
-            v = src.get(key)
-            special |= {v} if isinstance(v, int) else {i for i in v if isinstance(i, int)} if isinstance(v, list) else set()
-    return (int(vocab) if isinstance(vocab, int) else None), special
+# dies. The token space is read as the bench client reads it (_vocab: config.json, tokenizer, --vocab-size).
+PROMPT_SEED = 20261202
 
 
-def prompt_ids(info, n, vocab_size=None):
-    """n ordinary token ids of the served model (below its vocabulary, no bos/eos/pad), the same every run."""
-    vocab, special = _model_vocab(info)
-    if vocab_size:
-        vocab = int(vocab_size)
-    if not vocab and info.get("standin"):
-        vocab = 1024  # sglops' stand-in server has no model and no embedding table: any small ids do
-    if not vocab:
-        raise UserError(f"cannot tell the served model's vocabulary (no config.json in {info.get('model_path')!r} on "
-                        "this host), so no safe prompt token ids; pass --vocab-size N")
-    ordinary = [i for i in range(3, vocab) if i not in special] or [i for i in range(vocab) if i not in special]
-    if not ordinary:
-        raise UserError(f"the model's vocabulary ({vocab}) has no ordinary token ids to build a prompt from")
-    step = max(1, len(ordinary) // (n + 1))
-    return [ordinary[(k * step) % len(ordinary)] for k in range(n)]
+def prompt_ids(info, n, vocab_size=None, base=""):
+    """n ordinary token ids of the served model (below its vocabulary, no special id), the same every run."""
+    space = model_token_space(base, info=info, vocab_size=vocab_size)
+    return draw_prompt_ids(space, PROMPT_SEED, n)
 
 
 # -- a request that failed: is the server still there? ------------------------------------------------------
@@ -175,8 +144,9 @@ def _log_of(root):
     """The server log sglops keeps for a server it started on this host."""
     if not root:
         return None
-    state = read_json_file(os.path.join(root, ".sglops", "server.json")) or {}
-    for cand in (state.get("log"), os.path.join(root, ".sglops", "server.log")):
+    state_dir = sglops_dir(root, create=False)  # <checkout>/.sglops, or the per-user folder of an installed tree
+    state = read_json_file(os.path.join(state_dir, "server.json")) or {}
+    for cand in (state.get("log"), os.path.join(state_dir, "server.log")):
         if cand and os.path.isfile(cand):
             return cand
     return None
@@ -269,7 +239,7 @@ def main(args):
                         f"{status or info}; start one (inv restart) or pass --port")
     steps = int(args["steps"])
     output_len = max(int(args["output_len"]), steps + 4)  # the profile stops itself after `steps` steps
-    ids = prompt_ids(info, PROMPT_LEN, args.get("vocab_size"))
+    ids = prompt_ids(info, PROMPT_LEN, args.get("vocab_size"), base)
     profile_id = args.get("profile_id") or (time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     out_dir = _out_dir(root, profile_id)
     log_path = _log_of(root)
