@@ -197,6 +197,8 @@ class Comparison:
                                                                       "green" if good else "bold red")))
             if ident and ident.first_divergence:
                 lines.append(Text(f"  first divergence: {ident.first_divergence.describe()}", style="red"))
+            if cfg is not None and not cfg.differences and not cfg.missing:
+                lines.append(Text("  config: same server config", style="green"))
             if cfg is not None:
                 for key, a, b, kind in cfg.rows():
                     lines.append(Text(f"  config {key}: {a} -> {b} ({kind})",
