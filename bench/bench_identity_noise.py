@@ -17,16 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from sglops import bench, compare
-from sglops.hosts import load_inventory, local_host
-from sglops.remote import connect
-from sglops.sandbox.sglang_cpu import start_server
-from sglops.sandbox.sshd import free_port
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sglops import bench, compare  # noqa: E402
+from sglops.hosts import load_inventory, local_host  # noqa: E402
+from sglops.remote import connect  # noqa: E402
+from sglops.sandbox.sglang_cpu import start_server  # noqa: E402
+from sglops.sandbox.sshd import free_port  # noqa: E402
 
 
 def flush(port: int) -> None:

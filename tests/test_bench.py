@@ -358,3 +358,24 @@ def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one
         host["model_token_space"](f"http://127.0.0.1:{closed}", {"model_path": "org/missing"},
                                   env={"HF_HOME": str(tmp_path / "hf")})
     assert host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/missing"}, vocab_size=128)["high"] == 128
+
+
+def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(standin, use_sandbox, tmp_path):
+    import yaml
+
+    from sglops.play import run_play
+    from sglops.play_spec import load_play
+    from tests.conftest import open_remote
+
+    same, diverged = standin(400.0), standin(400.0, diverge_at=3)
+    bench_with = {"runs": 1, "input_len": 8, "output_len": 8, "warmup": 0}
+    play_file = tmp_path / "identity.yaml"
+    play_file.write_text(yaml.safe_dump({"name": "identity", "steps": [
+        {"id": "a", "do": "bench", "with": {**bench_with, "port": same}},
+        {"id": "b", "do": "bench", "with": {**bench_with, "port": diverged}},
+        {"id": "check", "do": "compare", "with": {"require_identical": True, "variable": ["kv_cache_dtype"]}}]}))
+    with open_remote(use_sandbox, "gpu-a") as remote:
+        result = run_play(remote, load_play(str(play_file)), show=False)
+    step = result.steps[-1]
+    assert not result.ok and step.status == "failed", step
+    assert "OUTPUTS DIFFER at token 3 of prompt 0" in step.error

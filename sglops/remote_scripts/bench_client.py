@@ -19,9 +19,8 @@ import time
 LOOPBACK = "127.0.0.1"
 _DECODER = json.JSONDecoder()
 _META = b'"meta_info":'
-_FIELDS = {key: re.compile(rb'"' + key.encode() + rb'":\s*(null|-?[0-9][0-9.eE+-]*)')
-           for key in ("completion_tokens", "prompt_tokens", "e2e_latency", "cached_tokens")}
-_FINISH = re.compile(rb'"finish_reason":\s*null')
+_NUMBER = re.compile(rb"\s*(null|-?[0-9][0-9.eE+-]*)")
+_FINISH_KEY = b'"finish_reason":'
 _print_lock = threading.Lock()
 
 
@@ -142,23 +141,29 @@ def _number(raw):
     return float(raw) if any(c in raw for c in b".eE") else int(raw)
 
 
-def _native_meta(data):
+def _native_meta(data, want_prompt=False):
     """(meta, whole chunk or None) of a /generate chunk.
 
     A chunk still streaming (finish_reason null) carries the cumulative text, output_ids and, with
     return_logprob, every logprob so far: decoding it per chunk is O(n^2) over a request. Only the few
-    numbers needed per chunk are read from the bytes after "meta_info"; the final chunk is decoded whole
-    once (it has the ids, logprobs and text of the whole output). A key cannot match inside a string:
-    quotes there are escaped."""
-    at = data.rfind(_META)
-    if at >= 0 and _FINISH.search(data, at):
-        meta = {"finish_reason": None}
-        for key, rx in _FIELDS.items():
-            m = rx.search(data, at)
-            if m:
-                meta[key] = _number(m.group(1))
-        if "completion_tokens" in meta:
-            return meta, None
+    numbers needed per chunk are read from its bytes (searched from the end, where SGLang puts them, after
+    the logprobs); the final chunk is decoded whole once (it has the whole output's ids, logprobs and text).
+    A key cannot match inside a string: quotes there are escaped."""
+    at = data.find(_META)  # after the text and ids (shorter than the logprobs that follow it)
+    if at >= 0:
+        fin = data.find(_FINISH_KEY, at)
+        m = _NUMBER.match(data, fin + len(_FINISH_KEY)) if fin >= 0 else None
+        if m and m.group(1) == b"null":
+            meta = {"finish_reason": None}
+            for key in ("completion_tokens", "cached_tokens", "e2e_latency", *(("prompt_tokens",) if want_prompt
+                                                                                 else ())):
+                k = b'"' + key.encode() + b'":'
+                i = data.rfind(k, at)
+                m = _NUMBER.match(data, i + len(k)) if i >= 0 else None
+                if m:
+                    meta[key] = _number(m.group(1))
+            if isinstance(meta.get("completion_tokens"), int):
+                return meta, None
     obj = json.loads(data)
     return (obj.get("meta_info") if isinstance(obj, dict) else None), obj
 
@@ -268,7 +273,8 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
                 done = True
                 break
             if api == "sglang":
-                meta, obj = _native_meta(data) if not incremental else (None, json.loads(data))
+                meta, obj = (_native_meta(data, rec["prompt_tokens"] is None) if not incremental
+                             else (None, json.loads(data)))
                 if incremental and isinstance(obj, dict):
                     meta = obj.get("meta_info")
                 if obj is not None:
