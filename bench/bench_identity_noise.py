@@ -7,6 +7,7 @@ Same prompts (same seed, runs=1, one level: the bench client draws identical pro
   batch4     C=4 (the same prompts batched 4 at a time)
   batch8     C=8
   restart    C=1 after a server restart
+  float32    C=1, a server launched with --dtype float32: not noise but a real numeric change, for scale
 Each against base: prompts with identical token ids, max |logprob difference| over the tokens both chose.
 
     python3 bench/bench_identity_noise.py --requests 8 --output-len 64
@@ -59,8 +60,9 @@ def main() -> None:
             assert res.status == "ok", res.problems()
             runs[name] = res.run_id
 
-        for round_ in ("first", "restart"):
-            server = start_server(port, tmp / f"server-{round_}.log", timeout=900)
+        for round_ in ("first", "restart", "float32"):
+            extra = ("--dtype", "float32") if round_ == "float32" else ()
+            server = start_server(port, tmp / f"server-{round_}.log", extra=extra, timeout=900)
             try:
                 if round_ == "first":
                     one("base", 1)
@@ -69,7 +71,7 @@ def main() -> None:
                     one("batch4", 4)
                     one("batch8", 8)
                 else:
-                    one("restart", 1)
+                    one(round_, 1)
             finally:
                 server.stop()
     out = {"config": vars(args), "runs": runs, "against_base": {}}
@@ -77,9 +79,10 @@ def main() -> None:
         if name == "base":
             continue
         v = compare.compare([runs["base"], runs[name]], chart=False, out_dir=tmp / f"cmp-{name}").identity
+        d = v.first_divergence
         out["against_base"][name] = {"identical_prompts": f"{v.identical_prompts}/{v.compared}",
                                      "max_logprob_diff": v.max_logprob_diff, "tokens_compared": v.logprob_tokens,
-                                     "line": v.line()}
+                                     "first_divergence": d.describe() if d else None, "line": v.line()}
     print(json.dumps(out, indent=1))
 
 

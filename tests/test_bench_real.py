@@ -24,19 +24,38 @@ IN, OUT = 16, 16
 
 
 @pytest.fixture(scope="module")
-def real_server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("real-bench") / "server.log"
-    server = start_server(free_port(), log, timeout=600)
-    yield server
-    server.stop()
+def servers(tmp_path_factory):
+    """The module's two real servers, started at once (each takes 20-40 s, minutes on a loaded machine):
+    the sandbox profile's flags, and the same with `--kv-cache-dtype bf16` (for the config-difference test)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    logs = tmp_path_factory.mktemp("real-bench")
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(start_server, free_port(), logs / "server.log", timeout=600),
+                   pool.submit(start_server, free_port(), logs / "server-bf16-kv.log",
+                               extra=("--kv-cache-dtype", "bf16"), timeout=600)]
+        started = []
+        try:
+            for f in futures:
+                started.append(f.result())
+        finally:
+            if len(started) < 2:
+                for f in futures:
+                    if f.exception() is None:
+                        f.result().stop()
+    yield started
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
-def bf16_kv_server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("real-bench-bf16") / "server.log"
-    server = start_server(free_port(), log, extra=("--kv-cache-dtype", "bf16"), timeout=600)
-    yield server
-    server.stop()
+def real_server(servers):
+    return servers[0]
+
+
+@pytest.fixture(scope="module")
+def bf16_kv_server(servers):
+    return servers[1]
 
 
 def _prompts(result: bench.BenchResult) -> list[dict]:
