@@ -19,6 +19,7 @@ server's effective configuration is recorded before measuring (sglops.runconfig)
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rich.table import Table
 from rich.text import Text
 
@@ -278,6 +280,12 @@ class BenchResult:
                        "the commit and patches recorded may not be what served")
         return out
 
+    @property
+    def logprobs_kept(self) -> bool:
+        """Every ok request came back with logprobs (asked for, and the server gave them)."""
+        ok = [e for e in self.outputs if e.get("outcome") == "ok"]
+        return bool(ok) and all(e.get("logprobs") is not None for e in ok)
+
     def notes(self) -> list[str]:
         """What a reader of the figures should know that does not make the run unclean."""
         out = []
@@ -307,7 +315,7 @@ class BenchResult:
             "patches": self.patches,
             "launch_args": self.server_info,
             "run_config": runconfig.summary(self.server_info, self.sglang, self.patches),
-            "outputs": identity.summary(self.outputs, bool(self.config.get("logprobs")), self.config["api"]),
+            "outputs": identity.summary(self.outputs, self.logprobs_kept, self.config["api"]),
             "facts": self.facts,
         }
 
@@ -370,7 +378,7 @@ class BenchResult:
         if self.outputs:
             got = sum(1 for e in self.outputs if e.get("ids") is not None)
             lines.append(f"outputs: token ids of {got}/{len(self.outputs)} requests"
-                         + (" with logprobs" if self.config.get("logprobs") else "") + " kept (outputs.json)")
+                         + (" with logprobs" if self.logprobs_kept else "") + " kept (outputs.json)")
         for lv in self.levels:
             if lv.status != "ok":
                 lines.append(Text(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
@@ -525,12 +533,8 @@ def record(result: BenchResult, run_id: str | None = None) -> BenchResult:
 
 def write_outputs(path: Path, result: BenchResult) -> Path:
     """outputs.json: one compact line of JSON (ids, logprobs, text per request), written atomically."""
-    import os
-
-    import orjson
-
-    doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"],
-           "logprobs": bool(result.config.get("logprobs")), "hash": "sha256 over the comma-joined ids, 16 hex",
+    doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"], "logprobs": result.logprobs_kept,
+           "hash": "sha256 over the comma-joined ids, 16 hex",
            "requests": result.outputs}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(orjson.dumps(redact.obj(doc)))

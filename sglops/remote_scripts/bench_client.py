@@ -17,7 +17,6 @@ import threading
 import time
 
 LOOPBACK = "127.0.0.1"
-_DECODER = json.JSONDecoder()
 _META = b'"meta_info":'
 _NUMBER = re.compile(rb"\s*(null|-?[0-9][0-9.eE+-]*)")
 _FINISH_KEY = b'"finish_reason":'
@@ -251,7 +250,6 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
            "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None,
            "prompt": ids_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
-
     chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
     conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
