@@ -150,3 +150,58 @@ def test_compare_outputs_reads_the_run_folders_and_falls_back_to_manifest_hashes
     assert v.source == "manifest hashes" and v.compared == 3 and v.identical_prompts == 2
     assert v.line().startswith("OUTPUTS DIFFER for prompt 2")
     assert compare_outputs(a, _run(tmp_path, "c", LAUNCH)) is None  # no outputs recorded
+
+
+# -- the host client's reading of real SGLang 0.5.23 chunks -------------------------------------------------------
+# /generate with return_logprob, as the real CPU server streamed it (cumulative; the second chunk is the last)
+REAL_CHUNKS = [
+    b'{"text":"date format","output_ids":[805,833],"meta_info":{"id":"536b2ffdf35a4f5b8f953f46287b4199",'
+    b'"finish_reason":null,"prompt_tokens":8,"weight_version":"default","num_retractions":0,"input_token_logprobs":[],'
+    b'"output_token_logprobs":[[-6.374382019042969,805,null],[-6.405150890350342,833,null]],'
+    b'"output_token_logprobs_length":2,"reasoning_tokens":0,"completion_tokens":2,"cached_tokens":7,'
+    b'"cached_tokens_details":{"device":7,"host":0},"dp_rank":null,"response_sent_to_client_ts":1796245032.8021667}}',
+    b'{"text":"date formatup end","output_ids":[805,833,396,921],"meta_info":{"id":"536b2ffdf35a4f5b8f953f46287b4199",'
+    b'"finish_reason":{"type":"length","length":4},"prompt_tokens":8,"weight_version":"default","num_retractions":0,'
+    b'"input_token_logprobs":[],"output_token_logprobs":[[-6.374382019042969,805,null],[-6.405150890350342,833,null],'
+    b'[-6.492127418518066,396,null],[-6.435498237609863,921,null]],"output_token_logprobs_length":4,'
+    b'"reasoning_tokens":0,"completion_tokens":4,"cached_tokens":7,"weight_versions":[{"version":"default","start":0,'
+    b'"end":4}],"cached_tokens_details":{"device":7,"host":0},"dp_rank":null,"e2e_latency":0.03298155500124267}}',
+]
+
+
+def _client() -> dict:
+    from sglops.remote_scripts import load_script
+
+    ns: dict = {"__name__": "host"}
+    exec(compile(load_script("bench_client"), "bench_client", "exec"), ns)
+    return ns
+
+
+def test_a_streaming_chunk_is_read_without_decoding_its_logprobs_and_the_last_one_whole():
+    client = _client()
+    meta, whole = client["_native_meta"](REAL_CHUNKS[0], True)
+    assert whole is None  # still streaming: only the numbers were read from its bytes
+    assert meta == {"finish_reason": None, "completion_tokens": 2, "cached_tokens": 7, "prompt_tokens": 8}
+    meta, whole = client["_native_meta"](REAL_CHUNKS[1])
+    assert whole is not None and meta["finish_reason"] == {"type": "length", "length": 4}
+    rec = {"ids": None, "logprobs": None, "text": None}
+    client["_native_outputs"](whole, rec, False)
+    assert rec["ids"] == [805, 833, 396, 921] and rec["text"] == "date formatup end"
+    assert rec["logprobs"] == [-6.374382019042969, -6.405150890350342, -6.492127418518066, -6.435498237609863]
+    # a server streaming incrementally (--incremental-streaming-output): pieces are appended
+    inc = {"ids": None, "logprobs": None, "text": None}
+    client["_native_outputs"]({"text": "date", "output_ids": [805],
+                               "meta_info": {"output_token_logprobs": [[-6.37, 805, None]]}}, inc, True)
+    client["_native_outputs"]({"text": " format", "output_ids": [833],
+                               "meta_info": {"output_token_logprobs": [[-6.41, 833, None]]}}, inc, True)
+    assert inc == {"ids": [805, 833], "logprobs": [-6.37, -6.41], "text": "date format"}
+    # the hash is the laptop's
+    assert client["ids_hash"]([805, 833]) == ids_hash([805, 833])
+
+
+def test_a_text_that_looks_like_a_key_does_not_fool_the_chunk_reader():
+    client = _client()
+    tricky = (b'{"text":"\\"completion_tokens\\":99 \\"finish_reason\\":null","output_ids":[5],"meta_info":'
+              b'{"id":"x","finish_reason":null,"prompt_tokens":3,"completion_tokens":1,"cached_tokens":0}}')
+    meta, _ = client["_native_meta"](tricky, True)
+    assert meta["completion_tokens"] == 1 and meta["prompt_tokens"] == 3
