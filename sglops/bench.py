@@ -239,13 +239,14 @@ class BenchResult:
     artifact: str | None = None
     server: dict | None = None  # what served: version, process, its python, log, token space
     server_down: dict | None = None  # the server died or stopped answering mid-run: how, and the cause
+    server_changed: list[str] | None = None  # another server or configuration answered after measuring
     outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
 
     @property
     def status(self) -> str:
         states = {lv.status for lv in self.levels}
         if states == {"ok"}:
-            return "ok"
+            return "partial" if self.server_changed else "ok"
         return "failed" if states == {"failed"} else "partial"
 
     def headline(self) -> dict | None:
@@ -261,6 +262,9 @@ class BenchResult:
         out = []
         if self.server_down:
             out.append(self.server_down.get("line") or f"server {self.server_down.get('state')}")
+        if self.server_changed:
+            out.append("the server changed during the run (its figures mix two servers): "
+                       + "; ".join(self.server_changed[:5]))
         for lv in self.levels:
             bad = {k: v for k, v in sorted(lv.outcomes.items()) if k != "ok"}
             if bad:
@@ -312,6 +316,7 @@ class BenchResult:
                                                "dirty_files", "root")},
             "server": self.server,
             "server_down": self.server_down,
+            "server_changed": self.server_changed,
             "patches": self.patches,
             "launch_args": self.server_info,
             "run_config": runconfig.summary(self.server_info, self.sglang, self.patches),
@@ -374,6 +379,9 @@ class BenchResult:
         lines: list[Any] = [Text("; ").join(Text(p) if isinstance(p, str) else p for p in parts)]
         if self.server_down:
             lines.append(Text(str(self.server_down.get("line")), style="bold red"))
+        if self.server_changed:
+            lines.append(Text("the server changed during the run: " + "; ".join(self.server_changed[:5]),
+                              style="bold red"))
         lines += [Text(n, style="yellow") for n in self.notes()]
         if self.outputs:
             got = sum(1 for e in self.outputs if e.get("ids") is not None)
@@ -506,6 +514,7 @@ def run_bench(
                 "python": proc.get("env"), "token_space": raw.get("token_space")} if raw.get("server_version") or proc
         else None,
         server_down=raw.get("server_down"),
+        server_changed=raw.get("server_changed"),
         outputs=outputs,
     )
 
@@ -550,7 +559,9 @@ def check(results: Sequence[BenchResult]) -> None:
             f"{r.host}: run {r.run_id or ''} is {r.status} ("
             + ", ".join(f"{k} {v}" for lv in r.levels for k, v in sorted(lv.outcomes.items()) if k != "ok")
             + ") - not a clean figure"
-            + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "") for r in bad))
+            + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "")
+            + (f"; the server changed during the run ({r.server_changed[0]})" if r.server_changed else "")
+            for r in bad))
 
 
 # -- progress bar ---------------------------------------------------------------------------------------------

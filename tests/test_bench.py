@@ -379,3 +379,24 @@ def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(s
     step = result.steps[-1]
     assert not result.ok and step.status == "failed", step
     assert "OUTPUTS DIFFER at token 3 of prompt 0" in step.error
+
+
+def test_another_server_answering_after_the_run_makes_it_partial(standin, remote_a):
+    """A server restarted mid-run (other pid, other configuration) mixes two servers in one figure."""
+    from sglops.remote_scripts import load_script
+
+    host: dict = {"__name__": "host"}
+    exec(compile(load_script("bench_client"), "bench_client", "exec"), host)
+    first = standin(400.0)
+    before = host["server_info"](first)
+    pid = host["listening_pid"](first)
+    assert host["config_changed"](first, before, {"pid": pid}) is None  # the same server: nothing changed
+    second = standin(400.0, launch=("--kv-cache-dtype", "auto"))
+    changed = host["config_changed"](second, before, {"pid": pid})
+    assert changed[0].startswith(f"server pid {pid} -> ") and "kv_cache_dtype fp8_e4m3 -> auto" in changed
+    result = bench.run_bench(remote_a, runs=1, output_len=8, port=first, with_facts=False)
+    assert result.status == "ok" and result.server_changed is None
+    result.server_changed = changed
+    assert result.status == "partial" and "the server changed during the run" in result.problems()[0]
+    with pytest.raises(bench.BenchIncomplete, match="server changed"):
+        bench.check([result])

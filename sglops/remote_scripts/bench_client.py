@@ -438,6 +438,24 @@ def down_line(port, down):
     return f"the server on {LOOPBACK}:{port} {what} ({down['health']}){cause}; {where}"
 
 
+_VOLATILE = {"last_gen_throughput", "status", "internal_states"}  # live state, not configuration
+
+
+def config_changed(port, before, proc):
+    """After measuring: did another server (or another configuration) answer than the one recorded before?
+    A restart mid-run mixes two servers in one figure. Returns what differs, or None."""
+    out = []
+    after = server_info(port)
+    if before is not None and after is not None:
+        for key in sorted(set(before) | set(after)):
+            if key not in _VOLATILE and before.get(key) != after.get(key):
+                out.append(f"{key} {str(before.get(key))[:60]} -> {str(after.get(key))[:60]}")
+    now = listening_pid(port) if proc and proc.get("pid") else None
+    if now and now != proc["pid"]:
+        out.insert(0, f"server pid {proc['pid']} -> {now}")
+    return out or None
+
+
 def prompt_ids(space, seed, n):
     """Distinct random ordinary token ids of the model per request, so the prefix cache cannot serve the prompt.
     `space` may be a test's explicit [low, high) range (unsafe on purpose: ids past the vocabulary kill SGLang)."""
@@ -523,6 +541,7 @@ def main(args):
         cpu = time.process_time() - cpu0
     finally:
         stop.set()
+    changed = None if down else config_changed(port, info, proc)
     space_out = space if isinstance(space, dict) else {"test_range": space}
     return {
         "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
@@ -532,5 +551,5 @@ def main(args):
                         "special_ids": len(space_out.get("special") or [])},
         "sglang": tree, "sglang_error": tree_error, "patches": patches, "server_down": down,
         "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens, "logprobs": logprobs,
-        "incremental_streaming": incremental,
+        "incremental_streaming": incremental, "server_changed": changed,
     }
