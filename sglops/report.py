@@ -82,6 +82,11 @@ def _compare(doc: dict, base: Path) -> list[str]:
             for r in doc.get("rows") or []]
     out = ["## Comparison", "", f"baseline: `{doc.get('baseline')}`", "",
            *_table(["run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"], rows)]
+    for run, line in (doc.get("headline") or {}).items():  # speed, output identity and config in one verdict
+        out.append(f"- `{run}`: **{line}**")
+        for d in ((doc.get("config") or {}).get(run) or {}).get("differences") or []:
+            kind = "intended" if d.get("intended") else "UNINTENDED"
+            out.append(f"  - config `{d['key']}`: {d.get('a')} -> {d.get('b')} ({kind})")
     out += [f"- {n}" for n in doc.get("notes") or []]
     chart = _rel(doc.get("chart"), base)
     return out + ([f"![decode tok/s]({chart})", ""] if chart else [])
