@@ -126,6 +126,7 @@ class OutputsVerdict:
     tolerance: Tolerance | None = None
     source: str = OUTPUTS_FILE  # outputs.json (token by token) or manifest hashes (prompt by prompt)
     differing: list[int] = field(default_factory=list)  # prompt indices whose ids differ (first 20)
+    limit: int | None = None  # only the first `limit` tokens compared (the runs asked for different lengths)
 
     @property
     def tokens_identical(self) -> bool:
@@ -170,7 +171,8 @@ class OutputsVerdict:
         if st == "not_compared":
             return "outputs not compared: no prompt answered by both runs (different seed, lengths or no outputs)"
         if st == "identical":
-            return f"outputs identical ({n}" + (", logprobs equal" if self.logprobs else ", token ids") + ")"
+            return (f"outputs identical ({n}" + (", logprobs equal" if self.logprobs else ", token ids") + ")"
+                    + self._limit())
         if st == "within_tolerance":
             assert self.tolerance is not None
             return (f"outputs within tolerance ({self.identical_prompts}/{n} identical{lp}; "
@@ -181,7 +183,10 @@ class OutputsVerdict:
         where = (f" at token {d.token_index} of prompt {d.prompt_index}" if d and d.token_index >= 0 else
                  f" for prompt {d.prompt_index}" if d else "")
         detail = f" ({d.a_id} vs {d.b_id})" if d and d.token_index >= 0 else ""
-        return f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}"
+        return f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}{self._limit()}"
+
+    def _limit(self) -> str:
+        return f" (first {self.limit} tokens: the runs asked for different lengths)" if self.limit else ""
 
     def to_json(self) -> dict:
         return {"status": self.status, "identical": self.identical, "tokens_identical": self.tokens_identical,
@@ -191,7 +196,8 @@ class OutputsVerdict:
                 "logprob_tokens": self.logprob_tokens,
                 "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
                 "differing_prompts": self.differing, "source": self.source,
-                "tolerance": self.tolerance.to_json() if self.tolerance else None, "line": self.line()}
+                "tolerance": self.tolerance.to_json() if self.tolerance else None, "limit": self.limit,
+                "line": self.line()}
 
 
 # -- reading a run's outputs -------------------------------------------------------------------------
@@ -240,13 +246,27 @@ def _divergence(ea: dict, eb: dict, at: int) -> Divergence:
     return d
 
 
+def _cut(entries: list[dict], limit: int) -> list[dict]:
+    out = []
+    for e in entries:
+        e = dict(e)
+        for key in ("ids", "logprobs", "tokens"):
+            if e.get(key) is not None:
+                e[key] = e[key][:limit]
+        out.append(e)
+    return out
+
+
 def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = None,
-                    source: str = OUTPUTS_FILE) -> OutputsVerdict:
-    """Identity of B's outputs against A's, prompt by prompt (matched by the hash of their input ids)."""
+                    source: str = OUTPUTS_FILE, limit: int | None = None) -> OutputsVerdict:
+    """Identity of B's outputs against A's, prompt by prompt (matched by the hash of their input ids);
+    `limit`: compare only the first tokens (runs that asked for different output lengths)."""
+    if limit:
+        a, b = _cut(a, limit), _cut(b, limit)
     ma, mb = _answered(a), _answered(b)
     common = [p for p in sorted(ma, key=lambda p: ma[p].get("n", 0)) if p in mb]
     verdict = OutputsVerdict(compared=len(common), identical_prompts=0, only_a=len(set(ma) - set(mb)),
-                             only_b=len(set(mb) - set(ma)), tolerance=tolerance, source=source)
+                             only_b=len(set(mb) - set(ma)), tolerance=tolerance, source=source, limit=limit)
     with_lp = [p for p in common if ma[p].get("logprobs") is not None and mb[p].get("logprobs") is not None]
     verdict.logprobs = bool(common) and len(with_lp) == len(common)
     worst, tokens = 0.0, 0
@@ -291,7 +311,9 @@ def compare_outputs(a: Run, b: Run, tolerance: Tolerance | None = None) -> Outpu
             eb = [{k: v for k, v in e.items() if k in ("n", "prompt", "output", "outcome")} for e in eb]
     if ea is None or eb is None:
         return None
-    return compare_entries(ea, eb, tolerance, source)
+    la, lb = ((r.doc.get("config") or {}).get("output_len") for r in (a, b))
+    limit = min(la, lb) if la and lb and la != lb and source == OUTPUTS_FILE else None
+    return compare_entries(ea, eb, tolerance, source, limit)
 
 
 def summary(entries: list[dict], logprobs: bool, api: str) -> dict[str, Any]:

@@ -205,3 +205,11 @@ def test_a_text_that_looks_like_a_key_does_not_fool_the_chunk_reader():
               b'{"id":"x","finish_reason":null,"prompt_tokens":3,"completion_tokens":1,"cached_tokens":0}}')
     meta, _ = client["_native_meta"](tricky, True)
     assert meta["completion_tokens"] == 1 and meta["prompt_tokens"] == 3
+
+
+def test_runs_that_asked_for_different_lengths_are_compared_on_the_common_tokens(tmp_path):
+    a = _run(tmp_path, "a", LAUNCH, outputs=A)
+    b = _run(tmp_path, "b", LAUNCH, outputs=[dict(e, ids=e["ids"][:2], logprobs=e["logprobs"][:2]) for e in A])
+    a.doc["config"], b.doc["config"] = {"output_len": 3}, {"output_len": 2}
+    v = compare_outputs(a, b)
+    assert v.identical and v.limit == 2 and v.line().endswith("(first 2 tokens: the runs asked for different lengths)")
