@@ -258,6 +258,18 @@ def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
                                          reporter=view, json=json), json=json, artifact="restart.json")
 
 
+@task(help={k: v for k, v in _LAUNCH_HELP.items() if k != "port"} | {
+    "dry_run": "show what would be stopped; change nothing", "grace": "seconds between TERM and KILL (default 20)"})
+def stop(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
+         dry_run=False, grace=None, json=False):
+    """Stop the server sglops started (process group and tree), or the container whose command is the server."""
+    from sglops import launch
+
+    grace = cli.checked({"grace": values.Float(0, 3600, 20.0)}, grace=grace)["grace"]
+    cli.per_host("stop", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
+                 launch.stop_step(dry_run=dry_run, grace_s=grace), json=json)
+
+
 @task(help=_LAUNCH_HELP)
 def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, port=None,
                   json=False):

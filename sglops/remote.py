@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 RESULT_MARKER = "@@SGLOPS-RESULT@@"
 PROGRESS_MARKER = "@@SGLOPS-PROGRESS@@"
 KILL_GRACE_S = 5
+HOST_PYTHON = "python3"  # runs host-side steps outside a container target (the inventory `python` is the container's)
 
 # Runs on the host: read {name, script, args} from stdin, exec the script, call main(args),
 # print the JSON answer after a marker so stray prints from the script cannot corrupt it.
@@ -165,15 +166,18 @@ class Remote:
         *,
         timeout: float = 120,
         on_progress: Callable[[dict], None] | None = None,
+        on_host: bool = False,
     ) -> Any:
         """Run a stdlib script from sglops/remote_scripts on the host: one round trip, JSON back.
 
         A script may report progress with `progress(**fields)` (from _common); each report reaches
-        on_progress as a dict while the script runs.
+        on_progress as a dict while the script runs. on_host: run it on the host itself with the host's
+        `python3`, outside a container target (the engine's own commands: restart shape (b)).
         """
         source = load_script(script)
         payload = json.dumps({"name": f"{script}.py", "script": source, "args": dict(args or {})}).encode()
-        command = self._on_target(shell_command([self.python, "-c", _BOOTSTRAP], timeout=timeout))
+        line = shell_command([HOST_PYTHON if on_host else self.python, "-c", _BOOTSTRAP], timeout=timeout)
+        command = line if on_host else self._on_target(line)
         relay = None
         if on_progress is not None:
             def relay(line: str) -> None:
@@ -183,7 +187,8 @@ class Remote:
                     except ValueError:
                         pass
         result = self._exec(command, payload, timeout + KILL_GRACE_S + 5, relay)
-        self._check_target(result)
+        if not on_host:
+            self._check_target(result)
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: remote step {script} timed out after {timeout:g} s (stopped on the host)")
         answer = _parse_answer(result)

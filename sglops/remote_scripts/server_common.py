@@ -256,3 +256,55 @@ def http_get(url, timeout=2.0):
 def append_record(paths, record):
     with open_private(paths["restarts.jsonl"], "a") as fh:
         fh.write(_sjson.dumps(record) + "\n")
+
+
+_INITS = ("docker-init", "tini", "dumb-init", "catatonit")
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def is_server_argv(argv):
+    """Does this command line start an LLM server (SGLang, vLLM, the sandbox stand-in)?"""
+    text = " ".join(argv)
+    return ("sglang.launch_server" in text or "sglang-standin" in text
+            or any(_sos.path.basename(a) == "vllm" for a in argv[:3]) and "serve" in argv)
+
+
+def flag_value(argv, flag, default=None):
+    """`--flag V` or `--flag=V` from a command line."""
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return default
+
+
+def entrypoint_server():
+    """The server that is this container's own command (PID 1, or the child of an init such as docker-init):
+    restart shape (b), where the engine, not sglops, starts it. None when PID 1 is no server (a host, or a
+    long-running container sglops starts servers in)."""
+    first = _cmdline(1)
+    pid = 1
+    if first and _sos.path.basename(first[0]) in _INITS:
+        kids = [int(p) for p in _sos.listdir("/proc") if p.isdigit() and _ppid(int(p)) == 1]
+        pid = min(kids) if kids else 1
+        first = _cmdline(pid)
+    if not first or not is_server_argv(first):
+        return None
+    return {"pid": pid, "argv": first[:60], "port": int(flag_value(first, "--port", 30000)),
+            "host": flag_value(first, "--host", "127.0.0.1")}
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

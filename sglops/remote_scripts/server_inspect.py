@@ -124,7 +124,7 @@ def current(root):
     info = our_server(paths)
     return {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
             "last_good": read_json_file(paths["launch.last-good.json"])
-            if os.path.exists(paths["launch.last-good.sh"]) else None}
+            if os.path.exists(paths["launch.last-good.sh"]) else None, "entrypoint": entrypoint_server()}
 
 
 def main(args):

@@ -104,7 +104,7 @@ def main(args):
         stopped = stop_server(paths, float(args.get("grace_s", 20)))
         append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "state": "stopped",
                               "stopped_pid": stopped["pid"], "operator": args.get("operator")})
-        return stopped
+        return {**stopped, "entrypoint": None if stopped["stopped"] else entrypoint_server()}
     if args.get("rollback"):
         try:
             with open(paths["launch.last-good.sh"]) as fh:
