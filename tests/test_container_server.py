@@ -59,10 +59,17 @@ def world(tmp_path_factory, dockerd):
     image = docker.ensure_image(dockerd, serve=True)
     sb = Sandbox(base, [{"name": "gpu-host", "sglang_env": "cpu"}]).start()
     docker.docker_wrapper(dockerd, sb.host("gpu-host").bin)
+    h = sb.host("gpu-host")
+    names = {"exec": f"sglops-srv-{uuid.uuid4().hex[:6]}", "entry": f"sglops-ep-{uuid.uuid4().hex[:6]}"}
+    # what an operator writes for a containerised host: the paths are the container's (here the bind mounts
+    # put the real environment at the same paths as on this machine)
+    sb.write_inventory(extra=[{"name": f"ctr-{k}", "address": "127.0.0.1", "port": h.client_port, "container": v,
+                               "python": h.python, "sglang_root": str(h.sglang_root), "vars": dict(h.vars)}
+                              for k, v in names.items()])
     env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(base / "artifacts"),
            "SGLOPS_PROFILES": str(profiles)}
     try:
-        yield {"sb": sb, "image": image, "env": env, "profiles": profiles, "dockerd": dockerd}
+        yield {"sb": sb, "image": image, "env": env, "profiles": profiles, "dockerd": dockerd, "names": names}
     finally:
         sb.stop()
 
@@ -89,7 +96,7 @@ def processes(dockerd, name: str) -> list[str]:
 # -- shape (a): sglops starts the server inside a long-running container ------------------------------------
 @pytest.fixture(scope="module")
 def exec_ctr(world):
-    name = f"sglops-srv-{uuid.uuid4().hex[:6]}"
+    name = world["names"]["exec"]
     docker.run_container(world["dockerd"], world["image"], name, mounts=docker.serve_mounts())
     yield name
     world["dockerd"].docker("rm", "-f", name, check=False)
@@ -97,12 +104,13 @@ def exec_ctr(world):
 
 def test_exec_shape_restart_bench_status_stop(world, exec_ctr):
     env, dockerd = world["env"], world["dockerd"]
-    at = ["--host", "gpu-host", "--container", exec_ctr]
+    at = ["--host", "ctr-exec", "--container", exec_ctr]
     dry = inv_cmd("restart", PROFILE, *at, "--dry-run", "--json", env=env)
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["state"] == "dry-run" and processes(dockerd, exec_ctr) == ["/sbin/docker-init -- sleep infinity", "sleep infinity"]
     r = inv_cmd("restart", PROFILE, *at, "--json", env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + dockerd.docker(
+        "exec", exec_ctr, "sh", "-c", "tail -n 30 /root/.local/state/sglops/*/server.log", check=False).stdout.decode()
     res = json.loads(r.stdout)
     print(f"\nrestart-to-healthy inside the container {res['waited_s']:.1f}s")
     assert res["state"] == "healthy" and res["server_info"]["version"] == sglang_cpu.SGLANG_VERSION
@@ -111,7 +119,7 @@ def test_exec_shape_restart_bench_status_stop(world, exec_ctr):
     inside = " ".join(processes(dockerd, exec_ctr))
     assert "sglang.launch_server" in inside and "sglang::scheduler" in inside  # the server runs IN the container
     assert res["log_path"].startswith("/root/.local/state/sglops/")  # state in the container's filesystem
-    assert dockerd.docker("exec", exec_ctr, "test", "-f", res["log_path"], check=False).returncode == 0
+    assert dockerd.docker("exec", exec_ctr, "ls", res["log_path"], check=False).returncode == 0
 
     b = inv_cmd("bench", *at, "--runs", "1", "--requests", "2", "--output-len", "16", "--input-len", "16",
                 "--warmup", "0", "--json", env=env)
