@@ -137,3 +137,96 @@ def test_exec_shape_restart_bench_status_stop(world, exec_ctr):
     stop = inv_cmd("stop", *at, "--json", env=env)
     assert stop.returncode == 0, stop.stderr
     assert processes(dockerd, exec_ctr) == ["/sbin/docker-init -- sleep infinity", "sleep infinity"]
+
+
+# -- shape (b): the container's command is the server --------------------------------------------------------
+def started_at(dockerd, name: str) -> str:
+    return dockerd.docker("inspect", "--format", "{{.State.StartedAt}} {{.State.Status}}", name).stdout.decode().strip()
+
+
+def create_server_container(world, name: str, profile: str) -> None:
+    """`docker create` a container whose command is the profile's rendered server (not started: the first
+    `inv restart` starts it, so no server start is spent on set-up)."""
+    r = inv_cmd("render", profile, "--host", "gpu-host", "--json", env=world["env"])  # same paths as in the image
+    assert r.returncode == 0, r.stderr
+    argv = json.loads(r.stdout)["argv"]
+    args = ["create", "--init", "--name", name, "--network", "none", "-e", "SGLANG_USE_CPU_ENGINE=1"]
+    for src, dst in docker.serve_mounts():
+        args += ["-v", f"{src}:{dst}:ro"]
+    world["dockerd"].docker(*args, world["image"], *argv)
+
+
+@pytest.fixture(scope="module")
+def entry_ctr(world):
+    name = world["names"]["entry"]
+    profile = variant(world, "entry", container_restart="entrypoint")
+    create_server_container(world, name, profile)
+    yield name, profile
+    world["dockerd"].docker("rm", "-f", name, check=False)
+
+
+def test_entrypoint_shape_restart_status_logs_rollback_stop(world, entry_ctr):
+    env, dockerd = world["env"], world["dockerd"]
+    name, profile = entry_ctr
+    at = ["--host", "ctr-entry"]
+    before = started_at(dockerd, name)
+    dry = inv_cmd("restart", profile, *at, "--dry-run", "--json", env=env)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["state"] == "dry-run" and plan["shape"] == "entrypoint"
+    assert any(f"docker restart -t 15 {name}" in step for step in plan["plan"])
+    assert started_at(dockerd, name) == before  # the dry run changed nothing
+
+    r = inv_cmd("restart", profile, *at, "--json", env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    print(f"\nentrypoint restart-to-healthy {res['waited_s']:.1f}s")
+    assert res["state"] == "healthy" and res["shape"] == "entrypoint" and started_at(dockerd, name) != before
+    assert not res["mismatches"] and {"model_path", "attention_backend", "max_total_tokens"} <= set(res["confirmed"])
+
+    st = inv_cmd("server-status", *at, "--json", env=env)
+    assert st.returncode == 0, st.stderr
+    doc = json.loads(st.stdout)
+    assert doc["running"] and doc["health"] == 200 and doc["container"]["status"] == "running"
+    assert doc["profile"] == profile and doc["server_info"]["attention_backend"] == "torch_native"
+    lg = inv_cmd("logs", *at, "--lines", "400", env=env)
+    assert lg.returncode == 0 and "fired up and ready to roll" in lg.stdout  # from `docker logs`
+
+    # a profile the container does not run: refused in one line, nothing restarted
+    other = variant(world, "entry-other", container_restart="entrypoint", max_running_requests=4)
+    running = started_at(dockerd, name)
+    bad = inv_cmd("restart", other, *at, env=env)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "does not run what profile entry-other renders" in bad.stderr
+    assert "--max-running-requests: container runs '8', profile renders '4'" in bad.stderr
+    assert started_at(dockerd, name) == running
+
+    rb = inv_cmd("rollback", *at, env=env)
+    assert rb.returncode != 0 and "is the entrypoint of container" in rb.stderr and "Traceback" not in rb.stderr
+
+    dry = inv_cmd("stop", *at, "--dry-run", env=env)
+    assert dry.returncode == 0 and f"docker stop {name}" in dry.stdout and started_at(dockerd, name) == running
+    stop = inv_cmd("stop", *at, "--json", env=env)
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)["stopped"] and started_at(dockerd, name).endswith("exited")
+    st = json.loads(inv_cmd("server-status", *at, "--json", env=env).stdout)
+    assert not st["running"] and st["container"]["status"] == "exited"
+    assert [r["state"] for r in st["restarts"]][-2:] == ["healthy", "stopped"]
+
+
+def test_entrypoint_crash_is_named_from_docker_logs(world):
+    """A container whose command has an unknown attention backend: the crash is named from `docker logs`."""
+    dockerd = world["dockerd"]
+    name = f"sglops-crash-{uuid.uuid4().hex[:6]}"
+    profile = variant(world, "entry-bad", container_restart="entrypoint", attention_backend=None,
+                      extra_args=["--attention-backend", "bogus_attn"])
+    create_server_container(world, name, profile)
+    try:
+        r = inv_cmd("restart", profile, "--host", "ctr-entry", "--container", name, "--json", env=world["env"])
+        assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+        doc = json.loads(r.stdout)
+        assert "unknown backend" in doc["error"] and "invalid choice: 'bogus_attn'" in doc["error"]
+        assert f"docker logs {name}" in doc["error"] and "Traceback" not in r.stderr
+        assert started_at(dockerd, name).endswith("exited")  # nothing left running
+    finally:
+        dockerd.docker("rm", "-f", name, check=False)
