@@ -112,11 +112,24 @@ def logs(args, since=None, tail_n=None):
     return p.stdout.decode(errors="replace").splitlines()
 
 
-def state_dir(args):
+def state_dir(args, create=True):
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     d = os.path.join(base, "sglops", "containers", f"{args['engine']}-{args['container']}")
-    os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
+    if create:
+        os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
     return d
+
+
+def locked(args):
+    """One restart or stop of this container at a time (the lock file is on the host, beside the records)."""
+    import fcntl
+
+    lock = open_private(os.path.join(state_dir(args), "lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise UserError(f"another sglops restart or stop of container {args['container']} is running on this host") from None
+    return lock
 
 
 def record(args, entry):
@@ -125,7 +138,7 @@ def record(args, entry):
 
 
 def records(args, n=5):
-    path = os.path.join(state_dir(args), "restarts.jsonl")
+    path = os.path.join(state_dir(args, create=False), "restarts.jsonl")
     try:
         with open(path) as fh:
             lines = fh.readlines()[-n:]
@@ -281,4 +294,11 @@ def stop(args):
 
 
 def main(args):
-    return {"restart": restart, "status": status, "stop": stop}[args["action"]](args)
+    action = args["action"]
+    if action == "status" or args.get("plan"):
+        return status(args) if action == "status" else restart(args)  # read-only: no lock, nothing written
+    lock = locked(args)
+    try:
+        return {"restart": restart, "stop": stop}[action](args)
+    finally:
+        lock.close()
