@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglops import launch
+from sglops.hosts import load_inventory
+from sglops.remote import connect
 from sglops.sandbox import docker, sglang_cpu
 from sglops.sandbox.sshd import Sandbox
 from tests.conftest import REPO, inv_cmd
@@ -191,6 +194,11 @@ def test_entrypoint_shape_restart_status_logs_rollback_stop(world, entry_ctr):
     assert doc["profile"] == profile and doc["server_info"]["attention_backend"] == "torch_native"
     lg = inv_cmd("logs", *at, "--lines", "400", env=env)
     assert lg.returncode == 0 and "fired up and ready to roll" in lg.stdout  # from `docker logs`
+    inv = load_inventory(world["sb"].inventory)
+    with connect(inv.get("ctr-entry"), inventory=inv) as remote:  # logs --follow: the engine's log, streamed
+        seen: list[str] = []
+        followed = launch.logs(remote, lines=5, follow=True, follow_s=2, on_line=seen.append)
+    assert len(seen) >= 5 and followed.lines == seen and followed.path == f"docker logs {name}"
 
     # a profile the container does not run: refused in one line, nothing restarted
     other = variant(world, "entry-other", container_restart="entrypoint", max_running_requests=4)

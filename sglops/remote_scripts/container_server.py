@@ -253,6 +253,8 @@ def status(args):
                 except ValueError:
                     pass
     if args.get("follow_s"):
+        for ln in out["log_tail"]:
+            progress(line=ln)
         follow(args, float(args["follow_s"]))
     return out
 
