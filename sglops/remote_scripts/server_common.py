@@ -31,6 +31,7 @@ FAILURE_CLASSES = [
     ("python_traceback", "Python traceback", r"Traceback \(most recent call last\)"),
 ]
 _EXCEPTION_LINE = _sre.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
+KILL_WAIT_S = 20.0
 SINCE_CAP = 16 * 1024 * 1024  # bytes of log read for classifying one start (a crash writes a few KB)
 
 
@@ -173,7 +174,9 @@ def stop_server(paths, grace_s=20.0):
                 _sos.kill(pid, _ssignal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _wait_gone(pgid, tree, _stime.monotonic() + 5)
+        # a KILLed process with a few GB mapped can take seconds to go on a loaded host (seen: a scheduler still
+        # listed right after a hung start was stopped); answer only when the tree is gone, or after 20 s
+        _wait_gone(pgid, tree, _stime.monotonic() + KILL_WAIT_S)
     for name in ("server.pid", "server.json"):
         if _sos.path.exists(paths[name]):
             _sos.unlink(paths[name])
