@@ -14,16 +14,9 @@ import yaml
 from sglops import launch_render
 from sglops.errors import ConfigError
 from sglops.launch_profiles import load_profile
-from sglops.remote_scripts import load_script
+from sglops.remote_scripts import server_inspect
 from sglops.sandbox import trees
 from tests.cases import cases
-
-
-@functools.cache
-def _inspect() -> dict:
-    ns: dict = {"__name__": "server_inspect_under_test"}
-    exec(compile(load_script("server_inspect"), "server_inspect.py", "exec"), ns)
-    return ns
 
 
 @functools.cache
@@ -31,8 +24,8 @@ def tree_args(release: str) -> launch_render.TreeArgs:
     """What a host with this release's checkout accepts, read from the wheel's files as server_inspect reads them."""
     root = trees.sglang_template(release)
     pkg = str(root / "python" / "sglang")
-    flags, choices = _inspect()["launch_arguments"](pkg)
-    return launch_render.TreeArgs(release, str(root), set(flags), choices, _inspect()["tree_facts"](pkg), "git")
+    flags, choices = server_inspect.launch_arguments(pkg)
+    return launch_render.TreeArgs(release, str(root), set(flags), choices, server_inspect.tree_facts(pkg), "git")
 
 
 def _runs(argv: list[str], run: list[str]) -> bool:

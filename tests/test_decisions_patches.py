@@ -13,16 +13,9 @@ import functools
 import pytest
 
 from sglops import patch_diff, patch_spec, patches
-from sglops.remote_scripts import load_script
+from sglops.remote_scripts._common import find_sglang
 from sglops.sandbox import trees
 from tests.cases import cases
-
-
-@functools.cache
-def _find_sglang():
-    ns: dict = {"__name__": "common_under_test"}
-    exec(compile(load_script("_common"), "_common.py", "exec"), ns)
-    return ns["find_sglang"]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +35,7 @@ def reported(case: dict, site) -> tuple[str | None, str | None]:
         root = site / release / "sglang"
         if not root.exists():
             trees.make_installed_sglang(release, site / release)
-    found = _find_sglang()(str(root))
+    found = find_sglang(str(root))
     assert found["kind"] == ("git" if layout == "checkout" else "installed"), found
     return found["version"], found.get("commit")
 

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from sglops.remote_scripts import load_script
+from sglops.remote_scripts import bench_client
 from tests.cases import cases, document
 
 STREAMS = document("stream_chunks")["streams"]
@@ -101,18 +101,10 @@ def server():
     srv.server_close()
 
 
-@pytest.fixture(scope="module")
-def client() -> dict:
-    """The bench client's functions, as the host runs them."""
-    ns: dict = {"__name__": "bench_client_under_test"}
-    exec(compile(load_script("bench_client"), "bench_client.py", "exec"), ns)
-    return ns
-
-
 @pytest.mark.parametrize("case", cases("stream_chunks"))
-def test_stream_chunks(case, server, client):
+def test_stream_chunks(case, server):
     Replay.case, Replay.seen = case, []
-    rec = client["one_request"](server, case["api"], "m", [11, 22, 33, 44], case.get("out_len", 3), 10)
+    rec = bench_client.one_request(server, case["api"], "m", [11, 22, 33, 44], case.get("out_len", 3), 10)
     assert Replay.seen == [PATHS[case["api"]]]
     want = case["expect"]
     got = {k: rec["chunk_n"] if k == "chunk_n" else rec[k] for k in want if k != "error"}

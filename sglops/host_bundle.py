@@ -1,0 +1,102 @@
+"""Host code as a bundle: a remote script and the host modules it imports, for one stdin write.
+
+Why: the host scripts (sglops/remote_scripts/) are real modules with real imports (`from ._common import
+UserError, sh`), linted like the rest of sglops; a host has only the standard library and nothing of sglops
+installed. So run_py sends the sources a script needs (found from its relative imports), zlib-compressed, and
+BOOTSTRAP, a few stdlib lines that import them from memory through a meta path finder on the host (Python 3.8
+or later): still one round trip, nothing written on the host. On the host the package is named PACKAGE; its
+modules' file names read `sglops/remote_scripts/NAME.py`, so a host traceback points at the file here.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import functools
+import json
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SCRIPTS = Path(__file__).parent / "remote_scripts"
+PACKAGE = "sglops_host"
+WHERE = "sglops/remote_scripts"
+RESULT_MARKER = "@@SGLOPS-RESULT@@"
+
+# Runs on the host (`python -c`): read {main, bundle, args} from stdin, put the bundle's modules behind a meta
+# path finder, import the script, call main(args), print the JSON answer after a marker so stray prints from the
+# script cannot corrupt it. InspectLoader's get_source also lets a host traceback quote the bundled lines.
+BOOTSTRAP = (
+    "import sys,json,zlib,base64,traceback,importlib,importlib.abc,importlib.util\n"
+    "e=json.loads(sys.stdin.buffer.read())\n"
+    "P=" + repr(PACKAGE) + ";W=" + repr(WHERE) + "\n"
+    "S=json.loads(zlib.decompress(base64.b64decode(e['bundle'])))\n"
+    "class F(importlib.abc.MetaPathFinder,importlib.abc.InspectLoader):\n"
+    " def key(s,n):\n"
+    "  k='__init__' if n==P else n[len(P)+1:] if n.startswith(P+'.') else None\n"
+    "  return k if k in S else None\n"
+    " def find_spec(s,n,p=None,t=None):\n"
+    "  if s.key(n): return importlib.util.spec_from_loader(n,s,is_package=n==P)\n"
+    " def is_package(s,n): return n==P\n"
+    " def get_source(s,n): return S[s.key(n)]\n"
+    " def get_code(s,n): return compile(S[s.key(n)],W+'/'+s.key(n)+'.py','exec',dont_inherit=True)\n"
+    "try:\n"
+    " sys.meta_path.insert(0,F())\n"
+    " r={'ok':True,'result':importlib.import_module(P+'.'+e['main']).main(e['args'])}\n"
+    "except BaseException as x:\n"
+    " r={'ok':False,'user':type(x).__name__=='UserError','error':str(x) or type(x).__name__,\n"
+    "    'type':type(x).__name__,'traceback':traceback.format_exc()}\n"
+    "sys.stdout.write('\\n" + RESULT_MARKER + "'+json.dumps(r)+'\\n')\n"
+    "sys.stdout.flush()\n"
+)
+
+
+def _path(name: str) -> Path:
+    path = SCRIPTS / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no remote script {name!r} in {SCRIPTS}")
+    return path
+
+
+def imports_of(name: str) -> list[str]:
+    """The host modules `name` imports itself (`from .x import a`, `from . import x`), in source order."""
+    tree = ast.parse(_path(name).read_text(), str(_path(name)))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        if node.level > 1:
+            raise ValueError(f"{_path(name)}:{node.lineno}: host modules import from their own package only")
+        for mod in [node.module] if node.module else [a.name for a in node.names]:
+            if mod not in found:
+                found.append(mod)
+    return found
+
+
+@functools.cache
+def modules(script: str) -> tuple[str, ...]:
+    """The script and every host module it needs, each once (the package's __init__ first)."""
+    order: list[str] = ["__init__"]
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        order.append(name)
+        for dep in imports_of(name):
+            visit(dep)
+
+    visit(script)
+    return tuple(order)
+
+
+@functools.cache
+def bundle(script: str) -> str:
+    """The sources of modules(script) as base64(zlib(JSON)): built once per process and script."""
+    sources = {name: _path(name).read_text() for name in modules(script)}
+    return base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode("ascii")
+
+
+def payload(script: str, args: Mapping[str, Any] | None = None) -> bytes:
+    """What run_py writes to the host's stdin for BOOTSTRAP."""
+    return json.dumps({"main": script, "bundle": bundle(script), "args": dict(args or {})}).encode()
