@@ -28,11 +28,9 @@ RESULT_MARKER = "@@SGLOPS-RESULT@@"
 # path finder, import the script, call main(args), print the JSON answer after a marker so stray prints from the
 # script cannot corrupt it. No importlib.abc/util: on 3.11 they import importlib.resources (+17 ms a step);
 # get_source lets a host traceback quote the bundled lines.
-BOOTSTRAP = (
-    "import sys,json,zlib,binascii,traceback,importlib,importlib.machinery as m\n"
-    "e=json.loads(sys.stdin.buffer.read())\n"
-    "P=" + repr(PACKAGE) + ";W=" + repr(WHERE) + "\n"
-    "S=json.loads(zlib.decompress(binascii.a2b_base64(e['bundle'])))\n"
+# The finder alone (needs P, W, S and `m` = importlib.machinery in scope): BOOTSTRAP's middle, and what a bench
+# harness uses to import a bundle the way a host does.
+FINDER = (
     "class F:\n"
     " def key(s,n):\n"
     "  k='__init__' if n==P else n[len(P)+1:] if n.startswith(P+'.') else None\n"
@@ -45,8 +43,15 @@ BOOTSTRAP = (
     "  exec(compile(S[k],W+'/'+k+'.py','exec',dont_inherit=True),mod.__dict__)\n"
     " def get_source(s,n): return S[s.key(n)]\n"
     " def is_package(s,n): return n==P\n"
+    "sys.meta_path.insert(0,F())\n"
+)
+BOOTSTRAP = (
+    "import sys,json,zlib,binascii,traceback,importlib,importlib.machinery as m\n"
+    "e=json.loads(sys.stdin.buffer.read())\n"
+    "P=" + repr(PACKAGE) + ";W=" + repr(WHERE) + "\n"
+    "S=json.loads(zlib.decompress(binascii.a2b_base64(e['bundle'])))\n"
+    + FINDER +
     "try:\n"
-    " sys.meta_path.insert(0,F())\n"
     " r={'ok':True,'result':importlib.import_module(P+'.'+e['main']).main(e['args'])}\n"
     "except BaseException as x:\n"
     " r={'ok':False,'user':type(x).__name__=='UserError','error':str(x) or type(x).__name__,\n"
