@@ -1,4 +1,3 @@
-# sglops: include _common, server_common
 # Restart shape (b), run on the HOST (outside the container) in one round trip: the container's own command is
 # the server, so the engine starts and stops it. restart = check that the container runs the rendered arguments
 # (refuse, writing nothing, when it does not: only recreating a container changes its command, and the options
@@ -11,6 +10,9 @@ import os
 import re
 import subprocess
 import time
+
+from ._common import PRIVATE_DIR, UserError, open_private, progress
+from .server_common import classify, flag_value, local_url, write_atomic
 
 _PROBE = ("import sys,urllib.request,urllib.error\n"
           "try:\n r=urllib.request.urlopen(sys.argv[1],timeout=float(sys.argv[2]));s,b=r.status,r.read()\n"

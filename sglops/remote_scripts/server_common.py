@@ -1,4 +1,4 @@
-# Server state on the host, shared by the server_* scripts (standard library only; needs _common).
+# Server state on the host, shared by the server_* scripts (standard library only).
 # State lives in the tree's sglops state folder (sglops_dir: <checkout>/.sglops, or a per-user folder for a
 # pip-installed tree): server.pid, server.json, launch.sh, launch.last-good.sh, server.log, restarts.jsonl.
 # A process is ours only if its pid AND its start time match server.json.
@@ -8,6 +8,8 @@ import os as _sos
 import re as _sre
 import signal as _ssignal
 import time as _stime
+
+from ._common import PRIVATE_FILE, http, open_private, sglops_dir
 
 # (class, label, pattern): the first class whose pattern matches anywhere in the log since the restart marker
 # wins, most specific first. Patterns follow what SGLang really prints (tests/data/server_logs/ keeps real logs).

@@ -1,8 +1,10 @@
-# sglops: include _common, server_common
 # What the host's SGLang tree accepts as launch arguments (read statically, never imported: the
 # host python may have no torch), plus the server sglops started there, in one round trip.
 import ast
 import os
+
+from ._common import UserError, find_sglang
+from .server_common import entrypoint_server, our_server, read_json_file, state_paths
 
 CHOICE_FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
                 "--nsa-prefill-backend", "--nsa-decode-backend", "--dsa-prefill-backend", "--dsa-decode-backend",

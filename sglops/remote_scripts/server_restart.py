@@ -1,4 +1,3 @@
-# sglops: include _common, server_common
 # Restart the server in one round trip: lock, stop ours (pid file + process group + its process tree),
 # install the new launch script atomically, start it detached with its own log, poll /health on this host,
 # read /server_info (/get_server_info before it existed), remember the script as last-good if it came up,
@@ -10,6 +9,23 @@ import re
 import signal
 import subprocess
 import time
+
+from ._common import PRIVATE_SCRIPT, UserError, is_checkout, open_private, progress
+from .server_common import (
+    append_record,
+    entrypoint_server,
+    classify,
+    group_alive,
+    http_get,
+    local_url,
+    read_since,
+    server_info,
+    start_ticks,
+    state_paths,
+    stop_server,
+    tail,
+    write_atomic,
+)
 
 
 def start(paths, script_path, cwd):

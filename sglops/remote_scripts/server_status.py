@@ -1,10 +1,12 @@
-# sglops: include _common, server_common
 # The server sglops started on this host: alive?, /health, /server_info (or /get_server_info), last restarts,
 # log tail.
 # With follow_s, keep streaming new log lines (as progress reports) for that long.
 import json
 import os
 import time
+
+from ._common import UserError, progress
+from .server_common import entrypoint_server, http_get, local_url, our_server, server_info, state_paths, tail
 
 
 def last_restarts(path, n):
