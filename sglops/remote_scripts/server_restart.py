@@ -13,8 +13,8 @@ import time
 from ._common import PRIVATE_SCRIPT, UserError, is_checkout, open_private, progress
 from .server_common import (
     append_record,
-    entrypoint_server,
     classify,
+    entrypoint_server,
     group_alive,
     http_get,
     local_url,
