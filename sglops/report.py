@@ -13,6 +13,7 @@ from typing import Any
 
 from sglops import artifacts
 from sglops.errors import ConfigError
+from sglops.trace.names import full_names_markdown, short_kernel, shorten
 
 
 def _rel(path: str | None, base: Path) -> str | None:
@@ -101,9 +102,10 @@ def _profile(step_id: str, doc: dict, base: Path) -> list[str]:
                                                              for t in f.get("try_next") or []))
     cpu = a.get("cpu") or {}
     if a.get("by_kernel"):
-        kernels = [[k["name"][:90], k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"]
+        kernels = [[f"`{short_kernel(k['name'])}`", k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"]
                    for k in a["by_kernel"][:8]]
-        out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels)]
+        out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels),
+                *full_names_markdown([k["name"] for k in a["by_kernel"][:8]]), ""]
     out += [f"- CPU: {line}" for line in cpu.get("verdict") or []]
     if cpu.get("step_types"):
         out += ["", *_table(["step kind", "count", "median step ms", "median loop pass ms"],
@@ -112,7 +114,7 @@ def _profile(step_id: str, doc: dict, base: Path) -> list[str]:
                              for r in cpu["step_types"]])]
     if not a.get("by_kernel") and cpu.get("top_self"):
         out += _table(["CPU op", "calls", "self us", "share"],
-                      [[r["name"][:90], r["count"], f"{r['self_us']:.0f}", f"{r['share'] * 100:.1f}%"]
+                      [[shorten(r["name"], 90), r["count"], f"{r['self_us']:.0f}", f"{r['share'] * 100:.1f}%"]
                        for r in cpu["top_self"][:8]])
     chart = _rel((doc.get("report") or {}).get("chart"), base)
     return out + ([f"![top kernels]({chart})", ""] if chart else [])
