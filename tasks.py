@@ -188,14 +188,25 @@ def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
 
 
 @task(help={"run_a": "baseline run id (or prefix, or folder)", "run_b": "run(s) to compare, comma-separated",
-            "json": "print machine-readable JSON", "no_chart": "skip the PNG chart"})
-def compare(c, run_a, run_b, json=False, no_chart=False):
-    """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, PNG of decode tok/s."""
+            "json": "print machine-readable JSON", "no_chart": "skip the PNG chart",
+            "require_identical": "exit 8 unless every run's outputs are identical to the baseline's (or within "
+                                 "--tolerance-logprob / --min-identical-share)",
+            "require_same_config": "exit 8 on a server-config difference not named by --variable (patches aside)",
+            "tolerance_logprob": "non-deterministic kernels: largest |logprob difference| still accepted",
+            "min_identical_share": "non-deterministic kernels: share of prompts (0-1) whose tokens must be identical",
+            "variable": "config keys that are meant to differ, comma-separated (e.g. kv_cache_dtype,page_size)"})
+def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False, require_same_config=False,
+            tolerance_logprob=None, min_identical_share=None, variable=None):
+    """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, output identity,
+    config differences, PNG of decode tok/s."""
     from sglops import compare as cmp
     from sglops.console import console, print_json
 
-    result = cli.guarded(cmp.compare, [*run_a.split(","), *run_b.split(",")], chart=not no_chart)
+    o = cli.checked(values.COMPARE, require_identical=require_identical, require_same_config=require_same_config,
+                    tolerance_logprob=tolerance_logprob, min_identical_share=min_identical_share, variable=variable)
+    result = cli.guarded(cmp.compare_with, [*run_a.split(","), *run_b.split(",")], o, chart=not no_chart)
     print_json(result.to_json()) if json else console.print(result.table())
+    cli.guarded(result.check, o["require_identical"], o["require_same_config"])
 
 
 @task(help={"host": "only this host's runs", "task": "only runs of this task (e.g. bench)", "json": "JSON"})

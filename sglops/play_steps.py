@@ -140,7 +140,9 @@ def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int |
                                show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}", chart=True)
 
 
-def _compare(ctx: StepContext, runs: list[str] | None = None):
+def _compare(ctx: StepContext, runs: list[str] | None = None, require_identical: bool = False,
+             require_same_config: bool = False, tolerance_logprob: float | None = None,
+             min_identical_share: float | None = None, variable: list[str] | None = None):
     from sglops import artifacts, compare
 
     names = runs or [sid for sid, rec in ctx.records.items() if rec["do"] == "bench"]
@@ -159,7 +161,11 @@ def _compare(ctx: StepContext, runs: list[str] | None = None):
             raise ConfigError(f"step {ctx.step_id}: step {name} recorded no run to compare")
         else:
             dirs.append(artifacts.find_run(name))
-    return compare.compare(dirs, out_dir=artifacts.run_dir(ctx.remote.name, ctx.run_id))
+    options = {"tolerance_logprob": tolerance_logprob, "min_identical_share": min_identical_share,
+               "variable": variable}
+    result = compare.compare_with(dirs, options, out_dir=artifacts.run_dir(ctx.remote.name, ctx.run_id))
+    result.check(require_identical, require_same_config)  # kept (comparison.json) before it fails the step
+    return result
 
 
 def _profile_summary(doc: dict) -> str:
@@ -183,6 +189,9 @@ def _compare_summary(doc: dict) -> str:
         ci = r.get("ratio_ci95")
         ci_s = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
         parts.append(f"decode tok/s {r['base']:.2f} -> {r['other']:.2f} (x{r['ratio']:.3f}{ci_s}): {r['verdict']}")
+        ident = ((doc.get("identity") or {}).get(r["run"]) or {}).get("line")
+        if ident:
+            parts[-1] += f", {ident}"
     return "; ".join(parts)
 
 
@@ -208,5 +217,5 @@ STEPS: dict[str, StepKind] = {
     "restart": StepKind(_restart, v.PROFILE_NAME | {"rollback": v.Flag()} | v.RESTART, mutates=True),
     "bench": StepKind(_bench, v.BENCH, summary=_bench_summary),
     "profile": StepKind(_profile, v.PROFILE, summary=_profile_summary),
-    "compare": StepKind(_compare, {"runs": v.StrList()}, summary=_compare_summary),
+    "compare": StepKind(_compare, {"runs": v.StrList()} | v.COMPARE, summary=_compare_summary),
 }
