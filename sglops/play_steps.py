@@ -168,6 +168,20 @@ def _compare(ctx: StepContext, runs: list[str] | None = None, require_identical:
     return result
 
 
+def _ab(ctx: StepContext, **options: Any):
+    """Interleaved A/B rounds (sglops.ab): its dry run reads the host and plans; the real one restores the host."""
+    from sglops import ab
+
+    o = {**{k: val.default for k, val in ab.spec().items()}, **options}
+    result = ab.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=ctx.progress)
+    result.check(o["require_identical"], o["require_same_config"])  # ab.json is kept before it fails the step
+    return result
+
+
+def _ab_summary(doc: dict) -> str:
+    return doc.get("verdict", "")
+
+
 def _profile_summary(doc: dict) -> str:
     analysis = doc.get("analysis") or {}
     findings = analysis.get("findings") or []
@@ -205,6 +219,12 @@ def _bench_summary(doc: dict) -> str:
     return f"decode {d['median']:.2f} tok/s{ci}"
 
 
+def _ab_spec() -> v.Spec:
+    from sglops.ab import spec
+
+    return spec()
+
+
 _PATCH = {"name": v.Required(v.Name("patch")), "force": v.Flag()}
 STEPS: dict[str, StepKind] = {
     "facts": StepKind(_facts),
@@ -217,5 +237,6 @@ STEPS: dict[str, StepKind] = {
     "restart": StepKind(_restart, v.PROFILE_NAME | {"rollback": v.Flag()} | v.RESTART, mutates=True),
     "bench": StepKind(_bench, v.BENCH, summary=_bench_summary),
     "profile": StepKind(_profile, v.PROFILE, summary=_profile_summary),
+    "ab": StepKind(_ab, _ab_spec(), summary=_ab_summary, mutates=True),
     "compare": StepKind(_compare, {"runs": v.StrList()} | v.COMPARE, summary=_compare_summary),
 }
