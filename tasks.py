@@ -173,16 +173,18 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
                          requests="requests per repeat and level (default: one per stream)",
                          warmup="warm-up rounds per level, not counted (default 1)",
                          vocab_size="the model's vocabulary when the host cannot read its config.json (prompt ids "
-                                    "are drawn below it)"))
+                                    "are drawn below it)",
+                         no_logprobs="keep only the output token ids, not the chosen tokens' logprobs"))
 def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False, runs=None,
           input_len=None, output_len=None, concurrency=None, api=None, port=None, requests=None, warmup=None,
-          vocab_size=None):
-    """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
+          vocab_size=None, no_logprobs=False):
+    """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/
+    with each request's output ids and logprobs (for `inv compare`'s identity check)."""
     from sglops import bench as b
 
     opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
                        api=api, port=port, requests=requests, warmup=warmup,
-                       vocab_size=vocab_size)
+                       vocab_size=vocab_size, no_logprobs=no_logprobs)
     cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), b.step(**opts), json=json,
                  check=lambda result: b.check([result]))
 

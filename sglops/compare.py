@@ -197,6 +197,8 @@ class Comparison:
                                                                       "green" if good else "bold red")))
             if ident and ident.first_divergence:
                 lines.append(Text(f"  first divergence: {ident.first_divergence.describe()}", style="red"))
+            if cfg is not None and not cfg.differences and not cfg.missing:
+                lines.append(Text("  config: same server config", style="green"))
             if cfg is not None:
                 for key, a, b, kind in cfg.rows():
                     lines.append(Text(f"  config {key}: {a} -> {b} ({kind})",
@@ -238,11 +240,24 @@ def _differences(base: Run, other: Run) -> list[str]:
         suspect = sum(sum((lv.get("suspect") or {}).values()) for lv in run.doc["levels"])
         if suspect:
             notes.append(f"{run.run_id}: {suspect} suspect request(s) kept out of its figures (see its bench.json)")
+    cached = {r.run_id: _cached_share(r) for r in (base, other)}
+    if cached[base.run_id] is not None and cached[other.run_id] is not None and \
+            (cached[base.run_id] > 0) != (cached[other.run_id] > 0):
+        notes.append(f"{other.run_id}: {cached[other.run_id]:.0%} of its prompts were served from the prefix cache "
+                     f"vs {cached[base.run_id]:.0%} in the baseline (a repeated run on a server that was not "
+                     "restarted): TTFT and e2e are not comparable")
     versions = {r.run_id: (r.doc.get("sglang") or {}).get("version") for r in (base, other)}
     if len({v for v in versions.values() if v}) > 1:
         notes.append(f"{other.run_id}: the server ran sglang {versions[other.run_id]} vs baseline "
                      f"{versions[base.run_id]}")
     return notes
+
+
+def _cached_share(run: Run) -> float | None:
+    """Share of measured ok requests whose prompt the server partly served from its prefix cache."""
+    recs = [rec for rep in run.doc.get("raw") or [] for rec in rep.get("requests") or [] if rec.get("outcome") == "ok"]
+    known = [rec for rec in recs if rec.get("cached_tokens") is not None]
+    return sum(1 for rec in known if rec["cached_tokens"] > 0) / len(known) if known else None
 
 
 def _settings(run: Run) -> str:

@@ -111,7 +111,7 @@ def _restart(ctx: StepContext, profile: str | None = None, rollback: bool = Fals
 
 def _bench(ctx: StepContext, runs: int = 5, input_len: int = 128, output_len: int = 256, concurrency: Any = 1,
            api: str = "sglang", port: int | None = None, requests: int | None = None, warmup: int = 1,
-           vocab_size: int | None = None):
+           vocab_size: int | None = None, no_logprobs: bool = False):
     from sglops import bench
 
     if ctx.dry_run:
@@ -124,7 +124,7 @@ def _bench(ctx: StepContext, runs: int = 5, input_len: int = 128, output_len: in
 
     result = bench.run_bench(ctx.remote, runs=runs, input_len=input_len, output_len=output_len,
                              concurrency=concurrency, api=api, port=port, requests=requests, warmup=warmup,
-                             vocab_size=vocab_size, on_progress=on_progress)
+                             vocab_size=vocab_size, no_logprobs=no_logprobs, on_progress=on_progress)
     bench.record(result, run_id=f"{ctx.run_id}-{ctx.step_id}")
     bench.check([result])
     return result

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 HEADLINE_KEYS = (
     "model_path", "sglang_version", "patches", "attention_backend", "prefill_attention_backend",
     "decode_attention_backend", "kv_cache_dtype", "page_size", "dtype", "quantization", "disable_cuda_graph",
-    "cuda_graph_max_bs", "cuda_graph_bs", "disable_decode_cuda_graph", "enable_torch_compile", "tp_size",
+    "disable_decode_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "cuda_graph_max_bs_decode",
+    "cuda_graph_config.decode.backend", "cuda_graph_config.decode.max_bs", "enable_torch_compile", "tp_size",
     "dp_size", "pp_size", "ep_size", "max_running_requests", "max_total_tokens", "chunked_prefill_size",
     "mem_fraction_static", "sampling_backend", "enable_deterministic_inference", "disable_radix_cache",
     "speculative_algorithm", "device",

@@ -234,6 +234,7 @@ BENCH: Spec = {
     "requests": Int(1, 1_000_000),
     "warmup": Int(0, 1000, 1),
     "vocab_size": Int(2, 1 << 24),
+    "no_logprobs": Flag(),
 }
 # what a comparison requires beyond speed (inv compare flags, the compare play step's keys)
 COMPARE: Spec = {
