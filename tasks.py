@@ -221,6 +221,7 @@ def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False
     concurrency="streams in flight, e.g. 1,4 (default 1)", api="sglang (default) or openai",
     requests="requests per repeat and level", warmup="warm-up rounds per level (default 1)",
     vocab_size="the model's vocabulary when the host cannot read its config.json",
+    no_logprobs="do not ask the server for logprobs (token ids are still compared)",
     profile="also profile one round of each side and rank the trace diff (A -> B)",
     require_identical="exit 8 unless B's outputs are identical to A's (or within the tolerance)",
     require_same_config="exit 8 on a server-config difference not named by --variable (patches aside)",
@@ -230,7 +231,7 @@ def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False
     dry_run="print the whole round plan; change and record nothing").items() if k not in ("hosts", "tag")})
 def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None, a=None, b=None, patch=None,
        rounds=None, runs=None, input_len=None, output_len=None, concurrency=None, api=None, requests=None, warmup=None,
-       vocab_size=None, profile=False, require_identical=False, require_same_config=False, tolerance_logprob=None,
+       vocab_size=None, no_logprobs=False, profile=False, require_identical=False, require_same_config=False, tolerance_logprob=None,
        min_identical_share=None, variable=None, dry_run=False, json=False):
     """Interleaved A/B on one host (ABAB rounds, restart + patches ledger-checked each round): paired speed
     verdict, output identity, config differences; the host is left as it was found."""
@@ -238,7 +239,8 @@ def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None
 
     o = cli.checked(ab_mod.spec(), a=a, b=b, patch=patch, rounds=rounds, runs=runs, input_len=input_len,
                     output_len=output_len, concurrency=concurrency, api=api, requests=requests, warmup=warmup,
-                    vocab_size=vocab_size, profile=profile, require_identical=require_identical,
+                    vocab_size=vocab_size, no_logprobs=no_logprobs, profile=profile,
+                    require_identical=require_identical,
                     require_same_config=require_same_config, tolerance_logprob=tolerance_logprob,
                     min_identical_share=min_identical_share, variable=variable)
     step = cli.guarded(ab_mod.step, o, dry_run=dry_run, progress=not json)
