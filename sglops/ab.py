@@ -339,6 +339,18 @@ def _ledger_check(remote: Remote, managed: list[str], want: set[str], when: str)
     return sorted(entries)
 
 
+def _precheck_patches(remote: Remote, managed: list[str], found: Found) -> None:
+    """Each managed patch's own dry run (apply if absent, revert if applied): a conflict, an unmet requirement or
+    drift refuses here, before round 1 changes anything."""
+    from sglops import patches
+
+    for p in managed:
+        if p in found.patches:
+            patches.revert_patch(remote, p, dry_run=True)
+        else:
+            patches.apply_patch(remote, p, dry_run=True)
+
+
 def _converge(remote: Remote, managed: list[str], want: set[str], when: str, say: Callable[[str], None]) -> None:
     """Apply/revert managed patches until the ledger says `want`, then check it says so."""
     from sglops import patches
@@ -397,6 +409,7 @@ def run_ab(
     side_a, side_b, managed = resolve_sides(a_spec, b_spec, found)
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
+    _precheck_patches(remote, managed, found)
     what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', 128)} / out {opts.get('output_len', 256)}, "
             f"concurrency {opts.get('concurrency', [1])}")
     steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what)
@@ -586,7 +599,6 @@ def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
 
 def step(o: dict[str, Any], *, dry_run: bool = False, progress: bool = True) -> Callable[[Remote], AbResult]:
     """The per-host step `inv ab` runs: sides are checked before any host is touched; progress lines on stderr."""
-    sides_from(o.get("a"), o.get("b"), o.get("patch"))
     for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
         parse_side(s)
 
