@@ -168,11 +168,16 @@ def _compare(ctx: StepContext, runs: list[str] | None = None, require_identical:
     return result
 
 
-def _ab(ctx: StepContext, **options: Any):
+def _ab(ctx: StepContext, a: str | None = None, b: str | None = None, patch: str | None = None, rounds: int = 3,
+        runs: int = 1, input_len: int = 128, output_len: int = 256, concurrency: Any = 1, api: str = "sglang",
+        requests: int | None = None, warmup: int = 1, vocab_size: int | None = None, no_logprobs: bool = False,
+        profile: bool = False, require_identical: bool = False, require_same_config: bool = False,
+        tolerance_logprob: float | None = None, min_identical_share: float | None = None,
+        variable: list[str] | None = None):
     """Interleaved A/B rounds (sglops.ab): its dry run reads the host and plans; the real one restores the host."""
+    o = {k: v for k, v in locals().items() if k != "ctx"}  # the keys as given: sglops.ab.spec()
     from sglops import ab
 
-    o = {**{k: val.default for k, val in ab.spec().items()}, **options}
     result = ab.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=ctx.progress)
     result.check(o["require_identical"], o["require_same_config"])  # ab.json is kept before it fails the step
     return result
