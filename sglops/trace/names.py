@@ -68,7 +68,11 @@ def short_kernel(name: str, width: int = KERNEL_WIDTH) -> str:
     cut = _depth0_cut(s)
     base = _base(s[:cut])
     inner = s[cut:]
-    return shorten(f"{base}[{', '.join(bits)}]" if (bits := _variant_bits(inner)) else base, width)
+    bits = _variant_bits(inner)
+    full = f"{base}[{', '.join(bits)}]" if bits else base
+    if len(full) > width and bits:  # keep the dtype: drop the functor's `_kernel_cuda` suffix before cutting
+        full = f"{base}[{', '.join(re.sub(r'(_kernel)?_cuda$', '', b) for b in bits)}]"
+    return shorten(full, width)
 
 
 def _variant_bits(inner: str) -> list[str]:
