@@ -173,29 +173,79 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
                          requests="requests per repeat and level (default: one per stream)",
                          warmup="warm-up rounds per level, not counted (default 1)",
                          vocab_size="the model's vocabulary when the host cannot read its config.json (prompt ids "
-                                    "are drawn below it)"))
+                                    "are drawn below it)",
+                         no_logprobs="keep only the output token ids, not the chosen tokens' logprobs"))
 def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False, runs=None,
           input_len=None, output_len=None, concurrency=None, api=None, port=None, requests=None, warmup=None,
-          vocab_size=None):
-    """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/."""
+          vocab_size=None, no_logprobs=False):
+    """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/
+    with each request's output ids and logprobs (for `inv compare`'s identity check)."""
     from sglops import bench as b
 
     opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
                        api=api, port=port, requests=requests, warmup=warmup,
-                       vocab_size=vocab_size)
+                       vocab_size=vocab_size, no_logprobs=no_logprobs)
     cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), b.step(**opts), json=json,
                  check=lambda result: b.check([result]))
 
 
 @task(help={"run_a": "baseline run id (or prefix, or folder)", "run_b": "run(s) to compare, comma-separated",
-            "json": "print machine-readable JSON", "no_chart": "skip the PNG chart"})
-def compare(c, run_a, run_b, json=False, no_chart=False):
-    """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, PNG of decode tok/s."""
+            "json": "print machine-readable JSON", "no_chart": "skip the PNG chart",
+            "require_identical": "exit 8 unless every run's outputs are identical to the baseline's (or within "
+                                 "--tolerance-logprob / --min-identical-share)",
+            "require_same_config": "exit 8 on a server-config difference not named by --variable (patches aside)",
+            "tolerance_logprob": "non-deterministic kernels: largest |logprob difference| still accepted",
+            "min_identical_share": "non-deterministic kernels: share of prompts (0-1) whose tokens must be identical",
+            "variable": "config keys that are meant to differ, comma-separated (e.g. kv_cache_dtype,page_size)"})
+def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False, require_same_config=False,
+            tolerance_logprob=None, min_identical_share=None, variable=None):
+    """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, output identity,
+    config differences, PNG of decode tok/s."""
     from sglops import compare as cmp
     from sglops.console import console, print_json
 
-    result = cli.guarded(cmp.compare, [*run_a.split(","), *run_b.split(",")], chart=not no_chart)
+    o = cli.checked(values.COMPARE, require_identical=require_identical, require_same_config=require_same_config,
+                    tolerance_logprob=tolerance_logprob, min_identical_share=min_identical_share, variable=variable)
+    result = cli.guarded(cmp.compare_with, [*run_a.split(","), *run_b.split(",")], o, chart=not no_chart)
     print_json(result.to_json()) if json else console.print(result.table())
+    cli.guarded(result.check, o["require_identical"], o["require_same_config"])
+
+
+@task(auto_shortflags=False, help={k: v for k, v in cli.help_with(
+    a="side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)",
+    b="side B, spelt the same way (patches named on either side are applied/reverted per round)",
+    patch="this profile without vs with PATCH: A = --a (default: the current profile), B = A+PATCH",
+    rounds="ABAB rounds, a restart before every bench (default 3, the fewest for a speed verdict)",
+    runs="bench repeats per round (default 1: the rounds are the repeats)",
+    input_len="prompt tokens (default 128)", output_len="tokens to generate (default 256)",
+    concurrency="streams in flight, e.g. 1,4 (default 1)", api="sglang (default) or openai",
+    requests="requests per repeat and level", warmup="warm-up rounds per level (default 1)",
+    vocab_size="the model's vocabulary when the host cannot read its config.json",
+    no_logprobs="do not ask the server for logprobs (token ids are still compared)",
+    profile="also profile one round of each side and rank the trace diff (A -> B)",
+    require_identical="exit 8 unless B's outputs are identical to A's (or within the tolerance)",
+    require_same_config="exit 8 on a server-config difference not named by --variable (patches aside)",
+    tolerance_logprob="non-deterministic kernels: largest |logprob difference| still accepted",
+    min_identical_share="non-deterministic kernels: share of prompts (0-1) whose tokens must be identical",
+    variable="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)",
+    dry_run="print the whole round plan; change and record nothing").items() if k not in ("hosts", "tag")})
+def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None, a=None, b=None, patch=None,
+       rounds=None, runs=None, input_len=None, output_len=None, concurrency=None, api=None, requests=None, warmup=None,
+       vocab_size=None, no_logprobs=False, profile=False, require_identical=False, require_same_config=False, tolerance_logprob=None,
+       min_identical_share=None, variable=None, dry_run=False, json=False):
+    """Interleaved A/B on one host (ABAB rounds, restart + patches ledger-checked each round): paired speed
+    verdict, output identity, config differences; the host is left as it was found."""
+    from sglops import ab as ab_mod
+
+    o = cli.checked(ab_mod.spec(), a=a, b=b, patch=patch, rounds=rounds, runs=runs, input_len=input_len,
+                    output_len=output_len, concurrency=concurrency, api=api, requests=requests, warmup=warmup,
+                    vocab_size=vocab_size, no_logprobs=no_logprobs, profile=profile,
+                    require_identical=require_identical,
+                    require_same_config=require_same_config, tolerance_logprob=tolerance_logprob,
+                    min_identical_share=min_identical_share, variable=variable)
+    step = cli.guarded(ab_mod.step, o, dry_run=dry_run, progress=not json)
+    cli.per_host("ab", Targets(host, None, None, sglang_root, accept_new_host_key, container), step, json=json,
+                 check=lambda r: r.check(o["require_identical"], o["require_same_config"]))
 
 
 @task(help={"host": "only this host's runs", "task": "only runs of this task (e.g. bench)", "json": "JSON"})

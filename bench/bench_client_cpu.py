@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--concurrency", default="1,4")
+    ap.add_argument("--no-logprobs", action="store_true", help="outputs kept without logprobs (trees that keep them)")
     args = ap.parse_args()
     out = {"sglops": sglops.__file__}
     with connect(local_host(load_inventory("/nonexistent/hosts.yaml"))) as remote:
@@ -35,7 +36,7 @@ def main() -> None:
             raw = remote.run_py("bench_client", {
                 "port": args.port, "api": api, "runs": args.runs, "input_len": args.input_len,
                 "output_len": args.output_len, "concurrency": [int(c) for c in args.concurrency.split(",")],
-                "warmup": 1, "token_range": [3, 1000]}, timeout=3600)
+                "warmup": 1, "token_range": [3, 1000], "logprobs": not args.no_logprobs}, timeout=3600)
             tokens = raw["client_tokens"]
             out[api] = {"cpu_s": round(raw["client_cpu_s"], 4), "tokens": tokens,
                         "cpu_us_per_token": round(raw["client_cpu_s"] / tokens * 1e6, 1)}

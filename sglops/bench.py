@@ -11,6 +11,10 @@ round trip and this module turns them into figures (definitions in docs/bench.md
   chunk carries one token (the usual case); a repeat's figure is the median over its requests.
 - output tok/s: all tokens of a repeat / its wall time (bench_serving's output_throughput).
 - e2e: request sent -> end of stream.
+
+Besides timings, each measured request's outputs (token ids, chosen-token logprobs, text) go to the run's
+outputs.json and one output hash per prompt to the manifest (sglops.identity compares them), and the
+server's effective configuration is recorded before measuring (sglops.runconfig).
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from sglops import artifacts, stats
+from sglops import artifacts, identity, redact, runconfig, stats
 from sglops.errors import ConfigError, SglopsError
 from sglops.remote import Remote
+
+# what a request answered: moved from the raw records to outputs.json (bench.json keeps timings and hashes)
+OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
 
 APIS = ("sglang", "openai")
 
@@ -230,6 +237,7 @@ class BenchResult:
     artifact: str | None = None
     server: dict | None = None  # what served: version, process, its python, log, token space
     server_down: dict | None = None  # the server died or stopped answering mid-run: how, and the cause
+    outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
 
     @property
     def status(self) -> str:
@@ -261,9 +269,26 @@ class BenchResult:
                            + "; ".join(lv.suspect_examples) + ")")
         srv = (self.server or {}).get("version")
         tree = (self.sglang or {}).get("tree_version")
+        missing = sum(1 for e in self.outputs if e.get("outcome") == "ok" and e.get("ids") is None)
+        if missing:
+            out.append(f"the server returned no output token ids for {missing} request(s): their outputs cannot "
+                       "be checked for identity")
         if srv and tree and srv != tree:
             out.append(f"the server runs sglang {srv} but the tree at {(self.sglang or {}).get('root')} is {tree}: "
                        "the commit and patches recorded may not be what served")
+        return out
+
+    def notes(self) -> list[str]:
+        """What a reader of the figures should know that does not make the run unclean."""
+        out = []
+        ok = [e for e in self.outputs if e.get("outcome") == "ok"]
+        cached = [e for e in ok if (e.get("cached_tokens") or 0) > 0]
+        if cached:
+            out.append(f"{len(cached)} of {len(ok)} measured prompts were served partly from the server's prefix "
+                       "cache (the same prompts were sent before: same seed, server not restarted): TTFT is not a "
+                       "cold prefill")
+        if not self.config.get("warmup"):
+            out.append("no warm-up (--warmup 0): the first repeat includes cold-start effects")
         return out
 
     def manifest(self) -> dict:
@@ -273,13 +298,16 @@ class BenchResult:
             "bench": {"status": self.status, "api": self.config["api"], "decode_tok_s": self.headline(),
                       "input_len": self.config["input_len"], "output_len": self.config["output_len"],
                       "concurrency": self.config["concurrency"], "runs": self.config["runs"],
-                      "suspect_requests": sum(lv.suspects for lv in self.levels), "problems": self.problems()},
+                      "suspect_requests": sum(lv.suspects for lv in self.levels), "problems": self.problems(),
+                      "notes": self.notes()},
             "sglang": {k: sgl.get(k) for k in ("version", "version_from", "tree_version", "commit", "branch", "dirty",
                                                "dirty_files", "root")},
             "server": self.server,
             "server_down": self.server_down,
             "patches": self.patches,
             "launch_args": self.server_info,
+            "run_config": runconfig.summary(self.server_info, self.sglang, self.patches),
+            "outputs": identity.summary(self.outputs, bool(self.config.get("logprobs")), self.config["api"]),
             "facts": self.facts,
         }
 
@@ -338,6 +366,11 @@ class BenchResult:
         lines: list[Any] = [Text("; ").join(Text(p) if isinstance(p, str) else p for p in parts)]
         if self.server_down:
             lines.append(Text(str(self.server_down.get("line")), style="bold red"))
+        lines += [Text(n, style="yellow") for n in self.notes()]
+        if self.outputs:
+            got = sum(1 for e in self.outputs if e.get("ids") is not None)
+            lines.append(f"outputs: token ids of {got}/{len(self.outputs)} requests"
+                         + (" with logprobs" if self.config.get("logprobs") else "") + " kept (outputs.json)")
         for lv in self.levels:
             if lv.status != "ok":
                 lines.append(Text(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
@@ -378,6 +411,22 @@ def _check(runs: int, input_len: int, output_len: int, api: str, port: int | Non
         raise ConfigError(f"--port must be a TCP port (got {port})")
 
 
+def split_outputs(repeats: list[dict]) -> list[dict]:
+    """Move what each measured request answered out of the raw records into one entry per request, in the
+    order they were planned (`n`), leaving each raw record its prompt and output hashes."""
+    out = []
+    for rep in repeats:
+        for rec in rep["requests"]:
+            got = {k: rec.pop(k, None) for k in OUTPUT_FIELDS}
+            ids = got["ids"]
+            rec["output"] = identity.ids_hash(ids) if ids is not None else None
+            out.append({"n": len(out), "repeat": rep["repeat"], "concurrency": rep["concurrency"],
+                        "prompt": rec.get("prompt"), "output": rec["output"], "outcome": rec["outcome"],
+                        "ids": ids, "logprobs": got["logprobs"], "text": got["text"], "tokens": got["tokens_text"],
+                        "input_ids": got["input_ids"], "cached_tokens": rec.get("cached_tokens")})
+    return out
+
+
 def run_bench(
     remote: Remote,
     *,
@@ -390,6 +439,7 @@ def run_bench(
     requests: int | None = None,
     warmup: int = 1,
     vocab_size: int | None = None,
+    no_logprobs: bool = False,
     request_timeout: float = 120,
     timeout: float = 3600,
     with_facts: bool = True,
@@ -402,6 +452,7 @@ def run_bench(
     per request and make the result partial or failed; a server that dies mid-run ends the run, and
     the result says so with the cause from the server's log. `test_options` (tests only) reach the
     host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
+    Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
     """
     runs, input_len, output_len = int(runs), int(input_len), int(output_len)
     port = int(port) if port else None  # None: the server sglops started on the host, else 30000
@@ -412,8 +463,10 @@ def run_bench(
     args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
             "concurrency": levels, "requests": int(requests) if requests else None, "warmup": int(warmup),
             "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
-            "vocab_size": int(vocab_size) if vocab_size else None, **(test_options or {})}
+            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
+            **(test_options or {})}
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
+    outputs = split_outputs(raw["repeats"])
     facts = None
     if with_facts:
         from sglops.facts import gather
@@ -427,7 +480,10 @@ def run_bench(
                 "runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": levels,
                 "requests_per_run": raw["requests_per_run"], "warmup": int(warmup), "ignore_eos": True,
                 "temperature": 0, "input": "random ordinary token ids below the model's vocabulary (input_ids)",
-                "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels"},
+                "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
+                "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
+                "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
+                               "up to 32 tokens each; not counted"},
         levels=[analyse(raw["repeats"], c) for c in levels],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
@@ -442,6 +498,7 @@ def run_bench(
                 "python": proc.get("env"), "token_space": raw.get("token_space")} if raw.get("server_version") or proc
         else None,
         server_down=raw.get("server_down"),
+        outputs=outputs,
     )
 
 
@@ -459,10 +516,26 @@ def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
 def record(result: BenchResult, run_id: str | None = None) -> BenchResult:
     """Keep the run: artifacts/<host>/<run-id>/bench.json plus a manifest of what was running."""
     result.run_id = run_id or artifacts.new_run_id()
+    write_outputs(artifacts.run_dir(result.host, result.run_id) / identity.OUTPUTS_FILE, result)
     path = artifacts.save(result.host, result.run_id, "bench.json", result.to_json(), task="bench",
                           extra=result.manifest())
     result.artifact = str(path)
     return result
+
+
+def write_outputs(path: Path, result: BenchResult) -> Path:
+    """outputs.json: one compact line of JSON (ids, logprobs, text per request), written atomically."""
+    import os
+
+    import orjson
+
+    doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"],
+           "logprobs": bool(result.config.get("logprobs")), "hash": "sha256 over the comma-joined ids, 16 hex",
+           "requests": result.outputs}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(redact.obj(doc)))
+    os.replace(tmp, path)
+    return path
 
 
 def check(results: Sequence[BenchResult]) -> None:

@@ -3,10 +3,13 @@
 The first run is the baseline. Each figure's ratio gets a bootstrap interval (each run's samples
 resampled on its own); the verdict is "faster"/"slower" only when that whole interval clears 1
 and the change is at least MIN_EFFECT (the client's own measured accuracy), else "within noise".
+Next to the speed verdict: whether the outputs stayed the same (sglops.identity) and every difference
+in what served (sglops.runconfig), so "faster" never hides "wrong" or "measured something else".
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +18,9 @@ from rich.text import Text
 
 from sglops import artifacts, stats
 from sglops.bench import load
-from sglops.errors import ConfigError
+from sglops.errors import ConfigError, OutputsDiffer
+from sglops.identity import OutputsVerdict, Tolerance, compare_outputs
+from sglops.runconfig import ConfigDiff, config_diff
 
 MIN_EFFECT = 0.01
 MIN_REPEATS = 3  # fewer repeats than this: intervals come from the per-request values instead
@@ -106,26 +111,110 @@ class Row:
 
 @dataclass
 class Comparison:
-    """Every run against the first, figure by figure, plus the chart of decode tok/s."""
+    """Every run against the first, figure by figure, with output identity and config differences per run.
+
+    `identity` / `config` are those of the first run against the baseline (the usual A/B case);
+    `identities` / `configs` hold every run's, by run id.
+    """
 
     runs: list[Run]
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
     chart: str | None = None
     saved: str | None = None
+    identities: dict[str, OutputsVerdict | None] = field(default_factory=dict)
+    configs: dict[str, ConfigDiff] = field(default_factory=dict)
+    tolerance: Tolerance | None = None
+
+    @property
+    def identity(self) -> OutputsVerdict | None:
+        return self.identities.get(self.runs[1].run_id) if len(self.runs) > 1 else None
+
+    @property
+    def config(self) -> ConfigDiff | None:
+        return self.configs.get(self.runs[1].run_id) if len(self.runs) > 1 else None
+
+    def speed(self, run_id: str | None = None) -> Row | None:
+        """The decode tok/s row at the lowest concurrency: the figure the headline speaks for."""
+        run_id = run_id or (self.runs[1].run_id if len(self.runs) > 1 else None)
+        rows = [r for r in self.rows if r.run == run_id and r.metric == "decode tok/s"]
+        return min(rows, key=lambda r: r.concurrency) if rows else None
+
+    def headline(self, run_id: str | None = None) -> str:
+        """'faster (x1.290 [1.270, 1.310]), outputs identical' or 'faster, OUTPUTS DIFFER at token 17 of prompt 3'."""
+        run_id = run_id or (self.runs[1].run_id if len(self.runs) > 1 else "")
+        row = self.speed(run_id)
+        if row is None:
+            speed = "no decode figure"
+        elif row.ratio is not None and row.verdict in ("faster", "slower", "within noise"):
+            ci = f" [{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else ""
+            speed = f"{row.verdict} (x{row.ratio:.3f}{ci})"
+        else:
+            speed = row.verdict
+        ident = self.identities.get(run_id)
+        parts = [speed, ident.line() if ident else "outputs not recorded"]
+        cfg = self.configs.get(run_id)
+        if cfg is not None and (cfg.unintended or cfg.missing):
+            parts.append(cfg.line())
+        return ", ".join(parts[:2]) + "".join(f"; {p}" for p in parts[2:])
+
+    def failures(self, require_identical: bool = False, require_same_config: bool = False) -> list[str]:
+        """What --require-identical / --require-same-config refuse, one line per run."""
+        out = []
+        for run in self.runs[1:]:
+            ident = self.identities.get(run.run_id)
+            if require_identical and (ident is None or not ident.within_tolerance):
+                why = ident.line() if ident else "outputs not recorded (a run from before outputs were kept?)"
+                out.append(f"{run.run_id}: {why}")
+            cfg = self.configs.get(run.run_id)
+            if require_same_config and cfg is not None and (cfg.unintended or cfg.missing):
+                out.append(f"{run.run_id}: {cfg.line()}")
+        return out
+
+    def check(self, require_identical: bool = False, require_same_config: bool = False) -> None:
+        """Raise OutputsDiffer (exit 8) when a required identity or config sameness does not hold."""
+        bad = self.failures(require_identical, require_same_config)
+        if bad:
+            raise OutputsDiffer("; ".join(bad))
 
     def to_json(self) -> dict:
         return {"kind": "sglops.compare", "baseline": self.runs[0].run_id,
                 "runs": [{"run_id": r.run_id, "host": r.host, "path": str(r.path), "status": r.doc.get("status"),
                           "patches": [p.get("patch") for p in r.doc.get("patches") or []],
                           "sglang_commit": (r.doc.get("sglang") or {}).get("commit")} for r in self.runs],
-                "rows": [row.to_json() for row in self.rows], "notes": self.notes, "chart": self.chart}
+                "rows": [row.to_json() for row in self.rows], "notes": self.notes, "chart": self.chart,
+                "headline": {r.run_id: self.headline(r.run_id) for r in self.runs[1:]},
+                "identity": {k: v.to_json() if v else None for k, v in self.identities.items()},
+                "config": {k: v.to_json() for k, v in self.configs.items()},
+                "tolerance": self.tolerance.to_json() if self.tolerance else None}
+
+    def _caption(self) -> Text:
+        lines: list[Text] = []
+        for run in self.runs[1:]:
+            ident, cfg = self.identities.get(run.run_id), self.configs.get(run.run_id)
+            good = ident is not None and ident.within_tolerance
+            lines.append(Text.assemble((f"{run.run_id}: ", "bold"), (self.headline(run.run_id),
+                                                                      "green" if good else "bold red")))
+            if ident and ident.first_divergence:
+                lines.append(Text(f"  first divergence: {ident.first_divergence.describe()}", style="red"))
+            if cfg is not None and not cfg.differences and not cfg.missing:
+                lines.append(Text("  config: same server config", style="green"))
+            if cfg is not None:
+                for key, a, b, kind in cfg.rows():
+                    lines.append(Text(f"  config {key}: {a} -> {b} ({kind})",
+                                      style="yellow" if kind == "intended" else "bold red"))
+                if cfg.missing:
+                    lines.append(Text(f"  {cfg.line()}", style="yellow"))
+        lines += [Text(n) for n in self.notes]
+        if self.chart:
+            lines.append(Text(f"chart: {self.chart}"))
+        return Text("\n").join(lines)
 
     def table(self) -> Table:
         base = self.runs[0]
+        caption = self._caption()
         table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]})", title_justify="left",
-                      caption="\n".join([*self.notes, *([f"chart: {self.chart}"] if self.chart else [])]) or None,
-                      caption_justify="left")
+                      caption=caption if caption.plain else None, caption_justify="left")
         for col in ("run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"):
             table.add_column(col, justify="left" if col in ("run", "metric", "verdict", "95% CI") else "right")
         colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
@@ -151,11 +240,24 @@ def _differences(base: Run, other: Run) -> list[str]:
         suspect = sum(sum((lv.get("suspect") or {}).values()) for lv in run.doc["levels"])
         if suspect:
             notes.append(f"{run.run_id}: {suspect} suspect request(s) kept out of its figures (see its bench.json)")
+    cached = {r.run_id: _cached_share(r) for r in (base, other)}
+    if cached[base.run_id] is not None and cached[other.run_id] is not None and \
+            (cached[base.run_id] > 0) != (cached[other.run_id] > 0):
+        notes.append(f"{other.run_id}: {cached[other.run_id]:.0%} of its prompts were served from the prefix cache "
+                     f"vs {cached[base.run_id]:.0%} in the baseline (a repeated run on a server that was not "
+                     "restarted): TTFT and e2e are not comparable")
     versions = {r.run_id: (r.doc.get("sglang") or {}).get("version") for r in (base, other)}
     if len({v for v in versions.values() if v}) > 1:
         notes.append(f"{other.run_id}: the server ran sglang {versions[other.run_id]} vs baseline "
                      f"{versions[base.run_id]}")
     return notes
+
+
+def _cached_share(run: Run) -> float | None:
+    """Share of measured ok requests whose prompt the server partly served from its prefix cache."""
+    recs = [rec for rep in run.doc.get("raw") or [] for rec in rep.get("requests") or [] if rec.get("outcome") == "ok"]
+    known = [rec for rec in recs if rec.get("cached_tokens") is not None]
+    return sum(1 for rec in known if rec["cached_tokens"] > 0) / len(known) if known else None
 
 
 def _settings(run: Run) -> str:
@@ -171,8 +273,13 @@ def chart_title(runs: list[Run]) -> str:
     return "decode tok/s per stream, " + "; ".join(f"{r.run_id}: {s}" for r, s in zip(runs, settings, strict=True))
 
 
-def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None) -> Comparison:
-    """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline."""
+def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None,
+            tolerance: Tolerance | None = None, variable: Iterable[str] | str | None = ()) -> Comparison:
+    """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline.
+
+    Besides speed: output identity of each run against the baseline (within `tolerance` when given) and
+    every server-config difference, intended when it is the patch set or a key named in `variable`.
+    """
     if len(run_dirs) < 2:
         raise ConfigError("compare needs at least two runs (see `inv runs`)")
     runs = [load_run(r) for r in run_dirs]
@@ -202,7 +309,10 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
                 kind = "repeats" if many and key.endswith("tok_s") else "requests"
                 rows.append(Row(other.run_id, c, label, mb, mo, ratio, ci, verdict(ratio, ci, higher, comparable),
                                 f"{kind} {len(sb)} vs {len(so)}"))
-    result = Comparison(runs, rows, list(dict.fromkeys(notes)))
+    result = Comparison(runs, rows, list(dict.fromkeys(notes)), tolerance=tolerance)
+    for other in runs[1:]:
+        result.identities[other.run_id] = compare_outputs(base, other, tolerance)
+        result.configs[other.run_id] = config_diff(base, other, variable)
     out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{artifacts.new_run_id()}"
     if chart:
         from sglops.charts import decode_chart
@@ -212,6 +322,13 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
             title=chart_title(runs)))
     result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
     return result
+
+
+def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = True,
+                 out_dir: str | Path | None = None) -> Comparison:
+    """compare() with the checked options of values.COMPARE (the task's flags, the play step's keys)."""
+    tol = Tolerance.from_options(options.get("tolerance_logprob"), options.get("min_identical_share"))
+    return compare(run_dirs, chart=chart, out_dir=out_dir, tolerance=tol, variable=options.get("variable") or ())
 
 
 # -- inv runs ------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Exit codes, one per class of failure (documented in README "Exit codes"):
     5  REMOTE   a step failed on the host (its one line says what and where)
     6  REFUSED  the host's state forbids the change (conflict, drift, lock, build failure): nothing changed
     7  MIXED    several hosts failed, in different classes (each host's line and --json say which)
+    8  DIFFER   a comparison that required identical outputs (or the same server config) found a difference
    70  BUG      an unexpected exception in sglops (EX_SOFTWARE): the traceback is printed and kept in --json
 
 With several hosts the exit code is the class all failed hosts share, else MIXED.
@@ -28,11 +29,12 @@ EXIT_TIMEOUT = 4
 EXIT_REMOTE = 5
 EXIT_REFUSED = 6
 EXIT_MIXED = 7
+EXIT_DIFFER = 8
 EXIT_BUG = 70
 
 EXIT_NAMES = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_USAGE: "usage", EXIT_CONNECT: "connect",
               EXIT_TIMEOUT: "timeout", EXIT_REMOTE: "remote", EXIT_REFUSED: "refused", EXIT_MIXED: "mixed",
-              EXIT_BUG: "bug"}
+              EXIT_DIFFER: "differ", EXIT_BUG: "bug"}
 
 
 def combined_exit(codes: Iterable[int]) -> int:
@@ -89,3 +91,9 @@ class Failed(SglopsError):
     """The work ran and did not succeed (server did not come up, bench with failed requests, play stopped)."""
 
     exit_code = EXIT_FAILED
+
+
+class OutputsDiffer(SglopsError):
+    """--require-identical / --require-same-config: the runs' outputs (or server configs) differ."""
+
+    exit_code = EXIT_DIFFER

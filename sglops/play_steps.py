@@ -111,7 +111,7 @@ def _restart(ctx: StepContext, profile: str | None = None, rollback: bool = Fals
 
 def _bench(ctx: StepContext, runs: int = 5, input_len: int = 128, output_len: int = 256, concurrency: Any = 1,
            api: str = "sglang", port: int | None = None, requests: int | None = None, warmup: int = 1,
-           vocab_size: int | None = None):
+           vocab_size: int | None = None, no_logprobs: bool = False):
     from sglops import bench
 
     if ctx.dry_run:
@@ -124,7 +124,7 @@ def _bench(ctx: StepContext, runs: int = 5, input_len: int = 128, output_len: in
 
     result = bench.run_bench(ctx.remote, runs=runs, input_len=input_len, output_len=output_len,
                              concurrency=concurrency, api=api, port=port, requests=requests, warmup=warmup,
-                             vocab_size=vocab_size, on_progress=on_progress)
+                             vocab_size=vocab_size, no_logprobs=no_logprobs, on_progress=on_progress)
     bench.record(result, run_id=f"{ctx.run_id}-{ctx.step_id}")
     bench.check([result])
     return result
@@ -140,7 +140,9 @@ def _profile(ctx: StepContext, steps: int = 5, output_len: int = 64, port: int |
                                show_progress=False, run_id=f"{ctx.run_id}-{ctx.step_id}", chart=True)
 
 
-def _compare(ctx: StepContext, runs: list[str] | None = None):
+def _compare(ctx: StepContext, runs: list[str] | None = None, require_identical: bool = False,
+             require_same_config: bool = False, tolerance_logprob: float | None = None,
+             min_identical_share: float | None = None, variable: list[str] | None = None):
     from sglops import artifacts, compare
 
     names = runs or [sid for sid, rec in ctx.records.items() if rec["do"] == "bench"]
@@ -159,7 +161,30 @@ def _compare(ctx: StepContext, runs: list[str] | None = None):
             raise ConfigError(f"step {ctx.step_id}: step {name} recorded no run to compare")
         else:
             dirs.append(artifacts.find_run(name))
-    return compare.compare(dirs, out_dir=artifacts.run_dir(ctx.remote.name, ctx.run_id))
+    options = {"tolerance_logprob": tolerance_logprob, "min_identical_share": min_identical_share,
+               "variable": variable}
+    result = compare.compare_with(dirs, options, out_dir=artifacts.run_dir(ctx.remote.name, ctx.run_id))
+    result.check(require_identical, require_same_config)  # kept (comparison.json) before it fails the step
+    return result
+
+
+def _ab(ctx: StepContext, a: str | None = None, b: str | None = None, patch: str | None = None, rounds: int = 3,
+        runs: int = 1, input_len: int = 128, output_len: int = 256, concurrency: Any = 1, api: str = "sglang",
+        requests: int | None = None, warmup: int = 1, vocab_size: int | None = None, no_logprobs: bool = False,
+        profile: bool = False, require_identical: bool = False, require_same_config: bool = False,
+        tolerance_logprob: float | None = None, min_identical_share: float | None = None,
+        variable: list[str] | None = None):
+    """Interleaved A/B rounds (sglops.ab): its dry run reads the host and plans; the real one restores the host."""
+    o = {k: v for k, v in locals().items() if k != "ctx"}  # the keys as given: sglops.ab.spec()
+    from sglops import ab
+
+    result = ab.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=ctx.progress)
+    result.check(o["require_identical"], o["require_same_config"])  # ab.json is kept before it fails the step
+    return result
+
+
+def _ab_summary(doc: dict) -> str:
+    return doc.get("verdict", "")
 
 
 def _profile_summary(doc: dict) -> str:
@@ -183,6 +208,9 @@ def _compare_summary(doc: dict) -> str:
         ci = r.get("ratio_ci95")
         ci_s = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
         parts.append(f"decode tok/s {r['base']:.2f} -> {r['other']:.2f} (x{r['ratio']:.3f}{ci_s}): {r['verdict']}")
+        ident = ((doc.get("identity") or {}).get(r["run"]) or {}).get("line")
+        if ident:
+            parts[-1] += f", {ident}"
     return "; ".join(parts)
 
 
@@ -194,6 +222,12 @@ def _bench_summary(doc: dict) -> str:
     lo, hi = (d.get("ci95") or [None, None])[:2]
     ci = f" (95% CI {lo:.2f}-{hi:.2f})" if lo is not None else ""
     return f"decode {d['median']:.2f} tok/s{ci}"
+
+
+def _ab_spec() -> v.Spec:
+    from sglops.ab import spec
+
+    return spec()
 
 
 _PATCH = {"name": v.Required(v.Name("patch")), "force": v.Flag()}
@@ -208,5 +242,6 @@ STEPS: dict[str, StepKind] = {
     "restart": StepKind(_restart, v.PROFILE_NAME | {"rollback": v.Flag()} | v.RESTART, mutates=True),
     "bench": StepKind(_bench, v.BENCH, summary=_bench_summary),
     "profile": StepKind(_profile, v.PROFILE, summary=_profile_summary),
-    "compare": StepKind(_compare, {"runs": v.StrList()}, summary=_compare_summary),
+    "ab": StepKind(_ab, _ab_spec(), summary=_ab_summary, mutates=True),
+    "compare": StepKind(_compare, {"runs": v.StrList()} | v.COMPARE, summary=_compare_summary),
 }

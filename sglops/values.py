@@ -234,6 +234,15 @@ BENCH: Spec = {
     "requests": Int(1, 1_000_000),
     "warmup": Int(0, 1000, 1),
     "vocab_size": Int(2, 1 << 24),
+    "no_logprobs": Flag(),
+}
+# what a comparison requires beyond speed (inv compare flags, the compare play step's keys)
+COMPARE: Spec = {
+    "require_identical": Flag(),
+    "require_same_config": Flag(),
+    "tolerance_logprob": Float(0, 1e6),
+    "min_identical_share": Float(0, 1),
+    "variable": StrList(),
 }
 PROFILE: Spec = {
     "steps": Int(1, 1000, 5),

@@ -31,9 +31,9 @@ def standin(use_sandbox, tmp_path):
     (snap / "config.json").write_text(json.dumps({"vocab_size": 102400, "bos_token_id": 100000,
                                                   "eos_token_id": 100001}))
 
-    def start(tps: float, wait: bool = True, **knobs) -> int:
+    def start(tps: float, wait: bool = True, launch: tuple[str, ...] = (), **knobs) -> int:
         server = start_standin("--model-path", "deepseek-ai/DeepSeek-V2-Lite", "--tp-size", "2",
-                               "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "flashinfer",
+                               "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "flashinfer", *launch,
                                knobs={"TPS": tps, "TTFT_MS": 20, "STARTUP_S": 0.1, **knobs},
                                sglang_python=root / "python", log=tmp_path / f"standin-{len(servers)}.log")
         servers.append(server)
@@ -195,6 +195,68 @@ def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     listed = inv_cmd("runs", "--task", "bench", env={"COLUMNS": "200"})
     assert listed.returncode == 0 and all(i in listed.stdout for i in ids)
+
+
+def test_outputs_are_kept_and_compare_names_the_first_divergence(standin, remote_a, tmp_path):
+    """Stand-in outputs are a function of the prompt (not a model's): what is checked here is the plumbing,
+    from the server's fields through outputs.json and the manifest to compare's verdict and exit code."""
+    ids = {}
+    for name, api, knobs, launch in (("a", "sglang", {}, ()), ("b", "sglang", {}, ()),
+                                     ("diverged", "sglang", {"diverge_at": 7}, ()),
+                                     ("noisy", "sglang", {"logprob_noise": 2e-4}, ()),
+                                     ("kv", "sglang", {}, ("--kv-cache-dtype", "auto")),
+                                     ("oai", "openai", {}, ())):
+        port = standin(400.0, launch=launch, **knobs)
+        res = bench.record(bench.run_bench(remote_a, runs=3, input_len=24, output_len=20, concurrency="1,2",
+                                           port=port, api=api, with_facts=False))
+        assert res.status == "ok", res.problems()
+        ids[name] = res.run_id
+    run = artifacts.find_run(ids["a"])
+    outputs = json.loads((run / "outputs.json").read_bytes())
+    reqs = outputs["requests"]
+    assert outputs["logprobs"] is True and len(reqs) == 9 and [e["n"] for e in reqs] == list(range(9))
+    assert all(len(e["ids"]) == 20 and len(e["logprobs"]) == 20 and len(e["input_ids"]) == 24 for e in reqs)
+    manifest = artifacts.read_json(run / "manifest.json")
+    assert manifest["outputs"]["hashes"] == {e["prompt"]: e["output"] for e in reqs}
+    assert manifest["run_config"]["kv_cache_dtype"] == "fp8_e4m3" and manifest["run_config"]["tp_size"] == 2
+    bench_doc = artifacts.read_json(run / "bench.json")
+    assert "ids" not in bench_doc["raw"][0]["requests"][0]  # timings stay in bench.json, outputs apart
+
+    same = compare([ids["a"], ids["b"]], out_dir=tmp_path / "same", chart=False)
+    assert same.identity.identical and same.identity.compared == 9 and same.config.same
+    assert same.headline().endswith("outputs identical (9 prompts, logprobs equal)")
+    # the OpenAI API answers the same prompts with the same tokens and logprobs
+    assert compare([ids["a"], ids["oai"]], out_dir=tmp_path / "oai", chart=False).identity.identical
+
+    diverged = compare([ids["a"], ids["diverged"]], out_dir=tmp_path / "div", chart=False)
+    d = diverged.identity.first_divergence
+    assert (d.prompt_index, d.token_index) == (0, 7) and d.a_id != d.b_id and d.a_after != d.b_after
+    assert "OUTPUTS DIFFER at token 7 of prompt 0" in diverged.headline()
+    proc = inv_cmd("compare", ids["a"], ids["diverged"], "--require-identical", "--no-chart",
+                   env={"COLUMNS": "200"})
+    assert proc.returncode == 8, proc.stderr
+    assert "OUTPUTS DIFFER at token 7 of prompt 0" in proc.stdout and "OUTPUTS DIFFER" in proc.stderr
+    assert inv_cmd("compare", ids["a"], ids["b"], "--require-identical", "--no-chart").returncode == 0
+
+    noisy = compare([ids["a"], ids["noisy"]], out_dir=tmp_path / "noisy", chart=False)
+    assert noisy.identity.tokens_identical and noisy.identity.max_logprob_diff == pytest.approx(2e-4, rel=0.01)
+    assert inv_cmd("compare", ids["a"], ids["noisy"], "--require-identical", "--no-chart").returncode == 8
+    assert inv_cmd("compare", ids["a"], ids["noisy"], "--require-identical", "--tolerance-logprob", "1e-3",
+                   "--no-chart").returncode == 0
+    bad = inv_cmd("compare", ids["a"], ids["noisy"], "--min-identical-share", "2")
+    assert bad.returncode == 2 and "--min-identical-share must be" in bad.stderr
+
+    kv = compare([ids["a"], ids["kv"]], out_dir=tmp_path / "kv", chart=False)
+    assert [(x.key, x.a, x.b, x.intended) for x in kv.config.differences] == [
+        ("kv_cache_dtype", "fp8_e4m3", "auto", False)]
+    assert "1 UNINTENDED config difference: kv_cache_dtype fp8_e4m3 -> auto" in kv.headline()
+    strict = inv_cmd("compare", ids["a"], ids["kv"], "--require-same-config", "--no-chart", env={"COLUMNS": "200"})
+    assert strict.returncode == 8 and "kv_cache_dtype" in strict.stderr
+    named = inv_cmd("compare", ids["a"], ids["kv"], "--require-same-config", "--variable", "kv_cache_dtype",
+                    "--no-chart", "--json")
+    assert named.returncode == 0, named.stderr
+    doc = json.loads(named.stdout)
+    assert doc["config"][ids["kv"]]["differences"][0]["intended"] is True
 
 
 # -- the suspect-request rule, on recorded chunk timelines -------------------------------------------------------

@@ -3,6 +3,8 @@
 One server for the module (start_server, ~2.4 GB, 20-40 s to come up on a busy machine), reached through a
 normal sandbox sshd host with `--port`: the client runs on the host and talks to 127.0.0.1, as on a GPU host.
 The last test kills the server on purpose (an out-of-vocabulary prompt), so it stays last.
+The identity test adds a second server for the module, launched like the first but with `--kv-cache-dtype bf16`
+(on CPU fp8_e5m2 is refused and fp8_e4m3 needs Intel AMX: bf16 is the KV dtype that differs and runs).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import pytest
 
 from sglops import artifacts, bench
+from sglops.compare import compare
 from sglops.errors import SglopsError
 from sglops.sandbox.sglang_cpu import SGLANG_VERSION, model_dir, start_server, venv_python
 from sglops.sandbox.sshd import free_port
@@ -24,6 +27,14 @@ IN, OUT = 16, 16
 def real_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("real-bench") / "server.log"
     server = start_server(free_port(), log, timeout=600)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def bf16_kv_server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("real-bench-bf16") / "server.log"
+    server = start_server(free_port(), log, extra=("--kv-cache-dtype", "bf16"), timeout=600)
     yield server
     server.stop()
 
@@ -104,6 +115,43 @@ def test_a_request_that_stops_short_makes_the_run_partial(real_server, remote_a,
     assert any("wrong_length 2" in p for p in manifest["bench"]["problems"])
     with pytest.raises(bench.BenchIncomplete, match="partial"):
         bench.check([result])
+
+
+def test_two_runs_are_identical_and_a_kv_dtype_difference_is_flagged(real_server, bf16_kv_server, remote_a,
+                                                                      use_sandbox, tmp_path):
+    """The real server's outputs, recorded per request, compare identical run to run (ids and logprobs, bitwise);
+    a server launched with another KV cache dtype is named as an unintended config difference."""
+    def run(port: int, api: str = "sglang") -> str:
+        res = bench.run_bench(remote_a, runs=1, input_len=IN, output_len=OUT, concurrency="1,2", port=port, api=api,
+                              with_facts=False, test_options={"seed": 14})
+        assert res.status == "ok", res.problems()
+        return bench.record(res).run_id
+
+    a, b, oai, kv = run(real_server.port), run(real_server.port), run(real_server.port, "openai"), \
+        run(bf16_kv_server.port)
+    outputs = json.loads((artifacts.find_run(a) / "outputs.json").read_bytes())["requests"]
+    assert len(outputs) == 3 and all(len(e["ids"]) == OUT and len(e["logprobs"]) == OUT for e in outputs)
+    assert all(0 <= i < 1024 for e in outputs for i in e["ids"]) and all(x <= 0 for e in outputs
+                                                                          for x in e["logprobs"])
+    same = compare([a, b], out_dir=tmp_path / "same", chart=False)
+    assert same.identity.identical and same.identity.compared == 3 and same.identity.max_logprob_diff == 0
+    assert same.config.same and "outputs identical (3 prompts, logprobs equal)" in same.headline()
+    # the other API, same server: the same tokens and logprobs (per-token text comes with it)
+    assert compare([a, oai], out_dir=tmp_path / "oai", chart=False).identity.identical
+    proc = inv_cmd("compare", a, b, "--require-identical", "--require-same-config", "--no-chart",
+                   env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "outputs identical" in proc.stdout and "same server config" in proc.stdout
+
+    flagged = compare([a, kv], out_dir=tmp_path / "kv", chart=False)
+    assert [(d.key, d.a, d.b, d.intended) for d in flagged.config.differences] == [
+        ("kv_cache_dtype", "auto", "bf16", False)]
+    assert "1 UNINTENDED config difference: kv_cache_dtype auto -> bf16" in flagged.headline()
+    assert flagged.identity.identical  # a bf16 model: auto already meant a bf16 KV pool, the numbers agree
+    strict = inv_cmd("compare", a, kv, "--require-same-config", "--no-chart", env={"COLUMNS": "200"})
+    assert strict.returncode == 8 and "kv_cache_dtype auto -> bf16" in strict.stderr
+    named = inv_cmd("compare", a, kv, "--require-same-config", "--variable", "kv_dtype", "--no-chart")
+    assert named.returncode == 0, named.stderr
 
 
 def test_a_server_that_dies_mid_run_is_named_with_its_logs_cause(real_server, remote_a):

@@ -4,10 +4,15 @@
 # It measures and returns raw per-request timings; the laptop computes the statistics.
 # Tokens are counted from the server's own fields (meta_info.completion_tokens on /generate,
 # usage.completion_tokens on /v1/completions), never guessed from text.
+# It also keeps what each request answered: the output token ids and the chosen tokens' logprobs
+# (return_logprob on /generate, logprobs=0 + return_token_ids on /v1/completions), so two runs can be
+# checked for identical outputs.
+import hashlib
 import http.client
 import json
 import os as _os
 import random
+import re
 import threading
 import time
 
@@ -18,6 +23,9 @@ from ._vocab import draw_prompt_ids, model_token_space
 LOOPBACK = "127.0.0.1"
 _DECODER = json.JSONDecoder()
 _META = b'"meta_info":'
+_FIELDS = {key: re.compile(rb'"' + key.encode() + rb'":\s*(null|-?[0-9][0-9.eE+-]*)')
+           for key in ("completion_tokens", "prompt_tokens", "e2e_latency", "cached_tokens")}
+_FINISH = re.compile(rb'"finish_reason":\s*null')
 _print_lock = threading.Lock()
 
 
@@ -113,31 +121,97 @@ def applied_patches(root):
 
 
 # -- one request -----------------------------------------------------------------------------------
-def make_body(api, model, ids, out_len, override=None):
-    """The request; `override` (tests only) replaces sampling fields to force a length the run did not ask for."""
+def make_body(api, model, ids, out_len, override=None, logprobs=True):
+    """The request; `override` (tests only) replaces sampling fields to force a length the run did not ask for.
+    `logprobs`: ask for the chosen tokens' logprobs (top-1 only; no prompt logprobs, which cost a prefill pass)."""
     if api == "sglang":
         sampling = {"max_new_tokens": out_len, "temperature": 0, "ignore_eos": True, **(override or {})}
-        return "/generate", {"input_ids": ids, "stream": True, "sampling_params": sampling}
+        body = {"input_ids": ids, "stream": True, "sampling_params": sampling}
+        if logprobs:
+            body["return_logprob"] = True
+        return "/generate", body
     body = {"model": model, "prompt": ids, "max_tokens": out_len, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "return_token_ids": True}
+    if logprobs:
+        body["logprobs"] = 0  # the chosen token's logprob, no alternatives
     for key, value in (override or {}).items():
         body["max_tokens" if key == "max_new_tokens" else key] = value
     return "/v1/completions", body
 
 
+def _number(raw):
+    if raw == b"null":
+        return None
+    return float(raw) if any(c in raw for c in b".eE") else int(raw)
+
+
 def _native_meta(data):
-    """meta_info from a /generate chunk without parsing the cumulative text and output_ids (O(n^2) otherwise)."""
+    """(meta, whole chunk or None) of a /generate chunk.
+
+    A chunk still streaming (finish_reason null) carries the cumulative text, output_ids and, with
+    return_logprob, every logprob so far: decoding it per chunk is O(n^2) over a request. Only the few
+    numbers needed per chunk are read from the bytes after "meta_info"; the final chunk is decoded whole
+    once (it has the ids, logprobs and text of the whole output). A key cannot match inside a string:
+    quotes there are escaped."""
     at = data.rfind(_META)
-    if at >= 0:
-        try:
-            start = at + len(_META)
-            while data[start:start + 1] in (b" ", b"\t"):
-                start += 1
-            return _DECODER.raw_decode(data[start:].decode())[0], None
-        except ValueError:
-            pass
+    if at >= 0 and _FINISH.search(data, at):
+        meta = {"finish_reason": None}
+        for key, rx in _FIELDS.items():
+            m = rx.search(data, at)
+            if m:
+                meta[key] = _number(m.group(1))
+        if "completion_tokens" in meta:
+            return meta, None
     obj = json.loads(data)
-    return obj.get("meta_info"), obj
+    return (obj.get("meta_info") if isinstance(obj, dict) else None), obj
+
+
+def _native_outputs(obj, rec, incremental):
+    """The output ids, chosen-token logprobs and text a /generate chunk carries (cumulative unless the server
+    streams incrementally, --incremental-streaming-output)."""
+    if not isinstance(obj, dict):
+        return
+    meta = obj.get("meta_info") or {}
+    ids = obj.get("output_ids")
+    lps = meta.get("output_token_logprobs")
+    text = obj.get("text")
+    if incremental:
+        if ids is not None:
+            rec["ids"] = (rec["ids"] or []) + list(ids)
+        if lps is not None:
+            rec["logprobs"] = (rec["logprobs"] or []) + [e[0] if isinstance(e, list) else None for e in lps]
+        if isinstance(text, str):
+            rec["text"] = (rec["text"] or "") + text
+        return
+    if ids is not None:
+        rec["ids"] = list(ids)
+    if lps is not None:  # [logprob, token id, text or null] per token
+        rec["logprobs"] = [e[0] if isinstance(e, list) and e else None for e in lps]
+        if rec["ids"] is None:
+            rec["ids"] = [e[1] for e in lps]
+    if isinstance(text, str):
+        rec["text"] = text
+
+
+def _openai_outputs(choice, rec):
+    """Token ids (return_token_ids), chosen-token logprobs and per-token text of one /v1/completions chunk."""
+    ids = choice.get("token_ids")
+    if ids is not None:
+        rec["ids"] = (rec["ids"] or []) + list(ids)
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        if lp.get("token_logprobs") is not None:
+            rec["logprobs"] = (rec["logprobs"] or []) + list(lp["token_logprobs"])
+        if lp.get("tokens") is not None:
+            rec["tokens_text"] = (rec["tokens_text"] or []) + list(lp["tokens"])
+    if choice.get("text"):
+        rec["text"] = (rec["text"] or "") + choice["text"]
+
+
+def ids_hash(ids):
+    """sha256 over the comma-joined ids, 16 hex digits (sglops.identity.ids_hash: the same on the laptop)."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
 def _lines(resp):
@@ -164,15 +238,19 @@ def _lines(resp):
         buf = buf[start:]
 
 
-def one_request(port, api, model, ids, out_len, timeout, override=None):
+def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False):
     """Stream one request and keep its raw timeline: each chunk that carried tokens as (arrival, cumulative
     count). Counts are the server's (meta_info / usage.completion_tokens), never counted from text; the
     laptop turns the timeline into TTFT, ITL, TPOT (sglops/bench.py), so a recorded run can be re-analysed.
-    On /v1/completions without per-chunk usage, text chunks are kept with count None."""
-    path, body = make_body(api, model, ids, out_len, override)
+    On /v1/completions without per-chunk usage, text chunks are kept with count None.
+    What it answered is kept too: `ids`, `logprobs` (chosen tokens), `text` (and `tokens`, per-token text,
+    where the API gives it), with `prompt`, the hash of the exact input ids."""
+    path, body = make_body(api, model, ids, out_len, override, logprobs)
     payload = json.dumps(body).encode()
     rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
-           "chunk_n": [], "server_e2e_s": None, "finish": None}
+           "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None,
+           "prompt": ids_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
+
     chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
     conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
@@ -194,7 +272,11 @@ def one_request(port, api, model, ids, out_len, timeout, override=None):
                 done = True
                 break
             if api == "sglang":
-                meta, obj = _native_meta(data)
+                meta, obj = _native_meta(data) if not incremental else (None, json.loads(data))
+                if incremental and isinstance(obj, dict):
+                    meta = obj.get("meta_info")
+                if obj is not None:
+                    _native_outputs(obj, rec, incremental)
                 if meta is None:
                     err = (obj or {}).get("error") if isinstance(obj, dict) else None
                     rec.update(outcome="error", error=f"server error: {str(err or 'chunk without meta_info')[:200]}")
@@ -206,6 +288,8 @@ def one_request(port, api, model, ids, out_len, timeout, override=None):
                     rec["server_e2e_s"] = meta["e2e_latency"]
                 if meta.get("finish_reason"):
                     rec["finish"] = meta["finish_reason"]
+                if meta.get("cached_tokens") is not None:
+                    rec["cached_tokens"] = meta["cached_tokens"]
                 if n is None:
                     rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
                     break
@@ -223,6 +307,7 @@ def one_request(port, api, model, ids, out_len, timeout, override=None):
                     if n is not None:
                         final_n = n
                     continue
+                _openai_outputs(choices[0], rec)
                 if choices[0].get("finish_reason"):
                     rec["finish"] = choices[0]["finish_reason"]
                 if n is None:  # no per-chunk usage: a text chunk, its token count unknown
@@ -269,7 +354,8 @@ class Counter:
         self.done = self.failed = 0
 
 
-def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter, override=None):
+def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter, override=None, logprobs=True,
+              incremental=False):
     """Send the prompts with `concurrency` streams in flight; returns (records, wall seconds)."""
     records = [None] * len(prompts)
     nxt = [0]
@@ -283,7 +369,8 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter,
             if i >= len(prompts):
                 return
             t0 = time.perf_counter()
-            rec = one_request(port, api, model, prompts[i], out_len, timeout, override if i == 0 else None)
+            rec = one_request(port, api, model, prompts[i], out_len, timeout, override if i == 0 else None,
+                              logprobs, incremental)
             rec["start_s"] = t0
             records[i] = rec
             with counter.lock:
@@ -373,6 +460,7 @@ def main(args):
     warmup = int(args.get("warmup", 1))
     timeout = float(args.get("request_timeout", 120))
     override = args.get("test_sampling_override")  # tests only: the first request of each repeat asks for this
+    logprobs = bool(args.get("logprobs", True))
 
     check_health(port)
     info = server_info(port)
@@ -384,6 +472,7 @@ def main(args):
     space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
                                                                args.get("vocab_size"), (proc or {}).get("hf_env"))
     patches = applied_patches(root)
+    incremental = bool((info or {}).get("incremental_streaming_output"))
 
     plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels
     sizes = {c: max(1, int(per_run or c)) for c in levels}
@@ -404,7 +493,8 @@ def main(args):
         for c in levels:
             for w in range(warmup):
                 prompts = [prompt_ids(space, -(seed * 7919 + c * 131 + w * 17 + i + 1), in_len) for i in range(c)]
-                recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter())
+                recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter(), None,
+                                    logprobs, incremental)
                 if any(r["outcome"] != "ok" for r in recs):
                     gone = server_down(port, proc, log_mark)
                     if gone:
@@ -419,7 +509,8 @@ def main(args):
         for k, (rep, c) in enumerate(plan):
             prompts = [prompt_ids(space, seed * 1000003 + k * 1009 + i, in_len) for i in range(sizes[c])]
             started = time.time()
-            recs, wall = run_batch(port, api, model, prompts, out_len, c, timeout, counter, override)
+            recs, wall = run_batch(port, api, model, prompts, out_len, c, timeout, counter, override, logprobs,
+                                   incremental)
             tokens += sum(r["tokens"] for r in recs)
             repeats.append({"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs})
             _say(phase="measuring", done=counter.done, total=total_req, failed=counter.failed)
@@ -440,5 +531,6 @@ def main(args):
         "token_space": {**{k: v for k, v in space_out.items() if k != "special"},
                         "special_ids": len(space_out.get("special") or [])},
         "sglang": tree, "sglang_error": tree_error, "patches": patches, "server_down": down,
-        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens,
+        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens, "logprobs": logprobs,
+        "incremental_streaming": incremental,
     }

@@ -17,6 +17,11 @@ Launch arguments stay SGLang's; the stand-in's own knobs are environment variabl
   SGLOPS_STANDIN_STREAM_INTERVAL tokens per streamed chunk (default 1)
   SGLOPS_STANDIN_PROFILER=off   accept profiling but never write trace files
   SGLOPS_STANDIN_IGNORE_TERM=1  ignore SIGTERM (to exercise a stopper's KILL fallback)
+  SGLOPS_STANDIN_DIVERGE_AT     from this output token on, every token id is another one (a patch that changes
+                                results, for the identity checks)
+  SGLOPS_STANDIN_LOGPROB_NOISE  added to every logprob (a kernel that is not bitwise deterministic)
+Outputs are a pure function of the prompt ids (token k = (sum of prompt ids + k) mod 10), with made-up
+logprobs: deterministic, so two runs of the same prompts answer the same; never a model's output.
 """
 
 from __future__ import annotations
@@ -221,6 +226,16 @@ class State:
         self._window_start = time.monotonic()
         self.profile: dict | None = None
         self.request_no = 0
+        diverge = os.environ.get("SGLOPS_STANDIN_DIVERGE_AT")
+        self.diverge_at = int(diverge) if diverge else None
+        self.logprob_noise = float(os.environ.get("SGLOPS_STANDIN_LOGPROB_NOISE") or 0)
+
+    def token(self, seed: int, k: int) -> tuple[int, float]:
+        """The stand-in's k-th output token of a prompt (seed: the sum of its ids) and a made-up logprob."""
+        tid = (seed + k) % len(VOCAB)
+        if self.diverge_at is not None and k >= self.diverge_at:
+            tid = (tid + 1) % len(VOCAB)
+        return tid, -0.25 - ((seed * 31 + k * 17) % 97) / 64 + self.logprob_noise
 
     def server_info(self) -> dict:
         return {**self.args, "version": self.version, "standin": True, "sglang_tree": self.pkg,
@@ -401,6 +416,13 @@ class Handler(BaseHTTPRequestHandler):
             return len(prompt)
         return max(1, len(str(prompt or "").split()))
 
+    @staticmethod
+    def _seed(prompt) -> int:
+        """What a stand-in output depends on: the prompt's ids (or its text)."""
+        if isinstance(prompt, list):
+            return sum(int(x) for x in prompt if isinstance(x, int))
+        return sum(map(ord, str(prompt or "")))
+
     def _paced(self, n: int):
         """Yield token indices at t_first + k/rate on absolute monotonic deadlines (no drift).
 
@@ -445,6 +467,8 @@ class Handler(BaseHTTPRequestHandler):
         n = int(sp.get("max_new_tokens") or 128)
         prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
         ptoks = self._tokens(prompt)
+        seed = self._seed(prompt)
+        want_lp = bool(body.get("return_logprob"))
         with st.lock:
             st.request_no += 1
             rid = body.get("rid") or uuid.uuid4().hex
@@ -458,24 +482,37 @@ class Handler(BaseHTTPRequestHandler):
                     "e2e_latency": round(time.monotonic() - start, 6)}
 
         if not body.get("stream"):
+            lps = []
             for k in self._paced(n):
-                ids.append(k % len(VOCAB))
-                text += VOCAB[k % len(VOCAB)]
-            return self._json(200, {"text": text, "output_ids": ids, "meta_info": meta(True)})
+                tid, lp = st.token(seed, k)
+                ids.append(tid)
+                lps.append([lp, tid, None])
+                text += VOCAB[tid]
+            info = meta(True)
+            if want_lp:
+                info.update(input_token_logprobs=[], output_token_logprobs=lps)
+            return self._json(200, {"text": text, "output_ids": ids, "meta_info": info})
         self._start_stream()
         # Cumulative text and ids, as SGLang streams them: serialized incrementally so a chunk costs
         # a copy, not a re-encode of everything so far (keeps pacing exact at thousands of tok/s).
-        text_esc, ids_esc = [], []
+        text_esc, ids_esc, lp_esc = [], [], []
         for k in self._paced(n):
-            ids.append(k % len(VOCAB))
-            text_esc.append(json.dumps(VOCAB[k % len(VOCAB)])[1:-1])
-            ids_esc.append(str(ids[-1]))
+            tid, lp = st.token(seed, k)
+            ids.append(tid)
+            text_esc.append(json.dumps(VOCAB[tid])[1:-1])
+            ids_esc.append(str(tid))
+            if want_lp:
+                lp_esc.append(f"[{lp!r}, {tid}, null]")
             dropping = st.drop_after is not None and len(ids) >= st.drop_after
             if len(ids) % st.interval == 0 or k == n - 1 or dropping:
                 text_esc[:] = ["".join(text_esc)]
                 ids_esc[:] = [", ".join(ids_esc)]
+                info = json.dumps(meta(k == n - 1 and not dropping))
+                if want_lp:  # SGLang's layout: [logprob, token id, text or null] per token, cumulative
+                    lp_esc[:] = [", ".join(lp_esc)]
+                    info = info[:-1] + ', "input_token_logprobs": [], "output_token_logprobs": [' + lp_esc[0] + "]}"
                 out = ('data: {"text": "' + text_esc[0] + '", "output_ids": [' + ids_esc[0] + '], "meta_info": '
-                       + json.dumps(meta(k == n - 1 and not dropping)) + "}\n\n")
+                       + info + "}\n\n")
                 self._chunk(out.encode())
             if dropping:
                 return self._drop()
@@ -489,23 +526,37 @@ class Handler(BaseHTTPRequestHandler):
         cid = "cmpl-" + uuid.uuid4().hex
         model = body.get("model") or st.args["served_model_name"]
         usage = {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}
+        seed = self._seed(body.get("prompt"))
+        want_lp = body.get("logprobs") is not None
+        want_ids = bool(body.get("return_token_ids"))
         if not body.get("stream"):
-            text = "".join(VOCAB[k % len(VOCAB)] for k in self._paced(n))
+            text = "".join(VOCAB[st.token(seed, k)[0]] for k in self._paced(n))
             return self._json(200, {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
                                     "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
         self._start_stream()
         pending = ""
         sent = 0
+        p_ids: list[int] = []
+        p_lps: list[float] = []
         for k in self._paced(n):
-            pending += VOCAB[k % len(VOCAB)]
+            tid, lp = st.token(seed, k)
+            pending += VOCAB[tid]
+            p_ids.append(tid)
+            p_lps.append(lp)
             dropping = st.drop_after is not None and k + 1 >= st.drop_after
             if (k + 1) % st.interval == 0 or k == n - 1 or dropping:
                 sent = k + 1
+                choice = {"index": 0, "text": pending, "logprobs": None,
+                          "finish_reason": "length" if k == n - 1 else None}
+                if want_lp:  # SGLang's /v1/completions layout with logprobs=0
+                    choice["logprobs"] = {"text_offset": [-1] * len(p_ids), "token_logprobs": p_lps,
+                                          "tokens": [VOCAB[i] for i in p_ids], "top_logprobs": []}
+                if want_ids:
+                    choice["token_ids"] = p_ids
                 chunk = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
-                         "choices": [{"index": 0, "text": pending, "logprobs": None,
-                                      "finish_reason": "length" if k == n - 1 else None}]}
+                         "choices": [choice]}
                 self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                pending = ""
+                pending, p_ids, p_lps = "", [], []
             if dropping:
                 return self._drop()
         if (body.get("stream_options") or {}).get("include_usage"):

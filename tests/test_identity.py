@@ -1,0 +1,152 @@
+"""Output identity and run-config differences between two recorded runs (sglops.identity, sglops.runconfig).
+
+The unit part works on outputs.json entries and launch arguments as the real SGLang 0.5.23 CPU server gives
+them; the end-to-end part (two real-server runs, a KV-dtype profile difference) is in test_identity_real.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sglops.compare import Run
+from sglops.errors import ConfigError
+from sglops.identity import OUTPUTS_FILE, Tolerance, compare_entries, compare_outputs, ids_hash
+from sglops.runconfig import config_diff, normalise_variable
+
+
+def entry(n: int, ids: list[int], logprobs: list[float] | None = None, text: str | None = None,
+          prompt: list[int] | None = None, **extra) -> dict:
+    prompt = prompt or [100 + n, 200 + n, 300 + n]
+    return {"n": n, "prompt": ids_hash(prompt), "output": ids_hash(ids), "ids": ids, "logprobs": logprobs,
+            "text": text, "outcome": "ok", "concurrency": 1, "repeat": 0, **extra}
+
+
+A = [entry(0, [805, 833, 396, 921], [-6.374382019042969, -6.405150890350342, -6.492127418518066, -6.4354982],
+           "date formatup end"),
+     entry(1, [7, 8, 9], [-1.0, -2.0, -3.0], "abc"),
+     entry(2, [1, 2, 3], [-0.5, -0.25, -0.125], "xyz")]
+
+
+def test_the_same_outputs_are_identical():
+    v = compare_entries(A, [dict(e) for e in A])
+    assert v.identical and v.tokens_identical and v.within_tolerance and v.status == "identical"
+    assert v.compared == 3 and v.max_logprob_diff == 0.0 and v.first_divergence is None
+    assert v.line() == "outputs identical (3 prompts, logprobs equal)"
+
+
+def test_a_changed_token_is_named_with_its_prompt_token_ids_and_text():
+    b = [dict(e) for e in A]
+    b[1] = entry(1, [7, 8, 4], [-1.0, -2.0, -0.1], "abX")
+    v = compare_entries(A, b)
+    assert not v.identical and not v.within_tolerance and v.status == "differ"
+    d = v.first_divergence
+    assert (d.prompt_index, d.token_index, d.a_id, d.b_id) == (1, 2, 9, 4)
+    assert d.before == "ab" and d.a_after == "c" and d.b_after == "X"
+    assert v.line().startswith("OUTPUTS DIFFER at token 2 of prompt 1 (9 vs 4): 1/3 prompts differ")
+    assert v.max_logprob_diff == 0.0  # logprobs compared only where both chose the same tokens
+    assert v.differing == [1]
+
+
+def test_per_token_text_from_the_openai_api_names_both_tokens():
+    a = [entry(0, [1, 2, 3], [-1.0, -1.0, -1.0], tokens=["The", " cat", " sat"])]
+    b = [entry(0, [1, 2, 4], [-1.0, -1.0, -2.0], tokens=["The", " cat", " ran"])]
+    d = compare_entries(a, b).first_divergence
+    assert (d.a_token, d.b_token, d.before) == (" sat", " ran", "The cat")
+    assert "' sat' vs 4 ' ran'" in d.describe()
+
+
+def test_a_shorter_output_diverges_at_its_end():
+    v = compare_entries([entry(0, [1, 2, 3])], [entry(0, [1, 2])])
+    d = v.first_divergence
+    assert (d.token_index, d.a_id, d.b_id) == (2, 3, None) and "end of output" in d.describe()
+
+
+def test_logprob_noise_with_the_same_tokens_is_not_identical_unless_tolerated():
+    b = [dict(e, logprobs=[x + 3e-6 for x in e["logprobs"]]) for e in A]
+    v = compare_entries(A, b)
+    assert v.tokens_identical and not v.identical and v.status == "logprobs_differ"
+    assert v.max_logprob_diff == pytest.approx(3e-6, rel=1e-3)
+    assert "LOGPROBS DIFFER" in v.line()
+    tol = compare_entries(A, b, Tolerance(1e-5, 1.0))
+    assert tol.within_tolerance and tol.status == "within_tolerance"
+    assert not compare_entries(A, b, Tolerance(1e-6, 1.0)).within_tolerance
+
+
+def test_a_share_of_identical_prompts_is_a_tolerance_too():
+    b = [dict(e) for e in A]
+    b[2] = entry(2, [1, 2, 9], [-0.5, -0.25, -3.0])
+    assert compare_entries(A, b, Tolerance(math.inf, 0.6)).within_tolerance  # 2/3 identical
+    assert not compare_entries(A, b, Tolerance(math.inf, 0.7)).within_tolerance
+    with pytest.raises(ConfigError):
+        Tolerance(0.1, 1.5)
+    with pytest.raises(ConfigError):
+        Tolerance(-1, 1.0)
+    assert Tolerance.from_options(None, None) is None
+    assert Tolerance.from_options(0.02, None) == Tolerance(0.02, 1.0)
+
+
+def test_prompts_are_matched_by_their_input_ids_not_their_place():
+    b = [dict(A[2], n=0), dict(A[0], n=1)]  # another run that answered two of the prompts, in another order
+    v = compare_entries(A, b)
+    assert v.identical and v.compared == 2 and v.only_a == 1 and v.only_b == 0
+    none = compare_entries(A, [entry(5, [1], prompt=[9, 9, 9])])
+    assert none.status == "not_compared" and not none.identical and "not compared" in none.line()
+
+
+def test_failed_requests_are_not_compared():
+    b = [dict(e) for e in A]
+    b[0] = dict(b[0], outcome="wrong_length", ids=[805])
+    v = compare_entries(A, b)
+    assert v.compared == 2 and v.identical
+
+
+def _run(tmp_path: Path, name: str, launch: dict | None, patches: list[dict] | None = None,
+         outputs: list[dict] | None = None) -> Run:
+    folder = tmp_path / name
+    folder.mkdir()
+    if outputs is not None:
+        (folder / OUTPUTS_FILE).write_bytes(orjson.dumps({"kind": "sglops.outputs", "requests": outputs}))
+    doc = {"launch_args": launch, "patches": patches or [], "sglang": {"version": (launch or {}).get("version")},
+           "outputs": {"hashes": {e["prompt"]: e["output"] for e in outputs or []}}}
+    return Run(name, "h", folder, doc)
+
+
+LAUNCH = {"model_path": "/m", "attention_backend": "torch_native", "kv_cache_dtype": "auto", "page_size": 1,
+          "disable_cuda_graph": False, "tp_size": 1, "version": "0.5.23", "port": 30000, "random_seed": 1,
+          "launch_command": "--port 30000", "cuda_graph_config": {"decode": {"max_bs": 8}}}
+
+
+def test_config_diff_flags_what_was_not_named_as_the_variable(tmp_path):
+    a = _run(tmp_path, "a", LAUNCH)
+    b = _run(tmp_path, "b", {**LAUNCH, "kv_cache_dtype": "fp8_e5m2", "port": 30001, "random_seed": 7,
+                             "launch_command": "--port 30001", "cuda_graph_config": {"decode": {"max_bs": 16}}},
+             patches=[{"patch": "gather-cast", "variant": "v2", "intact": True}])
+    diff = config_diff(a, b)
+    assert [d.key for d in diff.differences] == ["patches", "kv_cache_dtype", "cuda_graph_config.decode.max_bs"]
+    assert [d.key for d in diff.unintended] == ["kv_cache_dtype", "cuda_graph_config.decode.max_bs"]
+    assert diff.line().startswith("2 UNINTENDED config differences: kv_cache_dtype auto -> fp8_e5m2")
+    named = config_diff(a, b, variable="kv_dtype,cuda_graph_config")
+    assert named.unintended == [] and named.line().startswith("config differs only as intended")
+    assert config_diff(a, _run(tmp_path, "c", {**LAUNCH, "port": 1})).line() == "same server config"
+    assert normalise_variable("tp, kv_dtype") == ["tp_size", "kv_cache_dtype"]
+
+
+def test_a_run_without_server_config_compares_version_and_patches_only(tmp_path):
+    diff = config_diff(_run(tmp_path, "a", LAUNCH), _run(tmp_path, "b", None))
+    assert diff.missing == ["b"] and [d.key for d in diff.differences] == ["sglang_version"]
+
+
+def test_compare_outputs_reads_the_run_folders_and_falls_back_to_manifest_hashes(tmp_path):
+    a = _run(tmp_path, "a", LAUNCH, outputs=A)
+    b = _run(tmp_path, "b", LAUNCH, outputs=[dict(e) for e in A[:2]] + [entry(2, [1, 2, 4])])
+    v = compare_outputs(a, b)
+    assert v.first_divergence.token_index == 2 and v.source == OUTPUTS_FILE
+    (b.path / OUTPUTS_FILE).unlink()
+    v = compare_outputs(a, b)  # prompt by prompt from the manifest's hashes
+    assert v.source == "manifest hashes" and v.compared == 3 and v.identical_prompts == 2
+    assert v.line().startswith("OUTPUTS DIFFER for prompt 2")
+    assert compare_outputs(a, _run(tmp_path, "c", LAUNCH)) is None  # no outputs recorded
