@@ -211,6 +211,43 @@ def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False
     cli.guarded(result.check, o["require_identical"], o["require_same_config"])
 
 
+@task(auto_shortflags=False, help={k: v for k, v in cli.help_with(
+    a="side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)",
+    b="side B, spelt the same way (patches named on either side are applied/reverted per round)",
+    patch="this profile without vs with PATCH: A = --a (default: the current profile), B = A+PATCH",
+    rounds="ABAB rounds, a restart before every bench (default 3, the fewest for a speed verdict)",
+    runs="bench repeats per round (default 1: the rounds are the repeats)",
+    input_len="prompt tokens (default 128)", output_len="tokens to generate (default 256)",
+    concurrency="streams in flight, e.g. 1,4 (default 1)", api="sglang (default) or openai",
+    requests="requests per repeat and level", warmup="warm-up rounds per level (default 1)",
+    vocab_size="the model's vocabulary when the host cannot read its config.json",
+    no_logprobs="do not ask the server for logprobs (token ids are still compared)",
+    profile="also profile one round of each side and rank the trace diff (A -> B)",
+    require_identical="exit 8 unless B's outputs are identical to A's (or within the tolerance)",
+    require_same_config="exit 8 on a server-config difference not named by --variable (patches aside)",
+    tolerance_logprob="non-deterministic kernels: largest |logprob difference| still accepted",
+    min_identical_share="non-deterministic kernels: share of prompts (0-1) whose tokens must be identical",
+    variable="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)",
+    dry_run="print the whole round plan; change and record nothing").items() if k not in ("hosts", "tag")})
+def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None, a=None, b=None, patch=None,
+       rounds=None, runs=None, input_len=None, output_len=None, concurrency=None, api=None, requests=None, warmup=None,
+       vocab_size=None, no_logprobs=False, profile=False, require_identical=False, require_same_config=False, tolerance_logprob=None,
+       min_identical_share=None, variable=None, dry_run=False, json=False):
+    """Interleaved A/B on one host (ABAB rounds, restart + patches ledger-checked each round): paired speed
+    verdict, output identity, config differences; the host is left as it was found."""
+    from sglops import ab as ab_mod
+
+    o = cli.checked(ab_mod.spec(), a=a, b=b, patch=patch, rounds=rounds, runs=runs, input_len=input_len,
+                    output_len=output_len, concurrency=concurrency, api=api, requests=requests, warmup=warmup,
+                    vocab_size=vocab_size, no_logprobs=no_logprobs, profile=profile,
+                    require_identical=require_identical,
+                    require_same_config=require_same_config, tolerance_logprob=tolerance_logprob,
+                    min_identical_share=min_identical_share, variable=variable)
+    step = cli.guarded(ab_mod.step, o, dry_run=dry_run, progress=not json)
+    cli.per_host("ab", Targets(host, None, None, sglang_root, accept_new_host_key, container), step, json=json,
+                 check=lambda r: r.check(o["require_identical"], o["require_same_config"]))
+
+
 @task(help={"host": "only this host's runs", "task": "only runs of this task (e.g. bench)", "json": "JSON"})
 def runs(c, host=None, task=None, json=False):
     """Recorded runs under artifacts/, with each bench's headline decode tok/s."""
@@ -269,6 +306,18 @@ def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
         cli.per_host("rollback", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                      launch.restart_step(None, rollback=True, dry_run=dry_run, timeout=timeout, port=None,
                                          reporter=view, json=json), json=json, artifact="restart.json")
+
+
+@task(help={k: v for k, v in _LAUNCH_HELP.items() if k != "port"} | {
+    "dry_run": "show what would be stopped; change nothing", "grace": "seconds between TERM and KILL (default 20)"})
+def stop(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
+         dry_run=False, grace=None, json=False):
+    """Stop the server sglops started (process group and tree), or the container whose command is the server."""
+    from sglops import launch
+
+    grace = cli.checked({"grace": values.Float(0, 3600, 20.0)}, grace=grace)["grace"]
+    cli.per_host("stop", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
+                 launch.stop_step(dry_run=dry_run, grace_s=grace), json=json)
 
 
 @task(help=_LAUNCH_HELP)

@@ -26,12 +26,28 @@ sys.path.insert(0, str(REPO))
 from sglops.sandbox import trees  # noqa: E402
 from sglops.sandbox.sshd import HOST_PYTHON  # noqa: E402
 
-RUNNER = """import json, sys
+RUNNER = """import binascii, importlib, importlib.machinery as m, json, sys, zlib
 d = json.load(open(sys.argv[1]))
-g = {"__name__": "sglops_remote"}
-exec(compile(d["script"], "facts.py", "exec"), g)
+if "script" in d:  # a checkout from before the host bundle: the script with its helpers prepended
+    g = {"__name__": "sglops_remote"}
+    exec(compile(d["script"], "facts.py", "exec"), g)
+    main = g["main"]
+else:  # the bundle, imported as BOOTSTRAP imports it on a host
+    P, W = d["package"], d["where"]
+    S = json.loads(zlib.decompress(binascii.a2b_base64(d["bundle"])))
+    exec(d["finder"])
+    main = importlib.import_module(P + ".facts").main
 for _ in range(int(sys.argv[2])):
-    g["main"](d["args"])
+    main(d["args"])
+"""
+SENDER = """import json, sys
+try:
+    from sglops import host_bundle as h
+except ImportError:
+    from sglops.remote_scripts import load_script
+    json.dump({"script": load_script("facts")}, sys.stdout)
+else:
+    json.dump({"bundle": h.bundle("facts"), "finder": h.FINDER, "package": h.PACKAGE, "where": h.WHERE}, sys.stdout)
 """
 
 
@@ -42,11 +58,10 @@ def children_cpu_s() -> float:
 
 
 def payload(repo: Path, root: Path, out: Path) -> Path:
-    """The facts script as `repo` would send it (includes prepended), with its args, in a file."""
-    script = subprocess.run([sys.executable, "-c", "import sys; from sglops.remote_scripts import load_script; "
-                             "sys.stdout.write(load_script('facts'))"], cwd=repo, capture_output=True, text=True,
-                            check=True, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}).stdout
-    out.write_text(json.dumps({"script": script, "args": {"sglang_root": str(root)}}))
+    """The facts script as `repo` would send it (its bundle, or before that its includes prepended), with args."""
+    sent = subprocess.run([sys.executable, "-c", SENDER], cwd=repo, capture_output=True, text=True,
+                          check=True, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}).stdout
+    out.write_text(json.dumps({**json.loads(sent), "args": {"sglang_root": str(root)}}))
     return out
 
 

@@ -22,9 +22,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from sglops import artifacts
+from sglops import artifacts, launch_container
 from sglops.console import console, err_console
-from sglops.errors import SglopsError
+from sglops.errors import RemoteError, SglopsError
 from sglops.launch_profiles import Profile, list_profiles, load_profile
 from sglops.launch_render import Rendered, TreeArgs, render
 from sglops.remote import Remote
@@ -88,6 +88,7 @@ class RestartResult:
     plan: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)
     script: str = ""
+    shape: str = "exec"  # exec: sglops starts the server process | entrypoint: the container's command is the server
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -152,6 +153,7 @@ class ServerStatus:
     restarts: list[dict]
     log_path: str
     log_tail: list[str]
+    container: dict | None = None  # restart shape (b): the engine's view of the container whose command it is
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -162,6 +164,10 @@ class ServerStatus:
         t.add_column()
         t.add_row("process", Text(f"running, pid {self.pid}" if self.running else "not running",
                                   style="green" if self.running else "red"))
+        if self.container:
+            c = self.container
+            t.add_row("container", f"{c['status']} (the server is its command; exit code {c['exit_code']}, "
+                                   f"restarts {c['restart_count']}, policy {c['restart_policy']})")
         t.add_row("profile", str(self.profile or "-"))
         t.add_row("port", str(self.port or "-"))
         t.add_row("/health", Text(str(self.health or "no answer"), style="green" if self.health == 200 else "red"))
@@ -228,6 +234,10 @@ def restart(
     on_progress: Callable[[dict], None] | None = None,
 ) -> RestartResult:
     """Stop the running server, start the profile's (or the last good) script, wait for /health."""
+    if not rollback and profile is not None:
+        chosen = _with_port(_profile(profile).for_host(remote.name), port)
+        if chosen.container_restart == "entrypoint":  # shape (b): the engine restarts the container's command
+            return launch_container.restart(remote, chosen, dry_run=dry_run, timeout=timeout, on_progress=on_progress)
     doc = inspect(remote)
     tree = TreeArgs.from_inspect(doc)
     _ROOTS[(remote.name, remote.host.sglang_root)] = tree.root
@@ -235,6 +245,8 @@ def restart(
     rendered = None
     if rollback:
         good = current.get("last_good")
+        if not good and current.get("entrypoint") and remote.container:
+            raise launch_container.rollback_refusal(remote)
         if not good:
             raise SglopsError(f"{remote.name}: nothing to roll back to (no server came up healthy through sglops)")
         if profile is not None and good.get("profile") != _profile(profile).name:
@@ -290,9 +302,20 @@ def restart(
 
 
 def stop(remote: Remote, *, grace_s: float = 20) -> dict:
-    """Stop the server sglops started (pid file + process group); {stopped, pid, signal}."""
-    return remote.run_py("server_restart", {"root": _root(remote), "stop_only": True, "grace_s": grace_s,
-                                            "operator": getpass.getuser()}, timeout=grace_s + 30)
+    """Stop the server sglops started (pid file + process group); {stopped, pid, signal}. In a container whose
+    command is the server (restart shape (b)) that is `ENGINE stop` of the container, on the host."""
+    try:
+        answer = remote.run_py("server_restart", {"root": _root(remote), "stop_only": True, "grace_s": grace_s,
+                                                  "operator": getpass.getuser()}, timeout=grace_s + 30)
+    except RemoteError as exc:
+        if not (remote.container and launch_container.NOT_RUNNING in str(exc)):
+            raise
+        return {"stopped": False, "pid": None, "signal": None, "note": f"container {remote.container.name} is not running"}
+    if not answer["stopped"] and answer.get("entrypoint") and remote.container:
+        done = launch_container.stop(remote, grace_s=grace_s)
+        return {"stopped": done["stopped"], "pid": answer["entrypoint"]["pid"], "signal": f"{remote.container.engine} stop",
+                "container": done["container"]}
+    return answer
 
 
 def _confirm(result: RestartResult, expected: dict, info: dict) -> None:
@@ -331,12 +354,40 @@ def _num(v: Any) -> float | None:
 
 
 def status(remote: Remote, *, port: int | None = None, tail: int = 20) -> ServerStatus:
-    """Is our server running, healthy, and with which arguments (one round trip)."""
-    doc = inspect_state(remote, port=port, tail=tail)
+    """Is our server running, healthy, and with which arguments (one round trip; a second, on the host, for a
+    container whose command is the server: its state and log are the engine's)."""
+    doc = _state_or_entrypoint(remote, port=port, tail=tail)
+    if "container" in doc:
+        return _entrypoint_status(remote, doc)
     srv = doc["server"] or {}
     return ServerStatus(host=remote.name, running=doc["running"], pid=srv.get("pid"), profile=srv.get("profile"),
                         port=port or srv.get("port"), health=doc["health"], server_info=doc["server_info"],
                         restarts=doc["restarts"], log_path=doc["log_path"], log_tail=doc["log_tail"])
+
+
+def _state_or_entrypoint(remote: Remote, *, port: int | None = None, tail: int = 20, follow_s: float = 0,
+                         on_progress: Callable[[dict], None] | None = None) -> dict:
+    """inspect_state inside the target; for a container that is stopped, or whose own command is the server,
+    the host-side view (container_server.py status) instead."""
+    try:
+        doc = inspect_state(remote, port=port, tail=tail, follow_s=follow_s, on_progress=on_progress)
+    except RemoteError as exc:
+        if not (remote.container and launch_container.NOT_RUNNING in str(exc)):
+            raise
+        doc = None
+    if remote.container and (doc is None or (not doc["running"] and doc.get("entrypoint"))):
+        out = launch_container.status(remote, port=port, tail=tail, follow_s=follow_s, on_progress=on_progress)
+        return {**out, "entrypoint": (doc or {}).get("entrypoint")}
+    return doc
+
+
+def _entrypoint_status(remote: Remote, doc: dict) -> ServerStatus:
+    ctr, entry = doc["container"], doc.get("entrypoint") or {}
+    last = next((r for r in reversed(doc["restarts"]) if r.get("profile")), {})
+    return ServerStatus(host=remote.name, running=bool(ctr["running"] and entry), pid=entry.get("pid"),
+                        profile=last.get("profile"), port=doc["port"], health=doc["health"],
+                        server_info=doc["server_info"], restarts=doc["restarts"], log_path=doc["log_path"],
+                        log_tail=doc["log_tail"], container=ctr)
 
 
 def inspect_state(remote: Remote, *, port: int | None = None, tail: int = 20, follow_s: float = 0,
@@ -370,7 +421,7 @@ def logs(remote: Remote, *, lines: int = 50, follow: bool = False, follow_s: flo
          on_line: Callable[[str], None] | None = None) -> LogLines:
     """The server log's last lines; with follow, stream new ones to on_line until follow_s passes."""
     if not follow:
-        doc = inspect_state(remote, tail=lines)
+        doc = _state_or_entrypoint(remote, tail=lines)
         return LogLines(remote.name, doc["log_path"], doc["log_tail"])
     seen: list[str] = []
 
@@ -379,8 +430,51 @@ def logs(remote: Remote, *, lines: int = 50, follow: bool = False, follow_s: flo
             seen.append(ev["line"])
             (on_line or (lambda s: console.print(Text(s))))(ev["line"])
 
-    doc = inspect_state(remote, tail=lines, follow_s=follow_s, on_progress=relay)
+    doc = _state_or_entrypoint(remote, tail=lines, follow_s=follow_s, on_progress=relay)
     return LogLines(remote.name, doc["log_path"], seen)
+
+
+@dataclass
+class StopResult:
+    """`inv stop`: what was (or would be) stopped."""
+
+    host: str
+    stopped: bool
+    dry_run: bool = False
+    pid: int | None = None
+    signal: str | None = None
+    detail: dict = field(default_factory=dict)
+    plan: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def table(self):
+        if self.dry_run:
+            return Text("\n".join(f"would {p}" for p in self.plan))
+        if not self.stopped:
+            return Text(f"{self.host}: no server to stop" + (f" ({self.detail['note']})" if self.detail.get("note") else ""))
+        return Text(f"{self.host}: stopped pid {self.pid} ({self.signal})", style="green")
+
+
+def stop_step(*, dry_run: bool, grace_s: float | None) -> Callable[[Remote], StopResult]:
+    """The per-host step for `inv stop`; the dry run reads the server's status and changes nothing."""
+    def step(remote: Remote) -> StopResult:
+        if dry_run:
+            st = status(remote, tail=0)
+            if not st.running:
+                plan = ["stop nothing (no server running)"]
+            elif st.container:
+                plan = [f"{remote.container.engine} stop {remote.container.name} (its command is the server, pid "
+                        f"{st.pid}), KILL after {grace_s or 20:g}s"]
+            else:
+                plan = [f"stop pid {st.pid} (profile {st.profile}, port {st.port}): TERM its process group and tree, "
+                        f"KILL after {grace_s or 20:g}s"]
+            return StopResult(remote.name, False, True, st.pid, plan=plan)
+        ans = stop(remote, grace_s=grace_s or 20)
+        return StopResult(remote.name, bool(ans.get("stopped")), False, ans.get("pid"), ans.get("signal"),
+                          {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})
+    return step
 
 
 # -- task helpers (the CLI's view) ----------------------------------------------------------------

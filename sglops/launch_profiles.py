@@ -33,10 +33,14 @@ SCALARS = {
     "nnodes": int, "node_rank": int, "dist_init_addr": str,
 }
 OTHER = {"engine", "description", "extends", "launcher", "python", "cuda_graph", "env", "extra_args",
-         "startup_timeout", "stop_grace", "per_host"}
+         "startup_timeout", "stop_grace", "per_host", "container_restart"}
 ALIASES = {"nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
 CUDA_GRAPH_FIELDS = {"disable", "max_bs", "bs"}
 LAUNCHERS = ("module", "standin")
+# How a restart reaches a server in a container target (docs/container.md): exec = sglops starts the server
+# process inside a long-running container, as on a host; entrypoint = the container's own command is the server,
+# so a restart is the engine's `restart` of that container (its command is never changed by sglops).
+CONTAINER_RESTARTS = ("exec", "entrypoint")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VAR_REF = re.compile(r"\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -66,6 +70,7 @@ class Profile:
     startup_timeout: float = 600.0
     stop_grace: float = 20.0
     per_host: dict[str, dict] = field(default_factory=dict)
+    container_restart: str = "exec"
 
     def for_host(self, host_name: str | None) -> Profile:
         override = self.per_host.get(host_name or "", {})
@@ -78,7 +83,7 @@ class Profile:
         return {"engine": self.engine, "description": self.description, "launcher": self.launcher,
                 **({"python": self.python} if self.python else {}), **self.args, "cuda_graph": dict(self.cuda_graph),
                 "env": dict(self.env), "extra_args": list(self.extra_args), "startup_timeout": self.startup_timeout,
-                "stop_grace": self.stop_grace}
+                "stop_grace": self.stop_grace, "container_restart": self.container_restart}
 
     def to_json(self) -> dict:
         return {"name": self.name, "path": str(self.path), **self._raw(), "per_host": self.per_host}
@@ -204,15 +209,17 @@ def _build(name: str, path: Path, data: dict) -> Profile:
     if not isinstance(per_host, dict):
         raise ConfigError(f"{where}: per_host must be a mapping of host name: overrides")
     for host, over in per_host.items():
-        check_fields(over, set(SCALARS) | {"env", "cuda_graph", "extra_args", "python", "launcher"},
+        check_fields(over, set(SCALARS) | {"env", "cuda_graph", "extra_args", "python", "launcher", "container_restart"},
                      f"per_host.{host}")
     if args.get("nnodes", 1) > 1 and not args.get("dist_init_addr"):
         raise ConfigError(f"{where}: nnodes > 1 needs dist_init_addr (host:port of node 0)")
     python = values.Str().check(data.get("python"), f"{where}: python")
+    container_restart = values.Choice(CONTAINER_RESTARTS, "exec").check(data.get("container_restart"),
+                                                                       f"{where}: container_restart")
     return Profile(name=name, path=path, engine=engine, description=str(data.get("description") or ""),
                    launcher=launcher, python=python, args=args, cuda_graph=dict(cuda_graph),
                    env={str(k): str(v) for k, v in env.items()}, extra_args=[str(x) for x in extra],
                    startup_timeout=values.Float(1, 86400, 600.0).check(data.get("startup_timeout"),
                                                                        f"{where}: startup_timeout"),
                    stop_grace=values.Float(0, 3600, 20.0).check(data.get("stop_grace"), f"{where}: stop_grace"),
-                   per_host=dict(per_host))
+                   per_host=dict(per_host), container_restart=container_restart)

@@ -168,6 +168,25 @@ def _compare(ctx: StepContext, runs: list[str] | None = None, require_identical:
     return result
 
 
+def _ab(ctx: StepContext, a: str | None = None, b: str | None = None, patch: str | None = None, rounds: int = 3,
+        runs: int = 1, input_len: int = 128, output_len: int = 256, concurrency: Any = 1, api: str = "sglang",
+        requests: int | None = None, warmup: int = 1, vocab_size: int | None = None, no_logprobs: bool = False,
+        profile: bool = False, require_identical: bool = False, require_same_config: bool = False,
+        tolerance_logprob: float | None = None, min_identical_share: float | None = None,
+        variable: list[str] | None = None):
+    """Interleaved A/B rounds (sglops.ab): its dry run reads the host and plans; the real one restores the host."""
+    o = {k: v for k, v in locals().items() if k != "ctx"}  # the keys as given: sglops.ab.spec()
+    from sglops import ab
+
+    result = ab.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=ctx.progress)
+    result.check(o["require_identical"], o["require_same_config"])  # ab.json is kept before it fails the step
+    return result
+
+
+def _ab_summary(doc: dict) -> str:
+    return doc.get("verdict", "")
+
+
 def _profile_summary(doc: dict) -> str:
     analysis = doc.get("analysis") or {}
     findings = analysis.get("findings") or []
@@ -205,6 +224,12 @@ def _bench_summary(doc: dict) -> str:
     return f"decode {d['median']:.2f} tok/s{ci}"
 
 
+def _ab_spec() -> v.Spec:
+    from sglops.ab import spec
+
+    return spec()
+
+
 _PATCH = {"name": v.Required(v.Name("patch")), "force": v.Flag()}
 STEPS: dict[str, StepKind] = {
     "facts": StepKind(_facts),
@@ -217,5 +242,6 @@ STEPS: dict[str, StepKind] = {
     "restart": StepKind(_restart, v.PROFILE_NAME | {"rollback": v.Flag()} | v.RESTART, mutates=True),
     "bench": StepKind(_bench, v.BENCH, summary=_bench_summary),
     "profile": StepKind(_profile, v.PROFILE, summary=_profile_summary),
+    "ab": StepKind(_ab, _ab_spec(), summary=_ab_summary, mutates=True),
     "compare": StepKind(_compare, {"runs": v.StrList()} | v.COMPARE, summary=_compare_summary),
 }

@@ -28,31 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from sglops import redact
 from sglops.errors import ConfigError, ConnectError, HostKeyError, RemoteError, RemoteTimeout
-from sglops.remote_scripts import load_script
+from sglops.host_bundle import BOOTSTRAP, RESULT_MARKER, payload
 
 if TYPE_CHECKING:
     from sglops.hosts import Host
 
-RESULT_MARKER = "@@SGLOPS-RESULT@@"
 PROGRESS_MARKER = "@@SGLOPS-PROGRESS@@"
 KILL_GRACE_S = 5
-
-# Runs on the host: read {name, script, args} from stdin, exec the script, call main(args),
-# print the JSON answer after a marker so stray prints from the script cannot corrupt it.
-_BOOTSTRAP = (
-    "import sys,json,traceback\n"
-    "e=json.loads(sys.stdin.buffer.read())\n"
-    "g={'__name__':'__sglops_remote__','__file__':e['name']}\n"
-    "try:\n"
-    " exec(compile(e['script'],e['name'],'exec'),g)\n"
-    " r={'ok':True,'result':g['main'](e['args'])}\n"
-    "except BaseException as x:\n"
-    " r={'ok':False,'user':type(x).__name__=='UserError','error':str(x) or type(x).__name__,\n"
-    "    'type':type(x).__name__,'traceback':traceback.format_exc()}\n"
-    "sys.stdout.write('\\n" + RESULT_MARKER + "'+json.dumps(r)+'\\n')\n"
-    "sys.stdout.flush()\n"
-)
-
+HOST_PYTHON = "python3"  # runs host-side steps outside a container target (the inventory `python` is the container's)
 
 @dataclass
 class CommandResult:
@@ -165,15 +148,17 @@ class Remote:
         *,
         timeout: float = 120,
         on_progress: Callable[[dict], None] | None = None,
+        on_host: bool = False,
     ) -> Any:
         """Run a stdlib script from sglops/remote_scripts on the host: one round trip, JSON back.
 
+        The script and the host modules it imports go over stdin as one bundle (sglops/host_bundle.py).
         A script may report progress with `progress(**fields)` (from _common); each report reaches
-        on_progress as a dict while the script runs.
+        on_progress as a dict while the script runs. on_host: run it on the host itself with the host's
+        `python3`, outside a container target (the engine's own commands: restart shape (b)).
         """
-        source = load_script(script)
-        payload = json.dumps({"name": f"{script}.py", "script": source, "args": dict(args or {})}).encode()
-        command = self._on_target(shell_command([self.python, "-c", _BOOTSTRAP], timeout=timeout))
+        line = shell_command([HOST_PYTHON if on_host else self.python, "-c", BOOTSTRAP], timeout=timeout)
+        command = line if on_host else self._on_target(line)
         relay = None
         if on_progress is not None:
             def relay(line: str) -> None:
@@ -182,8 +167,9 @@ class Remote:
                         on_progress(json.loads(line[len(PROGRESS_MARKER):]))
                     except ValueError:
                         pass
-        result = self._exec(command, payload, timeout + KILL_GRACE_S + 5, relay)
-        self._check_target(result)
+        result = self._exec(command, payload(script, args), timeout + KILL_GRACE_S + 5, relay)
+        if not on_host:
+            self._check_target(result)
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: remote step {script} timed out after {timeout:g} s (stopped on the host)")
         answer = _parse_answer(result)

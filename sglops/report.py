@@ -13,6 +13,7 @@ from typing import Any
 
 from sglops import artifacts
 from sglops.errors import ConfigError
+from sglops.trace.names import full_names_markdown, short_kernel, shorten
 
 
 def _rel(path: str | None, base: Path) -> str | None:
@@ -106,9 +107,10 @@ def _profile(step_id: str, doc: dict, base: Path) -> list[str]:
                                                              for t in f.get("try_next") or []))
     cpu = a.get("cpu") or {}
     if a.get("by_kernel"):
-        kernels = [[k["name"][:90], k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"]
+        kernels = [[f"`{short_kernel(k['name'])}`", k["count"], f"{k['us']:.0f}", f"{k['share'] * 100:.1f}%"]
                    for k in a["by_kernel"][:8]]
-        out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels)]
+        out += ["", *_table(["kernel", "calls", "GPU us", "share"], kernels),
+                *full_names_markdown([k["name"] for k in a["by_kernel"][:8]]), ""]
     out += [f"- CPU: {line}" for line in cpu.get("verdict") or []]
     if cpu.get("step_types"):
         out += ["", *_table(["step kind", "count", "median step ms", "median loop pass ms"],
@@ -117,7 +119,7 @@ def _profile(step_id: str, doc: dict, base: Path) -> list[str]:
                              for r in cpu["step_types"]])]
     if not a.get("by_kernel") and cpu.get("top_self"):
         out += _table(["CPU op", "calls", "self us", "share"],
-                      [[r["name"][:90], r["count"], f"{r['self_us']:.0f}", f"{r['share'] * 100:.1f}%"]
+                      [[shorten(r["name"], 90), r["count"], f"{r['self_us']:.0f}", f"{r['share'] * 100:.1f}%"]
                        for r in cpu["top_self"][:8]])
     chart = _rel((doc.get("report") or {}).get("chart"), base)
     return out + ([f"![top kernels]({chart})", ""] if chart else [])
@@ -168,11 +170,63 @@ def _play(doc: dict, manifest: dict, base: Path) -> list[str]:
     return out
 
 
+def _ab(doc: dict, base: Path) -> list[str]:
+    """An `inv ab` run: the verdict, every round (each a bench run of its own), speed, identity, config, trace diff."""
+    a, b = doc.get("a") or {}, doc.get("b") or {}
+    side = lambda s: s.get("profile", "?") + "".join(f"+{p}" for p in s.get("patches") or [])  # noqa: E731
+    bench = doc.get("bench") or {}
+    out = [f"# A/B on {doc.get('host')}", "", f"**{doc.get('verdict')}**", "",
+           f"- A = `{side(a)}`, B = `{side(b)}`; {doc.get('rounds_asked')} round(s), {doc.get('order')}",
+           "- bench per round: " + ", ".join(f"{k} {v}" for k, v in sorted(bench.items())),
+           "- patches managed (applied/reverted per round, checked in the host ledger): "
+           + (", ".join(f"`{p}`" for p in doc.get("managed_patches") or []) or "none"),
+           f"- wall time {doc.get('wall_s')} s", ""]
+    rows = [[r["round"], r["side"], f"`{r.get('run_id')}`", r.get("status"),
+             f"{r['decode_tok_s']:.2f}" if r.get("decode_tok_s") else "-", "+".join(r.get("patches") or []) or "none",
+             r.get("restart_s") or "-", r.get("error") or ""] for r in doc.get("rounds") or []]
+    out += ["## Rounds", "", *_table(["round", "side", "bench run", "status", "decode tok/s", "patches (ledger)",
+                                      "restart s", "error"], rows)]
+    sp = doc.get("speed") or {}
+    if sp.get("ratio") is not None:
+        ci = sp.get("ratio_ci95")
+        out += ["## Speed", "", f"B/A decode tok/s x{sp['ratio']:.3f}"
+                + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "") + f": **{sp.get('verdict')}**; {sp.get('method')}; "
+                f"a verdict needs at least {sp.get('min_rounds')} rounds.", ""]
+    out += ["## Outputs", "", *[f"- {line}" for line in doc.get("identity_lines") or ["not compared"]], ""]
+    cfg = doc.get("config") or {}
+    if cfg:
+        out += ["## Server config, B vs A", "", f"{cfg.get('line')}", ""]
+        diffs = cfg.get("differences") or []
+        if diffs:
+            out += _table(["key", "A", "B", ""], [[d["key"], d.get("a"), d.get("b"),
+                                                   "intended" if d.get("intended") else "**UNINTENDED**"]
+                                                  for d in diffs])
+    chart = _rel(doc.get("chart"), base)
+    if chart:
+        out += [f"![decode tok/s per round]({chart})", ""]
+    td = doc.get("trace_diff") or {}
+    if td.get("markdown") and Path(td["markdown"]).is_file():
+        text = Path(td["markdown"]).read_text()
+        out += [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in text.splitlines()]
+        out.append("")
+    elif td.get("error"):
+        out += [f"- trace diff not made: {td['error']}", ""]
+    restore = doc.get("restore") or {}
+    out += ["## Host afterwards", "", ("restored: " if restore.get("ok") else "**NOT restored**: ")
+            + f"server {restore.get('server') or '?'}, ledger patches "
+            + (", ".join(restore.get("ledger") or []) or "none") + (f"; {restore['error']}" if restore.get("error") else ""),
+            "", "<details><summary>round plan</summary>", "", *[f"1. {s}" for s in doc.get("plan") or []], "",
+            "</details>", ""]
+    return out
+
+
 def render(folder: Path, base: Path | None = None) -> str:
     """The report's markdown for the run in folder; chart links are relative to base (default folder)."""
     base = base or folder
     manifest = artifacts.read_json(folder / "manifest.json") if (folder / "manifest.json").exists() else {}
-    if (folder / "play.json").exists():
+    if (folder / "ab.json").exists():
+        lines = _ab(artifacts.read_json(folder / "ab.json"), base)
+    elif (folder / "play.json").exists():
         lines = _play(artifacts.read_json(folder / "play.json"), manifest, base)
     elif (folder / "bench.json").exists():
         doc = artifacts.read_json(folder / "bench.json")
@@ -183,7 +237,7 @@ def render(folder: Path, base: Path | None = None) -> str:
         doc = artifacts.read_json(folder / "profile.json")
         lines = [f"# Profile on {doc.get('host')}", "", *_profile(doc.get("run_id", ""), doc, base)]
     else:
-        raise ConfigError(f"{folder}: no play, bench, profile or comparison record to report on")
+        raise ConfigError(f"{folder}: no ab, play, bench, profile or comparison record to report on")
     return "\n".join(lines).rstrip() + "\n"
 
 

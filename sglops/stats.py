@@ -114,3 +114,29 @@ def figure(values: Sequence[float], *, seed: int = 0) -> dict | None:
         "noisy": spread is not None and spread > NOISY_CV,
         "values": list(values),
     }
+
+
+def paired_ratio_ci(
+    base: Sequence[float],
+    other: Sequence[float],
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, tuple[float, float] | None] | None:
+    """Median of the per-pair ratios other[i] / base[i] and its paired-bootstrap interval.
+
+    Why paired: in an interleaved A/B (ABAB...) a slow drift of the host moves both sides of a round
+    together; the ratio within a round cancels it, where resampling each side on its own
+    (bootstrap_ratio_ci) counts the drift as noise. Pairs are resampled whole (round indices drawn with
+    replacement). None without a pair; the interval is None with a single pair. With few pairs the
+    interval cannot be wider than the ratios seen.
+    """
+    if len(base) != len(other):
+        raise ValueError(f"paired samples differ in length ({len(base)} vs {len(other)})")
+    ratios = [o / b for b, o in zip(base, other, strict=True) if b]
+    if not ratios:
+        return None
+    if len(ratios) < 2:
+        return median(ratios), None
+    return median(ratios), bootstrap_ci(ratios, level=level, resamples=resamples, seed=seed)

@@ -320,12 +320,10 @@ def test_half_the_tokens_in_one_chunk_is_the_line():
 
 # -- prompt ids from the model's own vocabulary (host-side helper, shared with profile) ------------------------
 def _host_helpers() -> dict:
-    """The host-side vocabulary helper as a host runs it (with _common prepended), in a namespace of its own."""
-    from sglops.remote_scripts import load_script
+    """The host-side vocabulary helper as a host runs it (the module sent to hosts, with its imports)."""
+    from sglops.remote_scripts import _vocab
 
-    ns: dict = {"__name__": "host"}
-    exec(compile(load_script("_common") + "\n" + load_script("_vocab"), "_vocab", "exec"), ns)
-    return ns
+    return vars(_vocab)
 
 
 def test_prompt_ids_stay_below_the_vocabulary_and_skip_every_special_token(tmp_path):

@@ -205,3 +205,19 @@ def test_container_flag_on_a_host_and_on_local(env, csb, dockerd):
     assert doc["container"]["id"] == cid and doc["hostname"] == cid[:12]
     res = inv_cmd("facts", "--host", "local", "--container", "bad/name", env=env)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "container" in res.stderr
+
+
+def test_container_restart_is_a_checked_profile_field(tmp_path, monkeypatch):
+    """The restart shape is a profile field: a bad value is one line; entrypoint without a container too."""
+    from sglops.launch_profiles import load_profile
+
+    monkeypatch.setenv("SGLOPS_PROFILES", str(tmp_path))
+    (tmp_path / "sideways.yaml").write_text("model_path: /m\ncontainer_restart: sideways\n")
+    res = inv_cmd("restart", "sideways", "--host", "local", "--dry-run", env={"SGLOPS_PROFILES": str(tmp_path)})
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "container_restart must be one of exec, entrypoint (got 'sideways')" in res.stderr
+    (tmp_path / "ep.yaml").write_text("model_path: /m\ncontainer_restart: entrypoint\n")
+    assert load_profile("ep").container_restart == "entrypoint"
+    res = inv_cmd("restart", "ep", "--host", "local", "--dry-run", env={"SGLOPS_PROFILES": str(tmp_path)})
+    assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1
+    assert "container_restart: entrypoint needs a container target" in res.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglops.remote_scripts import load_script
+from sglops.remote_scripts import server_restart
 
 LOGS = Path(__file__).parent / "data" / "server_logs"
 REAL_LOGS = sorted(LOGS.glob("*.log"))
@@ -19,10 +19,8 @@ REAL_LOGS = sorted(LOGS.glob("*.log"))
 
 @pytest.fixture(scope="module")
 def host_side() -> dict:
-    """The host-side helpers (server_common + server_restart), as they run on a host."""
-    ns: dict = {"__name__": "server_restart_under_test"}
-    exec(compile(load_script("server_restart"), "server_restart.py", "exec"), ns)
-    return ns
+    """The host-side helpers (server_restart and what it imports from server_common), as they run on a host."""
+    return vars(server_restart)
 
 
 def test_every_class_has_a_real_log():

@@ -32,6 +32,7 @@ DRY_RUN_CASES = {
     "bench": ({"runs": 1, "output_len": 8}, []),
     "profile": ({"steps": 2}, []),
     "compare": ({}, [{"id": "b1", "do": "bench"}, {"id": "b2", "do": "bench"}]),
+    "ab": ({"a": "sandbox", "b": "sandbox+gather-cast", "rounds": 2, "output_len": 8}, []),
 }
 
 

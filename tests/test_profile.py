@@ -15,7 +15,7 @@ from conftest import REPO, inv_cmd
 
 from sglops.errors import RemoteError
 from sglops.profile import run_profile
-from sglops.remote_scripts import load_script
+from sglops.remote_scripts import profile_capture
 from sglops.sandbox.sshd import HOST_PYTHON, free_port
 
 STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
@@ -127,8 +127,7 @@ def test_inv_profile_json(use_sandbox, standin, tmp_path):
 
 def test_host_script_completeness_and_compression(tmp_path):
     """The host-side checks, run as the host runs them (the script's own source, stdlib only)."""
-    ns: dict = {"__name__": "profile_capture"}
-    exec(compile(load_script("profile_capture"), "profile_capture.py", "exec"), ns)
+    ns = vars(profile_capture)
     whole = gzip.compress(b'{"traceEvents": []}' * 1000)
     good, cut = tmp_path / "a-TP-0.trace.json.gz", tmp_path / "b-TP-0.trace.json.gz"
     good.write_bytes(whole)
@@ -154,9 +153,7 @@ def test_host_script_completeness_and_compression(tmp_path):
 
 
 def _host_script():
-    ns: dict = {"__name__": "profile_capture"}
-    exec(compile(load_script("profile_capture"), "profile_capture.py", "exec"), ns)
-    return ns
+    return vars(profile_capture)
 
 
 def test_prompt_ids_stay_inside_the_vocabulary(tmp_path):
@@ -190,7 +187,7 @@ def test_start_request_sends_only_what_was_asked():
     assert req["profile_by_stage"] is True
 
 
-def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path):
+def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path, monkeypatch):
     ns = _host_script()
     log = tmp_path / "server.log"
     log.write_text("[2026-12-02 17:00:01] Traceback (most recent call last):\n  File \"x.py\", line 1\n"
@@ -205,7 +202,7 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path):
     def dies_mid_answer(*_a):
         raise http.client.IncompleteRead(b"")
 
-    ns["http"] = dies_mid_answer  # the connection breaks mid-answer: an answer to explain, not a traceback
+    monkeypatch.setitem(ns, "http", dies_mid_answer)  # the connection breaks mid-answer: an answer to explain
     assert ns["_post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")
 
 

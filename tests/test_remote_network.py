@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sglops import patches
+from sglops import host_bundle, patches
 from sglops.errors import ConnectError, RemoteError
 from sglops.hosts import load_inventory
 from sglops.remote import connect
@@ -112,7 +112,7 @@ def test_a_connection_cut_mid_answer_is_an_error_not_a_short_answer(far, far_san
 
 
 def test_an_unparseable_answer_is_one_line_and_kept_whole_in_a_log(remote_a, tmp_path):
-    # A "python" that echoes its stdin: the host answers with the whole request, the facts script's source.
+    # A "python" that echoes its stdin: the host answers with the whole request, the facts script's bundle.
     echo = tmp_path / "echo-python"
     echo.write_text("#!/bin/sh\ncat\n")
     echo.chmod(0o755)
@@ -125,7 +125,8 @@ def test_an_unparseable_answer_is_one_line_and_kept_whole_in_a_log(remote_a, tmp
     log = Path(msg.rsplit("(whole answer in ", 1)[1].rstrip(")"))
     assert log.is_file() and log.is_relative_to(Path(os.environ["SGLOPS_ARTIFACTS"]))
     kept = log.read_text()
-    assert "def main(" in kept and len(kept) > 10_000  # the whole answer, not one line of it
+    sent = host_bundle.payload("facts", {}).decode()
+    assert sent in kept and len(sent) > 10_000  # the whole answer, not one line of it
 
 
 def test_a_failed_command_shows_its_last_line_and_logs_the_rest(remote_a):

@@ -117,3 +117,32 @@ def test_compare_chart_starts_at_zero_and_names_every_run(tmp_path, monkeypatch)
         "decode tok/s per stream, sglang in 32 / out 64 (all runs)"
     mixed = chart_title([run("r1", "sglang", 64), run("r2", "openai", 128)])
     assert "r1: sglang in 32 / out 64" in mixed and "r2: openai in 32 / out 128" in mixed
+
+
+def test_paired_ratio_interval_cancels_drift_that_the_unpaired_interval_counts_as_noise():
+    # an ABAB run on a host that slows down round by round: B is exactly 20% faster in every round
+    a = [100.0, 80.0, 60.0, 40.0, 30.0]
+    b = [x * 1.2 for x in a]
+    ratio, (lo, hi) = stats.paired_ratio_ci(a, b)
+    assert ratio == pytest.approx(1.2) and lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
+    ulo, uhi = stats.bootstrap_ratio_ci(a, b)  # each side resampled on its own: the drift swamps the change
+    assert ulo < 1 < uhi
+    assert verdict(ratio, (lo, hi), True, True) == "faster"
+
+
+def test_paired_ratio_interval_on_a_case_worked_by_hand():
+    # two pairs with ratios 1.0 and 2.0: a resample's median is 1.0 (p 1/4), 1.5 (p 1/2) or 2.0 (p 1/4),
+    # so the 2.5th and 97.5th percentiles of the bootstrap distribution are 1.0 and 2.0
+    ratio, ci = stats.paired_ratio_ci([10.0, 10.0], [10.0, 20.0])
+    assert ratio == 1.5 and ci == (1.0, 2.0)
+    # the same draws, enumerated: about a quarter of the 2000 resamples are each end
+    rng = random.Random(0)
+    meds = [stats.median([[1.0, 2.0][rng.randrange(2)] for _ in range(2)]) for _ in range(2000)]
+    assert 0.2 < meds.count(1.0) / 2000 < 0.3 and 0.2 < meds.count(2.0) / 2000 < 0.3
+    assert stats.paired_ratio_ci([5.0], [6.0]) == (1.2, None)  # one round: a ratio, no interval
+    assert stats.paired_ratio_ci([], []) is None
+    with pytest.raises(ValueError, match="differ in length"):
+        stats.paired_ratio_ci([1.0, 2.0], [1.0])
+    # seeded: re-analysing the recorded rounds gives the same interval
+    xs, ys = [9.0, 10.0, 11.0, 10.5], [10.0, 10.4, 12.1, 11.0]
+    assert stats.paired_ratio_ci(xs, ys) == stats.paired_ratio_ci(xs, ys)

@@ -1,4 +1,4 @@
-# Helpers shared by the remote scripts (prepended to them; standard library only).
+# Helpers shared by the remote scripts (imported by them: `from ._common import sh`; standard library only).
 import hashlib as _hashlib
 import os as _os
 import re as _re

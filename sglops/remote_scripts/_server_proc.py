@@ -1,10 +1,12 @@
-# The server process behind a port on this host, and what it runs on (needs _common).
+# The server process behind a port on this host, and what it runs on.
 # Why: the Python that matters for a benchmark is the SERVER's (its venv, its torch), not the one running
 # sglops' scripts; and when a server dies mid-run its own log says why (the log is its stdout, or the log
 # sglops recorded when it started the server).
 import json as _pjson
 import os as _pos
 import re as _pre
+
+from ._common import dist_version, sglops_dir
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
 

@@ -1,5 +1,4 @@
-# The served model's token space, for prompts sent as input_ids (needs _common's UserError:
-# `# sglops: include _common, _vocab`).
+# The served model's token space, for prompts sent as input_ids (`from ._vocab import draw_prompt_ids`).
 # SGLang does not validate input_ids: an id at or above the vocabulary size makes the embedding lookup raise
 # (IndexError) and the server dies. So prompt ids are drawn below the model's vocabulary (read from its
 # config.json and tokenizer files, where the server loads them from) and never a special token (bos, eos, pad,
@@ -8,6 +7,8 @@ import glob as _vglob
 import json as _vjson
 import os as _vos
 import random as _vrandom
+
+from ._common import UserError
 
 _CONFIG_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "unk_token_id",
                    "sep_token_id", "cls_token_id", "mask_token_id")

@@ -1,4 +1,3 @@
-# sglops: include _common, _vocab, _server_proc
 # Streaming benchmark client, run ON the GPU host against its own server on 127.0.0.1
 # (no network jitter in the figures, and never any traffic off the host).
 #
@@ -11,10 +10,15 @@
 import hashlib
 import http.client
 import json
+import os as _os
 import random
 import re
 import threading
 import time
+
+from ._common import UserError, progress, server_port, sglops_dir, sha256_file, try_find_sglang
+from ._server_proc import death_cause, log_size, python_env, server_process
+from ._vocab import draw_prompt_ids, model_token_space
 
 LOOPBACK = "127.0.0.1"
 _META = b'"meta_info":'

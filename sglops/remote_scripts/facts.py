@@ -1,10 +1,21 @@
-# sglops: include _common, _server_proc
 # What is on this GPU host, in one round trip: GPUs, driver/CUDA, Python, torch, FlashInfer, SGLang.
 # "python" and "torch" describe the Python SGLang runs on: the running server's interpreter (found from the
 # process listening on the server port), else the venv the SGLang package is installed in; only when neither
 # is known, the python running this script (always reported as "host_python").
 import os
 import re
+
+from ._common import (
+    container_identity,
+    dist_version,
+    flashinfer_info,
+    parallel,
+    python_info,
+    server_port,
+    sh,
+    try_find_sglang,
+)
+from ._server_proc import python_env, server_process
 
 GPU_FIELDS = ["index", "name", "compute_cap", "memory.total", "driver_version", "uuid"]
 

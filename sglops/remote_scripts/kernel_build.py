@@ -1,4 +1,3 @@
-# sglops: include _common
 # Build, self-test and install a kernel on this host, or uninstall / list what sglops installed.
 #
 # State lives in the tree's sglops state (sglops_dir)/kernels/: builds/<name>/<tag>/
@@ -9,11 +8,15 @@ import base64
 import fcntl
 import json
 import os
+import os as _os
 import re
 import shutil
 import subprocess
+import sys as _sys
 import sysconfig
 import time
+
+from ._common import PRIVATE_DIR, UserError, find_sglang, open_private, progress, sglops_dir, sh
 
 LOG_CAP = 200_000
 ERROR_RE = re.compile(r"error|Error|ERROR|FAILED|Traceback|Exception|assert|undefined reference|fatal")

@@ -1,7 +1,10 @@
-# sglops: include patch_lib
 # What was edited by hand in this SGLang tree, for `inv capture-patch`: each changed file's
 # current text and its pristine text (from git HEAD), or, against the PyPI release, the files
 # whose sha256 differs from the wheel's RECORD (the laptop holds the wheel's text).
+import os as _os
+
+from ._common import UserError, sh, sha256_file
+from .patch_lib import Lock, ledger, pending, recover, sglang_root
 
 
 def _pkg_rel(root, path):

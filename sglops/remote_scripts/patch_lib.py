@@ -1,4 +1,3 @@
-# sglops: include _common
 # Host side of sglops patches (stdlib only): the lock, the ledger and the write-ahead journal that
 # make an apply or revert all-or-nothing even if the SSH connection drops or the process is killed.
 #
@@ -19,9 +18,12 @@
 # back; each of its steps checks before it acts, so a crash during recovery is recovered again.
 import fcntl as _fcntl
 import json as _json
+import os as _os
 import shutil as _shutil
 import signal as _signal
 import time as _time
+
+from ._common import UserError, find_sglang, open_private, progress, sglops_dir, sha256_file
 
 LEDGER = "applied.json"
 JOURNAL = "journal.json"

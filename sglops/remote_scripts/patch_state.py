@@ -1,4 +1,3 @@
-# sglops: include patch_lib
 # One round trip before any patch decision: SGLang version and commit, the target files'
 # contents and hashes, their git status, the ledger, the backups asked about.
 #
@@ -6,6 +5,22 @@
 # A pending journal is reported ("recovery_needed") and the answer shows the tree as it will be
 # once recovered (files, ledger, backups), so `inv patches` and dry runs tell the truth without
 # changing anything. With "recover" (the mutating commands) it takes the lock and recovers first.
+import hashlib as _hashlib
+import os as _os
+
+from ._common import UserError, container_identity, sh, sha256_file
+from .patch_lib import (
+    Lock,
+    ledger,
+    pending,
+    recover,
+    resolve,
+    sglang_root,
+    shield,
+    state_dir,
+    summary,
+    view_after_recovery,
+)
 
 
 def _read(path, rel, want_text):

@@ -1,4 +1,3 @@
-# sglops: include patch_lib
 # Apply or revert one patch on this host, all or nothing, in one round trip, under the lock:
 #   recover any earlier transaction -> verify pre-image hashes -> journal "preparing" (names every
 #   file it will create) -> copy originals aside, stage new contents next to the targets, compile
@@ -8,9 +7,36 @@
 # ignored, so a dropped SSH connection cannot stop it half-way; after a SIGKILL the next mutating
 # patch step finishes or rolls back from the journal (patch_lib.recover). Each durable step calls
 # step(name): the crash-point tests kill the process there (see patch_lib).
+import os as _os
 import py_compile
 import secrets
+import shutil as _shutil
 import tempfile
+import time as _time
+
+from ._common import UserError, container_identity, sha256_file
+from .patch_lib import (
+    LEDGER,
+    STAGED_SUFFIX,
+    Lock,
+    abort,
+    copy_durable,
+    finish,
+    fsync_dir,
+    journal_path,
+    ledger,
+    recover,
+    remove,
+    resolve,
+    say,
+    set_state,
+    sglang_root,
+    shield,
+    state_dir,
+    step,
+    txn_dir,
+    write_json,
+)
 
 
 def _compile(staged, target):

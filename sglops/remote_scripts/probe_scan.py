@@ -1,4 +1,3 @@
-# sglops: include _common
 # Run a whole probe set against this host's SGLang tree and FlashInfer headers in one round trip.
 # ripgrep where the host has it, else a stdlib scanner; both feed the same post-processing,
 # so results are identical. Choice lists are read with `ast` (no import of sglang).
@@ -10,6 +9,8 @@ import os
 import re
 import shutil
 import time
+
+from ._common import UserError, find_sglang, flashinfer_info, sh
 
 _OS_ERROR = re.compile(r"\s*\(os error \d+\)$")
 _QUOTED = re.compile(r"[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']")

@@ -1,4 +1,3 @@
-# sglops: include _common, server_common, _vocab
 # Profile SGLang on this host in one round trip: POST /start_profile with the fields SGLang reads (num_steps,
 # activities, profile_prefix, profile_id, output_dir, with_stack, record_shapes, profile_by_stage), one
 # single-stream /generate whose prompt ids lie inside the model's vocabulary, stop the profiler if it did not
@@ -11,6 +10,10 @@ import re
 import shutil
 import tempfile
 import time
+
+from ._common import UserError, find_sglang, http, progress, server_port, sglops_dir
+from ._vocab import draw_prompt_ids, model_token_space
+from .server_common import http_get, local_url, read_json_file, tail
 
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"

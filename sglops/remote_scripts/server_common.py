@@ -1,4 +1,4 @@
-# Server state on the host, shared by the server_* scripts (standard library only; needs _common).
+# Server state on the host, shared by the server_* scripts (standard library only).
 # State lives in the tree's sglops state folder (sglops_dir: <checkout>/.sglops, or a per-user folder for a
 # pip-installed tree): server.pid, server.json, launch.sh, launch.last-good.sh, server.log, restarts.jsonl.
 # A process is ours only if its pid AND its start time match server.json.
@@ -8,6 +8,8 @@ import os as _sos
 import re as _sre
 import signal as _ssignal
 import time as _stime
+
+from ._common import PRIVATE_FILE, http, open_private, sglops_dir
 
 # (class, label, pattern): the first class whose pattern matches anywhere in the log since the restart marker
 # wins, most specific first. Patterns follow what SGLang really prints (tests/data/server_logs/ keeps real logs).
@@ -31,6 +33,7 @@ FAILURE_CLASSES = [
     ("python_traceback", "Python traceback", r"Traceback \(most recent call last\)"),
 ]
 _EXCEPTION_LINE = _sre.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
+KILL_WAIT_S = 20.0
 SINCE_CAP = 16 * 1024 * 1024  # bytes of log read for classifying one start (a crash writes a few KB)
 
 
@@ -173,7 +176,9 @@ def stop_server(paths, grace_s=20.0):
                 _sos.kill(pid, _ssignal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _wait_gone(pgid, tree, _stime.monotonic() + 5)
+        # a KILLed process with a few GB mapped can take seconds to go on a loaded host (seen: a scheduler still
+        # listed right after a hung start was stopped); answer only when the tree is gone, or after 20 s
+        _wait_gone(pgid, tree, _stime.monotonic() + KILL_WAIT_S)
     for name in ("server.pid", "server.json"):
         if _sos.path.exists(paths[name]):
             _sos.unlink(paths[name])
@@ -256,3 +261,55 @@ def http_get(url, timeout=2.0):
 def append_record(paths, record):
     with open_private(paths["restarts.jsonl"], "a") as fh:
         fh.write(_sjson.dumps(record) + "\n")
+
+
+_INITS = ("docker-init", "tini", "dumb-init", "catatonit")
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def is_server_argv(argv):
+    """Does this command line start an LLM server (SGLang, vLLM, the sandbox stand-in)?"""
+    text = " ".join(argv)
+    return ("sglang.launch_server" in text or "sglang-standin" in text
+            or any(_sos.path.basename(a) == "vllm" for a in argv[:3]) and "serve" in argv)
+
+
+def flag_value(argv, flag, default=None):
+    """`--flag V` or `--flag=V` from a command line."""
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return default
+
+
+def entrypoint_server():
+    """The server that is this container's own command (PID 1, or the child of an init such as docker-init):
+    restart shape (b), where the engine, not sglops, starts it. None when PID 1 is no server (a host, or a
+    long-running container sglops starts servers in)."""
+    first = _cmdline(1)
+    pid = 1
+    if first and _sos.path.basename(first[0]) in _INITS:
+        kids = [int(p) for p in _sos.listdir("/proc") if p.isdigit() and _ppid(int(p)) == 1]
+        pid = min(kids) if kids else 1
+        first = _cmdline(pid)
+    if not first or not is_server_argv(first):
+        return None
+    return {"pid": pid, "argv": first[:60], "port": int(flag_value(first, "--port", 30000)),
+            "host": flag_value(first, "--host", "127.0.0.1")}
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,8 +1,10 @@
-# sglops: include _common, server_common
 # What the host's SGLang tree accepts as launch arguments (read statically, never imported: the
 # host python may have no torch), plus the server sglops started there, in one round trip.
 import ast
 import os
+
+from ._common import UserError, find_sglang
+from .server_common import entrypoint_server, our_server, read_json_file, state_paths
 
 CHOICE_FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
                 "--nsa-prefill-backend", "--nsa-decode-backend", "--dsa-prefill-backend", "--dsa-decode-backend",
@@ -124,7 +126,7 @@ def current(root):
     info = our_server(paths)
     return {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
             "last_good": read_json_file(paths["launch.last-good.json"])
-            if os.path.exists(paths["launch.last-good.sh"]) else None}
+            if os.path.exists(paths["launch.last-good.sh"]) else None, "entrypoint": entrypoint_server()}
 
 
 def main(args):

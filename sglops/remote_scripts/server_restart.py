@@ -1,4 +1,3 @@
-# sglops: include _common, server_common
 # Restart the server in one round trip: lock, stop ours (pid file + process group + its process tree),
 # install the new launch script atomically, start it detached with its own log, poll /health on this host,
 # read /server_info (/get_server_info before it existed), remember the script as last-good if it came up,
@@ -10,6 +9,23 @@ import re
 import signal
 import subprocess
 import time
+
+from ._common import PRIVATE_SCRIPT, UserError, is_checkout, open_private, progress
+from .server_common import (
+    append_record,
+    classify,
+    entrypoint_server,
+    group_alive,
+    http_get,
+    local_url,
+    read_since,
+    server_info,
+    start_ticks,
+    state_paths,
+    stop_server,
+    tail,
+    write_atomic,
+)
 
 
 def start(paths, script_path, cwd):
@@ -104,7 +120,7 @@ def main(args):
         stopped = stop_server(paths, float(args.get("grace_s", 20)))
         append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "state": "stopped",
                               "stopped_pid": stopped["pid"], "operator": args.get("operator")})
-        return stopped
+        return {**stopped, "entrypoint": None if stopped["stopped"] else entrypoint_server()}
     if args.get("rollback"):
         try:
             with open(paths["launch.last-good.sh"]) as fh:

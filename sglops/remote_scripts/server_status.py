@@ -1,10 +1,12 @@
-# sglops: include _common, server_common
 # The server sglops started on this host: alive?, /health, /server_info (or /get_server_info), last restarts,
 # log tail.
 # With follow_s, keep streaming new log lines (as progress reports) for that long.
 import json
 import os
 import time
+
+from ._common import UserError, progress
+from .server_common import entrypoint_server, http_get, local_url, our_server, server_info, state_paths, tail
 
 
 def last_restarts(path, n):
@@ -47,16 +49,18 @@ def main(args):
     root = args["root"]
     paths = state_paths(root, create=False)  # read-only: makes no .sglops/
     info = our_server(paths)
-    port = args.get("port") or (info or {}).get("port")
-    host = args.get("host") or (info or {}).get("host")
+    entry = None if info else entrypoint_server()  # restart shape (b): the container's command is the server
+    port = args.get("port") or (info or entry or {}).get("port")
+    host = args.get("host") or (info or entry or {}).get("host")
     out = {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
            "health": None, "server_info": None, "restarts": last_restarts(paths["restarts.jsonl"], 5),
-           "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20)))}
+           "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20))),
+           "entrypoint": entry}
     if port:
         out["health"], _ = http_get(local_url(host, port, "/health"), timeout=3)
         if args.get("server_info", True) and out["health"] is not None:
             out["server_info"], out["server_info_endpoint"] = server_info(host, port)
-    if args.get("follow_s"):
+    if args.get("follow_s") and not entry:  # shape (b): the log is the engine's, followed on the host
         for ln in out["log_tail"]:
             progress(line=ln)
         follow(paths["server.log"], float(args["follow_s"]))

@@ -7,7 +7,12 @@ so the machine's networking is untouched and nothing collides with another daemo
 The image is made from files already on this machine (no registry, no apt inside, ~1-2 s): a shell, the
 coreutils and procps a host script and `timeout` need, Debian's python3.11 with its standard library, and
 SGLang's release wheel unpacked as a pip install lays it out (site-packages/sglang + dist-info, no git).
-The real SGLang CPU environment is not copied in: a container that serves for real bind-mounts it read-only.
+The real SGLang CPU environment is not copied in: a container that serves for real bind-mounts it read-only
+(`serve_mounts()`: the venv + model folder and the Python the venv was made from, at the same paths). Its
+serving image (`ensure_image(..., serve=True)`) carries what that environment links against and a shell
+image would have: the system libraries its shared objects need (found with `ldd`, ~10 s, once per build;
+e.g. libmvec for soundfile's bundled libsndfile, libgomp, libnuma) and an ld.so.cache made by `ldconfig`
+inside the image, so `ctypes.util.find_library` answers as on any Debian image.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +37,12 @@ DOCKERD = shutil.which("dockerd") or "/usr/sbin/dockerd"
 DOCKER = shutil.which("docker") or "/usr/bin/docker"
 TOOLS = ("sh", "bash", "timeout", "base64", "cat", "mv", "rm", "mkdir", "ls", "sleep", "env", "kill", "ps",
          "dirname", "cp", "chmod", "nohup", "tail", "head", "setsid", "id", "uname", "true", "grep", "sed",
-         "printf", "echo", "sha256sum", "stat", "readlink", "flock", "pgrep", "pkill")
+         "printf", "echo", "sha256sum", "stat", "readlink", "flock", "pgrep", "pkill", "lscpu", "nproc")
 PYTHON = "/usr/bin/python3.11"
 EXTRA_LIBS = ("libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1",
               "libm.so.6", "libz.so.1")  # what the bind-mounted real SGLang environment (torch, numpy) links against
+LDCONFIG = "/sbin/ldconfig"  # static: no libraries of its own; makes /etc/ld.so.cache inside the image
+LD_DIRS = ("/usr/local/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
 SITE = "/opt/sglang/lib/python3.11/site-packages"  # where the image's SGLang is "pip-installed"
 IMAGE_REPO = "sglops-sandbox"
 
@@ -215,12 +223,12 @@ class _Tree:
             self.names.add(name)
 
 
-def build_rootfs(dest: Path, sglang_version: str) -> Path:
-    """A tar of the image's root filesystem (see the module docstring)."""
+def build_rootfs(dest: Path, sglang_version: str, extra_libs: tuple[str, ...] = ()) -> Path:
+    """A tar of the image's root filesystem (see the module docstring); extra_libs: more system libraries."""
     import zipfile
 
     wheel = trees.cached_wheel("sglang", sglang_version)
-    files = _machine_files()
+    files = sorted({*_machine_files(), *extra_libs, LDCONFIG})
     with tarfile.open(dest, "w") as tar:
         tree = _Tree(tar)
         for d in ("usr", "usr/bin", "usr/lib", "etc", "tmp", "root", "proc", "sys", "dev", "opt", "run", "var",
@@ -238,6 +246,7 @@ def build_rootfs(dest: Path, sglang_version: str) -> Path:
         _add_stdlib(tar)
         _add_text(tar, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/sh\n")
         _add_text(tar, "etc/group", "root:x:0:\nnogroup:x:65534:\n")
+        _add_text(tar, "etc/ld.so.conf", "\n".join(LD_DIRS) + "\n")
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
                 if info.is_dir():
@@ -249,24 +258,75 @@ def build_rootfs(dest: Path, sglang_version: str) -> Path:
     return dest
 
 
-def image_tag(sglang_version: str) -> str:
-    """A tag that changes when what goes into the image changes (this file, the tools, the release)."""
+def serve_mounts() -> tuple[tuple[str, str], ...]:
+    """(host path, container path) pairs that make the real SGLang CPU environment usable inside a container,
+    read-only and at the same paths (its venv links to the Python it was made from): the server-env folder
+    (venv + tiny model) and that Python's prefix."""
+    from sglops.sandbox import sglang_cpu
+
+    base = os.path.realpath(sglang_cpu.venv_python())
+    prefix = os.path.dirname(os.path.dirname(base))
+    mounts = [(str(sglang_cpu.env_root()), str(sglang_cpu.env_root()))]
+    if not prefix.startswith("/usr"):  # a pyenv / uv / conda Python: not in the image, so mounted too
+        mounts.append((prefix, prefix))
+    return tuple(mounts)
+
+
+def serve_libs() -> tuple[str, ...]:
+    """The system libraries (outside the mounted folders) that the environment's shared objects link against."""
+    roots = [src for src, _ in serve_mounts()]
+    objects = []
+    for root in roots:
+        for folder, _, names in os.walk(root):
+            objects += [os.path.join(folder, n) for n in names if ".so" in n and not n.endswith(".py")]
+    from sglops.sandbox import sglang_cpu
+
+    objects.append(os.path.realpath(sglang_cpu.venv_python()))
+    found: set[str] = set()
+    for i in range(0, len(objects), 200):
+        found |= _ldd(objects[i:i + 200])
+    return tuple(sorted(p for p in found if not any(p.startswith(r + "/") for r in roots)))
+
+
+def image_tag(sglang_version: str, serve: bool = False) -> str:
+    """A tag that changes when what goes into the image changes (this file, the tools, the release, and for a
+    serving image the environment it is made for)."""
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(sglang_version.encode())
     h.update(" ".join(TOOLS).encode())
-    return f"{IMAGE_REPO}:{sglang_version}-{h.hexdigest()[:12]}"
+    if serve:
+        from sglops.sandbox import sglang_cpu
+
+        h.update(str(sglang_cpu.venv_dir()).encode())
+        h.update((sglang_cpu.venv_dir() / sglang_cpu.READY).read_bytes())
+    return f"{IMAGE_REPO}:{sglang_version}{'-serve' if serve else ''}-{h.hexdigest()[:12]}"
 
 
-def ensure_image(dockerd: Dockerd, sglang_version: str = "0.5.23") -> str:
-    """The sandbox image's tag, built (`docker import` of build_rootfs) when the daemon lacks it."""
-    tag = image_tag(sglang_version)
+def ensure_image(dockerd: Dockerd, sglang_version: str = "0.5.23", serve: bool = False) -> str:
+    """The sandbox image's tag, built (`docker import` of build_rootfs, then `ldconfig` inside) when the daemon
+    lacks it. serve=True: the image a container serving the bind-mounted real SGLang environment needs."""
+    if serve:
+        from sglops.sandbox import sglang_cpu
+
+        reason = sglang_cpu.not_ready()
+        if reason:
+            raise SglopsError(reason)
+    tag = image_tag(sglang_version, serve)
     if dockerd.docker("image", "inspect", tag, check=False, timeout=30).returncode == 0:
         return tag
+    raw = f"{tag}-raw"
     with tempfile.TemporaryDirectory(prefix="sglops-rootfs-") as tmp:
-        rootfs = build_rootfs(Path(tmp) / "rootfs.tar", sglang_version)
+        rootfs = build_rootfs(Path(tmp) / "rootfs.tar", sglang_version, serve_libs() if serve else ())
         with open(rootfs, "rb") as fh:
-            dockerd.docker("import", "--change", "ENV PATH=/usr/bin:/bin", "--change", "WORKDIR /root", "-", tag,
+            dockerd.docker("import", "--change", "ENV PATH=/usr/bin:/bin", "--change", "WORKDIR /root", "-", raw,
                            input=fh.read(), timeout=600)
+    name = f"sglops-ldconfig-{uuid.uuid4().hex[:8]}"
+    try:  # the ld.so.cache a real image has (ctypes.util.find_library reads it through `ldconfig -p`)
+        dockerd.docker("run", "--name", name, "--network", "none", raw, LDCONFIG, timeout=120)
+        dockerd.docker("commit", "--change", 'CMD ["sh"]', name, tag, timeout=300)
+    finally:
+        dockerd.docker("rm", "-f", name, check=False, timeout=60)
+        dockerd.docker("rmi", raw, check=False, timeout=60)
     return tag
 
 

@@ -11,30 +11,13 @@ from typing import TYPE_CHECKING
 
 from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_breakdown
 from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
+from sglops.trace.names import short_kernel  # noqa: F401  (sglops.trace.short_kernel; used below)
 from sglops.trace.parse import TraceError, read
 
 if TYPE_CHECKING:
     from sglops.trace.diagnose import Finding
 
 SCOPE_LABELS = {"decode": "in decode steps", "steps": "in profiled steps", "all": "overall"}
-
-
-def short_kernel(name: str) -> str:
-    """A kernel name a person can read: base name plus the functor/dtype that tells variants apart."""
-    s = (name[5:] if name.startswith("void ") else name).replace("(anonymous namespace)::", "")
-    cut = min([i for i in (s.find("<"), s.find("(")) if i > 0] or [len(s)])
-    base = s[:cut]
-    if cut == len(s):
-        return base[:90]
-    inner = s[cut:]
-    bits = []
-    m = re.search(r"at::native::(\w+(?:_kernel_cuda|Functor_\w+|Functor|_scalar))", inner)
-    if m:
-        bits.append(m.group(1))
-    m = re.search(r"lambda\((c10::\w+|float|double|int|long|bool|short)\)#", inner)
-    if m:
-        bits.append(m.group(1).replace("c10::", ""))
-    return (f"{base}[{', '.join(bits)}]" if bits else base)[:90]
 
 
 @dataclass

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from sglops.trace.analysis import short_kernel
+from sglops.trace.names import full_names_markdown, short_kernel
 
 if TYPE_CHECKING:
     from sglops.trace.diff import Delta, TraceDiff
@@ -59,5 +59,7 @@ def markdown(diff: TraceDiff, top: int = 15) -> str:
         for d in rows:
             name = str(_name(key, d)).replace("|", "\\|")
             lines.append(f"| `{name}` | {_us(d.a_us)} | {_us(d.b_us)} | {_us(d.delta_us, signed=True)} |")
+        if key == "kernels":
+            lines += full_names_markdown([d.name for d in rows])
         lines.append("")
     return "\n".join(lines)

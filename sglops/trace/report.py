@@ -13,6 +13,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from sglops.trace.analysis import TraceAnalysis
 
+CHART_LABEL = 60  # characters of a chart's bar label; names are cut at a word boundary (sglops.trace.names)
 
 def _verdict(a: TraceAnalysis) -> list[str]:
     if a.findings:
@@ -143,8 +144,8 @@ def _rank_and_notes(a: TraceAnalysis) -> list:
 
 
 def markdown(a: TraceAnalysis, top: int = 15) -> str:
-    """A report to paste into an issue or keep beside the traces."""
-    from sglops.trace.analysis import short_kernel
+    """A report to paste into an issue or keep beside the traces (kernel names shortened, in full below)."""
+    from sglops.trace.names import full_names_markdown, short_kernel
 
     out = ["# Trace analysis", "", _headline(a) + ".", "", "## Verdict", ""]
     for line in _verdict(a):
@@ -154,6 +155,7 @@ def markdown(a: TraceAnalysis, top: int = 15) -> str:
     out += ["", "## GPU time by kernel", "", "| kernel | ms | share | calls |", "|---|---:|---:|---:|"]
     for name, us, n in a.top_kernels(top):
         out.append(f"| `{short_kernel(name)}` | {us / 1000:.3f} | {us / a.gpu_us:.1%} | {n} |")
+    out += full_names_markdown([name for name, _, _ in a.top_kernels(top)])
     out += ["", "## GPU time by launching CPU op (incl. nested ops)", "", "| op | ms | share | calls |",
             "|---|---:|---:|---:|"]
     for name, us, n in a.top_ops(top):
@@ -229,14 +231,14 @@ def chart(a: TraceAnalysis, path: str | os.PathLike, top: int = 15) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sglops.trace.analysis import short_kernel
+    from sglops.trace.names import short_kernel, shorten
 
-    if a.has_gpu:
-        rows = [(short_kernel(n)[:70], us / a.gpu_us * 100) for n, us, _ in a.top_kernels(top)][::-1]
+    if a.has_gpu:  # labels cut at a word boundary; the report's table and analysis.json keep the full names
+        rows = [(short_kernel(n, CHART_LABEL), us / a.gpu_us * 100) for n, us, _ in a.top_kernels(top)][::-1]
         xlabel, title = "share of GPU time (%)", f"Top kernels by GPU time ({_ranks(a)})"
     else:
         total = (a.cpu.self_total_us if a.cpu else 0) or 1.0
-        rows = [(n[:70], us / total * 100) for n, us, *_ in (a.cpu.top_self(top) if a.cpu else [])][::-1]
+        rows = [(shorten(n, CHART_LABEL), us / total * 100) for n, us, *_ in (a.cpu.top_self(top) if a.cpu else [])][::-1]
         xlabel, title = "share of CPU time in ops, self (%)", f"Top CPU ops by self time ({_ranks(a)})"
     fig, ax = plt.subplots(figsize=(10, 0.4 * max(len(rows), 3) + 1.2))
     shares = [v for _, v in rows]

@@ -1,0 +1,157 @@
+"""`inv ab` against the REAL SGLang 0.5.23 CPU server (tiny random Llama) on a sandbox sshd host.
+
+One host for the module; every round is a real restart of the real server through the rendered profile. The
+host's SGLang tree is a PRIVATE hard-linked copy of the server venv's site-packages/sglang (on PYTHONPATH in the
+profile), so the test patch that perturbs the sampler never touches the tree other tests and servers use: a
+patch replaces a file by rename, so the shared inode is never written. Few requests, short outputs, 1-2 rounds.
+
+Proofs: (a) the same profile on both sides gives identical outputs; (b) a test patch that perturbs the logits is
+caught as OUTPUTS DIFFER with the first divergence named, `--require-identical` exits non-zero, and the ledger
+shows the patch reverted; (c) a profile that changes the KV cache dtype is an unintended config difference
+unless named as the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, inv_cmd
+
+from sglops import launch
+from sglops.hosts import load_inventory
+from sglops.remote import connect
+from sglops.sandbox import sglang_cpu
+from sglops.sandbox.sshd import Sandbox, free_port
+
+pytestmark = pytest.mark.real_server
+PATCH = "perturb-logits-test"
+BENCH = ["--input-len", "12", "--output-len", "12", "--requests", "2", "--warmup", "1"]
+
+
+def private_tree(base: Path) -> Path:
+    """site-packages/{sglang, its dist-info} hard-linked from the server venv: cheap, and safe to patch."""
+    src = sglang_cpu.site_packages()
+    site = base / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    for name in ["sglang", *[p.name for p in src.glob("sglang-*.dist-info")]]:
+        shutil.copytree(src / name, site / name, copy_function=os.link, symlinks=True)
+    return site
+
+
+@pytest.fixture(scope="module")
+def real_ab(tmp_path_factory):
+    """(sandbox, env, site): host cpu-a on the private tree, profiles cpu / cpu-kv-bf16, the test patch."""
+    reason = sglang_cpu.not_ready()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"real-server tier: {reason}")
+        pytest.skip(f"real-server tier: {reason}")
+    base = tmp_path_factory.mktemp("ab-real")
+    site = private_tree(base / "tree")
+    profiles = base / "profiles"
+    profiles.mkdir()
+    doc = yaml.safe_load((REPO / "playbooks" / "profiles" / "sandbox-sglang-cpu.yaml").read_text())
+    doc.update(port=free_port(), per_host={})
+    doc["env"] = {**doc.get("env", {}), "PYTHONPATH": str(site)}
+    (profiles / "cpu.yaml").write_text(yaml.safe_dump(doc))
+    (profiles / "cpu-kv-bf16.yaml").write_text(yaml.safe_dump({"extends": "cpu", "kv_cache_dtype": "bf16"}))
+    patch_root = base / "patches"
+    shutil.copytree(REPO / "tests" / "data" / "patches" / PATCH, patch_root / PATCH)
+    sb = Sandbox(base / "hosts", [{"name": "cpu-a", "sglang_env": "cpu"}]).start()
+    inv_doc = yaml.safe_load(Path(sb.inventory).read_text())
+    for h in inv_doc["hosts"]:
+        h["sglang_root"] = str(site / "sglang")
+    inventory = base / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(inv_doc))
+    env = {"SGLOPS_INVENTORY": str(inventory), "SGLOPS_PROFILES": str(profiles), "SGLOPS_PATCHES": str(patch_root),
+           "SGLOPS_ARTIFACTS": str(base / "artifacts"), "COLUMNS": "200"}
+    try:
+        yield sb, env, site
+    finally:
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            inv = load_inventory(inventory)
+            with connect(inv.get("cpu-a"), inventory=inv) as remote:
+                launch.stop(remote, grace_s=15)
+        sb.stop()
+
+
+def _ab(env: dict, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`inv ab --json` as a user runs it (a real server restarts take minutes on a busy machine)."""
+    proc = subprocess.run([sys.executable, "-m", "invoke", "ab", "--host", "cpu-a", *args, *BENCH, "--json"],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, **env}, timeout=3000)
+    assert proc.stdout.strip().startswith("{"), proc.stderr[-3000:]
+    return proc, json.loads(proc.stdout)
+
+
+def _ledger(env: dict) -> list[str]:
+    proc = inv_cmd("patches", "--host", "cpu-a", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    return [p["patch"] for p in json.loads(proc.stdout)["patches"] if p["status"] == "applied"]
+
+
+def test_same_profile_on_both_sides_gives_identical_outputs(real_ab):
+    sb, env, site = real_ab
+    proc, doc = _ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "2", "--require-identical")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(f"\nab same profile, 2 rounds: {doc['wall_s']} s; {doc['verdict']}")
+    assert [(r["side"], r["status"]) for r in doc["rounds"]] == [("A", "ok"), ("B", "ok")] * 2
+    assert doc["identical"] is True and doc["a_self_identical"] is True
+    assert doc["identity"]["compared"] == 2 and doc["identity"]["max_logprob_diff"] == 0
+    assert "outputs identical (2 prompts, logprobs equal)" in doc["verdict"]
+    assert "too few rounds for a speed verdict (2 < 3)" in doc["verdict"]  # honest with 2 rounds
+    assert doc["config"]["same"] and not doc["unintended"]
+    assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")  # none ran before
+
+
+def test_a_patch_that_perturbs_the_logits_is_caught_and_reverted(real_ab):
+    sb, env, site = real_ab
+    sampler = site / "sglang" / "srt" / "layers" / "sampler.py"
+    shared = sglang_cpu.sglang_tree() / "srt" / "layers" / "sampler.py"
+    assert sampler.stat().st_ino == shared.stat().st_ino  # hard-linked until the patch replaces it
+    proc, doc = _ab(env, "-a", "cpu", "--patch", PATCH, "--rounds", "1", "--require-identical")
+    assert proc.returncode == 8, proc.stderr[-3000:]  # --require-identical: a difference is a failure
+    assert doc["kind"] == "differ" and "OUTPUTS DIFFER" in doc["error"] and "Traceback" not in proc.stderr
+    print(f"\nab perturbed, 1 round: {doc['wall_s']} s; {doc['verdict']}")
+    assert doc["rounds"][1]["patches"] == [PATCH] and doc["rounds"][0]["patches"] == []
+    assert doc["identical"] is False and "OUTPUTS DIFFER at token" in doc["verdict"]
+    first = doc["identity"]["first_divergence"]
+    assert first["a_id"] != first["b_id"] and 0 <= first["token_index"] < 12 and first["prompt"]
+    assert f"token {first['token_index']} of prompt {first['prompt_index']}" in doc["verdict"]
+    assert any(line.startswith("first divergence: token") for line in doc["identity_lines"])
+    assert doc["config"]["line"].startswith("config differs only as intended (patches)")
+    # the host ledger shows the patch reverted; the shared tree was never written
+    assert doc["restore"]["ok"] and doc["restore"]["ledger"] == [] and _ledger(env) == []
+    assert "sglops: perturb-logits-test" not in sampler.read_text() + shared.read_text()
+    # the rounds compare the same way through inv compare (runs of their own)
+    a, b = doc["rounds"][0]["run_id"], doc["rounds"][1]["run_id"]
+    cmp = inv_cmd("compare", a, b, "--require-identical", "--no-chart", env=env)
+    assert cmp.returncode == 8 and "OUTPUTS DIFFER" in cmp.stdout + cmp.stderr
+
+
+def test_a_kv_dtype_profile_change_is_an_unintended_config_difference(real_ab):
+    sb, env, site = real_ab
+    proc, doc = _ab(env, "-a", "cpu", "-b", "cpu-kv-bf16", "--rounds", "1", "--require-same-config")
+    assert proc.returncode == 8 and "UNINTENDED" in doc["error"], proc.stderr[-3000:]
+    print(f"\nab kv dtype, 1 round: {doc['wall_s']} s; {doc['verdict']}")
+    assert doc["unintended"] == ["kv_cache_dtype"]
+    assert "1 UNINTENDED config difference: kv_cache_dtype auto -> bf16" in doc["verdict"]
+    # named as the variable, the same rounds are what the engineer meant to compare
+    a, b = doc["rounds"][0]["run_id"], doc["rounds"][1]["run_id"]
+    named = inv_cmd("compare", a, b, "--variable", "kv_dtype", "--require-same-config", "--no-chart", "--json",
+                    env=env)
+    assert named.returncode == 0, named.stderr
+    cfg = json.loads(named.stdout)["config"][b]
+    assert cfg["unintended"] == [] and cfg["line"] == "config differs only as intended (kv_cache_dtype)"
+    report = inv_cmd("report", doc["run_id"], env=env)
+    assert report.returncode == 0, report.stderr
+    page = (Path(doc["folder"]) / "run-report.md").read_text()
+    assert "| kv_cache_dtype | auto | bf16 | **UNINTENDED** |" in page
