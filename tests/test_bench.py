@@ -381,10 +381,9 @@ def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(s
 
 def test_another_server_answering_after_the_run_makes_it_partial(standin, remote_a):
     """A server restarted mid-run (other pid, other configuration) mixes two servers in one figure."""
-    from sglops.remote_scripts import load_script
+    from sglops.remote_scripts import bench_client
 
-    host: dict = {"__name__": "host"}
-    exec(compile(load_script("bench_client"), "bench_client", "exec"), host)
+    host = vars(bench_client)
     first = standin(400.0)
     before = host["server_info"](first)
     pid = host["listening_pid"](first)

@@ -170,11 +170,10 @@ REAL_CHUNKS = [
 
 
 def _client() -> dict:
-    from sglops.remote_scripts import load_script
+    """The bench client module as it runs on a host (the module sent there, with its imports)."""
+    from sglops.remote_scripts import bench_client
 
-    ns: dict = {"__name__": "host"}
-    exec(compile(load_script("bench_client"), "bench_client", "exec"), ns)
-    return ns
+    return vars(bench_client)
 
 
 def test_a_streaming_chunk_is_read_without_decoding_its_logprobs_and_the_last_one_whole():

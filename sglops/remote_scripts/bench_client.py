@@ -17,7 +17,7 @@ import threading
 import time
 
 from ._common import UserError, progress, server_port, sglops_dir, sha256_file, try_find_sglang
-from ._server_proc import death_cause, log_size, python_env, server_process
+from ._server_proc import death_cause, listening_pid, log_size, python_env, server_process
 from ._vocab import draw_prompt_ids, model_token_space
 
 LOOPBACK = "127.0.0.1"
