@@ -2,15 +2,15 @@
 
 from invoke import task
 
-from sglops import cli, values
-from sglops.cli import Targets
+from sglops.core import cli, values
+from sglops.core.cli import Targets
 
 
 # -- foundation -----------------------------------------------------------------------------
 @task(help=cli.help_with())
 def facts(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False):
     """What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang."""
-    from sglops.facts import gather
+    from sglops.probe.facts import gather
 
     cli.per_host("facts", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), gather,
                  json=json, artifact="facts.json")
@@ -29,7 +29,7 @@ def sandbox(c, action, hosts=None, base=None, real=False):
 @task(help={"keep": "leave the sandbox running afterwards"})
 def demo(c, keep=False):
     """The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, torn down."""
-    from sglops.demo import run_demo
+    from sglops.play.demo import run_demo
 
     code = cli.guarded(run_demo, keep=keep)
     if code:
@@ -45,7 +45,8 @@ _PATCH_HELP = cli.help_with(dry_run="show the diff and the files it would touch;
 def apply_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                 dry_run=False, variant=None, force=False, json=False):
     """Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's ledger, idempotent."""
-    from sglops import patch_spec, patches
+    from sglops.patch import apply as patches
+    from sglops.patch import spec as patch_spec
 
     cli.guarded(patch_spec.load, cli.checked(values.PATCH_NAME, name=name)["name"])
     cli.per_host("apply-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
@@ -57,7 +58,8 @@ def apply_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, acce
 def revert_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                  dry_run=False, force=False, json=False):
     """Take patches/NAME back off the host, only if its files are as the patch left them (else --force)."""
-    from sglops import patch_spec, patches
+    from sglops.patch import apply as patches
+    from sglops.patch import spec as patch_spec
 
     cli.guarded(patch_spec.load, cli.checked(values.PATCH_NAME, name=name)["name"])
     cli.per_host("revert-patch", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
@@ -68,7 +70,7 @@ def revert_patch(c, name, host=None, hosts=None, tag=None, sglang_root=None, acc
 @task(name="patches", help=cli.help_with())
 def patches_(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False):
     """Each patch on the host: available / applicable / applied / conflicting / drifted."""
-    from sglops import patches
+    from sglops.patch import apply as patches
 
     cli.per_host("patches", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), patches.status,
                  json=json)
@@ -81,7 +83,7 @@ def patches_(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
 def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=False, container=None, against="commit",
                   variant=None, files=None, dry_run=False, force=False, json=False):
     """Turn hand edits on the host into a new variant under patches/NAME/ with its patch.yaml entry."""
-    from sglops.patch_capture import capture
+    from sglops.patch.capture import capture
 
     cli.checked(values.PATCH_NAME | values.CAPTURE, name=name, against=against, variant=variant, files=files)
     cli.per_host("capture-patch", Targets(host, None, None, sglang_root, accept_new_host_key, container),
@@ -95,8 +97,9 @@ def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=Fals
 def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False,
                    probes=None, show_hits=False, engine="auto"):
     """Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; FlashInfer MLA FP8."""
-    from sglops.console import console
-    from sglops.probe import ENGINES, load_probe_set, scan
+    from sglops.core.console import console
+    from sglops.probe.scan import scan
+    from sglops.probe.spec import ENGINES, load_probe_set
 
     engine = cli.checked({"engine": values.Choice(tuple(sorted(ENGINES)))}, engine=engine)["engine"]
     probe_set = cli.guarded(load_probe_set, probes)
@@ -112,7 +115,7 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
             "chart": "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)"})
 def analyze_trace(c, files, out=None, json=False, chart=False):
     """GPU kernels / launching ops / steps / idle and the CPU side (scheduler phases, ops by self time)."""
-    from sglops.console import console, note, print_json
+    from sglops.core.console import console, note, print_json
     from sglops.trace import analyze_to
 
     analysis, saved = cli.guarded(analyze_to, files, out, markdown=not json, chart=chart)
@@ -128,7 +131,7 @@ def analyze_trace(c, files, out=None, json=False, chart=False):
             "top": "rows per table (default 12)"})
 def diff_trace(c, a, b, json=False, top=12):
     """What changed between two profiles: per step, kernel, launching op and CPU phase, ranked by change."""
-    from sglops.console import console, print_json
+    from sglops.core.console import console, print_json
     from sglops.trace.diff import diff_specs
 
     result = cli.guarded(diff_specs, a, b)
@@ -151,7 +154,7 @@ def profile(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_hos
             steps=None, output_len=None, port=None, wait=None, activities=None, with_stack=False,
             record_shapes=False, by_stage=False, chart=False, vocab_size=None):
     """Torch-profile a decode on the host's SGLang, fetch every rank's trace, analyse GPU and CPU, record the run."""
-    from sglops.profile import run_profile
+    from sglops.trace.profile import run_profile
 
     o = cli.checked(values.PROFILE, steps=steps, output_len=output_len, port=port, wait=wait)
     extra = cli.checked({"vocab_size": values.Int(2, 1 << 24)}, vocab_size=vocab_size)
@@ -180,7 +183,7 @@ def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
           vocab_size=None, no_logprobs=False):
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/
     with each request's output ids and logprobs (for `inv compare`'s identity check)."""
-    from sglops import bench as b
+    from sglops.bench import run as b
 
     opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
                        api=api, port=port, requests=requests, warmup=warmup,
@@ -201,8 +204,8 @@ def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False
             tolerance_logprob=None, min_identical_share=None, variable=None):
     """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, output identity,
     config differences, PNG of decode tok/s."""
-    from sglops import compare as cmp
-    from sglops.console import console, print_json
+    from sglops.bench import compare as cmp
+    from sglops.core.console import console, print_json
 
     o = cli.checked(values.COMPARE, require_identical=require_identical, require_same_config=require_same_config,
                     tolerance_logprob=tolerance_logprob, min_identical_share=min_identical_share, variable=variable)
@@ -235,7 +238,7 @@ def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None
        min_identical_share=None, variable=None, dry_run=False, json=False):
     """Interleaved A/B on one host (ABAB rounds, restart + patches ledger-checked each round): paired speed
     verdict, output identity, config differences; the host is left as it was found."""
-    from sglops import ab as ab_mod
+    from sglops.bench import ab as ab_mod
 
     o = cli.checked(ab_mod.spec(), a=a, b=b, patch=patch, rounds=rounds, runs=runs, input_len=input_len,
                     output_len=output_len, concurrency=concurrency, api=api, requests=requests, warmup=warmup,
@@ -251,8 +254,8 @@ def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None
 @task(help={"host": "only this host's runs", "task": "only runs of this task (e.g. bench)", "json": "JSON"})
 def runs(c, host=None, task=None, json=False):
     """Recorded runs under artifacts/, with each bench's headline decode tok/s."""
-    from sglops import compare as cmp
-    from sglops.console import console, print_json
+    from sglops.bench import compare as cmp
+    from sglops.core.console import console, print_json
 
     found = cli.guarded(cmp.list_runs, host, task)
     print_json(found.to_json()) if json else console.print(found.table())
@@ -266,7 +269,7 @@ _ONE_HOST = {k: v for k, v in _LAUNCH_HELP.items() if k not in ("hosts", "tag")}
 @task(help=_ONE_HOST)
 def render(c, profile, host=None, sglang_root=None, accept_new_host_key=False, container=None, port=None, json=False):
     """Print the launch script for PROFILE (with --host: checked against that host's SGLang release)."""
-    from sglops import launch
+    from sglops.launch import server as launch
 
     o = cli.checked(values.PROFILE_NAME | values.PORT, profile=profile, port=port)
     if host is None:
@@ -285,7 +288,7 @@ _RESTART_HELP = _LAUNCH_HELP | {"rollback": "start the last script of PROFILE th
 def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
             rollback=False, dry_run=False, timeout=None, port=None, json=False):
     """Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, explain crashes."""
-    from sglops import launch
+    from sglops.launch import server as launch
 
     o = cli.checked(values.RESTART | values.PROFILE_NAME, profile=profile, timeout=timeout, port=port)
     cli.guarded(launch.check_restart_args, o["profile"], rollback)
@@ -299,7 +302,7 @@ def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accep
 def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, dry_run=False,
              timeout=None, json=False):
     """Start the last launch script that came up healthy on the host, whatever its profile."""
-    from sglops import launch
+    from sglops.launch import server as launch
 
     timeout = cli.checked(values.RESTART, timeout=timeout)["timeout"]
     with launch.progress_view(not json) as view:
@@ -313,7 +316,7 @@ def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
 def stop(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
          dry_run=False, grace=None, json=False):
     """Stop the server sglops started (process group and tree), or the container whose command is the server."""
-    from sglops import launch
+    from sglops.launch import server as launch
 
     grace = cli.checked({"grace": values.Float(0, 3600, 20.0)}, grace=grace)["grace"]
     cli.per_host("stop", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
@@ -324,7 +327,7 @@ def stop(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_k
 def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, port=None,
                   json=False):
     """The server sglops started: process, /health, effective args, recent restarts."""
-    from sglops import launch
+    from sglops.launch import server as launch
 
     port = cli.checked(values.PORT, port=port)["port"]
     cli.per_host("server-status", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
@@ -335,7 +338,7 @@ def server_status(c, host=None, hosts=None, tag=None, sglang_root=None, accept_n
                                                                    "follow": "keep printing new lines (Ctrl-C stops)"})
 def logs(c, host=None, sglang_root=None, accept_new_host_key=False, container=None, lines=None, follow=False, json=False):
     """The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an installed tree)."""
-    from sglops import launch
+    from sglops.launch import server as launch
 
     lines = cli.checked(values.LOGS, lines=lines)["lines"]
     cli.per_host("logs", Targets(host, None, None, sglang_root, accept_new_host_key, container),
@@ -350,7 +353,7 @@ def logs(c, host=None, sglang_root=None, accept_new_host_key=False, container=No
 def play(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, dry_run=False,
          from_=None, var=None, json=False):
     """Run a play (playbooks/NAME.yaml): its steps in order, stop at the first failure, --from resumes."""
-    from sglops.play_cli import play_task
+    from sglops.play.cli import play_task
 
     play_task(name, Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), dry_run=dry_run,
               from_step=from_, var=var, json=json)
@@ -359,8 +362,8 @@ def play(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_
 @task(help={"run": "a run id (or unique prefix, or its folder)", "output": "where to write (default RUN/report.md)"})
 def report(c, run, output=None):
     """Write a markdown report of a recorded run (a play, bench, profile...) with its charts."""
-    from sglops.console import console
-    from sglops.report import write_report
+    from sglops.core.console import console
+    from sglops.views.report import write_report
 
     console.print(f"report written: {cli.guarded(write_report, run, output)}")
 
@@ -374,7 +377,7 @@ def report(c, run, output=None):
 def build_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                  dry_run=False, force=False, target=None, arch=None, json=False):
     """Build kernels/NAME for the host's GPU, self-test it there, install it atomically (logs in artifacts)."""
-    from sglops import kernels
+    from sglops.kernel import build as kernels
 
     spec = cli.guarded(kernels.load_kernel, cli.checked(values.KERNEL_NAME, name=name)["name"])
     cli.per_host("build-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
@@ -385,7 +388,7 @@ def build_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, acc
 def uninstall_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None,
                      dry_run=False, json=False):
     """Remove a kernel build-kernel installed (its link, versioned copy, build tree and record)."""
-    from sglops import kernels
+    from sglops.kernel import build as kernels
 
     cli.checked(values.KERNEL_NAME, name=name)
     cli.per_host("uninstall-kernel", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
@@ -395,7 +398,7 @@ def uninstall_kernel(c, name, host=None, hosts=None, tag=None, sglang_root=None,
 @task(help=cli.help_with())
 def kernels(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False):
     """The kernels sglops installed on the host, from its record."""
-    from sglops import kernels as kernels_lib
+    from sglops.kernel import build as kernels_lib
 
     cli.per_host("kernels", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), kernels_lib.installed,
                  json=json)

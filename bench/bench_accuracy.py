@@ -1,7 +1,7 @@
 """How right is `inv bench`? Measured decode tok/s against a stand-in server streaming at known rates.
 
 Every row starts the stand-in (sglops/sandbox/standin_server.py) at a known decode rate and runs the
-real bench path, `sglops.bench.run_bench` -> remote.run_py("bench_client") -> the host's python,
+real bench path, `sglops.bench.run.run_bench` -> remote.run_py("bench_client") -> the host's python,
 against it on 127.0.0.1. It reports the error against the true rate and the client's own CPU time
 per token (thread CPU of the request loop; process CPU is within a few percent).
 
@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglops.bench import run_bench  # noqa: E402
-from sglops.hosts import Host  # noqa: E402
-from sglops.remote import LocalRemote, connect  # noqa: E402
+from sglops.bench.run import run_bench  # noqa: E402
+from sglops.core.hosts import Host  # noqa: E402
+from sglops.core.remote import LocalRemote, connect  # noqa: E402
 from sglops.sandbox.sshd import HOST_PYTHON  # noqa: E402
 from sglops.sandbox.standin_local import start_standin  # noqa: E402
 
@@ -55,7 +55,7 @@ def bench_host(local: bool):
     if local:
         yield LocalRemote(Host(name="local", address="local", python=HOST_PYTHON))
         return
-    from sglops.hosts import load_inventory
+    from sglops.core.hosts import load_inventory
     from sglops.sandbox.sshd import Sandbox
 
     with tempfile.TemporaryDirectory(prefix="sglops-accuracy-") as base, \

@@ -1,4 +1,4 @@
-"""Benchmark: host code sent as a bundle (sglops/host_bundle.py) vs the text-concatenated scripts before it.
+"""Benchmark: host code sent as a bundle (sglops/core/host_bundle.py) vs the text-concatenated scripts before it.
 
 Bytes: what run_py writes to the host's stdin per script, before (`# sglops: include` helpers prepended, plain
 JSON; the scripts as they are at --before) and now (the script and the modules it imports, zlib'd JSON, base64).
@@ -25,16 +25,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglops import host_bundle, remote  # noqa: E402
-from sglops.errors import RemoteError  # noqa: E402
-from sglops.hosts import load_inventory  # noqa: E402
+from sglops.core import host_bundle, remote  # noqa: E402
+from sglops.core.errors import RemoteError  # noqa: E402
+from sglops.core.hosts import load_inventory  # noqa: E402
 from sglops.sandbox.sshd import Sandbox  # noqa: E402
 
 NETWORK = {"delay_ms": 50, "jitter_ms": 10, "max_chunk": 1448, "rate_mbit": 100, "buffer": 131072, "seed": 13}
 SCRIPTS = ["bench_client", "facts", "kernel_build", "patch_capture", "patch_state", "patch_txn", "probe_scan",
            "profile_capture", "server_inspect", "server_restart", "server_status"]
 
-# The bootstrap run_py used before the bundle (sglops/remote.py at --before), for the old way only.
+# The bootstrap run_py used before the bundle (sglops/core/remote.py at --before), for the old way only.
 OLD_BOOTSTRAP = (
     "import sys,json,traceback\n"
     "e=json.loads(sys.stdin.buffer.read())\n"
@@ -53,7 +53,7 @@ OLD_BOOTSTRAP = (
 def old_source(rev: str, name: str, cache: dict) -> str:
     """The script as run_py sent it at `rev`: its `# sglops: include` helpers prepended."""
     if name not in cache:
-        text = subprocess.run(["git", "show", f"{rev}:sglops/remote_scripts/{name}.py"], cwd=REPO, check=True,
+        text = subprocess.run(["git", "show", f"{rev}:sglops/host/{name}.py"], cwd=REPO, check=True,
                               capture_output=True, text=True).stdout
         first = text.splitlines()[0] if text else ""
         parts = []

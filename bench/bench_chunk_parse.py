@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops.remote_scripts import bench_client  # noqa: E402
+from sglops.host import bench_client  # noqa: E402
 
 
 def host_client() -> dict:

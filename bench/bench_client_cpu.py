@@ -17,8 +17,8 @@ import argparse
 import json
 
 import sglops
-from sglops.hosts import load_inventory, local_host
-from sglops.remote import connect
+from sglops.core.hosts import load_inventory, local_host
+from sglops.core.remote import connect
 
 
 def main() -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops.hosts import load_inventory  # noqa: E402
-from sglops.remote import connect  # noqa: E402
+from sglops.core.hosts import load_inventory  # noqa: E402
+from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox import docker  # noqa: E402
 from sglops.sandbox.sshd import Sandbox  # noqa: E402
 

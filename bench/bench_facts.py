@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops.facts import gather  # noqa: E402
-from sglops.hosts import load_inventory  # noqa: E402
-from sglops.parallel import on_hosts  # noqa: E402
+from sglops.core.hosts import load_inventory  # noqa: E402
+from sglops.core.parallel import on_hosts  # noqa: E402
+from sglops.probe.facts import gather  # noqa: E402
 from sglops.sandbox.sshd import Sandbox  # noqa: E402
 
 

@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops import bench, compare  # noqa: E402
-from sglops.hosts import load_inventory, local_host  # noqa: E402
-from sglops.remote import connect  # noqa: E402
+from sglops.bench import compare
+from sglops.bench import run as bench  # noqa: E402
+from sglops.core.hosts import load_inventory, local_host  # noqa: E402
+from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox.sglang_cpu import start_server  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 

@@ -24,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops.hosts import Host, load_inventory  # noqa: E402
-from sglops.probe import load_probe_set, scan  # noqa: E402
-from sglops.remote import LocalRemote, connect, shell_command  # noqa: E402
+from sglops.core.hosts import Host, load_inventory  # noqa: E402
+from sglops.core.remote import LocalRemote, connect, shell_command  # noqa: E402
+from sglops.probe.scan import scan
+from sglops.probe.spec import load_probe_set
 from sglops.sandbox import trees  # noqa: E402
 from sglops.sandbox.sshd import HOST_PYTHON, Sandbox  # noqa: E402
 

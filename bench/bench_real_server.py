@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops import launch  # noqa: E402
-from sglops.hosts import load_inventory  # noqa: E402
-from sglops.remote import connect  # noqa: E402
+from sglops.core.hosts import load_inventory  # noqa: E402
+from sglops.core.remote import connect  # noqa: E402
+from sglops.launch import server as launch  # noqa: E402
 from sglops.sandbox import sglang_cpu  # noqa: E402
 from sglops.sandbox.sshd import Sandbox, free_port  # noqa: E402
 

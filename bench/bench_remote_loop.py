@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops import remote  # noqa: E402
-from sglops.errors import ConnectError, RemoteTimeout  # noqa: E402
-from sglops.hosts import load_inventory  # noqa: E402
+from sglops.core import remote  # noqa: E402
+from sglops.core.errors import ConnectError, RemoteTimeout  # noqa: E402
+from sglops.core.hosts import load_inventory  # noqa: E402
 from sglops.sandbox.sshd import HOST_PYTHON, Sandbox  # noqa: E402
 
 NETWORK = {"delay_ms": 50, "jitter_ms": 10, "max_chunk": 1448, "rate_mbit": 100, "buffer": 131072, "seed": 13}
@@ -124,7 +124,7 @@ def tree_state(root: Path) -> tuple[str, list[str]]:
 
 def apply_revert(r, root: Path, cycles: int, patch: str = "gather-cast") -> dict:
     """Apply and revert a real patch `cycles` times through the hostile network; count half states."""
-    from sglops import patches
+    from sglops.patch import apply as patches
 
     half, start = 0, time.perf_counter()
     for _ in range(cycles):

@@ -42,9 +42,9 @@ for _ in range(int(sys.argv[2])):
 """
 SENDER = """import json, sys
 try:
-    from sglops import host_bundle as h
+    from sglops.core import host_bundle as h
 except ImportError:
-    from sglops.remote_scripts import load_script
+    from sglops.host import load_script
     json.dump({"script": load_script("facts")}, sys.stdout)
 else:
     json.dump({"bundle": h.bundle("facts"), "finder": h.FINDER, "package": h.PACKAGE, "where": h.WHERE}, sys.stdout)

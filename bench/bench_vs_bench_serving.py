@@ -39,9 +39,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglops import bench, stats  # noqa: E402
-from sglops.hosts import load_inventory, local_host  # noqa: E402
-from sglops.remote import connect  # noqa: E402
+from sglops.bench import run as bench  # noqa: E402
+from sglops.bench import stats  # noqa: E402
+from sglops.core.hosts import load_inventory, local_host  # noqa: E402
+from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox.sglang_cpu import model_dir, start_server, venv_python  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 

@@ -38,8 +38,8 @@ ZERO_COPY = False  # --zero-copy: row (f), the prototype FP8 MLA decode kernel (
 def extract(variant: str, dest: str) -> None:
     """Laptop side: both patches' helper blocks, from the patched real release files."""
     sys.path.insert(0, str(ROOT))
-    from sglops import patch_diff
-    from sglops.patch_spec import load
+    from sglops.patch import diff as patch_diff
+    from sglops.patch.spec import load
     from sglops.sandbox import trees
 
     parts = []

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def flashinfer_probes() -> list:
     sys.path.insert(0, str(ROOT))
-    from sglops.probe import load_probe_set
+    from sglops.probe.spec import load_probe_set
 
     return [p for p in load_probe_set().probes if p.root == "flashinfer" and p.kind == "grep"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
 from sglops.sandbox.sshd import Sandbox
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """Fault injection on sandbox hosts, for the crash-point and read-only tests.
 
 The host scripts stop themselves at a named durable step when SGLOPS_CRASH_AT (SIGKILL) or
-SGLOPS_PAUSE_AT (sleep) is set in the HOST's environment (sglops/remote_scripts/patch_lib.py).
+SGLOPS_PAUSE_AT (sleep) is set in the HOST's environment (sglops/host/patch_lib.py).
 No sglops flag or argument can set them: here a host entry `<name>-faults` reaches the same
 sandbox sshd with `python:` pointing at a wrapper that sources an env file, kept outside the
 host's home so a snapshot of the home sees nothing of it.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from sglops.hosts import load_inventory
-from sglops.remote import Remote, connect
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import Remote, connect
 from sglops.sandbox.sshd import HOST_PYTHON, Sandbox
 
 

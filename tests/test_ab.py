@@ -16,8 +16,10 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops import ab, launch, patches
-from sglops.errors import ConfigError
+from sglops.bench import ab
+from sglops.core.errors import ConfigError
+from sglops.launch import server as launch
+from sglops.patch import apply as patches
 from sglops.sandbox.sshd import free_port
 
 

@@ -24,9 +24,9 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd
 
-from sglops import launch
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
+from sglops.launch import server as launch
 from sglops.sandbox import sglang_cpu
 from sglops.sandbox.sshd import Sandbox, free_port
 

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from sglops import artifacts, bench
-from sglops.compare import compare, list_runs
+from sglops.bench import run as bench
+from sglops.bench.compare import compare, list_runs
+from sglops.core import artifacts
 from sglops.sandbox.sshd import free_port
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from tests.conftest import inv_cmd
@@ -321,7 +322,7 @@ def test_half_the_tokens_in_one_chunk_is_the_line():
 # -- prompt ids from the model's own vocabulary (host-side helper, shared with profile) ------------------------
 def _host_helpers() -> dict:
     """The host-side vocabulary helper as a host runs it (the module sent to hosts, with its imports)."""
-    from sglops.remote_scripts import _vocab
+    from sglops.host import _vocab
 
     return vars(_vocab)
 
@@ -361,8 +362,8 @@ def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one
 def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(standin, use_sandbox, tmp_path):
     import yaml
 
-    from sglops.play import run_play
-    from sglops.play_spec import load_play
+    from sglops.play.run import run_play
+    from sglops.play.spec import load_play
     from tests.conftest import open_remote
 
     same, diverged = standin(400.0), standin(400.0, diverge_at=3)
@@ -381,7 +382,7 @@ def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(s
 
 def test_another_server_answering_after_the_run_makes_it_partial(standin, remote_a):
     """A server restarted mid-run (other pid, other configuration) mixes two servers in one figure."""
-    from sglops.remote_scripts import bench_client
+    from sglops.host import bench_client
 
     host = vars(bench_client)
     first = standin(400.0)

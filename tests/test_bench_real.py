@@ -13,9 +13,10 @@ import json
 
 import pytest
 
-from sglops import artifacts, bench
-from sglops.compare import compare
-from sglops.errors import SglopsError
+from sglops.bench import run as bench
+from sglops.bench.compare import compare
+from sglops.core import artifacts
+from sglops.core.errors import SglopsError
 from sglops.sandbox.sglang_cpu import SGLANG_VERSION, model_dir, start_server, venv_python
 from sglops.sandbox.sshd import free_port
 from tests.conftest import inv_cmd

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, inv_cmd
 
-from sglops.errors import RemoteError, RemoteTimeout
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core.errors import RemoteError, RemoteTimeout
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
 from sglops.sandbox import docker
 
 SITE_TREE = f"{docker.SITE}/sglang"
@@ -209,7 +209,7 @@ def test_container_flag_on_a_host_and_on_local(env, csb, dockerd):
 
 def test_container_restart_is_a_checked_profile_field(tmp_path, monkeypatch):
     """The restart shape is a profile field: a bad value is one line; entrypoint without a container too."""
-    from sglops.launch_profiles import load_profile
+    from sglops.launch.profiles import load_profile
 
     monkeypatch.setenv("SGLOPS_PROFILES", str(tmp_path))
     (tmp_path / "sideways.yaml").write_text("model_path: /m\ncontainer_restart: sideways\n")

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglops import launch
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
+from sglops.launch import server as launch
 from sglops.sandbox import docker, sglang_cpu
 from sglops.sandbox.sshd import Sandbox
 from tests.conftest import REPO, inv_cmd

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglops.remote_scripts import server_restart
+from sglops.host import server_restart
 
 LOGS = Path(__file__).parent / "data" / "server_logs"
 REAL_LOGS = sorted(LOGS.glob("*.log"))

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from sglops import patch_diff, patches
-from sglops.errors import ConnectError
+from sglops.core.errors import ConnectError
+from sglops.patch import apply as patches
+from sglops.patch import diff as patch_diff
 from tests.conftest import REPO
 from tests.faults import Faults, home_snapshot, snapshot_diff
 

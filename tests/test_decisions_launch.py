@@ -11,10 +11,10 @@ import functools
 import pytest
 import yaml
 
-from sglops import launch_render
-from sglops.errors import ConfigError
-from sglops.launch_profiles import load_profile
-from sglops.remote_scripts import server_inspect
+from sglops.core.errors import ConfigError
+from sglops.host import server_inspect
+from sglops.launch import render as launch_render
+from sglops.launch.profiles import load_profile
 from sglops.sandbox import trees
 from tests.cases import cases
 

@@ -12,8 +12,10 @@ import functools
 
 import pytest
 
-from sglops import patch_diff, patch_spec, patches
-from sglops.remote_scripts._common import find_sglang
+from sglops.host._common import find_sglang
+from sglops.patch import apply as patches
+from sglops.patch import diff as patch_diff
+from sglops.patch import spec as patch_spec
 from sglops.sandbox import trees
 from tests.cases import cases
 

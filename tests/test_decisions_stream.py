@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from sglops.remote_scripts import bench_client
+from sglops.host import bench_client
 from tests.cases import cases, document
 
 STREAMS = document("stream_chunks")["streams"]

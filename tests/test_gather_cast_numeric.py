@@ -20,8 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sglops import patch_diff  # noqa: E402
-from sglops.patch_spec import load  # noqa: E402
+from sglops.patch import diff as patch_diff  # noqa: E402
+from sglops.patch.spec import load  # noqa: E402
 from sglops.sandbox import trees  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernels" / "gather_cast"))

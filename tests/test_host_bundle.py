@@ -1,6 +1,6 @@
-"""The host-code bundle (sglops/host_bundle.py): what it holds, and that a bare host python runs it.
+"""The host-code bundle (sglops/core/host_bundle.py): what it holds, and that a bare host python runs it.
 
-A host has the standard library only, Python 3.8 or later; every module under sglops/remote_scripts/ is sent as
+A host has the standard library only, Python 3.8 or later; every module under sglops/host/ is sent as
 source, so each must import nothing else and parse as 3.8. The bundle runs here through `--host local` (the same
 bootstrap over stdin, no SSH), with this machine's stdlib-only /usr/bin/python3 and, where pyenv has one, 3.8.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from sglops import host_bundle
-from sglops.errors import RemoteError
-from sglops.hosts import LOCAL, Host
-from sglops.remote import connect
+from sglops.core import host_bundle
+from sglops.core.errors import RemoteError
+from sglops.core.hosts import LOCAL, Host
+from sglops.core.remote import connect
 from sglops.sandbox.sshd import HOST_PYTHON
 
 MODULES = sorted(p.stem for p in host_bundle.SCRIPTS.glob("*.py"))
@@ -103,4 +103,4 @@ def test_a_host_traceback_names_the_real_file_and_line(tmp_path, monkeypatch):
     assert "KeyError: 'root'" in msg
     where = msg.rsplit("[File ", 1)[1]
     path, line = where.split('"')[1], int(where.split("line ")[1].split(",")[0])
-    assert path == "sglops/remote_scripts/server_status.py" and 'args["root"]' in source[line - 1]
+    assert path == "sglops/host/server_status.py" and 'args["root"]' in source[line - 1]

@@ -22,9 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglops import facts, kernels, launch, patches
-from sglops.errors import SglopsError
-from sglops.patch_capture import capture
+from sglops.core.errors import SglopsError
+from sglops.kernel import build as kernels
+from sglops.launch import server as launch
+from sglops.patch import apply as patches
+from sglops.patch.capture import capture
+from sglops.probe import facts
 from sglops.sandbox.sshd import free_port
 from tests.conftest import REPO, inv_cmd
 from tests.faults import Faults, home_snapshot, snapshot_diff
@@ -53,7 +56,7 @@ def host_env(hsb, tmp_path, monkeypatch):
     shutil.copytree(REPO / "patches", pdir)
     args_text = (root / ARGS).read_text()
     edited = args_text.replace("class ServerArgs:", "class ServerArgs:  # sglops: two-files", 1)
-    from sglops.patch_diff import make
+    from sglops.patch.diff import make
 
     (pdir / "two-files").mkdir()
     (pdir / "two-files" / "sglang-0.5.23.diff").write_text(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from inproc import run_inv
 
-from sglops.errors import EXIT_REFUSED, EXIT_REMOTE, EXIT_USAGE
+from sglops.core.errors import EXIT_REFUSED, EXIT_REMOTE, EXIT_USAGE
 
 PLAY_OK_STEP = "  - do: facts\n"
 

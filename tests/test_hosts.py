@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglops.errors import ConfigError, HostNotFound
-from sglops.hosts import load_inventory, resolve_targets
+from sglops.core.errors import ConfigError, HostNotFound
+from sglops.core.hosts import load_inventory, resolve_targets
 
 INVENTORY = """\
 defaults:

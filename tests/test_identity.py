@@ -1,4 +1,4 @@
-"""Output identity and run-config differences between two recorded runs (sglops.identity, sglops.runconfig).
+"""Output identity and run-config differences between two recorded runs (sglops.bench.identity, sglops.bench.runconfig).
 
 The unit part works on outputs.json entries and launch arguments as the real SGLang 0.5.23 CPU server gives
 them; the end-to-end part (two real-server runs, a KV-dtype profile difference) is in test_identity_real.py.
@@ -12,10 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from sglops.compare import Run
-from sglops.errors import ConfigError
-from sglops.identity import OUTPUTS_FILE, Tolerance, compare_entries, compare_outputs, ids_hash
-from sglops.runconfig import config_diff, normalise_variable
+from sglops.bench.compare import Run
+from sglops.bench.identity import OUTPUTS_FILE, Tolerance, compare_entries, compare_outputs, ids_hash
+from sglops.bench.runconfig import config_diff, normalise_variable
+from sglops.core.errors import ConfigError
 
 
 def entry(n: int, ids: list[int], logprobs: list[float] | None = None, text: str | None = None,
@@ -171,7 +171,7 @@ REAL_CHUNKS = [
 
 def _client() -> dict:
     """The bench client module as it runs on a host (the module sent there, with its imports)."""
-    from sglops.remote_scripts import bench_client
+    from sglops.host import bench_client
 
     return vars(bench_client)
 

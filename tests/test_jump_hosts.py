@@ -17,9 +17,9 @@ import time
 import paramiko
 import pytest
 
-from sglops.errors import ConnectError, HostKeyError
-from sglops.hosts import Host, load_inventory
-from sglops.remote import connect
+from sglops.core.errors import ConnectError, HostKeyError
+from sglops.core.hosts import Host, load_inventory
+from sglops.core.remote import connect
 from sglops.sandbox.sshd import HOST_PYTHON
 from tests.conftest import inv_cmd
 

@@ -23,8 +23,8 @@ KERNEL_DIR = REPO / "kernels" / "gather_cast"
 sys.path.insert(0, str(KERNEL_DIR))
 from sglops_kernels.gather_cast import _as_fp8, gather_cast  # noqa: E402
 
-from sglops import kernels  # noqa: E402
-from sglops.errors import ConfigError  # noqa: E402
+from sglops.core.errors import ConfigError  # noqa: E402
+from sglops.kernel import build as kernels  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 
@@ -189,7 +189,7 @@ def test_build_flow_on_a_sandbox_host(env, tmp_path):
     broken = inv_cmd("build-kernel", "gather_cast", *common, env=env)
     assert broken.returncode != 0 and "build failed (exit 1)" in broken.stderr
     assert "SyntaxError: invalid syntax" in broken.stderr and "__init__.py\", line" in broken.stderr
-    assert "sglops/kernels.py" not in broken.stderr  # the host's error, not a traceback of ours
+    assert "sglops/kernel/build.py" not in broken.stderr  # the host's error, not a traceback of ours
     assert os.readlink(link) == good
     failed_logs = sorted((Path(env["SGLOPS_ARTIFACTS"]) / "ktorch").glob("*/build.log"))
     assert any("SyntaxError" in p.read_text() for p in failed_logs)
@@ -207,8 +207,8 @@ def test_build_flow_on_a_sandbox_host(env, tmp_path):
 
 
 def test_install_beside_sglang_with_library_calls(ksandbox, tmp_path, monkeypatch):
-    from sglops.hosts import load_inventory
-    from sglops.remote import connect
+    from sglops.core.hosts import load_inventory
+    from sglops.core.remote import connect
 
     monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path / "artifacts"))
     inv = load_inventory(ksandbox.inventory)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglops import launch
-from sglops.errors import ConfigError, SglopsError
-from sglops.launch_profiles import load_profile
+from sglops.core.errors import ConfigError, SglopsError
+from sglops.launch import server as launch
+from sglops.launch.profiles import load_profile
 from sglops.sandbox.sshd import free_port
 from tests.conftest import REPO, inv_cmd
 
@@ -220,7 +220,7 @@ def test_the_real_cpu_profile_is_the_servers_own_flags_and_takes_the_model_from_
     """sandbox-sglang-cpu.yaml says in profile form what sglops.sandbox.sglang_cpu starts by hand."""
     from dataclasses import replace
 
-    from sglops.hosts import Host
+    from sglops.core.hosts import Host
     from sglops.sandbox import sglang_cpu
 
     offline = launch.render_for(None, "sandbox-sglang-cpu")

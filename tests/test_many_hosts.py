@@ -2,7 +2,7 @@
 
 The two sandbox hosts, an unreachable one (a closed loopback port) and a host where the step raises
 an unexpected Python exception: the good host's result survives and prints, the bug keeps its
-traceback in --json, and the exit code follows the classes in sglops/errors.py.
+traceback in --json, and the exit code follows the classes in sglops/core/errors.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import pytest
 from inproc import run_inv
 
-from sglops import facts
-from sglops.errors import EXIT_BUG, EXIT_CONNECT, EXIT_MIXED, EXIT_USAGE, combined_exit
+from sglops.core.errors import EXIT_BUG, EXIT_CONNECT, EXIT_MIXED, EXIT_USAGE, combined_exit
+from sglops.probe import facts
 from sglops.sandbox.sshd import free_port
 
 UNREACHABLE = f"127.0.0.1:{free_port()}"  # nothing listens there

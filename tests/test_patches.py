@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from sglops import patches
-from sglops.errors import SglopsError
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core.errors import SglopsError
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
+from sglops.patch import apply as patches
 from tests.conftest import REPO, inv_cmd
 from tests.faults import Faults
 
@@ -324,7 +324,7 @@ def test_capture_against_the_pypi_release(env, psb):
     p = root / TWO[1]
     p.write_text(p.read_text().replace("def ", "def  ", 1))
     with remote(psb, "p15") as r:
-        from sglops.patch_capture import capture
+        from sglops.patch.capture import capture
 
         got = capture(r, "hand-edits", against="release", dry_run=True)
     assert got.files == [TWO[1]] and got.variant == "sglang-0.5.15" and "+def  " in got.diff

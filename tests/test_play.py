@@ -15,9 +15,9 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops.errors import ConfigError
-from sglops.play_cli import parse_vars
-from sglops.play_spec import load_play
+from sglops.core.errors import ConfigError
+from sglops.play.cli import parse_vars
+from sglops.play.spec import load_play
 from sglops.sandbox.sshd import free_port
 from sglops.sandbox.standin_kv_cost import SEED_RATE, step_model
 
@@ -114,7 +114,7 @@ def test_the_investigation_end_to_end(play_host, env):
 
 
 def _stop_server(sb) -> None:
-    from sglops import launch
+    from sglops.launch import server as launch
 
     with open_remote(sb, "play-1") as remote:
         launch.stop(remote)

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from conftest import open_remote
 
-from sglops import artifacts
-from sglops.errors import ConfigError
-from sglops.play import run_play
-from sglops.play_spec import load_play
-from sglops.play_steps import STEPS
+from sglops.core import artifacts
+from sglops.core.errors import ConfigError
+from sglops.play.run import run_play
+from sglops.play.spec import load_play
+from sglops.play.steps import STEPS
 
 # the smallest `with:` for each kind, and the steps it needs before it
 DRY_RUN_CASES = {

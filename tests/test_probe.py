@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sglops.errors import ConfigError, RemoteError
-from sglops.hosts import Host, load_inventory
-from sglops.probe import load_probe_set, scan
-from sglops.probe_report import CAST_FLAG
-from sglops.remote import LocalRemote, connect
+from sglops.core.errors import ConfigError, RemoteError
+from sglops.core.hosts import Host, load_inventory
+from sglops.core.remote import LocalRemote, connect
+from sglops.probe.report import CAST_FLAG
+from sglops.probe.scan import scan
+from sglops.probe.spec import load_probe_set
 from sglops.sandbox import trees
 from tests.conftest import inv_cmd
 

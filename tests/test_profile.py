@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, inv_cmd
 
-from sglops.errors import RemoteError
-from sglops.profile import run_profile
-from sglops.remote_scripts import profile_capture
+from sglops.core.errors import RemoteError
+from sglops.host import profile_capture
 from sglops.sandbox.sshd import HOST_PYTHON, free_port
+from sglops.trace.profile import run_profile
 
 STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
 
@@ -210,7 +210,7 @@ def test_runs_table_shows_a_profiles_own_status():
     """`inv runs` shows a profile run's status (ok / failed) though it has no bench headline."""
     from rich.console import Console
 
-    from sglops.compare import RunList
+    from sglops.bench.compare import RunList
 
     out = Console(record=True, width=200)
     out.print(RunList([{"run_id": "20261202-180000-ab12", "host": "cpu-host", "task": "profile",

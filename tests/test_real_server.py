@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglops import launch
-from sglops.errors import ConfigError
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core.errors import ConfigError
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
+from sglops.launch import server as launch
 from sglops.sandbox import sglang_cpu
 from sglops.sandbox.sshd import Sandbox, free_port
 from tests.conftest import REPO, inv_cmd

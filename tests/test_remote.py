@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from sglops import redact
-from sglops.errors import ConnectError, HostKeyError, RemoteError, RemoteTimeout
-from sglops.hosts import load_inventory
-from sglops.parallel import on_hosts
-from sglops.remote import connect, fingerprint
+from sglops.core import redact
+from sglops.core.errors import ConnectError, HostKeyError, RemoteError, RemoteTimeout
+from sglops.core.hosts import load_inventory
+from sglops.core.parallel import on_hosts
+from sglops.core.remote import connect, fingerprint
 
 
 def test_arguments_reach_the_host_literally(remote_a, tmp_path):
@@ -138,7 +138,7 @@ def test_refused_port_and_refused_auth_are_one_line(use_sandbox, tmp_path):
 
 
 def test_secrets_never_appear_in_errors_or_artifacts(remote_a, tmp_path):
-    from sglops import artifacts
+    from sglops.core import artifacts
 
     secret = "hf_SGLOPS_planted_secret_4242"
     redact.register(secret)

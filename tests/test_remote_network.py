@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from sglops import host_bundle, patches
-from sglops.errors import ConnectError, RemoteError
-from sglops.hosts import load_inventory
-from sglops.remote import connect
+from sglops.core import host_bundle
+from sglops.core.errors import ConnectError, RemoteError
+from sglops.core.hosts import load_inventory
+from sglops.core.remote import connect
+from sglops.patch import apply as patches
 from sglops.sandbox.netproxy import NetProfile, NetProxy
 from tests.conftest import REPO
 

@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from sglops import stats
-from sglops.bench import analyse, request_metrics
-from sglops.compare import verdict
+from sglops.bench import stats
+from sglops.bench.compare import verdict
+from sglops.bench.run import analyse, request_metrics
 
 
 def test_percentiles_match_numpy_as_bench_serving_computes_them():
@@ -99,8 +99,8 @@ def test_compare_chart_starts_at_zero_and_names_every_run(tmp_path, monkeypatch)
 
     import matplotlib.pyplot as plt
 
-    from sglops import charts
-    from sglops.compare import Run, chart_title
+    from sglops.bench.compare import Run, chart_title
+    from sglops.views import charts
 
     figs = []
     monkeypatch.setattr(charts.plt, "close", lambda fig: figs.append(fig))

@@ -14,7 +14,7 @@ from conftest import inv_cmd
 from inproc import run_inv
 from rich.table import Table
 
-from sglops.console import console, error_line
+from sglops.core.console import console, error_line
 
 
 def test_a_probe_hit_with_brackets_is_shown_whole(use_sandbox):

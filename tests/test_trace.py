@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO, inv_cmd
 
-from sglops.errors import ConfigError
+from sglops.core.errors import ConfigError
 from sglops.trace import TraceError, analyze
 from sglops.trace.breakdown import UNATTRIBUTED
 from sglops.trace.diagnose import load_rules

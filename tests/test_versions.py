@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import inv_cmd
 
-from sglops.remote_scripts import _common
+from sglops.host import _common
 from sglops.sandbox import trees
 
 GIT_ENV = {**os.environ, **trees.GIT_ENV}

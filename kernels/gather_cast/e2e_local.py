@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 
-from sglops import kernels
-from sglops.hosts import Host
-from sglops.remote import LocalRemote
+from sglops.core.hosts import Host
+from sglops.core.remote import LocalRemote
+from sglops.kernel import build as kernels
 
 
 def main() -> None:

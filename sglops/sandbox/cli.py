@@ -7,9 +7,9 @@ import os
 import signal
 from pathlib import Path
 
-from sglops.console import console
-from sglops.errors import ConfigError
-from sglops.hosts import REPO_ROOT
+from sglops.core.console import console
+from sglops.core.errors import ConfigError
+from sglops.core.paths import REPO_ROOT
 from sglops.sandbox.sshd import Sandbox
 
 DEFAULT_HOSTS = [

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglops.errors import SglopsError
+from sglops.core.errors import SglopsError
 from sglops.sandbox import trees
 
 DOCKERD = shutil.which("dockerd") or "/usr/sbin/dockerd"

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglops.errors import SglopsError
+from sglops.core.errors import SglopsError
 from sglops.sandbox.trees import cache_dir
 
 SGLANG_VERSION = "0.5.23"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from sglops.errors import SglopsError
+from sglops.core.errors import SglopsError
 from sglops.sandbox import sglang_cpu, trees
 from sglops.sandbox.netproxy import NetProfile, NetProxy
 

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from sglops.errors import SglopsError
+from sglops.core.errors import SglopsError
 from sglops.sandbox.sshd import HOST_PYTHON, free_port
 
 STANDIN = Path(__file__).with_name("standin_server.py")

@@ -28,7 +28,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from sglops.errors import SglopsError
+from sglops.core.errors import SglopsError
 
 TREES = "trees-v2"
 SITES = "site-v2"

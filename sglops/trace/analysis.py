@@ -238,7 +238,7 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
                 chart: bool = False) -> dict[str, str]:
     """analysis.json always; report.md and the PNG chart (top kernels, or top CPU ops on a CPU-only
     trace) only when asked: drawing costs more than analysing a small trace. Returns their paths."""
-    from sglops import artifacts
+    from sglops.core import artifacts
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -257,7 +257,7 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
 def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None, *, markdown: bool = True,
                chart: bool = False) -> tuple[TraceAnalysis, dict]:
     """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
-    from sglops import artifacts
+    from sglops.core import artifacts
 
     a = analyze(expand_paths(files))
     folder = Path(out) if out else artifacts.run_dir("local", artifacts.new_run_id()) / "trace-analysis"

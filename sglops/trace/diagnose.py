@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglops.errors import ConfigError
-from sglops.hosts import REPO_ROOT
-from sglops.yamlio import check_fields, load_yaml
+from sglops.core.errors import ConfigError
+from sglops.core.paths import REPO_ROOT
+from sglops.core.yamlio import check_fields, load_yaml
 
 RULES_PATH = REPO_ROOT / "playbooks" / "diagnosis.yaml"
 FIELDS = {"id", "what", "metric", "op", "kernel", "graph_kernel", "min_share", "try"}

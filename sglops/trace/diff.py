@@ -196,8 +196,8 @@ def side_files(spec: str) -> tuple[list[str], str]:
     """(trace files, label) for one side: a profile run id (its traces/), a folder, files or a glob."""
     from pathlib import Path
 
-    from sglops import artifacts
-    from sglops.errors import SglopsError
+    from sglops.core import artifacts
+    from sglops.core.errors import SglopsError
     from sglops.trace.analysis import expand_paths
 
     if not Path(spec).exists() and not any(ch in spec for ch in "*?[,"):

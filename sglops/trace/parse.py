@@ -19,7 +19,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglops.errors import SglopsError
+from sglops.core.errors import SglopsError
 
 
 def _ijson_backend():

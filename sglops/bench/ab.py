@@ -1,0 +1,283 @@
+"""`inv ab`: interleaved A/B rounds on one host, one verdict for speed, output identity and config.
+
+Why interleaved: two benches an hour apart measure the change AND whatever drifted in that hour
+(clocks, thermals, a neighbour's job). Rounds run A, B, A, B, ... with a restart (and the patch set
+each side needs, applied or reverted and checked in the host ledger) before every bench, so drift
+hits both sides; the ratio is taken within each round and bootstrapped over rounds (a paired
+bootstrap, sglops.bench.stats.paired_ratio_ci). Each round is an ordinary bench run (`inv compare`,
+`inv runs`, `inv report` work on it); the ab run folder references them. The host is left as it
+was found (profile, port, patch set), also when a round fails.
+
+Sides and the round plan: sglops.bench.ab_plan; the record and its verdict: sglops.bench.ab_result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, sides_from, transitions
+from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyse
+from sglops.core import artifacts
+from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.remote import Remote
+
+# the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
+__all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "plan_steps",
+           "run_ab", "run_checked", "sides_from", "spec", "step"]
+
+
+# -- running it ---------------------------------------------------------------------------------------
+def _found(remote: Remote) -> Found:
+    from sglops.launch import server as launch
+    from sglops.patch import apply as patches
+
+    cur = launch.inspect(remote)["current"]
+    srv = cur.get("server") or {}
+    return Found(running=bool(cur.get("running")), profile=srv.get("profile"),
+                 port=int(srv["port"]) if srv.get("port") else None,
+                 patches=[e["patch"] for e in patches.applied(remote)])
+
+
+def resolve_sides(a_spec: str, b_spec: str, found: Found) -> tuple[Side, Side, list[str]]:
+    """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches."""
+    from sglops.launch.profiles import load_profile
+    from sglops.patch import spec as patch_spec
+
+    sides = []
+    for label, spec in zip(SIDES, (a_spec, b_spec), strict=True):
+        prof, names = parse_side(spec)
+        if prof is None:
+            if not found.running or not found.profile:
+                raise ConfigError(f"side {label} ({spec!r}) means the current profile, but no server started by "
+                                  "sglops runs on the host: name the profile (PROFILE+PATCH)")
+            prof = found.profile
+        load_profile(prof)
+        for p in names:
+            patch_spec.load(p)
+        sides.append(Side(label, spec, prof, names))
+    managed = list(dict.fromkeys([*sides[0].patches, *sides[1].patches]))
+    return sides[0], sides[1], managed
+
+
+def _ledger_check(remote: Remote, managed: list[str], want: set[str], when: str) -> list[str]:
+    """The ledger must say exactly `want` of the managed patches, each file still as its patch left it."""
+    from sglops.patch import apply as patches
+    from sglops.patch import spec as patch_spec
+
+    files = sorted({f for p in managed for f in patch_spec.load(p).files})
+    state = patches.host_state(remote, files, contents=False)
+    entries = {e["patch"]: e for e in state["ledger"].get("applied", [])}
+    have = {p for p in managed if p in entries}
+    if have != want:
+        raise AbFailed(f"{remote.name}: {when}: the host ledger has {sorted(have) or 'none'} of the managed patches, "
+                       f"this step needs {sorted(want) or 'none'}")
+    for p in want:
+        drift = [rel for rel, h in entries[p]["files"].items() if state["files"].get(rel, {}).get("sha256") != h["after"]]
+        if drift:
+            raise AbFailed(f"{remote.name}: {when}: {p} is in the ledger but {', '.join(drift)} changed since it "
+                           "was applied")
+    return sorted(entries)
+
+
+def _precheck_patches(remote: Remote, managed: list[str], found: Found) -> None:
+    """Each managed patch's own dry run (apply if absent, revert if applied): a conflict, an unmet requirement or
+    drift refuses here, before round 1 changes anything."""
+    from sglops.patch import apply as patches
+
+    for p in managed:
+        if p in found.patches:
+            patches.revert_patch(remote, p, dry_run=True)
+        else:
+            patches.apply_patch(remote, p, dry_run=True)
+
+
+def _converge(remote: Remote, managed: list[str], want: set[str], when: str, say: Callable[[str], None]) -> None:
+    """Apply/revert managed patches until the ledger says `want`, then check it says so."""
+    from sglops.patch import apply as patches
+
+    have = {e["patch"] for e in patches.applied(remote)}
+    for kind, p in transitions(have, want, managed):
+        say(f"{when}: {kind} {p}")
+        if kind == "apply":
+            patches.apply_patch(remote, p)
+        else:
+            patches.revert_patch(remote, p)
+    _ledger_check(remote, managed, want, when)
+
+
+def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None]) -> float:
+    from sglops.launch import server as launch
+
+    say(f"{when}: restart {profile}")
+    t0 = time.monotonic()
+    res = launch.restart(remote, profile, port=port)
+    if not res.ok:
+        raise AbFailed(res.failure_line(when))
+    return time.monotonic() - t0
+
+
+def run_ab(
+    remote: Remote,
+    a: str | None,
+    b: str | None,
+    *,
+    patch: str | None = None,
+    rounds: int = MIN_ROUNDS,
+    bench: dict[str, Any] | None = None,
+    profile_sides: bool = False,
+    variable: list[str] | str | None = None,
+    tolerance: Any = None,
+    dry_run: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> AbResult:
+    """Run (or plan, with dry_run) the interleaved A/B on one host; the host is restored in every case.
+
+    bench: run_bench's options (runs per round, lengths, concurrency, api, ...). A failing round stops the
+    rounds; the result then carries `failure` and check() exits non-zero, after everything measured is
+    recorded and the host restored.
+    """
+    from sglops.bench import run as bench_mod
+    from sglops.launch import server as launch
+
+    say = say or (lambda _text: None)
+    opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
+    a_spec, b_spec = sides_from(a, b, patch)
+    rounds = int(rounds)
+    if rounds < 1:
+        raise ConfigError(f"--rounds must be at least 1 (got {rounds})")
+    found = _found(remote)
+    side_a, side_b, managed = resolve_sides(a_spec, b_spec, found)
+    for prof in dict.fromkeys([side_a.profile, side_b.profile]):
+        launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
+    _precheck_patches(remote, managed, found)
+    what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', 128)} / out {opts.get('output_len', 256)}, "
+            f"concurrency {opts.get('concurrency', [1])}")
+    steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what)
+    result = AbResult(host=remote.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
+                      plan=steps, bench=opts, dry_run=dry_run)
+    if dry_run:
+        return result
+    t_start = time.monotonic()
+    result.run_id = artifacts.new_run_id()
+    result.folder = str(artifacts.run_dir(remote.name, result.run_id))
+    prof_results: dict[str, Any] = {}
+    try:
+        for r in range(1, rounds + 1):
+            for side in (side_a, side_b):
+                when = f"round {r}/{rounds} {side.label}"
+                rnd = Round(r, side.label, run_id=f"{result.run_id}-r{r}{side.label.lower()}")
+                result.rounds.append(rnd)
+                try:
+                    _converge(remote, managed, set(side.patches), when, say)
+                    rnd.restart_s = round(_restart(remote, side.profile, None, when, say), 1)
+                    say(f"{when}: bench")
+                    t0 = time.monotonic()
+                    res = bench_mod.run_bench(remote, **{"runs": 1, **opts})
+                    bench_mod.record(res, run_id=rnd.run_id)
+                    rnd.bench_s = round(time.monotonic() - t0, 1)
+                    rnd.status = res.status
+                    head = res.headline()
+                    rnd.decode_tok_s = head["median"] if head else None
+                    rnd.patches = [p.get("patch") for p in res.patches]
+                    got = {p for p in rnd.patches if p in managed}
+                    if got != set(side.patches):
+                        raise AbFailed(f"{when}: the bench recorded patches {sorted(got)} of the managed ones, "
+                                       f"side {side.label} needs {sorted(side.patches)}")
+                    if res.status != "ok":
+                        raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: "
+                                       + ("; ".join(res.problems()) or "not a clean figure"))
+                    if profile_sides and r == 1:
+                        from sglops.trace.profile import run_profile
+
+                        say(f"{when}: profile")
+                        prof_results[side.label] = run_profile(remote, show_progress=False, chart=True,
+                                                               run_id=f"{result.run_id}-profile-{side.label.lower()}")
+                        result.profiles[side.label] = prof_results[side.label].run_id
+                except SglopsError as exc:
+                    rnd.status = "failed" if rnd.status in ("not run", "ok") else rnd.status
+                    rnd.error = str(exc)
+                    raise
+    except SglopsError as exc:
+        result.failure = str(exc)
+    finally:  # also on Ctrl-C: the host goes back to how it was found
+        result.restore = _restore(remote, found, managed, say)
+        if not result.restore.get("ok"):
+            result.failure = "; ".join(x for x in (result.failure, "restore failed: " + str(result.restore.get("error")))
+                                       if x)
+        result.wall_s = round(time.monotonic() - t_start, 1)
+        try:
+            analyse(result, variable, tolerance)
+            if len(prof_results) == 2:
+                add_trace_diff(result, prof_results)
+        except SglopsError as exc:  # the rounds are recorded whatever the analysis says
+            result.identity_lines.append(f"analysis failed: {exc}")
+        artifacts.save(remote.name, result.run_id, "ab.json", result.to_json(), task="ab",
+                       extra={"status": "ok" if result.ok else "failed", "ab": {
+                           "a": side_a.name, "b": side_b.name, "rounds": [x.run_id for x in result.rounds],
+                           "verdict": result.verdict()}})
+    return result
+
+
+def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[str], None]) -> dict:
+    """Put the found patch set and server back; never raises (its outcome is recorded and shown)."""
+    from sglops.launch import server as launch
+    from sglops.patch import apply as patches
+
+    want = {p for p in found.patches if p in managed}
+    out: dict[str, Any] = {"ok": False, "patches": sorted(want)}
+    try:
+        _converge(remote, managed, want, "restore", say)
+        if found.running and found.profile:
+            _restart(remote, found.profile, found.port, "restore", say)
+            out["server"] = f"{found.profile} on port {found.port}"
+        else:
+            say("restore: stop the server (none was running before)")
+            launch.stop(remote)
+            out["server"] = "stopped (none was running before)"
+        out["ledger"] = [e["patch"] for e in patches.applied(remote)]
+        out["ok"] = sorted(out["ledger"]) == sorted(found.patches)
+        if not out["ok"]:
+            out["error"] = f"ledger has {out['ledger']}, found {found.patches}"
+    except (SglopsError, OSError) as exc:
+        out["error"] = str(exc)
+    return out
+
+
+# -- the task's glue ----------------------------------------------------------------------------------
+def spec() -> dict:
+    """`inv ab` / play step `ab` parameters: the sides, rounds, the bench's own options (1 repeat per round by
+    default: the rounds are the repeats), --profile, and what the comparison requires (values.COMPARE)."""
+    from sglops.core import values as v
+
+    bench = {k: val for k, val in v.BENCH.items() if k != "port"}  # each round benches the server it started
+    return {"a": v.Str(), "b": v.Str(), "patch": v.Name("patch"), "rounds": v.Int(1, 100, MIN_ROUNDS),
+            **bench, "runs": v.Int(1, 1000, 1), "profile": v.Flag(), **v.COMPARE}
+
+
+def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
+                say: Callable[[str], None] | None = None) -> AbResult:
+    """run_ab with checked options (spec()): the task's and the play step's way in."""
+    from sglops.bench.identity import Tolerance
+    from sglops.core import values as v
+
+    bench = {k: o[k] for k in v.BENCH if k in o and k != "port"}
+    return run_ab(remote, o.get("a"), o.get("b"), patch=o.get("patch"), rounds=o["rounds"], bench=bench,
+                  profile_sides=o.get("profile", False), variable=o.get("variable"),
+                  tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
+                  dry_run=dry_run, say=say)
+
+
+def step(o: dict[str, Any], *, dry_run: bool = False, progress: bool = True) -> Callable[[Remote], AbResult]:
+    """The per-host step `inv ab` runs: sides are checked before any host is touched; progress lines on stderr."""
+    for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
+        parse_side(s)
+
+    def run(remote: Remote) -> AbResult:
+        from sglops.core.console import note
+
+        return run_checked(remote, o, dry_run=dry_run, say=(lambda text: note(f"{remote.name}: {text}"))
+                           if progress else None)
+
+    return run

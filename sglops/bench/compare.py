@@ -1,0 +1,368 @@
+"""`inv compare RUN_A RUN_B [...]` and `inv runs`: recorded bench runs side by side, with a verdict.
+
+The first run is the baseline. Each figure's ratio gets a bootstrap interval (each run's samples
+resampled on its own); the verdict is "faster"/"slower" only when that whole interval clears 1
+and the change is at least MIN_EFFECT (the client's own measured accuracy), else "within noise".
+Next to the speed verdict: whether the outputs stayed the same (sglops.bench.identity) and every difference
+in what served (sglops.bench.runconfig), so "faster" never hides "wrong" or "measured something else".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from sglops.bench import stats
+from sglops.bench.identity import OutputsVerdict, Tolerance, compare_outputs
+from sglops.bench.run import load
+from sglops.bench.runconfig import ConfigDiff, config_diff
+from sglops.core import artifacts
+from sglops.core.errors import ConfigError, OutputsDiffer
+
+MIN_EFFECT = 0.01
+MIN_REPEATS = 3  # fewer repeats than this: intervals come from the per-request values instead
+MIN_SAMPLES = 5  # a percentile bootstrap on fewer values is too narrow to call a difference
+
+# (label, key in the level, higher is better)
+METRICS = [
+    ("decode tok/s", "decode_tok_s", True),
+    ("output tok/s", "output_tok_s", True),
+    ("TPOT ms", "tpot_ms", False),
+    ("TTFT ms", "ttft_ms", False),
+    ("e2e ms", "e2e_ms", False),
+]
+
+
+@dataclass
+class Run:
+    """A recorded bench run: its bench.json and manifest."""
+
+    run_id: str
+    host: str
+    path: Path
+    doc: dict
+
+    @property
+    def label(self) -> str:
+        names = [p.get("patch") for p in self.doc.get("patches") or []]
+        return f"{self.run_id}\n{'+'.join(names) if names else 'no patches'}"
+
+    @property
+    def ok(self) -> bool:
+        return self.doc.get("status") == "ok"
+
+    def level(self, concurrency: int) -> dict | None:
+        return next((lv for lv in self.doc["levels"] if lv["concurrency"] == concurrency), None)
+
+
+def load_run(ref: str | Path) -> Run:
+    path = artifacts.find_run(str(ref))
+    doc = load(path)
+    return Run(run_id=doc.get("run_id") or path.name, host=doc.get("host") or path.parent.name, path=path, doc=doc)
+
+
+def _samples(level: dict, key: str, repeats_ok: bool) -> list[float]:
+    """Repeat figures for the rates when there are enough repeats; otherwise (and for latencies) per request."""
+    fig = level.get(key)
+    if key == "output_tok_s":
+        return list(fig["values"]) if fig else []
+    if key == "decode_tok_s" and fig and repeats_ok:
+        return list(fig["values"])
+    return list(level["per_request"].get(key, []))
+
+
+def verdict(ratio: float | None, ci: tuple[float, float] | None, higher_is_better: bool, comparable: bool) -> str:
+    """faster / slower / within noise (or why there is no verdict)."""
+    if not comparable:
+        return "not comparable"
+    if ratio is None or ci is None:
+        return "too few samples"
+    up = ci[0] > 1 and ratio >= 1 + MIN_EFFECT
+    down = ci[1] < 1 and ratio <= 1 - MIN_EFFECT
+    if up:
+        return "faster" if higher_is_better else "slower"
+    if down:
+        return "slower" if higher_is_better else "faster"
+    return "within noise"
+
+
+@dataclass
+class Row:
+    """One figure of one run against the baseline at one concurrency."""
+
+    run: str
+    concurrency: int
+    metric: str
+    base: float
+    other: float
+    ratio: float | None
+    ratio_ci: tuple[float, float] | None
+    verdict: str
+    samples: str
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "concurrency": self.concurrency, "metric": self.metric, "base": self.base,
+                "other": self.other, "ratio": self.ratio, "ratio_ci95": list(self.ratio_ci) if self.ratio_ci else None,
+                "verdict": self.verdict, "samples": self.samples}
+
+
+@dataclass
+class Comparison:
+    """Every run against the first, figure by figure, with output identity and config differences per run.
+
+    `identity` / `config` are those of the first run against the baseline (the usual A/B case);
+    `identities` / `configs` hold every run's, by run id.
+    """
+
+    runs: list[Run]
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+    chart: str | None = None
+    saved: str | None = None
+    identities: dict[str, OutputsVerdict | None] = field(default_factory=dict)
+    configs: dict[str, ConfigDiff] = field(default_factory=dict)
+    tolerance: Tolerance | None = None
+
+    @property
+    def identity(self) -> OutputsVerdict | None:
+        return self.identities.get(self.runs[1].run_id) if len(self.runs) > 1 else None
+
+    @property
+    def config(self) -> ConfigDiff | None:
+        return self.configs.get(self.runs[1].run_id) if len(self.runs) > 1 else None
+
+    def speed(self, run_id: str | None = None) -> Row | None:
+        """The decode tok/s row at the lowest concurrency: the figure the headline speaks for."""
+        run_id = run_id or (self.runs[1].run_id if len(self.runs) > 1 else None)
+        rows = [r for r in self.rows if r.run == run_id and r.metric == "decode tok/s"]
+        return min(rows, key=lambda r: r.concurrency) if rows else None
+
+    def headline(self, run_id: str | None = None) -> str:
+        """'faster (x1.290 [1.270, 1.310]), outputs identical' or 'faster, OUTPUTS DIFFER at token 17 of prompt 3'."""
+        run_id = run_id or (self.runs[1].run_id if len(self.runs) > 1 else "")
+        row = self.speed(run_id)
+        if row is None:
+            speed = "no decode figure"
+        elif row.ratio is not None and row.verdict in ("faster", "slower", "within noise"):
+            ci = f" [{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else ""
+            speed = f"{row.verdict} (x{row.ratio:.3f}{ci})"
+        else:
+            speed = row.verdict
+        ident = self.identities.get(run_id)
+        parts = [speed, ident.line() if ident else "outputs not recorded"]
+        cfg = self.configs.get(run_id)
+        if cfg is not None and (cfg.unintended or cfg.missing):
+            parts.append(cfg.line())
+        return ", ".join(parts[:2]) + "".join(f"; {p}" for p in parts[2:])
+
+    def failures(self, require_identical: bool = False, require_same_config: bool = False) -> list[str]:
+        """What --require-identical / --require-same-config refuse, one line per run."""
+        out = []
+        for run in self.runs[1:]:
+            ident = self.identities.get(run.run_id)
+            if require_identical and (ident is None or not ident.within_tolerance):
+                why = ident.line() if ident else "outputs not recorded (a run from before outputs were kept?)"
+                out.append(f"{run.run_id}: {why}")
+            cfg = self.configs.get(run.run_id)
+            if require_same_config and cfg is not None and (cfg.unintended or cfg.missing):
+                out.append(f"{run.run_id}: {cfg.line()}")
+        return out
+
+    def check(self, require_identical: bool = False, require_same_config: bool = False) -> None:
+        """Raise OutputsDiffer (exit 8) when a required identity or config sameness does not hold."""
+        bad = self.failures(require_identical, require_same_config)
+        if bad:
+            raise OutputsDiffer("; ".join(bad))
+
+    def to_json(self) -> dict:
+        return {"kind": "sglops.bench.compare", "baseline": self.runs[0].run_id,
+                "runs": [{"run_id": r.run_id, "host": r.host, "path": str(r.path), "status": r.doc.get("status"),
+                          "patches": [p.get("patch") for p in r.doc.get("patches") or []],
+                          "sglang_commit": (r.doc.get("sglang") or {}).get("commit")} for r in self.runs],
+                "rows": [row.to_json() for row in self.rows], "notes": self.notes, "chart": self.chart,
+                "headline": {r.run_id: self.headline(r.run_id) for r in self.runs[1:]},
+                "identity": {k: v.to_json() if v else None for k, v in self.identities.items()},
+                "config": {k: v.to_json() for k, v in self.configs.items()},
+                "tolerance": self.tolerance.to_json() if self.tolerance else None}
+
+    def _caption(self) -> Text:
+        lines: list[Text] = []
+        for run in self.runs[1:]:
+            ident, cfg = self.identities.get(run.run_id), self.configs.get(run.run_id)
+            good = ident is not None and ident.within_tolerance
+            lines.append(Text.assemble((f"{run.run_id}: ", "bold"), (self.headline(run.run_id),
+                                                                      "green" if good else "bold red")))
+            if ident and ident.first_divergence:
+                lines.append(Text(f"  first divergence: {ident.first_divergence.describe()}", style="red"))
+            if cfg is not None and not cfg.differences and not cfg.missing:
+                lines.append(Text("  config: same server config", style="green"))
+            if cfg is not None:
+                for key, a, b, kind in cfg.rows():
+                    lines.append(Text(f"  config {key}: {a} -> {b} ({kind})",
+                                      style="yellow" if kind == "intended" else "bold red"))
+                if cfg.missing:
+                    lines.append(Text(f"  {cfg.line()}", style="yellow"))
+        lines += [Text(n) for n in self.notes]
+        if self.chart:
+            lines.append(Text(f"chart: {self.chart}"))
+        return Text("\n").join(lines)
+
+    def table(self) -> Table:
+        base = self.runs[0]
+        caption = self._caption()
+        table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]})", title_justify="left",
+                      caption=caption if caption.plain else None, caption_justify="left")
+        for col in ("run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"):
+            table.add_column(col, justify="left" if col in ("run", "metric", "verdict", "95% CI") else "right")
+        colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
+        for row in self.rows:
+            ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
+            v = Text(row.verdict, style=colour.get(row.verdict, "dim"))
+            table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
+                          f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
+        return table
+
+
+def _differences(base: Run, other: Run) -> list[str]:
+    notes = []
+    for key in ("api", "input_len", "output_len"):
+        a, b = base.doc["config"].get(key), other.doc["config"].get(key)
+        if a != b:
+            notes.append(f"{other.run_id}: {key} {b} vs baseline {a}: the runs measured different work")
+    if base.host != other.host:
+        notes.append(f"{other.run_id}: host {other.host} vs baseline {base.host}")
+    if not other.ok:
+        notes.append(f"{other.run_id} is {other.doc.get('status')}: not a clean figure, no verdict")
+    for run in (base, other):
+        suspect = sum(sum((lv.get("suspect") or {}).values()) for lv in run.doc["levels"])
+        if suspect:
+            notes.append(f"{run.run_id}: {suspect} suspect request(s) kept out of its figures (see its bench.json)")
+    cached = {r.run_id: _cached_share(r) for r in (base, other)}
+    if cached[base.run_id] is not None and cached[other.run_id] is not None and \
+            (cached[base.run_id] > 0) != (cached[other.run_id] > 0):
+        notes.append(f"{other.run_id}: {cached[other.run_id]:.0%} of its prompts were served from the prefix cache "
+                     f"vs {cached[base.run_id]:.0%} in the baseline (a repeated run on a server that was not "
+                     "restarted): TTFT and e2e are not comparable")
+    versions = {r.run_id: (r.doc.get("sglang") or {}).get("version") for r in (base, other)}
+    if len({v for v in versions.values() if v}) > 1:
+        notes.append(f"{other.run_id}: the server ran sglang {versions[other.run_id]} vs baseline "
+                     f"{versions[base.run_id]}")
+    return notes
+
+
+def _cached_share(run: Run) -> float | None:
+    """Share of measured ok requests whose prompt the server partly served from its prefix cache."""
+    recs = [rec for rep in run.doc.get("raw") or [] for rec in rep.get("requests") or [] if rec.get("outcome") == "ok"]
+    known = [rec for rec in recs if rec.get("cached_tokens") is not None]
+    return sum(1 for rec in known if rec["cached_tokens"] > 0) / len(known) if known else None
+
+
+def _settings(run: Run) -> str:
+    cfg = run.doc.get("config") or {}
+    return f"{cfg.get('api')} in {cfg.get('input_len')} / out {cfg.get('output_len')}"
+
+
+def chart_title(runs: list[Run]) -> str:
+    """The chart's title names every run's settings: one phrase when they agree, each run's when they differ."""
+    settings = [_settings(r) for r in runs]
+    if len(set(settings)) == 1:
+        return f"decode tok/s per stream, {settings[0]} (all runs)"
+    return "decode tok/s per stream, " + "; ".join(f"{r.run_id}: {s}" for r, s in zip(runs, settings, strict=True))
+
+
+def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None,
+            tolerance: Tolerance | None = None, variable: Iterable[str] | str | None = ()) -> Comparison:
+    """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline.
+
+    Besides speed: output identity of each run against the baseline (within `tolerance` when given) and
+    every server-config difference, intended when it is the patch set or a key named in `variable`.
+    """
+    if len(run_dirs) < 2:
+        raise ConfigError("compare needs at least two runs (see `inv runs`)")
+    runs = [load_run(r) for r in run_dirs]
+    base = runs[0]
+    notes = [] if base.ok else [f"baseline {base.run_id} is {base.doc.get('status')}: not a clean figure, no verdict"]
+    rows: list[Row] = []
+    for other in runs[1:]:
+        notes += _differences(base, other)
+        comparable = base.ok and other.ok
+        for lv_b in base.doc["levels"]:
+            c = lv_b["concurrency"]
+            lv_o = other.level(c)
+            if lv_o is None:
+                notes.append(f"{other.run_id}: no concurrency {c}")
+                continue
+            many = all(len((lv.get("decode_tok_s") or {}).get("values") or []) >= MIN_REPEATS for lv in (lv_b, lv_o))
+            for label, key, higher in METRICS:
+                if key == "output_tok_s" and c == 1:
+                    continue
+                sb, so = _samples(lv_b, key, many), _samples(lv_o, key, many)
+                if not sb or not so:
+                    continue
+                mb, mo = stats.median(sb), stats.median(so)
+                ratio = mo / mb if mb else None
+                ci = stats.bootstrap_ratio_ci(sb, so) if min(len(sb), len(so)) >= MIN_SAMPLES or (
+                    many and key.endswith("tok_s")) else None
+                kind = "repeats" if many and key.endswith("tok_s") else "requests"
+                rows.append(Row(other.run_id, c, label, mb, mo, ratio, ci, verdict(ratio, ci, higher, comparable),
+                                f"{kind} {len(sb)} vs {len(so)}"))
+    result = Comparison(runs, rows, list(dict.fromkeys(notes)), tolerance=tolerance)
+    for other in runs[1:]:
+        result.identities[other.run_id] = compare_outputs(base, other, tolerance)
+        result.configs[other.run_id] = config_diff(base, other, variable)
+    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{artifacts.new_run_id()}"
+    if chart:
+        from sglops.views.charts import decode_chart
+
+        result.chart = str(decode_chart(
+            [{"label": r.label, "levels": r.doc["levels"]} for r in runs], out / "decode_tok_s.png",
+            title=chart_title(runs)))
+    result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
+    return result
+
+
+def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = True,
+                 out_dir: str | Path | None = None) -> Comparison:
+    """compare() with the checked options of values.COMPARE (the task's flags, the play step's keys)."""
+    tol = Tolerance.from_options(options.get("tolerance_logprob"), options.get("min_identical_share"))
+    return compare(run_dirs, chart=chart, out_dir=out_dir, tolerance=tol, variable=options.get("variable") or ())
+
+
+# -- inv runs ------------------------------------------------------------------------------------------
+@dataclass
+class RunList:
+    """Recorded runs, oldest first, with the bench headline where there is one."""
+
+    runs: list[dict]
+
+    def to_json(self) -> list[dict]:
+        return self.runs
+
+    def table(self) -> Table:
+        table = Table(title=f"runs under {artifacts.artifacts_root()}", title_justify="left")
+        for col in ("run", "host", "task", "status", "decode tok/s", "95% CI", "setup", "sglang", "patches"):
+            table.add_column(col, justify="right" if col == "decode tok/s" else "left")
+        for m in self.runs:
+            b = m.get("bench") or {}
+            head = b.get("decode_tok_s") or {}
+            ci = head.get("ci95")
+            status = b.get("status") or m.get("status", "-")  # a profile records its own status
+            style = {"ok": "green", "partial": "yellow", "failed": "red"}.get(status, "dim")
+            sgl = m.get("sglang") or {}
+            setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
+                     f" x{b.get('runs')}") if b else ""
+            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), Text(status, style=style),
+                          f"{head['median']:.2f}" if head.get("median") else "-",
+                          f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
+                          ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",
+                          ", ".join(p.get("patch", "?") for p in m.get("patches") or []) or "-")
+        return table
+
+
+def list_runs(host: str | None = None, task: str | None = None) -> RunList:
+    runs = [r for r in artifacts.list_runs(host) if not task or r.get("task") == task]
+    return RunList(runs)

@@ -1,0 +1,638 @@
+"""`inv bench`: single-stream (or concurrent) decode figures measured ON the host, repeated, and kept.
+
+The client is a stdlib script (host/bench_client.py) that streams from the host's own
+server on 127.0.0.1, so the figures carry no network jitter; it returns raw timings in one
+round trip and this module turns them into figures (definitions in docs/bench.md):
+
+- TTFT: request sent -> first chunk that raises the server's completion_tokens.
+- ITL: each chunk gap spread over the tokens it carried (per token, as SGLang's native bench).
+- TPOT: (e2e - TTFT) / (n - 1) per request, first token excluded (SGLang, vLLM).
+- decode tok/s: tokens after the first chunk / (e2e - TTFT) per request; = 1 / TPOT when the first
+  chunk carries one token (the usual case); a repeat's figure is the median over its requests.
+- output tok/s: all tokens of a repeat / its wall time (bench_serving's output_throughput).
+- e2e: request sent -> end of stream.
+
+Besides timings, each measured request's outputs (token ids, chosen-token logprobs, text) go to the run's
+outputs.json and one output hash per prompt to the manifest (sglops.bench.identity compares them), and the
+server's effective configuration is recorded before measuring (sglops.bench.runconfig).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.table import Table
+from rich.text import Text
+
+from sglops.bench import identity, runconfig, stats
+from sglops.core import artifacts, redact
+from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.remote import Remote
+
+# what a request answered: moved from the raw records to outputs.json (bench.json keeps timings and hashes)
+OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
+
+APIS = ("sglang", "openai")
+
+
+class BenchIncomplete(SglopsError):
+    """Some requests failed: the run is recorded as partial/failed, never as a clean figure."""
+
+    exit_code = 1
+
+
+# -- figures from raw timings ----------------------------------------------------------------------
+def timeline(rec: dict) -> dict | None:
+    """TTFT, per-token ITL and the first chunk's token count from a request's raw chunk timeline.
+
+    Counted chunks (the server's cumulative completion_tokens per chunk): each gap is spread over the
+    tokens its chunk carried (SGLang native bench_serving's ITL). Uncounted chunks (an OpenAI server without
+    per-chunk usage): the gaps are spread evenly over the final usage count ("chunks_spread").
+    """
+    times, counts, n = rec.get("chunk_t") or [], rec.get("chunk_n") or [], rec.get("tokens") or 0
+    if not times or not n:
+        return None
+    if None not in counts:
+        itl, chunk_tokens = [], [counts[0]]
+        for i in range(1, len(times)):
+            carried = counts[i] - counts[i - 1]
+            itl.extend([(times[i] - times[i - 1]) / carried] * carried)
+            chunk_tokens.append(carried)
+        return {"ttft": times[0], "first": counts[0], "itl": itl, "chunk_tokens": chunk_tokens, "basis": "per_token"}
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    itl, done = [], 0
+    per_gap = (n - 1) / len(gaps) if gaps else 0
+    for i, gap in enumerate(gaps):
+        upto = round((i + 1) * per_gap)
+        if upto > done:
+            itl.extend([gap / (upto - done)] * (upto - done))
+            done = upto
+    return {"ttft": times[0], "first": n - len(itl), "itl": itl, "chunk_tokens": None,
+            "basis": "per_token" if len(times) == n else "chunks_spread"}
+
+
+SUSPECT_BURST_SHARE = 0.5  # one chunk carrying over half the decode tokens: the decode window was not measured
+SUSPECT_MIN_DECODE = 4  # fewer decode tokens than this: a burst rule would flag ordinary merged chunks
+SUSPECT_CLOCK_SLACK_S = 0.002
+
+
+def suspect_reason(rec: dict, tl: dict | None = None) -> str | None:
+    """Why a request's figures cannot be what the server did, or None.
+
+    - burst: most decode tokens arrived in one chunk (a stalled stream delivered at once), so e2e - TTFT
+      measures delivery, not decoding (the 148,433 tok/s "measurement" of one such request);
+    - the client saw the stream end before the server says it finished (meta_info.e2e_latency, where the
+      server reports it): the client's clock or timeline is wrong.
+    """
+    tl = tl or timeline(rec)
+    if tl is None:
+        return None
+    n, first = rec["tokens"], tl["first"]
+    decode = n - first
+    if tl["chunk_tokens"] is not None and decode >= SUSPECT_MIN_DECODE:
+        biggest = max(tl["chunk_tokens"][1:], default=0)
+        if biggest > SUSPECT_BURST_SHARE * decode:
+            return f"burst: {biggest} of {decode} decode tokens in one chunk"
+    if tl["chunk_tokens"] is not None and n >= SUSPECT_MIN_DECODE and first > SUSPECT_BURST_SHARE * n:
+        return f"burst: the first chunk carried {first} of {n} tokens"
+    if tl["chunk_tokens"] is None and decode >= SUSPECT_MIN_DECODE and len(tl["itl"]) and len(rec["chunk_t"]) < 3:
+        return f"burst: {n} tokens in {len(rec['chunk_t'])} chunks"
+    server = rec.get("server_e2e_s")
+    if server is not None and rec.get("e2e_s") is not None and rec["e2e_s"] < server - SUSPECT_CLOCK_SLACK_S:
+        return (f"stream ended {1e3 * (server - rec['e2e_s']):.1f} ms before the server's own e2e_latency "
+                f"({1e3 * server:.1f} ms)")
+    return None
+
+
+def request_metrics(rec: dict) -> dict | None:
+    """Derived figures of one successful request (None when it cannot give a decode rate).
+
+    Adds `suspect` (a reason) when the figures cannot be what the server did; callers keep those out.
+    """
+    if rec["outcome"] != "ok":
+        return None
+    tl = timeline(rec)
+    e2e = rec.get("e2e_s")
+    if tl is None or e2e is None:
+        return None
+    n, ttft, first = rec["tokens"], tl["ttft"], tl["first"]
+    if n - first < 1 or e2e <= ttft:
+        return {"suspect": suspect_reason(rec, tl) or "no decode window (every token in the first chunk)"}
+    return {"tokens": n, "ttft_ms": ttft * 1e3, "e2e_ms": e2e * 1e3, "tpot_ms": (e2e - ttft) / (n - 1) * 1e3,
+            "decode_tok_s": (n - first) / (e2e - ttft), "itl_ms": [x * 1e3 for x in tl["itl"]],
+            "itl_basis": tl["basis"], "suspect": suspect_reason(rec, tl)}
+
+
+@dataclass
+class Level:
+    """Everything measured at one concurrency, pooled over the repeats."""
+
+    concurrency: int
+    requests_total: int
+    outcomes: dict[str, int]
+    errors: list[str]
+    decode_tok_s: dict | None  # over repeats: median, ci95, cv, noisy, values
+    output_tok_s: dict | None
+    ttft_ms: dict | None  # pooled over requests: median, p90, p99, ...
+    itl_ms: dict | None
+    tpot_ms: dict | None
+    e2e_ms: dict | None
+    per_request: dict[str, list]
+    client_cpu_us_per_token: float | None
+    itl_basis: list[str]
+    suspect: dict[str, int] = field(default_factory=dict)  # reason kind -> requests kept out of the figures
+    suspect_examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> int:
+        return self.outcomes.get("ok", 0)
+
+    @property
+    def suspects(self) -> int:
+        return sum(self.suspect.values())
+
+    @property
+    def status(self) -> str:
+        if self.ok == self.requests_total and self.decode_tok_s:
+            return "ok"
+        return "failed" if not self.ok or not self.per_request.get("tpot_ms") else "partial"
+
+    def to_json(self) -> dict:
+        return {"concurrency": self.concurrency, "status": self.status, "requests": self.requests_total,
+                "outcomes": self.outcomes, "errors": self.errors, "suspect": self.suspect,
+                "suspect_examples": self.suspect_examples, "decode_tok_s": self.decode_tok_s,
+                "output_tok_s": self.output_tok_s, "ttft_ms": self.ttft_ms, "itl_ms": self.itl_ms,
+                "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms, "per_request": self.per_request,
+                "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis}
+
+
+def analyse(repeats: Sequence[dict], concurrency: int) -> Level:
+    """One level's figures from the raw repeats the host script returned.
+
+    Failed requests (any outcome but ok, including wrong_length) make the level partial; suspect requests
+    (see suspect_reason) are counted and kept out of every figure, the repeat's too.
+    """
+    mine = [r for r in repeats if r["concurrency"] == concurrency]
+    recs = [rec for r in mine for rec in r["requests"]]
+    outcomes = Counter(rec["outcome"] for rec in recs)
+    errors = sorted({f"{rec['outcome']}: {rec['error']}" for rec in recs if rec.get("error")})[:5]
+    suspect: Counter = Counter()
+    examples: list[str] = []
+    good, per_repeat_decode, per_repeat_output = [], [], []
+    for r in mine:
+        ms = []
+        for rec in r["requests"]:
+            m = request_metrics(rec)
+            if m and m["suspect"]:
+                suspect[m["suspect"].split(":")[0]] += 1
+                if len(examples) < 3:
+                    examples.append(m["suspect"])
+            elif m:
+                ms.append(m)
+        good += ms
+        if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
+            per_repeat_decode.append(stats.median([m["decode_tok_s"] for m in ms]))
+            per_repeat_output.append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
+    tokens = sum(rec["tokens"] for rec in recs)
+    cpu = sum(rec.get("cpu_s") or 0.0 for rec in recs)
+    return Level(
+        concurrency=concurrency,
+        requests_total=len(recs),
+        outcomes=dict(outcomes),
+        errors=errors,
+        decode_tok_s=stats.figure(per_repeat_decode),
+        output_tok_s=stats.figure(per_repeat_output),
+        ttft_ms=stats.summary([m["ttft_ms"] for m in good]),
+        itl_ms=stats.summary([x for m in good for x in m["itl_ms"]]),
+        tpot_ms=stats.summary([m["tpot_ms"] for m in good]),
+        e2e_ms=stats.summary([m["e2e_ms"] for m in good]),
+        per_request={key: [m[key] for m in good] for key in ("decode_tok_s", "tpot_ms", "ttft_ms", "e2e_ms")},
+        client_cpu_us_per_token=cpu / tokens * 1e6 if tokens else None,
+        itl_basis=sorted({m["itl_basis"] for m in good}),
+        suspect=dict(suspect),
+        suspect_examples=examples,
+    )
+
+
+# -- the result -------------------------------------------------------------------------------------------
+@dataclass
+class BenchResult:
+    """One bench run on one host: config, figures per concurrency, and what was running."""
+
+    host: str
+    config: dict[str, Any]
+    levels: list[Level]
+    server_info: dict | None
+    sglang: dict | None
+    patches: list[dict]
+    warmup: list[dict]
+    client: dict[str, Any]
+    facts: dict | None = None
+    raw: list[dict] = field(default_factory=list, repr=False)
+    run_id: str | None = None
+    artifact: str | None = None
+    server: dict | None = None  # what served: version, process, its python, log, token space
+    server_down: dict | None = None  # the server died or stopped answering mid-run: how, and the cause
+    server_changed: list[str] | None = None  # another server or configuration answered after measuring
+    outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
+
+    @property
+    def status(self) -> str:
+        states = {lv.status for lv in self.levels}
+        if states == {"ok"}:
+            return "partial" if self.server_changed else "ok"
+        return "failed" if states == {"failed"} else "partial"
+
+    def headline(self) -> dict | None:
+        """The figure `inv runs` lists: decode tok/s at the lowest concurrency."""
+        lv = min(self.levels, key=lambda x: x.concurrency) if self.levels else None
+        if not lv or not lv.decode_tok_s:
+            return None
+        return {"concurrency": lv.concurrency, "median": lv.decode_tok_s["median"], "ci95": lv.decode_tok_s["ci95"],
+                "cv": lv.decode_tok_s["cv"]}
+
+    def problems(self) -> list[str]:
+        """Why the run is not a clean figure (or what was kept out of it), one line each."""
+        out = []
+        if self.server_down:
+            out.append(self.server_down.get("line") or f"server {self.server_down.get('state')}")
+        if self.server_changed:
+            out.append("the server changed during the run (its figures mix two servers): "
+                       + "; ".join(self.server_changed[:5]))
+        for lv in self.levels:
+            bad = {k: v for k, v in sorted(lv.outcomes.items()) if k != "ok"}
+            if bad:
+                out.append(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests failed ("
+                           + ", ".join(f"{k} {v}" for k, v in bad.items()) + ")")
+            if lv.suspects:
+                out.append(f"C={lv.concurrency}: {lv.suspects} suspect request(s) kept out of the figures ("
+                           + "; ".join(lv.suspect_examples) + ")")
+        srv = (self.server or {}).get("version")
+        tree = (self.sglang or {}).get("tree_version")
+        missing = sum(1 for e in self.outputs if e.get("outcome") == "ok" and e.get("ids") is None)
+        if missing:
+            out.append(f"the server returned no output token ids for {missing} request(s): their outputs cannot "
+                       "be checked for identity")
+        if srv and tree and srv != tree:
+            out.append(f"the server runs sglang {srv} but the tree at {(self.sglang or {}).get('root')} is {tree}: "
+                       "the commit and patches recorded may not be what served")
+        return out
+
+    @property
+    def logprobs_kept(self) -> bool:
+        """Every ok request came back with logprobs (asked for, and the server gave them)."""
+        ok = [e for e in self.outputs if e.get("outcome") == "ok"]
+        return bool(ok) and all(e.get("logprobs") is not None for e in ok)
+
+    def notes(self) -> list[str]:
+        """What a reader of the figures should know that does not make the run unclean."""
+        out = []
+        ok = [e for e in self.outputs if e.get("outcome") == "ok"]
+        cached = [e for e in ok if (e.get("cached_tokens") or 0) > 0]
+        if cached:
+            out.append(f"{len(cached)} of {len(ok)} measured prompts were served partly from the server's prefix "
+                       "cache (the same prompts were sent before: same seed, server not restarted): TTFT is not a "
+                       "cold prefill")
+        if not self.config.get("warmup"):
+            out.append("no warm-up (--warmup 0): the first repeat includes cold-start effects")
+        return out
+
+    def manifest(self) -> dict:
+        """What the run's manifest.json records beside bench.json: what was running."""
+        sgl = self.sglang or {}
+        return {
+            "bench": {"status": self.status, "api": self.config["api"], "decode_tok_s": self.headline(),
+                      "input_len": self.config["input_len"], "output_len": self.config["output_len"],
+                      "concurrency": self.config["concurrency"], "runs": self.config["runs"],
+                      "suspect_requests": sum(lv.suspects for lv in self.levels), "problems": self.problems(),
+                      "notes": self.notes()},
+            "sglang": {k: sgl.get(k) for k in ("version", "version_from", "tree_version", "commit", "branch", "dirty",
+                                               "dirty_files", "root")},
+            "server": self.server,
+            "server_down": self.server_down,
+            "server_changed": self.server_changed,
+            "patches": self.patches,
+            "launch_args": self.server_info,
+            "run_config": runconfig.summary(self.server_info, self.sglang, self.patches),
+            "outputs": identity.summary(self.outputs, self.logprobs_kept, self.config["api"]),
+            "facts": self.facts,
+        }
+
+    def to_json(self) -> dict:
+        return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
+                "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
+                "warmup": self.warmup, "client": self.client, **self.manifest(), "raw": self.raw}
+
+    def table(self) -> Table:
+        cfg = self.config
+        title = (f"bench: {self.host}  {cfg['api']} :{cfg['port']}  in {cfg['input_len']} / out {cfg['output_len']}"
+                 f"  x{cfg['runs']} repeats" + (f"  run {self.run_id}" if self.run_id else ""))
+        table = Table(title=title, title_justify="left", caption=self._caption(), caption_justify="left")
+        for col in ("C", "metric", "median", "p90", "p99", "95% CI (repeats)", "CV"):
+            table.add_column(col, justify="left" if col in ("metric", "95% CI (repeats)") else "right")
+        for lv in self.levels:
+            dim = "" if lv.status == "ok" else "dim "
+            for name, fig in (("decode tok/s", lv.decode_tok_s), ("output tok/s", lv.output_tok_s)):
+                if fig and (name.startswith("decode") or lv.concurrency > 1):
+                    ci = f"[{fig['ci95'][0]:.2f}, {fig['ci95'][1]:.2f}]" if fig["ci95"] else "1 repeat"
+                    cvs = Text("-") if fig["cv"] is None else Text.assemble(
+                        f"{fig['cv']:.1%}", (" noisy", "red") if fig["noisy"] else "")
+                    table.add_row(str(lv.concurrency), Text(name, style=f"{dim}bold"), f"{fig['median']:.2f}", "", "",
+                                  ci, cvs)
+            for name, summ in (("TPOT ms", lv.tpot_ms), ("ITL ms", lv.itl_ms), ("TTFT ms", lv.ttft_ms),
+                               ("e2e ms", lv.e2e_ms)):
+                if summ:
+                    table.add_row(str(lv.concurrency), name, f"{summ['median']:.2f}", f"{summ['p90']:.2f}",
+                                  f"{summ['p99']:.2f}", "", "")
+            if lv.status != "ok":
+                bad = ", ".join(f"{k} {v}" for k, v in sorted(lv.outcomes.items()) if k != "ok")
+                table.add_row(str(lv.concurrency), Text(lv.status.upper(), style="bold red"),
+                              f"{lv.ok}/{lv.requests_total} ok", "", "", Text(bad, style="red"), "")
+            if lv.suspects:
+                table.add_row(str(lv.concurrency), Text("suspect", style="yellow"), f"{lv.suspects}/{lv.requests_total}",
+                              "", "", Text("kept out of the figures", style="yellow"), "")
+        return table
+
+    def _caption(self) -> Text:
+        sgl = self.sglang or {}
+        parts: list[Any] = [Text.assemble("status: ", (self.status, "green" if self.status == "ok" else "bold red"))]
+        if sgl:
+            commit = (sgl.get("commit") or "")[:12]
+            parts.append(f"sglang {sgl.get('version') or '?'}" + (f" @ {commit}" if commit else "")
+                         + (" (dirty)" if sgl.get("dirty") else ""))
+        names = [Text.assemble(f"{p.get('patch')}", "" if p.get("intact", True) else (" (modified since applied)", "red"))
+                 for p in self.patches]
+        parts.append(Text("patches: ") + (Text(", ").join(names) if names else Text("none")))
+        cpu = [lv.client_cpu_us_per_token for lv in self.levels if lv.client_cpu_us_per_token]
+        if cpu:
+            parts.append(f"client CPU {max(cpu):.0f} us/token")
+        py = ((self.server or {}).get("python") or {})
+        if py.get("executable"):
+            torch = (py.get("torch") or {}).get("version") or "no torch"
+            parts.append(f"server python {py.get('version')} ({py['executable']}), torch {torch}")
+        lines: list[Any] = [Text("; ").join(Text(p) if isinstance(p, str) else p for p in parts)]
+        if self.server_down:
+            lines.append(Text(str(self.server_down.get("line")), style="bold red"))
+        if self.server_changed:
+            lines.append(Text("the server changed during the run: " + "; ".join(self.server_changed[:5]),
+                              style="bold red"))
+        lines += [Text(n, style="yellow") for n in self.notes()]
+        if self.outputs:
+            got = sum(1 for e in self.outputs if e.get("ids") is not None)
+            lines.append(f"outputs: token ids of {got}/{len(self.outputs)} requests"
+                         + (" with logprobs" if self.logprobs_kept else "") + " kept (outputs.json)")
+        for lv in self.levels:
+            if lv.status != "ok":
+                lines.append(Text(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
+                                  "failed; figures cover only the successful ones and are not a clean result",
+                                  style="red"))
+                lines += [Text(f"  {e}", style="red") for e in lv.errors[:3]]
+            if lv.suspects:
+                lines.append(Text(f"C={lv.concurrency}: {lv.suspects} suspect request(s) kept out of the figures: "
+                                  + "; ".join(lv.suspect_examples), style="yellow"))
+            if any(b != "per_token" for b in lv.itl_basis):
+                lines.append(f"C={lv.concurrency}: the server sent no per-chunk token counts; ITL spread evenly")
+        if self.artifact:
+            lines.append(f"saved {self.artifact}")
+        return Text("\n").join(Text(x) if isinstance(x, str) else x for x in lines)
+
+
+# -- running it ---------------------------------------------------------------------------------------------
+def parse_levels(concurrency: str | int | Sequence[int]) -> list[int]:
+    """`1,4,16` -> [1, 4, 16]; refuses anything that is not a positive integer."""
+    items = str(concurrency).split(",") if isinstance(concurrency, str | int) else list(concurrency)
+    try:
+        levels = [int(str(c).strip()) for c in items if str(c).strip()]
+    except ValueError:
+        raise ConfigError(f"--concurrency must be integers like 1,4,16 (got {concurrency!r})") from None
+    if not levels or any(c < 1 for c in levels):
+        raise ConfigError(f"--concurrency must be positive integers like 1,4,16 (got {concurrency!r})")
+    return list(dict.fromkeys(levels))
+
+
+def _check(runs: int, input_len: int, output_len: int, api: str, port: int | None) -> None:
+    if api not in APIS:
+        raise ConfigError(f"--api must be one of {', '.join(APIS)} (got {api!r})")
+    if runs < 1:
+        raise ConfigError(f"--runs must be at least 1 (got {runs})")
+    if input_len < 1 or output_len < 2:
+        raise ConfigError(f"--input-len must be >= 1 and --output-len >= 2 (got {input_len}, {output_len})")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"--port must be a TCP port (got {port})")
+
+
+def split_outputs(repeats: list[dict]) -> list[dict]:
+    """Move what each measured request answered out of the raw records into one entry per request, in the
+    order they were planned (`n`), leaving each raw record its prompt and output hashes."""
+    out = []
+    for rep in repeats:
+        for rec in rep["requests"]:
+            got = {k: rec.pop(k, None) for k in OUTPUT_FIELDS}
+            ids = got["ids"]
+            rec["output"] = identity.ids_hash(ids) if ids is not None else None
+            out.append({"n": len(out), "repeat": rep["repeat"], "concurrency": rep["concurrency"],
+                        "prompt": rec.get("prompt"), "output": rec["output"], "outcome": rec["outcome"],
+                        "ids": ids, "logprobs": got["logprobs"], "text": got["text"], "tokens": got["tokens_text"],
+                        "input_ids": got["input_ids"], "cached_tokens": rec.get("cached_tokens")})
+    return out
+
+
+def run_bench(
+    remote: Remote,
+    *,
+    runs: int = 5,
+    input_len: int = 128,
+    output_len: int = 256,
+    concurrency: str | int | Sequence[int] = 1,
+    api: str = "sglang",
+    port: int | None = None,
+    requests: int | None = None,
+    warmup: int = 1,
+    vocab_size: int | None = None,
+    no_logprobs: bool = False,
+    request_timeout: float = 120,
+    timeout: float = 3600,
+    with_facts: bool = True,
+    on_progress: Callable[[dict], None] | None = None,
+    test_options: dict | None = None,
+) -> BenchResult:
+    """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
+
+    A server that is down or unhealthy raises (nothing is measured); failed requests are counted
+    per request and make the result partial or failed; a server that dies mid-run ends the run, and
+    the result says so with the cause from the server's log. `test_options` (tests only) reach the
+    host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
+    Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
+    """
+    runs, input_len, output_len = int(runs), int(input_len), int(output_len)
+    port = int(port) if port else None  # None: the server sglops started on the host, else 30000
+    _check(runs, input_len, output_len, api, port)
+    if vocab_size is not None and int(vocab_size) < 2:
+        raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
+    levels = parse_levels(concurrency)
+    args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
+            "concurrency": levels, "requests": int(requests) if requests else None, "warmup": int(warmup),
+            "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
+            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
+            **(test_options or {})}
+    raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
+    outputs = split_outputs(raw["repeats"])
+    facts = None
+    if with_facts:
+        from sglops.probe.facts import gather
+
+        facts = gather(remote, port=raw["port"]).to_json()
+    tokens = raw["client_tokens"]
+    proc = raw.get("server_process") or {}
+    return BenchResult(
+        host=remote.name,
+        config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
+                "runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": levels,
+                "requests_per_run": raw["requests_per_run"], "warmup": int(warmup), "ignore_eos": True,
+                "temperature": 0, "input": "random ordinary token ids below the model's vocabulary (input_ids)",
+                "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
+                "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
+                "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
+                               "up to 32 tokens each; not counted"},
+        levels=[analyse(raw["repeats"], c) for c in levels],
+        server_info=raw["server_info"],
+        sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
+        patches=raw["patches"],
+        warmup=raw["warmup"],
+        client={"cpu_s": raw["client_cpu_s"], "tokens": tokens,
+                "cpu_us_per_token": raw["client_cpu_s"] / tokens * 1e6 if tokens else None},
+        facts=facts,
+        raw=raw["repeats"],
+        server={"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
+                "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
+                "python": proc.get("env"), "token_space": raw.get("token_space")} if raw.get("server_version") or proc
+        else None,
+        server_down=raw.get("server_down"),
+        server_changed=raw.get("server_changed"),
+        outputs=outputs,
+    )
+
+
+def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
+    """The tree on the host (commit, dirty files) with the version the SERVER reported: that is what ran."""
+    if not tree and not server_version:
+        return None
+    out = dict(tree or {})
+    out["tree_version"] = (tree or {}).get("version")
+    out["version"] = server_version or out["tree_version"]
+    out["version_from"] = "server /server_info" if server_version else "tree"
+    return out
+
+
+def record(result: BenchResult, run_id: str | None = None) -> BenchResult:
+    """Keep the run: artifacts/<host>/<run-id>/bench.json plus a manifest of what was running."""
+    result.run_id = run_id or artifacts.new_run_id()
+    write_outputs(artifacts.run_dir(result.host, result.run_id) / identity.OUTPUTS_FILE, result)
+    path = artifacts.save(result.host, result.run_id, "bench.json", result.to_json(), task="bench",
+                          extra=result.manifest())
+    result.artifact = str(path)
+    return result
+
+
+def write_outputs(path: Path, result: BenchResult) -> Path:
+    """outputs.json: one compact line of JSON (ids, logprobs, text per request), written atomically."""
+    doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"], "logprobs": result.logprobs_kept,
+           "hash": "sha256 over the comma-joined ids, 16 hex",
+           "requests": result.outputs}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(redact.obj(doc)))
+    os.replace(tmp, path)
+    return path
+
+
+def check(results: Sequence[BenchResult]) -> None:
+    """Raise (exit 1) when any host's run is partial or failed; it is already recorded as such."""
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        raise BenchIncomplete("; ".join(
+            f"{r.host}: run {r.run_id or ''} is {r.status} ("
+            + ", ".join(f"{k} {v}" for lv in r.levels for k, v in sorted(lv.outcomes.items()) if k != "ok")
+            + ") - not a clean figure"
+            + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "")
+            + (f"; the server changed during the run ({r.server_changed[0]})" if r.server_changed else "")
+            for r in bad))
+
+
+# -- progress bar ---------------------------------------------------------------------------------------------
+class _Board:
+    """One rich progress display shared by the hosts benched in parallel (rich allows one live display)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.progress = None
+        self.users = 0
+
+    def open(self, host: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from sglops.core.console import err_console
+
+        with self.lock:
+            if self.progress is None:
+                self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                         MofNCompleteColumn(), TextColumn("{task.fields[note]}", markup=False),
+                                         TimeElapsedColumn(),
+                                         console=err_console, transient=True)
+                self.progress.start()
+            self.users += 1
+            return self.progress.add_task(f"bench {host}", total=None, note="connecting")
+
+    def update(self, task: int, event: dict) -> None:
+        with self.lock:
+            if self.progress is None:
+                return
+            phase = event.get("phase", "")
+            failed = event.get("failed") or 0
+            note = phase + (f", {failed} failed" if failed else "")
+            if phase == "measuring":
+                self.progress.update(task, total=event.get("total"), completed=event.get("done", 0), note=note)
+            else:
+                self.progress.update(task, note=note)
+
+    def close(self, task: int) -> None:
+        with self.lock:
+            if self.progress is None:
+                return
+            self.progress.remove_task(task)
+            self.users -= 1
+            if self.users == 0:
+                self.progress.stop()
+                self.progress = None
+
+
+_board = _Board()
+
+
+def step(**options: Any) -> Callable[[Remote], BenchResult]:
+    """The per-host step `inv bench` runs: bench with a progress bar, then record the run."""
+    parse_levels(options.get("concurrency", 1))  # a bad flag fails before any host is touched
+
+    def run(remote: Remote) -> BenchResult:
+        task = _board.open(remote.name)
+        try:
+            result = run_bench(remote, on_progress=lambda ev: _board.update(task, ev), **options)
+        finally:
+            _board.close(task)
+        return record(result)
+
+    return run
+
+
+def load(run_dir: str | Path) -> dict:
+    """A recorded bench.json (for compare and re-analysis)."""
+    path = Path(run_dir) / "bench.json"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} has no bench.json (not a bench run?)")
+    return artifacts.read_json(path)

@@ -1,0 +1,1 @@
+"""The layer every task stands on: inventory, the remote layer and its transports, errors, values, console."""

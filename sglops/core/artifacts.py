@@ -1,0 +1,102 @@
+"""Where results are kept: artifacts/<host>/<run-id>/, each with a manifest.json.
+
+A run id sorts by time and is unique across operators (`20261202-134501-a1b2`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sglops.core import redact
+from sglops.core.paths import REPO_ROOT
+
+
+def artifacts_root() -> Path:
+    return Path(os.environ.get("SGLOPS_ARTIFACTS") or REPO_ROOT / "artifacts")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def safe_name(name: str) -> str:
+    """A host name or address as a folder name (no slashes, colons or spaces)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "host"
+
+
+def run_dir(host: str, run_id: str) -> Path:
+    path = artifacts_root() / safe_name(host) / run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    """Write JSON atomically (temp + rename), secrets masked."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(dumps(obj) + b"\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: Path) -> Any:
+    return orjson.loads(Path(path).read_bytes())
+
+
+def save(host: str, run_id: str, name: str, obj: Any, *, task: str, extra: dict | None = None) -> Path:
+    """Save one result file and update the run's manifest; returns the result file's path."""
+    folder = run_dir(host, run_id)
+    out = write_json(folder / name, obj)
+    manifest_path = folder / "manifest.json"
+    manifest = read_json(manifest_path) if manifest_path.exists() else {
+        "run_id": run_id, "host": host, "task": task, "operator": getpass.getuser(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": [],
+    }
+    if name not in manifest["files"]:
+        manifest["files"].append(name)
+    manifest.update(extra or {})
+    write_json(manifest_path, manifest)
+    return out
+
+
+def list_runs(host: str | None = None) -> list[dict]:
+    """Every recorded run (newest last), from the manifests."""
+    root = artifacts_root()
+    runs = []
+    for manifest in sorted(root.glob("*/*/manifest.json")):
+        if host and manifest.parent.parent.name != safe_name(host):
+            continue
+        try:
+            data = read_json(manifest)
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        data["path"] = str(manifest.parent)
+        runs.append(data)
+    return sorted(runs, key=lambda r: r.get("run_id", ""))
+
+
+def find_run(run_id: str) -> Path:
+    """A run's folder from its id (or a unique prefix, or a path)."""
+    from sglops.core.errors import ConfigError
+
+    if Path(run_id).is_dir():
+        return Path(run_id)
+    exact = [p for p in artifacts_root().glob(f"*/{run_id}") if p.is_dir()]
+    matches = exact or [p for p in artifacts_root().glob(f"*/{run_id}*") if p.is_dir()]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ConfigError(f"no run {run_id!r} under {artifacts_root()} (see `inv runs`)")
+    raise ConfigError(f"run id {run_id!r} is ambiguous: {', '.join(sorted(m.name for m in matches)[:5])}")

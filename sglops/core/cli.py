@@ -1,0 +1,150 @@
+"""Glue between Invoke tasks and the library: target flags, per-host fan-out, errors, output.
+
+Tasks in tasks.py stay a few lines each: they build `Targets` from their flags and call
+`per_host` (or `guarded` for tasks that touch no host).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from invoke.exceptions import Exit
+from rich.text import Text
+
+from sglops.core import artifacts
+from sglops.core.console import console, err_console, error_line, print_json, styled
+from sglops.core.errors import SglopsError, combined_exit
+from sglops.core.hosts import Host, Inventory, load_inventory, resolve_targets
+from sglops.core.parallel import Outcome, guard, on_hosts
+from sglops.core.remote import Remote
+
+TARGET_HELP = {
+    "host": "a host from playbooks/hosts.yaml, an address (user@addr:port), or 'local'",
+    "hosts": "several hosts, comma-separated (run in parallel)",
+    "tag": "every inventory host with this tag",
+    "sglang-root": "where SGLang lives on the host (checkout root, python/ or the package folder)",
+    "accept-new-host-key": "trust and save an unknown host key (a changed key is always refused)",
+    "container": "SGLang lives in this container on the host: every step runs through docker exec",
+    "json": "print machine-readable JSON instead of tables",
+}
+
+
+def help_with(**extra: str) -> dict[str, str]:
+    return {**TARGET_HELP, **{k.rstrip("_").replace("_", "-"): v for k, v in extra.items()}}
+
+
+@dataclass
+class Targets:
+    """The hosts a task acts on, from its common flags."""
+
+    host: str | None = None
+    hosts: str | None = None
+    tag: str | None = None
+    sglang_root: str | None = None
+    accept_new_host_key: bool = False
+    container: str | None = None
+
+    def resolve(self, inventory: Inventory | None = None) -> list[Host]:
+        return resolve_targets(self.host, self.hosts, self.tag, self.sglang_root, inventory,
+                               container=self.container)
+
+
+def fail(message: str, code: int = 2) -> None:
+    error_line(message)
+    raise Exit(code=code)
+
+
+def guarded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call fn; a user error becomes one red line and a non-zero exit (no traceback)."""
+    try:
+        return fn(*args, **kwargs)
+    except SglopsError as exc:
+        fail(str(exc), exc.exit_code)
+
+
+def checked(spec: Any, **raw: Any) -> dict[str, Any]:
+    """The task's flags checked and converted by spec (sglops.core.values); a bad one is one line, exit 2."""
+    from sglops.core import values
+
+    return guarded(values.check, spec, raw)
+
+
+def per_host(
+    task: str,
+    targets: Targets,
+    step: Callable[[Remote], Any],
+    *,
+    json: bool = False,
+    artifact: str | None = None,
+    show: Callable[[Any], None] | None = None,
+    check: Callable[[Any], None] | None = None,
+) -> list[Any]:
+    """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
+
+    A step returns an object with `to_json()` (and `table()` unless `show` is given). `check(value)` raises
+    for a result that counts as a failure though it is kept and shown (a partial bench, a stopped play).
+    Whatever goes wrong on one host (a user error, an unreachable host, a bug) is that host's outcome: the
+    others' results are still saved and printed, and the exit code follows errors.combined_exit.
+    """
+    try:
+        inventory = load_inventory()
+        hosts = targets.resolve(inventory)
+    except SglopsError as exc:
+        fail(str(exc), exc.exit_code)
+    outcomes = on_hosts(hosts, step, accept_new_host_key=targets.accept_new_host_key, inventory=inventory)
+    run_id = artifacts.new_run_id()
+    documents = []
+    many = len(outcomes) > 1
+    for out in outcomes:
+        doc = _result_document(out, task, run_id, artifact, check) if out.ok else None
+        if doc is not None and not json:
+            shown = guard(out.host, lambda v=out.value: (show or _show_table)(v))
+            if not shown.ok and out.ok:
+                out.fail_from(shown)
+        if not out.ok and not json:
+            error_line(f"[{out.host.name}] {out.error}" if many else out.error)
+            if out.traceback:
+                err_console.print(Text(out.traceback.rstrip(), style="dim"), soft_wrap=True)
+        documents.append({"host": out.host.name, "ok": out.ok, **(doc or {}),
+                          **({} if out.ok else out.to_json())})
+    if json:
+        print_json(documents if many else documents[0])
+    failed = [o for o in outcomes if not o.ok]
+    if many and not json:
+        console.print(
+            styled((task, "bold"), f": {len(outcomes) - len(failed)} ok, {len(failed)} failed")
+            + Text(f" ({', '.join(f'{o.host.name}: {o.kind}' for o in failed)})" if failed else "")
+            + Text(f"; run {run_id}" if artifact else "")  # steps that record their own runs name them
+        )
+    code = combined_exit(o.exit_code for o in outcomes)
+    if code:
+        raise Exit(code=code)
+    return [o.value for o in outcomes]
+
+
+def _show_table(value: Any) -> None:
+    console.print(value.table())
+
+
+def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,
+                     check: Callable[[Any], None] | None) -> dict | None:
+    """The host's result as JSON (saved under artifacts/ when the task keeps one); a failing check or a bug
+    in the result's own code turns the outcome into a failure, keeping what could be rendered."""
+    doc: dict | None = None
+
+    def render() -> None:
+        nonlocal doc
+        doc = out.value.to_json()
+        if artifact:
+            path = artifacts.save(out.host.name, run_id, artifact, doc, task=task,
+                                  extra={"seconds": round(out.seconds, 3)})
+            doc = {**doc, "artifact": str(path)}
+        if check:
+            check(out.value)
+
+    checked = guard(out.host, render)
+    if not checked.ok:
+        out.fail_from(checked)
+    return doc

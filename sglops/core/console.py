@@ -1,0 +1,108 @@
+"""Printing: rich tables for people, --json for machines; both are views of one result object.
+
+Text is data. Both consoles are built with markup off, so a string reaching rich (a table
+cell, a title, a printed line) is shown exactly as it is: a probe hit such as
+`dtype in [torch.bfloat16, torch.float8_e4m3fn]`, a host prefix `[gpu-a]` or an error with
+`[/x]` in it never turns into styling or a crash. Where sglops wants colour it says so with
+`rich.text.Text` (or `styled`), never by writing markup into a string.
+
+When the output is not a terminal (a pipe, a file), lines are neither wrapped nor cropped at
+80 columns: what is printed is what grep and diff see.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import orjson
+from rich.console import Console, ConsoleDimensions
+from rich.text import Text
+
+from sglops.core import redact
+
+NOT_A_TERMINAL_WIDTH = 4096  # "no wrapping": wider than any line sglops prints to a pipe
+MAX_ERROR_CHARS = 2000
+
+
+class _Redacting:
+    """A text stream that masks registered secrets in everything written through it, so no table,
+    progress line or script that rich prints can show a password or token."""
+
+    def __init__(self, stream_name: str) -> None:
+        self._name = stream_name
+
+    @property
+    def _stream(self):
+        return getattr(sys, self._name)  # looked up each time: pytest and Invoke swap sys.stdout
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact.text(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", "utf-8")
+
+
+class _DataConsole(Console):
+    """A rich console that never reads markup and does not wrap what goes to a pipe or file."""
+
+    def __init__(self, stream_name: str) -> None:
+        super().__init__(file=_Redacting(stream_name), highlight=False, markup=False, emoji=False)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if not self.is_terminal and not os.environ.get("COLUMNS"):
+            return ConsoleDimensions(NOT_A_TERMINAL_WIDTH, dims.height)
+        return dims
+
+
+console = _DataConsole("stdout")
+err_console = _DataConsole("stderr")
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text from plain strings and (string, style) pairs: sglops picks the styles, every string is data."""
+    return Text.assemble(*parts)
+
+
+def print_json(obj: Any) -> None:
+    """Machine-readable output on stdout (secrets masked)."""
+    sys.stdout.write(orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+    sys.stdout.flush()
+
+
+def print_raw(text: str) -> None:
+    """Exactly this text on stdout (secrets masked), not through rich: for scripts meant to be redirected."""
+    sys.stdout.write(redact.text(text) if text.endswith("\n") else redact.text(text) + "\n")
+    sys.stdout.flush()
+
+
+def one_line(message: str) -> str:
+    """A message as one line: inner line breaks become ' | ', and a wall of text is cut short."""
+    flat = " | ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    if len(flat) > MAX_ERROR_CHARS:
+        flat = flat[:MAX_ERROR_CHARS] + f"... ({len(flat) - MAX_ERROR_CHARS} more characters)"
+    return flat
+
+
+def error_line(message: str) -> None:
+    """The one line a user error ends in, on stderr."""
+    err_console.print(styled(("error:", "bold red"), " ", redact.text(one_line(message))), soft_wrap=True)
+
+
+def note(message: str) -> None:
+    """A remark for the person at the terminal, on stderr (so stdout stays what was asked for)."""
+    err_console.print(Text(redact.text(message), style="dim"), soft_wrap=True)

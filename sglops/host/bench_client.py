@@ -1,0 +1,559 @@
+# Streaming benchmark client, run ON the GPU host against its own server on 127.0.0.1
+# (no network jitter in the figures, and never any traffic off the host).
+#
+# It measures and returns raw per-request timings; the laptop computes the statistics.
+# Tokens are counted from the server's own fields (meta_info.completion_tokens on /generate,
+# usage.completion_tokens on /v1/completions), never guessed from text.
+# It also keeps what each request answered: the output token ids and the chosen tokens' logprobs
+# (return_logprob on /generate, logprobs=0 + return_token_ids on /v1/completions), so two runs can be
+# checked for identical outputs.
+import hashlib
+import http.client
+import json
+import os as _os
+import random
+import re
+import threading
+import time
+
+from ._common import UserError, progress, server_port, sglops_dir, sha256_file, try_find_sglang
+from ._server_proc import death_cause, listening_pid, log_size, python_env, server_process
+from ._vocab import draw_prompt_ids, model_token_space
+
+LOOPBACK = "127.0.0.1"
+_META = b'"meta_info":'
+_NUMBER = re.compile(rb"\s*(null|-?[0-9][0-9.eE+-]*)")
+_FINISH_KEY = b'"finish_reason":'
+_print_lock = threading.Lock()
+
+
+def _say(**fields):
+    with _print_lock:
+        progress(**fields)
+
+
+# -- the server ------------------------------------------------------------------------------
+def _get(port, path, timeout=10):
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def check_health(port):
+    """The server must answer /health with 200 before anything is measured."""
+    try:
+        status, body = _get(port, "/health")
+    except ConnectionRefusedError:
+        raise UserError(f"no server on {LOOPBACK}:{port} (connection refused); start it or pass --port") from None
+    except TimeoutError:
+        raise UserError(f"server on {LOOPBACK}:{port} did not answer /health within 10 s") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise UserError(f"server on {LOOPBACK}:{port} is unreachable: {exc or type(exc).__name__}") from None
+    if status != 200:
+        detail = body.decode(errors="replace").strip().splitlines()[:1]
+        why = f" ({detail[0][:120]})" if detail else ""
+        raise UserError(f"server on {LOOPBACK}:{port} is not healthy: /health answered HTTP {status}{why}")
+
+
+def server_info(port):
+    """The effective launch arguments (SGLang /server_info, older /get_server_info); None for vLLM."""
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            status, body = _get(port, path)
+            if status == 200:
+                info = json.loads(body)
+                if isinstance(info, dict):
+                    info.pop("internal_states", None)  # live scheduler state, not launch arguments
+                    return info
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+    return None
+
+
+def served_model(port, info):
+    if info:
+        for key in ("served_model_name", "model_path"):
+            if info.get(key):
+                return info[key]
+    try:
+        status, body = _get(port, "/v1/models")
+        if status == 200:
+            data = json.loads(body).get("data") or []
+            if data:
+                return data[0].get("id")
+    except (OSError, ValueError, http.client.HTTPException):
+        pass
+    return "default"
+
+
+# -- what is applied -----------------------------------------------------------------------------
+def applied_patches(root):
+    """Patches from the ledger, each file's current hash checked against the hash recorded after applying."""
+    if not root:
+        return []
+    path = _os.path.join(sglops_dir(root, create=False), "applied.json")
+    try:
+        with open(path) as fh:
+            ledger = json.load(fh)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise UserError(f"patch ledger {path} is unreadable: {exc}") from None
+    out = []
+    for entry in ledger.get("applied") or []:
+        entry = dict(entry)
+        files = entry.get("files") or {}
+        intact = True
+        for rel, hashes in files.items():
+            full = rel if _os.path.isabs(rel) else _os.path.join(root, rel)
+            now = sha256_file(full)
+            if isinstance(hashes, dict) and hashes.get("after") and now != hashes.get("after"):
+                intact = False
+        entry["intact"] = intact
+        out.append(entry)
+    return out
+
+
+# -- one request -----------------------------------------------------------------------------------
+def make_body(api, model, ids, out_len, override=None, logprobs=True):
+    """The request; `override` (tests only) replaces sampling fields to force a length the run did not ask for.
+    `logprobs`: ask for the chosen tokens' logprobs (top-1 only; no prompt logprobs, which cost a prefill pass)."""
+    if api == "sglang":
+        sampling = {"max_new_tokens": out_len, "temperature": 0, "ignore_eos": True, **(override or {})}
+        body = {"input_ids": ids, "stream": True, "sampling_params": sampling}
+        if logprobs:
+            body["return_logprob"] = True
+        return "/generate", body
+    body = {"model": model, "prompt": ids, "max_tokens": out_len, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "return_token_ids": True}
+    if logprobs:
+        body["logprobs"] = 0  # the chosen token's logprob, no alternatives
+    for key, value in (override or {}).items():
+        body["max_tokens" if key == "max_new_tokens" else key] = value
+    return "/v1/completions", body
+
+
+def _number(raw):
+    if raw == b"null":
+        return None
+    return float(raw) if any(c in raw for c in b".eE") else int(raw)
+
+
+def _native_meta(data, want_prompt=False):
+    """(meta, whole chunk or None) of a /generate chunk.
+
+    A chunk still streaming (finish_reason null) carries the cumulative text, output_ids and, with
+    return_logprob, every logprob so far: decoding it per chunk is O(n^2) over a request. Only the few
+    numbers needed per chunk are read from its bytes (searched from the end, where SGLang puts them, after
+    the logprobs); the final chunk is decoded whole once (it has the whole output's ids, logprobs and text).
+    A key cannot match inside a string: quotes there are escaped."""
+    at = data.find(_META)  # after the text and ids (shorter than the logprobs that follow it)
+    if at >= 0:
+        fin = data.find(_FINISH_KEY, at)
+        m = _NUMBER.match(data, fin + len(_FINISH_KEY)) if fin >= 0 else None
+        if m and m.group(1) == b"null":
+            meta = {"finish_reason": None}
+            for key in ("completion_tokens", "cached_tokens", "e2e_latency", *(("prompt_tokens",) if want_prompt
+                                                                                 else ())):
+                k = b'"' + key.encode() + b'":'
+                i = data.rfind(k, at)
+                m = _NUMBER.match(data, i + len(k)) if i >= 0 else None
+                if m:
+                    meta[key] = _number(m.group(1))
+            if isinstance(meta.get("completion_tokens"), int):
+                return meta, None
+    obj = json.loads(data)
+    return (obj.get("meta_info") if isinstance(obj, dict) else None), obj
+
+
+def _native_outputs(obj, rec, incremental):
+    """The output ids, chosen-token logprobs and text a /generate chunk carries (cumulative unless the server
+    streams incrementally, --incremental-streaming-output)."""
+    if not isinstance(obj, dict):
+        return
+    meta = obj.get("meta_info") or {}
+    ids = obj.get("output_ids")
+    lps = meta.get("output_token_logprobs")
+    text = obj.get("text")
+    if incremental:
+        if ids is not None:
+            rec["ids"] = (rec["ids"] or []) + list(ids)
+        if lps is not None:
+            rec["logprobs"] = (rec["logprobs"] or []) + [e[0] if isinstance(e, list) else None for e in lps]
+        if isinstance(text, str):
+            rec["text"] = (rec["text"] or "") + text
+        return
+    if ids is not None:
+        rec["ids"] = list(ids)
+    if lps is not None:  # [logprob, token id, text or null] per token
+        rec["logprobs"] = [e[0] if isinstance(e, list) and e else None for e in lps]
+        if rec["ids"] is None:
+            rec["ids"] = [e[1] for e in lps]
+    if isinstance(text, str):
+        rec["text"] = text
+
+
+def _openai_outputs(choice, rec):
+    """Token ids (return_token_ids), chosen-token logprobs and per-token text of one /v1/completions chunk."""
+    ids = choice.get("token_ids")
+    if ids is not None:
+        rec["ids"] = (rec["ids"] or []) + list(ids)
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        if lp.get("token_logprobs") is not None:
+            rec["logprobs"] = (rec["logprobs"] or []) + list(lp["token_logprobs"])
+        if lp.get("tokens") is not None:
+            rec["tokens_text"] = (rec["tokens_text"] or []) + list(lp["tokens"])
+    if choice.get("text"):
+        rec["text"] = (rec["text"] or "") + choice["text"]
+
+
+def ids_hash(ids):
+    """sha256 over the comma-joined ids, 16 hex digits (sglops.bench.identity.ids_hash: the same on the laptop)."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
+def _lines(resp):
+    """(arrival time, line) for each line of the stream; lines that arrived together share a time.
+
+    read1() hands over whatever the socket has (one HTTP chunk at most), far cheaper than readline().
+    """
+    buf = b""
+    while True:
+        block = resp.read1(1 << 16)
+        now = time.perf_counter()
+        if not block:
+            if buf:
+                yield now, buf
+            return
+        buf = buf + block if buf else block
+        start = 0
+        while True:
+            end = buf.find(b"\n", start)
+            if end < 0:
+                break
+            yield now, buf[start:end]
+            start = end + 1
+        buf = buf[start:]
+
+
+def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False):
+    """Stream one request and keep its raw timeline: each chunk that carried tokens as (arrival, cumulative
+    count). Counts are the server's (meta_info / usage.completion_tokens), never counted from text; the
+    laptop turns the timeline into TTFT, ITL, TPOT (sglops/bench/run.py), so a recorded run can be re-analysed.
+    On /v1/completions without per-chunk usage, text chunks are kept with count None.
+    What it answered is kept too: `ids`, `logprobs` (chosen tokens), `text` (and `tokens`, per-token text,
+    where the API gives it), with `prompt`, the hash of the exact input ids."""
+    path, body = make_body(api, model, ids, out_len, override, logprobs)
+    payload = json.dumps(body).encode()
+    rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
+           "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None,
+           "prompt": ids_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
+    chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
+    cpu0 = time.thread_time()
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
+    st = time.perf_counter()
+    last_n, done, final_n = 0, False, None
+    try:
+        conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            text = resp.read().decode(errors="replace").strip().replace("\n", " ")
+            rec.update(outcome="http_error", error=f"HTTP {resp.status}: {text[:200]}")
+            return rec
+        now = st
+        for now, line in _lines(resp):
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            if api == "sglang":
+                meta, obj = (_native_meta(data, rec["prompt_tokens"] is None) if not incremental
+                             else (None, json.loads(data)))
+                if incremental and isinstance(obj, dict):
+                    meta = obj.get("meta_info")
+                if obj is not None:
+                    _native_outputs(obj, rec, incremental)
+                if meta is None:
+                    err = (obj or {}).get("error") if isinstance(obj, dict) else None
+                    rec.update(outcome="error", error=f"server error: {str(err or 'chunk without meta_info')[:200]}")
+                    break
+                n = meta.get("completion_tokens")
+                if rec["prompt_tokens"] is None:
+                    rec["prompt_tokens"] = meta.get("prompt_tokens")
+                if meta.get("e2e_latency") is not None:
+                    rec["server_e2e_s"] = meta["e2e_latency"]
+                if meta.get("finish_reason"):
+                    rec["finish"] = meta["finish_reason"]
+                if meta.get("cached_tokens") is not None:
+                    rec["cached_tokens"] = meta["cached_tokens"]
+                if n is None:
+                    rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
+                    break
+            else:
+                obj = json.loads(data)
+                if obj.get("error") or obj.get("object") == "error":
+                    rec.update(outcome="error", error=f"server error: {str(obj.get('error') or obj)[:200]}")
+                    break
+                usage = obj.get("usage") or {}
+                choices = obj.get("choices") or []
+                n = usage.get("completion_tokens")
+                if usage.get("prompt_tokens") is not None:
+                    rec["prompt_tokens"] = usage["prompt_tokens"]
+                if not choices:  # the final usage chunk (or a keep-alive)
+                    if n is not None:
+                        final_n = n
+                    continue
+                _openai_outputs(choices[0], rec)
+                if choices[0].get("finish_reason"):
+                    rec["finish"] = choices[0]["finish_reason"]
+                if n is None:  # no per-chunk usage: a text chunk, its token count unknown
+                    if choices[0].get("text"):
+                        chunk_t.append(round(now - st, 6))
+                        chunk_n.append(None)
+                    continue
+            if n > last_n:
+                chunk_t.append(round(now - st, 6))
+                chunk_n.append(n)
+                last_n = n
+        rec["e2e_s"] = round(now - st, 6)
+    except TimeoutError:
+        rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if chunk_t:
+            rec.update(outcome="dropped", error=f"stream dropped after {last_n} tokens ({type(exc).__name__})")
+        else:
+            rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+        rec["cpu_s"] = time.thread_time() - cpu0
+    rec["tokens"] = final_n if final_n is not None else last_n
+    if api == "openai" and final_n is None and rec["outcome"] == "ok" and chunk_t:
+        rec.update(outcome="error", error="server sent no usage (stream_options.include_usage ignored?); "
+                   "cannot count tokens")
+    if rec["outcome"] == "ok":
+        finish = rec["finish"]
+        kind = finish.get("type") if isinstance(finish, dict) else finish
+        if not done and not finish:
+            rec.update(outcome="dropped", error=f"stream ended after {rec['tokens']} tokens without finishing")
+        elif kind == "abort":
+            rec.update(outcome="error", error=f"server aborted: {str(finish)[:200]}")
+        elif rec["tokens"] != out_len:
+            rec.update(outcome="wrong_length", error=f"{rec['tokens']} tokens, {out_len} asked (finish: {kind}; "
+                       "ignore_eos not honoured?)")
+    return rec
+
+
+# -- a batch of requests at a concurrency -------------------------------------------------------------
+class Counter:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.done = self.failed = 0
+
+
+def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter, override=None, logprobs=True,
+              incremental=False):
+    """Send the prompts with `concurrency` streams in flight; returns (records, wall seconds)."""
+    records = [None] * len(prompts)
+    nxt = [0]
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(prompts):
+                return
+            t0 = time.perf_counter()
+            rec = one_request(port, api, model, prompts[i], out_len, timeout, override if i == 0 else None,
+                              logprobs, incremental)
+            rec["start_s"] = t0
+            records[i] = rec
+            with counter.lock:
+                counter.done += 1
+                counter.failed += rec["outcome"] != "ok"
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(prompts)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    for rec in records:
+        rec["start_s"] = round(rec["start_s"] - t0, 6)
+    return records, wall
+
+
+# -- a server that stops answering ------------------------------------------------------------------------
+def _health(port):
+    """(state, what /health said): ok, died (nothing listens) or unhealthy (answers, but not 200, or hangs)."""
+    try:
+        status, _ = _get(port, "/health", timeout=5)
+        if status == 200:
+            return "ok", "HTTP 200"
+        return "unhealthy", f"/health answered HTTP {status}"
+    except ConnectionRefusedError:
+        return "died", "connection refused"
+    except TimeoutError:
+        return "unhealthy", "/health did not answer within 5 s"
+    except (OSError, http.client.HTTPException) as exc:
+        return "going", type(exc).__name__  # a server going down resets connections before it stops listening
+
+
+def server_down(port, proc, log_mark):
+    """None while /health answers 200; else what happened: died (with the cause from its log) or unhealthy."""
+    state, health = _health(port)
+    for _ in range(6):  # a server on its way down: ask again until it is gone or back
+        if state != "going":
+            break
+        time.sleep(0.5)
+        state, health = _health(port)
+    if state == "ok":
+        return None
+    if state == "going":
+        state = "died"
+    if proc and proc.get("pid") and not _os.path.exists(f"/proc/{proc['pid']}"):
+        state = "died"
+    log = (proc or {}).get("log")
+    if state == "died" and log:
+        time.sleep(0.5)  # the launcher writes the scheduler's traceback as it goes down
+    return {"state": state, "health": health, "pid": (proc or {}).get("pid"), "log": log,
+            "cause": death_cause(log, log_mark) if log else None}
+
+
+def down_line(port, down):
+    what = "died" if down["state"] == "died" else "stopped answering"
+    if down.get("cause"):
+        cause = f": {down['cause']}"
+    elif down.get("log") and down["state"] == "died":
+        cause = ": no error in its log since the run began (killed by a signal? out of memory?)"
+    else:
+        cause = ""
+    where = f"log: {down['log']}" if down.get("log") else "its log is unknown (not started by sglops, stdout not a file)"
+    return f"the server on {LOOPBACK}:{port} {what} ({down['health']}){cause}; {where}"
+
+
+_VOLATILE = {"last_gen_throughput", "status", "internal_states"}  # live state, not configuration
+
+
+def config_changed(port, before, proc):
+    """After measuring: did another server (or another configuration) answer than the one recorded before?
+    A restart mid-run mixes two servers in one figure. Returns what differs, or None."""
+    out = []
+    after = server_info(port)
+    if before is not None and after is not None:
+        for key in sorted(set(before) | set(after)):
+            if key not in _VOLATILE and before.get(key) != after.get(key):
+                out.append(f"{key} {str(before.get(key))[:60]} -> {str(after.get(key))[:60]}")
+    now = listening_pid(port) if proc and proc.get("pid") else None
+    if now and now != proc["pid"]:
+        out.insert(0, f"server pid {proc['pid']} -> {now}")
+    return out or None
+
+
+def prompt_ids(space, seed, n):
+    """Distinct random ordinary token ids of the model per request, so the prefix cache cannot serve the prompt.
+    `space` may be a test's explicit [low, high) range (unsafe on purpose: ids past the vocabulary kill SGLang)."""
+    if isinstance(space, list):
+        rng = random.Random(seed)
+        return [rng.randrange(space[0], space[1]) for _ in range(n)]
+    return draw_prompt_ids(space, seed, n)
+
+
+def main(args):
+    tree, tree_error = try_find_sglang(args.get("sglang_root"))
+    root = tree["root"] if tree else None
+    port, port_from = server_port(root, args.get("port"))
+    api = args.get("api") or "sglang"
+    if api not in ("sglang", "openai"):
+        raise UserError(f"unknown api {api!r} (sglang or openai)")
+    levels = [int(c) for c in args.get("concurrency") or [1]]
+    runs, in_len, out_len = int(args.get("runs", 5)), int(args.get("input_len", 128)), int(args.get("output_len", 256))
+    per_run = args.get("requests")  # per repeat and level; default one per stream
+    warmup = int(args.get("warmup", 1))
+    timeout = float(args.get("request_timeout", 120))
+    override = args.get("test_sampling_override")  # tests only: the first request of each repeat asks for this
+    logprobs = bool(args.get("logprobs", True))
+
+    check_health(port)
+    info = server_info(port)
+    model = args.get("model") or served_model(port, info)
+    proc = server_process(port, root)
+    if proc and proc.get("python"):
+        proc["env"] = python_env(proc["python"], proc.get("pythonpath"))
+    log_mark = log_size((proc or {}).get("log"))
+    space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
+                                                               args.get("vocab_size"), (proc or {}).get("hf_env"))
+    patches = applied_patches(root)
+    incremental = bool((info or {}).get("incremental_streaming_output"))
+
+    plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels
+    sizes = {c: max(1, int(per_run or c)) for c in levels}
+    total_req = sum(sizes[c] for _, c in plan)
+    counter = Counter()
+    stop = threading.Event()
+    state = {"phase": "warm-up"}
+
+    def reporter():
+        while not stop.wait(0.5):
+            _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed)
+
+    threading.Thread(target=reporter, daemon=True).start()
+    seed = int(args.get("seed", 0))
+    warm, repeats, down = [], [], None
+    cpu, tokens = 0.0, 0
+    try:
+        for c in levels:
+            for w in range(warmup):
+                prompts = [prompt_ids(space, -(seed * 7919 + c * 131 + w * 17 + i + 1), in_len) for i in range(c)]
+                recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter(), None,
+                                    logprobs, incremental)
+                if any(r["outcome"] != "ok" for r in recs):
+                    gone = server_down(port, proc, log_mark)
+                    if gone:
+                        raise UserError("warm-up: " + down_line(port, gone))
+                for rec in recs:
+                    if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
+                        raise UserError(f"warm-up request to {LOOPBACK}:{port} failed: {rec['error']}")
+                warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
+        state["phase"] = "measuring"
+        _say(phase="measuring", done=0, total=total_req, failed=0)
+        cpu0 = time.process_time()
+        for k, (rep, c) in enumerate(plan):
+            prompts = [prompt_ids(space, seed * 1000003 + k * 1009 + i, in_len) for i in range(sizes[c])]
+            started = time.time()
+            recs, wall = run_batch(port, api, model, prompts, out_len, c, timeout, counter, override, logprobs,
+                                   incremental)
+            tokens += sum(r["tokens"] for r in recs)
+            repeats.append({"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs})
+            _say(phase="measuring", done=counter.done, total=total_req, failed=counter.failed)
+            if any(r["outcome"] not in ("ok", "wrong_length") for r in recs):
+                down = server_down(port, proc, log_mark)
+                if down:  # nothing more to measure: the rest of the plan is not sent
+                    down["after_requests"] = counter.done
+                    down["line"] = down_line(port, down)
+                    break
+        cpu = time.process_time() - cpu0
+    finally:
+        stop.set()
+    changed = None if down else config_changed(port, info, proc)
+    space_out = space if isinstance(space, dict) else {"test_range": space}
+    return {
+        "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
+        "runs": runs, "concurrency": levels, "requests_per_run": sizes, "warmup": warm,
+        "server_info": info, "server_version": (info or {}).get("version"), "server_process": proc,
+        "token_space": {**{k: v for k, v in space_out.items() if k != "special"},
+                        "special_ids": len(space_out.get("special") or [])},
+        "sglang": tree, "sglang_error": tree_error, "patches": patches, "server_down": down,
+        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens, "logprobs": logprobs,
+        "incremental_streaming": incremental, "server_changed": changed,
+    }

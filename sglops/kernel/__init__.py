@@ -1,0 +1,1 @@
+"""Kernels built, self-tested and installed on a host (kernels/<name>/kernel.yaml)."""

@@ -1,0 +1,100 @@
+"""`inv facts`: what is on a GPU host (GPUs, CUDA, Python, torch, FlashInfer, SGLang), one round trip."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from sglops.core.remote import Remote
+
+
+@dataclass
+class Facts:
+    """The host's facts as its remote script reported them."""
+
+    host: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, **self.data}
+
+    @property
+    def sm(self) -> str | None:
+        """The GPUs' architecture as `sm120`, `sm90` (first GPU; mixed hosts are flagged in the table)."""
+        gpus = self.data.get("gpus") or []
+        return gpus[0]["sm"] if gpus else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        gpus = self.data.get("gpus") or []
+        return gpus[0]["compute_capability"] if gpus else None
+
+    @property
+    def sglang(self) -> dict | None:
+        return self.data.get("sglang")
+
+    def rows(self) -> list[tuple[str, str]]:
+        d = self.data
+        gpus = d.get("gpus") or []
+        if gpus:
+            names = sorted({g["name"] for g in gpus})
+            ccs = sorted({g["compute_capability"] for g in gpus})
+            gpu = f"{len(gpus)}x {' / '.join(names)} (cc {', '.join(ccs)}, {gpus[0]['memory_mib'] // 1024} GiB each)"
+            driver = gpus[0]["driver"]
+        else:
+            gpu, driver = f"none found ({d.get('gpu_error') or 'no GPUs'})", "-"
+        cuda = d.get("cuda") or {}
+        sgl = d.get("sglang")
+        if sgl:
+            where = f"{sgl['package_dir']} ({sgl['kind']})"
+            ver = sgl.get("version") or "unknown version"
+            if sgl.get("commit"):
+                ver += f" @ {sgl['commit'][:12]}" + (" (dirty: " + ", ".join(sgl["dirty_files"][:3]) + ")" if sgl["dirty"] else "")
+            if sgl.get("version_source"):
+                ver += f" (from {sgl['version_source']})"
+        else:
+            where, ver = d.get("sglang_error") or "not found", "-"
+
+        def dist(key: str, source: bool = False) -> str:
+            info = d.get(key)
+            if not info:
+                return "not installed"
+            if not info.get("version"):
+                return f"at {info.get('location')}"
+            return info["version"] + (f" (from {info['version_source']})" if source and info.get("version_source") else "")
+
+        rows = []
+        if d.get("container"):
+            c = d["container"]
+            rows.append(("container", f"{c['id'][:12]} (image {c['image'].removeprefix('sha256:')[:12]})"))
+        return rows + [
+            ("GPUs", gpu),
+            ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"),
+            ("nvcc", cuda.get("nvcc") or "not found"),
+            ("python", f"{d['python']['version']} ({d['python']['executable']})"
+                       + (f", from {d['python']['source']}" if d["python"].get("source") else "")),
+            ("torch", dist("torch")),
+            ("flashinfer", dist("flashinfer", source=True)),
+            ("sglang", ver),
+            ("sglang at", where),
+            ("ripgrep", d.get("ripgrep") or "not found (probes use grep)"),
+        ] + ([("host python", f"{host['version']} ({host['executable']}), runs sglops' scripts")]
+             if (host := d.get("host_python")) and host.get("executable") != d["python"].get("executable") else [])
+
+    def table(self) -> Table:
+        table = Table(title=f"facts: {self.host}", show_header=False, title_justify="left")
+        table.add_column(style="bold")
+        table.add_column()
+        for key, value in self.rows():
+            table.add_row(key, value)
+        return table
+
+
+def gather(remote: Remote, port: int | None = None) -> Facts:
+    """One round trip: the facts script runs on the host and answers JSON.
+
+    `port`: the server whose Python to describe (default: the one sglops started there, else 30000).
+    """
+    return Facts(remote.name, remote.run_py("facts", {"sglang_root": remote.host.sglang_root, "port": port}))

@@ -1,0 +1,330 @@
+"""The result of a probe scan: raw hits -> stable facts -> one row per backend.
+
+Facts are the contract other steps test (patch requirements read `report.facts`), so their
+keys are documented in docs/probes.md and only ever added to, never renamed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from sglops.probe.spec import ProbeSet
+
+BACKEND_SUFFIX = "_backend.py"
+CAST_FLAG = "sglang_casts_whole_pool_while_flashinfer_takes_fp8"
+
+
+def backend_name(path: str) -> str:
+    base = path.rsplit("/", 1)[-1]
+    return base[: -len(BACKEND_SUFFIX)] if base.endswith(BACKEND_SUFFIX) else base.rsplit(".", 1)[0]
+
+
+def _lines(hits: list[dict], limit: int = 4) -> str:
+    shown = ", ".join(f"L{h['line']}" for h in hits[:limit])
+    return shown + (f" (+{len(hits) - limit})" if len(hits) > limit else "")
+
+
+def _by_func(hits: list[dict]) -> str:
+    return ", ".join(f"{h['func'] or '?'} L{h['line']}" for h in hits)
+
+
+@dataclass
+class BackendRow:
+    """What the probes found in one srt/layers/attention/<name>_backend.py."""
+
+    name: str
+    file: str | None
+    hits: dict[str, list[dict]] = field(default_factory=dict)  # fact -> hits
+    unreadable: str | None = None  # why the file could not be read (then no probe result means anything)
+
+    @property
+    def exists(self) -> bool:
+        return self.file is not None
+
+    def has(self, fact: str) -> bool:
+        return bool(self.hits.get(fact))
+
+    def verdict(self, facts: dict[str, Any]) -> str:
+        if not self.exists:
+            return "absent in this release"
+        if self.unreadable:
+            return f"unreadable: {self.unreadable}"
+        casts, native = self.has("casts_whole_pool"), self.has("fp8_native")
+        funcs = sorted({h["func"] for h in self.hits.get("casts_whole_pool", []) if h.get("func")})
+        where = f" in {', '.join(funcs)}" if funcs else ""
+        if native and casts:
+            text = f"plans with the KV dtype, still casts the pool{where}"
+        elif native:
+            text = "takes FP8 KV natively"
+        elif casts and self.has("plans_model_dtype"):
+            text = f"casts whole pool to model dtype{where}"
+        elif casts:
+            text = f"casts whole pool{where}"
+        elif self.has("fp8_paths"):
+            text = "no whole-pool cast; has FP8 code paths"
+        else:
+            text = "no FP8 KV handling found"
+        if self.name == "flashinfer_mla" and facts.get(CAST_FLAG):
+            text += f"; FlashInfer {facts.get('flashinfer_version')} could take FP8 KV"
+        return text
+
+    def to_json(self, facts: dict[str, Any]) -> dict[str, Any]:
+        return {"name": self.name, "file": self.file, "exists": self.exists, "unreadable": self.unreadable,
+                "verdict": self.verdict(facts),
+                **{fact: self.has(fact) for fact in self.hits},
+                "hits": {fact: hits for fact, hits in self.hits.items() if hits}}
+
+
+@dataclass
+class ProbeReport:
+    """One host's probe run; the table, --json and probe.json are views of this object."""
+
+    host: str
+    probe_file: str
+    engine: str
+    sglang: dict[str, Any]
+    flashinfer: dict[str, Any] | None
+    results: list[dict[str, Any]]
+    backends: list[BackendRow]
+    facts: dict[str, Any]
+    flags: list[str]
+    unreadable: list[dict[str, Any]]
+    fallbacks: list[str]
+    seconds: float
+    meanings: dict[str, tuple[str, str]]
+    fact_miss: dict[str, str] = field(default_factory=dict)  # backend fact -> what a miss means
+    global_greps: list[str] = field(default_factory=list)  # ids of global grep probes
+
+    # -- building --------------------------------------------------------------------------
+    @classmethod
+    def build(cls, host: str, probe_set: ProbeSet, raw: dict[str, Any]) -> ProbeReport:
+        by_id = {r["id"]: r for r in raw["results"]}
+        names = {backend_name(f): f for f in raw["backend_files"]}
+        rows = {n: BackendRow(n, f) for n, f in names.items()}
+        for n in probe_set.expect:
+            rows.setdefault(n, BackendRow(n, None))
+        for u in raw.get("unreadable", []):
+            row = rows.get(backend_name(u["file"]))
+            if row is not None and row.file == u["file"]:
+                row.unreadable = u["error"]
+        facts: dict[str, Any] = {
+            "sglang_version": raw["sglang"].get("version"),
+            "sglang_commit": raw["sglang"].get("commit"),
+            "sglang_kind": raw["sglang"].get("kind"),
+            "sglang_package_dir": raw["sglang"].get("package_dir"),
+            "flashinfer_version": (raw.get("flashinfer") or {}).get("version"),
+            "flashinfer_location": (raw.get("flashinfer") or {}).get("location"),
+        }
+        for probe in probe_set.probes:
+            res = by_id.get(probe.id, {})
+            fact = probe.fact or probe.id
+            if probe.scope == "backend":
+                for row in rows.values():
+                    row.hits[fact] = [h for h in res.get("hits", []) if h["file"] == row.file]
+            elif probe.window is not None:  # attribute: backends -> a guard that names the backend nearby
+                for row in rows.values():
+                    names = probe_set.choice_names(row.name)
+                    row.hits[fact] = [h for h in res.get("hits", []) if names & set(h.get("names", []))]
+                facts[fact] = bool(res.get("hits")) if res.get("files") else None
+            elif probe.kind == "choices":
+                defs = res.get("definitions") or []
+                primary = next((d for d in defs if d["choices"] is not None), None)
+                facts[fact] = primary["choices"] if primary else None
+                facts[f"{fact}.flag"] = primary["flag"] if primary else None
+                facts[f"{fact}.deprecated_flags"] = sorted({d["flag"] for d in defs if d["deprecated"]})
+            else:
+                scanned = res.get("files", 0) and not res.get("missing_root")
+                facts[fact] = bool(res.get("hits")) if scanned else None
+        order = [n for n in probe_set.expect] + sorted(n for n in rows if n not in probe_set.expect)
+        backends = [rows[n] for n in order]
+        for row in backends:
+            facts[f"backend.{row.name}.exists"] = row.exists
+            for fact in row.hits:
+                facts[f"backend.{row.name}.{fact}"] = row.has(fact)
+        _derive(facts)
+        flags = []
+        if facts.get(CAST_FLAG):
+            flags.append(
+                f"sglang {facts['sglang_version']} flashinfer_mla casts the whole KV pool every layer "
+                f"({_by_func(rows['flashinfer_mla'].hits['casts_whole_pool'])}) while FlashInfer "
+                f"{facts['flashinfer_version']} could take FP8 KV directly ({facts['flashinfer_mla_fp8_reason']})"
+            )
+        return cls(
+            host=host, probe_file=probe_set.path, engine=raw["engine"], sglang=raw["sglang"],
+            flashinfer=raw.get("flashinfer"), results=raw["results"], backends=backends, facts=facts,
+            flags=flags, unreadable=raw.get("unreadable", []), fallbacks=raw.get("fallbacks", []),
+            seconds=raw.get("seconds", 0.0), meanings={p.id: (p.hit, p.miss) for p in probe_set.probes},
+            fact_miss={(p.fact or p.id): p.miss for p in probe_set.probes if p.scope == "backend"},
+            global_greps=[p.id for p in probe_set.probes if p.scope == "global" and p.kind == "grep" and p.window is None],
+        )
+
+    # -- views -----------------------------------------------------------------------------
+    def backend(self, name: str) -> BackendRow | None:
+        return next((b for b in self.backends if b.name == name), None)
+
+    def hits(self, probe_id: str) -> list[dict]:
+        return next((r.get("hits", []) for r in self.results if r["id"] == probe_id), [])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "probe_file": self.probe_file, "engine": self.engine,
+            "sglang": {k: self.sglang.get(k) for k in ("version", "version_source", "commit", "branch", "dirty", "kind",
+                                                       "root", "package_dir")},
+            "flashinfer": self.flashinfer, "facts": self.facts, "flags": self.flags,
+            "backends": [b.to_json(self.facts) for b in self.backends],
+            "probes": [{**r, "hit": self.meanings.get(r["id"], ("", ""))[0],
+                        "miss": self.meanings.get(r["id"], ("", ""))[1]} for r in self.results],
+            "unreadable": self.unreadable, "fallbacks": self.fallbacks, "seconds": self.seconds,
+        }
+
+    def table(self, show_hits: bool = False) -> Group:
+        f = self.facts
+        ver = f"sglang {f['sglang_version'] or '?'}"
+        if f.get("sglang_commit"):
+            ver += f" @ {f['sglang_commit'][:12]}"
+        title = f"probe-backends: {self.host} ({ver}, {f['sglang_kind']}; {self.engine}, {self.seconds:.2f} s)"
+        parts: list[Any] = [Text(title, style="bold")]
+        if any(b.hits for b in self.backends):
+            parts.append(self._backend_table())
+        parts += [self._summary(), self._global_table()]
+        for flag in self.flags:
+            parts.append(Text(f"FLAG: {flag}", style="bold yellow"))
+        for u in self.unreadable:
+            parts.append(Text(f"unreadable: {u['file']}: {u['error']}", style="red"))
+        if self.fallbacks:
+            parts.append(Text(f"ripgrep could not take the regex of {', '.join(self.fallbacks)}; "
+                              "the stdlib scanner ran those", style="dim"))
+        if show_hits:
+            parts.append(self._hits_table())
+        return Group(*[p for p in parts if p is not None])
+
+    def _cell(self, b: BackendRow, fact: str, found: str) -> str:
+        if fact not in b.hits:
+            return "not probed"
+        if not b.hits[fact]:
+            return self.fact_miss.get(fact, "not found")
+        return found
+
+    def arch_cell(self, b: BackendRow) -> str:
+        parts = []
+        if b.has("arch_guard"):
+            parts.append(_lines(b.hits["arch_guard"]))
+        if b.has("arch_guard_args"):
+            parts.append("args: " + ", ".join(f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}"
+                                              for h in b.hits["arch_guard_args"][:3])
+                         + (f" (+{len(b.hits['arch_guard_args']) - 3})" if len(b.hits["arch_guard_args"]) > 3 else ""))
+        if parts:
+            return "; ".join(parts)
+        if "arch_guard" not in b.hits and "arch_guard_args" not in b.hits:
+            return "not probed"
+        return "no architecture guard found"
+
+    def _backend_table(self) -> Table:
+        f = self.facts
+        t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left")
+        for col in ("backend", "FP8-native", "casts whole pool", "arch guards", "NSA/DSA", "verdict"):
+            t.add_column(col, overflow="fold")
+        for b in self.backends:
+            if not b.exists:
+                t.add_row(b.name, "-", "-", "-", "-", Text("absent in this release", style="dim"))
+                continue
+            if b.unreadable:
+                t.add_row(b.name, "?", "?", "?", "?", Text(b.verdict(f), style="red"))
+                continue
+            native = "yes " + _lines(b.hits["fp8_native"]) if b.has("fp8_native") else "no"
+            casts = self._cell(b, "casts_whole_pool", _by_func(b.hits.get("casts_whole_pool", [])))
+            arch = self.arch_cell(b)
+            dsa = self._cell(b, "nsa_dsa", "yes " + _lines(b.hits.get("nsa_dsa", []), 2))
+            style = "bold red" if b.has("casts_whole_pool") and not b.has("fp8_native") else ""
+            t.add_row(b.name, native if "fp8_native" in b.hits else "not probed", Text(casts, style=style), arch, dsa,
+                      b.verdict(f))
+        return t
+
+    def _global_table(self) -> Table | None:
+        rows = [r for r in self.results if r["id"] in self.global_greps]
+        if not rows:
+            return None
+        t = Table(title="other probes", title_justify="left")
+        for col in ("probe", "hits", "meaning"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            hit, miss = self.meanings.get(r["id"], ("found", "not found"))
+            if r.get("missing_root"):
+                t.add_row(r["id"], "-", f"{r['root']} not found on the host")
+            elif not r.get("files"):
+                t.add_row(r["id"], "-", f"no file matched the probe's globs under {r['root']}")
+            else:
+                n, files = len(r["hits"]), len({h["file"] for h in r["hits"]})
+                t.add_row(r["id"], f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
+                          hit if n else miss)
+        return t
+
+    def _summary(self) -> Table | None:
+        f = self.facts
+        s = Table(show_header=False, title="server arguments and FlashInfer", title_justify="left")
+        s.add_column(style="bold")
+        s.add_column(overflow="fold")
+        if "attention_backends.flag" in f:
+            ab = f.get("attention_backends")
+            s.add_row("--attention-backend", ", ".join(ab) if ab else "no --attention-backend option found")
+        for key, label in (("dsa_prefill_backends", "prefill"), ("dsa_decode_backends", "decode")):
+            if f"{key}.flag" not in f:
+                continue
+            flag, vals, dep = f.get(f"{key}.flag"), f.get(key), f.get(f"{key}.deprecated_flags") or []
+            text = f"{flag}: {', '.join(vals or [])}" if flag else f"no NSA/DSA {label} backend option in this release"
+            if dep:
+                text += f" (deprecated alias {', '.join(dep)})"
+            s.add_row(f"NSA/DSA {label}", text)
+        if "flashinfer_mla_fp8_repack" in f:
+            if f.get("flashinfer_version") or f.get("flashinfer_location"):
+                fp8 = {True: "MLA kernel can take FP8 KV", False: "MLA kernel cannot take FP8 KV",
+                       None: "MLA FP8 capability unknown"}[f.get("flashinfer_mla_fp8")]
+                s.add_row("flashinfer", f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})")
+            else:
+                s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
+        return s if s.row_count else None
+
+    def _hits_table(self) -> Table:
+        h = Table(title="hits", title_justify="left")
+        for col in ("probe", "file:line", "in", "text"):
+            h.add_column(col, overflow="fold")
+        for r in self.results:
+            for hit in r.get("hits", []):
+                h.add_row(r["id"], f"{hit['file']}:{hit['line']}", hit.get("func") or "", hit["text"])
+            for d in r.get("definitions", []):
+                h.add_row(r["id"], f"{d['file']}:{d['line']}", d["flag"] + (" (deprecated)" if d["deprecated"] else ""),
+                          d["text"])
+            if not r.get("hits") and not r.get("definitions"):
+                miss = self.meanings.get(r["id"], ("", "not found"))[1]
+                why = "root not found" if r.get("missing_root") else f"{r.get('files', 0)} files scanned"
+                h.add_row(r["id"], "-", "", f"{miss} ({why})")
+        return h
+
+
+def _derive(facts: dict[str, Any]) -> None:
+    """Composite facts from the simple ones (missing inputs give None, never a guess)."""
+    repack = facts.get("flashinfer_mla_fp8_repack")
+    if facts.get("flashinfer_location") is None and facts.get("flashinfer_version") is None:
+        fp8, reason = None, "flashinfer not installed"
+    elif repack is None:
+        fp8, reason = None, "mla.cuh not found under the flashinfer package"
+    elif repack:
+        fp8, reason = True, "mla.cuh has USE_KV_REPACK for __nv_fp8_e4m3 / repack_fp8_kv_to_bf16"
+    elif facts.get("flashinfer_mla_rowsum_f16") and facts.get("flashinfer_mma_16bit_assert"):
+        fp8, reason = False, "mla.cuh calls m16k16_rowsum_f16f16f32, which has static_assert(sizeof(DType) == 2)"
+    else:
+        fp8, reason = False, "mla.cuh has no FP8 KV path"
+    facts["flashinfer_mla_fp8"] = fp8
+    facts["flashinfer_mla_fp8_reason"] = reason
+    flag = facts.get("dsa_prefill_backends.flag") or facts.get("dsa_decode_backends.flag")
+    m = re.match(r"--(nsa|dsa)-", flag or "")
+    facts["dsa_flag_prefix"] = m.group(1) if m else None
+    facts.setdefault("attention_backends", None)
+    facts[CAST_FLAG] = bool(facts.get("backend.flashinfer_mla.casts_whole_pool") and fp8 is True)

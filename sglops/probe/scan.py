@@ -1,0 +1,46 @@
+"""`inv probe-backends`: a declarative probe set (playbooks/probes.yaml) run in one round trip.
+
+The YAML says what to look for; the host script (host/probe_scan.py) finds it with
+ripgrep or a stdlib scanner; this module turns the raw hits into facts other steps can
+test (`report.facts["flashinfer_mla_fp8"]`) and into the table an engineer reads.
+"""
+
+from __future__ import annotations
+
+from sglops.core.errors import ConfigError
+from sglops.core.remote import Remote
+from sglops.probe.report import ProbeReport
+from sglops.probe.spec import (
+    ENGINES,
+    Probe,
+    ProbeSet,
+    load_probe_set,
+)
+
+__all__ = ["Probe", "ProbeReport", "ProbeSet", "load_probe_set", "scan"]
+
+SCAN_TIMEOUT_S = 300
+
+
+
+
+
+
+
+
+
+
+
+
+def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto") -> ProbeReport:
+    """Run the whole probe set on the host in ONE round trip and derive the facts."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+    probe_set = probe_set or load_probe_set()
+    raw = remote.run_py("probe_scan", {
+        "sglang_root": remote.host.sglang_root,
+        "engine": engine,
+        "backends": {"files": probe_set.backend_files},
+        "probes": [p.to_wire() for p in probe_set.probes],
+    }, timeout=SCAN_TIMEOUT_S)
+    return ProbeReport.build(remote.name, probe_set, raw)

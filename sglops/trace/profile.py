@@ -1,0 +1,164 @@
+"""`inv profile`: torch-profile SGLang's decode on a host, fetch every rank's trace, analyse it, record the run.
+
+Why one command: the investigation this replaces took a manual /start_profile, a manual wait
+for files that were still being written, a manual scp and manual reading of the trace. The
+host-side part is one round trip (host/profile_capture.py); the download shows a
+progress bar; the analysis is sglops.trace's (GPU kernels and the CPU side; a CPU-only trace is
+analysed too); the run is kept under artifacts/<host>/<run-id>/ with profile.json and a manifest,
+so `inv runs` lists it and `inv report` writes its page.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Group
+from rich.text import Text
+
+from sglops.core import artifacts
+from sglops.core.console import err_console
+from sglops.core.errors import ConfigError
+from sglops.core.remote import Remote
+from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
+
+ACTIVITIES = ("CPU", "GPU", "MEM")
+
+
+@dataclass
+class ProfileResult:
+    """What one profile produced: where the traces came from and went, and their analysis."""
+
+    host: str
+    run_id: str
+    folder: str
+    port: int
+    port_from: str
+    profile_id: str
+    steps: int
+    output_len: int
+    stopped_by: str
+    remote_dir: str
+    traces: list[str]
+    decode_s: float
+    waited_s: float
+    download_s: float
+    standin: bool
+    analysis: TraceAnalysis
+    report: dict
+    request: dict | None = None
+    sglang_version: str | None = None
+    device: str | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
+
+    def table(self) -> Group:
+        head = Text.assemble(
+            ("profile ", "bold"), f"{self.host}:{self.port} ({self.port_from}), {self.steps} steps, "
+            f"{len(self.traces)} trace file(s) -> {self.folder}/traces " +
+            (f"[{', '.join(self.request.get('activities') or [])}] " if self.request else "") +
+            f"(decode {self.decode_s:.1f} s, files ready after {self.waited_s:.1f} s, download {self.download_s:.1f} s)")
+        if self.standin:
+            head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
+        return Group(head, self.analysis.table(), Text(f"report: {self.report.get('markdown')}", style="dim"))
+
+
+def _bar(remote_files: list[dict]):
+    """A rich progress bar over the total bytes of all files (stderr, so --json stays clean)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    total = sum(f["size"] for f in remote_files)
+    progress = Progress(TextColumn("download {task.description}", markup=False), BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), console=err_console, transient=True)
+    task = progress.add_task(f"{len(remote_files)} trace file(s)", total=total)
+    return progress, task
+
+
+def _activities(spec: str | list[str] | None) -> list[str] | None:
+    if spec is None or spec == "":
+        return None
+    items = [a.strip().upper() for a in (spec.split(",") if isinstance(spec, str) else spec) if a.strip()]
+    bad = [a for a in items if a not in ACTIVITIES]
+    if bad or not items:
+        raise ConfigError(f"--activities takes {', '.join(ACTIVITIES)} (comma-separated), got {spec!r}")
+    return items
+
+
+def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: int | None = None,
+                wait_s: float = 120, show_progress: bool = True, run_id: str | None = None,
+                activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
+                by_stage: bool = False, vocab_size: int | None = None, chart: bool = False) -> ProfileResult:
+    """Profile `steps` forward steps of a single-stream request on the host's server, then analyse.
+
+    activities: default CPU+GPU, CPU alone when the server runs on the CPU; with_stack (Python stacks: most
+    of the trace's events) and record_shapes are off unless asked; by_stage: SGLang's profile_by_stage, one
+    file per rank for EXTEND and one for DECODE."""
+    if steps < 1 or output_len < 1:
+        raise ConfigError(f"--steps and --output-len must be positive (got {steps}, {output_len})")
+    if vocab_size is not None and int(vocab_size) < 2:
+        raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
+    status = err_console.status(Text(f"{remote.name}: profiling {steps} steps")) if show_progress else None
+
+    def on_progress(ev: dict) -> None:
+        if status is not None and ev.get("phase") == "waiting":
+            status.update(Text(f"{remote.name}: waiting for trace files ({ev.get('complete')}/"
+                               f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)"))
+
+    args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
+            "wait_s": wait_s, "activities": _activities(activities), "with_stack": with_stack,
+            "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size}
+    if status is not None:
+        with status:
+            doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=on_progress)
+    else:
+        doc = remote.run_py("profile_capture", args, timeout=wait_s + 600)
+
+    run_id = run_id or artifacts.new_run_id()
+    folder = artifacts.run_dir(remote.name, run_id)
+    local, download_s = _download(remote, doc["files"], folder / "traces", show_progress)
+    record = {"host": remote.name, "run_id": run_id, "folder": str(folder), "port": doc["port"],
+              "port_from": doc["port_from"], "profile_id": doc["profile_id"], "steps": doc["steps"],
+              "output_len": doc["output_len"], "stopped_by": doc["stopped_by"], "remote_dir": doc["output_dir"],
+              "traces": local, "decode_s": doc["decode_s"], "waited_s": doc["waited_s"],
+              "download_s": round(download_s, 3), "standin": doc.get("standin", False),
+              "request": doc.get("request"), "sglang_version": doc.get("sglang_version"), "device": doc.get("device")}
+    manifest = {"traces": [str(Path(p).relative_to(folder)) for p in local],
+                "sglang": {"version": doc.get("sglang_version")}, "profile": {"request": doc.get("request")}}
+    try:
+        analysis = analyze(local)
+    except TraceError as exc:  # the traces are kept and the run recorded; the one line says what broke
+        artifacts.save(remote.name, run_id, "profile.json", {**record, "analysis": None, "error": str(exc)},
+                       task="profile", extra={**manifest, "status": "failed"})
+        raise
+    report = save_report(analysis, folder, chart=chart)
+    result = ProfileResult(**record, analysis=analysis, report=report)
+    artifacts.save(remote.name, run_id, "profile.json", result.to_json(), task="profile",
+                   extra={**manifest, "status": "ok"})
+    return result
+
+
+def _download(remote: Remote, files: list[dict], traces_dir: Path, show_progress: bool) -> tuple[list[str], float]:
+    """Every trace file into traces_dir, with one progress bar over their total bytes."""
+    traces_dir.mkdir(parents=True, exist_ok=True)
+    local: list[str] = []
+    t0 = time.monotonic()
+    bar = _bar(files) if show_progress else None
+    done = 0
+    with bar[0] if bar else nullcontext():
+        for f in files:
+            target = traces_dir / os.path.basename(f["path"])
+
+            def cb(sent: int, _total: int, _base=done) -> None:
+                if bar:
+                    bar[0].update(bar[1], completed=_base + sent)
+
+            remote.get(f["path"], target, progress=cb)
+            done += f["size"]
+            if bar:
+                bar[0].update(bar[1], completed=done)
+            local.append(str(target))
+    return local, time.monotonic() - t0

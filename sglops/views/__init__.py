@@ -1,0 +1,1 @@
+"""Views of results: charts and the markdown report of recorded runs."""
