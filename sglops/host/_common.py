@@ -1,20 +1,19 @@
 # Helpers shared by the remote scripts (imported by them: `from ._common import sh`; standard library only).
-import hashlib as _hashlib
-import os as _os
-import re as _re
-import subprocess as _subprocess
-import sys as _sys
+import hashlib
+import os
+import re
+import subprocess
+import sys
 
 # Read-only steps stay read-only: `git status` must not refresh (write) the tree's index.
-_os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")
+os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")
 
 
 def progress(**fields):
     """Report progress to the laptop while the script runs (shown as a progress bar there)."""
-    import json as _json
-
-    _sys.stdout.write("@@SGLOPS-PROGRESS@@" + _json.dumps(fields) + "\n")
-    _sys.stdout.flush()
+    import json
+    sys.stdout.write("@@SGLOPS-PROGRESS@@" + json.dumps(fields) + "\n")
+    sys.stdout.flush()
 
 
 class UserError(Exception):
@@ -24,16 +23,16 @@ class UserError(Exception):
 def sh(argv, cwd=None, timeout=30, input=None):
     """Run argv without a shell: (exit code, stdout, stderr); a missing program is 127."""
     try:
-        p = _subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
+        p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
         return p.returncode, p.stdout, p.stderr
     except FileNotFoundError:
         return 127, "", argv[0] + ": not found"
-    except _subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:
         return 124, "", " ".join(argv) + ": timed out"
 
 
 def sha256_file(path):
-    h = _hashlib.sha256()
+    h = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
@@ -46,11 +45,11 @@ def sha256_file(path):
 def http(url, body=None, timeout=2.0):
     """(status, body text) of a GET, or of a JSON POST when body is given, to the host's own server;
     (None, error) when nothing answers. HTTP errors are answers too (their status and body)."""
-    import json as _json
+    import json
     import urllib.error
     import urllib.request
 
-    data = None if body is None else _json.dumps(body).encode()
+    data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
                                  headers={} if body is None else {"Content-Type": "application/json"})
     try:
@@ -69,21 +68,21 @@ PRIVATE_SCRIPT = 0o700  # launch scripts
 
 def is_checkout(root):
     """A git checkout (its .git is a folder, or a file in a worktree): its state may live inside it."""
-    return bool(root) and _os.path.exists(_os.path.join(root, ".git"))
+    return bool(root) and os.path.exists(os.path.join(root, ".git"))
 
 
 def user_state_dir(root):
     """Per-user state for a tree that is not a checkout (a pip-installed site-packages, a read-only copy):
     $XDG_STATE_HOME/sglops/<tree-id> (default ~/.local/state/sglops/<tree-id>), the id readable and unique."""
-    base = _os.environ.get("XDG_STATE_HOME") or _os.path.join(_os.path.expanduser("~"), ".local", "state")
-    real = _os.path.realpath(root)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    real = os.path.realpath(root)
     slug = ""
-    for part in reversed([_re.sub(r"[^A-Za-z0-9.]+", "-", p).strip("-") for p in real.split(_os.sep) if p]):
+    for part in reversed([re.sub(r"[^A-Za-z0-9.]+", "-", p).strip("-") for p in real.split(os.sep) if p]):
         if slug and len(part) + len(slug) > 48:
             break
         slug = part + ("-" + slug if slug else "")
     slug = slug[-48:].lstrip("-") or "root"
-    return _os.path.join(base, "sglops", slug + "-" + _hashlib.sha256(real.encode()).hexdigest()[:10])
+    return os.path.join(base, "sglops", slug + "-" + hashlib.sha256(real.encode()).hexdigest()[:10])
 
 
 def sglops_dir(root, create=True):
@@ -97,47 +96,47 @@ def sglops_dir(root, create=True):
     """
     if not is_checkout(root):
         d = user_state_dir(root)
-        if create and not _os.path.isdir(d):
-            _os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
-            with open_private(_os.path.join(d, "tree"), "w") as fh:
-                fh.write(_os.path.realpath(root) + "\n")
-        if create and _os.stat(d).st_mode & 0o777 != PRIVATE_DIR:
-            _os.chmod(d, PRIVATE_DIR)
+        if create and not os.path.isdir(d):
+            os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
+            with open_private(os.path.join(d, "tree"), "w") as fh:
+                fh.write(os.path.realpath(root) + "\n")
+        if create and os.stat(d).st_mode & 0o777 != PRIVATE_DIR:
+            os.chmod(d, PRIVATE_DIR)
         return d
-    d = _os.path.join(root, ".sglops")
+    d = os.path.join(root, ".sglops")
     if not create:
         return d
     try:
-        st = _os.stat(d)
+        st = os.stat(d)
     except FileNotFoundError:
         try:
-            _os.mkdir(d, PRIVATE_DIR)
+            os.mkdir(d, PRIVATE_DIR)
         except FileExistsError:
             pass
-        with open_private(_os.path.join(d, ".gitignore"), "w") as fh:
+        with open_private(os.path.join(d, ".gitignore"), "w") as fh:
             fh.write("# sglops state on this host (not part of the SGLang tree)\n*\n")
-        st = _os.stat(d)
+        st = os.stat(d)
     if st.st_mode & 0o777 != PRIVATE_DIR:
-        _os.chmod(d, PRIVATE_DIR)
+        os.chmod(d, PRIVATE_DIR)
     return d
 
 
 def open_private(path, mode="w", perm=PRIVATE_FILE):
     """open() for a file only its owner may read: created with perm, tightened if found looser."""
-    flags = {"w": _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, "a": _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND,
-             "a+": _os.O_RDWR | _os.O_CREAT | _os.O_APPEND}[mode.replace("b", "")]
-    fd = _os.open(path, flags, perm)
+    flags = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+             "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND}[mode.replace("b", "")]
+    fd = os.open(path, flags, perm)
     try:
-        if _os.fstat(fd).st_mode & 0o777 != perm:
-            _os.fchmod(fd, perm)
-        return _os.fdopen(fd, mode)
+        if os.fstat(fd).st_mode & 0o777 != perm:
+            os.fchmod(fd, perm)
+        return os.fdopen(fd, mode)
     except BaseException:
-        _os.close(fd)
+        os.close(fd)
         raise
 
 
 def _expand(p):
-    return _os.path.abspath(_os.path.expanduser(p))
+    return os.path.abspath(os.path.expanduser(p))
 
 
 _COMMON_CHECKOUTS = ["~/sglang", "/sgl-workspace/sglang", "/root/sglang", "/opt/sglang", "/workspace/sglang"]
@@ -145,9 +144,9 @@ _COMMON_CHECKOUTS = ["~/sglang", "/sgl-workspace/sglang", "/root/sglang", "/opt/
 
 def _package_dir_under(path):
     """Accept a checkout root, its python/ folder, the package folder, or a site-packages."""
-    for cand in (path, _os.path.join(path, "python", "sglang"), _os.path.join(path, "sglang")):
-        if _os.path.isfile(_os.path.join(cand, "srt", "server_args.py")) or (
-            _os.path.basename(cand) == "sglang" and _os.path.isfile(_os.path.join(cand, "__init__.py"))
+    for cand in (path, os.path.join(path, "python", "sglang"), os.path.join(path, "sglang")):
+        if os.path.isfile(os.path.join(cand, "srt", "server_args.py")) or (
+            os.path.basename(cand) == "sglang" and os.path.isfile(os.path.join(cand, "__init__.py"))
         ):
             return cand
     return None
@@ -157,10 +156,10 @@ def _package_dir_under(path):
 # `__version__ = version = '0.5.15'` (before setuptools-scm 7: `version = '0.5.15'`), hand-kept files
 # `__version__ = "0.4.10"`, annotated ones `__version__: str = "..."`. Only column 0 counts:
 # assignments inside try/except are fallbacks (`"0.0.0.dev0"`), not the release.
-_VERSION_LINE = _re.compile(
-    r"^(?:__version__|version)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*(?:#.*)?$", _re.M)
-_COMMIT_LINE = _re.compile(r"^(?:__commit_id__|__git_commit__)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1",
-                           _re.M)
+_VERSION_LINE = re.compile(
+    r"^(?:__version__|version)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*(?:#.*)?$", re.M)
+_COMMIT_LINE = re.compile(r"^(?:__commit_id__|__git_commit__)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1",
+                           re.M)
 # Generated at build time first (they say what was built), then the hand-kept version.py.
 _VERSION_FILES = ("_version.py", "_build_meta.py", "version.py")
 
@@ -169,19 +168,19 @@ def version_from_files(pkg):
     """(version, source, build commit) from the package's own version file, or (None, None, None)."""
     for name in _VERSION_FILES:
         try:
-            with open(_os.path.join(pkg, name), errors="replace") as fh:
+            with open(os.path.join(pkg, name), errors="replace") as fh:
                 text = fh.read(65536)
         except OSError:
             continue
         m = _VERSION_LINE.search(text)
         if m:
             c = _COMMIT_LINE.search(text)
-            return m.group(2), _os.path.basename(pkg) + "/" + name, c.group(2) if c else None
+            return m.group(2), os.path.basename(pkg) + "/" + name, c.group(2) if c else None
     return None, None, None
 
 
 def _norm(name):
-    return _re.sub(r"[-_.]+", "_", name).lower()
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def version_from_metadata(site, dists):
@@ -193,11 +192,11 @@ def version_from_metadata(site, dists):
     if not found:
         return None, None
     if len(found) > 1:
-        found.sort(key=lambda e: _os.stat(_os.path.join(site, e)).st_mtime)
+        found.sort(key=lambda e: os.stat(os.path.join(site, e)).st_mtime)
     info = found[-1]
     note = f" (newest of {len(found)} dist-info folders)" if len(found) > 1 else ""
     try:
-        with open(_os.path.join(site, info, "METADATA"), errors="replace") as fh:
+        with open(os.path.join(site, info, "METADATA"), errors="replace") as fh:
             for line in fh:
                 if not line.strip():
                     break  # end of the headers
@@ -217,7 +216,7 @@ def version_from_describe(out):
     On a release tag the version is the tag's (v0.5.15 -> 0.5.15); N commits after it, git's own
     words (0.5.15-3-gabc1234), so no variant made for the release is taken as an exact match.
     """
-    m = _re.match(r"^(.+)-(\d+)-g([0-9a-f]+)$", out.strip())
+    m = re.match(r"^(.+)-(\d+)-g([0-9a-f]+)$", out.strip())
     if not m:
         return None
     tag, after = m.group(1), int(m.group(2))
@@ -242,7 +241,7 @@ def package_version(pkg, dists, describe=None):
     if found is None and file_version:
         found = {"version": file_version, "source": file_source}
     if found is None:
-        version, source = version_from_metadata(_os.path.dirname(pkg), dists)
+        version, source = version_from_metadata(os.path.dirname(pkg), dists)
         if version:
             found = {"version": version, "source": source}
     found = found or {"version": None, "source": "no version file, dist-info or release tag found"}
@@ -291,10 +290,10 @@ def find_sglang(hint=None):
         if pkg:
             # a package in site-packages is an install even inside someone's git repo (a project's .venv):
             # that repo's commit and tags say nothing about SGLang
-            installed = _os.path.basename(_os.path.dirname(pkg)) in ("site-packages", "dist-packages")
+            installed = os.path.basename(os.path.dirname(pkg)) in ("site-packages", "dist-packages")
             git = None if installed else _git_info(pkg)
             info = {"package_dir": pkg, "kind": "git" if git else "installed",
-                    "root": git["root"] if git else _os.path.dirname(pkg), "commit": None, "branch": None,
+                    "root": git["root"] if git else os.path.dirname(pkg), "commit": None, "branch": None,
                     "dirty": False, "dirty_files": []}
             if git:
                 describe = git.pop("describe")
@@ -322,15 +321,14 @@ DEFAULT_SERVER_PORT = 30000
 def server_port(root, given=None):
     """(port, where it came from): --port wins, then the server sglops started here (its state's server.json),
     then SGLang's default."""
-    import json as _json
-
+    import json
     if given:
         return int(given), "--port"
     port = None
     if root:
         try:
-            with open(_os.path.join(sglops_dir(root, create=False), "server.json")) as fh:
-                port = _json.load(fh).get("port")
+            with open(os.path.join(sglops_dir(root, create=False), "server.json")) as fh:
+                port = json.load(fh).get("port")
         except (OSError, ValueError, AttributeError):
             port = None
     if port:
@@ -339,7 +337,7 @@ def server_port(root, given=None):
 
 
 def python_info():
-    return {"executable": _sys.executable, "version": ".".join(map(str, _sys.version_info[:3]))}
+    return {"executable": sys.executable, "version": ".".join(map(str, sys.version_info[:3]))}
 
 
 _LISTINGS = {}
@@ -348,7 +346,7 @@ _LISTINGS = {}
 def _listing(path):
     if path not in _LISTINGS:
         try:
-            _LISTINGS[path] = _os.listdir(path)
+            _LISTINGS[path] = os.listdir(path)
         except OSError:
             _LISTINGS[path] = []
     return _LISTINGS[path]
@@ -361,16 +359,16 @@ def dist_version(name, import_name=None, paths=None):
     dist = _norm(name)
     module = import_name or dist.split("_python")[0]
     version = location = source = None
-    for entry in (_sys.path if paths is None else paths):
-        entry = entry or _os.getcwd()
+    for entry in (sys.path if paths is None else paths):
+        entry = entry or os.getcwd()
         for item in _listing(entry):
             if version is None and item.endswith(".dist-info"):
                 stem = item[: -len(".dist-info")]
                 dname, _, ver = stem.rpartition("-")
                 if _norm(dname) == dist:
                     version, source = ver, item
-            if location is None and item == module and _os.path.isdir(_os.path.join(entry, item)):
-                location = _os.path.join(entry, item)
+            if location is None and item == module and os.path.isdir(os.path.join(entry, item)):
+                location = os.path.join(entry, item)
         if version and location:
             break
     if not (version or location):
@@ -413,5 +411,5 @@ def parallel(*calls):
 
 def container_identity():
     """{'id', 'image'} of the container this step runs in (sglops passes it with `docker exec -e`), else None."""
-    parts = _os.environ.get("SGLOPS_CONTAINER", "").split()
+    parts = os.environ.get("SGLOPS_CONTAINER", "").split()
     return {"id": parts[0], "image": parts[1]} if len(parts) == 2 else None

@@ -2,9 +2,9 @@
 # Why: the Python that matters for a benchmark is the SERVER's (its venv, its torch), not the one running
 # sglops' scripts; and when a server dies mid-run its own log says why (the log is its stdout, or the log
 # sglops recorded when it started the server).
-import json as _pjson
-import os as _pos
-import re as _pre
+import json
+import os
+import re
 
 from ._common import dist_version, sglops_dir
 
@@ -31,12 +31,12 @@ def listening_pid(port):
     inodes = {f"socket:[{i}]" for i in _listen_inodes(int(port))}
     if not inodes:
         return None
-    for pid in sorted((p for p in _pos.listdir("/proc") if p.isdigit()), key=int, reverse=True):
+    for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int, reverse=True):
         fd_dir = f"/proc/{pid}/fd"
         try:
-            for fd in _pos.listdir(fd_dir):
+            for fd in os.listdir(fd_dir):
                 try:
-                    if _pos.readlink(f"{fd_dir}/{fd}") in inodes:
+                    if os.readlink(f"{fd_dir}/{fd}") in inodes:
                         return int(pid)
                 except OSError:
                     continue
@@ -57,20 +57,20 @@ def _environ(pid):
 def _interpreter(pid, argv, env):
     """The python the process was started with, as invoked (a venv's bin/python, not the binary it links to)."""
     first = argv[0] if argv else ""
-    if "python" in _pos.path.basename(first):
-        if _pos.path.isabs(first):
+    if "python" in os.path.basename(first):
+        if os.path.isabs(first):
             return first
         if "/" in first:
             try:
-                return _pos.path.normpath(_pos.path.join(_pos.readlink(f"/proc/{pid}/cwd"), first))
+                return os.path.normpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), first))
             except OSError:
                 pass
         for folder in (env.get("PATH") or "").split(":"):
-            cand = _pos.path.join(folder, first)
-            if folder and _pos.access(cand, _pos.X_OK):
+            cand = os.path.join(folder, first)
+            if folder and os.access(cand, os.X_OK):
                 return cand
     try:
-        return _pos.readlink(f"/proc/{pid}/exe")
+        return os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
 
@@ -85,8 +85,8 @@ def process_info(pid):
     env = _environ(pid)
     log = None
     try:
-        target = _pos.readlink(f"/proc/{pid}/fd/1")
-        if target.startswith("/") and not target.startswith("/dev/") and _pos.path.isfile(target):
+        target = os.readlink(f"/proc/{pid}/fd/1")
+        if target.startswith("/") and not target.startswith("/dev/") and os.path.isfile(target):
             log = target
     except OSError:
         pass
@@ -102,16 +102,15 @@ _PROBE = "import json,sys;print(json.dumps({'executable':sys.executable,'version
 def python_env(python, pythonpath=None):
     """A python's version, prefix and the versions of torch/sglang/flashinfer/triton on ITS path, read
     from dist-info folders (it runs only `import sys`, so a heavy venv answers in tens of ms)."""
-    env = dict(_pos.environ)
+    env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     try:
-        import subprocess as _psub
-
-        out = _psub.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=20, env=env)
-        info = _pjson.loads(out.stdout)
-    except (OSError, ValueError, _psub.TimeoutExpired):
+        import subprocess
+        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=20, env=env)
+        info = json.loads(out.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
         return {"executable": python, "version": None, "error": "could not run it"}
     paths = [p for p in info.pop("path") if p]
     info["torch"] = dist_version("torch", paths=paths)
@@ -128,8 +127,8 @@ def recorded_server(root, port):
     if not root:
         return {}
     try:
-        with open(_pos.path.join(sglops_dir(root, create=False), "server.json")) as fh:
-            rec = _pjson.load(fh)
+        with open(os.path.join(sglops_dir(root, create=False), "server.json")) as fh:
+            rec = json.load(fh)
     except (OSError, ValueError):
         return {}
     return rec if isinstance(rec, dict) and int(rec.get("port") or 0) == int(port) else {}
@@ -149,7 +148,7 @@ def server_process(port, root=None):
     return info
 
 
-_EXC_LINE = _pre.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$")
+_EXC_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$")
 
 
 def death_cause(log_path, since=None):
@@ -176,6 +175,6 @@ def death_cause(log_path, since=None):
 
 def log_size(log_path):
     try:
-        return _pos.path.getsize(log_path) if log_path else None
+        return os.path.getsize(log_path) if log_path else None
     except OSError:
         return None

@@ -3,10 +3,10 @@
 # (IndexError) and the server dies. So prompt ids are drawn below the model's vocabulary (read from its
 # config.json and tokenizer files, where the server loads them from) and never a special token (bos, eos, pad,
 # anything the tokenizer marks special).
-import glob as _vglob
-import json as _vjson
-import os as _vos
-import random as _vrandom
+import glob
+import json
+import os
+import random
 
 from ._common import UserError
 
@@ -32,7 +32,7 @@ def _vget(url, timeout=5.0):
 def _vread(path):
     try:
         with open(path) as fh:
-            return _vjson.load(fh)
+            return json.load(fh)
     except (OSError, ValueError):
         return None
 
@@ -40,22 +40,22 @@ def _vread(path):
 def _hf_snapshot(repo_id, env=None):
     """A hub id's newest snapshot folder in the Hugging Face cache on this host (where the server loaded it;
     `env`: the server process's environment, whose HF_HOME / HF_HUB_CACHE win)."""
-    env = env or _vos.environ
-    hub = env.get("HF_HUB_CACHE") or _vos.path.join(
-        env.get("HF_HOME") or _vos.path.expanduser("~/.cache/huggingface"), "hub")
-    pattern = _vos.path.join(hub, "models--" + repo_id.replace("/", "--"), "snapshots", "*", "config.json")
-    found = sorted(_vglob.glob(pattern), key=_vos.path.getmtime)
-    return _vos.path.dirname(found[-1]) if found else None
+    env = env or os.environ
+    hub = env.get("HF_HUB_CACHE") or os.path.join(
+        env.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    pattern = os.path.join(hub, "models--" + repo_id.replace("/", "--"), "snapshots", "*", "config.json")
+    found = sorted(glob.glob(pattern), key=os.path.getmtime)
+    return os.path.dirname(found[-1]) if found else None
 
 
 def model_dir(path, env=None):
     """The folder holding the model's config.json: the path itself, else the hub cache's snapshot."""
     if not path:
         return None
-    path = _vos.path.expanduser(path)
-    if _vos.path.isfile(_vos.path.join(path, "config.json")):
+    path = os.path.expanduser(path)
+    if os.path.isfile(os.path.join(path, "config.json")):
         return path
-    if not _vos.path.isabs(path) and path.count("/") == 1:
+    if not os.path.isabs(path) and path.count("/") == 1:
         return _hf_snapshot(path, env)
     return None
 
@@ -84,21 +84,21 @@ def _config_vocab(config):
 def read_token_space(folder, tokenizer_folder=None):
     """(vocab size or None, special ids, what was read) from a model folder's files, without importing anything."""
     special, read = set(), []
-    config = _vread(_vos.path.join(folder, "config.json")) if folder else None
+    config = _vread(os.path.join(folder, "config.json")) if folder else None
     vocab = _config_vocab(config)
     if config is not None:
         read.append("config.json")
         for key in _CONFIG_ID_KEYS:
             special |= _ids(config.get(key))
             special |= _ids((config.get("text_config") or {}).get(key))
-    gen = _vread(_vos.path.join(folder, "generation_config.json")) if folder else None
+    gen = _vread(os.path.join(folder, "generation_config.json")) if folder else None
     if isinstance(gen, dict):
         read.append("generation_config.json")
         for key in _CONFIG_ID_KEYS:
             special |= _ids(gen.get(key))
     tok_dir = tokenizer_folder or folder
     tok_vocab = None
-    tok = _vread(_vos.path.join(tok_dir, "tokenizer.json")) if tok_dir else None
+    tok = _vread(os.path.join(tok_dir, "tokenizer.json")) if tok_dir else None
     if isinstance(tok, dict):
         read.append("tokenizer.json")
         base = (tok.get("model") or {}).get("vocab")
@@ -107,7 +107,7 @@ def read_token_space(folder, tokenizer_folder=None):
         for added in tok.get("added_tokens") or []:
             if added.get("special") and isinstance(added.get("id"), int):
                 special.add(added["id"])
-    tcfg = _vread(_vos.path.join(tok_dir, "tokenizer_config.json")) if tok_dir else None
+    tcfg = _vread(os.path.join(tok_dir, "tokenizer_config.json")) if tok_dir else None
     if isinstance(tcfg, dict):
         read.append("tokenizer_config.json")
         for key, entry in (tcfg.get("added_tokens_decoder") or {}).items():
@@ -132,7 +132,7 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
             status, text = _vget(base_url + path)
             if status == 200:
                 try:
-                    answer = _vjson.loads(text)
+                    answer = json.loads(text)
                 except ValueError:
                     continue
                 if isinstance(answer, dict):
@@ -165,7 +165,7 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
 
 def draw_prompt_ids(space, seed, n):
     """n random ordinary token ids of the model (seeded: the same prompt every run), never a special one."""
-    rng = _vrandom.Random(seed)
+    rng = random.Random(seed)
     high, special = space["high"], set(space["special"])
     out = []
     while len(out) < n:

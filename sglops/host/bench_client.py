@@ -10,7 +10,7 @@
 import hashlib
 import http.client
 import json
-import os as _os
+import os
 import random
 import re
 import threading
@@ -95,7 +95,7 @@ def applied_patches(root):
     """Patches from the ledger, each file's current hash checked against the hash recorded after applying."""
     if not root:
         return []
-    path = _os.path.join(sglops_dir(root, create=False), "applied.json")
+    path = os.path.join(sglops_dir(root, create=False), "applied.json")
     try:
         with open(path) as fh:
             ledger = json.load(fh)
@@ -109,7 +109,7 @@ def applied_patches(root):
         files = entry.get("files") or {}
         intact = True
         for rel, hashes in files.items():
-            full = rel if _os.path.isabs(rel) else _os.path.join(root, rel)
+            full = rel if os.path.isabs(rel) else os.path.join(root, rel)
             now = sha256_file(full)
             if isinstance(hashes, dict) and hashes.get("after") and now != hashes.get("after"):
                 intact = False
@@ -421,7 +421,7 @@ def server_down(port, proc, log_mark):
         return None
     if state == "going":
         state = "died"
-    if proc and proc.get("pid") and not _os.path.exists(f"/proc/{proc['pid']}"):
+    if proc and proc.get("pid") and not os.path.exists(f"/proc/{proc['pid']}"):
         state = "died"
     log = (proc or {}).get("log")
     if state == "died" and log:

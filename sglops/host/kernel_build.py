@@ -8,11 +8,10 @@ import base64
 import fcntl
 import json
 import os
-import os as _os
 import re
 import shutil
 import subprocess
-import sys as _sys
+import sys
 import sysconfig
 import time
 
@@ -26,17 +25,17 @@ def state_dir(hint):
     try:
         root = find_sglang(hint)["root"]
     except UserError:
-        root = _os.path.expanduser("~")
-    return _os.path.join(sglops_dir(root, create=False), "kernels")
+        root = os.path.expanduser("~")
+    return os.path.join(sglops_dir(root, create=False), "kernels")
 
 
 def target_dir(target, hint):
     if target == "site-packages":
         return sysconfig.get_paths()["purelib"]
     if target == "sglang":
-        return _os.path.dirname(find_sglang(hint)["package_dir"])
-    path = _os.path.expanduser(target)
-    if not _os.path.isabs(path):
+        return os.path.dirname(find_sglang(hint)["package_dir"])
+    path = os.path.expanduser(target)
+    if not os.path.isabs(path):
         raise UserError("install target must be site-packages, sglang or an absolute path, not " + repr(target))
     return path
 
@@ -44,7 +43,7 @@ def target_dir(target, hint):
 def read_records(state):
     """installed.json: {} when there is none yet; a corrupt one is a one-line error (never {}: that
     would forget what is installed and let the next build overwrite it)."""
-    path = _os.path.join(state, "installed.json")
+    path = os.path.join(state, "installed.json")
     try:
         with open(path) as fh:
             records = json.load(fh)
@@ -58,22 +57,22 @@ def read_records(state):
 
 
 def write_records(state, records):
-    path = _os.path.join(state, "installed.json")
+    path = os.path.join(state, "installed.json")
     with open_private(path + ".tmp", "w") as fh:
         json.dump(records, fh, indent=1, sort_keys=True)
         fh.flush()
-        _os.fsync(fh.fileno())
+        os.fsync(fh.fileno())
     os.replace(path + ".tmp", path)
 
 
 def lock(state):
     """The kernel lock; records are read only after it is taken (mutations only: dry runs and the list
     read without it and create nothing)."""
-    parent = _os.path.dirname(state)
-    if _os.path.basename(parent) == ".sglops":
-        sglops_dir(_os.path.dirname(parent))  # <checkout>/.sglops, 0700, with its .gitignore
-    _os.makedirs(state, mode=PRIVATE_DIR, exist_ok=True)
-    fh = open_private(_os.path.join(state, ".lock"), "w")
+    parent = os.path.dirname(state)
+    if os.path.basename(parent) == ".sglops":
+        sglops_dir(os.path.dirname(parent))  # <checkout>/.sglops, 0700, with its .gitignore
+    os.makedirs(state, mode=PRIVATE_DIR, exist_ok=True)
+    fh = open_private(os.path.join(state, ".lock"), "w")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -120,29 +119,29 @@ def plan(args):
     hint = args.get("sglang_root")
     target = target_dir(args["target"], hint)
     rel = args["package"]
-    parent, leaf = _os.path.split(rel)
+    parent, leaf = os.path.split(rel)
     tag = args["hash"][:12] + "-" + args["arch"]
     return {
-        "state_dir": state_dir(hint), "target_dir": target, "install_path": _os.path.join(target, rel),
-        "module": rel.replace("/", "."), "tag": tag, "python": _sys.executable,
+        "state_dir": state_dir(hint), "target_dir": target, "install_path": os.path.join(target, rel),
+        "module": rel.replace("/", "."), "tag": tag, "python": sys.executable,
     }
 
 
 def installed_ok(rec, p):
     path = p["install_path"]
-    return bool(rec) and rec.get("install_path") == path and _os.path.islink(path) \
-        and _os.readlink(path) == rec.get("link_to") and _os.path.isdir(path)
+    return bool(rec) and rec.get("install_path") == path and os.path.islink(path) \
+        and os.readlink(path) == rec.get("link_to") and os.path.isdir(path)
 
 
 def writable(path):
-    while not _os.path.exists(path) and _os.path.dirname(path) != path:
-        path = _os.path.dirname(path)
-    return _os.access(path, _os.W_OK)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return os.access(path, os.W_OK)
 
 
 def swap_link(path, link_to):
     tmp = path + ".sglops-link"
-    if _os.path.lexists(tmp):
+    if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(link_to, tmp)
     os.replace(tmp, path)
@@ -159,7 +158,7 @@ def build(args):
     try:
         records = read_records(p["state_dir"])
         done = decide(args, p, records)
-        if not done and not writable(_os.path.dirname(p["install_path"])):
+        if not done and not writable(os.path.dirname(p["install_path"])):
             raise UserError("install target " + p["target_dir"] + " is not writable; pass --target PATH")
     except BaseException:
         held.close()
@@ -177,7 +176,7 @@ def decide(args, p, records):
     same = rec and rec.get("hash") == args["hash"] and rec.get("arch") == args["arch"]
     if same and installed_ok(rec, p) and not args.get("force"):
         return {"status": "unchanged", **p, "installed_at": rec.get("installed_at")}
-    if _os.path.lexists(path) and not (rec and rec.get("install_path") == path and _os.path.islink(path)):
+    if os.path.lexists(path) and not (rec and rec.get("install_path") == path and os.path.islink(path)):
         raise UserError(path + " exists and was not installed by sglops; remove it or pick another install target")
     return None
 
@@ -185,48 +184,48 @@ def decide(args, p, records):
 def _build_locked(args, p, records, held):
     name, path = args["name"], p["install_path"]
     rec = records.get(name)
-    builds = _os.path.join(p["state_dir"], "builds", name)
-    final = _os.path.join(builds, p["tag"])
-    work = final + ".tmp-" + str(_os.getpid())
-    _os.makedirs(work)
+    builds = os.path.join(p["state_dir"], "builds", name)
+    final = os.path.join(builds, p["tag"])
+    work = final + ".tmp-" + str(os.getpid())
+    os.makedirs(work)
     out = {"status": "failed", **p, "build_dir": final, "stages": {}}
     try:
         for rel, blob in sorted(args["files"].items()):
-            dest = _os.path.join(work, rel)
-            _os.makedirs(_os.path.dirname(dest), exist_ok=True)
+            dest = os.path.join(work, rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
             with open(dest, "wb") as fh:
                 fh.write(base64.b64decode(blob))
-        env = dict(_os.environ)
+        env = dict(os.environ)
         env["PYTHONPATH"] = work + ((":" + env["PYTHONPATH"]) if env.get("PYTHONPATH") else "")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         for stage in ("build", "selftest"):
             spec = args[stage]
             progress(stage=stage)
             code, secs, text = run_logged(spec["argv"], work, {**env, **spec.get("env", {})}, spec["timeout"],
-                                          _os.path.join(work, stage + ".log"))
+                                          os.path.join(work, stage + ".log"))
             out["stages"][stage] = {"exit": code, "seconds": secs, "log": text}
             if code != 0:
                 out.update(failed_stage=stage, error_lines=error_lines(text))
                 return out
         progress(stage="install")
-        pkg = _os.path.join(work, args["package"])
-        if not _os.path.isdir(pkg):
+        pkg = os.path.join(work, args["package"])
+        if not os.path.isdir(pkg):
             out.update(failed_stage="install", error_lines=["the build left no " + args["package"] + "/ to install"])
             return out
         # a fresh versioned copy each time (also for --force of the same build), then one rename
-        parent, leaf = _os.path.split(path)
+        parent, leaf = os.path.split(path)
         p["link_to"] = "." + leaf + "-" + p["tag"] + "-" + str(int(time.time() * 1000))
-        p["version_dir"] = vdir = _os.path.join(parent, p["link_to"])
-        _os.makedirs(parent, exist_ok=True)
+        p["version_dir"] = vdir = os.path.join(parent, p["link_to"])
+        os.makedirs(parent, exist_ok=True)
         shutil.copytree(pkg, vdir + ".tmp", ignore=shutil.ignore_patterns("__pycache__"))
         os.replace(vdir + ".tmp", vdir)
-        old_link = _os.readlink(path) if _os.path.islink(path) else None
+        old_link = os.readlink(path) if os.path.islink(path) else None
         swap_link(path, p["link_to"])
-        check = [_sys.executable, "-c", "import importlib,os,sys; sys.path.insert(0, sys.argv[1]); "
+        check = [sys.executable, "-c", "import importlib,os,sys; sys.path.insert(0, sys.argv[1]); "
                  "m = importlib.import_module(sys.argv[2]); print(os.path.realpath(m.__file__))",
                  p["target_dir"], p["module"]]
         rc, so, se = sh(check, timeout=120)
-        if rc != 0 or not so.strip().startswith(_os.path.realpath(vdir) + _os.sep):
+        if rc != 0 or not so.strip().startswith(os.path.realpath(vdir) + os.sep):
             if old_link:
                 swap_link(path, old_link)
             else:
@@ -236,8 +235,8 @@ def _build_locked(args, p, records, held):
             out.update(failed_stage="install", error_lines=["import check failed, install rolled back: " + why])
             return out
         if old_link:
-            shutil.rmtree(_os.path.join(parent, old_link), ignore_errors=True)
-        if _os.path.isdir(final):
+            shutil.rmtree(os.path.join(parent, old_link), ignore_errors=True)
+        if os.path.isdir(final):
             shutil.rmtree(final)
         os.replace(work, final)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -250,7 +249,7 @@ def _build_locked(args, p, records, held):
         out.update(status="built", installed_at=now)
         return out
     finally:
-        if _os.path.isdir(work):
+        if os.path.isdir(work):
             shutil.rmtree(work, ignore_errors=True)
         held.close()
 
@@ -260,7 +259,7 @@ def uninstall_check(args, state, records):
     if not rec:
         raise UserError("kernel " + args["name"] + " is not installed on this host by sglops (" + state + ")")
     path = rec["install_path"]
-    if _os.path.lexists(path) and not (_os.path.islink(path) and _os.readlink(path) == rec["link_to"]):
+    if os.path.lexists(path) and not (os.path.islink(path) and os.readlink(path) == rec["link_to"]):
         raise UserError(path + " was changed since sglops installed it; refusing to remove it")
     return rec
 
@@ -270,19 +269,19 @@ def uninstall(args):
     state = state_dir(hint)
     if args.get("dry_run"):
         return {"status": "would-uninstall", **uninstall_check(args, state, read_records(state))}
-    if not _os.path.isdir(state):
+    if not os.path.isdir(state):
         uninstall_check(args, state, {})  # the one-line "not installed", without making the state dir
     held = lock(state)
     try:
         records = read_records(state)
         rec = uninstall_check(args, state, records)
         path = rec["install_path"]
-        if _os.path.lexists(path):
+        if os.path.lexists(path):
             os.unlink(path)
         shutil.rmtree(rec["version_dir"], ignore_errors=True)
-        parent = _os.path.dirname(path)
-        if _os.path.isdir(parent) and not _os.listdir(parent):
-            _os.rmdir(parent)
+        parent = os.path.dirname(path)
+        if os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
         shutil.rmtree(rec.get("build_dir") or "/nonexistent", ignore_errors=True)
         del records[args["name"]]
         write_records(state, records)

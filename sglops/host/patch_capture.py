@@ -1,14 +1,14 @@
 # What was edited by hand in this SGLang tree, for `inv capture-patch`: each changed file's
 # current text and its pristine text (from git HEAD), or, against the PyPI release, the files
 # whose sha256 differs from the wheel's RECORD (the laptop holds the wheel's text).
-import os as _os
+import os
 
 from ._common import UserError, sh, sha256_file
 from .patch_lib import Lock, ledger, pending, recover, sglang_root
 
 
 def _pkg_rel(root, path):
-    rel = _os.path.relpath(path, root)
+    rel = os.path.relpath(path, root)
     return rel if rel.startswith("python/") else "python/" + rel
 
 
@@ -41,20 +41,20 @@ def _capture(root, info, against, only, args):
             rel = line[3:].strip()
             if not rel or (only and rel not in only):
                 continue
-            path = _os.path.join(root, rel)
+            path = os.path.join(root, rel)
             rc, head, _ = sh(["git", "show", "HEAD:" + rel], cwd=root)
-            cur = open(path, encoding="utf-8").read() if _os.path.isfile(path) else None
+            cur = open(path, encoding="utf-8").read() if os.path.isfile(path) else None
             out[rel] = {"before": head if rc == 0 else None, "after": cur, "sha256": sha256_file(path)}
     else:
         wanted = args["release_hashes"]  # {"sglang/...py": sha256}
         pkg = info["package_dir"]
-        base = _os.path.dirname(pkg)
-        for dirpath, _dirs, names in _os.walk(pkg):
+        base = os.path.dirname(pkg)
+        for dirpath, _dirs, names in os.walk(pkg):
             for n in names:
                 if not n.endswith(".py"):
                     continue
-                path = _os.path.join(dirpath, n)
-                key = _os.path.relpath(path, base)
+                path = os.path.join(dirpath, n)
+                key = os.path.relpath(path, base)
                 rel = _pkg_rel(root, path)
                 if (only and rel not in only) or key not in wanted:
                     continue

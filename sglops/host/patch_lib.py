@@ -16,12 +16,12 @@
 # then the tail: backups kept (apply) or dropped (revert), txn/<id>/ removed, journal removed.
 # Recovery (`recover`) rolls a journal in state committed wholly forward and any other wholly
 # back; each of its steps checks before it acts, so a crash during recovery is recovered again.
-import fcntl as _fcntl
-import json as _json
-import os as _os
-import shutil as _shutil
-import signal as _signal
-import time as _time
+import fcntl
+import json
+import os
+import shutil
+import signal
+import time
 
 from ._common import UserError, find_sglang, open_private, progress, sglops_dir, sha256_file
 
@@ -34,8 +34,8 @@ FORWARD_STATES = ("committed",)
 # Fault injection for the crash-point tests, set only in the HOST's environment (never by a flag):
 # SGLOPS_CRASH_AT=<n or step name> SIGKILLs this process right after that durable step;
 # SGLOPS_PAUSE_AT=<step name>:<seconds> sleeps there (to cut the connection meanwhile).
-_CRASH_AT = _os.environ.get("SGLOPS_CRASH_AT") or None
-_PAUSE_AT = _os.environ.get("SGLOPS_PAUSE_AT") or None
+_CRASH_AT = os.environ.get("SGLOPS_CRASH_AT") or None
+_PAUSE_AT = os.environ.get("SGLOPS_PAUSE_AT") or None
 _STEPS = []
 
 
@@ -45,11 +45,11 @@ def step(name):
         return
     _STEPS.append(name)
     if _PAUSE_AT and _PAUSE_AT.rpartition(":")[0] == name:
-        say(step="paused", at=name, pid=_os.getpid())
-        _time.sleep(float(_PAUSE_AT.rpartition(":")[2]))
+        say(step="paused", at=name, pid=os.getpid())
+        time.sleep(float(_PAUSE_AT.rpartition(":")[2]))
     if _CRASH_AT in (name, str(len(_STEPS))):
         say(crash_point=len(_STEPS), step=name)
-        _os.kill(_os.getpid(), _signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def steps_taken():
@@ -62,10 +62,10 @@ def state_dir(root, create=True):
 
 def resolve(root, rel):
     """A patch path (relative to the checkout root) on this host; installed packages lack python/."""
-    full = _os.path.join(root, rel)
-    if not _os.path.exists(full) and rel.startswith("python/"):
-        alt = _os.path.join(root, rel[len("python/"):])
-        if _os.path.exists(alt):
+    full = os.path.join(root, rel)
+    if not os.path.exists(full) and rel.startswith("python/"):
+        alt = os.path.join(root, rel[len("python/"):])
+        if os.path.exists(alt):
             return alt
     return full
 
@@ -80,8 +80,8 @@ def say(**fields):
 
 def shield():
     """Ignore hang-ups and broken pipes: a dropped SSH session must not stop us half-way."""
-    for sig in (_signal.SIGHUP, _signal.SIGPIPE, _signal.SIGINT):
-        _signal.signal(sig, _signal.SIG_IGN)
+    for sig in (signal.SIGHUP, signal.SIGPIPE, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class Lock:
@@ -91,28 +91,28 @@ class Lock:
     """
 
     def __init__(self, root, wait_s=30.0, who=""):
-        self.path = _os.path.join(state_dir(root), "lock")
+        self.path = os.path.join(state_dir(root), "lock")
         self.wait_s, self.who = wait_s, who
 
     def __enter__(self):
         self.fh = open_private(self.path, "a+")
-        deadline = _time.monotonic() + self.wait_s
+        deadline = time.monotonic() + self.wait_s
         while True:
             try:
-                _fcntl.flock(self.fh, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if _time.monotonic() > deadline:
+                if time.monotonic() > deadline:
                     self.fh.seek(0)
                     holder = self.fh.read().strip() or "another process"
                     self.fh.close()
                     raise UserError("the patch lock " + self.path + " is held by " + holder
                                     + " (waited " + str(int(self.wait_s)) + " s); try again when it is done") from None
-                _time.sleep(0.1)
+                time.sleep(0.1)
         self.fh.seek(0)
         self.fh.truncate()
-        self.fh.write("pid " + str(_os.getpid()) + " " + self.who + " since "
-                      + _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime()) + "\n")
+        self.fh.write("pid " + str(os.getpid()) + " " + self.who + " since "
+                      + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
         self.fh.flush()
         return self
 
@@ -120,7 +120,7 @@ class Lock:
         try:
             self.fh.truncate(0)
         finally:
-            _fcntl.flock(self.fh, _fcntl.LOCK_UN)
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
             self.fh.close()
 
 
@@ -128,7 +128,7 @@ def read_json(path, default):
     """The JSON at path, default when absent; a corrupt file is a one-line error, never `default`."""
     try:
         with open(path) as fh:
-            return _json.load(fh)
+            return json.load(fh)
     except FileNotFoundError:
         return default
     except ValueError as exc:
@@ -136,11 +136,11 @@ def read_json(path, default):
 
 
 def fsync_file(path):
-    fd = _os.open(path, _os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY)
     try:
-        _os.fsync(fd)
+        os.fsync(fd)
     finally:
-        _os.close(fd)
+        os.close(fd)
 
 
 def fsync_dir(path):
@@ -154,22 +154,22 @@ def write_json(path, obj):
     """Replace path with obj durably: temp file, fsync, rename, fsync the folder (0600)."""
     tmp = path + ".tmp"
     with open_private(tmp, "w") as fh:
-        _json.dump(obj, fh, indent=2, sort_keys=True)
+        json.dump(obj, fh, indent=2, sort_keys=True)
         fh.write("\n")
         fh.flush()
-        _os.fsync(fh.fileno())
-    _os.replace(tmp, path)
-    fsync_dir(_os.path.dirname(path))
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
 
 
 def ledger(root):
-    return read_json(_os.path.join(state_dir(root, create=False), LEDGER), {"applied": []})
+    return read_json(os.path.join(state_dir(root, create=False), LEDGER), {"applied": []})
 
 
 def copy_durable(src, dst):
     """Copy src to dst (mode kept) and fsync it."""
-    _os.makedirs(_os.path.dirname(dst), exist_ok=True)
-    _shutil.copy2(src, dst)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    shutil.copy2(src, dst)
     fsync_file(dst)
 
 
@@ -177,24 +177,24 @@ def copy_atomic(src, dst):
     """Copy src over dst through a temp file and a rename (keeps src's mode)."""
     tmp = dst + COPY_SUFFIX
     copy_durable(src, tmp)
-    _os.replace(tmp, dst)
+    os.replace(tmp, dst)
 
 
 def remove(path):
     """Remove a file or a folder if it is there (idempotent)."""
-    if _os.path.isdir(path) and not _os.path.islink(path):
-        _shutil.rmtree(path)
-    elif _os.path.lexists(path):
-        _os.remove(path)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
 
 
 # -- the journal -------------------------------------------------------------------------------
 def journal_path(root):
-    return _os.path.join(state_dir(root, create=False), JOURNAL)
+    return os.path.join(state_dir(root, create=False), JOURNAL)
 
 
 def txn_dir(root, txn_id):
-    return _os.path.join(state_dir(root, create=False), "txn", txn_id)
+    return os.path.join(state_dir(root, create=False), "txn", txn_id)
 
 
 def pending(root):
@@ -242,7 +242,7 @@ def _roll_back(root, journal):
             remove(staged)
             remove(path + COPY_SUFFIX)
         fsync_dirs(root, journal)
-        ledger_path = _os.path.join(state_dir(root), LEDGER)
+        ledger_path = os.path.join(state_dir(root), LEDGER)
         if read_json(ledger_path, {"applied": []}) != journal["ledger_before"]:
             write_json(ledger_path, journal["ledger_before"])
         set_state(root, journal, "rolled-back")
@@ -253,18 +253,18 @@ def _keep_or_drop_backups(root, journal):
     """After the commit point: an apply keeps the originals as the patch's backups, a revert drops them.
     Idempotent: the originals are moved only while txn/<id>/old/ still exists."""
     d = state_dir(root)
-    dest = _os.path.join(d, "backups", journal["patch"])
+    dest = os.path.join(d, "backups", journal["patch"])
     if journal["op"] == "apply":
-        src = _os.path.join(txn_dir(root, journal["id"]), "old")
-        if _os.path.isdir(src):
+        src = os.path.join(txn_dir(root, journal["id"]), "old")
+        if os.path.isdir(src):
             remove(dest)
-            _os.makedirs(_os.path.dirname(dest), exist_ok=True)
-            _os.replace(src, dest)
-            fsync_dir(_os.path.dirname(dest))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.replace(src, dest)
+            fsync_dir(os.path.dirname(dest))
             step("backups kept")
-    elif _os.path.lexists(dest):
+    elif os.path.lexists(dest):
         remove(dest)
-        fsync_dir(_os.path.dirname(dest))
+        fsync_dir(os.path.dirname(dest))
         step("backups dropped")
 
 
@@ -273,9 +273,9 @@ def _close(root, journal):
     (Steps are counted only where something changed, so a re-run advances past them.)"""
     d = state_dir(root)
     tdir = txn_dir(root, journal["id"])
-    if _os.path.lexists(tdir):
+    if os.path.lexists(tdir):
         remove(tdir)
-        fsync_dir(_os.path.dirname(tdir))
+        fsync_dir(os.path.dirname(tdir))
         step("txn removed")
     remove(journal_path(root))
     fsync_dir(d)
@@ -283,7 +283,7 @@ def _close(root, journal):
 
 
 def fsync_dirs(root, journal):
-    for parent in sorted({_os.path.dirname(_file_paths(root, rel, f)[0]) for rel, f in journal["files"].items()}):
+    for parent in sorted({os.path.dirname(_file_paths(root, rel, f)[0]) for rel, f in journal["files"].items()}):
         fsync_dir(parent)
 
 
@@ -304,18 +304,18 @@ def clean_orphans(root, rels):
     """Leftovers no journal names: txn/ folders, temp files, staged copies beside the given files."""
     d = state_dir(root, create=False)
     gone = []
-    txn_root = _os.path.join(d, "txn")
-    for name in sorted(_os.listdir(txn_root)) if _os.path.isdir(txn_root) else []:
-        remove(_os.path.join(txn_root, name))
+    txn_root = os.path.join(d, "txn")
+    for name in sorted(os.listdir(txn_root)) if os.path.isdir(txn_root) else []:
+        remove(os.path.join(txn_root, name))
         gone.append(".sglops/txn/" + name)
     for name in (LEDGER + ".tmp", JOURNAL + ".tmp"):
-        if _os.path.lexists(_os.path.join(d, name)):
-            remove(_os.path.join(d, name))
+        if os.path.lexists(os.path.join(d, name)):
+            remove(os.path.join(d, name))
             gone.append(".sglops/" + name)
     for rel in sorted(set(rels)):
         path = resolve(root, rel)
         for suffix in (STAGED_SUFFIX, COPY_SUFFIX):
-            if _os.path.lexists(path + suffix):
+            if os.path.lexists(path + suffix):
                 remove(path + suffix)
                 gone.append(rel + suffix)
     return gone
@@ -351,8 +351,8 @@ def view_after_recovery(root, journal):
     backups = {}
     if journal.get("state") in FORWARD_STATES:
         book = journal.get("ledger_after") or ledger(root)
-        old = _os.path.join(txn_dir(root, journal["id"]), "old")
-        if journal["op"] == "apply" and _os.path.isdir(old):
+        old = os.path.join(txn_dir(root, journal["id"]), "old")
+        if journal["op"] == "apply" and os.path.isdir(old):
             backups[journal["patch"]] = old
         elif journal["op"] == "revert":
             backups[journal["patch"]] = None

@@ -5,8 +5,8 @@
 # A pending journal is reported ("recovery_needed") and the answer shows the tree as it will be
 # once recovered (files, ledger, backups), so `inv patches` and dry runs tell the truth without
 # changing anything. With "recover" (the mutating commands) it takes the lock and recovers first.
-import hashlib as _hashlib
-import os as _os
+import hashlib
+import os
 
 from ._common import UserError, container_identity, sh, sha256_file
 from .patch_lib import (
@@ -24,7 +24,7 @@ from .patch_lib import (
 
 
 def _read(path, rel, want_text):
-    if path is None or not _os.path.isfile(path):
+    if path is None or not os.path.isfile(path):
         return {"sha256": None, "text": None}
     with open(path, "rb") as fh:
         data = fh.read()
@@ -32,7 +32,7 @@ def _read(path, rel, want_text):
         text = data.decode("utf-8") if want_text else None
     except UnicodeDecodeError:
         raise UserError(rel + " is not UTF-8 text; sglops patches edit source files only") from None
-    return {"sha256": _hashlib.sha256(data).hexdigest(), "text": text, "git_modified": None}
+    return {"sha256": hashlib.sha256(data).hexdigest(), "text": text, "git_modified": None}
 
 
 def collect(root, info, args, view=None):
@@ -54,8 +54,8 @@ def collect(root, info, args, view=None):
     backups = {}
     for key in args.get("backups_of", []):
         patch, _, frel = key.partition(":")
-        base = backups_from.get(patch, _os.path.join(state_dir(root, create=False), "backups", patch))
-        backups[key] = sha256_file(_os.path.join(base, frel)) if base else None
+        base = backups_from.get(patch, os.path.join(state_dir(root, create=False), "backups", patch))
+        backups[key] = sha256_file(os.path.join(base, frel)) if base else None
     return {"root": root, "version": info.get("version"), "commit": info.get("commit"),
             "kind": info.get("kind"), "files": files, "ledger": book, "backups": backups,
             "container": container_identity()}

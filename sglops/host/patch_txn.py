@@ -7,12 +7,12 @@
 # ignored, so a dropped SSH connection cannot stop it half-way; after a SIGKILL the next mutating
 # patch step finishes or rolls back from the journal (patch_lib.recover). Each durable step calls
 # step(name): the crash-point tests kill the process there (see patch_lib).
-import os as _os
+import os
 import py_compile
 import secrets
-import shutil as _shutil
+import shutil
 import tempfile
-import time as _time
+import time
 
 from ._common import UserError, container_identity, sha256_file
 from .patch_lib import (
@@ -42,13 +42,13 @@ from .patch_lib import (
 def _compile(staged, target):
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            py_compile.compile(staged, cfile=_os.path.join(tmp, "x.pyc"), dfile=target, doraise=True)
+            py_compile.compile(staged, cfile=os.path.join(tmp, "x.pyc"), dfile=target, doraise=True)
         except py_compile.PyCompileError as exc:
             raise UserError("py_compile failed for " + target + ": " + str(exc.msg).strip().splitlines()[-1]) from None
 
 
 def _now():
-    return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime())
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _new_ledger(book, op, patch, args, info, files):
@@ -71,7 +71,7 @@ def _stage(root, d, patch, rel, f, j, k):
     if f["after"] is None:
         return  # the transaction deletes this file: nothing to stage
     if "from_backup" in f:
-        src = _os.path.join(d, "backups", patch, rel)
+        src = os.path.join(d, "backups", patch, rel)
         if sha256_file(src) != f["after"]:
             raise UserError("backup of " + rel + " is missing or not the recorded original; nothing changed")
         copy_durable(src, staged)
@@ -79,9 +79,9 @@ def _stage(root, d, patch, rel, f, j, k):
         with open(staged, "wb") as fh:
             fh.write(f["content"].encode("utf-8"))
             fh.flush()
-            _os.fsync(fh.fileno())
+            os.fsync(fh.fileno())
         if f["before"] is not None:
-            _shutil.copymode(path, staged)
+            shutil.copymode(path, staged)
     if sha256_file(staged) != f["after"]:
         raise UserError("staged " + rel + " does not hash as expected; nothing changed")
     if path.endswith(".py"):
@@ -92,7 +92,7 @@ def _put_in_place(j):
     if j["after"] is None:
         remove(j["path"])
     else:
-        _os.replace(j["staged"], j["path"])
+        os.replace(j["staged"], j["path"])
 
 
 def main(args):
@@ -107,28 +107,28 @@ def main(args):
         changed = [rel for rel, f in files.items() if sha256_file(resolve(root, rel)) != f["before"]]
         if changed:
             raise UserError("changed on the host since it was checked: " + ", ".join(changed) + "; nothing changed")
-        txn = _time.strftime("%Y%m%d-%H%M%S", _time.gmtime()) + "-" + secrets.token_hex(3)
+        txn = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
         tdir = txn_dir(root, txn)
         jfiles = {}
         for rel, f in files.items():
             path = resolve(root, rel)
             jfiles[rel] = {"before": f["before"], "after": f["after"], "path": path, "staged": path + STAGED_SUFFIX,
-                           "old_copy": _os.path.join(tdir, "old", rel)}
+                           "old_copy": os.path.join(tdir, "old", rel)}
         journal = {"id": txn, "op": op, "patch": patch, "state": "preparing", "files": jfiles,
                    "ledger_before": book, "ledger_after": _new_ledger(book, op, patch, args, info, files)}
         write_json(journal_path(root), journal)  # write-ahead: before anything it names exists
         step("preparing")
         try:
-            _os.makedirs(_os.path.join(tdir, "old"))
+            os.makedirs(os.path.join(tdir, "old"))
             for k, (rel, f) in enumerate(files.items(), 1):
                 _stage(root, d, patch, rel, f, jfiles[rel], k)
                 step("staged " + str(k))
             set_state(root, journal, "prepared")
             for k, rel in enumerate(jfiles, 1):
                 _put_in_place(jfiles[rel])
-                fsync_dir(_os.path.dirname(jfiles[rel]["path"]))
+                fsync_dir(os.path.dirname(jfiles[rel]["path"]))
                 step("renamed " + str(k))
-            write_json(_os.path.join(d, LEDGER), journal["ledger_after"])
+            write_json(os.path.join(d, LEDGER), journal["ledger_after"])
             step("ledger written")
             set_state(root, journal, "committed")
         except BaseException as exc:

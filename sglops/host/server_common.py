@@ -3,11 +3,11 @@
 # pip-installed tree): server.pid, server.json, launch.sh, launch.last-good.sh, server.log, restarts.jsonl.
 # A process is ours only if its pid AND its start time match server.json.
 # The folder is 0700 (sglops_dir), scripts 0700, everything else 0600: scripts carry env secrets.
-import json as _sjson
-import os as _sos
-import re as _sre
-import signal as _ssignal
-import time as _stime
+import json
+import os
+import re
+import signal
+import time
 
 from ._common import PRIVATE_FILE, http, open_private, sglops_dir
 
@@ -32,7 +32,7 @@ FAILURE_CLASSES = [
     ("import_error", "import failed", r"^(?:ModuleNotFoundError|ImportError): "),
     ("python_traceback", "Python traceback", r"Traceback \(most recent call last\)"),
 ]
-_EXCEPTION_LINE = _sre.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
 KILL_WAIT_S = 20.0
 SINCE_CAP = 16 * 1024 * 1024  # bytes of log read for classifying one start (a crash writes a few KB)
 
@@ -41,7 +41,7 @@ def state_paths(root, create=True):
     d = sglops_dir(root, create)
     names = ["server.pid", "server.json", "launch.sh", "launch.last-good.sh", "launch.last-good.json", "server.log",
              "restarts.jsonl", "server.lock"]
-    return {n: _sos.path.join(d, n) for n in names}
+    return {n: os.path.join(d, n) for n in names}
 
 
 def write_atomic(path, text, mode=PRIVATE_FILE):
@@ -49,13 +49,13 @@ def write_atomic(path, text, mode=PRIVATE_FILE):
     tmp = path + ".sglops-tmp"
     with open_private(tmp, "w", mode) as fh:
         fh.write(text)
-    _sos.replace(tmp, path)
+    os.replace(tmp, path)
 
 
 def read_json_file(path):
     try:
         with open(path) as fh:
-            return _sjson.load(fh)
+            return json.load(fh)
     except (OSError, ValueError):
         return None
 
@@ -71,12 +71,12 @@ def start_ticks(pid):
 
 def group_alive(pgid):
     try:  # reap our own children in that group first (a zombie still "exists" for killpg)
-        while _sos.waitpid(-pgid, _sos.WNOHANG)[0]:
+        while os.waitpid(-pgid, os.WNOHANG)[0]:
             pass
     except ChildProcessError:
         pass
     try:
-        _sos.killpg(pgid, 0)
+        os.killpg(pgid, 0)
         return True
     except ProcessLookupError:
         return False
@@ -104,7 +104,7 @@ def our_server(paths):
 def _children_map():
     """{ppid: [pid, ...]} for every process this user can see (one pass over /proc)."""
     kids = {}
-    for name in _sos.listdir("/proc"):
+    for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
@@ -145,8 +145,8 @@ def alive_of(tree):
 
 
 def _wait_gone(pgid, tree, deadline):
-    while (group_alive(pgid) or alive_of(tree)) and _stime.monotonic() < deadline:
-        _stime.sleep(0.05)
+    while (group_alive(pgid) or alive_of(tree)) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def stop_server(paths, grace_s=20.0):
@@ -155,35 +155,35 @@ def stop_server(paths, grace_s=20.0):
     info = our_server(paths)
     if info is None:
         for name in ("server.pid", "server.json"):
-            if _sos.path.exists(paths[name]):
-                _sos.unlink(paths[name])
+            if os.path.exists(paths[name]):
+                os.unlink(paths[name])
         return {"stopped": False, "pid": None, "signal": None, "processes": 0, "left": [], "took_s": 0.0}
-    t0 = _stime.monotonic()
+    t0 = time.monotonic()
     pgid = info.get("pgid") or info["pid"]
     tree = process_tree(info["pid"])
-    _sos.killpg(pgid, _ssignal.SIGTERM)
+    os.killpg(pgid, signal.SIGTERM)
     sent = "TERM"
-    _wait_gone(pgid, tree, _stime.monotonic() + grace_s)
+    _wait_gone(pgid, tree, time.monotonic() + grace_s)
     stray = alive_of(tree)
     if group_alive(pgid) or stray:
         sent = "KILL"
         try:
-            _sos.killpg(pgid, _ssignal.SIGKILL)
+            os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         for pid in stray:
             try:
-                _sos.kill(pid, _ssignal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         # a KILLed process with a few GB mapped can take seconds to go on a loaded host (seen: a scheduler still
         # listed right after a hung start was stopped); answer only when the tree is gone, or after 20 s
-        _wait_gone(pgid, tree, _stime.monotonic() + KILL_WAIT_S)
+        _wait_gone(pgid, tree, time.monotonic() + KILL_WAIT_S)
     for name in ("server.pid", "server.json"):
-        if _sos.path.exists(paths[name]):
-            _sos.unlink(paths[name])
+        if os.path.exists(paths[name]):
+            os.unlink(paths[name])
     return {"stopped": True, "pid": info["pid"], "signal": sent, "processes": len(tree), "left": alive_of(tree),
-            "took_s": round(_stime.monotonic() - t0, 3)}
+            "took_s": round(time.monotonic() - t0, 3)}
 
 
 def tail(path, lines=40):
@@ -214,7 +214,7 @@ def read_since(path, offset, cap=SINCE_CAP):
 def classify(log_lines):
     """(class, label, evidence): the failure the log shows and the one line that shows it; Nones if none."""
     for cls, label, pattern in FAILURE_CLASSES:
-        rx = _sre.compile(pattern, _sre.I | _sre.M)
+        rx = re.compile(pattern, re.I | re.M)
         hit = next((ln for ln in reversed(log_lines) if rx.search(ln)), None)  # the last: what it ended in
         if hit is None:
             continue
@@ -227,7 +227,7 @@ def classify(log_lines):
 
 
 def _shorten(line, width=300):
-    line = _sre.sub(r"\s+", " ", line)
+    line = re.sub(r"\s+", " ", line)
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
@@ -238,7 +238,7 @@ def server_info(host, port, timeout=5.0):
         status, body = http_get(local_url(host, port, path), timeout=timeout)
         if status == 200:
             try:
-                return _sjson.loads(body), path
+                return json.loads(body), path
             except ValueError:
                 return None, None
         if status != 404:
@@ -260,7 +260,7 @@ def http_get(url, timeout=2.0):
 
 def append_record(paths, record):
     with open_private(paths["restarts.jsonl"], "a") as fh:
-        fh.write(_sjson.dumps(record) + "\n")
+        fh.write(json.dumps(record) + "\n")
 
 
 _INITS = ("docker-init", "tini", "dumb-init", "catatonit")
@@ -278,7 +278,7 @@ def is_server_argv(argv):
     """Does this command line start an LLM server (SGLang, vLLM, the sandbox stand-in)?"""
     text = " ".join(argv)
     return ("sglang.launch_server" in text or "sglang-standin" in text
-            or any(_sos.path.basename(a) == "vllm" for a in argv[:3]) and "serve" in argv)
+            or any(os.path.basename(a) == "vllm" for a in argv[:3]) and "serve" in argv)
 
 
 def flag_value(argv, flag, default=None):
@@ -297,8 +297,8 @@ def entrypoint_server():
     long-running container sglops starts servers in)."""
     first = _cmdline(1)
     pid = 1
-    if first and _sos.path.basename(first[0]) in _INITS:
-        kids = [int(p) for p in _sos.listdir("/proc") if p.isdigit() and _ppid(int(p)) == 1]
+    if first and os.path.basename(first[0]) in _INITS:
+        kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == 1]
         pid = min(kids) if kids else 1
         first = _cmdline(pid)
     if not first or not is_server_argv(first):
