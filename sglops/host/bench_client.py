@@ -242,6 +242,78 @@ def _lines(resp):
         buf = buf[start:]
 
 
+_SKIP, _TEXT = object(), object()  # a chunk that carries no count: ignore it / a text chunk of unknown count
+
+
+def _native_chunk(data, rec, incremental):
+    """The cumulative completion_tokens of one /generate chunk, noting its fields in rec; None: stop (rec says
+    why)."""
+    meta, obj = (_native_meta(data, rec["prompt_tokens"] is None) if not incremental else (None, json.loads(data)))
+    if incremental and isinstance(obj, dict):
+        meta = obj.get("meta_info")
+    if obj is not None:
+        _native_outputs(obj, rec, incremental)
+    if meta is None:
+        err = (obj or {}).get("error") if isinstance(obj, dict) else None
+        rec.update(outcome="error", error=f"server error: {str(err or 'chunk without meta_info')[:200]}")
+        return None
+    if rec["prompt_tokens"] is None:
+        rec["prompt_tokens"] = meta.get("prompt_tokens")
+    if meta.get("e2e_latency") is not None:
+        rec["server_e2e_s"] = meta["e2e_latency"]
+    if meta.get("finish_reason"):
+        rec["finish"] = meta["finish_reason"]
+    if meta.get("cached_tokens") is not None:
+        rec["cached_tokens"] = meta["cached_tokens"]
+    n = meta.get("completion_tokens")
+    if n is None:
+        rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
+    return n
+
+
+def _openai_chunk(data, rec, state):
+    """The cumulative usage.completion_tokens of one /v1/completions chunk, _SKIP, _TEXT (a text chunk without
+    per-chunk usage) or None: stop (rec says why). The final usage chunk's count goes to state["final_n"]."""
+    obj = json.loads(data)
+    if obj.get("error") or obj.get("object") == "error":
+        rec.update(outcome="error", error=f"server error: {str(obj.get('error') or obj)[:200]}")
+        return None
+    usage = obj.get("usage") or {}
+    choices = obj.get("choices") or []
+    n = usage.get("completion_tokens")
+    if usage.get("prompt_tokens") is not None:
+        rec["prompt_tokens"] = usage["prompt_tokens"]
+    if not choices:  # the final usage chunk (or a keep-alive)
+        if n is not None:
+            state["final_n"] = n
+        return _SKIP
+    _openai_outputs(choices[0], rec)
+    if choices[0].get("finish_reason"):
+        rec["finish"] = choices[0]["finish_reason"]
+    if n is None:
+        return _TEXT if choices[0].get("text") else _SKIP
+    return n
+
+
+def _settle(rec, api, done, final_n, last_n, out_len):
+    """The request's outcome once its stream ended: tokens counted, finished, of the length asked."""
+    rec["tokens"] = final_n if final_n is not None else last_n
+    if api == "openai" and final_n is None and rec["outcome"] == "ok" and rec["chunk_t"]:
+        rec.update(outcome="error", error="server sent no usage (stream_options.include_usage ignored?); "
+                   "cannot count tokens")
+    if rec["outcome"] != "ok":
+        return
+    finish = rec["finish"]
+    kind = finish.get("type") if isinstance(finish, dict) else finish
+    if not done and not finish:
+        rec.update(outcome="dropped", error=f"stream ended after {rec['tokens']} tokens without finishing")
+    elif kind == "abort":
+        rec.update(outcome="error", error=f"server aborted: {str(finish)[:200]}")
+    elif rec["tokens"] != out_len:
+        rec.update(outcome="wrong_length", error=f"{rec['tokens']} tokens, {out_len} asked (finish: {kind}; "
+                   "ignore_eos not honoured?)")
+
+
 def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False):
     """Stream one request and keep its raw timeline: each chunk that carried tokens as (arrival, cumulative
     count). Counts are the server's (meta_info / usage.completion_tokens), never counted from text; the
@@ -258,7 +330,7 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     cpu0 = time.thread_time()
     conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
     st = time.perf_counter()
-    last_n, done, final_n = 0, False, None
+    last_n, done, state = 0, False, {"final_n": None}
     try:
         conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -274,52 +346,15 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
             if data == b"[DONE]":
                 done = True
                 break
-            if api == "sglang":
-                meta, obj = (_native_meta(data, rec["prompt_tokens"] is None) if not incremental
-                             else (None, json.loads(data)))
-                if incremental and isinstance(obj, dict):
-                    meta = obj.get("meta_info")
-                if obj is not None:
-                    _native_outputs(obj, rec, incremental)
-                if meta is None:
-                    err = (obj or {}).get("error") if isinstance(obj, dict) else None
-                    rec.update(outcome="error", error=f"server error: {str(err or 'chunk without meta_info')[:200]}")
-                    break
-                n = meta.get("completion_tokens")
-                if rec["prompt_tokens"] is None:
-                    rec["prompt_tokens"] = meta.get("prompt_tokens")
-                if meta.get("e2e_latency") is not None:
-                    rec["server_e2e_s"] = meta["e2e_latency"]
-                if meta.get("finish_reason"):
-                    rec["finish"] = meta["finish_reason"]
-                if meta.get("cached_tokens") is not None:
-                    rec["cached_tokens"] = meta["cached_tokens"]
-                if n is None:
-                    rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
-                    break
-            else:
-                obj = json.loads(data)
-                if obj.get("error") or obj.get("object") == "error":
-                    rec.update(outcome="error", error=f"server error: {str(obj.get('error') or obj)[:200]}")
-                    break
-                usage = obj.get("usage") or {}
-                choices = obj.get("choices") or []
-                n = usage.get("completion_tokens")
-                if usage.get("prompt_tokens") is not None:
-                    rec["prompt_tokens"] = usage["prompt_tokens"]
-                if not choices:  # the final usage chunk (or a keep-alive)
-                    if n is not None:
-                        final_n = n
-                    continue
-                _openai_outputs(choices[0], rec)
-                if choices[0].get("finish_reason"):
-                    rec["finish"] = choices[0]["finish_reason"]
-                if n is None:  # no per-chunk usage: a text chunk, its token count unknown
-                    if choices[0].get("text"):
-                        chunk_t.append(round(now - st, 6))
-                        chunk_n.append(None)
-                    continue
-            if n > last_n:
+            n = _native_chunk(data, rec, incremental) if api == "sglang" else _openai_chunk(data, rec, state)
+            if n is None:
+                break
+            if n is _SKIP:
+                continue
+            if n is _TEXT:
+                chunk_t.append(round(now - st, 6))
+                chunk_n.append(None)
+            elif n > last_n:
                 chunk_t.append(round(now - st, 6))
                 chunk_n.append(n)
                 last_n = n
@@ -334,20 +369,7 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     finally:
         conn.close()
         rec["cpu_s"] = time.thread_time() - cpu0
-    rec["tokens"] = final_n if final_n is not None else last_n
-    if api == "openai" and final_n is None and rec["outcome"] == "ok" and chunk_t:
-        rec.update(outcome="error", error="server sent no usage (stream_options.include_usage ignored?); "
-                   "cannot count tokens")
-    if rec["outcome"] == "ok":
-        finish = rec["finish"]
-        kind = finish.get("type") if isinstance(finish, dict) else finish
-        if not done and not finish:
-            rec.update(outcome="dropped", error=f"stream ended after {rec['tokens']} tokens without finishing")
-        elif kind == "abort":
-            rec.update(outcome="error", error=f"server aborted: {str(finish)[:200]}")
-        elif rec["tokens"] != out_len:
-            rec.update(outcome="wrong_length", error=f"{rec['tokens']} tokens, {out_len} asked (finish: {kind}; "
-                       "ignore_eos not honoured?)")
+    _settle(rec, api, done, state["final_n"], last_n, out_len)
     return rec
 
 
