@@ -135,6 +135,14 @@ def test_config_diff_flags_what_was_not_named_as_the_variable(tmp_path):
     assert normalise_variable("tp, kv_dtype") == ["tp_size", "kv_cache_dtype"]
 
 
+def test_the_standin_decode_model_is_state_not_config_and_floats_print_short(tmp_path):
+    a = _run(tmp_path, "a", {**LAUNCH, "standin_decode_tps": 10.5, "standin_decode_model": {"rows": 495000}})
+    b = _run(tmp_path, "b", {**LAUNCH, "standin_decode_tps": 32.7, "standin_decode_model": {"rows": 4096}})
+    assert config_diff(a, b).line() == "same server config"
+    c = _run(tmp_path, "c", {**LAUNCH, "mem_fraction_static": 0.1 + 0.59})
+    assert config_diff(a, c).line() == "1 UNINTENDED config difference: mem_fraction_static - -> 0.69"
+
+
 def test_a_run_without_server_config_compares_version_and_patches_only(tmp_path):
     diff = config_diff(_run(tmp_path, "a", LAUNCH), _run(tmp_path, "b", None))
     assert diff.missing == ["b"] and [d.key for d in diff.differences] == ["sglang_version"]

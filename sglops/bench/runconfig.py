@@ -33,6 +33,8 @@ HEADLINE_KEYS = (
 NOISE_KEYS = frozenset({
     "host", "port", "random_seed", "startup_time", "status", "launch_command", "last_gen_throughput",
     "internal_states", "dist_init_addr", "nccl_port", "sglang_tree",
+    # the stand-in server's decode model: what it computed from the served tree, not a launch argument
+    "standin_decode_tps", "standin_decode_model",
 })
 ALIASES = {"kv_dtype": "kv_cache_dtype", "tp": "tp_size", "dp": "dp_size", "pp": "pp_size", "ep": "ep_size",
            "attention": "attention_backend", "backend": "attention_backend", "version": "sglang_version",
@@ -105,7 +107,7 @@ class Difference:
 def _shown(value: Any) -> str:
     if isinstance(value, list):
         return "+".join(map(str, value)) if value else "none"
-    text = "-" if value is None else str(value)
+    text = "-" if value is None else format(value, ".6g") if isinstance(value, float) else str(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
