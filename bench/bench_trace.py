@@ -150,12 +150,13 @@ def speed(repeats: int) -> dict:
     }
 
 
-def make_big(size_gb: float) -> tuple[Path, int]:
-    """Replicate the real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb."""
+def make_big(size_gb: float, source: Path = REAL) -> tuple[Path, int]:
+    """Replicate a real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb."""
     import orjson
 
-    out = Path(tempfile.gettempdir()) / f"sglops-bench-{size_gb:g}g.trace.json"
-    doc = orjson.loads(gzip.decompress(REAL.read_bytes()))
+    stem = "" if source == REAL else source.name.split(".")[0] + "-"
+    out = Path(tempfile.gettempdir()) / f"sglops-bench-{stem}{size_gb:g}g.trace.json"
+    doc = orjson.loads(gzip.decompress(source.read_bytes()))
     events = doc.pop("traceEvents")
     timed = [e for e in events if isinstance(e.get("ts"), int | float)]
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
@@ -233,9 +234,28 @@ def memory(size_gb: float, gz: bool = False) -> dict:
             "gpu_us_expected": one.gpu_us * reps, "mm_us_expected": one.by_op["aten::mm"][0] * reps}
 
 
+def diff(size_gb: float) -> dict:
+    """`inv diff-trace A B` on two big traces (the whole-pool cast and the gather-cast H200 decode traces, each
+    replicated to size_gb), as the operator runs it: wall time and peak RSS of the command."""
+    a, reps_a = make_big(size_gb, TRACES / "h200_decode_fullcast.trace.json.gz")
+    b, reps_b = make_big(size_gb, REAL)
+    argv = [sys.executable, "-m", "invoke", "diff-trace", str(a), str(b), "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:] or proc.stdout[-2000:])
+    doc = json.loads(proc.stdout)
+    return {"a": str(a), "a_bytes": a.stat().st_size, "a_replicas": reps_a, "b": str(b),
+            "b_bytes": b.stat().st_size, "b_replicas": reps_b, "wall_s": round(wall, 2),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "earlier_children_peak_mb": before / 1024, "headline": doc.get("headline") or doc.get("line")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["command", "cpu", "speed", "memory"])
+    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff"])
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
@@ -248,6 +268,8 @@ def main() -> None:
         res = cpu_analysis(args.repeats or 9)
     elif args.part == "speed":
         res = speed(args.repeats or 5)
+    elif args.part == "diff":
+        res = diff(args.size_gb)
     else:
         res = memory(args.size_gb, args.gzip)
     print(json.dumps(res, indent=1))

@@ -3,7 +3,7 @@
 One host for the module; every round is a real restart of the real server through the rendered profile. The
 host's SGLang tree is a PRIVATE hard-linked copy of the server venv's site-packages/sglang (on PYTHONPATH in the
 profile), so the test patch that perturbs the sampler never touches the tree other tests and servers use: a
-patch replaces a file by rename, so the shared inode is never written. Few requests, short outputs, 1-2 rounds.
+patch replaces a file by rename, so the shared inode is never written. Few requests, short outputs, 1 round.
 
 Proofs: (a) the same profile on both sides gives identical outputs; (b) a test patch that perturbs the logits is
 caught as OUTPUTS DIFFER with the first divergence named, `--require-identical` exits non-zero, and the ledger
@@ -100,14 +100,15 @@ def _ledger(env: dict) -> list[str]:
 
 def test_same_profile_on_both_sides_gives_identical_outputs(real_ab):
     sb, env, site = real_ab
-    proc, doc = _ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "2", "--require-identical")
+    proc, doc = _ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "1", "--require-identical")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    print(f"\nab same profile, 2 rounds: {doc['wall_s']} s; {doc['verdict']}")
-    assert [(r["side"], r["status"]) for r in doc["rounds"]] == [("A", "ok"), ("B", "ok")] * 2
-    assert doc["identical"] is True and doc["a_self_identical"] is True
+    print(f"\nab same profile, 1 round: {doc['wall_s']} s; {doc['verdict']}")
+    # one round keeps the suite short (each side is a real restart); the ABAB order is proven on the stand-in
+    assert [(r["side"], r["status"]) for r in doc["rounds"]] == [("A", "ok"), ("B", "ok")]
+    assert doc["identical"] is True
     assert doc["identity"]["compared"] == 2 and doc["identity"]["max_logprob_diff"] == 0
     assert "outputs identical (2 prompts, logprobs equal)" in doc["verdict"]
-    assert "too few rounds for a speed verdict (2 < 3)" in doc["verdict"]  # honest with 2 rounds
+    assert "too few rounds for a speed verdict (1 < 3)" in doc["verdict"]  # honest with 1 round
     assert doc["config"]["same"] and not doc["unintended"]
     assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")  # none ran before
 
