@@ -19,6 +19,7 @@ import jinja2
 from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
 from sglops.core.paths import REPO_ROOT
+from sglops.core.result import Observation
 from sglops.launch.profiles import Profile
 
 TEMPLATES = REPO_ROOT / "templates"
@@ -81,7 +82,7 @@ class TreeArgs:
 
 
 @dataclass
-class Rendered:
+class Rendered(Observation):
     """The script and what went into it."""
 
     profile: str
@@ -96,7 +97,7 @@ class Rendered:
     sglang_version: str | None
     validated: bool
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         from dataclasses import asdict
 
         return asdict(self)

@@ -26,6 +26,7 @@ from sglops.core import artifacts
 from sglops.core.console import console, err_console
 from sglops.core.errors import RemoteError, SglopsError
 from sglops.core.remote import Remote
+from sglops.core.result import Observation, Result
 from sglops.launch import container as launch_container
 from sglops.launch.profiles import Profile, list_profiles, load_profile
 from sglops.launch.render import Rendered, TreeArgs, render
@@ -58,7 +59,7 @@ class LaunchFailed(SglopsError):
 
 # -- results --------------------------------------------------------------------------------
 @dataclass
-class RestartResult:
+class RestartResult(Result):
     """One restart (or its dry run): what was stopped, started, and how it ended."""
 
     host: str
@@ -91,7 +92,12 @@ class RestartResult:
     script: str = ""
     shape: str = "exec"  # exec: sglops starts the server process | entrypoint: the container's command is the server
 
-    def to_json(self) -> dict:
+    @property
+    def changed(self) -> bool:
+        """A server was stopped or started (even one that then died)."""
+        return not self.dry_run and bool(self.stopped_pid or self.pid)
+
+    def payload(self) -> dict:
         return asdict(self)
 
     def failure_line(self, *notes: str) -> str:
@@ -141,7 +147,7 @@ class RestartResult:
 
 
 @dataclass
-class ServerStatus:
+class ServerStatus(Observation):
     """The server sglops started on a host, as it is now."""
 
     host: str
@@ -156,7 +162,7 @@ class ServerStatus:
     log_tail: list[str]
     container: dict | None = None  # restart shape (b): the engine's view of the container whose command it is
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return asdict(self)
 
     def table(self):
@@ -186,12 +192,12 @@ class ServerStatus:
 
 
 @dataclass
-class LogLines:
+class LogLines(Observation):
     host: str
     path: str
     lines: list[str]
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return asdict(self)
 
     def table(self):
@@ -436,7 +442,7 @@ def logs(remote: Remote, *, lines: int = 50, follow: bool = False, follow_s: flo
 
 
 @dataclass
-class StopResult:
+class StopResult(Result):
     """`inv stop`: what was (or would be) stopped."""
 
     host: str
@@ -447,7 +453,11 @@ class StopResult:
     detail: dict = field(default_factory=dict)
     plan: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    @property
+    def changed(self) -> bool:
+        return self.stopped and not self.dry_run
+
+    def payload(self) -> dict:
         return asdict(self)
 
     def table(self):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sglops.core.result import Observation
 from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_breakdown
 from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
 from sglops.trace.names import short_kernel  # noqa: F401  (sglops.trace.short_kernel; used below)
@@ -38,7 +39,7 @@ class RankSummary:
 
 
 @dataclass
-class TraceAnalysis:
+class TraceAnalysis(Observation):
     """Everything `analyze-trace` reports; table, markdown, chart and JSON are views of it."""
 
     files: list[RankSummary]
@@ -86,7 +87,7 @@ class TraceAnalysis:
                         "gpu_us": sum(r["gpu_us"] for r in rows)})
         return sorted(out, key=lambda r: -r["gpu_us"])
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         def rows(d: dict) -> list[dict]:
             total = self.gpu_us or 1.0
             return [{"name": k, "us": round(v[0], 3), "count": v[1], "share": round(v[0] / total, 5)}

@@ -23,13 +23,14 @@ from sglops.core import artifacts
 from sglops.core.console import err_console
 from sglops.core.errors import ConfigError
 from sglops.core.remote import Remote
+from sglops.core.result import Observation
 from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
 
 ACTIVITIES = ("CPU", "GPU", "MEM")
 
 
 @dataclass
-class ProfileResult:
+class ProfileResult(Observation):
     """What one profile produced: where the traces came from and went, and their analysis."""
 
     host: str
@@ -53,7 +54,7 @@ class ProfileResult:
     sglang_version: str | None = None
     device: str | None = None
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
 
     def table(self) -> Group:
