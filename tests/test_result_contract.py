@@ -19,6 +19,7 @@ from sglops.launch.server import LogLines, RestartResult, ServerStatus, StopResu
 from sglops.patch.apply import PatchList, PatchResult
 from sglops.play.run import PlayResult, StepRecord
 from sglops.play.steps import Planned
+from sglops.views.show import render
 
 # Printable results (to_json + table) that are not step results under the contract, and why.
 NOT_STEP_RESULTS = {
@@ -36,7 +37,8 @@ def _printable_results() -> list[type]:
             continue
         mod = importlib.import_module(m.name)
         found += [c for c in vars(mod).values() if inspect.isclass(c) and c.__module__ == mod.__name__
-                  and hasattr(c, "to_json") and hasattr(c, "table") and c.__name__ not in NOT_STEP_RESULTS]
+                  and hasattr(c, "to_json") and (hasattr(c, "table") or c in render.registry)
+                  and c.__name__ not in NOT_STEP_RESULTS]
     return found
 
 
@@ -44,6 +46,13 @@ def test_every_printable_result_follows_the_contract():
     classes = _printable_results()
     assert len(classes) >= 15, classes
     assert [c.__name__ for c in classes if not issubclass(c, Result)] == []
+
+
+def test_views_live_in_the_view_layer():
+    """A result class with a registered view keeps no table() of its own (one place renders it)."""
+    moved = [c for c in render.registry if c is not object]
+    assert {c.__name__ for c in moved} >= {"TraceAnalysis", "TraceDiff", "ProfileResult"}
+    assert [c.__name__ for c in moved if hasattr(c, "table") or hasattr(c, "markdown")] == []
 
 
 def _restart(**kw):

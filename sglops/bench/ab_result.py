@@ -234,7 +234,7 @@ def analyse(result: AbResult, variable: list[str] | str | None, tolerance: Any) 
 def add_trace_diff(result: AbResult, prof: dict[str, Any]) -> None:
     """The diff-trace ranking of A's profile against B's, kept in ab.json (and its markdown beside it)."""
     from sglops.trace.diff import diff
-    from sglops.trace.diff_report import markdown
+    from sglops.views.trace_diff import markdown
 
     try:
         d = diff(prof["A"].analysis, prof["B"].analysis, labels=(f"A {result.a.name}", f"B {result.b.name}"))

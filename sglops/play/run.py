@@ -169,8 +169,10 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
         if show:
             console.print(styled(label, " ", ("ok", "green"),
                                  f" ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}"))
-            if hasattr(value, "table") and step.do in ("compare", "apply-patch", "revert-patch"):
-                console.print(value.table())
+            if step.do in ("compare", "apply-patch", "revert-patch"):
+                from sglops.views.show import show as show_result
+
+                show_result(value)
     _record(remote, play, result, folder)
     return result
 

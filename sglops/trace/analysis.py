@@ -40,7 +40,7 @@ class RankSummary:
 
 @dataclass
 class TraceAnalysis(Observation):
-    """Everything `analyze-trace` reports; table, markdown, chart and JSON are views of it."""
+    """Everything `analyze-trace` reports; its table, markdown and chart are in sglops.views.trace."""
 
     files: list[RankSummary]
     gpu_us: float
@@ -110,21 +110,6 @@ class TraceAnalysis(Observation):
             "cpu": self.cpu.to_json() if self.cpu else None,
             "warnings": self.warnings,
         }
-
-    def table(self):
-        from sglops.trace.report import table
-
-        return table(self)
-
-    def markdown(self) -> str:
-        from sglops.trace.report import markdown
-
-        return markdown(self)
-
-    def chart(self, path: str | os.PathLike, top: int = 15) -> Path:
-        from sglops.trace.report import chart
-
-        return chart(self, path, top)
 
 
 def _add(into: dict, src: dict) -> None:
@@ -240,6 +225,7 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
     """analysis.json always; report.md and the PNG chart (top kernels, or top CPU ops on a CPU-only
     trace) only when asked: drawing costs more than analysing a small trace. Returns their paths."""
     from sglops.core import artifacts
+    from sglops.views import trace as views
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -247,11 +233,11 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
     if markdown:
         md = folder / "report.md"
         tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(a.markdown())
+        tmp.write_text(views.markdown(a))
         os.replace(tmp, md)
         paths["markdown"] = str(md)
     if chart and (a.by_kernel or (a.cpu and a.cpu.by_self)):
-        paths["chart"] = str(a.chart(folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
+        paths["chart"] = str(views.chart(a, folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
     return paths
 
 

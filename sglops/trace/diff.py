@@ -89,11 +89,6 @@ class TraceDiff(Observation):
             "cpu_ops": [d.to_json() for d in self.cpu_ops],
         }
 
-    def table(self, top: int = 12):
-        from sglops.trace.diff_report import tables
-
-        return tables(self, top)
-
 
 def _ms(us: float) -> str:
     return f"{us / 1000:.2f}" if abs(us) < 10_000 else f"{us / 1000:.1f}"

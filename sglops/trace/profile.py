@@ -16,7 +16,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Group
 from rich.text import Text
 
 from sglops.core import artifacts
@@ -56,16 +55,6 @@ class ProfileResult(Observation):
 
     def payload(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
-
-    def table(self) -> Group:
-        head = Text.assemble(
-            ("profile ", "bold"), f"{self.host}:{self.port} ({self.port_from}), {self.steps} steps, "
-            f"{len(self.traces)} trace file(s) -> {self.folder}/traces " +
-            (f"[{', '.join(self.request.get('activities') or [])}] " if self.request else "") +
-            f"(decode {self.decode_s:.1f} s, files ready after {self.waited_s:.1f} s, download {self.download_s:.1f} s)")
-        if self.standin:
-            head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
-        return Group(head, self.analysis.table(), Text(f"report: {self.report.get('markdown')}", style="dim"))
 
 
 def _bar(remote_files: list[dict]):
