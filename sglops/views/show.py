@@ -13,10 +13,12 @@ from typing import Any
 from rich.console import RenderableType
 
 from sglops.core.console import console
+from sglops.launch.render import Rendered
+from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import trace, trace_diff
+from sglops.views import launch, trace, trace_diff
 
 
 @singledispatch
@@ -28,6 +30,11 @@ def render(result: Any) -> RenderableType:
 render.register(TraceAnalysis, lambda a, top=12: trace.table(a, top))
 render.register(TraceDiff, lambda d, top=12: trace_diff.tables(d, top))
 render.register(ProfileResult, lambda p: trace.profile_table(p))
+render.register(RestartResult, lambda r: launch.restart_table(r))
+render.register(StopResult, lambda r: launch.stop_view(r))
+render.register(ServerStatus, lambda r: launch.status_table(r))
+render.register(LogLines, lambda r: launch.logs_view(r))
+render.register(Rendered, lambda r: launch.rendered_view(r))
 
 
 def show(result: Any, **options: Any) -> None:
