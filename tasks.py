@@ -115,14 +115,15 @@ def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_
             "chart": "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)"})
 def analyze_trace(c, files, out=None, json=False, chart=False):
     """GPU kernels / launching ops / steps / idle and the CPU side (scheduler phases, ops by self time)."""
-    from sglops.core.console import console, note, print_json
+    from sglops.core.console import note, print_json
     from sglops.trace import analyze_to
+    from sglops.views.show import show
 
     analysis, saved = cli.guarded(analyze_to, files, out, markdown=not json, chart=chart)
     if json:
         print_json({**analysis.to_json(), "report": saved})
     else:
-        console.print(analysis.table())
+        show(analysis)
         note(f"report: {saved['markdown']}" + (f", chart: {saved['chart']}" if "chart" in saved else ""))
 
 
@@ -131,14 +132,15 @@ def analyze_trace(c, files, out=None, json=False, chart=False):
             "top": "rows per table (default 12)"})
 def diff_trace(c, a, b, json=False, top=12):
     """What changed between two profiles: per step, kernel, launching op and CPU phase, ranked by change."""
-    from sglops.core.console import console, print_json
+    from sglops.core.console import print_json
     from sglops.trace.diff import diff_specs
+    from sglops.views.show import show
 
     result = cli.guarded(diff_specs, a, b)
     if json:
         print_json(result.to_json())
     else:
-        console.print(result.table(int(top)))
+        show(result, top=int(top))
 
 
 @task(help=cli.help_with(steps="forward steps to profile (the profiler stops itself after them; default 5)",

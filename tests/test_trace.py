@@ -13,6 +13,7 @@ from sglops.core.errors import ConfigError
 from sglops.trace import TraceError, analyze
 from sglops.trace.breakdown import UNATTRIBUTED
 from sglops.trace.diagnose import load_rules
+from sglops.views.show import render
 
 TRACES = REPO / "tests" / "data" / "traces"  # real H200 traces, vendored: the suite needs nothing beside the repo
 REAL = TRACES / "h200_decode_gathercast.trace.json.gz"  # 60 layers, eager decode, torch 2.11.0+cu130
@@ -234,7 +235,7 @@ def test_report_views(tmp_path, real):
     from rich.console import Console
 
     out = Console(record=True, width=200)
-    out.print(real.table())
+    out.print(render(real))
     text = out.export_text()  # kernel names carry [...]: shown as text, not eaten as rich markup
     assert "unrolled_elementwise_kernel[direct_copy_kernel_cuda, BFloat16]" in text
     assert "ProfilerStep#" in text and "78.3%" in text

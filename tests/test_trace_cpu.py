@@ -10,6 +10,8 @@ import pytest
 from conftest import REPO, inv_cmd
 
 from sglops.trace import analyze
+from sglops.views import trace as trace_views
+from sglops.views.show import render
 
 TRACES = REPO / "tests" / "data" / "traces"
 CPU20 = TRACES / "sglang-cpu-decode20-TP-0.trace.json.gz"
@@ -126,10 +128,10 @@ def test_gpu_trace_gets_the_cpu_view_beside_the_kernels():
     from rich.console import Console
 
     out = Console(record=True, width=200)
-    out.print(a.table())
+    out.print(render(a))
     text = out.export_text()
     assert "GPU time by kernel" in text and "while the GPU idles" in text and "(no op on the launching thread)" in text
-    assert "## CPU side" in a.markdown()
+    assert "## CPU side" in trace_views.markdown(a)
 
 
 def test_inv_analyze_trace_draws_only_what_is_asked(tmp_path):

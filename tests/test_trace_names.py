@@ -12,9 +12,9 @@ import pytest
 
 from sglops.trace import analyze
 from sglops.trace.diff import diff_specs
-from sglops.trace.diff_report import markdown as diff_markdown
 from sglops.trace.names import _SEPARATORS, ELLIPSIS, full_names_markdown, short_kernel, shorten
-from sglops.trace.report import markdown as trace_markdown
+from sglops.views.trace import markdown as trace_markdown
+from sglops.views.trace_diff import markdown as diff_markdown
 
 TRACES = Path(__file__).parent / "data" / "traces"
 

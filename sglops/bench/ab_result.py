@@ -19,6 +19,7 @@ from rich.text import Text
 from sglops.bench import stats
 from sglops.bench.ab_plan import Found, Side, Step
 from sglops.core.errors import Failed, OutputsDiffer, SglopsError
+from sglops.core.result import Result
 
 MIN_ROUNDS = 3  # a paired interval over fewer rounds is the two ratios seen: no speed verdict
 
@@ -44,7 +45,7 @@ class Round:
 
 
 @dataclass
-class AbResult:
+class AbResult(Result):
     """The ab run: plan, rounds, paired speed figure, output identity, config differences, restore."""
 
     host: str
@@ -101,7 +102,15 @@ class AbResult:
             out = f"FAILED: {self.failure}; " + out
         return out
 
-    def to_json(self) -> dict:
+    @property
+    def changed(self) -> bool:
+        """Servers were restarted (and patches applied, then restored) for the rounds."""
+        return not self.dry_run and bool(self.rounds)
+
+    def plan_lines(self) -> list[str]:
+        return [s.line() for s in self.plan]
+
+    def payload(self) -> dict:
         return {"kind": "sglops.bench.ab", "version": 1, "host": self.host, "run_id": self.run_id, "folder": self.folder,
                 "dry_run": self.dry_run, "ok": self.ok, "verdict": self.verdict(),
                 "a": self.a.to_json(), "b": self.b.to_json(), "rounds_asked": self.rounds_asked,
@@ -225,7 +234,7 @@ def analyse(result: AbResult, variable: list[str] | str | None, tolerance: Any) 
 def add_trace_diff(result: AbResult, prof: dict[str, Any]) -> None:
     """The diff-trace ranking of A's profile against B's, kept in ab.json (and its markdown beside it)."""
     from sglops.trace.diff import diff
-    from sglops.trace.diff_report import markdown
+    from sglops.views.trace_diff import markdown
 
     try:
         d = diff(prof["A"].analysis, prof["B"].analysis, labels=(f"A {result.a.name}", f"B {result.b.name}"))

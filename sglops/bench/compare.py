@@ -22,6 +22,7 @@ from sglops.bench.run import load
 from sglops.bench.runconfig import ConfigDiff, config_diff
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, OutputsDiffer
+from sglops.core.result import Observation
 
 MIN_EFFECT = 0.01
 MIN_REPEATS = 3  # fewer repeats than this: intervals come from the per-request values instead
@@ -111,7 +112,7 @@ class Row:
 
 
 @dataclass
-class Comparison:
+class Comparison(Observation):
     """Every run against the first, figure by figure, with output identity and config differences per run.
 
     `identity` / `config` are those of the first run against the baseline (the usual A/B case);
@@ -178,7 +179,7 @@ class Comparison:
         if bad:
             raise OutputsDiffer("; ".join(bad))
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return {"kind": "sglops.bench.compare", "baseline": self.runs[0].run_id,
                 "runs": [{"run_id": r.run_id, "host": r.host, "path": str(r.path), "status": r.doc.get("status"),
                           "patches": [p.get("patch") for p in r.doc.get("patches") or []],

@@ -35,6 +35,7 @@ from sglops.bench import identity, runconfig, stats
 from sglops.core import artifacts, redact
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
+from sglops.core.result import Observation
 
 # what a request answered: moved from the raw records to outputs.json (bench.json keeps timings and hashes)
 OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
@@ -223,7 +224,7 @@ def analyse(repeats: Sequence[dict], concurrency: int) -> Level:
 
 # -- the result -------------------------------------------------------------------------------------------
 @dataclass
-class BenchResult:
+class BenchResult(Observation):
     """One bench run on one host: config, figures per concurrency, and what was running."""
 
     host: str
@@ -325,7 +326,7 @@ class BenchResult:
             "facts": self.facts,
         }
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
                 "warmup": self.warmup, "client": self.client, **self.manifest(), "raw": self.raw}

@@ -125,7 +125,9 @@ def per_host(
 
 
 def _show_table(value: Any) -> None:
-    console.print(value.table())
+    from sglops.views.show import show as show_result
+
+    show_result(value)
 
 
 def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,

@@ -22,6 +22,7 @@ from sglops.core import artifacts
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.paths import REPO_ROOT
 from sglops.core.remote import Remote
+from sglops.core.result import Result
 from sglops.core.yamlio import check_fields, load_yaml
 from sglops.probe import facts
 
@@ -178,7 +179,7 @@ def load_kernel(name: str) -> KernelSpec:
 
 
 @dataclass
-class KernelBuild:
+class KernelBuild(Result):
     """What build-kernel did (or would do) on one host."""
 
     host: str
@@ -190,7 +191,23 @@ class KernelBuild:
     artifact_dir: str | None = None
     commands: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def changed(self) -> bool:
+        """A new build was installed (`unchanged`: the same content was already there)."""
+        return self.status == "built"
+
+    @property
+    def dry_run(self) -> bool:
+        return self.status == "would-build"
+
+    @property
+    def plan(self) -> list[str]:
+        if not self.dry_run:
+            return []
+        return [f"{stage}: " + " ".join([*(f"{k}={v}" for k, v in cmd["env"].items()), *cmd["argv"]])
+                for stage, cmd in self.commands.items()] + [f"install {self.kernel} ({self.arch})"]
+
+    def payload(self) -> dict[str, Any]:
         stages = {k: {kk: vv for kk, vv in v.items() if kk != "log"} for k, v in self.answer.get("stages", {}).items()}
         keep = ("target_dir", "install_path", "version_dir", "module", "python", "build_dir", "installed_at",
                 "state_dir", "failed_stage", "error_lines", "previous")
@@ -281,13 +298,27 @@ def _save(result: KernelBuild, run_id: str) -> Path:
 
 
 @dataclass
-class KernelAction:
+class KernelAction(Result):
     """An uninstall (or its dry run), or the list of installed kernels."""
 
     host: str
     answer: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def changed(self) -> bool:
+        return self.answer.get("status") == "uninstalled"
+
+    @property
+    def dry_run(self) -> bool:
+        return self.answer.get("status") == "would-uninstall"
+
+    @property
+    def plan(self) -> list[str]:
+        a = self.answer
+        return [f"remove {a.get(k)}" for k in ("install_path", "version_dir", "build_dir") if a.get(k)] \
+            if self.dry_run else []
+
+    def payload(self) -> dict[str, Any]:
         return {"host": self.host, **self.answer}
 
     def table(self) -> Table:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from sglops.core.errors import ConfigError, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.launch.profiles import Profile
-from sglops.launch.render import TreeArgs, render
+from sglops.launch.render import TreeArgs, inspect, render
+from sglops.launch.results import HINTS, RestartResult, confirm
 
 NOT_RUNNING = "is not running on the host"
 
@@ -32,14 +33,13 @@ def _args(remote: Remote, action: str, **more) -> dict:
 def restart(remote: Remote, p: Profile, *, dry_run: bool, timeout: float | None,
             on_progress: Callable[[dict], None] | None = None):
     """`ENGINE restart` of the container whose command is the profile's server, health wait, crash named."""
-    from sglops.launch import server as launch
 
     if remote.container is None:
         raise ConfigError(f"profile {p.name}: container_restart: entrypoint needs a container target "
                           "(--container NAME, or container: in the inventory)")
     warnings = []
     try:  # the container's own tree spells the arguments; an exited container (a crashed server) cannot be asked
-        tree = TreeArgs.from_inspect(launch.inspect(remote))
+        tree = TreeArgs.from_inspect(inspect(remote))
     except RemoteError as exc:
         if NOT_RUNNING not in str(exc):
             raise
@@ -48,7 +48,7 @@ def restart(remote: Remote, p: Profile, *, dry_run: bool, timeout: float | None,
     rendered = render(p, remote.host, tree)
     env = p.with_vars(remote.host.vars, remote.name).env
     wait, grace = float(timeout or p.startup_timeout), p.stop_grace
-    result = launch.RestartResult(host=remote.name, profile=p.name, ok=False, state="dry-run", port=rendered.port,
+    result = RestartResult(host=remote.name, profile=p.name, ok=False, state="dry-run", port=rendered.port,
                                   sglang_version=tree.version if tree else None,
                                   warnings=[*rendered.warnings, *warnings], argv=rendered.argv,
                                   script=rendered.script, shape="entrypoint")
@@ -86,9 +86,9 @@ def restart(remote: Remote, p: Profile, *, dry_run: bool, timeout: float | None,
     if not result.ok:
         result.failure, result.failure_label = answer["failure"], answer["failure_label"]
         result.failure_detail = answer.get("failure_detail")
-        result.hint = launch.HINTS.get(answer["failure"])
+        result.hint = HINTS.get(answer["failure"])
     if result.server_info:
-        launch._confirm(result, rendered.expected, result.server_info)
+        confirm(result, rendered.expected, result.server_info)
     return result
 
 

@@ -12,14 +12,18 @@ from __future__ import annotations
 import difflib
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
 from sglops.core.paths import REPO_ROOT
+from sglops.core.result import Observation
 from sglops.launch.profiles import Profile
+
+if TYPE_CHECKING:
+    from sglops.core.remote import Remote
 
 TEMPLATES = REPO_ROOT / "templates"
 STANDIN_COMMAND = ["sglang-standin"]  # installed in sandbox hosts' bin by sglops.sandbox
@@ -81,7 +85,7 @@ class TreeArgs:
 
 
 @dataclass
-class Rendered:
+class Rendered(Observation):
     """The script and what went into it."""
 
     profile: str
@@ -96,19 +100,11 @@ class Rendered:
     sglang_version: str | None
     validated: bool
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         from dataclasses import asdict
 
         return asdict(self)
 
-    def table(self):
-        from rich.console import Group
-        from rich.text import Text
-
-        head = f"# validated against sglang {self.sglang_version} on {self.host}" if self.validated else \
-            "# not validated against a host's SGLang tree (pass --host)"
-        return Group(Text(head, style="dim"), *[Text("warning: " + w, style="yellow") for w in self.warnings],
-                     Text(self.script, no_wrap=True, overflow="ignore"))
 
 
 def _pick(tree: TreeArgs | None, *candidates: str) -> str:
@@ -278,3 +274,8 @@ def _pairs(words: list[str]) -> list[list[str]]:
         else:
             out[-1].append(w)
     return out
+
+
+def inspect(remote: Remote) -> dict:
+    """The host's tree (version, launch flags, backend choices) and its sglops server, one round trip."""
+    return remote.run_py("server_inspect", {"sglang_root": remote.host.sglang_root}, timeout=60)

@@ -15,11 +15,8 @@ import getpass
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from sglops.core import artifacts
@@ -28,177 +25,20 @@ from sglops.core.errors import RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.launch import container as launch_container
 from sglops.launch.profiles import Profile, list_profiles, load_profile
-from sglops.launch.render import Rendered, TreeArgs, render
-
-HINTS = {
-    "static_assert": "a kernel was compiled for a dtype it does not support (FlashInfer FA2 MLA + FP8 KV): "
-                     "try the gather-cast patch or --attention-backend trtllm_mla",
-    "cuda_oom": "lower mem_fraction_static or cuda_graph.max_bs, or use more GPUs",
-    "port_in_use": "another process holds the port: `inv server-status`, or pick another port in the profile",
-    "unknown_backend": "this release does not know that backend: `inv render PROFILE --host H` lists the valid ones",
-    "bad_argument": "this release refused a launch argument: check the profile's values and extra_args",
-    "model_missing": "model_path is neither a folder on the host nor a hub id: check the path (or the host's vars)",
-    "unsupported": "a valid choice this host cannot run (a package or CPU/GPU feature is missing): pick another "
-                   "backend or KV dtype",
-    "import_error": "SGLang failed while importing: a missing or broken package in the server's Python",
-    "python_traceback": "the server raised during start-up: read the traceback above",
-    "timeout": "no /health in time: raise startup_timeout, or read the log (`inv logs`)",
-    "died": "the server exited during start-up: read the log above",
-}
-# Rendered arguments /server_info reports under another name (0.5.23 renamed nsa_* to dsa_*).
-INFO_ALIASES = {"dsa_prefill_backend": "nsa_prefill_backend", "dsa_decode_backend": "nsa_decode_backend",
-                "nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
+from sglops.launch.render import Rendered, TreeArgs, inspect, render
+from sglops.launch.results import (  # noqa: F401  (launch.HINTS, launch._confirm: the names callers use)
+    HINTS,
+    INFO_ALIASES,
+    LaunchFailed,
+    LogLines,
+    RestartResult,
+    ServerStatus,
+    StopResult,
+    same_value,
+)
+from sglops.launch.results import confirm as _confirm
 
 
-class LaunchFailed(SglopsError):
-    """The server did not come up (crash, timeout): the log tail was shown above."""
-
-    exit_code = 1
-
-
-# -- results --------------------------------------------------------------------------------
-@dataclass
-class RestartResult:
-    """One restart (or its dry run): what was stopped, started, and how it ended."""
-
-    host: str
-    profile: str | None
-    ok: bool
-    state: str  # healthy | died | timeout | dry-run
-    port: int
-    dry_run: bool = False
-    rollback: bool = False
-    sglang_version: str | None = None
-    pid: int | None = None
-    stopped_pid: int | None = None
-    stop_signal: str | None = None
-    waited_s: float | None = None
-    failure: str | None = None
-    failure_label: str | None = None
-    failure_detail: str | None = None  # the log line that shows the failure (e.g. the exception it ended in)
-    hint: str | None = None
-    log_path: str | None = None
-    log_tail: list[str] = field(default_factory=list)
-    server_info: dict | None = None
-    server_info_endpoint: str | None = None
-    stop: dict = field(default_factory=dict)  # processes stopped, any left, how long it took
-    confirmed: dict[str, Any] = field(default_factory=dict)
-    mismatches: dict[str, dict] = field(default_factory=dict)
-    unconfirmed: list[str] = field(default_factory=list)  # rendered, but the server does not report it
-    warnings: list[str] = field(default_factory=list)
-    plan: list[str] = field(default_factory=list)
-    argv: list[str] = field(default_factory=list)
-    script: str = ""
-    shape: str = "exec"  # exec: sglops starts the server process | entrypoint: the container's command is the server
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def failure_line(self, *notes: str) -> str:
-        """The one line a failed start ends in: what broke, after how long, what to try, where the log is."""
-        where = "; ".join([f"log {self.log_path}", *notes])
-        detail = f": {self.failure_detail}" if self.failure_detail else ""
-        return (f"{self.host}: server did not come up: {self.failure_label} ({self.failure}){detail} "
-                f"after {self.waited_s or 0:.1f}s; {self.hint} ({where})")
-
-    def table(self):
-        t = Table(title=f"restart {self.profile or '(rollback)'} on {self.host}", show_header=False)
-        t.add_column(style="bold")
-        t.add_column()
-        color = "green" if self.ok else ("yellow" if self.dry_run else "red")
-        t.add_row("state", Text(self.state + (f" after {self.waited_s:.1f}s" if self.waited_s is not None else ""),
-                                style=color))
-        t.add_row("sglang", str(self.sglang_version or "?"))
-        t.add_row("port", str(self.port))
-        if self.stopped_pid:
-            n, took = self.stop.get("processes"), self.stop.get("took_s")
-            t.add_row("stopped", f"pid {self.stopped_pid} ({self.stop_signal}"
-                      + (f", {n} processes in {took:.1f}s" if n and took is not None else "") + ")")
-        if self.pid:
-            t.add_row("pid", str(self.pid))
-        for k, v in self.confirmed.items():
-            t.add_row(f"  {k}", Text(str(v), style="green"))
-        for k, v in self.mismatches.items():
-            t.add_row(f"  {k}", Text(f"asked {v['asked']!r}, server runs {v['effective']!r}", style="yellow"))
-        if self.unconfirmed:
-            t.add_row("  not reported", Text(", ".join(self.unconfirmed), style="yellow"))
-        if self.failure:
-            t.add_row("failure", Text(f"{self.failure_label} [{self.failure}]", style="bold red"))
-            if self.failure_detail:
-                t.add_row("cause", Text(self.failure_detail, style="red"))
-            t.add_row("hint", self.hint or "")
-        for w in self.warnings:
-            t.add_row("warning", Text(w, style="yellow"))
-        for step in self.plan:
-            t.add_row("would", step)
-        parts: list[Any] = [t]
-        if self.log_tail and not self.ok:
-            parts.append(Text(f"last lines of {self.log_path}:", style="bold"))
-            parts.append(Text("\n".join(self.log_tail), style="dim"))
-        if self.dry_run:
-            parts.append(Text(self.script, no_wrap=True, overflow="ignore"))
-        return Group(*parts)
-
-
-@dataclass
-class ServerStatus:
-    """The server sglops started on a host, as it is now."""
-
-    host: str
-    running: bool
-    pid: int | None
-    profile: str | None
-    port: int | None
-    health: int | None
-    server_info: dict | None
-    restarts: list[dict]
-    log_path: str
-    log_tail: list[str]
-    container: dict | None = None  # restart shape (b): the engine's view of the container whose command it is
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def table(self):
-        t = Table(title=f"server on {self.host}", show_header=False)
-        t.add_column(style="bold")
-        t.add_column()
-        t.add_row("process", Text(f"running, pid {self.pid}" if self.running else "not running",
-                                  style="green" if self.running else "red"))
-        if self.container:
-            c = self.container
-            t.add_row("container", f"{c['status']} (the server is its command; exit code {c['exit_code']}, "
-                                   f"restarts {c['restart_count']}, policy {c['restart_policy']})")
-        t.add_row("profile", str(self.profile or "-"))
-        t.add_row("port", str(self.port or "-"))
-        t.add_row("/health", Text(str(self.health or "no answer"), style="green" if self.health == 200 else "red"))
-        info = self.server_info or {}
-        for k in ("version", "model_path", "tp_size", "attention_backend", "kv_cache_dtype", "last_gen_throughput"):
-            if k in info:
-                t.add_row(f"  {k}", str(info[k]))
-        if info.get("standin"):
-            t.add_row("  note", "sglops stand-in server (sandbox)")
-        for r in self.restarts[-3:]:
-            t.add_row("restart", f"{r.get('at')} {r.get('profile') or '(rollback)'}: {r.get('state')}"
-                      + (f" [{r['failure']}]" if r.get("failure") else ""))
-        t.add_row("log", self.log_path)
-        return t
-
-
-@dataclass
-class LogLines:
-    host: str
-    path: str
-    lines: list[str]
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def table(self):
-        return Text("\n".join(self.lines) or f"(empty: {self.path})")
-
-
-# -- the steps --------------------------------------------------------------------------------
 def _profile(profile: str | Profile) -> Profile:
     return profile if isinstance(profile, Profile) else load_profile(profile)
 
@@ -208,11 +48,6 @@ def _with_port(p: Profile, port: int | None) -> Profile:
     if port is None:
         return p
     return Profile(**{**p.__dict__, "args": {**p.args, "port": int(port)}, "per_host": {}})
-
-
-def inspect(remote: Remote) -> dict:
-    """The host's tree (version, launch flags, backend choices) and its sglops server, one round trip."""
-    return remote.run_py("server_inspect", {"sglang_root": remote.host.sglang_root}, timeout=60)
 
 
 def render_for(remote: Remote | None, profile: str | Profile, *, port: int | None = None) -> Rendered:
@@ -319,41 +154,6 @@ def stop(remote: Remote, *, grace_s: float = 20) -> dict:
     return answer
 
 
-def _confirm(result: RestartResult, expected: dict, info: dict) -> None:
-    """Check every rendered argument against the server's effective arguments (/server_info)."""
-    for key, asked in expected.items():
-        name = key if key in info or key not in INFO_ALIASES else INFO_ALIASES[key]
-        if name not in info:
-            result.unconfirmed.append(key)
-        elif same_value(asked, info[name]):
-            result.confirmed[key] = info[name]
-        else:
-            result.mismatches[key] = {"asked": asked, "effective": info[name]}
-
-
-def same_value(asked: Any, got: Any) -> bool:
-    """Does the server's value say what the script asked for? (text from argv vs the JSON the server keeps)"""
-    if isinstance(asked, list) or isinstance(got, list):
-        a = asked if isinstance(asked, list) else [asked]
-        g = got if isinstance(got, list) else [got]
-        return len(a) == len(g) and all(same_value(x, y) for x, y in zip(a, g, strict=True))
-    if isinstance(got, bool) or asked is True:
-        return str(asked).lower() in ("true", "1") if got is True else str(asked).lower() in ("false", "0")
-    if got is None:
-        return str(asked).lower() in ("none", "null", "")
-    if str(asked) == str(got):
-        return True
-    a, g = _num(asked), _num(got)
-    return a is not None and g is not None and a == g
-
-
-def _num(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def status(remote: Remote, *, port: int | None = None, tail: int = 20) -> ServerStatus:
     """Is our server running, healthy, and with which arguments (one round trip; a second, on the host, for a
     container whose command is the server: its state and log are the engine's)."""
@@ -433,29 +233,6 @@ def logs(remote: Remote, *, lines: int = 50, follow: bool = False, follow_s: flo
 
     doc = _state_or_entrypoint(remote, tail=lines, follow_s=follow_s, on_progress=relay)
     return LogLines(remote.name, doc["log_path"], seen)
-
-
-@dataclass
-class StopResult:
-    """`inv stop`: what was (or would be) stopped."""
-
-    host: str
-    stopped: bool
-    dry_run: bool = False
-    pid: int | None = None
-    signal: str | None = None
-    detail: dict = field(default_factory=dict)
-    plan: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def table(self):
-        if self.dry_run:
-            return Text("\n".join(f"would {p}" for p in self.plan))
-        if not self.stopped:
-            return Text(f"{self.host}: no server to stop" + (f" ({self.detail['note']})" if self.detail.get("note") else ""))
-        return Text(f"{self.host}: stopped pid {self.pid} ({self.signal})", style="green")
 
 
 def stop_step(*, dry_run: bool, grace_s: float | None) -> Callable[[Remote], StopResult]:
@@ -546,7 +323,9 @@ def restart_step(profile: str | None, *, rollback: bool, dry_run: bool, timeout:
             return res
         path = artifacts.save(remote.name, artifacts.new_run_id(), "restart.json", res.to_json(), task="restart")
         if not json:
-            console.print(res.table())
+            from sglops.views.show import show
+
+            show(res)
         notes = [f"record {path}"] + ([] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
         raise LaunchFailed(res.failure_line(*notes))
     return step

@@ -25,6 +25,7 @@ from rich.text import Text
 from sglops.core import artifacts
 from sglops.core.errors import ConnectError, RemoteError, SglopsError
 from sglops.core.remote import Remote
+from sglops.core.result import Observation, Result
 from sglops.patch import diff as patch_diff
 from sglops.patch.spec import Patch, Variant, load, load_all
 
@@ -170,8 +171,9 @@ def unmet(patch: Patch, facts: dict[str, Any]) -> list[str]:
 
 # -- results ---------------------------------------------------------------------------------
 @dataclass
-class PatchResult:
-    """What apply-patch / revert-patch did (or, in a dry run, would do) on one host."""
+class PatchResult(Result):
+    """What apply-patch / revert-patch did (or, in a dry run, would do) on one host; `diff` is what a dry run
+    would write."""
 
     host: str
     patch: str
@@ -186,7 +188,19 @@ class PatchResult:
     ledger_entry: dict | None = None
     recovery_needed: dict | None = None
 
-    def to_json(self) -> dict:
+    @property
+    def dry_run(self) -> bool:
+        return self.action.startswith("would ")
+
+    @property
+    def plan(self) -> list[str]:
+        if not self.dry_run:
+            return []
+        what = self.action.removeprefix("would ")
+        return [f"{what} {self.patch}" + (f" ({self.variant})" if self.variant else "") + f": {f}" for f in self.files] \
+            or [f"{what} {self.patch}"]
+
+    def payload(self) -> dict:
         return {"host": self.host, "patch": self.patch, "action": self.action, "changed": self.changed,
                 "variant": self.variant, "how": self.how, "files": self.files, "diff": self.diff or None,
                 "notes": self.notes, "recovered": self.recovered, "recovery_needed": self.recovery_needed,
@@ -251,13 +265,13 @@ def _gone(remote: Remote, state: dict, name: str, recorded: dict[str, dict]) -> 
 
 
 @dataclass
-class PatchList:
+class PatchList(Observation):
     host: str
     sglang: str
     rows: list[PatchStatus]
     recovery_needed: dict | None = None
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return {"host": self.host, "sglang": self.sglang, "recovery_needed": self.recovery_needed,
                 "patches": [vars(r) for r in self.rows]}
 

@@ -36,12 +36,13 @@ def _play(sandbox: Sandbox, host: str, name: str, variables: dict):
     from sglops.launch import server as launch
     from sglops.play.run import run_play
     from sglops.play.spec import load_play
+    from sglops.views.show import show
 
     play = load_play(name, variables)
     inv = load_inventory(sandbox.inventory)
     with connect(inv.get(host), inventory=inv) as remote:
         result = run_play(remote, play)
-        console.print(result.table())
+        show(result)
         try:
             launch.stop(remote)
         except Exception as exc:  # the sandbox goes away anyway; say so, don't hide the play's outcome

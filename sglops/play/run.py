@@ -20,6 +20,7 @@ from sglops.core import artifacts
 from sglops.core.console import console, styled
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
+from sglops.core.result import Result
 from sglops.play.spec import Play
 from sglops.play.steps import STEPS, StepContext
 
@@ -41,7 +42,7 @@ class StepRecord:
 
 
 @dataclass
-class PlayResult:
+class PlayResult(Result):
     play: str
     host: str
     run_id: str
@@ -57,7 +58,20 @@ class PlayResult:
     def failed(self) -> StepRecord | None:
         return next((s for s in self.steps if s.status == "failed"), None)
 
-    def to_json(self) -> dict:
+    @property
+    def changed(self) -> bool:
+        """Some step changed the host (its own result said so)."""
+        return any(isinstance(s.result, dict) and bool(s.result.get("changed")) for s in self.steps)
+
+    @property
+    def plan(self) -> list[str]:
+        """A dry run's steps, each with what it would do."""
+        if not self.dry_run:
+            return []
+        return [f"{s.id}: {line}" for s in self.steps if isinstance(s.result, dict)
+                for line in (s.result.get("plan") or [s.do])]
+
+    def payload(self) -> dict:
         return {"play": self.play, "host": self.host, "run_id": self.run_id, "dry_run": self.dry_run,
                 "ok": self.ok, "run_dir": self.run_dir, "steps": [s.to_json() for s in self.steps]}
 
@@ -155,8 +169,10 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
         if show:
             console.print(styled(label, " ", ("ok", "green"),
                                  f" ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}"))
-            if hasattr(value, "table") and step.do in ("compare", "apply-patch", "revert-patch"):
-                console.print(value.table())
+            if step.do in ("compare", "apply-patch", "revert-patch"):
+                from sglops.views.show import show as show_result
+
+                show_result(value)
     _record(remote, play, result, folder)
     return result
 

@@ -19,6 +19,7 @@ from rich.text import Text
 from sglops.core import values as v
 from sglops.core.errors import ConfigError
 from sglops.core.remote import Remote
+from sglops.core.result import Result
 
 
 @dataclass
@@ -38,13 +39,19 @@ class StepContext:
 
 
 @dataclass
-class Planned:
+class Planned(Result):
     """A dry run's answer for steps that would only measure: what would happen, nothing changed."""
 
     what: str
+    changed = False
+    dry_run = True
 
-    def to_json(self) -> dict:
-        return {"dry_run": True, "plan": self.what}
+    @property
+    def plan(self) -> list[str]:
+        return [self.what]
+
+    def payload(self) -> dict:
+        return {}
 
     def table(self) -> Table:
         t = Table(show_header=False, box=None)

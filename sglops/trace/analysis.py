@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sglops.core.result import Observation
 from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_breakdown
 from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
 from sglops.trace.names import short_kernel  # noqa: F401  (sglops.trace.short_kernel; used below)
@@ -38,8 +39,8 @@ class RankSummary:
 
 
 @dataclass
-class TraceAnalysis:
-    """Everything `analyze-trace` reports; table, markdown, chart and JSON are views of it."""
+class TraceAnalysis(Observation):
+    """Everything `analyze-trace` reports; its table, markdown and chart are in sglops.views.trace."""
 
     files: list[RankSummary]
     gpu_us: float
@@ -86,7 +87,7 @@ class TraceAnalysis:
                         "gpu_us": sum(r["gpu_us"] for r in rows)})
         return sorted(out, key=lambda r: -r["gpu_us"])
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         def rows(d: dict) -> list[dict]:
             total = self.gpu_us or 1.0
             return [{"name": k, "us": round(v[0], 3), "count": v[1], "share": round(v[0] / total, 5)}
@@ -109,21 +110,6 @@ class TraceAnalysis:
             "cpu": self.cpu.to_json() if self.cpu else None,
             "warnings": self.warnings,
         }
-
-    def table(self):
-        from sglops.trace.report import table
-
-        return table(self)
-
-    def markdown(self) -> str:
-        from sglops.trace.report import markdown
-
-        return markdown(self)
-
-    def chart(self, path: str | os.PathLike, top: int = 15) -> Path:
-        from sglops.trace.report import chart
-
-        return chart(self, path, top)
 
 
 def _add(into: dict, src: dict) -> None:
@@ -239,6 +225,7 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
     """analysis.json always; report.md and the PNG chart (top kernels, or top CPU ops on a CPU-only
     trace) only when asked: drawing costs more than analysing a small trace. Returns their paths."""
     from sglops.core import artifacts
+    from sglops.views import trace as views
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -246,11 +233,11 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
     if markdown:
         md = folder / "report.md"
         tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(a.markdown())
+        tmp.write_text(views.markdown(a))
         os.replace(tmp, md)
         paths["markdown"] = str(md)
     if chart and (a.by_kernel or (a.cpu and a.cpu.by_self)):
-        paths["chart"] = str(a.chart(folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
+        paths["chart"] = str(views.chart(a, folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
     return paths
 
 

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sglops.core.result import Observation
 from sglops.trace.analysis import TraceAnalysis, analyze, short_kernel
 from sglops.trace.cpu import step_kind
 
@@ -53,7 +54,7 @@ class Side:
 
 
 @dataclass
-class TraceDiff:
+class TraceDiff(Observation):
     a: Side
     b: Side
     unit: str
@@ -76,7 +77,7 @@ class TraceDiff:
                  for d in movers[:top] if abs(d.delta_us) > 0]
         return (head + (": " if head and parts else "") + ", ".join(parts)) or "no difference"
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return {
             "a": {"label": self.a.label, "steps": self.a.steps, "step_kind": self.a.step_kind,
                   "gpu_us": round(self.a.analysis.gpu_us, 3)},
@@ -87,11 +88,6 @@ class TraceDiff:
             "ops": [d.to_json() for d in self.ops], "phases": [d.to_json() for d in self.phases],
             "cpu_ops": [d.to_json() for d in self.cpu_ops],
         }
-
-    def table(self, top: int = 12):
-        from sglops.trace.diff_report import tables
-
-        return tables(self, top)
 
 
 def _ms(us: float) -> str:

@@ -16,20 +16,20 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Group
 from rich.text import Text
 
 from sglops.core import artifacts
 from sglops.core.console import err_console
 from sglops.core.errors import ConfigError
 from sglops.core.remote import Remote
+from sglops.core.result import Observation
 from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
 
 ACTIVITIES = ("CPU", "GPU", "MEM")
 
 
 @dataclass
-class ProfileResult:
+class ProfileResult(Observation):
     """What one profile produced: where the traces came from and went, and their analysis."""
 
     host: str
@@ -53,18 +53,8 @@ class ProfileResult:
     sglang_version: str | None = None
     device: str | None = None
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
-
-    def table(self) -> Group:
-        head = Text.assemble(
-            ("profile ", "bold"), f"{self.host}:{self.port} ({self.port_from}), {self.steps} steps, "
-            f"{len(self.traces)} trace file(s) -> {self.folder}/traces " +
-            (f"[{', '.join(self.request.get('activities') or [])}] " if self.request else "") +
-            f"(decode {self.decode_s:.1f} s, files ready after {self.waited_s:.1f} s, download {self.download_s:.1f} s)")
-        if self.standin:
-            head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
-        return Group(head, self.analysis.table(), Text(f"report: {self.report.get('markdown')}", style="dim"))
 
 
 def _bar(remote_files: list[dict]):

@@ -1,4 +1,7 @@
-"""Views of a TraceAnalysis: rich table, markdown report, PNG bar chart of the top kernels."""
+"""Views of a TraceAnalysis (rich table, markdown report, PNG bar chart of the top kernels) and of a profile run.
+
+The analysis itself (sglops.trace.analysis) keeps data and JSON only; tasks and plays print through
+sglops.views.show."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from sglops.trace.analysis import TraceAnalysis
+    from sglops.trace.profile import ProfileResult
 
 CHART_LABEL = 60  # characters of a chart's bar label; names are cut at a word boundary (sglops.trace.names)
 
@@ -22,7 +26,7 @@ def _verdict(a: TraceAnalysis) -> list[str]:
             lines.append(f.message)
             lines += [f"  try: {t}" for t in f.try_next]
         return lines
-    from sglops.trace.analysis import short_kernel
+    from sglops.trace.names import short_kernel
 
     top = a.top_kernels(1)
     if not top:
@@ -38,7 +42,7 @@ def _ranks(a: TraceAnalysis) -> str:
 
 
 def table(a: TraceAnalysis, top: int = 12) -> Group:
-    from sglops.trace.analysis import short_kernel
+    from sglops.trace.names import short_kernel
 
     head = Text.assemble(("trace analysis: ", "bold"), _headline(a) + "\n")
     for i, line in enumerate(_verdict(a)):
@@ -259,3 +263,15 @@ def chart(a: TraceAnalysis, path: str | os.PathLike, top: int = 15) -> Path:
     plt.close(fig)
     os.replace(tmp, path)
     return path
+
+
+def profile_table(p: ProfileResult) -> Group:
+    """`inv profile`: where the traces came from and went, then the analysis table."""
+    head = Text.assemble(
+        ("profile ", "bold"), f"{p.host}:{p.port} ({p.port_from}), {p.steps} steps, "
+        f"{len(p.traces)} trace file(s) -> {p.folder}/traces " +
+        (f"[{', '.join(p.request.get('activities') or [])}] " if p.request else "") +
+        f"(decode {p.decode_s:.1f} s, files ready after {p.waited_s:.1f} s, download {p.download_s:.1f} s)")
+    if p.standin:
+        head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
+    return Group(head, table(p.analysis), Text(f"report: {p.report.get('markdown')}", style="dim"))

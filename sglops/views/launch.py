@@ -1,0 +1,111 @@
+"""Views of launch results (restart, stop, status, logs, a rendered script): tables for the terminal.
+
+The results themselves (sglops.launch.results, sglops.launch.render) keep data and JSON; tasks and plays print
+them through sglops.views.show.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from sglops.launch.render import Rendered
+    from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
+
+
+
+def restart_table(r: RestartResult) -> RenderableType:
+    """`inv restart` / rollback: state, what was stopped and started, confirmed arguments, failure and hint."""
+    t = Table(title=f"restart {r.profile or '(rollback)'} on {r.host}", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    color = "green" if r.ok else ("yellow" if r.dry_run else "red")
+    t.add_row("state", Text(r.state + (f" after {r.waited_s:.1f}s" if r.waited_s is not None else ""),
+                            style=color))
+    t.add_row("sglang", str(r.sglang_version or "?"))
+    t.add_row("port", str(r.port))
+    if r.stopped_pid:
+        n, took = r.stop.get("processes"), r.stop.get("took_s")
+        t.add_row("stopped", f"pid {r.stopped_pid} ({r.stop_signal}"
+                  + (f", {n} processes in {took:.1f}s" if n and took is not None else "") + ")")
+    if r.pid:
+        t.add_row("pid", str(r.pid))
+    for k, v in r.confirmed.items():
+        t.add_row(f"  {k}", Text(str(v), style="green"))
+    for k, v in r.mismatches.items():
+        t.add_row(f"  {k}", Text(f"asked {v['asked']!r}, server runs {v['effective']!r}", style="yellow"))
+    if r.unconfirmed:
+        t.add_row("  not reported", Text(", ".join(r.unconfirmed), style="yellow"))
+    if r.failure:
+        t.add_row("failure", Text(f"{r.failure_label} [{r.failure}]", style="bold red"))
+        if r.failure_detail:
+            t.add_row("cause", Text(r.failure_detail, style="red"))
+        t.add_row("hint", r.hint or "")
+    for w in r.warnings:
+        t.add_row("warning", Text(w, style="yellow"))
+    for step in r.plan:
+        t.add_row("would", step)
+    parts: list[Any] = [t]
+    if r.log_tail and not r.ok:
+        parts.append(Text(f"last lines of {r.log_path}:", style="bold"))
+        parts.append(Text("\n".join(r.log_tail), style="dim"))
+    if r.dry_run:
+        parts.append(Text(r.script, no_wrap=True, overflow="ignore"))
+    return Group(*parts)
+
+
+
+def status_table(r: ServerStatus) -> RenderableType:
+    """`inv server-status`: the process (or container), /health, the main /server_info keys, recent restarts."""
+    t = Table(title=f"server on {r.host}", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("process", Text(f"running, pid {r.pid}" if r.running else "not running",
+                              style="green" if r.running else "red"))
+    if r.container:
+        c = r.container
+        t.add_row("container", f"{c['status']} (the server is its command; exit code {c['exit_code']}, "
+                               f"restarts {c['restart_count']}, policy {c['restart_policy']})")
+    t.add_row("profile", str(r.profile or "-"))
+    t.add_row("port", str(r.port or "-"))
+    t.add_row("/health", Text(str(r.health or "no answer"), style="green" if r.health == 200 else "red"))
+    info = r.server_info or {}
+    for k in ("version", "model_path", "tp_size", "attention_backend", "kv_cache_dtype", "last_gen_throughput"):
+        if k in info:
+            t.add_row(f"  {k}", str(info[k]))
+    if info.get("standin"):
+        t.add_row("  note", "sglops stand-in server (sandbox)")
+    for rec in r.restarts[-3:]:
+        t.add_row("restart", f"{rec.get('at')} {rec.get('profile') or '(rollback)'}: {rec.get('state')}"
+                  + (f" [{rec['failure']}]" if rec.get("failure") else ""))
+    t.add_row("log", r.log_path)
+    return t
+
+
+
+def logs_view(r: LogLines) -> RenderableType:
+    """`inv logs`: the lines as they are."""
+    return Text("\n".join(r.lines) or f"(empty: {r.path})")
+
+
+
+def stop_view(r: StopResult) -> RenderableType:
+    """`inv stop`: what was (or would be) stopped."""
+    if r.dry_run:
+        return Text("\n".join(f"would {p}" for p in r.plan))
+    if not r.stopped:
+        return Text(f"{r.host}: no server to stop" + (f" ({r.detail['note']})" if r.detail.get("note") else ""))
+    return Text(f"{r.host}: stopped pid {r.pid} ({r.signal})", style="green")
+
+
+
+def rendered_view(r: Rendered) -> RenderableType:
+    """`inv render` inside a task that prints results (the plain task prints the bare script: show_script)."""
+    head = f"# validated against sglang {r.sglang_version} on {r.host}" if r.validated else \
+        "# not validated against a host's SGLang tree (pass --host)"
+    return Group(Text(head, style="dim"), *[Text("warning: " + w, style="yellow") for w in r.warnings],
+                 Text(r.script, no_wrap=True, overflow="ignore"))

@@ -1,0 +1,42 @@
+"""One way to print any result: `show(result)` for tasks (sglops.core.cli.per_host) and plays alike.
+
+Views are functions of the view layer (sglops.views.<domain>), registered here by result class, so domain
+classes keep data and JSON only and never import their views. A result with no registered view still prints
+through its own `table()` while the move is under way.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Any
+
+from rich.console import RenderableType
+
+from sglops.core.console import console
+from sglops.launch.render import Rendered
+from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
+from sglops.trace.analysis import TraceAnalysis
+from sglops.trace.diff import TraceDiff
+from sglops.trace.profile import ProfileResult
+from sglops.views import launch, trace, trace_diff
+
+
+@singledispatch
+def render(result: Any) -> RenderableType:
+    """The rich renderable for result (its own table() unless a view is registered for its class)."""
+    return result.table()
+
+
+render.register(TraceAnalysis, lambda a, top=12: trace.table(a, top))
+render.register(TraceDiff, lambda d, top=12: trace_diff.tables(d, top))
+render.register(ProfileResult, lambda p: trace.profile_table(p))
+render.register(RestartResult, lambda r: launch.restart_table(r))
+render.register(StopResult, lambda r: launch.stop_view(r))
+render.register(ServerStatus, lambda r: launch.status_table(r))
+render.register(LogLines, lambda r: launch.logs_view(r))
+render.register(Rendered, lambda r: launch.rendered_view(r))
+
+
+def show(result: Any, **options: Any) -> None:
+    """Print result's view on the console (options such as top= go to the view)."""
+    console.print(render(result, **options))

@@ -1,0 +1,132 @@
+"""The result contract (sglops.core.result): every result a task or play step prints is a Result whose JSON
+carries changed / dry_run / plan, with changed derived from what the step did. Real instances, no host."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+import sglops
+from sglops.bench.ab_plan import Found, Side, Step
+from sglops.bench.ab_result import AbResult
+from sglops.core.errors import SglopsError
+from sglops.core.result import Observation, Result
+from sglops.kernel.build import KernelAction, KernelBuild
+from sglops.launch.server import LogLines, RestartResult, ServerStatus, StopResult
+from sglops.patch.apply import PatchList, PatchResult
+from sglops.play.run import PlayResult, StepRecord
+from sglops.play.steps import Planned
+from sglops.views.show import render
+
+# Printable results (to_json + table) that are not step results under the contract, and why.
+NOT_STEP_RESULTS = {
+    "RunList": "`inv runs`: lists local artifacts; its JSON is a list, not a host's result",
+    "Capture": "capture-patch writes a local patch file, never a host",
+    "Facts": "embedded as-is in bench manifests and probe reports",
+    "ProbeReport": "to_json takes the facts it reports on",
+}
+
+
+def _printable_results() -> list[type]:
+    found = []
+    for m in pkgutil.walk_packages(sglops.__path__, "sglops."):
+        if m.name.startswith(("sglops.host", "sglops.sandbox")):
+            continue
+        mod = importlib.import_module(m.name)
+        found += [c for c in vars(mod).values() if inspect.isclass(c) and c.__module__ == mod.__name__
+                  and hasattr(c, "to_json") and (hasattr(c, "table") or c in render.registry)
+                  and c.__name__ not in NOT_STEP_RESULTS]
+    return found
+
+
+def test_every_printable_result_follows_the_contract():
+    classes = _printable_results()
+    assert len(classes) >= 15, classes
+    assert [c.__name__ for c in classes if not issubclass(c, Result)] == []
+
+
+def test_views_live_in_the_view_layer():
+    """A result class with a registered view keeps no table() of its own (one place renders it)."""
+    moved = [c for c in render.registry if c is not object]
+    assert {c.__name__ for c in moved} >= {"TraceAnalysis", "TraceDiff", "ProfileResult"}
+    assert [c.__name__ for c in moved if hasattr(c, "table") or hasattr(c, "markdown")] == []
+
+
+def _restart(**kw):
+    return RestartResult("h", "p", True, "healthy", 30000, **kw)
+
+
+def _ab(dry_run: bool, rounds: int = 0):
+    side = Side("A", "default", "default", ())
+    from sglops.bench.ab_result import Round
+    return AbResult("h", side, Side("B", "default+x", "default", ("x",)), 2, Found(True, "default", 30000, []), [],
+                    [Step("restart", "default", 1, "A"), Step("bench", "3 runs", 1, "A")], {}, dry_run=dry_run,
+                    rounds=[Round(1, "A", None, "ok") for _ in range(rounds)] if rounds else [])
+
+
+# (label, instance factory, changed, dry_run, plan is non-empty)
+CASES = [
+    ("restart dry run", lambda: RestartResult("h", "p", False, "dry-run", 1, dry_run=True, plan=["stop pid 1", "start p"]), False, True, True),
+    ("restart started", lambda: _restart(pid=42), True, False, False),
+    ("restart died after stopping", lambda: RestartResult("h", "p", False, "died", 1, stopped_pid=7), True, False, False),
+    ("rollback with nothing to do", lambda: RestartResult("h", None, False, "died", 1, rollback=True), False, False, False),
+    ("stop dry run", lambda: StopResult("h", False, dry_run=True, plan=["kill -TERM 5"]), False, True, True),
+    ("stop", lambda: StopResult("h", True, pid=5, signal="TERM"), True, False, False),
+    ("stop, nothing running", lambda: StopResult("h", False), False, False, False),
+    ("status", lambda: ServerStatus("h", False, None, None, None, None, None, [], "/l", []), False, False, False),
+    ("logs", lambda: LogLines("h", "/l", ["x"]), False, False, False),
+    ("patch applied", lambda: PatchResult("h", "p", "applied", True, files=["a.py"]), True, False, False),
+    ("patch dry run", lambda: PatchResult("h", "p", "would apply", False, variant="v1", files=["a.py"], diff="+x"),
+     False, True, True),
+    ("patch already applied", lambda: PatchResult("h", "p", "already applied", False), False, False, False),
+    ("kernel built", lambda: KernelBuild("h", "k", "built", "sm90", "ab" * 32, {}), True, False, False),
+    ("kernel unchanged", lambda: KernelBuild("h", "k", "unchanged", "sm90", "ab" * 32, {}), False, False, False),
+    ("kernel dry run", lambda: KernelBuild("h", "k", "would-build", "sm90", "ab" * 32, {},
+                                           commands={"build": {"env": {"A": "1"}, "argv": ["make"]}}), False, True, True),
+    ("kernel uninstalled", lambda: KernelAction("h", {"status": "uninstalled", "name": "k"}), True, False, False),
+    ("kernel uninstall dry run", lambda: KernelAction("h", {"status": "would-uninstall", "install_path": "/x"}),
+     False, True, True),
+    ("kernel list", lambda: KernelAction("h", {"installed": [], "state_dir": "/s"}), False, False, False),
+    ("patch list", lambda: PatchList("h", "0.5", []), False, False, False),
+    ("ab dry run", lambda: _ab(True), False, True, True),
+    ("ab rounds ran", lambda: _ab(False, rounds=2), True, False, True),
+    ("play step planned", lambda: Planned("bench 3 repeats"), False, True, True),
+    ("play dry run", lambda: PlayResult("p", "h", "r-dry", True, [StepRecord("s1", "bench", "ok",
+                                        result=Planned("bench 3").to_json())]), False, True, True),
+    ("play that patched", lambda: PlayResult("p", "h", "r", False, [StepRecord("s1", "apply-patch", "ok",
+                                             result=PatchResult("h", "p", "applied", True).to_json())]),
+     True, False, False),
+]
+
+
+@pytest.mark.parametrize("label,make,changed,dry_run,planned", CASES, ids=[c[0] for c in CASES])
+def test_result_json_carries_the_contract(label, make, changed, dry_run, planned):
+    r = make()
+    assert isinstance(r, Result)
+    doc = r.to_json()
+    assert (doc["changed"], doc["dry_run"], bool(doc["plan"])) == (changed, dry_run, planned)
+    assert all(isinstance(line, str) for line in doc["plan"])
+    assert not (doc["changed"] and doc["dry_run"]), "a dry run never changes the host"
+
+
+def test_observations_never_change_anything():
+    for cls in _printable_results():
+        if issubclass(cls, Observation):
+            assert cls.changed.fget(None) is False and cls.dry_run.fget(None) is False  # type: ignore[attr-defined]
+
+
+def test_errors_side_every_error_class_has_its_exit_code():
+    _printable_results()  # imports every module, so every error class is defined
+    errors = _all_subclasses(SglopsError)
+    assert len(errors) > 8
+    assert all(isinstance(c.exit_code, int) and c.exit_code > 0 for c in errors)
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_all_subclasses(sub)]
+    return out
