@@ -186,11 +186,12 @@ def bench(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_
     """Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept under artifacts/
     with each request's output ids and logprobs (for `inv compare`'s identity check)."""
     from sglops.bench import run as b
+    from sglops.views.bench import board
 
     opts = cli.checked(values.BENCH, runs=runs, input_len=input_len, output_len=output_len, concurrency=concurrency,
                        api=api, port=port, requests=requests, warmup=warmup,
                        vocab_size=vocab_size, no_logprobs=no_logprobs)
-    cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), b.step(**opts), json=json,
+    cli.per_host("bench", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container), b.step(board, **opts), json=json,
                  check=lambda result: b.check([result]))
 
 

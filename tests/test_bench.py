@@ -18,6 +18,7 @@ from sglops.bench.compare import compare, list_runs
 from sglops.core import artifacts
 from sglops.sandbox.sshd import free_port
 from sglops.sandbox.standin_local import StandinProcess, start_standin
+from sglops.views.show import render
 from tests.conftest import inv_cmd
 
 
@@ -113,7 +114,7 @@ def test_openai_api_concurrency_and_chunked_streams(standin, remote_a):
     assert one.decode_tok_s["median"] == pytest.approx(rate, rel=0.01)
     assert three.outcomes == {"ok": 6} and three.decode_tok_s["median"] == pytest.approx(rate, rel=0.02)
     assert three.output_tok_s["median"] > 2 * rate  # three streams in flight
-    assert "output tok/s" in _render(oai.table())
+    assert "output tok/s" in _render(render(oai))
 
 
 def _render(renderable) -> str:
@@ -171,7 +172,7 @@ def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
     assert result.server_down["state"] == "died" and "connection refused" in result.server_down["line"]
     with pytest.raises(bench.BenchIncomplete, match="partial.*died"):
         bench.check([result])
-    text = _render(result.table())
+    text = _render(render(result))
     assert "PARTIAL" in text and f"127.0.0.1:{port} died" in text
 
 

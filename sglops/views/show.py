@@ -12,13 +12,14 @@ from typing import Any
 
 from rich.console import RenderableType
 
+from sglops.bench.run import BenchResult
 from sglops.core.console import console
 from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import launch, trace, trace_diff
+from sglops.views import bench, launch, trace, trace_diff
 
 
 @singledispatch
@@ -35,6 +36,7 @@ render.register(StopResult, lambda r: launch.stop_view(r))
 render.register(ServerStatus, lambda r: launch.status_table(r))
 render.register(LogLines, lambda r: launch.logs_view(r))
 render.register(Rendered, lambda r: launch.rendered_view(r))
+render.register(BenchResult, lambda r: bench.bench_table(r))
 
 
 def show(result: Any, **options: Any) -> None:
