@@ -208,12 +208,13 @@ def compare(c, run_a, run_b, json=False, no_chart=False, require_identical=False
     """Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, output identity,
     config differences, PNG of decode tok/s."""
     from sglops.bench import compare as cmp
-    from sglops.core.console import console, print_json
+    from sglops.core.console import print_json
+    from sglops.views.show import show
 
     o = cli.checked(values.COMPARE, require_identical=require_identical, require_same_config=require_same_config,
                     tolerance_logprob=tolerance_logprob, min_identical_share=min_identical_share, variable=variable)
     result = cli.guarded(cmp.compare_with, [*run_a.split(","), *run_b.split(",")], o, chart=not no_chart)
-    print_json(result.to_json()) if json else console.print(result.table())
+    print_json(result.to_json()) if json else show(result)
     cli.guarded(result.check, o["require_identical"], o["require_same_config"])
 
 
@@ -258,10 +259,11 @@ def ab(c, host=None, sglang_root=None, accept_new_host_key=False, container=None
 def runs(c, host=None, task=None, json=False):
     """Recorded runs under artifacts/, with each bench's headline decode tok/s."""
     from sglops.bench import compare as cmp
-    from sglops.core.console import console, print_json
+    from sglops.core.console import print_json
+    from sglops.views.show import show
 
     found = cli.guarded(cmp.list_runs, host, task)
-    print_json(found.to_json()) if json else console.print(found.table())
+    print_json(found.to_json()) if json else show(found)
 
 
 # -- launch ---------------------------------------------------------------------------------

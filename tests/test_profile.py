@@ -211,9 +211,10 @@ def test_runs_table_shows_a_profiles_own_status():
     from rich.console import Console
 
     from sglops.bench.compare import RunList
+    from sglops.views.show import render
 
     out = Console(record=True, width=200)
-    out.print(RunList([{"run_id": "20261202-180000-ab12", "host": "cpu-host", "task": "profile",
-                        "status": "failed"}]).table())
+    out.print(render(RunList([{"run_id": "20261202-180000-ab12", "host": "cpu-host", "task": "profile",
+                        "status": "failed"}])))
     row = next(line for line in out.export_text().splitlines() if "20261202-180000-ab12" in line)
     assert "profile" in row and "failed" in row

@@ -12,10 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-
 from sglops.bench import stats
 from sglops.bench.ab_plan import Found, Side, Step
 from sglops.core.errors import Failed, OutputsDiffer, SglopsError
@@ -127,36 +123,8 @@ class AbResult(Result):
                 "profiles": self.profiles, "trace_diff": self.trace_diff, "restore": self.restore,
                 "failure": self.failure, "wall_s": self.wall_s}
 
-    def table(self) -> Group:
-        title = (f"ab on {self.host}: A = {self.a.name}, B = {self.b.name}, {self.rounds_asked} round(s) ABAB"
-                 + (f"  run {self.run_id}" if self.run_id else ""))
-        if self.dry_run:
-            t = Table(title=title + " (dry run)", title_justify="left", show_header=False, box=None)
-            for s in self.plan:
-                t.add_row(Text("would", style="dim"), Text(s.line()))
-            return Group(t, Text(f"found: {self._found_line()}", style="dim"), Text(self.verdict(), style="bold"))
-        t = Table(title=title, title_justify="left")
-        for col in ("round", "side", "run", "status", "decode tok/s", "patches (ledger)"):
-            t.add_column(col, justify="right" if col in ("round", "decode tok/s") else "left")
-        for r in self.rounds:
-            t.add_row(str(r.round), r.side, r.run_id or "-", Text(r.status, style="green" if r.status == "ok" else
-                                                                    "bold red"),
-                      f"{r.decode_tok_s:.2f}" if r.decode_tok_s else "-", "+".join(r.patches) or "none")
-        good = self.ok and self.identical is not False and not self.unintended
-        lines: list[Any] = [t, Text(self.verdict(), style="bold green" if good else "bold red")]
-        if self.trace_diff:
-            lines.append(Text(f"trace diff (A -> B): {self.trace_diff.get('headline')}"))
-        restore = self.restore or {}
-        if restore:
-            lines.append(Text(("host restored: " if restore.get("ok") else "HOST NOT RESTORED: ")
-                              + (restore.get("error") or self._found_line()),
-                              style="dim" if restore.get("ok") else "bold red"))
-        if self.folder:
-            lines.append(Text(f"saved {self.folder}/ab.json" + (f", chart {self.chart}" if self.chart else ""),
-                              style="dim"))
-        return Group(*lines)
-
-    def _found_line(self) -> str:
+    def found_line(self) -> str:
+        """What the host ran when the A/B began (and what restore brings back)."""
         f = self.found
         srv = f"server {f.profile} on port {f.port}" if f.running else "no sglops server running"
         return f"{srv}, patches {'+'.join(f.patches) or 'none'}"

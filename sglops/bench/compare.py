@@ -13,9 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.table import Table
-from rich.text import Text
-
 from sglops.bench import stats
 from sglops.bench.identity import OutputsVerdict, Tolerance, compare_outputs
 from sglops.bench.run import load
@@ -190,43 +187,6 @@ class Comparison(Observation):
                 "config": {k: v.to_json() for k, v in self.configs.items()},
                 "tolerance": self.tolerance.to_json() if self.tolerance else None}
 
-    def _caption(self) -> Text:
-        lines: list[Text] = []
-        for run in self.runs[1:]:
-            ident, cfg = self.identities.get(run.run_id), self.configs.get(run.run_id)
-            good = ident is not None and ident.within_tolerance
-            lines.append(Text.assemble((f"{run.run_id}: ", "bold"), (self.headline(run.run_id),
-                                                                      "green" if good else "bold red")))
-            if ident and ident.first_divergence:
-                lines.append(Text(f"  first divergence: {ident.first_divergence.describe()}", style="red"))
-            if cfg is not None and not cfg.differences and not cfg.missing:
-                lines.append(Text("  config: same server config", style="green"))
-            if cfg is not None:
-                for key, a, b, kind in cfg.rows():
-                    lines.append(Text(f"  config {key}: {a} -> {b} ({kind})",
-                                      style="yellow" if kind == "intended" else "bold red"))
-                if cfg.missing:
-                    lines.append(Text(f"  {cfg.line()}", style="yellow"))
-        lines += [Text(n) for n in self.notes]
-        if self.chart:
-            lines.append(Text(f"chart: {self.chart}"))
-        return Text("\n").join(lines)
-
-    def table(self) -> Table:
-        base = self.runs[0]
-        caption = self._caption()
-        table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]})", title_justify="left",
-                      caption=caption if caption.plain else None, caption_justify="left")
-        for col in ("run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"):
-            table.add_column(col, justify="left" if col in ("run", "metric", "verdict", "95% CI") else "right")
-        colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
-        for row in self.rows:
-            ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
-            v = Text(row.verdict, style=colour.get(row.verdict, "dim"))
-            table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
-                          f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
-        return table
-
 
 def _differences(base: Run, other: Run) -> list[str]:
     notes = []
@@ -342,26 +302,6 @@ class RunList:
 
     def to_json(self) -> list[dict]:
         return self.runs
-
-    def table(self) -> Table:
-        table = Table(title=f"runs under {artifacts.artifacts_root()}", title_justify="left")
-        for col in ("run", "host", "task", "status", "decode tok/s", "95% CI", "setup", "sglang", "patches"):
-            table.add_column(col, justify="right" if col == "decode tok/s" else "left")
-        for m in self.runs:
-            b = m.get("bench") or {}
-            head = b.get("decode_tok_s") or {}
-            ci = head.get("ci95")
-            status = b.get("status") or m.get("status", "-")  # a profile records its own status
-            style = {"ok": "green", "partial": "yellow", "failed": "red"}.get(status, "dim")
-            sgl = m.get("sglang") or {}
-            setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
-                     f" x{b.get('runs')}") if b else ""
-            table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), Text(status, style=style),
-                          f"{head['median']:.2f}" if head.get("median") else "-",
-                          f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
-                          ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",
-                          ", ".join(p.get("patch", "?") for p in m.get("patches") or []) or "-")
-        return table
 
 
 def list_runs(host: str | None = None, task: str | None = None) -> RunList:

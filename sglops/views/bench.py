@@ -1,6 +1,7 @@
-"""Views of bench runs: the figures table with its caption, and the live progress board of `inv bench`.
+"""Views of bench runs: the figures table with its caption, the live progress board of `inv bench`, the
+comparison of recorded runs (`inv compare`) and the list of them (`inv runs`).
 
-BenchResult (sglops.bench.run) keeps data and JSON; tasks and plays print it through sglops.views.show.
+BenchResult (sglops.bench.run), Comparison and RunList (sglops.bench.compare) keep data and JSON; tasks and plays print it through sglops.views.show.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from sglops.core import artifacts
+
 if TYPE_CHECKING:
+    from sglops.bench.compare import Comparison, RunList
     from sglops.bench.run import BenchResult
 
 
@@ -89,6 +93,68 @@ def _caption(r: BenchResult) -> Text:
     if r.artifact:
         lines.append(f"saved {r.artifact}")
     return Text("\n").join(Text(x) if isinstance(x, str) else x for x in lines)
+
+
+def _compare_caption(c: Comparison) -> Text:
+    """Per run: headline verdict, first output divergence, config differences; then the notes and the chart."""
+    lines: list[Text] = []
+    for run in c.runs[1:]:
+        ident, cfg = c.identities.get(run.run_id), c.configs.get(run.run_id)
+        good = ident is not None and ident.within_tolerance
+        lines.append(Text.assemble((f"{run.run_id}: ", "bold"), (c.headline(run.run_id),
+                                                                  "green" if good else "bold red")))
+        if ident and ident.first_divergence:
+            lines.append(Text(f"  first divergence: {ident.first_divergence.describe()}", style="red"))
+        if cfg is not None and not cfg.differences and not cfg.missing:
+            lines.append(Text("  config: same server config", style="green"))
+        if cfg is not None:
+            for key, a, b, kind in cfg.rows():
+                lines.append(Text(f"  config {key}: {a} -> {b} ({kind})",
+                                  style="yellow" if kind == "intended" else "bold red"))
+            if cfg.missing:
+                lines.append(Text(f"  {cfg.line()}", style="yellow"))
+    lines += [Text(n) for n in c.notes]
+    if c.chart:
+        lines.append(Text(f"chart: {c.chart}"))
+    return Text("\n").join(lines)
+
+def compare_table(c: Comparison) -> Table:
+    """`inv compare`: every run against the baseline, metric by metric, ratio, interval and verdict."""
+    base = c.runs[0]
+    caption = _compare_caption(c)
+    table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]})", title_justify="left",
+                  caption=caption if caption.plain else None, caption_justify="left")
+    for col in ("run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"):
+        table.add_column(col, justify="left" if col in ("run", "metric", "verdict", "95% CI") else "right")
+    colour = {"faster": "green", "slower": "red", "within noise": "yellow"}
+    for row in c.rows:
+        ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
+        v = Text(row.verdict, style=colour.get(row.verdict, "dim"))
+        table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
+                      f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
+    return table
+
+
+def runs_table(r: RunList) -> Table:
+    """`inv runs`: the recorded runs, oldest first, with the bench headline where there is one."""
+    table = Table(title=f"runs under {artifacts.artifacts_root()}", title_justify="left")
+    for col in ("run", "host", "task", "status", "decode tok/s", "95% CI", "setup", "sglang", "patches"):
+        table.add_column(col, justify="right" if col == "decode tok/s" else "left")
+    for m in r.runs:
+        b = m.get("bench") or {}
+        head = b.get("decode_tok_s") or {}
+        ci = head.get("ci95")
+        status = b.get("status") or m.get("status", "-")  # a profile records its own status
+        style = {"ok": "green", "partial": "yellow", "failed": "red"}.get(status, "dim")
+        sgl = m.get("sglang") or {}
+        setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
+                 f" x{b.get('runs')}") if b else ""
+        table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), Text(status, style=style),
+                      f"{head['median']:.2f}" if head.get("median") else "-",
+                      f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
+                      ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",
+                      ", ".join(p.get("patch", "?") for p in m.get("patches") or []) or "-")
+    return table
 
 
 class BenchBoard:

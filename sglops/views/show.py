@@ -12,6 +12,8 @@ from typing import Any
 
 from rich.console import RenderableType
 
+from sglops.bench.ab_result import AbResult
+from sglops.bench.compare import Comparison, RunList
 from sglops.bench.run import BenchResult
 from sglops.core.console import console
 from sglops.launch.render import Rendered
@@ -19,7 +21,7 @@ from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopRes
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import bench, launch, trace, trace_diff
+from sglops.views import ab, bench, launch, trace, trace_diff
 
 
 @singledispatch
@@ -37,6 +39,9 @@ render.register(ServerStatus, lambda r: launch.status_table(r))
 render.register(LogLines, lambda r: launch.logs_view(r))
 render.register(Rendered, lambda r: launch.rendered_view(r))
 render.register(BenchResult, lambda r: bench.bench_table(r))
+render.register(Comparison, lambda c: bench.compare_table(c))
+render.register(RunList, lambda r: bench.runs_table(r))
+render.register(AbResult, lambda r: ab.ab_table(r))
 
 
 def show(result: Any, **options: Any) -> None:
