@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.paths import REPO_ROOT
@@ -220,28 +218,6 @@ class KernelBuild(Result):
         lines = [ln for ln in log.splitlines() if ln.strip()]
         return lines[-1] if len(lines) > 1 else "-"
 
-    def table(self) -> Table:
-        t = Table(title=f"build-kernel {self.kernel}: {self.host} ({self.status})", show_header=False,
-                  title_justify="left")
-        t.add_column(style="bold")
-        t.add_column()
-        a = self.answer
-        t.add_row("arch", self.arch)
-        t.add_row("content", self.hash[:12])
-        t.add_row("install", f"{a.get('install_path')} (import {a.get('module')})")
-        t.add_row("python", str(a.get("python")))
-        for stage, info in a.get("stages", {}).items():
-            t.add_row(stage, f"exit {info['exit']} in {info['seconds']:.1f} s")
-        if self.status in ("built", "failed"):
-            t.add_row("self-test", self.selftest_summary())
-        if self.status == "would-build":
-            for stage, cmd in self.commands.items():
-                env = " ".join(f"{k}={v}" for k, v in cmd["env"].items())
-                t.add_row(f"would run {stage}", (env + " " if env else "") + " ".join(cmd["argv"]))
-        if self.artifact_dir:
-            t.add_row("logs", self.artifact_dir)
-        return t
-
 
 def _arch_for(remote: Remote, spec: KernelSpec, arch: str | None) -> Arch | None:
     if arch:
@@ -320,23 +296,6 @@ class KernelAction(Result):
 
     def payload(self) -> dict[str, Any]:
         return {"host": self.host, **self.answer}
-
-    def table(self) -> Table:
-        a = self.answer
-        if "installed" in a:
-            t = Table(title=f"kernels installed on {self.host} ({a['state_dir']})", title_justify="left")
-            for col in ("kernel", "arch", "content", "installed", "import from"):
-                t.add_column(col)
-            for r in a["installed"]:
-                t.add_row(r["name"], r["arch"], r["hash"][:12], r["installed_at"], r["target_dir"])
-            return t
-        t = Table(title=f"uninstall-kernel {a['name']}: {self.host} ({a['status']})", show_header=False,
-                  title_justify="left")
-        t.add_column(style="bold")
-        t.add_column()
-        for key in ("install_path", "version_dir", "build_dir", "arch", "hash", "installed_at"):
-            t.add_row(key, str(a.get(key)))
-        return t
 
 
 def uninstall(remote: Remote, name: str, *, dry_run: bool = False) -> KernelAction:

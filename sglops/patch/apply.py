@@ -17,11 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Group
-from rich.syntax import Syntax
-from rich.table import Table
-from rich.text import Text
-
 from sglops.core import artifacts
 from sglops.core.errors import ConnectError, RemoteError, SglopsError
 from sglops.core.remote import Remote
@@ -206,23 +201,6 @@ class PatchResult(Result):
                 "notes": self.notes, "recovered": self.recovered, "recovery_needed": self.recovery_needed,
                 "ledger_entry": self.ledger_entry}
 
-    def table(self):
-        t = Table(title=f"{self.patch} on {self.host}: {self.action}", show_header=False, title_justify="left")
-        t.add_column(style="bold")
-        t.add_column()
-        t.add_row("variant", f"{self.variant or '-'}" + (f" ({self.how})" if self.how else ""))
-        t.add_row("files", "\n".join(self.files) or "-")
-        t.add_row("changed", "yes" if self.changed else "no")
-        for n in self.notes:
-            t.add_row("note", n)
-        if self.recovered:
-            t.add_row("recovered", Text(recovered_line(self.recovered)))
-        if self.recovery_needed:
-            t.add_row("recovery", Text(recovery_note(self.recovery_needed)))
-        if self.diff:
-            return Group(t, Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=True))
-        return t
-
 
 def recovered_line(rec: dict) -> str:
     what = f"{rec['op']} of {rec['patch']}: {rec['outcome']}" if rec.get("op") else "leftovers cleaned"
@@ -274,18 +252,6 @@ class PatchList(Observation):
     def payload(self) -> dict:
         return {"host": self.host, "sglang": self.sglang, "recovery_needed": self.recovery_needed,
                 "patches": [vars(r) for r in self.rows]}
-
-    def table(self) -> Table:
-        colors = {"gone": "red", "applied": "green", "applicable": "cyan", "available": "yellow", "drifted": "red",
-                  "conflicting": "red"}
-        t = Table(title=f"patches on {self.host} (sglang {self.sglang})", title_justify="left",
-                  caption=Text(recovery_note(self.recovery_needed)) if self.recovery_needed else None,
-                  caption_justify="left")
-        for c in ("patch", "status", "variant", "detail"):
-            t.add_column(c)
-        for r in self.rows:
-            t.add_row(r.patch, Text(r.status, style=colors.get(r.status, "")), r.variant or "-", r.detail)
-        return t
 
 
 # -- operations ------------------------------------------------------------------------------

@@ -16,12 +16,14 @@ from sglops.bench.ab_result import AbResult
 from sglops.bench.compare import Comparison, RunList
 from sglops.bench.run import BenchResult
 from sglops.core.console import console
+from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
+from sglops.patch.apply import PatchList, PatchResult
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import ab, bench, launch, trace, trace_diff
+from sglops.views import ab, bench, kernel, launch, patch, trace, trace_diff
 
 
 @singledispatch
@@ -42,6 +44,10 @@ render.register(BenchResult, lambda r: bench.bench_table(r))
 render.register(Comparison, lambda c: bench.compare_table(c))
 render.register(RunList, lambda r: bench.runs_table(r))
 render.register(AbResult, lambda r: ab.ab_table(r))
+render.register(PatchResult, lambda r: patch.patch_table(r))
+render.register(PatchList, lambda r: patch.patch_list_table(r))
+render.register(KernelBuild, lambda r: kernel.build_table(r))
+render.register(KernelAction, lambda r: kernel.action_table(r))
 
 
 def show(result: Any, **options: Any) -> None:
