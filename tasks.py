@@ -97,15 +97,15 @@ def capture_patch(c, name, host=None, sglang_root=None, accept_new_host_key=Fals
 def probe_backends(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_host_key=False, container=None, json=False,
                    probes=None, show_hits=False, engine="auto"):
     """Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; FlashInfer MLA FP8."""
-    from sglops.core.console import console
     from sglops.probe.scan import scan
     from sglops.probe.spec import ENGINES, load_probe_set
+    from sglops.views.show import show
 
     engine = cli.checked({"engine": values.Choice(tuple(sorted(ENGINES)))}, engine=engine)["engine"]
     probe_set = cli.guarded(load_probe_set, probes)
     cli.per_host("probe-backends", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                  lambda r: scan(r, probe_set, engine=engine), json=json, artifact="probe.json",
-                 show=lambda rep: console.print(rep.table(show_hits=show_hits)))
+                 show=lambda rep: show(rep, show_hits=show_hits))
 
 
 # -- profile ----------------------------------------------------------------------------------

@@ -10,10 +10,6 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-
 if TYPE_CHECKING:
     from sglops.probe.spec import ProbeSet
 
@@ -184,28 +180,8 @@ class ProbeReport:
             "unreadable": self.unreadable, "fallbacks": self.fallbacks, "seconds": self.seconds,
         }
 
-    def table(self, show_hits: bool = False) -> Group:
-        f = self.facts
-        ver = f"sglang {f['sglang_version'] or '?'}"
-        if f.get("sglang_commit"):
-            ver += f" @ {f['sglang_commit'][:12]}"
-        title = f"probe-backends: {self.host} ({ver}, {f['sglang_kind']}; {self.engine}, {self.seconds:.2f} s)"
-        parts: list[Any] = [Text(title, style="bold")]
-        if any(b.hits for b in self.backends):
-            parts.append(self._backend_table())
-        parts += [self._summary(), self._global_table()]
-        for flag in self.flags:
-            parts.append(Text(f"FLAG: {flag}", style="bold yellow"))
-        for u in self.unreadable:
-            parts.append(Text(f"unreadable: {u['file']}: {u['error']}", style="red"))
-        if self.fallbacks:
-            parts.append(Text(f"ripgrep could not take the regex of {', '.join(self.fallbacks)}; "
-                              "the stdlib scanner ran those", style="dim"))
-        if show_hits:
-            parts.append(self._hits_table())
-        return Group(*[p for p in parts if p is not None])
-
-    def _cell(self, b: BackendRow, fact: str, found: str) -> str:
+    def cell(self, b: BackendRow, fact: str, found: str) -> str:
+        """A backend's cell for fact: found when it hit, else why not (not probed, or the fact's miss text)."""
         if fact not in b.hits:
             return "not probed"
         if not b.hits[fact]:
@@ -225,87 +201,6 @@ class ProbeReport:
         if "arch_guard" not in b.hits and "arch_guard_args" not in b.hits:
             return "not probed"
         return "no architecture guard found"
-
-    def _backend_table(self) -> Table:
-        f = self.facts
-        t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left")
-        for col in ("backend", "FP8-native", "casts whole pool", "arch guards", "NSA/DSA", "verdict"):
-            t.add_column(col, overflow="fold")
-        for b in self.backends:
-            if not b.exists:
-                t.add_row(b.name, "-", "-", "-", "-", Text("absent in this release", style="dim"))
-                continue
-            if b.unreadable:
-                t.add_row(b.name, "?", "?", "?", "?", Text(b.verdict(f), style="red"))
-                continue
-            native = "yes " + _lines(b.hits["fp8_native"]) if b.has("fp8_native") else "no"
-            casts = self._cell(b, "casts_whole_pool", _by_func(b.hits.get("casts_whole_pool", [])))
-            arch = self.arch_cell(b)
-            dsa = self._cell(b, "nsa_dsa", "yes " + _lines(b.hits.get("nsa_dsa", []), 2))
-            style = "bold red" if b.has("casts_whole_pool") and not b.has("fp8_native") else ""
-            t.add_row(b.name, native if "fp8_native" in b.hits else "not probed", Text(casts, style=style), arch, dsa,
-                      b.verdict(f))
-        return t
-
-    def _global_table(self) -> Table | None:
-        rows = [r for r in self.results if r["id"] in self.global_greps]
-        if not rows:
-            return None
-        t = Table(title="other probes", title_justify="left")
-        for col in ("probe", "hits", "meaning"):
-            t.add_column(col, overflow="fold")
-        for r in rows:
-            hit, miss = self.meanings.get(r["id"], ("found", "not found"))
-            if r.get("missing_root"):
-                t.add_row(r["id"], "-", f"{r['root']} not found on the host")
-            elif not r.get("files"):
-                t.add_row(r["id"], "-", f"no file matched the probe's globs under {r['root']}")
-            else:
-                n, files = len(r["hits"]), len({h["file"] for h in r["hits"]})
-                t.add_row(r["id"], f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
-                          hit if n else miss)
-        return t
-
-    def _summary(self) -> Table | None:
-        f = self.facts
-        s = Table(show_header=False, title="server arguments and FlashInfer", title_justify="left")
-        s.add_column(style="bold")
-        s.add_column(overflow="fold")
-        if "attention_backends.flag" in f:
-            ab = f.get("attention_backends")
-            s.add_row("--attention-backend", ", ".join(ab) if ab else "no --attention-backend option found")
-        for key, label in (("dsa_prefill_backends", "prefill"), ("dsa_decode_backends", "decode")):
-            if f"{key}.flag" not in f:
-                continue
-            flag, vals, dep = f.get(f"{key}.flag"), f.get(key), f.get(f"{key}.deprecated_flags") or []
-            text = f"{flag}: {', '.join(vals or [])}" if flag else f"no NSA/DSA {label} backend option in this release"
-            if dep:
-                text += f" (deprecated alias {', '.join(dep)})"
-            s.add_row(f"NSA/DSA {label}", text)
-        if "flashinfer_mla_fp8_repack" in f:
-            if f.get("flashinfer_version") or f.get("flashinfer_location"):
-                fp8 = {True: "MLA kernel can take FP8 KV", False: "MLA kernel cannot take FP8 KV",
-                       None: "MLA FP8 capability unknown"}[f.get("flashinfer_mla_fp8")]
-                s.add_row("flashinfer", f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})")
-            else:
-                s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
-        return s if s.row_count else None
-
-    def _hits_table(self) -> Table:
-        h = Table(title="hits", title_justify="left")
-        for col in ("probe", "file:line", "in", "text"):
-            h.add_column(col, overflow="fold")
-        for r in self.results:
-            for hit in r.get("hits", []):
-                h.add_row(r["id"], f"{hit['file']}:{hit['line']}", hit.get("func") or "", hit["text"])
-            for d in r.get("definitions", []):
-                h.add_row(r["id"], f"{d['file']}:{d['line']}", d["flag"] + (" (deprecated)" if d["deprecated"] else ""),
-                          d["text"])
-            if not r.get("hits") and not r.get("definitions"):
-                miss = self.meanings.get(r["id"], ("", "not found"))[1]
-                why = "root not found" if r.get("missing_root") else f"{r.get('files', 0)} files scanned"
-                h.add_row(r["id"], "-", "", f"{miss} ({why})")
-        return h
 
 
 def _derive(facts: dict[str, Any]) -> None:

@@ -20,10 +20,11 @@ from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.patch.apply import PatchList, PatchResult
+from sglops.probe.report import ProbeReport
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import ab, bench, kernel, launch, patch, trace, trace_diff
+from sglops.views import ab, bench, kernel, launch, patch, probe, trace, trace_diff
 
 
 @singledispatch
@@ -48,6 +49,7 @@ render.register(PatchResult, lambda r: patch.patch_table(r))
 render.register(PatchList, lambda r: patch.patch_list_table(r))
 render.register(KernelBuild, lambda r: kernel.build_table(r))
 render.register(KernelAction, lambda r: kernel.action_table(r))
+render.register(ProbeReport, lambda r, show_hits=False: probe.probe_view(r, show_hits))
 
 
 def show(result: Any, **options: Any) -> None:
