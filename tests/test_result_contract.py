@@ -51,8 +51,22 @@ def test_every_printable_result_follows_the_contract():
 def test_views_live_in_the_view_layer():
     """A result class with a registered view keeps no table() of its own (one place renders it)."""
     moved = [c for c in render.registry if c is not object]
-    assert {c.__name__ for c in moved} >= {"TraceAnalysis", "TraceDiff", "ProfileResult"}
+    assert {c.__name__ for c in moved} >= {"TraceAnalysis", "TraceDiff", "ProfileResult", "BenchResult", "Comparison",
+                                           "RunList", "AbResult", "PatchResult", "PatchList", "Capture", "KernelBuild",
+                                           "KernelAction", "ProbeReport", "Facts", "PlayResult", "Planned"}
     assert [c.__name__ for c in moved if hasattr(c, "table") or hasattr(c, "markdown")] == []
+
+
+def test_no_domain_class_builds_its_own_table():
+    """Tables and progress widgets live in sglops.views only: no class elsewhere has a table() left."""
+    left = []
+    for m in pkgutil.walk_packages(sglops.__path__, "sglops."):
+        if m.name.startswith(("sglops.host", "sglops.sandbox", "sglops.views")):
+            continue
+        mod = importlib.import_module(m.name)
+        left += [f"{mod.__name__}.{c.__name__}" for c in vars(mod).values()
+                 if inspect.isclass(c) and c.__module__ == mod.__name__ and "table" in vars(c)]
+    assert left == []
 
 
 def _restart(**kw):

@@ -14,10 +14,6 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Group
-from rich.syntax import Syntax
-from rich.table import Table
-
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
 from sglops.core.yamlio import loads_yaml
@@ -40,15 +36,6 @@ class Capture:
     def to_json(self) -> dict:
         return {"host": self.host, "patch": self.patch, "variant": self.variant, "against": self.against,
                 "files": self.files, "diff": self.diff, "written": self.written, "yaml_entry": self.yaml_entry}
-
-    def table(self):
-        t = Table(title=f"capture {self.patch}/{self.variant} from {self.host} (vs {self.against})",
-                  show_header=False, title_justify="left")
-        t.add_column(style="bold")
-        t.add_column()
-        t.add_row("files", "\n".join(self.files))
-        t.add_row("written", "\n".join(self.written) or "nothing (dry run)")
-        return Group(t, Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=True))
 
 
 def release_files(version: str) -> tuple[dict[str, str], zipfile.ZipFile]:

@@ -9,82 +9,17 @@ the runs that steps made themselves (bench and profile steps record `<run-id>-<s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from sglops.core import artifacts
 from sglops.core.console import console, styled
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
-from sglops.core.result import Result
+from sglops.play.result import PlayResult, StepRecord
 from sglops.play.spec import Play
 from sglops.play.steps import STEPS, StepContext
-
-
-@dataclass
-class StepRecord:
-    id: str
-    do: str
-    status: str  # ok | failed | skipped (not reached) | reused (from the run being resumed)
-    seconds: float = 0.0
-    summary: str = ""
-    error: str | None = None
-    result: Any = None
-    run_dir: str | None = None
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "do": self.do, "status": self.status, "seconds": round(self.seconds, 3),
-                "summary": self.summary, "error": self.error, "result": self.result, "run_dir": self.run_dir}
-
-
-@dataclass
-class PlayResult(Result):
-    play: str
-    host: str
-    run_id: str
-    dry_run: bool
-    steps: list[StepRecord] = field(default_factory=list)
-    run_dir: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return all(s.status in ("ok", "reused") for s in self.steps)
-
-    @property
-    def failed(self) -> StepRecord | None:
-        return next((s for s in self.steps if s.status == "failed"), None)
-
-    @property
-    def changed(self) -> bool:
-        """Some step changed the host (its own result said so)."""
-        return any(isinstance(s.result, dict) and bool(s.result.get("changed")) for s in self.steps)
-
-    @property
-    def plan(self) -> list[str]:
-        """A dry run's steps, each with what it would do."""
-        if not self.dry_run:
-            return []
-        return [f"{s.id}: {line}" for s in self.steps if isinstance(s.result, dict)
-                for line in (s.result.get("plan") or [s.do])]
-
-    def payload(self) -> dict:
-        return {"play": self.play, "host": self.host, "run_id": self.run_id, "dry_run": self.dry_run,
-                "ok": self.ok, "run_dir": self.run_dir, "steps": [s.to_json() for s in self.steps]}
-
-    def table(self) -> Table:
-        title = f"play {self.play} on {self.host}" + (" (dry run)" if self.dry_run else "") + f" - run {self.run_id}"
-        t = Table(title=title, title_justify="left")
-        for col in ("step", "does", "status", "time", "result"):
-            t.add_column(col)
-        style = {"ok": "green", "failed": "bold red", "skipped": "dim", "reused": "cyan"}
-        for s in self.steps:
-            t.add_row(s.id, s.do, Text(s.status, style=style[s.status]), f"{s.seconds:.1f}s" if s.seconds else "",
-                      s.error or s.summary)
-        return t
 
 
 def _summary(kind: str, doc: dict) -> str:

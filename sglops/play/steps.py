@@ -1,6 +1,6 @@
 """What each play step does: the same library functions the tasks call, nothing of their own.
 
-A step kind is `run(ctx, **with)`; it returns an object with `to_json()` (and usually `table()`).
+A step kind is `run(ctx, **with)`; it returns a result with `to_json()` (printed through sglops.views.show).
 Its `params` (sglops.core.values specs, the same the tasks use for their flags) say which `with:` keys it
 takes and check their values when the play is loaded, before any host is touched.
 In a dry run a step either asks the host for its own dry run (apply-patch, revert-patch, restart,
@@ -13,13 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-
 from sglops.core import values as v
 from sglops.core.errors import ConfigError
 from sglops.core.remote import Remote
-from sglops.core.result import Result
+from sglops.play.result import Planned
 
 
 @dataclass
@@ -36,27 +33,6 @@ class StepContext:
     def progress(self, text: str) -> None:
         if self.say:
             self.say(text)
-
-
-@dataclass
-class Planned(Result):
-    """A dry run's answer for steps that would only measure: what would happen, nothing changed."""
-
-    what: str
-    changed = False
-    dry_run = True
-
-    @property
-    def plan(self) -> list[str]:
-        return [self.what]
-
-    def payload(self) -> dict:
-        return {}
-
-    def table(self) -> Table:
-        t = Table(show_header=False, box=None)
-        t.add_row(Text("would", style="dim"), self.what)
-        return t
 
 
 @dataclass

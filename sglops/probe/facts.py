@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rich.table import Table
-
 from sglops.core.remote import Remote
 
 
@@ -82,14 +80,6 @@ class Facts:
             ("ripgrep", d.get("ripgrep") or "not found (probes use grep)"),
         ] + ([("host python", f"{host['version']} ({host['executable']}), runs sglops' scripts")]
              if (host := d.get("host_python")) and host.get("executable") != d["python"].get("executable") else [])
-
-    def table(self) -> Table:
-        table = Table(title=f"facts: {self.host}", show_header=False, title_justify="left")
-        table.add_column(style="bold")
-        table.add_column()
-        for key, value in self.rows():
-            table.add_row(key, value)
-        return table
 
 
 def gather(remote: Remote, port: int | None = None) -> Facts:

@@ -1,6 +1,6 @@
-"""Views of patch results: one apply/revert (with its diff on a dry run) and the patch list of a host.
+"""Views of patch results: one apply/revert (with its diff on a dry run), the patch list of a host, a capture.
 
-PatchResult and PatchList (sglops.patch.apply) keep data and JSON; tasks and plays print them through
+PatchResult, PatchList (sglops.patch.apply) and Capture (sglops.patch.capture) keep data and JSON; tasks and plays print them through
 sglops.views.show.
 """
 
@@ -17,6 +17,7 @@ from sglops.patch.apply import recovered_line, recovery_note
 
 if TYPE_CHECKING:
     from sglops.patch.apply import PatchList, PatchResult
+    from sglops.patch.capture import Capture
 
 
 def patch_table(res: PatchResult) -> RenderableType:
@@ -50,3 +51,14 @@ def patch_list_table(pl: PatchList) -> Table:
     for r in pl.rows:
         t.add_row(r.patch, Text(r.status, style=colors.get(r.status, "")), r.variant or "-", r.detail)
     return t
+
+
+def capture_view(cap: Capture) -> Group:
+    """`inv capture-patch`: the files captured, what was written (nothing on a dry run) and the diff."""
+    t = Table(title=f"capture {cap.patch}/{cap.variant} from {cap.host} (vs {cap.against})",
+              show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("files", "\n".join(cap.files))
+    t.add_row("written", "\n".join(cap.written) or "nothing (dry run)")
+    return Group(t, Syntax(cap.diff, "diff", theme="ansi_dark", word_wrap=True))

@@ -1,4 +1,4 @@
-"""The view of a probe-backends report: backend table, server arguments and FlashInfer, other probes, hits.
+"""Views of what is on a host: the facts table, and a probe-backends report: backend table, server arguments and FlashInfer, other probes, hits.
 
 ProbeReport (sglops.probe.report) keeps the facts, the verdicts and JSON; the task prints it through
 sglops.views.show (`show(report, show_hits=True)` adds every hit).
@@ -15,6 +15,7 @@ from rich.text import Text
 from sglops.probe.report import _by_func, _lines
 
 if TYPE_CHECKING:
+    from sglops.probe.facts import Facts
     from sglops.probe.report import ProbeReport
 
 
@@ -128,3 +129,13 @@ def _hits_table(rep: ProbeReport) -> Table:
             why = "root not found" if r.get("missing_root") else f"{r.get('files', 0)} files scanned"
             h.add_row(r["id"], "-", "", f"{miss} ({why})")
     return h
+
+
+def facts_table(fx: Facts) -> Table:
+    """`inv facts`: one row per fact (Facts.rows), GPUs to ripgrep."""
+    table = Table(title=f"facts: {fx.host}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in fx.rows():
+        table.add_row(key, value)
+    return table

@@ -1,8 +1,8 @@
 """One way to print any result: `show(result)` for tasks (sglops.core.cli.per_host) and plays alike.
 
 Views are functions of the view layer (sglops.views.<domain>), registered here by result class, so domain
-classes keep data and JSON only and never import their views. A result with no registered view still prints
-through its own `table()` while the move is under way.
+classes keep data and JSON only and never import their views. Every printable result has a view here
+(tests/test_result_contract.py checks it); the `table()` fallback only serves a result class added without one.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.patch.apply import PatchList, PatchResult
+from sglops.patch.capture import Capture
+from sglops.play.result import Planned, PlayResult
+from sglops.probe.facts import Facts
 from sglops.probe.report import ProbeReport
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import ab, bench, kernel, launch, patch, probe, trace, trace_diff
+from sglops.views import ab, bench, kernel, launch, patch, play, probe, trace, trace_diff
 
 
 @singledispatch
@@ -49,6 +52,10 @@ render.register(PatchResult, lambda r: patch.patch_table(r))
 render.register(PatchList, lambda r: patch.patch_list_table(r))
 render.register(KernelBuild, lambda r: kernel.build_table(r))
 render.register(KernelAction, lambda r: kernel.action_table(r))
+render.register(Capture, lambda r: patch.capture_view(r))
+render.register(Facts, lambda r: probe.facts_table(r))
+render.register(PlayResult, lambda r: play.play_table(r))
+render.register(Planned, lambda r: play.planned_view(r))
 render.register(ProbeReport, lambda r, show_hits=False: probe.probe_view(r, show_hits))
 
 
