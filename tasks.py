@@ -294,10 +294,11 @@ def restart(c, profile, host=None, hosts=None, tag=None, sglang_root=None, accep
             rollback=False, dry_run=False, timeout=None, port=None, json=False):
     """Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, explain crashes."""
     from sglops.launch import server as launch
+    from sglops.views.launch import progress_view
 
     o = cli.checked(values.RESTART | values.PROFILE_NAME, profile=profile, timeout=timeout, port=port)
     cli.guarded(launch.check_restart_args, o["profile"], rollback)
-    with launch.progress_view(not json) as view:
+    with progress_view(not json) as view:
         cli.per_host("restart", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                      launch.restart_step(o["profile"], rollback=rollback, dry_run=dry_run, timeout=o["timeout"],
                                          port=o["port"], reporter=view, json=json), json=json, artifact="restart.json")
@@ -308,9 +309,10 @@ def rollback(c, host=None, hosts=None, tag=None, sglang_root=None, accept_new_ho
              timeout=None, json=False):
     """Start the last launch script that came up healthy on the host, whatever its profile."""
     from sglops.launch import server as launch
+    from sglops.views.launch import progress_view
 
     timeout = cli.checked(values.RESTART, timeout=timeout)["timeout"]
-    with launch.progress_view(not json) as view:
+    with progress_view(not json) as view:
         cli.per_host("rollback", Targets(host, hosts, tag, sglang_root, accept_new_host_key, container),
                      launch.restart_step(None, rollback=True, dry_run=dry_run, timeout=timeout, port=None,
                                          reporter=view, json=json), json=json, artifact="restart.json")

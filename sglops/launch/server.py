@@ -12,9 +12,7 @@ Public API for other modules: `render_for(remote, profile)`, `restart(remote, pr
 from __future__ import annotations
 
 import getpass
-import threading
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
 from rich.text import Text
@@ -278,36 +276,6 @@ def check_restart_args(profile: str | None, rollback: bool) -> None:
                           + ", ".join(list_profiles()))
     if profile is not None and not rollback:
         load_profile(profile)
-
-
-@contextmanager
-def progress_view(enabled: bool = True):
-    """A live line per host while restarts wait for /health (stderr, so --json stays clean)."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    if not enabled:
-        yield lambda host: None
-        return
-    prog = Progress(SpinnerColumn(), TextColumn("{task.fields[host]}", style="bold", markup=False),
-                    TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=err_console,
-                    transient=True)
-    lock = threading.Lock()
-
-    def reporter(host: str) -> Callable[[dict], None]:
-        with lock:
-            task = prog.add_task("connecting", host=host, total=None)
-
-        def update(ev: dict) -> None:
-            text = ev.get("phase", "")
-            if "elapsed" in ev:
-                text += f" {ev['elapsed']:.0f}/{ev['timeout']:g}s"
-            if ev.get("log"):
-                text += f"  {ev['log'][-90:]}"
-            prog.update(task, description=text)
-        return update
-
-    with prog:
-        yield reporter
 
 
 def restart_step(profile: str | None, *, rollback: bool, dry_run: bool, timeout: Any, port: Any,

@@ -1,4 +1,5 @@
-"""Views of launch results (restart, stop, status, logs, a rendered script): tables for the terminal.
+"""Views of launch results (restart, stop, status, logs, a rendered script): tables for the terminal, and the
+live line per host while restarts wait for /health.
 
 The results themselves (sglops.launch.results, sglops.launch.render) keep data and JSON; tasks and plays print
 them through sglops.views.show.
@@ -6,11 +7,16 @@ them through sglops.views.show.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from sglops.core.console import err_console
 
 if TYPE_CHECKING:
     from sglops.launch.render import Rendered
@@ -109,3 +115,33 @@ def rendered_view(r: Rendered) -> RenderableType:
         "# not validated against a host's SGLang tree (pass --host)"
     return Group(Text(head, style="dim"), *[Text("warning: " + w, style="yellow") for w in r.warnings],
                  Text(r.script, no_wrap=True, overflow="ignore"))
+
+
+@contextmanager
+def progress_view(enabled: bool = True) -> Iterator[Callable[[str], Any]]:
+    """A live line per host while restarts wait for /health (stderr, so --json stays clean)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    if not enabled:
+        yield lambda host: None
+        return
+    prog = Progress(SpinnerColumn(), TextColumn("{task.fields[host]}", style="bold", markup=False),
+                    TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=err_console,
+                    transient=True)
+    lock = threading.Lock()
+
+    def reporter(host: str) -> Callable[[dict], None]:
+        with lock:
+            task = prog.add_task("connecting", host=host, total=None)
+
+        def update(ev: dict) -> None:
+            text = ev.get("phase", "")
+            if "elapsed" in ev:
+                text += f" {ev['elapsed']:.0f}/{ev['timeout']:g}s"
+            if ev.get("log"):
+                text += f"  {ev['log'][-90:]}"
+            prog.update(task, description=text)
+        return update
+
+    with prog:
+        yield reporter
