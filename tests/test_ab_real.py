@@ -5,7 +5,7 @@ host's SGLang tree is a PRIVATE hard-linked copy of the server venv's site-packa
 profile), so the test patch that perturbs the sampler never touches the tree other tests and servers use: a
 patch replaces a file by rename, so the shared inode is never written. Few requests, short outputs, 1 round.
 
-Proofs: (a) the same profile on both sides gives identical outputs; (b) a test patch that perturbs the logits is
+Proofs: (a) two runs of the same profile give identical outputs; (b) a test patch that perturbs the logits is
 caught as OUTPUTS DIFFER with the first divergence named, `--require-identical` exits non-zero, and the ledger
 shows the patch reverted; (c) a profile that changes the KV cache dtype is an unintended config difference
 unless named as the variable.
@@ -33,6 +33,7 @@ from sglops.sandbox.sshd import Sandbox, free_port
 pytestmark = pytest.mark.real_server
 PATCH = "perturb-logits-test"
 BENCH = ["--input-len", "12", "--output-len", "12", "--requests", "2", "--warmup", "1"]
+A_ROUNDS: list[str] = []  # the unpatched "cpu" rounds of the abs below: two runs of one profile, two restarts apart
 
 
 def private_tree(base: Path) -> Path:
@@ -98,21 +99,6 @@ def _ledger(env: dict) -> list[str]:
     return [p["patch"] for p in json.loads(proc.stdout)["patches"] if p["status"] == "applied"]
 
 
-def test_same_profile_on_both_sides_gives_identical_outputs(real_ab):
-    sb, env, site = real_ab
-    proc, doc = _ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "1", "--require-identical")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(f"\nab same profile, 1 round: {doc['wall_s']} s; {doc['verdict']}")
-    # one round keeps the suite short (each side is a real restart); the ABAB order is proven on the stand-in
-    assert [(r["side"], r["status"]) for r in doc["rounds"]] == [("A", "ok"), ("B", "ok")]
-    assert doc["identical"] is True
-    assert doc["identity"]["compared"] == 2 and doc["identity"]["max_logprob_diff"] == 0
-    assert "outputs identical (2 prompts, logprobs equal)" in doc["verdict"]
-    assert "too few rounds for a speed verdict (1 < 3)" in doc["verdict"]  # honest with 1 round
-    assert doc["config"]["same"] and not doc["unintended"]
-    assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")  # none ran before
-
-
 def test_a_patch_that_perturbs_the_logits_is_caught_and_reverted(real_ab):
     sb, env, site = real_ab
     sampler = site / "sglang" / "srt" / "layers" / "sampler.py"
@@ -123,6 +109,7 @@ def test_a_patch_that_perturbs_the_logits_is_caught_and_reverted(real_ab):
     assert doc["kind"] == "differ" and "OUTPUTS DIFFER" in doc["error"] and "Traceback" not in proc.stderr
     print(f"\nab perturbed, 1 round: {doc['wall_s']} s; {doc['verdict']}")
     assert doc["rounds"][1]["patches"] == [PATCH] and doc["rounds"][0]["patches"] == []
+    A_ROUNDS.append(doc["rounds"][0]["run_id"])
     assert doc["identical"] is False and "OUTPUTS DIFFER at token" in doc["verdict"]
     first = doc["identity"]["first_divergence"]
     assert first["a_id"] != first["b_id"] and 0 <= first["token_index"] < 12 and first["prompt"]
@@ -144,6 +131,7 @@ def test_a_kv_dtype_profile_change_is_an_unintended_config_difference(real_ab):
     assert proc.returncode == 8 and "UNINTENDED" in doc["error"], proc.stderr[-3000:]
     print(f"\nab kv dtype, 1 round: {doc['wall_s']} s; {doc['verdict']}")
     assert doc["unintended"] == ["kv_cache_dtype"]
+    A_ROUNDS.append(doc["rounds"][0]["run_id"])
     assert "1 UNINTENDED config difference: kv_cache_dtype auto -> bf16" in doc["verdict"]
     # named as the variable, the same rounds are what the engineer meant to compare
     a, b = doc["rounds"][0]["run_id"], doc["rounds"][1]["run_id"]
@@ -156,3 +144,25 @@ def test_a_kv_dtype_profile_change_is_an_unintended_config_difference(real_ab):
     assert report.returncode == 0, report.stderr
     page = (Path(doc["folder"]) / "run-report.md").read_text()
     assert "| kv_cache_dtype | auto | bf16 | **UNINTENDED** |" in page
+
+
+def test_two_runs_of_the_same_profile_are_identical(real_ab):
+    """The A rounds of the two abs above: the same profile, each after its own real restart (no restart spent here).
+    Run alone (-k), an ab of the profile against itself makes the two runs."""
+    sb, env, site = real_ab
+    runs = A_ROUNDS[:2]
+    if len(runs) < 2:
+        proc, doc = _ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "1", "--require-identical")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "outputs identical (2 prompts, logprobs equal)" in doc["verdict"]
+        assert "too few rounds for a speed verdict (1 < 3)" in doc["verdict"]  # honest with 1 round
+        assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")  # none ran before
+        runs = [r["run_id"] for r in doc["rounds"]]
+    cmp = inv_cmd("compare", runs[0], runs[1], "--require-identical", "--require-same-config", "--no-chart", "--json",
+                  env=env)
+    assert cmp.returncode == 0, cmp.stderr[-3000:]
+    doc = json.loads(cmp.stdout)
+    ident = doc["identity"][runs[1]]
+    assert ident["identical"] and ident["compared"] == 2 and ident["logprobs"] and ident["max_logprob_diff"] == 0
+    assert "outputs identical (2 prompts, logprobs equal)" in doc["headline"][runs[1]]
+    assert doc["config"][runs[1]]["unintended"] == []
