@@ -84,3 +84,36 @@ def inv_cmd(*args: str, env: dict | None = None, cwd: Path = REPO):
 
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=300)
+
+
+def require_real_server_env() -> None:
+    """The real SGLang CPU environment (scripts/setup.sh builds it) or a clear reason: skip here, fail on CI."""
+    from sglops.sandbox import sglang_cpu
+
+    reason = sglang_cpu.not_ready()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"real-server tier: {reason}")
+        pytest.skip(f"real-server tier: {reason}")
+
+
+@pytest.fixture(scope="module")
+def dockerd():
+    """A real dockerd of the suite's own (no host networking touched), one per test module; skipped with its one
+    reason where none can start."""
+    import subprocess
+    import uuid
+
+    from sglops.sandbox import docker
+
+    reason = docker.available()
+    if reason:
+        pytest.skip(f"no Docker daemon can start here: {reason}")
+    root = Path(f"/tmp/sglops-dockerd-{uuid.uuid4().hex[:8]}")  # a short path: unix sockets have a length limit
+    try:
+        daemon = docker.Dockerd(root).start()
+    except Exception as exc:  # noqa: BLE001 (skipping needs the one reason, whatever it is)
+        pytest.skip(f"no Docker daemon can start here: {exc}")
+    yield daemon
+    daemon.stop()
+    subprocess.run(["rm", "-rf", str(root)], check=False)

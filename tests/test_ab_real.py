@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, inv_cmd
+from conftest import REPO, inv_cmd, require_real_server_env
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -49,11 +49,7 @@ def private_tree(base: Path) -> Path:
 @pytest.fixture(scope="module")
 def real_ab(tmp_path_factory):
     """(sandbox, env, site): host cpu-a on the private tree, profiles cpu / cpu-kv-bf16, the test patch."""
-    reason = sglang_cpu.not_ready()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"real-server tier: {reason}")
-        pytest.skip(f"real-server tier: {reason}")
+    require_real_server_env()
     base = tmp_path_factory.mktemp("ab-real")
     site = private_tree(base / "tree")
     profiles = base / "profiles"

@@ -14,7 +14,6 @@ import os
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from conftest import REPO, inv_cmd
@@ -26,21 +25,6 @@ from sglops.sandbox import docker
 
 SITE_TREE = f"{docker.SITE}/sglang"
 MLA = f"{SITE_TREE}/srt/layers/attention/flashinfer_mla_backend.py"
-
-
-@pytest.fixture(scope="module")
-def dockerd(tmp_path_factory):
-    reason = docker.available()
-    if reason:
-        pytest.skip(f"no Docker daemon can start here: {reason}")
-    root = Path(f"/tmp/sglops-dockerd-{uuid.uuid4().hex[:8]}")  # a short path: unix sockets have a length limit
-    try:
-        daemon = docker.Dockerd(root).start()
-    except Exception as exc:  # noqa: BLE001 (skipping needs the one reason, whatever it is)
-        pytest.skip(f"no Docker daemon can start here: {exc}")
-    yield daemon
-    daemon.stop()
-    subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,12 @@ One container and one server per shape for the whole module (a real start takes 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import require_real_server_env
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -33,28 +31,9 @@ pytestmark = pytest.mark.real_server
 
 
 @pytest.fixture(scope="module")
-def dockerd():
-    reason = docker.available()
-    if reason:
-        pytest.skip(f"no Docker daemon can start here: {reason}")
-    root = Path(f"/tmp/sglops-dockerd-{uuid.uuid4().hex[:8]}")  # short: unix socket paths have a length limit
-    try:
-        daemon = docker.Dockerd(root).start()
-    except Exception as exc:  # noqa: BLE001 (skipping needs the one reason, whatever it is)
-        pytest.skip(f"no Docker daemon can start here: {exc}")
-    yield daemon
-    daemon.stop()
-    subprocess.run(["rm", "-rf", str(root)], check=False)
-
-
-@pytest.fixture(scope="module")
 def world(tmp_path_factory, dockerd):
     """A sandbox host (real sshd) whose `docker` talks to our daemon, the serving image, the profiles, the env."""
-    reason = sglang_cpu.not_ready()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"real-server tier: {reason}")
-        pytest.skip(f"real-server tier: {reason}")
+    require_real_server_env()
     base = tmp_path_factory.mktemp("ctr-server")
     profiles = base / "profiles"
     profiles.mkdir()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import require_real_server_env
 
 from sglops.core.errors import ConfigError
 from sglops.core.hosts import load_inventory
@@ -33,11 +34,7 @@ pytestmark = pytest.mark.real_server
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     """(sandbox, remote): one sshd host whose SGLang is the real pip-installed 0.5.23, sglops pointed at it."""
-    reason = sglang_cpu.not_ready()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"real-server tier: {reason}")
-        pytest.skip(f"real-server tier: {reason}")
+    require_real_server_env()
     base = tmp_path_factory.mktemp("real")
     profiles = base / "profiles"
     profiles.mkdir()
