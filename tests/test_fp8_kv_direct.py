@@ -1,9 +1,9 @@
 """fp8-kv-direct calls FlashInfer's FP8 MLA on its terms, and requires exactly the probe facts that
 say a FlashInfer release offers those terms.
 
-FlashInfer 0.7.2 (and 0.7.4, bench/results/flashinfer_fp8_mla_probe_facts.json) takes FP8 KV in
+FlashInfer 0.7.2 (and 0.7.4, benchmarks/results/flashinfer_fp8_mla_probe_facts.json) takes FP8 KV in
 MLA only with scale_mode="kv-per-tensor" in plan() and ckv_scale/kpe_scale in run(), on SM90 only;
-0.6.12 has no FP8 MLA. The patched calls ran on an H200 (bench/gpu_flashinfer_mla.py).
+0.6.12 has no FP8 MLA. The patched calls ran on an H200 (benchmarks/gpu_flashinfer_mla.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sglops.patch import diff as patch_diff  # noqa: E402
 from sglops.patch.spec import load  # noqa: E402
 from sglops.sandbox import trees  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from probe_flashinfer_releases import probe_package  # noqa: E402
 
 PATCH = load("fp8-kv-direct")

@@ -26,7 +26,7 @@ from sglops.patch import apply as patches
 from sglops.sandbox.netproxy import NetProfile, NetProxy
 from tests.conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_remote_loop import big_answer_argv  # noqa: E402
 
 MB = 1 << 20

@@ -12,7 +12,7 @@ THIS = Path(__file__).resolve()  # holds the patterns themselves
 
 
 def test_no_test_or_module_reads_beside_the_repo():
-    files = [p for folder in ("tests", "sglops", "bench", "scripts") for p in sorted((REPO / folder).rglob("*"))
+    files = [p for folder in ("tests", "sglops", "benchmarks", "scripts") for p in sorted((REPO / folder).rglob("*"))
              if p.suffix in (".py", ".sh") and p.is_file() and p.resolve() != THIS]
     found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}"
              for p in files for n, line in enumerate(p.read_text().splitlines(), 1) if OUTSIDE.search(line)]

@@ -274,7 +274,7 @@ def test_fast_and_streaming_paths_agree(monkeypatch, real):
     assert fast.by_op == slow.by_op and fast.steps == slow.steps
 
 
-GRAPH = REPO / "tests" / "data" / "traces" / "h200_graph_fullcast.trace.json.gz"  # bench/gpu_graph_trace.py, H200
+GRAPH = REPO / "tests" / "data" / "traces" / "h200_graph_fullcast.trace.json.gz"  # benchmarks/gpu_graph_trace.py, H200
 
 
 def test_cuda_graph_replay_trace_matches_torch_and_is_still_diagnosed():

@@ -24,7 +24,7 @@ import triton.language as tl
 CONFIG = {"rows": 8, "warps": 4, "small": 8192, "small_rows": 2,
           "nan_bits": {"bfloat16": 0, "float16": 0, "float32": 0x7FF00000}}
 # cast_live_rows: rows per block, warps, and programs per SM of its persistent grid, picked on an
-# H200 by bench/gpu_flashinfer_mla.py --sweep (BENCH.md): 16 programs of 4 warps per SM fill the
+# H200 by benchmarks/gpu_flashinfer_mla.py --sweep (BENCH.md): 16 programs of 4 warps per SM fill the
 # SM (64 warps) and beat 8 per SM by 15-17% from 32K live rows up.
 LIVE_CONFIG = {"rows": 4, "warps": 4, "programs_per_sm": 16}
 

@@ -6,7 +6,7 @@ needs from a streaming chunk (bench_client._native_meta) and decodes the final c
 with json.loads of the same chunk, per chunk and per request, in one run. Chunks are built in SGLang 0.5.23's
 layout (the key order its tokenizer manager writes, as the real CPU server sent them).
 
-    python3 bench/bench_chunk_parse.py
+    python3 benchmarks/bench_chunk_parse.py
 """
 
 from __future__ import annotations

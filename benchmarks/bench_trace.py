@@ -1,12 +1,12 @@
 """Trace analysis speed against Holistic Trace Analysis, as a library call and as a command; peak memory on 1 GB.
 
-    python3 bench/bench_trace.py command --hta-python PY [--trace T ...] [--repeats 7]
-    python3 bench/bench_trace.py cpu [--repeats 9]      # the real SGLang CPU trace, analysis only, in-process
-    python3 bench/bench_trace.py speed  [--repeats 5]   # needs `pip install .[bench]` (HTA) in this python
-    python3 bench/bench_trace.py memory [--size-gb 1.0] [--gzip]  # makes /tmp/sglops-bench-<size>g.trace.json
+    python3 benchmarks/bench_trace.py command --hta-python PY [--trace T ...] [--repeats 7]
+    python3 benchmarks/bench_trace.py cpu [--repeats 9]      # the real SGLang CPU trace, analysis only, in-process
+    python3 benchmarks/bench_trace.py speed  [--repeats 5]   # needs `pip install .[bench]` (HTA) in this python
+    python3 benchmarks/bench_trace.py memory [--size-gb 1.0] [--gzip]  # makes /tmp/sglops-bench-<size>g.trace.json
 
 command: what a user waits for. `python -m invoke analyze-trace TRACE --json --out DIR` against
-`PY bench/hta_breakdown.py TRACE --json` (a plain HTA script: kernel breakdown, idle time, CPU ops and
+`PY benchmarks/hta_breakdown.py TRACE --json` (a plain HTA script: kernel breakdown, idle time, CPU ops and
 ranges), each a whole process, started in turn (A B A B ...) after one warm-up each; wall clock and the
 child's own CPU time (user + sys, from wait4); medians, and the median of the pairwise ratios. Default
 traces: the real SGLang CPU trace and the largest real H200 trace in tests/data/traces. PY is a python with
@@ -69,7 +69,7 @@ def command(hta_python: str, traces: list[str], repeats: int) -> dict:
     try:
         for trace in traces:
             ours = [sys.executable, "-m", "invoke", "analyze-trace", str(trace), "--json", "--out", out_dir]
-            hta = [hta_python, str(REPO / "bench" / "hta_breakdown.py"), str(trace), "--json"]
+            hta = [hta_python, str(REPO / "benchmarks" / "hta_breakdown.py"), str(trace), "--json"]
             for argv in (ours, hta):  # warm-up: page cache, .pyc files
                 _, _, code = _timed(argv, env)
                 if code:

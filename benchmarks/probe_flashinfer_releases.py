@@ -1,7 +1,7 @@
 """Which FlashInfer releases have native FP8-KV MLA, and on what terms: the probe set's FlashInfer
 probes (playbooks/probes.yaml, root: flashinfer) run on release wheels, no GPU and no host.
 
-    python3 bench/probe_flashinfer_releases.py WHEEL_OR_PACKAGE_DIR... [--out FILE.json]
+    python3 benchmarks/probe_flashinfer_releases.py WHEEL_OR_PACKAGE_DIR... [--out FILE.json]
 
 Each argument is a flashinfer_python-*.whl or an unpacked `flashinfer` package folder. Files and
 regexes are the probe set's, matched per line as the host scanner does (Python engine).

@@ -5,7 +5,7 @@ A sandbox sshd host with the real server environment (read-only here: the same p
 restart and bench seconds, what is left for ab's own steps (ledger checks, restore), and the paired interval of
 the B/A ratio next to the unpaired one over the same rounds (how much of the spread is drift both sides share).
 
-    python3 bench/bench_ab.py --rounds 3 --requests 2 --input-len 16 --output-len 16
+    python3 benchmarks/bench_ab.py --rounds 3 --requests 2 --input-len 16 --output-len 16
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ sshd host on loopback; then times, in one process and interleaved, N steps of ea
 connection: a shell step (`true`) and a Python step (the stdlib bootstrap with a tiny script, as every sglops
 host step is). Prints min / median / max per kind and the median ratios.
 
-    python bench/bench_container.py [--n 40]
+    python benchmarks/bench_container.py [--n 40]
 """
 
 from __future__ import annotations

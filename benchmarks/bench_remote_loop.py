@@ -7,7 +7,7 @@ sglops had before (it stopped at the exit status); it is not an option of sglops
 Optionally applies and reverts a patch --apply-revert times through the same network and checks
 that the tree is whole-old or whole-new after each step.
 
-Run: python3 bench/bench_remote_loop.py --calls 1000 --reader both [--size 1048576] [--apply-revert 5]
+Run: python3 benchmarks/bench_remote_loop.py --calls 1000 --reader both [--size 1048576] [--apply-revert 5]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ as ../shared/tools/make_decode_trace.py's "fullcast" variant (the whole FP8 pool
 captured once, replayed STEPS times under torch.profiler; writes the gzipped Chrome trace and torch's
 own key_averages top-25 by device time beside it.
 
-    LAYERS=16 STEPS=3 python bench/gpu_graph_trace.py OUT_DIR
+    LAYERS=16 STEPS=3 python benchmarks/gpu_graph_trace.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main() -> None:
         dt = getattr(e, "device_time_total", None)
         rows.append({"key": e.key, "count": e.count, "device_time_total_us": dt if dt is not None else e.cuda_time_total})
     rows.sort(key=lambda r: -r["device_time_total_us"])
-    doc = {"made_with": f"bench/gpu_graph_trace.py, torch.profiler on one {torch.cuda.get_device_name()}, "
+    doc = {"made_with": f"benchmarks/gpu_graph_trace.py, torch.profiler on one {torch.cuda.get_device_name()}, "
                         f"torch {torch.__version__}; decode step captured in a CUDA graph, replays profiled",
            "variant": "fullcast under a CUDA graph", "layers": layers, "pool_tokens": pool_rows, "active_tokens": ctx,
            "profiled_steps": steps, "ms_per_step_cuda_events": round(ms, 3),

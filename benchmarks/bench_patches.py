@@ -4,7 +4,7 @@ Runs the helper exactly as the patch adds it (its lines are taken from the varia
 CUDA device: `pool.to(bf16)` over the whole FP8 pool vs `_sglops_gather_cast` of the active rows,
 for several pool sizes and batch shapes; checks the kernel-visible rows are bit-identical.
 
-    python bench/bench_patches.py [--variant sglang-0.5.23] [--json out.json]
+    python benchmarks/bench_patches.py [--variant sglang-0.5.23] [--json out.json]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ per file), sampled and extrapolated.
 
 Real sshd sandbox host on loopback. Cold = a fresh SSH connection per measurement, as a task and as
 `ssh host true` do; warm = one open connection (one extra exec). Interleaved, medians.
-Run: python3 bench/bench_probe.py [--repeats 7] [--sample 40] [--out results.json]
+Run: python3 benchmarks/bench_probe.py [--repeats 7] [--sample 40] [--out results.json]
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ shared with other work), each run is also set against the server's own decode ra
   `--tokenize-prompt` with `--backend sglang-oai`: its prompt is the ids decoded to text, re-tokenized by the
   server, so its input length is near, not exactly, --input-len (sglops sends the ids).
 
-    python3 bench/bench_vs_bench_serving.py --rounds 3 --requests 7 --input-len 32 --output-len 32
+    python3 benchmarks/bench_vs_bench_serving.py --rounds 3 --requests 7 --input-len 32 --output-len 32
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: `inv facts` on 4 sandbox hosts in parallel vs on one host (target: <= 1.5x).
 
 Real sshd hosts on loopback; each measurement opens fresh connections, as a task does.
-Run: python3 bench/bench_facts.py [--repeats 5]
+Run: python3 benchmarks/bench_facts.py [--repeats 5]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ sandbox-sglang-cpu. Each round: restart (stop the previous server + start + /hea
 then the figures: restart-to-healthy (the host-side wait for /health), the whole restart as the operator waits
 for it, and the stop of the whole process tree. The machine's load average is printed with each round: on a
 2-core machine shared with other work, start-up time follows the load more than anything sglops does.
-Run: python3 bench/bench_real_server.py [--rounds 3]
+Run: python3 benchmarks/bench_real_server.py [--rounds 3]
 """
 
 from __future__ import annotations

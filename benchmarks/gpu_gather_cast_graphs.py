@@ -1,12 +1,12 @@
 """GPU check of the gather-cast patch under real CUDA graphs (run on a GPU host, not in CI).
 
 SUPERSEDED: this drives the compact-layout helpers (`_sglops_compact_kv`, `_sglops_graph_kv`,
-`_sglops_gather_cast`) of commit f717254, which produced bench/results/h200_gather_cast_graphs.json;
-the patch now casts live rows in place (bench/gpu_flashinfer_mla.py checks and times it inside
+`_sglops_gather_cast`) of commit f717254, which produced benchmarks/results/h200_gather_cast_graphs.json;
+the patch now casts live rows in place (benchmarks/gpu_flashinfer_mla.py checks and times it inside
 FlashInfer). To reproduce the old figures, run this file from that commit.
 
 The helpers the patch adds are taken from the patched release file (`--helpers FILE`, written by
-`python3 bench/gpu_gather_cast_graphs.py --extract sglang-0.5.23 OUT.py` on the laptop, which
+`python3 benchmarks/gpu_gather_cast_graphs.py --extract sglang-0.5.23 OUT.py` on the laptop, which
 applies the diff to the real PyPI release). On the GPU the script drives them as SGLang's decode
 graphs do: capture the per-layer gather-cast once per batch size on a fixed layout, then replay with
 new batches written IN PLACE into the graph's kv_indices buffer (stale tails included). For every
@@ -14,7 +14,7 @@ replay the rows the MLA kernel would read equal the whole-pool cast's rows bit f
 fused kernel (`sglops_kernels`) and with the torch fallback. It also times graph replays of
 gather-cast against a graph of the whole-pool cast `pool.to(bfloat16)` for a 495,000-token pool.
 
-    PYTHONPATH=kernels/gather_cast python bench/gpu_gather_cast_graphs.py --helpers H.py --out OUT
+    PYTHONPATH=kernels/gather_cast python benchmarks/gpu_gather_cast_graphs.py --helpers H.py --out OUT
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def extract(variant: str, dest: str) -> None:
 
     if "_sglops_graph_kv" not in HELPERS:
         raise SystemExit("error: the patch no longer has the compact-layout helpers; run this script from "
-                         "commit f717254 (or use bench/gpu_flashinfer_mla.py)")
+                         "commit f717254 (or use benchmarks/gpu_flashinfer_mla.py)")
     tree = ast.parse(patched_text(variant))
     keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in HELPERS)
             or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))]

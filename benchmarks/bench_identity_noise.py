@@ -10,7 +10,7 @@ Same prompts (same seed, runs=1, one level: the bench client draws identical pro
   float32    C=1, a server launched with --dtype float32: not noise but a real numeric change, for scale
 Each against base: prompts with identical token ids, max |logprob difference| over the tokens both chose.
 
-    python3 bench/bench_identity_noise.py --requests 8 --output-len 64
+    python3 benchmarks/bench_identity_noise.py --requests 8 --output-len 64
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the old way runs the --before sources with the old bootstrap, kept here only to 
 sglops). Both must give the same answer. Steps: `server_inspect` on a missing tree (transport, start-up and import
 of the script, then a UserError: the floor of every step) and `facts` (a whole real step).
 
-Run: python3 bench/bench_bundle.py [--before REV] [--calls 15] [--network both|hostile|none]
+Run: python3 benchmarks/bench_bundle.py [--before REV] [--calls 15] [--network both|hostile|none]
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Bench client CPU per token with and without recording outputs (issue 14), before/after trees alternated.
 
-Each round runs bench/bench_client_cpu.py (user+sys CPU of the on-host client while measuring / tokens) three
+Each round runs benchmarks/bench_client_cpu.py (user+sys CPU of the on-host client while measuring / tokens) three
 ways against one running server: the tree before outputs were kept, this tree (ids + logprobs kept), and this
 tree with --no-logprobs (ids only). Rounds alternate the three so a drifting host hits each alike; the ratio
 of medians is printed in the same run.
 
     python3 -m sglops.sandbox.sglang_cpu   # once: the real server's venv and model
-    python3 bench/bench_outputs_cpu.py --port PORT --before-rev c27c357 --rounds 5 --output-len 256
+    python3 benchmarks/bench_outputs_cpu.py --port PORT --before-rev c27c357 --rounds 5 --output-len 256
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ real bench path, `sglops.bench.run.run_bench` -> remote.run_py("bench_client") -
 against it on 127.0.0.1. It reports the error against the true rate and the client's own CPU time
 per token (thread CPU of the request loop; process CPU is within a few percent).
 
-    python bench/bench_accuracy.py              # through a sandbox host (real sshd on loopback)
-    python bench/bench_accuracy.py --local      # same script through LocalRemote (no sshd needed)
+    python benchmarks/bench_accuracy.py              # through a sandbox host (real sshd on loopback)
+    python benchmarks/bench_accuracy.py --local      # same script through LocalRemote (no sshd needed)
 
 Each request decodes for about --seconds so that a late first token (the stand-in's own scheduling
 jitter, which the TTFT-based definition cannot tell from decode) stays well under 1%. Native

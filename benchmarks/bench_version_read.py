@@ -5,7 +5,7 @@ Reading the release from real installs (version file, dist-info METADATA, `git d
 the facts round trip slower. Each sample is one host python process running the facts script's main()
 N times (stdlib python, as on a host); A and B alternate (A B, B A, ...) so drift and order hit both alike.
 
-Run: git worktree add /tmp/before <commit>; python3 bench/bench_version_read.py --vs /tmp/before
+Run: git worktree add /tmp/before <commit>; python3 benchmarks/bench_version_read.py --vs /tmp/before
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A plain Holistic Trace Analysis script: the yardstick `bench_trace.py command` times `inv analyze-trace` against.
 
-    python bench/hta_breakdown.py TRACE [--json]
+    python benchmarks/hta_breakdown.py TRACE [--json]
 
 What a user writes with HTA to get what `inv analyze-trace` gives: load one trace; the GPU kernel breakdown and the
 GPU idle time (temporal breakdown) where there are kernels; time and calls per CPU op and per record_function range

@@ -4,8 +4,8 @@ Runs the host script of whichever sglops is first on PYTHONPATH against a runnin
 measures a before and an after tree (issue 12: figure for the closing note):
 
     git archive 639e11e | tar -x -C /tmp/sglops-before          # the tree before issue 12's bench work
-    PYTHONPATH=/tmp/sglops-before python3 bench/bench_client_cpu.py --port PORT
-    PYTHONPATH=$PWD python3 bench/bench_client_cpu.py --port PORT
+    PYTHONPATH=/tmp/sglops-before python3 benchmarks/bench_client_cpu.py --port PORT
+    PYTHONPATH=$PWD python3 benchmarks/bench_client_cpu.py --port PORT
 
 The before tree drew prompt ids from 1000-30000, which kills a server with a smaller vocabulary: both trees
 get ids in [3, 1000) here (the old `token_range` argument; the new client reads the vocabulary itself).
