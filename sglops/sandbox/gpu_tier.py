@@ -1,0 +1,211 @@
+"""The GPU tier: stock SGLang 0.5.17 served on a GPU machine with no network, under sglops' control.
+
+Two halves, one module:
+- on this (CPU) machine, `build`: the pinned wheels SGLang imports and the GPU image lacks, installed for
+  CPython 3.12 / manylinux x86-64 into one folder, trimmed to what an sm90 server loads and packed as
+  `site.tar.xz`; sglops' own dependencies the image lacks as `tools.tar.xz`; a tiny DeepSeek-V2-style MLA
+  model (config + tokenizer; weights come from `--load-format dummy`). Wheels are cached per machine.
+- on the GPU machine, `up`: unpack both archives, write an inventory whose `local` host runs the image's
+  python with that site first on PYTHONPATH, and print the environment to export. sglops then drives the
+  server exactly as on any host (`inv ... --host local`).
+
+Why 0.5.17 and these pins: the GPU image has torch 2.11.0+cu130; sglang 0.5.11-0.5.17 pin torch 2.11.0 and
+0.5.18+ pin 2.13+, too big to carry. The image's transformers 5.17.0 breaks sglang 0.5.17 at import, so
+sglang's own pins (transformers 5.12.1, tokenizers 0.22.2) go first on the path. The set is what an import
+probe found the server needs (../shared/notes/sglang-on-the-gpu.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from sglops.sandbox.trees import cache_dir
+
+SGLANG_VERSION = "0.5.17"
+# Everything sglang 0.5.17's server imports on an sm90 host that the GPU image does not have, pinned.
+SERVER_PINS = (
+    f"sglang=={SGLANG_VERSION}", "sglang-kernel==0.4.5", "flashinfer-python==0.6.15.post1", "apache-tvm-ffi==0.1.11",
+    "orjson==3.13.0", "pybase64==1.5.1", "starlette==1.10.0", "ipython==9.18.1", "traitlets==5.16.1",
+    "pydantic==2.14.4", "pydantic_core==2.50.5", "typing-inspection==0.4.5", "msgspec==0.23.0", "pyzmq==27.3.0",
+    "dill==0.4.1", "openai==2.6.1", "annotated-types==0.8.0", "sniffio==1.3.1", "distro==1.9.0",
+    "partial-json-parser==0.2.1.1.post7", "xgrammar==0.2.1", "uvicorn==0.55.0", "fastapi==0.165.0",
+    "opentelemetry-api==1.45.2", "compressed-tensors==0.20.1", "loguru==0.7.3", "gguf==0.19.0",
+    "setproctitle==1.3.8", "jsonschema==4.26.0", "referencing==0.37.0", "rpds-py==2026.9.1",
+    "jsonschema-specifications==2025.9.1", "soundfile==0.13.1", "cffi==2.1.1", "python-multipart==0.0.34",
+    # sglang's own pins, ahead of the image's transformers 5.17.0 (which breaks sglang 0.5.17 at import)
+    "transformers==5.12.1", "tokenizers==0.22.2",
+)
+# sglops' own dependencies the GPU image lacks (it has PyYAML, Jinja2, rich, matplotlib, cffi via the site).
+TOOL_PINS = ("fabric==3.2.3", "invoke==2.2.1", "paramiko==5.1.0", "decorator==5.2.1", "deprecated==1.3.1",
+             "bcrypt==5.0.0", "cryptography==48.0.0", "pynacl==1.6.2", "ijson==3.6.0")
+PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
+             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
+# What an sm90 server never loads: FA3 (1.07 GB unpacked; only the fa3 backend), sm100 ops, infllm, xgrammar's
+# static library, console scripts. flashmla_ops (~3 MiB) stays: the flashmla backend needs it.
+TRIM = ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100", "xgrammar/lib", "bin")
+TRIM_GLOBS = ("sgl_kernel/infllm_ops*.so",)
+STRIP_DEBUG = ("xgrammar/libxgrammar_bindings.so",)  # 50 MB of DWARF, no code
+CARRY_LIMIT = 64 * 2**20
+
+
+def tier_dir() -> Path:
+    """Where the build lands: `.gpu/` in the repo (ignored by git), the folder a device call carries."""
+    return Path(__file__).resolve().parents[2] / ".gpu"
+
+
+def wheel_cache() -> Path:
+    path = cache_dir() / "gpu-tier-wheels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _pip(*args: str) -> None:
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    cmd = [sys.executable, "-m", "pip", *args[:1], "-q", "--disable-pip-version-check", "--no-deps",
+           "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *plat, *args[1:]]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"gpu-tier: pip {args[0]} failed: {last}")
+
+
+def _wheels_for(pins: tuple[str, ...]) -> list[Path]:
+    """The pinned wheels, downloaded once per machine (pip skips what the cache already holds)."""
+    cache = wheel_cache()
+    _pip("download", "-d", str(cache), *pins)
+    found = []
+    for pin in pins:
+        name, version = pin.split("==")
+        stem = name.replace("-", "_").lower()
+        hits = [w for w in cache.glob("*.whl") if w.name.lower().startswith(f"{stem}-{version}-")]
+        if not hits:
+            raise SystemExit(f"gpu-tier: {pin} is not in {cache} after download")
+        found.append(hits[0])
+    return found
+
+
+def _trim(site: Path) -> None:
+    for rel in TRIM:
+        target = site / rel
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    for pattern in TRIM_GLOBS:
+        for target in site.glob(pattern):
+            target.unlink()
+    for cache in site.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+    for rel in STRIP_DEBUG:
+        if (site / rel).exists():
+            subprocess.run(["strip", "--strip-debug", str(site / rel)], check=True)
+
+
+def _pack(folder: Path, archive: Path) -> None:
+    """tar.xz with xz's own threads (python's lzma is one thread and ~4x slower here)."""
+    tar = subprocess.Popen(["tar", "-C", str(folder), "-cf", "-", "."], stdout=subprocess.PIPE)
+    with archive.open("wb") as out:
+        subprocess.run(["xz", "-T0", "-6"], stdin=tar.stdout, stdout=out, check=True)
+    if tar.wait() != 0:
+        raise SystemExit(f"gpu-tier: tar of {folder} failed")
+
+
+def build_site(pins: tuple[str, ...], archive: Path, *, trim: bool) -> int:
+    stage = archive.parent / (archive.name.split(".")[0] + "-stage")
+    shutil.rmtree(stage, ignore_errors=True)
+    _pip("install", "--no-index", "--no-compile", "--target", str(stage), *map(str, _wheels_for(pins)))
+    if trim:
+        _trim(stage)
+    _pack(stage, archive)
+    shutil.rmtree(stage)
+    return archive.stat().st_size
+
+
+def build_model(dest: Path) -> None:
+    """The tiny MLA model's config and tokenizer, made in the SGLang CPU venv (it has transformers/tokenizers)."""
+    from sglops.sandbox import sglang_cpu
+
+    python = sglang_cpu.venv_python()
+    if not python.exists():
+        raise SystemExit("gpu-tier: the SGLang CPU venv is missing: run `python -m sglops.sandbox.sglang_cpu` first")
+    maker = Path(__file__).with_name("make_tiny_mla.py")
+    subprocess.run([str(python), str(maker), str(dest)], check=True)
+
+
+def build(dest: Path | None = None) -> dict:
+    dest = dest or tier_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    sizes = {"site.tar.xz": build_site(SERVER_PINS, dest / "site.tar.xz", trim=True),
+             "tools.tar.xz": build_site(TOOL_PINS, dest / "tools.tar.xz", trim=False)}
+    build_model(dest / "tiny-mla")
+    total = sum(sizes.values()) + sum(p.stat().st_size for p in (dest / "tiny-mla").iterdir())
+    info = {"sglang": SGLANG_VERSION, "bytes": sizes, "total_bytes": total, "seconds": round(time.monotonic() - t0, 1)}
+    (dest / "tier.json").write_text(json.dumps(info, indent=1) + "\n")
+    if total > CARRY_LIMIT - 8 * 2**20:
+        print(f"gpu-tier: warning: {total / 2**20:.1f} MiB leaves < 8 MiB of a device call for the repo", file=sys.stderr)
+    return info
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def up(src: Path, root: Path) -> dict:
+    """On the GPU machine: unpack, write the inventory, return the environment sglops and the server run with."""
+    site, tools = root / "site", root / "tools"
+    if not (site / "sglang").is_dir():
+        _unpack(src / "site.tar.xz", site)
+    if not (tools / "fabric").is_dir():
+        _unpack(src / "tools.tar.xz", tools)
+    model = root / "tiny-mla"
+    if not model.is_dir():
+        shutil.copytree(src / "tiny-mla", model)
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(site), str(tools), str(repo)]),
+        # never NVLink multicast on a shared host (the device README); offline; JIT cache kept per machine
+        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "FLASHINFER_WORKSPACE_BASE": str(root / "flashinfer-jit"), "CUDA_HOME": "/usr/local/cuda",
+        "SGLOPS_INVENTORY": str(root / "hosts.yaml"),
+    }
+    inventory = {"default": "local", "hosts": [{
+        "name": "local", "address": "local", "python": sys.executable,
+        "tags": ["gpu-tier"], "vars": {"model_dir": str(model), "pythonpath": env["PYTHONPATH"],
+                                     "jit_dir": env["FLASHINFER_WORKSPACE_BASE"], "trace_dir": str(root / "traces")},
+    }]}
+    (root / "hosts.yaml").write_text(json.dumps(inventory, indent=1) + "\n")  # JSON is YAML
+    (root / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sglops.sandbox.gpu_tier", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="on the CPU machine: the carry set in .gpu/ (cached wheels)")
+    b.add_argument("--dest", type=Path)
+    u = sub.add_parser("up", help="on the GPU machine: unpack and write ROOT/env.sh and ROOT/hosts.yaml")
+    u.add_argument("--src", type=Path, default=tier_dir())
+    u.add_argument("--root", type=Path, default=Path("/tmp/gpu-tier"))
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        print(json.dumps(build(args.dest)))
+    else:
+        up(args.src, args.root)
+        print(args.root / "env.sh")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
