@@ -20,12 +20,12 @@ from pathlib import Path
 
 PROFILE = "h200-tiny-mla-fp8"
 BENCH = ["--runs", "3", "--input-len", "128", "--output-len", "256", "--concurrency", "1,4,8"]
-CANDIDATES = [
-    {"name": "flashinfer + fp8-kv-direct", "profile": PROFILE, "patch": "fp8-kv-direct", "pool": "1M"},
+CANDIDATES = [  # most telling first: a device lease may end before the last
     {"name": "triton", "profile": f"{PROFILE}-triton", "pool": "1M"},
-    {"name": "flashmla", "profile": f"{PROFILE}-flashmla", "pool": "1M"},
+    {"name": "flashinfer + fp8-kv-direct", "profile": PROFILE, "patch": "fp8-kv-direct", "pool": "1M"},
     {"name": "flashinfer", "profile": f"{PROFILE}-pool256k", "pool": "256K"},
     {"name": "flashinfer + gather-cast", "profile": f"{PROFILE}-pool256k", "patch": "gather-cast", "pool": "256K"},
+    {"name": "flashmla", "profile": f"{PROFILE}-flashmla", "pool": "1M"},
 ]
 
 
@@ -96,14 +96,17 @@ def main_run(root: Path) -> int:
     artifacts = root / "artifacts"
     base = play_runs(artifacts)
     print(f"the play's bench runs: {base}", flush=True)
-    results = [run_candidate(c) for c in CANDIDATES]
+    doc: dict = {"play_runs": base, "candidates": []}
+    out = root / "backends.json"
+    for c in CANDIDATES:  # saved after each candidate: what ran survives a lease that ends early
+        doc["candidates"].append(run_candidate(c))
+        out.write_text(json.dumps(doc, indent=1))
     runs = [r for r in (base.get("baseline-bench"), base.get("patched-bench")) if r]
-    runs += [r["run_id"] for r in results if r.get("run_id")]
-    doc = {"play_runs": base, "candidates": results}
+    runs += [r["run_id"] for r in doc["candidates"] if r.get("run_id")]
     if len(runs) > 1:
         doc["compare"] = inv("compare", *runs, "--json")
+    out.write_text(json.dumps(doc, indent=1))
     inv("restart", PROFILE, "--host", "local", "--json")  # leave the host on the profile it was found with
-    (root / "backends.json").write_text(json.dumps(doc, indent=1))
     return 0
 
 

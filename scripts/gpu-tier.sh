@@ -6,12 +6,13 @@
 #                                         # tools.tar.xz (sglops' own deps), tiny-mla/ (config + tokenizer)
 # On the GPU machine, from the repo root (a device call carrying .gpu/):
 #   scripts/gpu-tier.sh up                # unpack into /tmp/gpu-tier, write its inventory and env.sh
-#   scripts/gpu-tier.sh loop              # the seeds' investigation as one play (gpu-fp8-kv), in the background
-#   scripts/gpu-tier.sh wait [SECONDS]    # follow the play until it ends (or SECONDS pass); rc = the play's
-#   scripts/gpu-tier.sh backends          # backends side by side on the same build (bench + identity each)
-#   scripts/gpu-tier.sh collect DIR       # run records, analyses, logs -> DIR/gpu-e2e.tar.gz (traces left out)
-# The play runs detached (setsid) so that it outlives one device command: follow it with `wait` from the next
-# call while the machine is still warm.
+#   scripts/gpu-tier.sh start [backends]  # in the background: the seeds' investigation as one play (gpu-fp8-kv),
+#                                         # then (with `backends`) the MLA backends side by side on the same build
+#   scripts/gpu-tier.sh wait [SECONDS]    # follow the job until it ends (or SECONDS pass: rc 75, call again)
+#   scripts/gpu-tier.sh collect DIR       # run records, analyses, server logs -> DIR/gpu-e2e.tar.gz, small traces
+#                                         # -> DIR/traces.tar.gz, FlashInfer's JIT-built modules -> DIR/jit.tar.gz
+# The job runs detached (setsid) so that it outlives one device command (10 minutes at most): follow it with
+# `wait` from the next call while the machine is still warm (it goes back 30 s after a call ends).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${GPU_TIER_ROOT:-/tmp/gpu-tier}
@@ -34,31 +35,39 @@ case "${1:-}" in
     t0=$SECONDS; env_up; echo "gpu-tier: up in $((SECONDS - t0)) s ($ROOT)"
     python3 -c 'import torch, sglang, flashinfer; print("torch", torch.__version__, "| sglang", sglang.__version__,
 "| flashinfer", flashinfer.__version__, "|", torch.cuda.get_device_name(0))' ;;
-  loop)
+  start)
     env_up
+    rm -f "$ROOT/logs/job.rc"
     inv facts --host local > "$ROOT/logs/facts.txt" 2>&1
     inv render "$PROFILE" --host local > "$ROOT/logs/launch.sh" 2>&1
-    setsid bash -c "python3 -m invoke play gpu-fp8-kv --host local > '$ROOT/logs/play.txt' 2>&1; echo \$? > '$ROOT/logs/play.rc'" \
-      </dev/null >/dev/null 2>&1 &
-    echo "gpu-tier: play gpu-fp8-kv started (log $ROOT/logs/play.txt)" ;;
+    job="python3 -m invoke play gpu-fp8-kv --host local > '$ROOT/logs/play.txt' 2>&1; rc=\$?"
+    [ "${2:-}" = backends ] && job="$job; python3 benchmarks/gpu_tier_backends.py --root '$ROOT' > '$ROOT/logs/backends.txt' 2>&1 || rc=\$((rc ? rc : 1))"
+    setsid bash -c "$job; echo \$rc > '$ROOT/logs/job.rc'" </dev/null >/dev/null 2>&1 &
+    echo "gpu-tier: started (logs in $ROOT/logs)" ;;
   wait)
     limit=${2:-560}; t0=$SECONDS; seen=0
     while :; do
-      n=$(grep -cE '^\[[0-9]+/[0-9]+\]' "$ROOT/logs/play.txt" 2>/dev/null); n=${n:-0}
-      if [ "$n" -gt "$seen" ]; then grep -E '^\[[0-9]+/[0-9]+\]' "$ROOT/logs/play.txt" | tail -n $((n - seen)); seen=$n; fi
-      [ -f "$ROOT/logs/play.rc" ] && break
+      n=$(cat "$ROOT"/logs/play.txt "$ROOT"/logs/backends.txt 2>/dev/null | grep -cE '^(\[[0-9]+/[0-9]+\]|  inv )')
+      if [ "${n:-0}" -gt "$seen" ]; then
+        cat "$ROOT"/logs/play.txt "$ROOT"/logs/backends.txt 2>/dev/null | grep -E '^(\[[0-9]+/[0-9]+\]|  inv )' | tail -n $((n - seen)); seen=$n
+      fi
+      [ -f "$ROOT/logs/job.rc" ] && break
       if [ $((SECONDS - t0)) -ge "$limit" ]; then echo "gpu-tier: play still running after ${limit}s"; exit 75; fi
       sleep 5
     done
-    tail -40 "$ROOT/logs/play.txt"; exit "$(cat "$ROOT/logs/play.rc")" ;;
+    tail -25 "$ROOT/logs/play.txt"; tail -30 "$ROOT/logs/backends.txt" 2>/dev/null; exit "$(cat "$ROOT/logs/job.rc")" ;;
   backends)
     env_up
     python3 benchmarks/gpu_tier_backends.py --root "$ROOT" ;;
   collect)
     out=${2:?collect DIR}; mkdir -p "$out"
-    tar -C "$ROOT" --exclude='*.trace.json.gz' --exclude='*.pt.trace.json*' -czf "$out/gpu-e2e.tar.gz" artifacts logs 2>/dev/null
+    rm -rf "$ROOT/host-state"; cp -r "$HOME/.local/state/sglops" "$ROOT/host-state" 2>/dev/null  # server logs, ledgers
+    tar -C "$ROOT" --exclude='*.trace.json.gz' --exclude='*.pt.trace.json*' -czf "$out/gpu-e2e.tar.gz" \
+      artifacts logs host-state backends.json 2>/dev/null
     # the traces themselves, while small enough to keep (each analysed in the record above)
     find "$ROOT/artifacts" -name '*.trace.json.gz' -size -6M | head -40 | tar -czf "$out/traces.tar.gz" -T - 2>/dev/null
+    find "$ROOT/flashinfer-jit" -name '*.so' 2>/dev/null | tar -czf "$out/jit.tar.gz" -T - 2>/dev/null
+    [ "$(stat -c %s "$out/jit.tar.gz" 2>/dev/null || echo 0)" -lt 16000000 ] || rm -f "$out/jit.tar.gz"
     ls -la "$out" ;;
   *)
     sed -n 2,14p "$0"; exit 2 ;;

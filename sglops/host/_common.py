@@ -376,6 +376,28 @@ def dist_version(name, import_name=None, paths=None):
     return {"version": version, "version_source": source, "location": location}
 
 
+def torch_info(paths=None):
+    """torch's version WITH its local tag (2.11.0+cu130) and the CUDA it was built for, read from the package's
+    own version.py without importing torch: some installers name the dist-info without the tag (2.11.0)."""
+    info = dist_version("torch", paths=paths)
+    if not info:
+        return None
+    try:
+        with open(os.path.join(info["location"] or "", "version.py"), encoding="utf-8") as fh:
+            text = fh.read(4096)
+    except OSError:
+        text = ""
+    full = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::\s*[\w.\[\]]+\s*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    if full and (not info["version"] or full.group(1).startswith(info["version"])):
+        info["version"], info["version_source"] = full.group(1), "torch/version.py"
+    if cuda:
+        info["cuda"] = cuda.group(1)
+    elif "+cu" in (info["version"] or ""):
+        info["cuda"] = info["version"].split("+cu")[1]
+    return info
+
+
 def flashinfer_info():
     """FlashInfer's version, where it came from, and its package folder; None when not installed.
 

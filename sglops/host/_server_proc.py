@@ -6,7 +6,7 @@ import json
 import os
 import re
 
-from ._common import dist_version, sglops_dir
+from ._common import dist_version, sglops_dir, torch_info
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
 
@@ -113,9 +113,7 @@ def python_env(python, pythonpath=None):
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {"executable": python, "version": None, "error": "could not run it"}
     paths = [p for p in info.pop("path") if p]
-    info["torch"] = dist_version("torch", paths=paths)
-    if info["torch"] and "+cu" in (info["torch"].get("version") or ""):
-        info["torch"]["cuda"] = info["torch"]["version"].split("+cu")[1]
+    info["torch"] = torch_info(paths=paths)
     for name, dist in (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("triton", "triton"),
                        ("sgl_kernel", "sgl-kernel")):
         info[name] = dist_version(dist, paths=paths)

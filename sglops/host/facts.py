@@ -13,6 +13,7 @@ from ._common import (
     python_info,
     server_port,
     sh,
+    torch_info,
     try_find_sglang,
 )
 from ._server_proc import python_env, server_process
@@ -83,11 +84,9 @@ def main(args):
         torch, triton, flashinfer = env.get("torch"), env.get("triton"), env.get("flashinfer")
     else:
         python = {**host, "source": "the python running sglops' host scripts (no server or venv of SGLang found)"}
-        torch = dist_version("torch")
+        torch = torch_info()
         triton = dist_version("triton")
         flashinfer = flashinfer_info()
-        if torch and torch.get("version") and "+cu" in torch["version"]:
-            torch["cuda"] = torch["version"].split("+cu")[1]
     return {
         "hostname": __import__("socket").gethostname(),
         "gpus": gpu_rows,
