@@ -1,39 +1,66 @@
 """Zero-copy FP8 MLA decode: attention that reads the FP8 KV pool itself (`mla_decode`).
 
 Why: a cast of any kind (whole pool, or the live rows) writes 2 bytes and reads them back for every
-element the attention reads; this reads 1. Prototype (issue 16, stretch): CUDA only, page size 1,
-BF16 q [B, H, 576], pool [tokens, 1, 576] FP8 e4m3 (or its uint8 view), kv_indptr/kv_indices as
-FlashInfer's CSR plan takes them (int32, on the device), a per-tensor kv_scale. Matches fp32
-attention over the dequantised rows to BF16 rounding (not bit-equal to FlashInfer).
+element the attention reads; this reads 1. CUDA (Triton; TRITON_INTERPRET=1 on the CPU for tests),
+BF16 q [B, H, 576], pool [rows, 1, 576] FP8 e4m3 (or its uint8 view; [pages, P, 576] for pages),
+kv_indptr/kv_indices as FlashInfer's CSR plan takes them (int32, on the device), a per-tensor
+kv_scale, page size 1 or P. Matches fp32 attention over the dequantised rows to BF16 rounding (not
+bit-equal to FlashInfer).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["mla_decode", "reference", "splits_for"]
-__version__ = "0.1.0"
+__all__ = ["mla_decode", "reference", "rows_of", "splits_for", "workspace"]
+__version__ = "0.2.0"
 
 
-def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None):
-    """softmax(q . k * sm_scale) . k[:, :512] per request over its slots, k = fp8 rows x kv_scale."""
+def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
+               page_size=1, kv_lens=None, config=None):
+    """softmax(q . k * sm_scale) . k[:, :512] per request over its rows, k = fp8 rows x kv_scale.
+
+    page_size 1: kv_indices are pool rows, kv_indptr counts them. page_size P: kv_indices are page
+    ids (row = page * P + offset), kv_indptr counts pages, kv_lens (device) the tokens. n_splits is
+    the grid's split count (static under CUDA graphs: `splits_for` with the longest context);
+    workspace = `workspace(batch, heads, n_splits, device)` to reuse the partials' buffers."""
     from sglops_kernels.fp8_mla_decode import _triton
 
-    return _triton.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace)
+    return _triton.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
+                              page_size, kv_lens, config)
 
 
-def splits_for(batch: int, heads: int, max_len: int, sm_count: int) -> int:
+def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict | None = None) -> int:
     from sglops_kernels.fp8_mla_decode import _triton
 
-    return _triton.splits_for(batch, heads, max_len, sm_count)
+    return _triton.splits_for(batch, heads, max_len, sm_count, config)
 
 
-def reference(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0):
-    """The same attention in fp32 with torch (the self-test's yardstick)."""
+def workspace(batch: int, heads: int, n_splits: int, device):
+    from sglops_kernels.fp8_mla_decode import _triton
+
+    return _triton.workspace(batch, heads, n_splits, device)
+
+
+def rows_of(kv_indptr, kv_indices, b, page_size=1, kv_lens=None):
+    """Pool rows of request b (page_size > 1: pages expanded, cut to kv_lens[b] tokens)."""
+    ids = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+    if page_size == 1:
+        return ids
+    rows = (ids[:, None] * page_size + torch.arange(page_size, device=ids.device)[None, :]).reshape(-1)
+    return rows[: int(kv_lens[b])]
+
+
+def reference(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, page_size=1, kv_lens=None):
+    """The same attention in fp32 with torch (the self-test's yardstick); an empty request gives 0."""
     fp8 = pool.view(torch.float8_e4m3fn) if pool.dtype == torch.uint8 else pool
+    fp8 = fp8.reshape(-1, q.shape[-1])
     outs = []
     for b in range(q.shape[0]):
-        k = fp8[kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()].float().reshape(-1, q.shape[-1]) * kv_scale
+        k = fp8[rows_of(kv_indptr, kv_indices, b, page_size, kv_lens)].float() * kv_scale
+        if k.shape[0] == 0:
+            outs.append(torch.zeros(q.shape[1], 512, device=q.device))
+            continue
         p = torch.softmax((q[b].float() @ k.T) * sm_scale, -1)
         outs.append(p @ k[:, :512])
     return torch.stack(outs)
