@@ -59,6 +59,39 @@ def extract(variant: str, dest: str) -> None:
     Path(dest).write_text("from functools import partial\n\nimport torch\n\n" + "\n\n".join(parts) + "\n")
 
 
+def helper_spaces(path: str) -> tuple[dict, dict]:
+    """Two module namespaces of the extracted helpers: one with the fused kernel, one without.
+
+    Each helper finds `_fused_cast_live_rows` through its own `__globals__`, which is the namespace
+    it was exec'd in; a copied dict with the name set to None (what this script once did) leaves the
+    helpers' globals untouched, so that "fallback" ran the fused kernel. The fallback namespace is
+    therefore exec'd separately, and the fused kernel is wrapped to count its calls: the check fails
+    if the fallback variant ever reaches it (`FUSED_CALLS`)."""
+    import torch
+
+    src = Path(path).read_text()
+    ns: dict = {"torch": torch, "partial": partial}
+    exec(compile(src, path, "exec"), ns)
+    fused = ns["_fused_cast_live_rows"]
+    if fused is None:
+        raise SystemExit("error: sglops_kernels.gather_cast is not importable (PYTHONPATH=kernels/gather_cast)")
+
+    def counted(*args, **kwargs):
+        FUSED_CALLS[0] += 1
+        return fused(*args, **kwargs)
+
+    ns["_fused_cast_live_rows"] = counted
+    ns_torch: dict = {"torch": torch, "partial": partial}
+    exec(compile(src, path, "exec"), ns_torch)
+    ns_torch["_fused_cast_live_rows"] = None
+    if ns_torch["_sglops_cast_kv"].__globals__["_fused_cast_live_rows"] is not None:
+        raise SystemExit("error: the fallback helpers still see the fused kernel")
+    return ns, ns_torch
+
+
+FUSED_CALLS = [0]  # calls of the fused kernel through the helpers (see helper_spaces)
+
+
 # --- SGLang's calls ------------------------------------------------------------------------------
 
 def sglang_plan(w, qo_indptr, kv_indptr, kv_indices, kv_lens, heads, sm_scale, kv_dtype, ns=None):
@@ -145,7 +178,7 @@ def fp32_reference(q, cast_pool, indptr, ids, sm_scale):
     return torch.stack(outs)
 
 
-def check(ns, ns_torch, backends, out: dict, gen) -> None:
+def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=(1, 4, 16)) -> None:
     """Bit-exactness inside FlashInfer, eager and under graph replays; fp8-kv-direct's real plan/run."""
     import torch
     from flashinfer.mla import BatchMLAPagedAttentionWrapper
@@ -156,9 +189,9 @@ def check(ns, ns_torch, backends, out: dict, gen) -> None:
     ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
     cases = out.setdefault("check", [])
     for backend in backends:
-        for heads in (16, 128):
+        for heads in heads_list:
             sm_scale = 1.0 / (192 ** 0.5)
-            for bs in (1, 4, 16):
+            for bs in bs_list:
                 case = {"backend": backend, "heads": heads, "bs": bs}
                 try:
                     seq, indptr, ids = batch(gen, bs, pool_rows)
@@ -172,7 +205,9 @@ def check(ns, ns_torch, backends, out: dict, gen) -> None:
                         w = BatchMLAPagedAttentionWrapper(ws, backend=backend)
                         space["_sglops_record_rows"](w, ids, indptr, True)
                         sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
+                        before = FUSED_CALLS[0]
                         kbuf = space["_sglops_cast_kv"](pool, w, torch.bfloat16)
+                        case[f"eager_{label}_path"] = "fused" if FUSED_CALLS[0] > before else "torch"
                         got = sglang_run(w, q, kbuf, torch.empty_like(ref))
                         case[f"eager_{label}_bit_exact"] = bool(torch.equal(bits(got), bits(ref)))
                     # accuracy of the BF16 path against fp32, as a yardstick for FP8-native below
@@ -231,7 +266,10 @@ def graph_check(ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, m
                 kbuf = space["_sglops_cast_kv"](pool, w, torch.bfloat16)
             sglang_run(w, q, kbuf, o, ns if label == "fp8_direct" else None)
 
+        before = FUSED_CALLS[0]
         step()
+        if label in ("fused", "torch"):
+            res[f"{label}_path"] = "fused" if FUSED_CALLS[0] > before else "torch"
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
@@ -612,6 +650,8 @@ def main() -> None:
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--zero-copy", action="store_true", help="row (f): the prototype FP8 MLA decode kernel")
     ap.add_argument("--backends", default="fa3,fa2")
+    ap.add_argument("--check-heads", default="16,128")
+    ap.add_argument("--check-bs", default="1,4,16")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ctx", default="4096,32768,131072")
     ap.add_argument("--bs", default="1,4,16,64")
@@ -625,11 +665,7 @@ def main() -> None:
     import flashinfer
     import torch
 
-    ns: dict = {"torch": torch, "partial": partial}
-    exec(compile(Path(args.helpers).read_text(), args.helpers, "exec"), ns)
-    if ns["_fused_cast_live_rows"] is None:
-        raise SystemExit("error: sglops_kernels.gather_cast is not importable (PYTHONPATH=kernels/gather_cast)")
-    ns_torch = dict(ns, _fused_cast_live_rows=None)
+    ns, ns_torch = helper_spaces(args.helpers)
     backends = args.backends.split(",")
     out: dict = {"gpu": torch.cuda.get_device_name(), "cc": list(torch.cuda.get_device_capability()),
                  "torch": torch.__version__, "flashinfer": flashinfer.__version__,
@@ -641,7 +677,8 @@ def main() -> None:
     out["dest"] = str(dest)
     try:
         if args.check:
-            check(ns, ns_torch, backends, out, gen)
+            check(ns, ns_torch, backends, out, gen, [int(x) for x in args.check_heads.split(",")],
+                  [int(x) for x in args.check_bs.split(",")])
             dest.write_text(json.dumps(out, indent=1))
         if args.sweep:
             sweep(out, gen)
@@ -657,9 +694,22 @@ def main() -> None:
                   [int(x) for x in args.bs.split(",")], backends[0])
     finally:
         dest.write_text(json.dumps(out, indent=1))
-    bad = [c for c in out.get("check", []) if "error" in c or not all(
-        v for k, v in {**c, **c.get("graph", {})}.items() if k.endswith("bit_exact") and "fp8" not in k)]
+    bad = [c for c in out.get("check", []) if not check_passed(c)]
     print(f"done: {len(out.get('check', []))} checks ({len(bad)} failing), {len(out.get('table', []))} table rows")
+    if bad:
+        sys.exit(1)
+
+
+def check_passed(c: dict) -> bool:
+    """Every bit-exact flag true (fp8-kv-direct's are accuracy figures, not exactness claims), and
+    each variant ran the path it is named after."""
+    flat = {**c, **c.get("graph", {})}
+    if "error" in c or "error" in c.get("graph", {}):
+        return False
+    paths = {k: v for k, v in flat.items() if k.endswith("_path")}
+    if any(v != ("fused" if "fused" in k else "torch") for k, v in paths.items()):
+        return False
+    return all(v for k, v in flat.items() if k.endswith("bit_exact") and "fp8" not in k)
 
 
 if __name__ == "__main__":
