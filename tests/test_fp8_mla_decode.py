@@ -81,3 +81,77 @@ def test_split_kv_decode_matches_fp32_attention_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+PATCH_SCRIPT = r"""
+import sys, types, torch
+ns = {"torch": torch}
+exec(compile(open(sys.argv[1]).read(), "fp8-mla-native helpers", "exec"), ns)
+from sglops_kernels.fp8_mla_decode import reference
+assert ns["_sglops_mla_decode"] is not None
+ns["_SGLOPS_SMS"][torch.device("cpu")] = 4  # no CUDA here: the split policy needs an SM count
+torch.manual_seed(3)
+pool = (torch.randn(300, 1, 576) * 0.5).to(torch.float8_e4m3fn)
+indptr = torch.tensor([0, 40, 41, 140], dtype=torch.int32)
+ids = torch.randint(0, 300, (140,), dtype=torch.int32)
+layer = types.SimpleNamespace(scaling=0.08)
+q = torch.randn(3, 16, 576).to(torch.bfloat16)
+ref = reference(q, pool, indptr, ids, 0.08)
+bad = []
+def close(label, got):
+    if got is None:
+        bad.append(label + ": stock path taken")
+    elif float((got.float() - ref).abs().max()) > float(ref.abs().max()) * 2 ** -7:
+        bad.append(f"{label}: max abs err {float((got.float() - ref).abs().max()):.3g}")
+# eager plan: this plan's indptr/indices; q as the two halves of one tensor, and as two tensors
+w = types.SimpleNamespace()
+ns["_sglops_native_record"](w, indptr, ids, 140, 16, True)
+out = torch.empty(3, 16, 512, dtype=torch.bfloat16)
+close("eager halves", ns["_sglops_native_decode"](w, q[:, :, :512], q[:, :, 512:], pool, layer, out))
+close("eager split q", ns["_sglops_native_decode"](w, q[:, :, :512].contiguous(), q[:, :, 512:].contiguous(), pool,
+                                                    layer, torch.empty_like(out)))
+# graph wrapper: the tag's buffer is read (the plan's kv_indices are a temporary), stale tail wild
+buf = torch.full((4096,), 10**8, dtype=torch.int32)
+buf[:140] = ids
+g = types.SimpleNamespace(_use_cuda_graph=True)
+g._sglops_native_graph = ns["_sglops_native_graph"](buf, 1024)
+ns["_sglops_native_record"](g, indptr, torch.zeros(140, dtype=torch.int32), 140, 16, True)
+close("graph", ns["_sglops_native_decode"](g, q[:, :, :512], q[:, :, 512:], pool, layer, torch.empty_like(out)))
+# untagged graph wrapper (verify/draft), disabled plans, a BF16 pool: the stock path
+u = types.SimpleNamespace(_use_cuda_graph=True)
+ns["_sglops_native_record"](u, indptr, ids, 140, 16, True)
+d = types.SimpleNamespace()
+ns["_sglops_native_record"](d, indptr, ids, 140, 16, False)
+for label, wr, p in (("untagged graph", u, pool), ("disabled", d, pool), ("bf16 pool", w, pool.to(torch.bfloat16))):
+    if ns["_sglops_native_decode"](wr, q[:, :, :512], q[:, :, 512:], p, layer, out) is not None:
+        bad.append(label + ": took the kernel")
+print("\n".join(bad) if bad else "ok")
+"""
+
+
+@pytest.mark.parametrize("variant", ["sglang-0.5.17", "sglang-0.5.23"])
+def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path):
+    """patches/fp8-mla-native applied to the real release file: its helper block, driven as the
+    patched forward_decode / decode updater drive it, gives fp32 attention to BF16 rounding (eager,
+    q as halves and as two tensors, a graph wrapper reading its tagged buffer past a stale tail) and
+    leaves untagged graphs, disabled plans and BF16 pools on the stock path."""
+    import ast
+
+    from sglops.patch import diff as patch_diff
+    from sglops.patch.spec import load
+    from sglops.sandbox import trees
+
+    v = load("fp8-mla-native").variant(variant)
+    (fp,) = v.files()
+    new, conflicts = patch_diff.apply([fp], {fp.path: (trees.sglang_template(v.sglang[0]) / fp.path).read_text()})
+    assert not conflicts
+    tree = ast.parse(new[fp.path])
+    keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name.startswith("_sglops_native"))
+            or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
+            or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).startswith("_SGLOPS"))]
+    helpers = tmp_path / "helpers.py"
+    helpers.write_text(ast.unparse(ast.Module(keep, [])))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", PATCH_SCRIPT, str(helpers)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
