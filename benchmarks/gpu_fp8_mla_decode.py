@@ -15,7 +15,9 @@ One call does everything (the lease is short):
      best (geometric mean) becomes the kernel's configuration for the table;
   3. the table: ctx 4K/32K/128K x bs 1/4/16/64 x heads 16/128: (f), (c), (e) per layer.
 
-    PYTHONPATH=kernels/fp8_mla_decode:kernels/gather_cast:FI python benchmarks/gpu_fp8_mla_decode.py --out OUT
+    python benchmarks/gpu_fp8_mla_decode.py --extract-native sglang-0.5.17 N.py                 # laptop
+    PYTHONPATH=kernels/fp8_mla_decode:kernels/gather_cast:FI python benchmarks/gpu_fp8_mla_decode.py \
+        --out OUT --native-helpers N.py                                                         # GPU
 
 (c)'s helpers are the gather-cast patch's own, extracted from the patched 0.5.23 release file
 (benchmarks/results/h200_flashinfer_mla_helpers.py); FlashInfer is driven as
@@ -55,6 +57,28 @@ SWEEP = {
 }
 PER_SM = (1, 2, 4)
 SWEEP_CELLS = {16: [(1, 4096), (4, 32768), (64, 32768), (16, 131072)], 128: [(1, 4096), (4, 32768), (64, 32768)]}
+
+
+def extract_native(variant: str, dest: str) -> None:
+    """Laptop side: patches/fp8-mla-native's helper block from the patched real release file."""
+    import ast
+
+    sys.path.insert(0, str(ROOT))
+    from sglops.patch import diff as patch_diff
+    from sglops.patch.spec import load
+    from sglops.sandbox import trees
+
+    v = load("fp8-mla-native").variant(variant)
+    (fp,) = v.files()
+    new, conflicts = patch_diff.apply([fp], {fp.path: (trees.sglang_template(v.sglang[0]) / fp.path).read_text()})
+    if conflicts:
+        raise SystemExit(f"error: fp8-mla-native {variant} does not apply: {conflicts}")
+    tree = ast.parse(new[fp.path])
+    keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name.startswith("_sglops_native"))
+            or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
+            or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).startswith("_SGLOPS"))]
+    Path(dest).write_text(f"# fp8-mla-native {variant}, patched (extracted by sglops)\nimport torch\n\n"
+                          + ast.unparse(ast.Module(keep, [])) + "\n")
 
 
 def log(*a):
@@ -282,6 +306,81 @@ def paged_case(pool, q, seq, gen, zc, reference, sms) -> dict:
             "page64_written": bool(not torch.isnan(out).any())}
 
 
+def native_patch_check(fi, ns, native_path: str, out: dict, gen) -> None:
+    """patches/fp8-mla-native's helpers (extracted from the patched release file) driven as the
+    patched SGLang drives them, inside FlashInfer's graph harness: a decode graph wrapper tagged with
+    the graph's index buffer, the record at the capture plan, the capture, then replays that rewrite
+    the updater's kv_indptr and the index buffer in place (stale tails). Each replay's output against
+    (c) gather-cast + FlashInfer (eager, same batch): BF16 ulps and max abs; and against fp32."""
+    import types
+
+    import torch
+    from flashinfer.mla import BatchMLAPagedAttentionWrapper
+
+    nat: dict = {"torch": torch}
+    exec(compile(Path(native_path).read_text(), native_path, "exec"), nat)
+    pool = (torch.randn(POOL_ROWS, 1, CKV + KPE, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    whole = pool.to(torch.bfloat16)
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    max_bs, width = 16, 4096
+    layer = types.SimpleNamespace(scaling=SM_SCALE)
+    cases = out.setdefault("native_patch_check", [])
+    for heads in (16, 128):
+        for bs in (1, 4, 16):
+            case = {"heads": heads, "bs": bs}
+            try:
+                bufs = fi.GraphBuffers(max_bs, width)
+                w = bufs.wrapper(ws, bs, "fa3")
+                w._sglops_native_graph = nat["_sglops_native_graph"](bufs.kv_indices, width)
+                cap_seq = torch.ones(bs, dtype=torch.int32, device="cuda")
+                bufs.updater_kv_indptr[1: bs + 1] = torch.cumsum(cap_seq, 0)
+                cap_ids = torch.arange(1, bs + 1, dtype=torch.int32, device="cuda")
+                nat["_sglops_native_record"](w, bufs.updater_kv_indptr[: bs + 1], cap_ids, bs, heads, True)
+                case["recorded"] = getattr(w, "_sglops_native", None) is not None
+                fi.sglang_plan(w, bufs.qo_indptr[: bs + 1].clone(), bufs.updater_kv_indptr[: bs + 1], cap_ids, cap_seq,
+                               heads, SM_SCALE, torch.bfloat16)
+                q = torch.zeros(bs, heads, CKV + KPE, dtype=torch.bfloat16, device="cuda")
+                o = torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda")
+                took = []
+
+                def step(w=w, q=q, o=o, took=took):
+                    r = nat["_sglops_native_decode"](w, q[:, :, :CKV], q[:, :, CKV:], pool, layer, o)
+                    took.append(r is not None)
+                g = capture(step)
+                case["kernel_taken"] = all(took)
+                worst_ulp, worst_abs, worst32, fi32, stale = 0, 0.0, 0.0, 0.0, False
+                for _ in range(4):
+                    seq, indptr, ids = fi.batch(gen, bs, POOL_ROWS, max_len=width)
+                    n = int(indptr[-1])
+                    qv = torch.randn(bs, heads, CKV + KPE, generator=gen, device="cuda").to(torch.bfloat16)
+                    wc = BatchMLAPagedAttentionWrapper(ws, backend="fa3")
+                    ns["_sglops_record_rows"](wc, ids, indptr, True)
+                    fi.sglang_plan(wc, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, SM_SCALE,
+                                   torch.bfloat16)
+                    c_out = fi.sglang_run(wc, qv, ns["_sglops_cast_kv"](pool, wc, torch.bfloat16), torch.empty_like(o))
+                    bufs.updater_kv_indptr[1: bs + 1] = torch.cumsum(seq, 0)
+                    bufs.kv_indices[:n].copy_(ids)
+                    stale |= bool(bufs.kv_indices[n: n + 4096].any())
+                    q.copy_(qv)
+                    o.fill_(float("nan"))
+                    g.replay()
+                    torch.cuda.synchronize()
+                    r32 = fi.fp32_reference(qv, whole, indptr, ids, SM_SCALE)
+                    worst_ulp = max(worst_ulp, max_bf16_ulps(o, c_out))
+                    worst_abs = max(worst_abs, float((o.float() - c_out.float()).abs().max()))
+                    worst32 = max(worst32, float((o.float() - r32).abs().max()))
+                    fi32 = max(fi32, float((c_out.float() - r32).abs().max()))
+                case.update({"max_ulp_vs_c": worst_ulp, "max_abs_vs_c": worst_abs, "max_abs_err_vs_fp32": worst32,
+                             "c_max_abs_err_vs_fp32": fi32, "stale_tail_seen": stale,
+                             "written": bool(not torch.isnan(o).any())})
+                del g
+            except Exception as exc:
+                case["error"] = f"{type(exc).__name__}: {exc}"[:400]
+                case["trace"] = traceback.format_exc()[-1500:]
+            cases.append(case)
+            log("native", json.dumps({k: v for k, v in case.items() if k != "trace"}))
+
+
 # --- sweep and table ------------------------------------------------------------------------------------
 
 def make_pools(gen):
@@ -426,7 +525,12 @@ def main() -> None:
     ap.add_argument("--ctx", default="4096,32768,131072")
     ap.add_argument("--bs", default="1,4,16,64")
     ap.add_argument("--heads", default="16,128")
+    ap.add_argument("--native-helpers", help="patches/fp8-mla-native's helper block (extracted on the laptop)")
+    ap.add_argument("--extract-native", nargs=2, metavar=("VARIANT", "DEST"), help="laptop side: write that block")
     args = ap.parse_args()
+    if args.extract_native:
+        extract_native(*args.extract_native)
+        return
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     dest = outdir / "h200_fp8_mla_decode.json"
@@ -475,6 +579,9 @@ def main() -> None:
             dest.write_text(json.dumps(out, indent=1))
         correctness(fi, ns, out, gen)
         dest.write_text(json.dumps(out, indent=1))
+        if args.native_helpers:
+            native_patch_check(fi, ns, args.native_helpers, out, gen)
+            dest.write_text(json.dumps(out, indent=1))
         bf16_pools = [p.to(torch.bfloat16) for p in pools]
         table(fi, ns, pools, bf16_pools, timer, out, gen, [int(x) for x in args.heads.split(",")],
               [int(x) for x in args.ctx.split(",")], [int(x) for x in args.bs.split(",")], T0 + args.budget)
