@@ -511,6 +511,7 @@ def table(fi, ns, pools, bf16_pools, timer, out, gen, heads_list, ctxs, bss, t_e
                     r["error"] = f"{type(exc).__name__}: {exc}"[:400]
                     r["trace"] = traceback.format_exc()[-1500:]
                 rows.append(r)
+                Path(out["dest"]).write_text(json.dumps(out, indent=1))  # a run cut short keeps its rows
                 log("table", json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
                                          if k not in ("trace", "config")}))
                 torch.cuda.empty_cache()
@@ -579,12 +580,14 @@ def main() -> None:
             dest.write_text(json.dumps(out, indent=1))
         correctness(fi, ns, out, gen)
         dest.write_text(json.dumps(out, indent=1))
-        if args.native_helpers:
-            native_patch_check(fi, ns, args.native_helpers, out, gen)
-            dest.write_text(json.dumps(out, indent=1))
         bf16_pools = [p.to(torch.bfloat16) for p in pools]
+        out["dest"] = str(dest)
         table(fi, ns, pools, bf16_pools, timer, out, gen, [int(x) for x in args.heads.split(",")],
               [int(x) for x in args.ctx.split(",")], [int(x) for x in args.bs.split(",")], T0 + args.budget)
+        dest.write_text(json.dumps(out, indent=1))
+        del bf16_pools
+        if args.native_helpers:
+            native_patch_check(fi, ns, args.native_helpers, out, gen)
     finally:
         for p, key in ((aot, "sm120_aot"), (aot90, "sm90_aot")):
             try:
