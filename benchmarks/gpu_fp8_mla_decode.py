@@ -410,8 +410,8 @@ def sweep(fi, pools, timer, out, gen, budget_s) -> dict:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     picked = {}
     rows = out.setdefault("sweep", [])
-    t_end = time.time() + budget_s
     for heads, cands in SWEEP.items():
+        t_end = time.time() + budget_s / len(SWEEP)  # each head class its share
         data = []
         for bs, ctx in SWEEP_CELLS[heads]:
             seq = torch.full((bs,), ctx, dtype=torch.int32, device="cuda")
