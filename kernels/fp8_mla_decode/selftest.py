@@ -1,0 +1,109 @@
+"""Self-test run on the host by `inv build-kernel` before anything is installed (CUDA only; without
+CUDA: Triton's interpreter must be used instead, see tests/test_fp8_mla_decode.py).
+
+Against fp32 attention over the dequantised rows (`reference`): 16 and 128 heads, random lengths
+(one empty request), page size 1 and 64, one split and several, a stale tail of wild ids after
+kv_indptr's range, outputs poisoned with NaN first; and a CUDA graph captured once and replayed with
+new lengths, ids and q written in place. Bound: max abs error <= 2^-7 x max |ref| + 1e-3 (BF16 out
+and BF16 MMA operands; FlashInfer's BF16 path measures the same order, BENCH.md). Exits non-zero at
+the first failure with one `error:` line.
+"""
+
+import sys
+
+import torch
+from sglops_kernels.fp8_mla_decode import mla_decode, reference, splits_for, workspace
+
+
+def fail(msg: str) -> None:
+    print(f"error: {msg}", flush=True)
+    sys.exit(1)
+
+
+def batch(gen, bs, rows, max_len, dev):
+    lens = torch.randint(1, max_len + 1, (bs,), generator=gen)
+    lens[0] = 0 if bs > 1 else lens[0]
+    indptr = torch.zeros(bs + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(lens, 0)
+    ids = torch.randint(0, rows, (int(indptr[-1]),), generator=gen, dtype=torch.int32)
+    buf = torch.full((int(indptr[-1]) + 4096,), 2 ** 30, dtype=torch.int32)
+    buf[: ids.numel()] = ids
+    return indptr.to(dev), buf.to(dev), ids
+
+
+def check(label, got, ref):
+    if torch.isnan(got.float()).any():
+        fail(f"{label}: outputs left unwritten")
+    err = float((got.float() - ref).abs().max())
+    bound = float(ref.abs().max()) * 2 ** -7 + 1e-3
+    if err > bound:
+        fail(f"{label}: max abs err {err:.3g} > {bound:.3g}")
+    return err
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to test here (tests/test_fp8_mla_decode.py runs the interpreter)", flush=True)
+        return
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(11)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = 200_000
+    pool = (torch.randn(rows, 1, 576, generator=gen) * 0.5).to(torch.float8_e4m3fn).to(dev)
+    cases, worst = 0, 0.0
+    for heads in (16, 128):
+        for bs, max_len in ((1, 5000), (3, 2000), (16, 3000)):
+            q = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
+            indptr, buf, ids = batch(gen, bs, rows, max_len, dev)
+            ref = reference(q, pool, indptr.cpu(), ids, 0.0721, 1.0)
+            for splits in (1, 3, splits_for(bs, heads, max_len, sms)):
+                out = torch.full((bs, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
+                mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out)
+                torch.cuda.synchronize()
+                worst = max(worst, check(f"heads={heads} bs={bs} splits={splits}", out, ref))
+                cases += 1
+            # pages of 64 over the same pool
+            pages = rows // 64
+            lens = (indptr[1:] - indptr[:-1]).cpu()
+            npg = (lens + 63) // 64
+            pind = torch.zeros(bs + 1, dtype=torch.int32)
+            pind[1:] = torch.cumsum(npg, 0)
+            pids = torch.randperm(pages, generator=gen)[: int(pind[-1])].to(torch.int32)
+            pp = pool[: pages * 64].view(pages, 64, 576)
+            pref = reference(q, pp, pind, pids, 0.0721, 1.0, page_size=64, kv_lens=lens)
+            out = torch.full((bs, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
+            mla_decode(q, pp, pind.to(dev), pids.to(dev), 0.0721, 1.0, 3, out, page_size=64,
+                       kv_lens=lens.to(torch.int32).to(dev))
+            torch.cuda.synchronize()
+            worst = max(worst, check(f"page64 heads={heads} bs={bs}", out, pref))
+            cases += 1
+    # a graph captured once, replayed with new batches written in place
+    bs, heads, max_len = 4, 16, 4000
+    splits = splits_for(bs, heads, max_len, sms)
+    q = torch.zeros(bs, heads, 576, dtype=torch.bfloat16, device=dev)
+    indptr = torch.zeros(bs + 1, dtype=torch.int32, device=dev)
+    buf = torch.zeros(bs * max_len + 4096, dtype=torch.int32, device=dev)
+    out = torch.empty(bs, heads, 512, dtype=torch.bfloat16, device=dev)
+    ws = workspace(bs, heads, splits, dev)
+    mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, ws)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, ws)
+    for _ in range(4):
+        ind, b2, ids = batch(gen, bs, rows, max_len, dev)
+        qv = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
+        q.copy_(qv)
+        indptr.copy_(ind)
+        buf.fill_(2 ** 30)
+        buf[: ids.numel()].copy_(ids.to(dev))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        worst = max(worst, check("graph replay", out, reference(qv, pool, ind.cpu(), ids, 0.0721, 1.0)))
+        cases += 1
+    print(f"selftest ok: {cases} cases on {torch.cuda.get_device_name()} (max abs err {worst:.3g})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
