@@ -49,7 +49,7 @@ plens = torch.tensor([50, 0, 129], dtype=torch.int32)
 
 for heads, bh in ((16, 16), (128, 64)):
     q = torch.randn(3, heads, 576).to(torch.bfloat16)
-    for page in (1, 64):
+    for page in ((1, 64) if heads == 16 else (1,)):  # 128 heads: page 64 is the same indexing
         if page == 1:
             args, kw = (indptr, ids), {}
             ref = reference(q, pool, indptr, ids, 0.07, 0.5)
