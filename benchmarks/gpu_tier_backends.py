@@ -104,7 +104,7 @@ def main_run(root: Path) -> int:
     runs = [r for r in (base.get("baseline-bench"), base.get("patched-bench")) if r]
     runs += [r["run_id"] for r in doc["candidates"] if r.get("run_id")]
     if len(runs) > 1:
-        doc["compare"] = inv("compare", *runs, "--json")
+        doc["compare"] = inv("compare", runs[0], ",".join(runs[1:]), "--json", "--variable", "attention_backend,max_total_tokens")
     out.write_text(json.dumps(doc, indent=1))
     inv("restart", PROFILE, "--host", "local", "--json")  # leave the host on the profile it was found with
     return 0

@@ -31,6 +31,16 @@ def sh(argv, cwd=None, timeout=30, input=None):
         return 124, "", " ".join(argv) + ": timed out"
 
 
+def tree_path(root, rel):
+    """A patch path (relative to a checkout root, python/sglang/...) on this host: installed packages lack python/."""
+    full = os.path.join(root, rel)
+    if not os.path.exists(full) and rel.startswith("python/"):
+        alt = os.path.join(root, rel[len("python/"):])
+        if os.path.exists(alt):
+            return alt
+    return full
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     try:

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 
-from ._common import UserError, progress, server_port, sglops_dir, sha256_file, try_find_sglang
+from ._common import UserError, progress, server_port, sglops_dir, sha256_file, tree_path, try_find_sglang
 from ._server_proc import death_cause, listening_pid, log_size, python_env, server_process
 from ._vocab import draw_prompt_ids, model_token_space
 
@@ -109,7 +109,7 @@ def applied_patches(root):
         files = entry.get("files") or {}
         intact = True
         for rel, hashes in files.items():
-            full = rel if os.path.isabs(rel) else os.path.join(root, rel)
+            full = rel if os.path.isabs(rel) else tree_path(root, rel)  # installed trees lack python/
             now = sha256_file(full)
             if isinstance(hashes, dict) and hashes.get("after") and now != hashes.get("after"):
                 intact = False

@@ -23,7 +23,7 @@ import shutil
 import signal
 import time
 
-from ._common import UserError, find_sglang, open_private, progress, sglops_dir, sha256_file
+from ._common import UserError, find_sglang, open_private, progress, sglops_dir, sha256_file, tree_path
 
 LEDGER = "applied.json"
 JOURNAL = "journal.json"
@@ -62,12 +62,7 @@ def state_dir(root, create=True):
 
 def resolve(root, rel):
     """A patch path (relative to the checkout root) on this host; installed packages lack python/."""
-    full = os.path.join(root, rel)
-    if not os.path.exists(full) and rel.startswith("python/"):
-        alt = os.path.join(root, rel[len("python/"):])
-        if os.path.exists(alt):
-            return alt
-    return full
+    return tree_path(root, rel)
 
 
 def say(**fields):

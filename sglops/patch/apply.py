@@ -22,6 +22,7 @@ from sglops.core.errors import ConnectError, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.core.result import Observation, Result
 from sglops.patch import diff as patch_diff
+from sglops.patch import names as patch_names
 from sglops.patch.spec import Patch, Variant, load, load_all
 
 
@@ -106,7 +107,12 @@ def trial(variant: Variant, texts: dict[str, str | None]) -> Trial:
     fps = variant.files()
     new, conflicts = patch_diff.apply(fps, texts)
     if not conflicts:
-        return Trial(variant, "applies", new)
+        unsound = [patch_diff.Conflict(rel, 0, "", "applies as text, but the patched file uses names it never "
+                                       "defines (NameError when that line runs): "
+                                       + ", ".join(f"{n} (line {line})" for n, line in list(bad.items())[:5]))
+                   for rel, text in new.items() if rel.endswith(".py") and text is not None
+                   for bad in [patch_names.introduced(texts.get(rel), text)] if bad]
+        return Trial(variant, "conflict", conflicts=unsound) if unsound else Trial(variant, "applies", new)
     _, rev_conflicts = patch_diff.apply(patch_diff.reverse(fps), texts)
     if not rev_conflicts:
         return Trial(variant, "applied")
@@ -134,7 +140,8 @@ def choose(patch: Patch, state: dict, forced: str | None = None) -> tuple[Trial,
     if not trials:
         raise PatchRefused(f"patch {patch.name} has no variants")
     return trials[0], f"no variant targets {where}; none applies: " + "; ".join(
-        f"{t.variant.name}: {len(t.conflicts)} hunk(s) fail" for t in trials)
+        f"{t.variant.name}: {t.conflicts[0].reason if t.conflicts and not t.conflicts[0].hunk else f'{len(t.conflicts)} hunk(s) fail'}"
+        for t in trials)
 
 
 def conflict_message(patch: Patch, t: Trial, how: str) -> str:

@@ -64,6 +64,8 @@ class Conflict:
     reason: str
 
     def __str__(self) -> str:
+        if not self.hunk:  # the whole file, not one hunk (patch/names.py)
+            return f"{self.path}: {self.reason}"
         return f"{self.path} hunk #{self.hunk} ({self.header.split(' @@')[0]} @@): {self.reason}"
 
 
