@@ -146,11 +146,14 @@ class ProbeReport:
                 facts[f"backend.{row.name}.{fact}"] = row.has(fact)
         _derive(facts)
         flags = []
-        if facts.get(CAST_FLAG):
+        if facts.get("backend.flashinfer_mla.casts_whole_pool"):
+            # the cast costs what the pool holds whatever FlashInfer can do: flag it always, say the way out
+            alt = (f"while FlashInfer {facts['flashinfer_version']} could take FP8 KV directly "
+                   f"({facts['flashinfer_mla_fp8_reason']})" if facts.get(CAST_FLAG)
+                   else "-> inv apply-patch gather-cast (casts only the rows a step reads)")
             flags.append(
                 f"sglang {facts['sglang_version']} flashinfer_mla casts the whole KV pool every layer "
-                f"({_by_func(rows['flashinfer_mla'].hits['casts_whole_pool'])}) while FlashInfer "
-                f"{facts['flashinfer_version']} could take FP8 KV directly ({facts['flashinfer_mla_fp8_reason']})"
+                f"({_by_func(rows['flashinfer_mla'].hits['casts_whole_pool'])}) {alt}"
             )
         return cls(
             host=host, probe_file=probe_set.path, engine=raw["engine"], sglang=raw["sglang"],

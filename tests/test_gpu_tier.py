@@ -1,0 +1,94 @@
+"""The GPU tier's CPU half (docs/gpu.md): what a device call carries, the inventory the GPU machine gets, and the
+H200 profile and play against the REAL sglang 0.5.17 release tree (PyPI wheel, pip's installed layout).
+
+The GPU half ran on an H200 under sglops (records in benchmarks/results/gpu-e2e); these tests keep its inputs
+honest on every CI run: the profile still renders for 0.5.17, the play still plans all 13 steps, the probe still
+finds the whole-pool cast at 0.5.17's lines, and `up` still writes an inventory sglops accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+
+from sglops.core.hosts import load_inventory, resolve_one
+from sglops.sandbox import gpu_tier, make_tiny_mla, trees
+from tests.conftest import inv_cmd
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory):
+    """`up` on a carry set shaped as `build` makes it (the archives' contents are small stand-ins here)."""
+    src = tmp_path_factory.mktemp("gpu-src")
+    for archive, member in (("site.tar.xz", "sglang"), ("tools.tar.xz", "fabric")):
+        stage = src / f"{member}-stage" / member
+        stage.mkdir(parents=True)
+        (stage / "__init__.py").write_text("")
+        with tarfile.open(src / archive, "w:xz") as tar:
+            tar.add(stage, arcname=member)
+    (src / "tiny-mla").mkdir()
+    (src / "tiny-mla" / "config.json").write_text(json.dumps(make_tiny_mla.config()))
+    root = tmp_path_factory.mktemp("gpu-root")
+    env = gpu_tier.up(src, root)
+    site = tmp_path_factory.mktemp("site-0.5.17")
+    trees.make_installed_sglang("0.5.17", site)
+    return {"root": root, "env": env, "site": site,
+            "run_env": {"SGLOPS_INVENTORY": str(root / "hosts.yaml"), "SGLOPS_ARTIFACTS": str(root / "artifacts")}}
+
+
+def test_up_writes_an_inventory_sglops_accepts_and_an_environment_without_nvlink_multicast(tier):
+    host = resolve_one("local", load_inventory(tier["root"] / "hosts.yaml"))
+    assert host.is_local and {"model_dir", "pythonpath", "jit_dir", "trace_dir"} <= set(host.vars)
+    assert host.vars["pythonpath"].split(":")[:2] == [str(tier["root"] / "site"), str(tier["root"] / "tools")]
+    env_sh = (tier["root"] / "env.sh").read_text()
+    for line in ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1",
+                 "HF_HUB_OFFLINE=1", f"SGLOPS_INVENTORY={tier['root']}/hosts.yaml"):
+        assert f"export {line}\n" in env_sh
+    assert (tier["root"] / "site" / "sglang" / "__init__.py").exists()
+
+
+def test_the_h200_profile_renders_for_the_real_0517_tree(tier):
+    proc = inv_cmd("render", "h200-tiny-mla-fp8", "--host", "local", "--sglang-root", str(tier["site"]),
+                   env=tier["run_env"])
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--attention-backend flashinfer", "--kv-cache-dtype fp8_e4m3", "--max-total-tokens 1048576",
+                 "--cuda-graph-max-bs 8", "--load-format dummy"):
+        assert flag in proc.stdout
+    assert f"export PYTHONPATH={tier['env']['PYTHONPATH']}" in proc.stdout
+    assert "validated against sglang 0.5.17" in proc.stdout + proc.stderr
+    assert "casts the whole KV pool" in proc.stdout + proc.stderr
+
+
+def test_the_play_plans_every_step_and_ab_against_the_0517_tree(tier):
+    proc = inv_cmd("play", "gpu-fp8-kv", "--host", "local", "--sglang-root", str(tier["site"]), "--dry-run",
+                   env=tier["run_env"])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "sglang-0.5.17 (exact match for sglang 0.5.17)" in proc.stdout
+    assert "[13/13] ab (ab) ok" in proc.stdout and "nothing changed or recorded" in proc.stdout
+
+
+def test_the_probe_flags_the_whole_pool_cast_at_0517s_lines(tier):
+    proc = inv_cmd("probe-backends", "--host", "local", "--sglang-root", str(tier["site"]), "--json",
+                   env=tier["run_env"])
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    row = next(b for b in doc["backends"] if b["name"] == "flashinfer_mla")
+    assert [(h["func"], h["line"]) for h in row["hits"]["casts_whole_pool"]] == [
+        ("forward_extend", 598), ("forward_decode", 660)]
+    assert any("forward_decode L660" in f and "gather-cast" in f for f in doc["flags"])
+
+
+def test_the_tiny_model_has_deepseek_v2s_576_wide_latent_kv_and_no_moe_layer():
+    c = make_tiny_mla.config()
+    assert c["architectures"] == ["DeepseekV2ForCausalLM"] and c["q_lora_rank"] is None
+    assert c["kv_lora_rank"] + c["qk_rope_head_dim"] == 576
+    assert c["first_k_dense_replace"] == c["num_hidden_layers"] and isinstance(c["n_routed_experts"], int)
+
+
+def test_every_carried_wheel_is_pinned_once():
+    for pins in (gpu_tier.SERVER_PINS, gpu_tier.TOOL_PINS):
+        names = [p.split("==")[0].lower().replace("_", "-") for p in pins]
+        assert all(p.count("==") == 1 for p in pins) and len(names) == len(set(names))
+    assert f"sglang=={gpu_tier.SGLANG_VERSION}" in gpu_tier.SERVER_PINS
