@@ -62,6 +62,15 @@ CASES = [
     Case("inventory host twice", **inventory("hosts:\n  - {name: a}\n  - {name: a}\n", says="defined twice")),
     Case("inventory defaults is a list", **inventory("defaults: [1]\n", says="defaults must be a mapping")),
     Case("inventory name is empty", **inventory("hosts:\n  - {name: ''}\n", says="one word")),
+    # the loader's limits (red team F6/F7/F8): each was a hang, GBs and a MemoryError, or a silent replacement
+    Case("inventory alias bomb", **inventory("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)),
+        says="expands to more than 200,000 values")),
+    Case("inventory hosts: given twice", **inventory("hosts: []\ndefault: a\nhosts:\n  - {name: a}\n",
+                                                     says="duplicate key 'hosts' (first at line 1)")),
+    Case("inventory 20,000-deep nesting", **inventory("hosts: " + "[" * 20000 + "]" * 20000 + "\n",
+                                                      says="nested deeper than")),
+    Case("inventory a list as a key", **inventory("? [a, b]\n: 1\n", says="a list cannot be a mapping key")),
     # -- plays -----------------------------------------------------------------------------------------------
     Case("play steps is a number", **play("steps: 7\n", says="steps must be a list")),
     Case("play not UTF-8", **play(b"steps:\n  - do: facts # \xff\n", says="not UTF-8")),
@@ -88,6 +97,8 @@ CASES = [
                                       says="malformed YAML")),
     Case("play --var wrong type", **play("steps:\n  - do: bench\n    with: {runs: '{{ runs }}'}\n", "--var",
                                          "runs=abc", says="runs must be")),
+    Case("play vars: given twice", **play("vars: {a: 1}\nvars: {a: 2}\nsteps:\n" + PLAY_OK_STEP,
+                                          says="duplicate key 'vars'")),
     Case("play step id used twice", **play("steps:\n  - do: facts\n  - do: facts\n", says="used twice")),
     Case("play --from with no earlier run", **play("steps:\n" + PLAY_OK_STEP + "  - {id: two, do: facts}\n", "--from",
                                               "two", says="nothing to resume")),

@@ -1,4 +1,7 @@
-"""YAML loading that remembers line numbers, so config errors can say `file:line`."""
+"""YAML loading that remembers line numbers, so config errors can say `file:line`, and refuses what no config
+needs: duplicate keys (a second `hosts:` silently replacing the first), unhashable keys, nesting deeper than
+MAX_DEPTH, documents that expand through aliases past MAX_NODES (a "billion laughs" of 9 levels x 10 aliases is
+90 aliases and 10^9 nodes once anything walks it), and files over MAX_BYTES. Each ends in one ConfigError line."""
 
 from __future__ import annotations
 
@@ -8,6 +11,10 @@ from typing import Any
 import yaml
 
 from sglops.core.errors import ConfigError
+
+MAX_BYTES = 8 * 2**20      # the largest inventory, profile or play: far beyond any real one
+MAX_DEPTH = 64             # levels of nesting (PyYAML itself recurses ~3 frames a level)
+MAX_NODES = 200_000        # nodes once every alias is expanded
 
 
 class LineDict(dict):
@@ -21,11 +28,56 @@ class LineDict(dict):
         return f"{self.file}:{self.line}"
 
 
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes in the document once every alias is expanded (aliases share nodes: counted per use, computed once)."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 0  # a recursive alias (`&a [*a]`) counts once rather than forever
+        if isinstance(node, yaml.SequenceNode):
+            memo[key] = 1 + sum(_expanded_size(n, memo) for n in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            memo[key] = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        else:
+            memo[key] = 1
+    return memo[key]
+
+
 def _loader_for(file: str) -> type[yaml.SafeLoader]:
     class Loader(yaml.SafeLoader):
-        pass
+        depth = 0
+
+        def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{file}:{mark.line + 1}: nested deeper than {MAX_DEPTH} levels; no sglops file needs that")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def get_single_node(self):  # noqa: ANN201
+            node = super().get_single_node()
+            if node is not None and _expanded_size(node, {}) > MAX_NODES:
+                raise ConfigError(f"{file}: expands to more than {MAX_NODES:,} values through its aliases (&/*); "
+                                  "write the values out or use fewer aliases")
+            return node
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> LineDict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:  # the keys as written: merged (`<<: *base`) keys may be overridden
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                dup = key in seen
+            except TypeError:
+                raise ConfigError(f"{file}:{line}: a {type(key).__name__} cannot be a mapping key") from None
+            if dup:
+                raise ConfigError(f"{file}:{line}: duplicate key {key!r} (first at line {seen[key]}); "
+                                  "the second would silently replace the first")
+            seen[key] = line
         loader.flatten_mapping(node)
         d = LineDict(loader.construct_pairs(node, deep=True))
         d.file, d.line = file, node.start_mark.line + 1
@@ -39,7 +91,11 @@ def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file; malformed YAML raises ConfigError naming file and line."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; sglops reads YAML files up to {MAX_BYTES:,}")
         text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -49,6 +105,8 @@ def load_yaml(path: str | Path) -> Any:
 
 
 def loads_yaml(text: str, file: str = "<string>") -> Any:
+    if len(text) > MAX_BYTES:
+        raise ConfigError(f"{file}: {len(text):,} characters; sglops reads YAML up to {MAX_BYTES:,}")
     try:
         return yaml.load(text, Loader=_loader_for(file))  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
@@ -57,6 +115,8 @@ def loads_yaml(text: str, file: str = "<string>") -> Any:
         raise ConfigError(f"{file}{line}: malformed YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: malformed YAML: {exc}") from None
+    except RecursionError:  # flow-style nesting recurses in PyYAML's parser before compose_node sees it
+        raise ConfigError(f"{file}: nested deeper than Python can read; no sglops file needs that") from None
 
 
 def check_fields(d: dict, allowed: set[str], what: str, required: set[str] = frozenset(),
