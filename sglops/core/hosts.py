@@ -222,6 +222,9 @@ def resolve_targets(
 ) -> list[Host]:
     """The hosts a task should act on, from the common --host/--hosts/--tag/--sglang-root flags."""
     inv = inventory or load_inventory()
+    for flag, value in (("--host", host), ("--hosts", hosts), ("--tag", tag)):
+        if value is not None and not value.strip():  # never the default host: an empty $VAR is a mistake
+            raise ConfigError(f"{flag} is empty; give a name (or leave the flag out for the inventory's default)")
     given = [x for x in (host, hosts, tag) if x]
     if len(given) > 1:
         raise ConfigError("give one of --host, --hosts or --tag")

@@ -32,6 +32,14 @@ SCALARS = {
     "trust_remote_code": bool, "enable_metrics": bool,
     "nnodes": int, "node_rank": int, "dist_init_addr": str,
 }
+# Numbers SGLang would reject at start-up (minutes later, on the GPU host) or silently misread: refused here in
+# one line. (low, high) inclusive; chunked_prefill_size -1 is SGLang's "no chunking".
+RANGES = {
+    "mem_fraction_static": (1e-6, 1.0), "tp_size": (1, 4096), "dp_size": (1, 4096), "ep_size": (1, 4096),
+    "pp_size": (1, 4096), "context_length": (1, 1 << 24), "max_running_requests": (1, 1 << 24),
+    "max_total_tokens": (1, 1 << 34), "chunked_prefill_size": (-1, 1 << 24), "nnodes": (1, 4096),
+    "node_rank": (0, 4095),
+}
 OTHER = {"engine", "description", "extends", "launcher", "python", "cuda_graph", "env", "extra_args",
          "startup_timeout", "stop_grace", "per_host", "container_restart"}
 ALIASES = {"nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
@@ -184,6 +192,10 @@ def _build(name: str, path: Path, data: dict) -> Profile:
             raise ConfigError(f"{where}: {key} must be {kind.__name__}, got {val!r}")
         if key == "port":
             values.Port().check(val, f"{where}: port")
+        if key in RANGES:
+            low, high = RANGES[key]
+            if not (low <= val <= high) or (key == "chunked_prefill_size" and val == 0):  # NaN fails too
+                raise ConfigError(f"{where}: {key} must be between {low} and {high}, got {val!r}")
         args[key] = val
     launcher = data.get("launcher", "module")
     if not (launcher in LAUNCHERS or (isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher))):
