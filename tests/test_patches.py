@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -293,6 +294,25 @@ def test_capture_then_connection_dropped_mid_apply_leaves_tree_whole(env, psb, f
     assert all(entry["files"][rel]["after"] == digest(root / rel) for rel in TWO)  # whole-new, ledger agrees
     assert all(entry["files"][rel]["before"] == old[rel] for rel in TWO)
     assert not (root / ".sglops" / "journal.json").exists()
+
+
+def test_patches_tells_a_live_transaction_from_one_cut_short(env, psb, faults):
+    """The SSH session drops mid-apply but the host helper lives on (red team F2): `patches` must say it is in
+    progress and whose, never "cut short ... the next apply-patch rolls it back" while it is about to finish."""
+    sbx = psb.host("p23")
+    capture_two_file_patch(psb, sbx.sglang_root)
+    seen, t, outcome = apply_in_background(faults, pause_s=10.0)
+    os.kill(session_sshd(seen["pid"], sbx.proc.pid), signal.SIGKILL)
+    t.join(30)
+    listed = inv_json("patches", "--host", "p23")
+    assert f"pid {seen['pid']}" in (listed["recovery_needed"]["live"] or "")
+    text = " ".join(inv_cmd("patches", "--host", "p23").stdout.split())
+    assert "in progress: apply of two-files" in text and "cut short" not in text
+    journal = sbx.sglang_root / ".sglops" / "journal.json"
+    deadline = time.monotonic() + 30
+    while journal.exists() and time.monotonic() < deadline:  # the orphaned helper finishes on its own
+        time.sleep(0.2)
+    assert inv_json("apply-patch", "two-files", "--host", "p23")["action"] == "already applied"
 
 
 def test_apply_killed_half_way_is_reported_by_patches_and_rolled_back_by_the_next_apply(env, psb, faults):

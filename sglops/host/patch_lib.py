@@ -119,6 +119,25 @@ class Lock:
             self.fh.close()
 
 
+def lock_holder(root):
+    """The holder line of the patch lock if a process holds it now ("pid N <who> since T"), else None.
+
+    Read-only: nothing is created; a shared flock that cannot be had means a transaction is live, so a journal
+    seen meanwhile is in flight, not cut short (its helper outlives a dropped SSH session and finishes)."""
+    path = os.path.join(state_dir(root, create=False), "lock")
+    try:
+        fh = open(path)
+    except OSError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return fh.read().strip() or "another process"
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
+
+
 def read_json(path, default):
     """The JSON at path, default when absent; a corrupt file is a one-line error, never `default`."""
     try:
@@ -206,10 +225,11 @@ def will(journal):
     return "roll forward" if journal.get("state") in FORWARD_STATES else "roll back"
 
 
-def summary(journal):
-    """What `inv patches` and dry runs say about a pending journal."""
+def summary(journal, live=None):
+    """What `inv patches` and dry runs say about a pending journal (`live`: the lock holder while it runs)."""
     return {"op": journal.get("op"), "patch": journal.get("patch"), "txn": journal.get("id"),
-            "state": journal.get("state"), "will": will(journal), "files": sorted(journal.get("files", {}))}
+            "state": journal.get("state"), "will": will(journal), "files": sorted(journal.get("files", {})),
+            "live": live}
 
 
 def set_state(root, journal, state):

@@ -12,6 +12,7 @@ from ._common import UserError, container_identity, sh, sha256_file
 from .patch_lib import (
     Lock,
     ledger,
+    lock_holder,
     pending,
     recover,
     resolve,
@@ -66,7 +67,7 @@ def main(args):
     if not args.get("recover"):
         journal = pending(root)
         out = collect(root, info, args, view_after_recovery(root, journal) if journal else None)
-        out.update(recovered=None, recovery_needed=summary(journal) if journal else None)
+        out.update(recovered=None, recovery_needed=summary(journal, lock_holder(root)) if journal else None)
         return out
     shield()
     with Lock(root, args.get("lock_wait_s", 30), args.get("operator", "")):

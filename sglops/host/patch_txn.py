@@ -39,8 +39,10 @@ from .patch_lib import (
 )
 
 
-def _compile(staged, target):
-    with tempfile.TemporaryDirectory() as tmp:
+def _compile(staged, target, tdir):
+    # the compiled copy goes into the transaction's own folder, which the journal names and every end of the
+    # transaction (commit, abort, recovery after a kill) removes: nothing is left behind on the host
+    with tempfile.TemporaryDirectory(dir=tdir) as tmp:
         try:
             py_compile.compile(staged, cfile=os.path.join(tmp, "x.pyc"), dfile=target, doraise=True)
         except py_compile.PyCompileError as exc:
@@ -62,7 +64,7 @@ def _new_ledger(book, op, patch, args, info, files):
     return {"applied": entries}
 
 
-def _stage(root, d, patch, rel, f, j, k):
+def _stage(root, d, patch, rel, f, j, k, tdir):
     """Keep the original aside and write the new content beside its target, checked and compiled."""
     path, staged = j["path"], j["staged"]
     if f["before"] is not None:
@@ -85,7 +87,7 @@ def _stage(root, d, patch, rel, f, j, k):
     if sha256_file(staged) != f["after"]:
         raise UserError("staged " + rel + " does not hash as expected; nothing changed")
     if path.endswith(".py"):
-        _compile(staged, path)
+        _compile(staged, path, tdir)
 
 
 def _put_in_place(j):
@@ -121,7 +123,7 @@ def main(args):
         try:
             os.makedirs(os.path.join(tdir, "old"))
             for k, (rel, f) in enumerate(files.items(), 1):
-                _stage(root, d, patch, rel, f, jfiles[rel], k)
+                _stage(root, d, patch, rel, f, jfiles[rel], k, tdir)
                 step("staged " + str(k))
             set_state(root, journal, "prepared")
             for k, rel in enumerate(jfiles, 1):

@@ -71,6 +71,9 @@ def recovery_note(pending: dict | None) -> str | None:
     """One line on a transaction cut short that the next mutating patch command will recover."""
     if not pending:
         return None
+    if pending.get("live"):
+        return (f"in progress: {pending['op']} of {pending['patch']} (journal state {pending['state']}), owned by "
+                f"{pending['live']}; it finishes or rolls back on its own: look again when it is done")
     what = "finished" if pending.get("will") == "roll forward" else "rolled back"
     return (f"recovery needed: {pending['op']} of {pending['patch']} was cut short (journal state "
             f"{pending['state']}); the next apply-patch or revert-patch on this host {what} it first; "
