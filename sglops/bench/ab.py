@@ -25,7 +25,7 @@ from sglops.core.remote import Remote
 
 # the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
 __all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "plan_steps",
-           "run_ab", "run_checked", "sides_from", "spec", "step"]
+           "run_ab", "run_checked", "sides_from"]
 
 
 # -- running it ---------------------------------------------------------------------------------------
@@ -131,6 +131,7 @@ def run_ab(
     tolerance: Any = None,
     dry_run: bool = False,
     say: Callable[[str], None] | None = None,
+    run_id: str | None = None,
 ) -> AbResult:
     """Run (or plan, with dry_run) the interleaved A/B on one host; the host is restored in every case.
 
@@ -152,15 +153,17 @@ def run_ab(
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
     _precheck_patches(remote, managed, found)
-    what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', 128)} / out {opts.get('output_len', 256)}, "
-            f"concurrency {opts.get('concurrency', [1])}")
+    from sglops.bench.ops import DEFAULTS
+
+    what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / out "
+            f"{opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
     steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what)
     result = AbResult(host=remote.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
                       plan=steps, bench=opts, dry_run=dry_run)
     if dry_run:
         return result
     t_start = time.monotonic()
-    result.run_id = artifacts.new_run_id()
+    result.run_id = run_id or artifacts.new_run_id()
     result.folder = str(artifacts.run_dir(remote.name, result.run_id))
     prof_results: dict[str, Any] = {}
     try:
@@ -245,39 +248,15 @@ def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[st
     return out
 
 
-# -- the task's glue ----------------------------------------------------------------------------------
-def spec() -> dict:
-    """`inv ab` / play step `ab` parameters: the sides, rounds, the bench's own options (1 repeat per round by
-    default: the rounds are the repeats), --profile, and what the comparison requires (values.COMPARE)."""
-    from sglops.core import values as v
-
-    bench = {k: val for k, val in v.BENCH.items() if k != "port"}  # each round benches the server it started
-    return {"a": v.Str(), "b": v.Str(), "patch": v.Name("patch"), "rounds": v.Int(1, 100, MIN_ROUNDS),
-            **bench, "runs": v.Int(1, 1000, 1), "profile": v.Flag(), **v.COMPARE}
-
-
+# -- the operation's way in (sglops.bench.ops) -------------------------------------------------------
 def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
-                say: Callable[[str], None] | None = None) -> AbResult:
-    """run_ab with checked options (spec()): the task's and the play step's way in."""
+                say: Callable[[str], None] | None = None, run_id: str | None = None) -> AbResult:
+    """run_ab with the checked options of the `ab` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
-    from sglops.core import values as v
+    from sglops.bench.ops import BENCH
 
-    bench = {k: o[k] for k in v.BENCH if k in o and k != "port"}
+    bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
     return run_ab(remote, o.get("a"), o.get("b"), patch=o.get("patch"), rounds=o["rounds"], bench=bench,
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
                   tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
-                  dry_run=dry_run, say=say)
-
-
-def step(o: dict[str, Any], *, dry_run: bool = False, progress: bool = True) -> Callable[[Remote], AbResult]:
-    """The per-host step `inv ab` runs: sides are checked before any host is touched; progress lines on stderr."""
-    for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
-        parse_side(s)
-
-    def run(remote: Remote) -> AbResult:
-        from sglops.core.console import note
-
-        return run_checked(remote, o, dry_run=dry_run, say=(lambda text: note(f"{remote.name}: {text}"))
-                           if progress else None)
-
-    return run
+                  dry_run=dry_run, say=say, run_id=run_id)

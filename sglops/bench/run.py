@@ -24,11 +24,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from sglops.bench import identity, runconfig, stats
+from sglops.bench.ops import DEFAULTS as _D
 from sglops.core import artifacts, redact
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
@@ -372,14 +373,14 @@ def split_outputs(repeats: list[dict]) -> list[dict]:
 def run_bench(
     remote: Remote,
     *,
-    runs: int = 5,
-    input_len: int = 128,
-    output_len: int = 256,
+    runs: int = _D["runs"],
+    input_len: int = _D["input_len"],
+    output_len: int = _D["output_len"],
     concurrency: str | int | Sequence[int] = 1,
-    api: str = "sglang",
+    api: str = _D["api"],
     port: int | None = None,
     requests: int | None = None,
-    warmup: int = 1,
+    warmup: int = _D["warmup"],
     vocab_size: int | None = None,
     no_logprobs: bool = False,
     request_timeout: float = 120,
@@ -488,31 +489,6 @@ def check(results: Sequence[BenchResult]) -> None:
             + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "")
             + (f"; the server changed during the run ({r.server_changed[0]})" if r.server_changed else "")
             for r in bad))
-
-
-class Board(Protocol):
-    """A progress display shared by hosts benched in parallel (sglops.views.bench.board is the terminal's)."""
-
-    def open(self, host: str) -> Any: ...
-    def update(self, task: Any, event: dict) -> None: ...
-    def close(self, task: Any) -> None: ...
-
-
-def step(board: Board | None = None, **options: Any) -> Callable[[Remote], BenchResult]:
-    """The per-host step `inv bench` runs: bench (its progress on board, if any), then record the run."""
-    parse_levels(options.get("concurrency", 1))  # a bad flag fails before any host is touched
-
-    def run(remote: Remote) -> BenchResult:
-        if board is None:
-            return record(run_bench(remote, **options))
-        task = board.open(remote.name)
-        try:
-            result = run_bench(remote, on_progress=lambda ev: board.update(task, ev), **options)
-        finally:
-            board.close(task)
-        return record(result)
-
-    return run
 
 
 def load(run_dir: str | Path) -> dict:

@@ -56,6 +56,7 @@ class TraceAnalysis(Observation):
     cpu: CpuSummary | None = None
     warnings: list[str] = field(default_factory=list)
     op_kernel: dict[tuple[str, str], float] = field(default_factory=dict)  # (launching op, kernel) -> us, in scope
+    report: dict | None = None  # the files `inv analyze-trace` kept (analysis.json, report.md, chart)
 
     @property
     def has_gpu(self) -> bool:
@@ -92,7 +93,7 @@ class TraceAnalysis(Observation):
             total = self.gpu_us or 1.0
             return [{"name": k, "us": round(v[0], 3), "count": v[1], "share": round(v[0] / total, 5)}
                     for k, v in sorted(d.items(), key=lambda kv: -kv[1][0])]
-        return {
+        return ({"report": self.report} if self.report is not None else {}) | {
             "files": [f.to_json() for f in self.files],
             "ranks": len({f.rank for f in self.files}),
             "gpu_us": round(self.gpu_us, 3),
@@ -242,10 +243,10 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
 
 
 def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None, *, markdown: bool = True,
-               chart: bool = False) -> tuple[TraceAnalysis, dict]:
+               chart: bool = False, run_id: str | None = None) -> tuple[TraceAnalysis, dict]:
     """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
     from sglops.core import artifacts
 
     a = analyze(expand_paths(files))
-    folder = Path(out) if out else artifacts.run_dir("local", artifacts.new_run_id()) / "trace-analysis"
+    folder = Path(out) if out else artifacts.run_dir("local", run_id or artifacts.new_run_id()) / "trace-analysis"
     return a, save_report(a, folder, markdown=markdown, chart=chart)
