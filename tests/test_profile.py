@@ -17,6 +17,7 @@ from sglops.core.errors import RemoteError
 from sglops.host import profile_capture
 from sglops.sandbox.sshd import HOST_PYTHON, free_port
 from sglops.trace.profile import run_profile
+from sglops.views.files import draw
 
 STANDIN = REPO / "sglops" / "sandbox" / "standin_server.py"
 
@@ -54,7 +55,7 @@ def standin(use_sandbox, tmp_path):
 
 def test_profile_two_ranks_end_to_end(remote_a, standin, tmp_path):
     port = standin(tp=2)
-    r = run_profile(remote_a, steps=4, output_len=16, port=port, show_progress=False, chart=True)
+    r = run_profile(remote_a, steps=4, output_len=16, port=port, show_progress=False, chart=True, draw=draw)
     assert r.port_from == "--port" and r.stopped_by == "num_steps" and r.standin
     assert r.request == {"output_dir": r.remote_dir, "num_steps": 4, "activities": ["CPU", "GPU"],
                          "profile_prefix": "sglops", "profile_id": r.profile_id, "with_stack": False,

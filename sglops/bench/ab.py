@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, sides_from, transitions
-from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyse
+from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyze
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.op import Draw
 from sglops.core.remote import Remote
 
 # the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
@@ -132,6 +133,7 @@ def run_ab(
     dry_run: bool = False,
     say: Callable[[str], None] | None = None,
     run_id: str | None = None,
+    draw: Draw | None = None,
 ) -> AbResult:
     """Run (or plan, with dry_run) the interleaved A/B on one host; the host is restored in every case.
 
@@ -153,7 +155,7 @@ def run_ab(
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
     _precheck_patches(remote, managed, found)
-    from sglops.bench.ops import DEFAULTS
+    from sglops.bench.params import DEFAULTS
 
     what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / out "
             f"{opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
@@ -195,7 +197,7 @@ def run_ab(
                         from sglops.trace.profile import run_profile
 
                         say(f"{when}: profile")
-                        prof_results[side.label] = run_profile(remote, show_progress=False, chart=True,
+                        prof_results[side.label] = run_profile(remote, show_progress=False, chart=True, draw=draw,
                                                                run_id=f"{result.run_id}-profile-{side.label.lower()}")
                         result.profiles[side.label] = prof_results[side.label].run_id
                 except SglopsError as exc:
@@ -211,9 +213,9 @@ def run_ab(
                                        if x)
         result.wall_s = round(time.monotonic() - t_start, 1)
         try:
-            analyse(result, variable, tolerance)
+            analyze(result, variable, tolerance, draw)
             if len(prof_results) == 2:
-                add_trace_diff(result, prof_results)
+                add_trace_diff(result, prof_results, draw)
         except SglopsError as exc:  # the rounds are recorded whatever the analysis says
             result.identity_lines.append(f"analysis failed: {exc}")
         artifacts.save(remote.name, result.run_id, "ab.json", result.to_json(), task="ab",
@@ -250,13 +252,14 @@ def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[st
 
 # -- the operation's way in (sglops.bench.ops) -------------------------------------------------------
 def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
-                say: Callable[[str], None] | None = None, run_id: str | None = None) -> AbResult:
+                say: Callable[[str], None] | None = None, run_id: str | None = None,
+                draw: Draw | None = None) -> AbResult:
     """run_ab with the checked options of the `ab` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
-    from sglops.bench.ops import BENCH
+    from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
     return run_ab(remote, o.get("a"), o.get("b"), patch=o.get("patch"), rounds=o["rounds"], bench=bench,
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
                   tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
-                  dry_run=dry_run, say=say, run_id=run_id)
+                  dry_run=dry_run, say=say, run_id=run_id, draw=draw)

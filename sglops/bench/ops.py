@@ -5,42 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sglops.bench.params import (
+    API,
+    BENCH,
+    COMPARE,
+    CONCURRENCY,
+    INPUT_LEN,
+    MIN_IDENTICAL_SHARE,
+    NO_LOGPROBS,
+    OUTPUT_LEN,
+    REQUESTS,
+    REQUIRE_IDENTICAL,
+    REQUIRE_SAME_CONFIG,
+    RUNS,
+    TOLERANCE_LOGPROB,
+    VARIABLE,
+    VOCAB_SIZE,
+    WARMUP,
+)
 from sglops.core.errors import ConfigError
 from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
-from sglops.core.values import MAX_TOKENS, Choice, Flag, Float, Int, IntList, Name, Port, Str, StrList
-
-# -- parameters (the bench's own are also ab's: each round is a bench) ----------------------------------
-RUNS = Param("runs", Int(1, 1000, 5), "repeats (median + bootstrap 95% CI over them; default {default})")
-INPUT_LEN = Param("input_len", Int(1, MAX_TOKENS, 128), "prompt tokens, sent as input_ids (exact length; default "
-                  "{default})")
-OUTPUT_LEN = Param("output_len", Int(2, MAX_TOKENS, 256), "tokens to generate (ignore_eos, temperature 0; default "
-                   "{default})")
-CONCURRENCY = Param("concurrency", IntList(1, 4096, [1]), "streams in flight, e.g. 1,4,16 (default 1: single-stream "
-                    "decode)")
-API = Param("api", Choice(("sglang", "openai"), "sglang"), "sglang (native /generate, the default) or openai "
-            "(/v1/completions, e.g. for vLLM)")
-PORT = Param("port", Port(), "the server's port on the host (default: the server sglops started there, else 30000)")
-REQUESTS = Param("requests", Int(1, 1_000_000), "requests per repeat and level (default: one per stream)")
-WARMUP = Param("warmup", Int(0, 1000, 1), "warm-up rounds per level, not counted (default {default})")
-VOCAB_SIZE = Param("vocab_size", Int(2, 1 << 24), "the model's vocabulary when the host cannot read its config.json "
-                   "(prompt ids are drawn below it)")
-NO_LOGPROBS = Param("no_logprobs", Flag(), "keep only the output token ids, not the chosen tokens' logprobs",
-                    flag=False)
-BENCH = (RUNS, INPUT_LEN, OUTPUT_LEN, CONCURRENCY, API, PORT, REQUESTS, WARMUP, VOCAB_SIZE, NO_LOGPROBS)
-DEFAULTS = {p.name: p.kind.default for p in BENCH}  # run_bench's defaults
-
-# what a comparison requires beyond speed (compare and ab)
-REQUIRE_IDENTICAL = Param("require_identical", Flag(), "exit 8 unless every run's outputs are identical to the "
-                          "baseline's (or within --tolerance-logprob / --min-identical-share)", flag=False)
-REQUIRE_SAME_CONFIG = Param("require_same_config", Flag(), "exit 8 on a server-config difference not named by "
-                            "--variable (patches aside)", flag=False)
-TOLERANCE_LOGPROB = Param("tolerance_logprob", Float(0, 1e6), "non-deterministic kernels: largest |logprob "
-                          "difference| still accepted")
-MIN_IDENTICAL_SHARE = Param("min_identical_share", Float(0, 1), "non-deterministic kernels: share of prompts (0-1) "
-                            "whose tokens must be identical")
-VARIABLE = Param("variable", StrList(), "config keys that are meant to differ, comma-separated (e.g. "
-                 "kv_cache_dtype,page_size)")
-COMPARE = (REQUIRE_IDENTICAL, REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE, VARIABLE)
+from sglops.core.values import Flag, Int, Name, Str, StrList
 
 
 def _required(result: Any, o: dict) -> None:
@@ -83,8 +68,8 @@ def compare(ctx: Context, run_a: str | None = None, run_b: str | None = None, ru
     from sglops.bench import compare as cmp
 
     if run_a is not None:
-        return cmp.compare_with([*run_a.split(","), *run_b.split(",")], required, chart=not no_chart)
-    return cmp.compare_with(_step_runs(ctx, runs), required, out_dir=ctx.folder)
+        return cmp.compare_with([*run_a.split(","), *run_b.split(",")], required, chart=not no_chart, draw=ctx.draw)
+    return cmp.compare_with(_step_runs(ctx, runs), required, out_dir=ctx.folder, draw=ctx.draw)
 
 
 def _step_runs(ctx: Context, runs: list[str] | None) -> list[Path]:
@@ -134,7 +119,7 @@ def ab(ctx: Context, **o: Any):
     from sglops.bench import ab as ab_mod
 
     return ab_mod.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=lambda text: ctx.event({"note": text}),
-                              run_id=ctx.own_run_id)
+                              run_id=ctx.own_run_id, draw=ctx.draw)
 
 
 def _ab_prepare(o: dict) -> None:

@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from sglops.bench import identity, runconfig, stats
-from sglops.bench.ops import DEFAULTS as _D
+from sglops.bench.params import DEFAULTS as _D
+from sglops.bench.record import load  # noqa: F401  (bench.load: the name callers use)
 from sglops.core import artifacts, redact
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
@@ -172,7 +173,7 @@ class Level:
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis}
 
 
-def analyse(repeats: Sequence[dict], concurrency: int) -> Level:
+def analyze(repeats: Sequence[dict], concurrency: int) -> Level:
     """One level's figures from the raw repeats the host script returned.
 
     Failed requests (any outcome but ok, including wrong_length) make the level partial; suspect requests
@@ -427,7 +428,7 @@ def run_bench(
                 "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
                 "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
                                "up to 32 tokens each; not counted"},
-        levels=[analyse(raw["repeats"], c) for c in levels],
+        levels=[analyze(raw["repeats"], c) for c in levels],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
         patches=raw["patches"],
@@ -489,11 +490,3 @@ def check(results: Sequence[BenchResult]) -> None:
             + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "")
             + (f"; the server changed during the run ({r.server_changed[0]})" if r.server_changed else "")
             for r in bad))
-
-
-def load(run_dir: str | Path) -> dict:
-    """A recorded bench.json (for compare and re-analysis)."""
-    path = Path(run_dir) / "bench.json"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} has no bench.json (not a bench run?)")
-    return artifacts.read_json(path)

@@ -18,6 +18,7 @@ from sglops.cli.glue import ONE_HOST_FLAGS, TARGET_FLAGS, Targets, fail, guarded
 from sglops.core.errors import SglopsError
 from sglops.core.op import Context, Marker, Op, new_run_id
 from sglops.core.values import check
+from sglops.views.files import draw
 
 _P = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _TARGET_DEFAULTS = {"accept_new_host_key": False}
@@ -55,15 +56,16 @@ def make_task(op: Op) -> Task:
 def tasks() -> dict[str, Task]:
     """name -> Task for tasks.py's namespace."""
     from sglops.ops import OPS
+    from sglops.play.ops import OPS as PLAY_OPS
 
-    return {op.name.replace("-", "_"): make_task(op) for op in OPS}
+    return {op.name.replace("-", "_"): make_task(op) for op in [*OPS, *PLAY_OPS]}
 
 
 def run_task(op: Op, kw: dict[str, Any]) -> None:
     json = kw.pop("json", False)
     dry_run = kw.pop("dry_run", False)
     targets = Targets(**{k: kw.pop(k) for k in TARGET_FLAGS if k in kw}) if op.targets != "none" else None
-    spec = op.spec("cli")
+    spec = {k: v for k, v in op.spec("cli").items() if k not in ("json", "dry_run")}  # those two are the runner's
     opts = {**kw, **guarded(check, spec, {k: v for k, v in kw.items() if k in spec})}
     if op.prepare is not None:
         opts = guarded(op.prepare, opts) or opts
@@ -73,7 +75,7 @@ def run_task(op: Op, kw: dict[str, Any]) -> None:
     if "json" in wants:
         args["json"] = json
     if targets is None or (op.task.get("hostless") and targets.host is None):
-        result = guarded(op.run, Context(None, run_id, dry_run), **args)
+        result = guarded(op.run, Context(None, run_id, dry_run, draw=draw), **args)
         if json and result is not None:
             from sglops.core.console import print_json
 
@@ -101,7 +103,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
     with display(op.live, json) as watch:
         def step(remote: Any) -> Any:
             with watch(remote.name) as sink:
-                ctx = Context(remote, run_id, dry_run, on_event=sink, live=live)
+                ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw)
                 try:
                     return op.run(ctx, **args)
                 except SglopsError as exc:

@@ -103,6 +103,11 @@ class Op:
         return {p.name: p.kind for p in self.fields(where) if p.kind is not None}
 
 
+# How domain code keeps a report file it cannot draw itself (markdown, a chart: views): draw(what, data, path)
+# -> the path written. Runners hand sglops.views.files.draw down; None draws nothing.
+Draw = Callable[[str, Any, Path], Path]
+
+
 @dataclass
 class Context:
     """What an operation is handed: the host, the run it belongs to, dry-run or not, an event sink, save()."""
@@ -114,6 +119,7 @@ class Context:
     records: dict[str, dict] = field(default_factory=dict)  # a play's earlier steps: id -> {"do", "result", "run_dir"}
     on_event: Callable[[dict], None] | None = None
     live: bool = False  # a runner draws progress for this host (operations with a display of their own use it)
+    draw: Draw | None = None  # report files (markdown, charts), drawn by the runner's views
 
     @property
     def host(self) -> str:

@@ -21,6 +21,7 @@ from sglops.core.remote import Remote
 from sglops.play.result import PlayResult, StepRecord
 from sglops.play.spec import Play
 from sglops.play.steps import STEPS, run_step
+from sglops.views.files import draw
 
 
 def _summary(kind: str, doc: dict) -> str:
@@ -76,7 +77,7 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
             records[step.id] = {"do": step.do, "result": prev.get("result"), "run_dir": prev.get("run_dir")}
             continue
         label = f"[{i + 1}/{len(play.steps)}] {step.id} ({step.do})"
-        ctx = Context(remote, run_id, dry_run, step.id, records)
+        ctx = Context(remote, run_id, dry_run, step.id, records, draw=draw)
         began = time.monotonic()
         try:
             if show:

@@ -14,7 +14,7 @@ def profile(ctx: Context, steps: int, output_len: int, port: int | None, wait: f
     return run_profile(ctx.remote, steps=steps, output_len=output_len, port=port, wait_s=wait,
                        show_progress=ctx.live, activities=activities, with_stack=with_stack,
                        record_shapes=record_shapes, by_stage=by_stage, chart=chart, vocab_size=vocab_size,
-                       run_id=ctx.own_run_id)
+                       run_id=ctx.own_run_id, draw=ctx.draw)
 
 
 def _profile_plan(ctx: Context, steps: int, output_len: int, **_: object) -> str:
@@ -34,7 +34,7 @@ def _profile_summary(doc: dict) -> str:
 def analyze_trace(ctx: Context, files: str, out: str | None = None, chart: bool = False, json: bool = False):
     from sglops.trace.analysis import analyze_to
 
-    analysis, saved = analyze_to(files, out, markdown=not json, chart=chart, run_id=ctx.run_id)
+    analysis, saved = analyze_to(files, out, markdown=not json, chart=chart, run_id=ctx.run_id, draw=ctx.draw)
     analysis.report = saved
     return analysis
 

@@ -21,6 +21,7 @@ from rich.text import Text
 from sglops.core import artifacts
 from sglops.core.console import err_console
 from sglops.core.errors import ConfigError
+from sglops.core.op import Draw
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
 from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
@@ -81,7 +82,8 @@ def _activities(spec: str | list[str] | None) -> list[str] | None:
 def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: int | None = None,
                 wait_s: float = 120, show_progress: bool = True, run_id: str | None = None,
                 activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
-                by_stage: bool = False, vocab_size: int | None = None, chart: bool = False) -> ProfileResult:
+                by_stage: bool = False, vocab_size: int | None = None, chart: bool = False,
+                draw: Draw | None = None) -> ProfileResult:
     """Profile `steps` forward steps of a single-stream request on the host's server, then analyse.
 
     activities: default CPU+GPU, CPU alone when the server runs on the CPU; with_stack (Python stacks: most
@@ -124,7 +126,7 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
         artifacts.save(remote.name, run_id, "profile.json", {**record, "analysis": None, "error": str(exc)},
                        task="profile", extra={**manifest, "status": "failed"})
         raise
-    report = save_report(analysis, folder, chart=chart)
+    report = save_report(analysis, folder, chart=chart, draw=draw)
     result = ProfileResult(**record, analysis=analysis, report=report)
     artifacts.save(remote.name, run_id, "profile.json", result.to_json(), task="profile",
                    extra={**manifest, "status": "ok"})
