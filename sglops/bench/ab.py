@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, sides_from, transitions
+from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, restore_steps, sides_from
 from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyze
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, SglopsError
@@ -94,20 +95,6 @@ def _precheck_patches(remote: Remote, managed: list[str], found: Found) -> None:
             patches.apply_patch(remote, p, dry_run=True)
 
 
-def _converge(remote: Remote, managed: list[str], want: set[str], when: str, say: Callable[[str], None]) -> None:
-    """Apply/revert managed patches until the ledger says `want`, then check it says so."""
-    from sglops.patch import apply as patches
-
-    have = {e["patch"] for e in patches.applied(remote)}
-    for kind, p in transitions(have, want, managed):
-        say(f"{when}: {kind} {p}")
-        if kind == "apply":
-            patches.apply_patch(remote, p)
-        else:
-            patches.revert_patch(remote, p)
-    _ledger_check(remote, managed, want, when)
-
-
 def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None]) -> float:
     from sglops.launch import server as launch
 
@@ -141,7 +128,6 @@ def run_ab(
     rounds; the result then carries `failure` and check() exits non-zero, after everything measured is
     recorded and the host restored.
     """
-    from sglops.bench import run as bench_mod
     from sglops.launch import server as launch
 
     say = say or (lambda _text: None)
@@ -167,43 +153,9 @@ def run_ab(
     t_start = time.monotonic()
     result.run_id = run_id or artifacts.new_run_id()
     result.folder = str(artifacts.run_dir(remote.name, result.run_id))
-    prof_results: dict[str, Any] = {}
+    rounds_run = _Rounds(remote, result, {"runs": 1, **opts}, say, draw)
     try:
-        for r in range(1, rounds + 1):
-            for side in (side_a, side_b):
-                when = f"round {r}/{rounds} {side.label}"
-                rnd = Round(r, side.label, run_id=f"{result.run_id}-r{r}{side.label.lower()}")
-                result.rounds.append(rnd)
-                try:
-                    _converge(remote, managed, set(side.patches), when, say)
-                    rnd.restart_s = round(_restart(remote, side.profile, None, when, say), 1)
-                    say(f"{when}: bench")
-                    t0 = time.monotonic()
-                    res = bench_mod.run_bench(remote, **{"runs": 1, **opts})
-                    bench_mod.record(res, run_id=rnd.run_id)
-                    rnd.bench_s = round(time.monotonic() - t0, 1)
-                    rnd.status = res.status
-                    head = res.headline()
-                    rnd.decode_tok_s = head["median"] if head else None
-                    rnd.patches = [p.get("patch") for p in res.patches]
-                    got = {p for p in rnd.patches if p in managed}
-                    if got != set(side.patches):
-                        raise AbFailed(f"{when}: the bench recorded patches {sorted(got)} of the managed ones, "
-                                       f"side {side.label} needs {sorted(side.patches)}")
-                    if res.status != "ok":
-                        raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: "
-                                       + ("; ".join(res.problems()) or "not a clean figure"))
-                    if profile_sides and r == 1:
-                        from sglops.trace.profile import run_profile
-
-                        say(f"{when}: profile")
-                        prof_results[side.label] = run_profile(remote, show_progress=False, chart=True, draw=draw,
-                                                               run_id=f"{result.run_id}-profile-{side.label.lower()}")
-                        result.profiles[side.label] = prof_results[side.label].run_id
-                except SglopsError as exc:
-                    rnd.status = "failed" if rnd.status in ("not run", "ok") else rnd.status
-                    rnd.error = str(exc)
-                    raise
+        rounds_run.run([s for s in steps if s.round])  # the plan the dry run prints, step by step
     except SglopsError as exc:
         result.failure = str(exc)
     finally:  # also on Ctrl-C: the host goes back to how it was found
@@ -214,8 +166,8 @@ def run_ab(
         result.wall_s = round(time.monotonic() - t_start, 1)
         try:
             analyze(result, variable, tolerance, draw)
-            if len(prof_results) == 2:
-                add_trace_diff(result, prof_results, draw)
+            if len(rounds_run.profiled) == 2:
+                add_trace_diff(result, rounds_run.profiled, draw)
         except SglopsError as exc:  # the rounds are recorded whatever the analysis says
             result.identity_lines.append(f"analysis failed: {exc}")
         artifacts.save(remote.name, result.run_id, "ab.json", result.to_json(), task="ab",
@@ -225,22 +177,100 @@ def run_ab(
     return result
 
 
+@dataclass
+class _Rounds:
+    """Runs the rounds of an ab plan one step at a time: each kind of step is a method of the same name."""
+
+    remote: Remote
+    result: AbResult
+    bench_opts: dict[str, Any]
+    say: Callable[[str], None]
+    draw: Draw | None = None
+    profiled: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, steps: list[Step]) -> None:
+        sides = {s.label: s for s in (self.result.a, self.result.b)}
+        rnd: Round | None = None
+        for step in steps:
+            side = sides[step.side]
+            if rnd is None or (rnd.round, rnd.side) != (step.round, step.side):
+                rnd = Round(step.round, side.label, run_id=f"{self.result.run_id}-r{step.round}{side.label.lower()}")
+                self.result.rounds.append(rnd)
+            when = f"round {step.round}/{self.result.rounds_asked} {side.label}"
+            try:
+                getattr(self, step.kind)(step, side, rnd, when)
+            except SglopsError as exc:
+                rnd.status = "failed" if rnd.status in ("not run", "ok") else rnd.status
+                rnd.error = str(exc)
+                raise
+
+    def apply(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.patch import apply as patches
+
+        self.say(f"{when}: apply {step.what}")
+        patches.apply_patch(self.remote, step.what)
+
+    def revert(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.patch import apply as patches
+
+        self.say(f"{when}: revert {step.what}")
+        patches.revert_patch(self.remote, step.what)
+
+    def restart(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        _ledger_check(self.remote, self.result.managed, set(side.patches), when)
+        rnd.restart_s = round(_restart(self.remote, side.profile, None, when, self.say), 1)
+
+    def bench(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.bench import run as bench_mod
+
+        self.say(f"{when}: bench")
+        t0 = time.monotonic()
+        res = bench_mod.record(bench_mod.run_bench(self.remote, **self.bench_opts), run_id=rnd.run_id)
+        rnd.bench_s = round(time.monotonic() - t0, 1)
+        rnd.status = res.status
+        head = res.headline()
+        rnd.decode_tok_s = head["median"] if head else None
+        rnd.patches = [p.get("patch") for p in res.patches]
+        got = {p for p in rnd.patches if p in self.result.managed}
+        if got != set(side.patches):
+            raise AbFailed(f"{when}: the bench recorded patches {sorted(got)} of the managed ones, "
+                           f"side {side.label} needs {sorted(side.patches)}")
+        if res.status != "ok":
+            raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: "
+                           + ("; ".join(res.problems()) or "not a clean figure"))
+
+    def profile(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.trace.profile import run_profile
+
+        self.say(f"{when}: profile")
+        self.profiled[side.label] = run_profile(self.remote, show_progress=False, chart=True, draw=self.draw,
+                                                run_id=f"{self.result.run_id}-profile-{side.label.lower()}")
+        self.result.profiles[side.label] = self.profiled[side.label].run_id
+
+
 def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[str], None]) -> dict:
-    """Put the found patch set and server back; never raises (its outcome is recorded and shown)."""
+    """The plan's last steps from wherever the rounds stopped (sglops.bench.ab_plan.restore_steps): the found patch
+    set and server back. Never raises: its outcome is recorded and shown."""
     from sglops.launch import server as launch
     from sglops.patch import apply as patches
 
     want = {p for p in found.patches if p in managed}
     out: dict[str, Any] = {"ok": False, "patches": sorted(want)}
     try:
-        _converge(remote, managed, want, "restore", say)
-        if found.running and found.profile:
-            _restart(remote, found.profile, found.port, "restore", say)
-            out["server"] = f"{found.profile} on port {found.port}"
-        else:
-            say("restore: stop the server (none was running before)")
-            launch.stop(remote)
-            out["server"] = "stopped (none was running before)"
+        have = {e["patch"] for e in patches.applied(remote)} & set(managed)
+        for step in restore_steps(have, found, managed):
+            if step.kind in ("apply", "revert"):
+                say(step.line())
+                (patches.apply_patch if step.kind == "apply" else patches.revert_patch)(remote, step.what)
+                continue
+            _ledger_check(remote, managed, want, "restore")
+            if step.kind == "restart":
+                _restart(remote, found.profile, found.port, "restore", say)
+                out["server"] = f"{found.profile} on port {found.port}"
+            else:
+                say(step.line())
+                launch.stop(remote)
+                out["server"] = "stopped (none was running before)"
         out["ledger"] = [e["patch"] for e in patches.applied(remote)]
         out["ok"] = sorted(out["ledger"]) == sorted(found.patches)
         if not out["ok"]:

@@ -210,7 +210,7 @@ def chart_title(runs: list[Run]) -> str:
 
 def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None,
             tolerance: Tolerance | None = None, variable: Iterable[str] | str | None = (),
-            draw: Draw | None = None) -> Comparison:
+            draw: Draw | None = None, run_id: str | None = None) -> Comparison:
     """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline.
 
     Besides speed: output identity of each run against the baseline (within `tolerance` when given) and
@@ -249,7 +249,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
     for other in runs[1:]:
         result.identities[other.run_id] = compare_outputs(base, other, tolerance)
         result.configs[other.run_id] = config_diff(base, other, variable)
-    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{artifacts.new_run_id()}"
+    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{run_id or artifacts.new_run_id()}"
     if chart and draw is not None:
         result.chart = str(draw("decode-chart", {"runs": [{"label": r.label, "levels": r.doc["levels"]} for r in runs],
                                                  "title": chart_title(runs)}, out / "decode_tok_s.png"))
@@ -258,11 +258,11 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
 
 
 def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = True,
-                 out_dir: str | Path | None = None, draw: Draw | None = None) -> Comparison:
+                 out_dir: str | Path | None = None, draw: Draw | None = None, run_id: str | None = None) -> Comparison:
     """compare() with the checked options of values.COMPARE (the task's flags, the play step's keys)."""
     tol = Tolerance.from_options(options.get("tolerance_logprob"), options.get("min_identical_share"))
     return compare(run_dirs, chart=chart, out_dir=out_dir, tolerance=tol, variable=options.get("variable") or (),
-                   draw=draw)
+                   draw=draw, run_id=run_id)
 
 
 # -- inv runs ------------------------------------------------------------------------------------------

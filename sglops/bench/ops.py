@@ -6,22 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from sglops.bench.params import (
-    API,
     BENCH,
     COMPARE,
-    CONCURRENCY,
-    INPUT_LEN,
     MIN_IDENTICAL_SHARE,
-    NO_LOGPROBS,
-    OUTPUT_LEN,
-    REQUESTS,
     REQUIRE_IDENTICAL,
     REQUIRE_SAME_CONFIG,
-    RUNS,
     TOLERANCE_LOGPROB,
     VARIABLE,
-    VOCAB_SIZE,
-    WARMUP,
 )
 from sglops.core.errors import ConfigError
 from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
@@ -68,7 +59,8 @@ def compare(ctx: Context, run_a: str | None = None, run_b: str | None = None, ru
     from sglops.bench import compare as cmp
 
     if run_a is not None:
-        return cmp.compare_with([*run_a.split(","), *run_b.split(",")], required, chart=not no_chart, draw=ctx.draw)
+        return cmp.compare_with([*run_a.split(","), *run_b.split(",")], required, chart=not no_chart, draw=ctx.draw,
+                               run_id=ctx.run_id)
     return cmp.compare_with(_step_runs(ctx, runs), required, out_dir=ctx.folder, draw=ctx.draw)
 
 
@@ -114,6 +106,19 @@ def _compare_summary(doc: dict) -> str:
 
 
 # -- ab -------------------------------------------------------------------------------------------------
+AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by default, help in ab's words
+    "runs": {"kind": Int(1, 1000, 1), "help": "bench repeats per round (default {default}: the rounds are the repeats)"},
+    "input_len": {"help": "prompt tokens (default {default})"},
+    "output_len": {"help": "tokens to generate (default {default})"},
+    "concurrency": {"help": "streams in flight, e.g. 1,4 (default 1)"},
+    "api": {"help": "sglang (default) or openai"},
+    "requests": {"help": "requests per repeat and level"},
+    "warmup": {"help": "warm-up rounds per level (default {default})"},
+    "vocab_size": {"help": "the model's vocabulary when the host cannot read its config.json"},
+    "no_logprobs": {"help": "do not ask the server for logprobs (token ids are still compared)"},
+}
+
+
 def ab(ctx: Context, **o: Any):
     """Interleaved A/B rounds (sglops.bench.ab): its dry run reads the host and plans; the real one restores it."""
     from sglops.bench import ab as ab_mod
@@ -159,15 +164,7 @@ OPS = [
               "B = A+PATCH"),
         Param("rounds", Int(1, 100, 3), "ABAB rounds, a restart before every bench (default {default}, the fewest "
               "for a speed verdict)"),
-        RUNS.again(kind=Int(1, 1000, 1), help="bench repeats per round (default {default}: the rounds are the "
-                   "repeats)"),
-        INPUT_LEN.again(help="prompt tokens (default {default})"),
-        OUTPUT_LEN.again(help="tokens to generate (default {default})"),
-        CONCURRENCY.again(help="streams in flight, e.g. 1,4 (default 1)"),
-        API.again(help="sglang (default) or openai"), REQUESTS.again(help="requests per repeat and level"),
-        WARMUP.again(help="warm-up rounds per level (default {default})"),
-        VOCAB_SIZE.again(help="the model's vocabulary when the host cannot read its config.json"),
-        NO_LOGPROBS.again(help="do not ask the server for logprobs (token ids are still compared)"),
+        *[p.again(**AB_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],  # each round benches its own server
         Param("profile", Flag(), "also profile one round of each side and rank the trace diff (A -> B)", flag=False),
         REQUIRE_IDENTICAL.again(help="exit 8 unless B's outputs are identical to A's (or within the tolerance)"),
         REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,

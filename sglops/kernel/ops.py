@@ -9,7 +9,8 @@ from sglops.core.values import Flag, Name, Required, Str
 def build_kernel(ctx: Context, name: str, force: bool = False, target: str | None = None, arch: str | None = None):
     from sglops.kernel import build
 
-    return build.build(ctx.remote, build.load_kernel(name), dry_run=ctx.dry_run, force=force, target=target, arch=arch)
+    return build.build(ctx.remote, build.load_kernel(name), dry_run=ctx.dry_run, force=force, target=target, arch=arch,
+                       run_id=ctx.own_run_id)
 
 
 def uninstall_kernel(ctx: Context, name: str):

@@ -40,7 +40,7 @@ def stop(ctx: Context, grace: float = 20.0):
     from sglops.launch import server
     from sglops.launch.results import StopResult
 
-    remote = ctx.remote
+    remote, grace = ctx.remote, grace or 20.0  # --grace 0 has always meant the default
     if ctx.dry_run:
         st = server.status(remote, tail=0)
         if not st.running:
