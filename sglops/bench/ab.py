@@ -243,7 +243,7 @@ class _Rounds:
         from sglops.trace.profile import run_profile
 
         self.say(f"{when}: profile")
-        self.profiled[side.label] = run_profile(self.remote, show_progress=False, chart=True, draw=self.draw,
+        self.profiled[side.label] = run_profile(self.remote, chart=True, draw=self.draw,
                                                 run_id=f"{self.result.run_id}-profile-{side.label.lower()}")
         self.result.profiles[side.label] = self.profiled[side.label].run_id
 

@@ -49,8 +49,7 @@ def make_task(op: Op) -> Task:
     body.__name__ = op.name.replace("-", "_")
     body.__doc__ = op.summary
     helps = {name.rstrip("_").replace("_", "-"): text for name, _d, text, _p in flags if text}
-    options = {k: v for k, v in op.task.items() if k != "hostless"}
-    return task(body, name=op.name, help=helps, **options)
+    return task(body, name=op.name, help=helps, **op.task)
 
 
 def tasks() -> dict[str, Task]:
@@ -74,7 +73,7 @@ def run_task(op: Op, kw: dict[str, Any]) -> None:
     args = {k: v for k, v in opts.items() if k in wants or _takes_any(wants)}
     if "json" in wants:
         args["json"] = json
-    if targets is None or (op.task.get("hostless") and targets.host is None):
+    if targets is None or (op.hostless and targets.host is None):
         result = guarded(op.run, Context(None, run_id, dry_run, draw=draw), **args)
         if json and result is not None:
             from sglops.core.console import print_json
@@ -100,7 +99,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
     live = not json and len(hosts) == 1  # rich drives one live display: with several hosts, each runs quietly
     show = _show(op, opts)
 
-    with display(op.live, json) as watch:
+    with display(op.live, json, len(hosts)) as watch:
         def step(remote: Any) -> Any:
             with watch(remote.name) as sink:
                 ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw)

@@ -8,7 +8,8 @@ sglops.cli.tasks) and the play engine (sglops.play.steps). Nothing here knows In
     Op("bench", bench_op, "Decode figures measured ON the host ...", (TARGETS, JSON, Param("runs", Int(1, 1000, 5),
        "repeats (default {default})"), ...), step="bench", plan=bench_plan, result=BenchResult)
 
-An operation's function is `fn(ctx, **params) -> Result`: `ctx` (a `Context`) names the host, the run, the
+An operation's function is `fn(ctx, **params) -> Result` (a function that also takes `json` is told whether the
+task prints JSON: analyze-trace then writes no report.md): `ctx` (a `Context`) names the host, the run, the
 folder and whether it is a dry run; the function emits progress through `ctx.event()` and returns its result;
 the runner draws progress and records results.
 """
@@ -75,10 +76,11 @@ class Op:
     result: str | None = None  # what it returns, "module:Class" (the result contract, the view registry)
     view: str | None = None  # "module:function" printing the result (default: sglops.views.show.show)
     view_options: tuple[str, ...] = ()  # parameters handed to the view (show_hits, top)
-    live: str | None = None  # the live display the task draws from ctx.event(): "bench" | "restart" | "notes" | "lines"
+    live: str | None = None  # the live display the task draws from ctx.event(): "bench" | "restart" | "profile" | "notes" | "lines"
     prepare: Callable[[dict], dict | None] | None = None  # checks before any host is touched; may add options
     check: Callable[[Any, dict], None] | None = None  # raises for a kept result that still fails (exit code)
     step_summary: Callable[[dict], str] | None = None  # result JSON -> the play's one-line recap
+    hostless: bool = False  # without --host it runs here, on no host (render: the script, not checked)
     task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
 
     def result_type(self) -> type | None:
@@ -118,7 +120,7 @@ class Context:
     step_id: str | None = None  # a play step's id: its own runs are `<run-id>-<step>`
     records: dict[str, dict] = field(default_factory=dict)  # a play's earlier steps: id -> {"do", "result", "run_dir"}
     on_event: Callable[[dict], None] | None = None
-    live: bool = False  # a runner draws progress for this host (operations with a display of their own use it)
+    live: bool = False  # this host is the invocation's only one and a terminal shows it (a play's step lines)
     draw: Draw | None = None  # report files (markdown, charts), drawn by the runner's views
 
     @property

@@ -78,7 +78,7 @@ def _check_profile(o: dict) -> None:
 OPS = [
     Op("render", render, "Print the launch script for PROFILE (with --host: checked against that host's SGLang "
        "release).", (PROFILE, TARGET, PORT, JSON_), view="sglops.views.launch:show_script", result="sglops.launch."
-       "render:Rendered", task={"hostless": True}),
+       "render:Rendered", hostless=True),
     Op("restart", restart, "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
        "explain crashes.",
        (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",

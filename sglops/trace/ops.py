@@ -12,7 +12,7 @@ def profile(ctx: Context, steps: int, output_len: int, port: int | None, wait: f
     from sglops.trace.profile import run_profile
 
     return run_profile(ctx.remote, steps=steps, output_len=output_len, port=port, wait_s=wait,
-                       show_progress=ctx.live, activities=activities, with_stack=with_stack,
+                       on_progress=ctx.event, activities=activities, with_stack=with_stack,
                        record_shapes=record_shapes, by_stage=by_stage, chart=chart, vocab_size=vocab_size,
                        run_id=ctx.own_run_id, draw=ctx.draw)
 
@@ -80,5 +80,5 @@ OPS = [
         _off("chart", "also draw the PNG chart"),
         Param("vocab_size", Int(2, 1 << 24), "the model's vocabulary when the host has no config.json for it",
               play=False)),
-       step="profile", plan=_profile_plan, result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary),
+       step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary),
 ]

@@ -13,8 +13,10 @@ Sink = Callable[[dict], None]
 
 
 @contextmanager
-def display(kind: str | None, json: bool) -> Iterator[Callable[[str], Any]]:
-    """Yields watch(host): a context manager whose value is that host's event sink (or None: no display)."""
+def display(kind: str | None, json: bool, hosts: int = 1) -> Iterator[Callable[[str], Any]]:
+    """Yields watch(host): a context manager whose value is that host's event sink (or None: no display).
+    rich drives one live display at a time: the bench board and the restart lines share one among hosts; a
+    profile's own display is drawn for one host only."""
     if kind == "bench":  # stderr, also under --json
         yield _bench
     elif kind == "restart" and not json:
@@ -26,6 +28,8 @@ def display(kind: str | None, json: bool) -> Iterator[Callable[[str], Any]]:
         from sglops.core.console import note
 
         yield lambda host: nullcontext(lambda ev: note(f"{host}: {ev['note']}") if "note" in ev else None)
+    elif kind == "profile" and not json and hosts == 1:
+        yield _profile
     elif kind == "lines":
         from sglops.core.console import console
 
@@ -43,6 +47,31 @@ def _bench(host: str) -> Iterator[Sink]:
         yield lambda ev: board.update(task, ev)
     finally:
         board.close(task)
+
+
+@contextmanager
+def _profile(host: str) -> Iterator[Sink]:
+    """A status line while the host profiles and waits for its traces, then a bar over the download's bytes."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from sglops.core.console import err_console
+
+    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), console=err_console, transient=True)
+    task = progress.add_task(f"{host}: profiling", total=None)
+
+    def update(ev: dict) -> None:
+        if ev.get("phase") == "profiling":
+            progress.update(task, description=f"{host}: profiling {ev.get('steps')} steps")
+        elif ev.get("phase") == "waiting":
+            progress.update(task, description=f"{host}: waiting for trace files ({ev.get('complete')}/"
+                            f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)")
+        elif ev.get("phase") == "downloading":
+            progress.update(task, description=f"download {ev['files']} trace file(s)", total=ev["bytes_total"],
+                            completed=ev["bytes_done"])
+
+    with progress:
+        yield update
 
 
 def play_line(ev: dict) -> str:
