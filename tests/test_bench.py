@@ -18,6 +18,7 @@ from sglops.bench.compare import compare, list_runs
 from sglops.core import artifacts
 from sglops.sandbox.sshd import free_port
 from sglops.sandbox.standin_local import StandinProcess, start_standin
+from sglops.views.files import draw
 from sglops.views.show import render
 from tests.conftest import inv_cmd
 
@@ -185,7 +186,7 @@ def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_
     proc = inv_cmd("compare", ids[0], f"{ids[1]},{ids[2]}", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "within noise" in proc.stdout and "faster" in proc.stdout
-    cmp = compare(ids, out_dir=tmp_path / "cmp")
+    cmp = compare(ids, out_dir=tmp_path / "cmp", draw=draw)
     decode = {r.run: r for r in cmp.rows if r.metric == "decode tok/s"}
     assert decode[ids[1]].verdict == "within noise"
     assert decode[ids[2]].verdict == "faster"
@@ -297,7 +298,7 @@ def test_a_burst_is_suspect_and_kept_out_of_the_figures_but_counted():
     repeats = [{"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]},
                {"concurrency": 1, "wall_s": 0.3, "requests": [burst]},
                {"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]}]
-    lv = bench.analyse(repeats, 1)
+    lv = bench.analyze(repeats, 1)
     assert lv.suspect == {"burst": 1} and lv.suspects == 1 and lv.status == "ok"
     assert len(lv.per_request["decode_tok_s"]) == 2 and max(lv.per_request["decode_tok_s"]) < 100
     assert lv.decode_tok_s["values"] == pytest.approx([15 / (6.097292 - 0.980563)] * 2)

@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from conftest import REPO, inv_cmd
+from conftest import inv_cmd
 
 from sglops.core.errors import RemoteError, RemoteTimeout
 from sglops.core.hosts import load_inventory
@@ -169,11 +169,6 @@ def test_quoting_survives_both_shells(env, csb):
         out = r.run(["printf", "%s", nasty]).stdout
         payload = r.run(["base64"], stdin=nasty.encode()).stdout
     assert out == nasty and base64.b64decode(payload).decode() == nasty
-
-
-def test_repo_has_a_kubectl_seam_documented():
-    doc = (REPO / "docs" / "container.md").read_text()
-    assert "kubectl exec -i" in doc
 
 
 def test_container_flag_on_a_host_and_on_local(env, csb, dockerd):

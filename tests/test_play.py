@@ -16,7 +16,7 @@ import yaml
 from conftest import REPO, inv_cmd, open_remote
 
 from sglops.core.errors import ConfigError
-from sglops.play.cli import parse_vars
+from sglops.play.ops import parse_vars
 from sglops.play.spec import load_play
 from sglops.sandbox.sshd import free_port
 from sglops.sandbox.standin_kv_cost import SEED_RATE, step_model

@@ -1,5 +1,9 @@
 """The result contract (sglops.core.result): every result a task or play step prints is a Result whose JSON
-carries changed / dry_run / plan, with changed derived from what the step did. Real instances, no host."""
+carries changed / dry_run / plan, with changed derived from what the step did. Real instances, no host.
+
+Which classes are results is not taken from the view registry (a class added without a view would pass
+unseen): the operation catalogue names what each operation returns, and the whole package is walked for every
+class that answers with to_json() or subclasses Result."""
 
 from __future__ import annotations
 
@@ -16,10 +20,19 @@ from sglops.core.errors import SglopsError
 from sglops.core.result import Observation, Result
 from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.server import LogLines, RestartResult, ServerStatus, StopResult
+from sglops.ops import OPS
 from sglops.patch.apply import PatchList, PatchResult
+from sglops.play.ops import OPS as PLAY_OPS
 from sglops.play.run import PlayResult, StepRecord
 from sglops.play.steps import Planned
 from sglops.views.show import render
+
+# operations that print no result of their own, and why
+NO_RESULT = {
+    "report": "writes a markdown page and prints its path",
+    "demo": "runs two plays and prints their lines itself",
+    "sandbox": "starts or stops local sandbox hosts and prints what it did",
+}
 
 # Printable results (to_json + table) that are not step results under the contract, and why.
 NOT_STEP_RESULTS = {
@@ -30,22 +43,54 @@ NOT_STEP_RESULTS = {
 }
 
 
-def _printable_results() -> list[type]:
+def _defined_classes() -> list[type]:
     found = []
     for m in pkgutil.walk_packages(sglops.__path__, "sglops."):
         if m.name.startswith(("sglops.host", "sglops.sandbox")):
             continue
         mod = importlib.import_module(m.name)
-        found += [c for c in vars(mod).values() if inspect.isclass(c) and c.__module__ == mod.__name__
-                  and hasattr(c, "to_json") and (hasattr(c, "table") or c in render.registry)
-                  and c.__name__ not in NOT_STEP_RESULTS]
+        found += [c for c in vars(mod).values() if inspect.isclass(c) and c.__module__ == mod.__name__]
     return found
+
+
+def _printable_results() -> list[type]:
+    """Every result class the package defines (a Result, or anything an operation returns), contract exceptions
+    aside."""
+    returned = {op.result_type() for op in [*OPS, *PLAY_OPS] if op.result}
+    return [c for c in _defined_classes() if c.__name__ not in NOT_STEP_RESULTS
+            and ((issubclass(c, Result) and c not in (Result, Observation)) or c in returned)]
 
 
 def test_every_printable_result_follows_the_contract():
     classes = _printable_results()
     assert len(classes) >= 15, classes
     assert [c.__name__ for c in classes if not issubclass(c, Result)] == []
+
+
+def test_every_operation_names_its_result_and_every_result_has_a_view():
+    """The catalogue's result types, and every Result class defined anywhere, each with its view: a result class
+    added without one fails here, not when an operator prints it."""
+    ops = [*OPS, *PLAY_OPS]
+    assert {op.name for op in ops if not op.result} == set(NO_RESULT)
+    returned = {op.result_type() for op in ops if op.result}
+    assert [c for c in returned if not isinstance(c, type)] == []
+    viewless = [c.__name__ for c in {*returned, *_printable_results()} if c not in render.registry]
+    assert viewless == [], "register a view for each in sglops.views.show"
+
+
+def test_an_unregistered_result_class_fails_the_view_check():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Unviewed(Observation):
+        host: str
+
+        def payload(self) -> dict:
+            return {"host": self.host}
+
+    assert Unviewed not in render.registry
+    with pytest.raises(TypeError, match="no view for Unviewed"):
+        render(Unviewed("h"))
 
 
 def test_views_live_in_the_view_layer():

@@ -9,7 +9,7 @@ import pytest
 
 from sglops.bench import stats
 from sglops.bench.compare import verdict
-from sglops.bench.run import analyse, request_metrics
+from sglops.bench.run import analyze, request_metrics
 
 
 def test_percentiles_match_numpy_as_bench_serving_computes_them():
@@ -87,10 +87,10 @@ def test_failed_requests_are_counted_and_their_repeats_give_no_figure():
         {"concurrency": 1, "wall_s": 1.0, "requests": [_rec(0.05, [0.1] * 3, outcome="dropped")]},
         {"concurrency": 1, "wall_s": 1.0, "requests": [_rec(0.05, [0.125] * 9)]},
     ]
-    lv = analyse(repeats, 1)
+    lv = analyze(repeats, 1)
     assert lv.status == "partial" and lv.outcomes == {"ok": 2, "dropped": 1}
     assert lv.decode_tok_s["values"] == pytest.approx([10.0, 8.0])
-    assert analyse([repeats[1]], 1).status == "failed"
+    assert analyze([repeats[1]], 1).status == "failed"
 
 
 def test_compare_chart_starts_at_zero_and_names_every_run(tmp_path, monkeypatch):

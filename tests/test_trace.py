@@ -225,8 +225,9 @@ def test_bad_rule_file_names_file_and_line(tmp_path):
 
 def test_report_views(tmp_path, real):
     from sglops.trace import save_report
+    from sglops.views.files import draw
 
-    saved = save_report(real, tmp_path / "rep", chart=True)
+    saved = save_report(real, tmp_path / "rep", chart=True, draw=draw)
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Verdict" in md and "matrix multiplies (aten::mm)" in md
     assert open(saved["chart"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"

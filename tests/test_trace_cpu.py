@@ -154,7 +154,8 @@ def test_a_cpu_only_trace_needs_neither_matplotlib_nor_numpy(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from sglops.trace import analyze_to; analyze_to(sys.argv[1], sys.argv[2], markdown=True); "
+    code = ("import sys; from sglops.trace import analyze_to; from sglops.views.files import draw; "
+            "analyze_to(sys.argv[1], sys.argv[2], markdown=True, draw=draw); "
             "print('matplotlib' in sys.modules, 'numpy' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code, str(CPU20), str(tmp_path / "out")], capture_output=True,
                        text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, sides_from, transitions
-from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyse
+from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, restore_steps, sides_from
+from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyze
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.op import Draw
 from sglops.core.remote import Remote
 
 # the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
 __all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "plan_steps",
-           "run_ab", "run_checked", "sides_from", "spec", "step"]
+           "run_ab", "run_checked", "sides_from"]
 
 
 # -- running it ---------------------------------------------------------------------------------------
@@ -93,20 +95,6 @@ def _precheck_patches(remote: Remote, managed: list[str], found: Found) -> None:
             patches.apply_patch(remote, p, dry_run=True)
 
 
-def _converge(remote: Remote, managed: list[str], want: set[str], when: str, say: Callable[[str], None]) -> None:
-    """Apply/revert managed patches until the ledger says `want`, then check it says so."""
-    from sglops.patch import apply as patches
-
-    have = {e["patch"] for e in patches.applied(remote)}
-    for kind, p in transitions(have, want, managed):
-        say(f"{when}: {kind} {p}")
-        if kind == "apply":
-            patches.apply_patch(remote, p)
-        else:
-            patches.revert_patch(remote, p)
-    _ledger_check(remote, managed, want, when)
-
-
 def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None]) -> float:
     from sglops.launch import server as launch
 
@@ -131,6 +119,8 @@ def run_ab(
     tolerance: Any = None,
     dry_run: bool = False,
     say: Callable[[str], None] | None = None,
+    run_id: str | None = None,
+    draw: Draw | None = None,
 ) -> AbResult:
     """Run (or plan, with dry_run) the interleaved A/B on one host; the host is restored in every case.
 
@@ -138,7 +128,6 @@ def run_ab(
     rounds; the result then carries `failure` and check() exits non-zero, after everything measured is
     recorded and the host restored.
     """
-    from sglops.bench import run as bench_mod
     from sglops.launch import server as launch
 
     say = say or (lambda _text: None)
@@ -152,53 +141,21 @@ def run_ab(
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
     _precheck_patches(remote, managed, found)
-    what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', 128)} / out {opts.get('output_len', 256)}, "
-            f"concurrency {opts.get('concurrency', [1])}")
+    from sglops.bench.params import DEFAULTS
+
+    what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / out "
+            f"{opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
     steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what)
     result = AbResult(host=remote.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
                       plan=steps, bench=opts, dry_run=dry_run)
     if dry_run:
         return result
     t_start = time.monotonic()
-    result.run_id = artifacts.new_run_id()
+    result.run_id = run_id or artifacts.new_run_id()
     result.folder = str(artifacts.run_dir(remote.name, result.run_id))
-    prof_results: dict[str, Any] = {}
+    rounds_run = _Rounds(remote, result, {"runs": 1, **opts}, say, draw)
     try:
-        for r in range(1, rounds + 1):
-            for side in (side_a, side_b):
-                when = f"round {r}/{rounds} {side.label}"
-                rnd = Round(r, side.label, run_id=f"{result.run_id}-r{r}{side.label.lower()}")
-                result.rounds.append(rnd)
-                try:
-                    _converge(remote, managed, set(side.patches), when, say)
-                    rnd.restart_s = round(_restart(remote, side.profile, None, when, say), 1)
-                    say(f"{when}: bench")
-                    t0 = time.monotonic()
-                    res = bench_mod.run_bench(remote, **{"runs": 1, **opts})
-                    bench_mod.record(res, run_id=rnd.run_id)
-                    rnd.bench_s = round(time.monotonic() - t0, 1)
-                    rnd.status = res.status
-                    head = res.headline()
-                    rnd.decode_tok_s = head["median"] if head else None
-                    rnd.patches = [p.get("patch") for p in res.patches]
-                    got = {p for p in rnd.patches if p in managed}
-                    if got != set(side.patches):
-                        raise AbFailed(f"{when}: the bench recorded patches {sorted(got)} of the managed ones, "
-                                       f"side {side.label} needs {sorted(side.patches)}")
-                    if res.status != "ok":
-                        raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: "
-                                       + ("; ".join(res.problems()) or "not a clean figure"))
-                    if profile_sides and r == 1:
-                        from sglops.trace.profile import run_profile
-
-                        say(f"{when}: profile")
-                        prof_results[side.label] = run_profile(remote, show_progress=False, chart=True,
-                                                               run_id=f"{result.run_id}-profile-{side.label.lower()}")
-                        result.profiles[side.label] = prof_results[side.label].run_id
-                except SglopsError as exc:
-                    rnd.status = "failed" if rnd.status in ("not run", "ok") else rnd.status
-                    rnd.error = str(exc)
-                    raise
+        rounds_run.run([s for s in steps if s.round])  # the plan the dry run prints, step by step
     except SglopsError as exc:
         result.failure = str(exc)
     finally:  # also on Ctrl-C: the host goes back to how it was found
@@ -208,9 +165,9 @@ def run_ab(
                                        if x)
         result.wall_s = round(time.monotonic() - t_start, 1)
         try:
-            analyse(result, variable, tolerance)
-            if len(prof_results) == 2:
-                add_trace_diff(result, prof_results)
+            analyze(result, variable, tolerance, draw)
+            if len(rounds_run.profiled) == 2:
+                add_trace_diff(result, rounds_run.profiled, draw)
         except SglopsError as exc:  # the rounds are recorded whatever the analysis says
             result.identity_lines.append(f"analysis failed: {exc}")
         artifacts.save(remote.name, result.run_id, "ab.json", result.to_json(), task="ab",
@@ -220,22 +177,100 @@ def run_ab(
     return result
 
 
+@dataclass
+class _Rounds:
+    """Runs the rounds of an ab plan one step at a time: each kind of step is a method of the same name."""
+
+    remote: Remote
+    result: AbResult
+    bench_opts: dict[str, Any]
+    say: Callable[[str], None]
+    draw: Draw | None = None
+    profiled: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, steps: list[Step]) -> None:
+        sides = {s.label: s for s in (self.result.a, self.result.b)}
+        rnd: Round | None = None
+        for step in steps:
+            side = sides[step.side]
+            if rnd is None or (rnd.round, rnd.side) != (step.round, step.side):
+                rnd = Round(step.round, side.label, run_id=f"{self.result.run_id}-r{step.round}{side.label.lower()}")
+                self.result.rounds.append(rnd)
+            when = f"round {step.round}/{self.result.rounds_asked} {side.label}"
+            try:
+                getattr(self, step.kind)(step, side, rnd, when)
+            except SglopsError as exc:
+                rnd.status = "failed" if rnd.status in ("not run", "ok") else rnd.status
+                rnd.error = str(exc)
+                raise
+
+    def apply(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.patch import apply as patches
+
+        self.say(f"{when}: apply {step.what}")
+        patches.apply_patch(self.remote, step.what)
+
+    def revert(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.patch import apply as patches
+
+        self.say(f"{when}: revert {step.what}")
+        patches.revert_patch(self.remote, step.what)
+
+    def restart(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        _ledger_check(self.remote, self.result.managed, set(side.patches), when)
+        rnd.restart_s = round(_restart(self.remote, side.profile, None, when, self.say), 1)
+
+    def bench(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.bench import run as bench_mod
+
+        self.say(f"{when}: bench")
+        t0 = time.monotonic()
+        res = bench_mod.record(bench_mod.run_bench(self.remote, **self.bench_opts), run_id=rnd.run_id)
+        rnd.bench_s = round(time.monotonic() - t0, 1)
+        rnd.status = res.status
+        head = res.headline()
+        rnd.decode_tok_s = head["median"] if head else None
+        rnd.patches = [p.get("patch") for p in res.patches]
+        got = {p for p in rnd.patches if p in self.result.managed}
+        if got != set(side.patches):
+            raise AbFailed(f"{when}: the bench recorded patches {sorted(got)} of the managed ones, "
+                           f"side {side.label} needs {sorted(side.patches)}")
+        if res.status != "ok":
+            raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: "
+                           + ("; ".join(res.problems()) or "not a clean figure"))
+
+    def profile(self, step: Step, side: Side, rnd: Round, when: str) -> None:
+        from sglops.trace.profile import run_profile
+
+        self.say(f"{when}: profile")
+        self.profiled[side.label] = run_profile(self.remote, chart=True, draw=self.draw,
+                                                run_id=f"{self.result.run_id}-profile-{side.label.lower()}")
+        self.result.profiles[side.label] = self.profiled[side.label].run_id
+
+
 def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[str], None]) -> dict:
-    """Put the found patch set and server back; never raises (its outcome is recorded and shown)."""
+    """The plan's last steps from wherever the rounds stopped (sglops.bench.ab_plan.restore_steps): the found patch
+    set and server back. Never raises: its outcome is recorded and shown."""
     from sglops.launch import server as launch
     from sglops.patch import apply as patches
 
     want = {p for p in found.patches if p in managed}
     out: dict[str, Any] = {"ok": False, "patches": sorted(want)}
     try:
-        _converge(remote, managed, want, "restore", say)
-        if found.running and found.profile:
-            _restart(remote, found.profile, found.port, "restore", say)
-            out["server"] = f"{found.profile} on port {found.port}"
-        else:
-            say("restore: stop the server (none was running before)")
-            launch.stop(remote)
-            out["server"] = "stopped (none was running before)"
+        have = {e["patch"] for e in patches.applied(remote)} & set(managed)
+        for step in restore_steps(have, found, managed):
+            if step.kind in ("apply", "revert"):
+                say(step.line())
+                (patches.apply_patch if step.kind == "apply" else patches.revert_patch)(remote, step.what)
+                continue
+            _ledger_check(remote, managed, want, "restore")
+            if step.kind == "restart":
+                _restart(remote, found.profile, found.port, "restore", say)
+                out["server"] = f"{found.profile} on port {found.port}"
+            else:
+                say(step.line())
+                launch.stop(remote)
+                out["server"] = "stopped (none was running before)"
         out["ledger"] = [e["patch"] for e in patches.applied(remote)]
         out["ok"] = sorted(out["ledger"]) == sorted(found.patches)
         if not out["ok"]:
@@ -245,39 +280,16 @@ def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[st
     return out
 
 
-# -- the task's glue ----------------------------------------------------------------------------------
-def spec() -> dict:
-    """`inv ab` / play step `ab` parameters: the sides, rounds, the bench's own options (1 repeat per round by
-    default: the rounds are the repeats), --profile, and what the comparison requires (values.COMPARE)."""
-    from sglops.core import values as v
-
-    bench = {k: val for k, val in v.BENCH.items() if k != "port"}  # each round benches the server it started
-    return {"a": v.Str(), "b": v.Str(), "patch": v.Name("patch"), "rounds": v.Int(1, 100, MIN_ROUNDS),
-            **bench, "runs": v.Int(1, 1000, 1), "profile": v.Flag(), **v.COMPARE}
-
-
+# -- the operation's way in (sglops.bench.ops) -------------------------------------------------------
 def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
-                say: Callable[[str], None] | None = None) -> AbResult:
-    """run_ab with checked options (spec()): the task's and the play step's way in."""
+                say: Callable[[str], None] | None = None, run_id: str | None = None,
+                draw: Draw | None = None) -> AbResult:
+    """run_ab with the checked options of the `ab` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
-    from sglops.core import values as v
+    from sglops.bench.params import BENCH
 
-    bench = {k: o[k] for k in v.BENCH if k in o and k != "port"}
+    bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
     return run_ab(remote, o.get("a"), o.get("b"), patch=o.get("patch"), rounds=o["rounds"], bench=bench,
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
                   tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
-                  dry_run=dry_run, say=say)
-
-
-def step(o: dict[str, Any], *, dry_run: bool = False, progress: bool = True) -> Callable[[Remote], AbResult]:
-    """The per-host step `inv ab` runs: sides are checked before any host is touched; progress lines on stderr."""
-    for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
-        parse_side(s)
-
-    def run(remote: Remote) -> AbResult:
-        from sglops.core.console import note
-
-        return run_checked(remote, o, dry_run=dry_run, say=(lambda text: note(f"{remote.name}: {text}"))
-                           if progress else None)
-
-    return run
+                  dry_run=dry_run, say=say, run_id=run_id, draw=draw)

@@ -114,9 +114,14 @@ def plan_steps(a: Side, b: Side, rounds: int, found: Found, managed: list[str], 
             steps.append(Step("bench", bench_what, r, side.label))
             if profile_sides and r == 1:
                 steps.append(Step("profile", "one single-stream decode (torch profiler)", r, side.label))
-    for kind, p in transitions(have, {p for p in found.patches if p in managed}, managed):
-        steps.append(Step(kind, p))
-    if found.running:
+    return steps + restore_steps(have, found, managed)
+
+
+def restore_steps(have: set[str], found: Found, managed: list[str]) -> list[Step]:
+    """The last steps, always run: from the managed patches `have` back to the found set, then the found server
+    (or none). Planned from the rounds' end state; run from the ledger's, wherever the rounds stopped."""
+    steps = [Step(kind, p) for kind, p in transitions(have, {p for p in found.patches if p in managed}, managed)]
+    if found.running and found.profile:
         steps.append(Step("restart", f"{found.profile} (port {found.port}): the server the host ran before"))
     else:
         steps.append(Step("stop", "the server (none was running before)"))

@@ -15,6 +15,7 @@ from typing import Any
 from sglops.bench import stats
 from sglops.bench.ab_plan import Found, Side, Step
 from sglops.core.errors import Failed, OutputsDiffer, SglopsError
+from sglops.core.op import Draw
 from sglops.core.result import Result
 
 MIN_ROUNDS = 3  # a paired interval over fewer rounds is the two ratios seen: no speed verdict
@@ -145,7 +146,7 @@ class AbResult(Result):
             raise OutputsDiffer(f"{self.host}: ab {self.run_id}: " + "; ".join(bad))
 
 
-def analyse(result: AbResult, variable: list[str] | str | None, tolerance: Any) -> None:
+def analyze(result: AbResult, variable: list[str] | str | None, tolerance: Any, draw: Draw | None = None) -> None:
     """Paired speed figure, then identity and config of every round against A's first (sglops.bench.compare)."""
     from sglops.bench import compare as cmp
     from sglops.bench.runconfig import normalise_variable
@@ -169,7 +170,7 @@ def analyse(result: AbResult, variable: list[str] | str | None, tolerance: Any) 
     if not a_runs or not b_runs:
         return
     comp = cmp.compare([a_runs[0], *a_runs[1:], *b_runs], out_dir=Path(result.folder or "."),
-                       tolerance=tolerance, variable=result.variable)
+                       tolerance=tolerance, variable=result.variable, draw=draw)
     result.comparison, result.chart = comp.saved, comp.chart
     b_ids = [comp.identities.get(x) for x in b_runs]
     a_ids = [comp.identities.get(x) for x in a_runs[1:]]
@@ -199,18 +200,16 @@ def analyse(result: AbResult, variable: list[str] | str | None, tolerance: Any) 
         result.identity_lines.append(f"A's rounds served different configs ({', '.join(drift)})")
 
 
-def add_trace_diff(result: AbResult, prof: dict[str, Any]) -> None:
-    """The diff-trace ranking of A's profile against B's, kept in ab.json (and its markdown beside it)."""
+def add_trace_diff(result: AbResult, prof: dict[str, Any], draw: Draw | None = None) -> None:
+    """The diff-trace ranking of A's profile against B's, kept in ab.json (and its markdown beside it, drawn by
+    `draw`, the views a runner hands down)."""
     from sglops.trace.diff import diff
-    from sglops.views.trace_diff import markdown
 
     try:
         d = diff(prof["A"].analysis, prof["B"].analysis, labels=(f"A {result.a.name}", f"B {result.b.name}"))
     except SglopsError as exc:
         result.trace_diff = {"error": str(exc)}
         return
-    md = markdown(d)
-    path = Path(result.folder or ".") / "trace-diff.md"
-    path.write_text(md)
-    result.trace_diff = {"headline": d.headline(), "markdown": str(path), "a": result.profiles.get("A"),
+    path = draw("trace-diff-markdown", d, Path(result.folder or ".") / "trace-diff.md") if draw else None
+    result.trace_diff = {"headline": d.headline(), "markdown": str(path) if path else None, "a": result.profiles.get("A"),
                          "b": result.profiles.get("B"), "diff": d.to_json()}

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from sglops.bench import stats
 from sglops.bench.identity import OutputsVerdict, Tolerance, compare_outputs
-from sglops.bench.run import load
+from sglops.bench.record import Run, load_run  # noqa: F401  (compare.Run: the name callers use)
 from sglops.bench.runconfig import ConfigDiff, config_diff
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, OutputsDiffer
+from sglops.core.op import Draw
 from sglops.core.result import Observation
 
 MIN_EFFECT = 0.01
@@ -33,34 +34,6 @@ METRICS = [
     ("TTFT ms", "ttft_ms", False),
     ("e2e ms", "e2e_ms", False),
 ]
-
-
-@dataclass
-class Run:
-    """A recorded bench run: its bench.json and manifest."""
-
-    run_id: str
-    host: str
-    path: Path
-    doc: dict
-
-    @property
-    def label(self) -> str:
-        names = [p.get("patch") for p in self.doc.get("patches") or []]
-        return f"{self.run_id}\n{'+'.join(names) if names else 'no patches'}"
-
-    @property
-    def ok(self) -> bool:
-        return self.doc.get("status") == "ok"
-
-    def level(self, concurrency: int) -> dict | None:
-        return next((lv for lv in self.doc["levels"] if lv["concurrency"] == concurrency), None)
-
-
-def load_run(ref: str | Path) -> Run:
-    path = artifacts.find_run(str(ref))
-    doc = load(path)
-    return Run(run_id=doc.get("run_id") or path.name, host=doc.get("host") or path.parent.name, path=path, doc=doc)
 
 
 def _samples(level: dict, key: str, repeats_ok: bool) -> list[float]:
@@ -236,7 +209,8 @@ def chart_title(runs: list[Run]) -> str:
 
 
 def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None,
-            tolerance: Tolerance | None = None, variable: Iterable[str] | str | None = ()) -> Comparison:
+            tolerance: Tolerance | None = None, variable: Iterable[str] | str | None = (),
+            draw: Draw | None = None, run_id: str | None = None) -> Comparison:
     """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline.
 
     Besides speed: output identity of each run against the baseline (within `tolerance` when given) and
@@ -275,22 +249,20 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
     for other in runs[1:]:
         result.identities[other.run_id] = compare_outputs(base, other, tolerance)
         result.configs[other.run_id] = config_diff(base, other, variable)
-    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{artifacts.new_run_id()}"
-    if chart:
-        from sglops.views.charts import decode_chart
-
-        result.chart = str(decode_chart(
-            [{"label": r.label, "levels": r.doc["levels"]} for r in runs], out / "decode_tok_s.png",
-            title=chart_title(runs)))
+    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{run_id or artifacts.new_run_id()}"
+    if chart and draw is not None:
+        result.chart = str(draw("decode-chart", {"runs": [{"label": r.label, "levels": r.doc["levels"]} for r in runs],
+                                                 "title": chart_title(runs)}, out / "decode_tok_s.png"))
     result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
     return result
 
 
 def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = True,
-                 out_dir: str | Path | None = None) -> Comparison:
+                 out_dir: str | Path | None = None, draw: Draw | None = None, run_id: str | None = None) -> Comparison:
     """compare() with the checked options of values.COMPARE (the task's flags, the play step's keys)."""
     tol = Tolerance.from_options(options.get("tolerance_logprob"), options.get("min_identical_share"))
-    return compare(run_dirs, chart=chart, out_dir=out_dir, tolerance=tol, variable=options.get("variable") or ())
+    return compare(run_dirs, chart=chart, out_dir=out_dir, tolerance=tol, variable=options.get("variable") or (),
+                   draw=draw, run_id=run_id)
 
 
 # -- inv runs ------------------------------------------------------------------------------------------

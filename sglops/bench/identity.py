@@ -30,7 +30,7 @@ import orjson
 from sglops.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sglops.bench.compare import Run
+    from sglops.bench.record import Run
 
 OUTPUTS_FILE = "outputs.json"
 CONTEXT_CHARS = 40  # text shown before and after a divergence

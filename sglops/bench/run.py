@@ -24,11 +24,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from sglops.bench import identity, runconfig, stats
+from sglops.bench.params import DEFAULTS as _D
+from sglops.bench.record import load  # noqa: F401  (bench.load: the name callers use)
 from sglops.core import artifacts, redact
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
@@ -171,7 +173,7 @@ class Level:
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis}
 
 
-def analyse(repeats: Sequence[dict], concurrency: int) -> Level:
+def analyze(repeats: Sequence[dict], concurrency: int) -> Level:
     """One level's figures from the raw repeats the host script returned.
 
     Failed requests (any outcome but ok, including wrong_length) make the level partial; suspect requests
@@ -372,14 +374,14 @@ def split_outputs(repeats: list[dict]) -> list[dict]:
 def run_bench(
     remote: Remote,
     *,
-    runs: int = 5,
-    input_len: int = 128,
-    output_len: int = 256,
+    runs: int = _D["runs"],
+    input_len: int = _D["input_len"],
+    output_len: int = _D["output_len"],
     concurrency: str | int | Sequence[int] = 1,
-    api: str = "sglang",
+    api: str = _D["api"],
     port: int | None = None,
     requests: int | None = None,
-    warmup: int = 1,
+    warmup: int = _D["warmup"],
     vocab_size: int | None = None,
     no_logprobs: bool = False,
     request_timeout: float = 120,
@@ -426,7 +428,7 @@ def run_bench(
                 "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
                 "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
                                "up to 32 tokens each; not counted"},
-        levels=[analyse(raw["repeats"], c) for c in levels],
+        levels=[analyze(raw["repeats"], c) for c in levels],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
         patches=raw["patches"],
@@ -488,36 +490,3 @@ def check(results: Sequence[BenchResult]) -> None:
             + (f"; {r.server_down['line']}" if r.server_down and r.server_down.get("line") else "")
             + (f"; the server changed during the run ({r.server_changed[0]})" if r.server_changed else "")
             for r in bad))
-
-
-class Board(Protocol):
-    """A progress display shared by hosts benched in parallel (sglops.views.bench.board is the terminal's)."""
-
-    def open(self, host: str) -> Any: ...
-    def update(self, task: Any, event: dict) -> None: ...
-    def close(self, task: Any) -> None: ...
-
-
-def step(board: Board | None = None, **options: Any) -> Callable[[Remote], BenchResult]:
-    """The per-host step `inv bench` runs: bench (its progress on board, if any), then record the run."""
-    parse_levels(options.get("concurrency", 1))  # a bad flag fails before any host is touched
-
-    def run(remote: Remote) -> BenchResult:
-        if board is None:
-            return record(run_bench(remote, **options))
-        task = board.open(remote.name)
-        try:
-            result = run_bench(remote, on_progress=lambda ev: board.update(task, ev), **options)
-        finally:
-            board.close(task)
-        return record(result)
-
-    return run
-
-
-def load(run_dir: str | Path) -> dict:
-    """A recorded bench.json (for compare and re-analysis)."""
-    path = Path(run_dir) / "bench.json"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} has no bench.json (not a bench run?)")
-    return artifacts.read_json(path)

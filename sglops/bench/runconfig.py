@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sglops.bench.compare import Run
+    from sglops.bench.record import Run
 
 # The settings a reviewer asks about first; recorded as `run_config.summary` and shown first in a diff.
 HEADLINE_KEYS = (

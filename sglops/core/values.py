@@ -5,7 +5,10 @@ number itself and never dies in a traceback on `--runs abc`); a play's `with:` h
 scalars. Both go through the same specs here, so `inv bench --runs 0` and a play step
 `bench: {runs: 0}` are refused with the same one line, and the library gets clean types.
 
-    opts = check(BENCH, {"runs": "3", "port": None}, label=flag_label)   # {"runs": 3, "port": None, ...}
+    opts = check({"runs": Int(1, 1000, 5), "port": Port()}, {"runs": "3"})   # {"runs": 3, "port": None}
+
+The parameters of each operation are declared with their operation (sglops.core.op.Param, in each domain's
+ops.py); this module has the kinds and the check.
 """
 
 from __future__ import annotations
@@ -220,40 +223,3 @@ def check(spec: Spec, raw: Mapping[str, Any], *, label: Callable[[str], str] = f
 def checked(spec: Spec, **raw: Any) -> dict[str, Any]:
     """check() for flags given as keyword arguments (the tasks' way)."""
     return check(spec, raw)
-
-
-# -- the parameters of each operation, shared by tasks.py and the play steps ----------------------------
-PORT = {"port": Port()}
-BENCH: Spec = {
-    "runs": Int(1, 1000, 5),
-    "input_len": Int(1, MAX_TOKENS, 128),
-    "output_len": Int(2, MAX_TOKENS, 256),
-    "concurrency": IntList(1, 4096, [1]),
-    "api": Choice(("sglang", "openai"), "sglang"),
-    "port": Port(),
-    "requests": Int(1, 1_000_000),
-    "warmup": Int(0, 1000, 1),
-    "vocab_size": Int(2, 1 << 24),
-    "no_logprobs": Flag(),
-}
-# what a comparison requires beyond speed (inv compare flags, the compare play step's keys)
-COMPARE: Spec = {
-    "require_identical": Flag(),
-    "require_same_config": Flag(),
-    "tolerance_logprob": Float(0, 1e6),
-    "min_identical_share": Float(0, 1),
-    "variable": StrList(),
-}
-PROFILE: Spec = {
-    "steps": Int(1, 1000, 5),
-    "output_len": Int(1, MAX_TOKENS, 64),
-    "port": Port(),
-    "wait": Float(1, 86400, 120.0),
-}
-RESTART: Spec = {"timeout": Float(1, 86400), "port": Port()}
-LOGS: Spec = {"lines": Int(1, 1_000_000, 50)}
-SANDBOX: Spec = {"hosts": Int(1, 16, 2)}
-PATCH_NAME: Spec = {"name": Name("patch")}
-PROFILE_NAME: Spec = {"profile": NameOrFile("profile")}
-KERNEL_NAME: Spec = {"name": Name("kernel")}
-CAPTURE: Spec = {"against": Choice(("commit", "release"), "commit"), "variant": Name("variant"), "files": StrList()}

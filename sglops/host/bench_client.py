@@ -499,7 +499,8 @@ def main(args):
     if api not in ("sglang", "openai"):
         raise UserError(f"unknown api {api!r} (sglang or openai)")
     levels = [int(c) for c in args.get("concurrency") or [1]]
-    runs, in_len, out_len = int(args.get("runs", 5)), int(args.get("input_len", 128)), int(args.get("output_len", 256))
+    # the laptop always sends these (sglops.bench.params has their defaults)
+    runs, in_len, out_len = int(args["runs"]), int(args["input_len"]), int(args["output_len"])
     per_run = args.get("requests")  # per repeat and level; default one per stream
     warmup = int(args.get("warmup", 1))
     timeout = float(args.get("request_timeout", 120))

@@ -52,10 +52,6 @@ def step(name):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def steps_taken():
-    return list(_STEPS)
-
-
 def state_dir(root, create=True):
     return sglops_dir(root, create)
 

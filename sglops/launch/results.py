@@ -35,9 +35,17 @@ INFO_ALIASES = {"dsa_prefill_backend": "nsa_prefill_backend", "dsa_decode_backen
 
 
 class LaunchFailed(SglopsError):
-    """The server did not come up (crash, timeout): the log tail was shown above."""
+    """The server did not come up (crash, timeout): `kept` is the failed start, which the runner records and shows
+    (its log tail) before the one line; `recorded(path)` is that line naming the record."""
 
     exit_code = 1
+
+    def __init__(self, kept: RestartResult, notes: list[str] | tuple[str, ...] = ()) -> None:
+        super().__init__(kept.failure_line(*notes))
+        self.kept, self.notes = kept, list(notes)
+
+    def recorded(self, path: object) -> LaunchFailed:
+        return LaunchFailed(self.kept, [f"record {path}", *self.notes])
 
 
 # -- results --------------------------------------------------------------------------------

@@ -13,12 +13,7 @@ from __future__ import annotations
 
 import getpass
 from collections.abc import Callable
-from typing import Any
 
-from rich.text import Text
-
-from sglops.core import artifacts
-from sglops.core.console import console, err_console
 from sglops.core.errors import RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.launch import container as launch_container
@@ -227,46 +222,11 @@ def logs(remote: Remote, *, lines: int = 50, follow: bool = False, follow_s: flo
     def relay(ev: dict) -> None:
         if "line" in ev:
             seen.append(ev["line"])
-            (on_line or (lambda s: console.print(Text(s))))(ev["line"])
+            if on_line is not None:
+                on_line(ev["line"])
 
     doc = _state_or_entrypoint(remote, tail=lines, follow_s=follow_s, on_progress=relay)
     return LogLines(remote.name, doc["log_path"], seen)
-
-
-def stop_step(*, dry_run: bool, grace_s: float | None) -> Callable[[Remote], StopResult]:
-    """The per-host step for `inv stop`; the dry run reads the server's status and changes nothing."""
-    def step(remote: Remote) -> StopResult:
-        if dry_run:
-            st = status(remote, tail=0)
-            if not st.running:
-                plan = ["stop nothing (no server running)"]
-            elif st.container:
-                plan = [f"{remote.container.engine} stop {remote.container.name} (its command is the server, pid "
-                        f"{st.pid}), KILL after {grace_s or 20:g}s"]
-            else:
-                plan = [f"stop pid {st.pid} (profile {st.profile}, port {st.port}): TERM its process group and tree, "
-                        f"KILL after {grace_s or 20:g}s"]
-            return StopResult(remote.name, False, True, st.pid, plan=plan)
-        ans = stop(remote, grace_s=grace_s or 20)
-        return StopResult(remote.name, bool(ans.get("stopped")), False, ans.get("pid"), ans.get("signal"),
-                          {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})
-    return step
-
-
-# -- task helpers (the CLI's view) ----------------------------------------------------------------
-def show_script(rendered: Rendered, json: bool = False) -> None:
-    """The launch script alone on stdout, unwrapped, so `inv render P > launch.sh` writes exactly the script;
-    what it was checked against and any warnings go to stderr."""
-    from sglops.core.console import note, print_json, print_raw
-
-    if json:
-        print_json(rendered.to_json())
-        return
-    note(f"# validated against sglang {rendered.sglang_version} on {rendered.host}" if rendered.validated else
-         "# not validated against a host's SGLang tree (pass --host)")
-    for w in rendered.warnings:
-        err_console.print(Text("warning: " + w, style="yellow"), soft_wrap=True)
-    print_raw(rendered.script)
 
 
 def check_restart_args(profile: str | None, rollback: bool) -> None:
@@ -276,24 +236,3 @@ def check_restart_args(profile: str | None, rollback: bool) -> None:
                           + ", ".join(list_profiles()))
     if profile is not None and not rollback:
         load_profile(profile)
-
-
-def restart_step(profile: str | None, *, rollback: bool, dry_run: bool, timeout: Any, port: Any,
-                 reporter: Callable[[str], Any], json: bool = False) -> Callable[[Remote], RestartResult]:
-    """The per-host step for `inv restart`: a failed start shows the log tail, is saved, then exits non-zero."""
-    timeout = float(timeout) if timeout else None
-    port = int(port) if port else None
-
-    def step(remote: Remote) -> RestartResult:
-        res = restart(remote, profile, rollback=rollback, dry_run=dry_run, timeout=timeout, port=port,
-                      on_progress=reporter(remote.name))
-        if res.ok or res.dry_run:
-            return res
-        path = artifacts.save(remote.name, artifacts.new_run_id(), "restart.json", res.to_json(), task="restart")
-        if not json:
-            from sglops.views.show import show
-
-            show(res)
-        notes = [f"record {path}"] + ([] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
-        raise LaunchFailed(res.failure_line(*notes))
-    return step

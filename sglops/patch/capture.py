@@ -40,7 +40,7 @@ class Capture:
 
 def release_files(version: str) -> tuple[dict[str, str], zipfile.ZipFile]:
     """The PyPI wheel's .py files and their sha256 (from its RECORD), fetched once and cached."""
-    from sglops.sandbox.trees import cached_wheel
+    from sglops.core.wheels import cached_wheel
 
     zf = zipfile.ZipFile(cached_wheel("sglang", version))
     record = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))

@@ -16,14 +16,16 @@ from rich.text import Text
 from sglops.core import artifacts
 from sglops.core.console import console, styled
 from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.op import Context, new_run_id
 from sglops.core.remote import Remote
 from sglops.play.result import PlayResult, StepRecord
 from sglops.play.spec import Play
-from sglops.play.steps import STEPS, StepContext
+from sglops.play.steps import STEPS, run_step
+from sglops.views.files import draw
 
 
 def _summary(kind: str, doc: dict) -> str:
-    fn = STEPS[kind].summary
+    fn = STEPS[kind].step_summary
     if fn:
         try:
             return fn(doc)
@@ -48,8 +50,9 @@ def _previous(host: str, play: str) -> dict:
 
 
 def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: str | None = None,
-             show: bool = True) -> PlayResult:
-    """Run the play on remote; each step's outcome is recorded as it finishes."""
+             show: bool = True, run_id: str | None = None) -> PlayResult:
+    """Run the play on remote; each step's outcome is recorded as it finishes. run_id: the invocation's
+    (a dry run's gets `-dry`); a real resumption continues the run it resumes."""
     start_at = play.index(from_step) if from_step else 0
     records: dict[str, dict] = {}
     if from_step:
@@ -60,9 +63,9 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
                 raise ConfigError(f"cannot resume run {prev['run_id']} from {from_step}: step {step.id} did not "
                                   "succeed there")
         # a dry run of the resumption is a run of its own: it never writes into the real run it plans from
-        run_id = artifacts.new_run_id() + "-dry" if dry_run else prev["run_id"]
+        run_id = (run_id or new_run_id()) + "-dry" if dry_run else prev["run_id"]
     else:
-        run_id = artifacts.new_run_id() + ("-dry" if dry_run else "")
+        run_id = (run_id or new_run_id()) + ("-dry" if dry_run else "")
         old = {}
     folder = artifacts.run_dir(remote.name, run_id)
     result = PlayResult(play.name, remote.name, run_id, dry_run, run_dir=str(folder))
@@ -74,15 +77,17 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
             records[step.id] = {"do": step.do, "result": prev.get("result"), "run_dir": prev.get("run_dir")}
             continue
         label = f"[{i + 1}/{len(play.steps)}] {step.id} ({step.do})"
-        ctx = StepContext(remote, run_id, step.id, dry_run, records)
+        ctx = Context(remote, run_id, dry_run, step.id, records, draw=draw)
         began = time.monotonic()
         try:
             if show:
+                from sglops.views.live import play_line
+
                 with console.status(Text(f"{label} ...")) as status:
-                    ctx.say = lambda text, _s=status, _l=label: _s.update(Text(f"{_l} ... {text}"))
-                    value = STEPS[step.do].run(ctx, **step.params)
+                    ctx.on_event = lambda ev, _s=status, _l=label: _s.update(Text(f"{_l} ... {play_line(ev)}"))
+                    value = run_step(STEPS[step.do], ctx, step.params)
             else:
-                value = STEPS[step.do].run(ctx, **step.params)
+                value = run_step(STEPS[step.do], ctx, step.params)
         except Exception as exc:
             bug = not isinstance(exc, SglopsError)
             error = f"internal error (a bug in sglops): {type(exc).__name__}: {exc}" if bug else str(exc)

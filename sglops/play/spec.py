@@ -135,7 +135,7 @@ def _step(raw: Any, path: Path, variables: dict[str, Any]) -> Step:
     if not isinstance(given, dict):
         raise ConfigError(f"{where}: with must be a mapping of parameter: value (got {given!r})")
     params = render_value(dict(given), variables, where)
-    accepted = STEPS[kind].params
+    accepted = STEPS[kind].spec("play")
     unknown = sorted(str(k) for k in set(params) - set(accepted))
     if unknown:
         raise ConfigError(f"{where}: step {step_id} ({kind}) has no parameter {unknown[0]!r}; "

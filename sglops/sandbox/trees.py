@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
+from sglops.core.wheels import cache_dir, cached_wheel  # noqa: F401  (trees.cache_dir: the name callers use)
 
 TREES = "trees-v2"
 SITES = "site-v2"
@@ -37,32 +37,6 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "sglops sandbox", "GIT_COMMITTER_EMAIL": "sandbox@sglops.invalid",
     "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
 }
-
-
-def cache_dir() -> Path:
-    path = Path(os.environ.get("SGLOPS_CACHE") or Path.home() / ".cache" / "sglops")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def cached_wheel(dist: str, version: str) -> Path:
-    """The release's wheel from PyPI, downloaded once (`pip download --no-deps`)."""
-    wheels = cache_dir() / "wheels"
-    wheels.mkdir(exist_ok=True)
-    stem = dist.replace("-", "_")
-    found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
-    if found:
-        return found[0]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", f"{dist}=={version}",
-         "-d", str(wheels)],
-        capture_output=True, text=True,
-    )
-    found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
-    if proc.returncode != 0 or not found:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SglopsError(f"could not download {dist}=={version} from PyPI: {last}")
-    return found[0]
 
 
 def is_install_metadata(name: str) -> bool:

@@ -16,6 +16,7 @@ from sglops.trace.names import short_kernel  # noqa: F401  (sglops.trace.short_k
 from sglops.trace.parse import TraceError, read
 
 if TYPE_CHECKING:
+    from sglops.core.op import Draw
     from sglops.trace.diagnose import Finding
 
 SCOPE_LABELS = {"decode": "in decode steps", "steps": "in profiled steps", "all": "overall"}
@@ -56,6 +57,7 @@ class TraceAnalysis(Observation):
     cpu: CpuSummary | None = None
     warnings: list[str] = field(default_factory=list)
     op_kernel: dict[tuple[str, str], float] = field(default_factory=dict)  # (launching op, kernel) -> us, in scope
+    report: dict | None = None  # the files `inv analyze-trace` kept (analysis.json, report.md, chart)
 
     @property
     def has_gpu(self) -> bool:
@@ -92,7 +94,7 @@ class TraceAnalysis(Observation):
             total = self.gpu_us or 1.0
             return [{"name": k, "us": round(v[0], 3), "count": v[1], "share": round(v[0] / total, 5)}
                     for k, v in sorted(d.items(), key=lambda kv: -kv[1][0])]
-        return {
+        return ({"report": self.report} if self.report is not None else {}) | {
             "files": [f.to_json() for f in self.files],
             "ranks": len({f.rank for f in self.files}),
             "gpu_us": round(self.gpu_us, 3),
@@ -221,31 +223,27 @@ def expand_paths(spec: str | Iterable[str]) -> list[str]:
 
 
 def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool = True,
-                chart: bool = False) -> dict[str, str]:
+                chart: bool = False, draw: Draw | None = None) -> dict[str, str]:
     """analysis.json always; report.md and the PNG chart (top kernels, or top CPU ops on a CPU-only
-    trace) only when asked: drawing costs more than analysing a small trace. Returns their paths."""
+    trace) only when asked and drawn by `draw` (the views a runner hands down): drawing costs more than
+    analysing a small trace. Returns their paths."""
     from sglops.core import artifacts
-    from sglops.views import trace as views
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": str(artifacts.write_json(folder / "analysis.json", a.to_json()))}
-    if markdown:
-        md = folder / "report.md"
-        tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(views.markdown(a))
-        os.replace(tmp, md)
-        paths["markdown"] = str(md)
-    if chart and (a.by_kernel or (a.cpu and a.cpu.by_self)):
-        paths["chart"] = str(views.chart(a, folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
+    if markdown and draw is not None:
+        paths["markdown"] = str(draw("trace-markdown", a, folder / "report.md"))
+    if chart and draw is not None and (a.by_kernel or (a.cpu and a.cpu.by_self)):
+        paths["chart"] = str(draw("trace-chart", a, folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
     return paths
 
 
 def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None, *, markdown: bool = True,
-               chart: bool = False) -> tuple[TraceAnalysis, dict]:
+               chart: bool = False, run_id: str | None = None, draw: Draw | None = None) -> tuple[TraceAnalysis, dict]:
     """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
     from sglops.core import artifacts
 
     a = analyze(expand_paths(files))
-    folder = Path(out) if out else artifacts.run_dir("local", artifacts.new_run_id()) / "trace-analysis"
-    return a, save_report(a, folder, markdown=markdown, chart=chart)
+    folder = Path(out) if out else artifacts.run_dir("local", run_id or artifacts.new_run_id()) / "trace-analysis"
+    return a, save_report(a, folder, markdown=markdown, chart=chart, draw=draw)

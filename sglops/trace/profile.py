@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.text import Text
-
 from sglops.core import artifacts
-from sglops.core.console import err_console
 from sglops.core.errors import ConfigError
+from sglops.core.op import Draw
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
 from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
@@ -57,17 +55,6 @@ class ProfileResult(Observation):
         return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
 
 
-def _bar(remote_files: list[dict]):
-    """A rich progress bar over the total bytes of all files (stderr, so --json stays clean)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    total = sum(f["size"] for f in remote_files)
-    progress = Progress(TextColumn("download {task.description}", markup=False), BarColumn(), DownloadColumn(),
-                        TransferSpeedColumn(), console=err_console, transient=True)
-    task = progress.add_task(f"{len(remote_files)} trace file(s)", total=total)
-    return progress, task
-
-
 def _activities(spec: str | list[str] | None) -> list[str] | None:
     if spec is None or spec == "":
         return None
@@ -79,9 +66,10 @@ def _activities(spec: str | list[str] | None) -> list[str] | None:
 
 
 def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: int | None = None,
-                wait_s: float = 120, show_progress: bool = True, run_id: str | None = None,
+                wait_s: float = 120, on_progress: Callable[[dict], None] | None = None, run_id: str | None = None,
                 activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
-                by_stage: bool = False, vocab_size: int | None = None, chart: bool = False) -> ProfileResult:
+                by_stage: bool = False, vocab_size: int | None = None, chart: bool = False,
+                draw: Draw | None = None) -> ProfileResult:
     """Profile `steps` forward steps of a single-stream request on the host's server, then analyse.
 
     activities: default CPU+GPU, CPU alone when the server runs on the CPU; with_stack (Python stacks: most
@@ -91,25 +79,16 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
         raise ConfigError(f"--steps and --output-len must be positive (got {steps}, {output_len})")
     if vocab_size is not None and int(vocab_size) < 2:
         raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
-    status = err_console.status(Text(f"{remote.name}: profiling {steps} steps")) if show_progress else None
-
-    def on_progress(ev: dict) -> None:
-        if status is not None and ev.get("phase") == "waiting":
-            status.update(Text(f"{remote.name}: waiting for trace files ({ev.get('complete')}/"
-                               f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)"))
-
+    say = on_progress or (lambda _ev: None)
+    say({"phase": "profiling", "steps": steps})
     args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
             "wait_s": wait_s, "activities": _activities(activities), "with_stack": with_stack,
             "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size}
-    if status is not None:
-        with status:
-            doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=on_progress)
-    else:
-        doc = remote.run_py("profile_capture", args, timeout=wait_s + 600)
+    doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=say)
 
     run_id = run_id or artifacts.new_run_id()
     folder = artifacts.run_dir(remote.name, run_id)
-    local, download_s = _download(remote, doc["files"], folder / "traces", show_progress)
+    local, download_s = _download(remote, doc["files"], folder / "traces", say)
     record = {"host": remote.name, "run_id": run_id, "folder": str(folder), "port": doc["port"],
               "port_from": doc["port_from"], "profile_id": doc["profile_id"], "steps": doc["steps"],
               "output_len": doc["output_len"], "stopped_by": doc["stopped_by"], "remote_dir": doc["output_dir"],
@@ -124,31 +103,28 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
         artifacts.save(remote.name, run_id, "profile.json", {**record, "analysis": None, "error": str(exc)},
                        task="profile", extra={**manifest, "status": "failed"})
         raise
-    report = save_report(analysis, folder, chart=chart)
+    report = save_report(analysis, folder, chart=chart, draw=draw)
     result = ProfileResult(**record, analysis=analysis, report=report)
     artifacts.save(remote.name, run_id, "profile.json", result.to_json(), task="profile",
                    extra={**manifest, "status": "ok"})
     return result
 
 
-def _download(remote: Remote, files: list[dict], traces_dir: Path, show_progress: bool) -> tuple[list[str], float]:
-    """Every trace file into traces_dir, with one progress bar over their total bytes."""
+def _download(remote: Remote, files: list[dict], traces_dir: Path,
+              say: Callable[[dict], None]) -> tuple[list[str], float]:
+    """Every trace file into traces_dir; progress events over their total bytes."""
     traces_dir.mkdir(parents=True, exist_ok=True)
     local: list[str] = []
     t0 = time.monotonic()
-    bar = _bar(files) if show_progress else None
-    done = 0
-    with bar[0] if bar else nullcontext():
-        for f in files:
-            target = traces_dir / os.path.basename(f["path"])
+    total, done = sum(f["size"] for f in files), 0
+    for f in files:
+        target = traces_dir / os.path.basename(f["path"])
 
-            def cb(sent: int, _total: int, _base=done) -> None:
-                if bar:
-                    bar[0].update(bar[1], completed=_base + sent)
+        def cb(sent: int, _total: int, _base=done) -> None:
+            say({"phase": "downloading", "files": len(files), "bytes_done": _base + sent, "bytes_total": total})
 
-            remote.get(f["path"], target, progress=cb)
-            done += f["size"]
-            if bar:
-                bar[0].update(bar[1], completed=done)
-            local.append(str(target))
+        remote.get(f["path"], target, progress=cb)
+        done += f["size"]
+        say({"phase": "downloading", "files": len(files), "bytes_done": done, "bytes_total": total})
+        local.append(str(target))
     return local, time.monotonic() - t0

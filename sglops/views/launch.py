@@ -99,6 +99,26 @@ def logs_view(r: LogLines) -> RenderableType:
 
 
 
+def print_logs(r: LogLines, follow: bool = False) -> None:
+    """`inv logs`: the lines (with --follow they were printed as they came)."""
+    if not follow:
+        from sglops.core.console import console
+
+        console.print(logs_view(r))
+
+
+def show_script(rendered: Rendered) -> None:
+    """The launch script alone on stdout, unwrapped, so `inv render P > launch.sh` writes exactly the script;
+    what it was checked against and any warnings go to stderr."""
+    from sglops.core.console import note, print_raw
+
+    note(f"# validated against sglang {rendered.sglang_version} on {rendered.host}" if rendered.validated else
+         "# not validated against a host's SGLang tree (pass --host)")
+    for w in rendered.warnings:
+        err_console.print(Text("warning: " + w, style="yellow"), soft_wrap=True)
+    print_raw(rendered.script)
+
+
 def stop_view(r: StopResult) -> RenderableType:
     """`inv stop`: what was (or would be) stopped."""
     if r.dry_run:

@@ -248,3 +248,10 @@ def write_report(run: str, output: str | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render(folder, target.parent.resolve()))
     return target
+
+
+def print_written(path: Path) -> None:
+    """`inv report`: where the report went."""
+    from sglops.core.console import console
+
+    console.print(f"report written: {path}")

@@ -1,8 +1,8 @@
-"""One way to print any result: `show(result)` for tasks (sglops.core.cli.per_host) and plays alike.
+"""One way to print any result: `show(result)` for tasks (sglops.cli) and plays alike.
 
 Views are functions of the view layer (sglops.views.<domain>), registered here by result class, so domain
-classes keep data and JSON only and never import their views. Every printable result has a view here
-(tests/test_result_contract.py checks it); the `table()` fallback only serves a result class added without one.
+classes keep data and JSON only and never import their views. Every result class the package defines and every
+operation's result has a view here (tests/test_result_contract.py walks the package and the catalogue for them).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from sglops.views import ab, bench, kernel, launch, patch, play, probe, trace, t
 
 @singledispatch
 def render(result: Any) -> RenderableType:
-    """The rich renderable for result (its own table() unless a view is registered for its class)."""
-    return result.table()
+    """The rich renderable for result: the view registered for its class."""
+    raise TypeError(f"no view for {type(result).__name__} (register one in sglops.views.show)")
 
 
 render.register(TraceAnalysis, lambda a, top=12: trace.table(a, top))

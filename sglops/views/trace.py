@@ -275,3 +275,12 @@ def profile_table(p: ProfileResult) -> Group:
     if p.standin:
         head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
     return Group(head, table(p.analysis), Text(f"report: {p.report.get('markdown')}", style="dim"))
+
+
+def show_analysis(a: TraceAnalysis) -> None:
+    """`inv analyze-trace`: the tables, then where the report was kept (stderr)."""
+    from sglops.core.console import console, note
+
+    console.print(table(a))
+    saved = a.report or {}
+    note(f"report: {saved.get('markdown')}" + (f", chart: {saved['chart']}" if "chart" in saved else ""))

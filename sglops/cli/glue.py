@@ -1,7 +1,7 @@
-"""Glue between Invoke tasks and the library: target flags, per-host fan-out, errors, output.
+"""Glue between Invoke and the library: target flags, per-host fan-out, errors, output.
 
-Tasks in tasks.py stay a few lines each: they build `Targets` from their flags and call
-`per_host` (or `guarded` for tasks that touch no host).
+sglops.cli.tasks builds every task from the operation catalogue and calls `per_host` (or `guarded` for
+operations that touch no host); this is the only place besides it that knows Invoke.
 """
 
 from __future__ import annotations
@@ -16,23 +16,20 @@ from rich.text import Text
 from sglops.core import artifacts
 from sglops.core.console import console, err_console, error_line, print_json, styled
 from sglops.core.errors import SglopsError, combined_exit
-from sglops.core.hosts import Host, Inventory, load_inventory, resolve_targets
+from sglops.core.hosts import Host, Inventory, resolve_targets
 from sglops.core.parallel import Outcome, guard, on_hosts
 from sglops.core.remote import Remote
 
-TARGET_HELP = {
+# the target flags every host operation takes (the one-host ones leave out hosts and tag), in this order
+TARGET_FLAGS = {
     "host": "a host from playbooks/hosts.yaml, an address (user@addr:port), or 'local'",
     "hosts": "several hosts, comma-separated (run in parallel)",
     "tag": "every inventory host with this tag",
-    "sglang-root": "where SGLang lives on the host (checkout root, python/ or the package folder)",
-    "accept-new-host-key": "trust and save an unknown host key (a changed key is always refused)",
+    "sglang_root": "where SGLang lives on the host (checkout root, python/ or the package folder)",
+    "accept_new_host_key": "trust and save an unknown host key (a changed key is always refused)",
     "container": "SGLang lives in this container on the host: every step runs through docker exec",
-    "json": "print machine-readable JSON instead of tables",
 }
-
-
-def help_with(**extra: str) -> dict[str, str]:
-    return {**TARGET_HELP, **{k.rstrip("_").replace("_", "-"): v for k, v in extra.items()}}
+ONE_HOST_FLAGS = {k: v for k, v in TARGET_FLAGS.items() if k not in ("hosts", "tag")}
 
 
 @dataclass
@@ -64,18 +61,13 @@ def guarded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         fail(str(exc), exc.exit_code)
 
 
-def checked(spec: Any, **raw: Any) -> dict[str, Any]:
-    """The task's flags checked and converted by spec (sglops.core.values); a bad one is one line, exit 2."""
-    from sglops.core import values
-
-    return guarded(values.check, spec, raw)
-
-
 def per_host(
     task: str,
-    targets: Targets,
+    hosts: tuple[Inventory, list[Host]],
     step: Callable[[Remote], Any],
     *,
+    accept_new_host_key: bool = False,
+    run_id: str,
     json: bool = False,
     artifact: str | None = None,
     show: Callable[[Any], None] | None = None,
@@ -83,24 +75,19 @@ def per_host(
 ) -> list[Any]:
     """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
-    A step returns an object with `to_json()` (and `table()` unless `show` is given). `check(value)` raises
+    A step returns an object with `to_json()`, printed by `show`. `check(value)` raises
     for a result that counts as a failure though it is kept and shown (a partial bench, a stopped play).
     Whatever goes wrong on one host (a user error, an unreachable host, a bug) is that host's outcome: the
     others' results are still saved and printed, and the exit code follows errors.combined_exit.
     """
-    try:
-        inventory = load_inventory()
-        hosts = targets.resolve(inventory)
-    except SglopsError as exc:
-        fail(str(exc), exc.exit_code)
-    outcomes = on_hosts(hosts, step, accept_new_host_key=targets.accept_new_host_key, inventory=inventory)
-    run_id = artifacts.new_run_id()
+    inventory, targets = hosts
+    outcomes = on_hosts(targets, step, accept_new_host_key=accept_new_host_key, inventory=inventory)
     documents = []
     many = len(outcomes) > 1
     for out in outcomes:
         doc = _result_document(out, task, run_id, artifact, check) if out.ok else None
         if doc is not None and not json:
-            shown = guard(out.host, lambda v=out.value: (show or _show_table)(v))
+            shown = guard(out.host, lambda v=out.value: show(v) if show else None)
             if not shown.ok and out.ok:
                 out.fail_from(shown)
         if not out.ok and not json:
@@ -122,12 +109,6 @@ def per_host(
     if code:
         raise Exit(code=code)
     return [o.value for o in outcomes]
-
-
-def _show_table(value: Any) -> None:
-    from sglops.views.show import show as show_result
-
-    show_result(value)
 
 
 def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,

@@ -1,0 +1,178 @@
+"""The bench family's operations (bench, compare, ab, runs): each declared once, for `inv` and for plays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sglops.bench.params import (
+    BENCH,
+    COMPARE,
+    MIN_IDENTICAL_SHARE,
+    REQUIRE_IDENTICAL,
+    REQUIRE_SAME_CONFIG,
+    TOLERANCE_LOGPROB,
+    VARIABLE,
+)
+from sglops.core.errors import ConfigError
+from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
+from sglops.core.values import Flag, Int, Name, Str, StrList
+
+
+def _required(result: Any, o: dict) -> None:
+    result.check(o["require_identical"], o["require_same_config"])
+
+
+# -- bench ----------------------------------------------------------------------------------------------
+def bench(ctx: Context, **options: Any):
+    from sglops.bench import run
+
+    return run.record(run.run_bench(ctx.remote, on_progress=ctx.event, **options), run_id=ctx.own_run_id)
+
+
+def _bench_plan(ctx: Context, runs: int, input_len: int, output_len: int, concurrency: list[int], api: str,
+                port: int | None, **_: Any) -> str:
+    return (f"bench {runs} repeats, input {input_len} / output {output_len} tokens, concurrency "
+            f"{','.join(map(str, concurrency))}, {api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
+
+
+def _bench_check(result: Any, _o: dict) -> None:
+    from sglops.bench import run
+
+    run.check([result])
+
+
+def _bench_summary(doc: dict) -> str:
+    lv = (doc.get("levels") or [{}])[0]
+    d = lv.get("decode_tok_s") or {}
+    if not d:
+        return doc.get("status", "")
+    lo, hi = (d.get("ci95") or [None, None])[:2]
+    ci = f" (95% CI {lo:.2f}-{hi:.2f})" if lo is not None else ""
+    return f"decode {d['median']:.2f} tok/s{ci}"
+
+
+# -- compare --------------------------------------------------------------------------------------------
+def compare(ctx: Context, run_a: str | None = None, run_b: str | None = None, runs: list[str] | None = None,
+            no_chart: bool = False, **required: Any):
+    """`inv compare A B,C` (run ids) or a play's compare step (its earlier bench steps, or run ids)."""
+    from sglops.bench import compare as cmp
+
+    if run_a is not None:
+        return cmp.compare_with([*run_a.split(","), *run_b.split(",")], required, chart=not no_chart, draw=ctx.draw,
+                               run_id=ctx.run_id)
+    return cmp.compare_with(_step_runs(ctx, runs), required, out_dir=ctx.folder, draw=ctx.draw)
+
+
+def _step_runs(ctx: Context, runs: list[str] | None) -> list[Path]:
+    from sglops.core import artifacts
+
+    names = _step_names(ctx, runs)
+    dirs: list[Path] = []
+    for name in names:
+        rec = ctx.records.get(name)
+        if rec is not None and rec.get("run_dir"):
+            dirs.append(Path(rec["run_dir"]))
+        elif rec is not None and (rec.get("result") or {}).get("run_id"):
+            dirs.append(artifacts.find_run(rec["result"]["run_id"]))
+        elif rec is not None:
+            raise ConfigError(f"step {ctx.step_id}: step {name} recorded no run to compare")
+        else:
+            dirs.append(artifacts.find_run(name))
+    return dirs
+
+
+def _step_names(ctx: Context, runs: list[str] | None) -> list[str]:
+    names = runs or [sid for sid, rec in ctx.records.items() if rec["do"] == "bench"]
+    if len(names) < 2:
+        raise ConfigError(f"step {ctx.step_id}: compare needs at least two bench runs (got {names})")
+    return names
+
+
+def _compare_plan(ctx: Context, runs: list[str] | None = None, **_: Any) -> str:
+    return f"compare decode tok/s of {', '.join(_step_names(ctx, runs))} (ratios, intervals, verdict, chart)"
+
+
+def _compare_summary(doc: dict) -> str:
+    parts = []
+    for r in [r for r in doc.get("rows") or [] if r.get("metric") == "decode tok/s"]:
+        ci = r.get("ratio_ci95")
+        ci_s = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        parts.append(f"decode tok/s {r['base']:.2f} -> {r['other']:.2f} (x{r['ratio']:.3f}{ci_s}): {r['verdict']}")
+        ident = ((doc.get("identity") or {}).get(r["run"]) or {}).get("line")
+        if ident:
+            parts[-1] += f", {ident}"
+    return "; ".join(parts)
+
+
+# -- ab -------------------------------------------------------------------------------------------------
+AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by default, help in ab's words
+    "runs": {"kind": Int(1, 1000, 1), "help": "bench repeats per round (default {default}: the rounds are the repeats)"},
+    "input_len": {"help": "prompt tokens (default {default})"},
+    "output_len": {"help": "tokens to generate (default {default})"},
+    "concurrency": {"help": "streams in flight, e.g. 1,4 (default 1)"},
+    "api": {"help": "sglang (default) or openai"},
+    "requests": {"help": "requests per repeat and level"},
+    "warmup": {"help": "warm-up rounds per level (default {default})"},
+    "vocab_size": {"help": "the model's vocabulary when the host cannot read its config.json"},
+    "no_logprobs": {"help": "do not ask the server for logprobs (token ids are still compared)"},
+}
+
+
+def ab(ctx: Context, **o: Any):
+    """Interleaved A/B rounds (sglops.bench.ab): its dry run reads the host and plans; the real one restores it."""
+    from sglops.bench import ab as ab_mod
+
+    return ab_mod.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=lambda text: ctx.event({"note": text}),
+                              run_id=ctx.own_run_id, draw=ctx.draw)
+
+
+def _ab_prepare(o: dict) -> None:
+    from sglops.bench.ab_plan import parse_side, sides_from
+
+    for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
+        parse_side(s)
+
+
+# -- runs -----------------------------------------------------------------------------------------------
+def runs(ctx: Context, host: str | None = None, task: str | None = None):
+    from sglops.bench.compare import list_runs
+
+    return list_runs(host, task)
+
+
+OPS = [
+    Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
+       "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
+       (TARGETS, JSON, *BENCH), step="bench", plan=_bench_plan, check=_bench_check, live="bench",
+       result="sglops.bench.run:BenchResult", step_summary=_bench_summary),
+    Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
+       "output identity,\nconfig differences, PNG of decode tok/s.",
+       (Param("run_a", help="baseline run id (or prefix, or folder)", positional=True, play=False),
+        Param("run_b", help="run(s) to compare, comma-separated", positional=True, play=False),
+        JSON.again(help="print machine-readable JSON"),
+        Param("no_chart", Flag(), "skip the PNG chart", flag=False, play=False),
+        Param("runs", StrList(), cli=False), *COMPARE),
+       step="compare", plan=_compare_plan, check=_required, result="sglops.bench.compare:Comparison",
+       step_summary=_compare_summary),
+    Op("ab", ab, "Interleaved A/B on one host (ABAB rounds, restart + patches ledger-checked each round): paired "
+       "speed\nverdict, output identity, config differences; the host is left as it was found.",
+       (TARGET,
+        Param("a", Str(), "side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)"),
+        Param("b", Str(), "side B, spelt the same way (patches named on either side are applied/reverted per round)"),
+        Param("patch", Name("patch"), "this profile without vs with PATCH: A = --a (default: the current profile), "
+              "B = A+PATCH"),
+        Param("rounds", Int(1, 100, 3), "ABAB rounds, a restart before every bench (default {default}, the fewest "
+              "for a speed verdict)"),
+        *[p.again(**AB_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],  # each round benches its own server
+        Param("profile", Flag(), "also profile one round of each side and rank the trace diff (A -> B)", flag=False),
+        REQUIRE_IDENTICAL.again(help="exit 8 unless B's outputs are identical to A's (or within the tolerance)"),
+        REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,
+        VARIABLE.again(help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"),
+        DRY_RUN.again(help="print the whole round plan; change and record nothing"), JSON),
+       step="ab", prepare=_ab_prepare, check=_required, live="notes", result="sglops.bench.ab_result:AbResult",
+       step_summary=lambda doc: doc.get("verdict", ""), task={"auto_shortflags": False}),
+    Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
+       (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),
+        JSON.again(help="JSON")), result="sglops.bench.compare:RunList"),
+]

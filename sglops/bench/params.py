@@ -1,0 +1,40 @@
+"""The bench family's parameters: a bench's own (also ab's: each round is a bench) and what a comparison
+requires (compare and ab). Kind, default and help of each are written here only; sglops.bench.run takes its
+defaults from here."""
+
+from __future__ import annotations
+
+from sglops.core.op import Param
+from sglops.core.values import MAX_TOKENS, Choice, Flag, Float, Int, IntList, Port, StrList
+
+RUNS = Param("runs", Int(1, 1000, 5), "repeats (median + bootstrap 95% CI over them; default {default})")
+INPUT_LEN = Param("input_len", Int(1, MAX_TOKENS, 128), "prompt tokens, sent as input_ids (exact length; default "
+                  "{default})")
+OUTPUT_LEN = Param("output_len", Int(2, MAX_TOKENS, 256), "tokens to generate (ignore_eos, temperature 0; default "
+                   "{default})")
+CONCURRENCY = Param("concurrency", IntList(1, 4096, [1]), "streams in flight, e.g. 1,4,16 (default 1: single-stream "
+                    "decode)")
+API = Param("api", Choice(("sglang", "openai"), "sglang"), "sglang (native /generate, the default) or openai "
+            "(/v1/completions, e.g. for vLLM)")
+PORT = Param("port", Port(), "the server's port on the host (default: the server sglops started there, else 30000)")
+REQUESTS = Param("requests", Int(1, 1_000_000), "requests per repeat and level (default: one per stream)")
+WARMUP = Param("warmup", Int(0, 1000, 1), "warm-up rounds per level, not counted (default {default})")
+VOCAB_SIZE = Param("vocab_size", Int(2, 1 << 24), "the model's vocabulary when the host cannot read its config.json "
+                   "(prompt ids are drawn below it)")
+NO_LOGPROBS = Param("no_logprobs", Flag(), "keep only the output token ids, not the chosen tokens' logprobs",
+                    flag=False)
+BENCH = (RUNS, INPUT_LEN, OUTPUT_LEN, CONCURRENCY, API, PORT, REQUESTS, WARMUP, VOCAB_SIZE, NO_LOGPROBS)
+DEFAULTS = {p.name: p.kind.default for p in BENCH}  # run_bench's defaults
+
+# what a comparison requires beyond speed (compare and ab)
+REQUIRE_IDENTICAL = Param("require_identical", Flag(), "exit 8 unless every run's outputs are identical to the "
+                          "baseline's (or within --tolerance-logprob / --min-identical-share)", flag=False)
+REQUIRE_SAME_CONFIG = Param("require_same_config", Flag(), "exit 8 on a server-config difference not named by "
+                            "--variable (patches aside)", flag=False)
+TOLERANCE_LOGPROB = Param("tolerance_logprob", Float(0, 1e6), "non-deterministic kernels: largest |logprob "
+                          "difference| still accepted")
+MIN_IDENTICAL_SHARE = Param("min_identical_share", Float(0, 1), "non-deterministic kernels: share of prompts (0-1) "
+                            "whose tokens must be identical")
+VARIABLE = Param("variable", StrList(), "config keys that are meant to differ, comma-separated (e.g. "
+                 "kv_cache_dtype,page_size)")
+COMPARE = (REQUIRE_IDENTICAL, REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE, VARIABLE)

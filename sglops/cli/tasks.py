@@ -1,0 +1,135 @@
+"""Every `inv` task, generated from the operation catalogue (sglops.ops).
+
+An operation's parameters become the task's signature (`__signature__`, in declared order: Invoke gives short
+flags in that order), their help its help; the body checks the flags (sglops.core.values, one line and exit 2
+for a bad one), runs the operation's `prepare`, then the operation on every target host with a run context
+(one run id for the whole invocation), draws its live display, records and prints each host's result.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from invoke import Task, task
+
+from sglops.cli.glue import ONE_HOST_FLAGS, TARGET_FLAGS, Targets, fail, guarded, per_host
+from sglops.core.errors import SglopsError
+from sglops.core.op import Context, Marker, Op, new_run_id
+from sglops.core.values import check
+from sglops.views.files import draw
+
+_P = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_TARGET_DEFAULTS = {"accept_new_host_key": False}
+
+
+def _flags(op: Op) -> list[tuple[str, Any, str, bool]]:
+    """(name, Invoke default, help, positional) of every flag, in the task's order."""
+    out = []
+    for p in op.params:
+        if isinstance(p, Marker):
+            out += [(k, _TARGET_DEFAULTS.get(k), v, False)
+                    for k, v in (TARGET_FLAGS if p.name == "targets" else ONE_HOST_FLAGS).items()]
+        elif p.cli:
+            out.append((p.name, p.flag, p.help_text(), p.positional))
+    return out
+
+
+def make_task(op: Op) -> Task:
+    flags = _flags(op)
+    params = [inspect.Parameter("c", _P)] + [
+        inspect.Parameter(name, _P, **({} if positional else {"default": default}))
+        for name, default, _help, positional in flags]
+
+    def body(c: Any, **kw: Any) -> None:
+        run_task(op, kw)
+
+    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    body.__name__ = op.name.replace("-", "_")
+    body.__doc__ = op.summary
+    helps = {name.rstrip("_").replace("_", "-"): text for name, _d, text, _p in flags if text}
+    return task(body, name=op.name, help=helps, **op.task)
+
+
+def tasks() -> dict[str, Task]:
+    """name -> Task for tasks.py's namespace."""
+    from sglops.ops import OPS
+    from sglops.play.ops import OPS as PLAY_OPS
+
+    return {op.name.replace("-", "_"): make_task(op) for op in [*OPS, *PLAY_OPS]}
+
+
+def run_task(op: Op, kw: dict[str, Any]) -> None:
+    json = kw.pop("json", False)
+    dry_run = kw.pop("dry_run", False)
+    targets = Targets(**{k: kw.pop(k) for k in TARGET_FLAGS if k in kw}) if op.targets != "none" else None
+    spec = {k: v for k, v in op.spec("cli").items() if k not in ("json", "dry_run")}  # those two are the runner's
+    opts = {**kw, **guarded(check, spec, {k: v for k, v in kw.items() if k in spec})}
+    if op.prepare is not None:
+        opts = guarded(op.prepare, opts) or opts
+    run_id = new_run_id()
+    wants = inspect.signature(op.run).parameters
+    args = {k: v for k, v in opts.items() if k in wants or _takes_any(wants)}
+    if "json" in wants:
+        args["json"] = json
+    if targets is None or (op.hostless and targets.host is None):
+        result = guarded(op.run, Context(None, run_id, dry_run, draw=draw), **args)
+        if json and result is not None:
+            from sglops.core.console import print_json
+
+            print_json(result.to_json())
+        elif result is not None:
+            _show(op, opts)(result)
+        if op.check is not None:
+            guarded(op.check, result, opts)
+        return
+    _on_hosts(op, targets, run_id, dry_run, json, opts, args)
+
+
+def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, opts: dict, args: dict) -> None:
+    from sglops.core.hosts import load_inventory
+    from sglops.views.live import display
+
+    try:
+        inventory = load_inventory()
+        hosts = targets.resolve(inventory)
+    except SglopsError as exc:
+        fail(str(exc), exc.exit_code)
+    live = not json and len(hosts) == 1  # rich drives one live display: with several hosts, each runs quietly
+    show = _show(op, opts)
+
+    with display(op.live, json, len(hosts)) as watch:
+        def step(remote: Any) -> Any:
+            with watch(remote.name) as sink:
+                ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw)
+                try:
+                    return op.run(ctx, **args)
+                except SglopsError as exc:
+                    kept = getattr(exc, "kept", None)
+                    if kept is None or not op.record:
+                        raise
+                    path = ctx.save(op.record, kept.to_json(), task=op.name)
+                    if not json:
+                        show(kept)
+                    raise exc.recorded(path) from None
+
+        per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key, run_id=run_id,
+                 json=json, artifact=op.record, show=show,
+                 check=(lambda r: op.check(r, opts)) if op.check else None)
+
+
+def _show(op: Op, opts: dict) -> Any:
+    """How the task prints a result: the operation's own view, or sglops.views.show, with its view options."""
+    options = {k: opts[k] for k in op.view_options}
+    if op.view:
+        module, _, name = op.view.partition(":")
+        fn = getattr(importlib.import_module(module), name)
+    else:
+        from sglops.views.show import show as fn
+    return lambda result: fn(result, **options)
+
+
+def _takes_any(params: Any) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+

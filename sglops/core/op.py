@@ -1,0 +1,149 @@
+"""An operation declared once, and the run context it is handed.
+
+Each domain keeps its operations in its own `ops.py` (`OPS = [Op(...), ...]`): the task name, which hosts it
+takes, its parameters (kind, default and help together), the function, what a dry run does, what is recorded,
+its result type and a one-line summary. The runners read those declarations: `tasks.py` (the Invoke tasks,
+sglops.cli.tasks) and the play engine (sglops.play.steps). Nothing here knows Invoke or a terminal.
+
+    Op("bench", bench_op, "Decode figures measured ON the host ...", (TARGETS, JSON, Param("runs", Int(1, 1000, 5),
+       "repeats (default {default})"), ...), step="bench", plan=bench_plan, result=BenchResult)
+
+An operation's function is `fn(ctx, **params) -> Result` (a function that also takes `json` is told whether the
+task prints JSON: analyze-trace then writes no report.md): `ctx` (a `Context`) names the host, the run, the
+folder and whether it is a dry run; the function emits progress through `ctx.event()` and returns its result;
+the runner draws progress and records results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sglops.core import artifacts
+from sglops.core.values import Flag, Value
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an operation: a task flag (or positional argument) and a play step's `with:` key.
+
+    `help` may use `{default}`, filled from the kind's default. `flag` is what Invoke sees as the default:
+    None for value flags (Invoke hands over the string, `kind` checks it), False for switches, or a typed
+    default Invoke parses itself."""
+
+    name: str
+    kind: Value | None = None  # None: passed through as given (checked by the operation itself)
+    help: str = ""
+    flag: Any = None
+    positional: bool = False
+    cli: bool = True  # a flag of the task
+    play: bool = True  # a `with:` key of the play step
+
+    def help_text(self) -> str:
+        default = getattr(self.kind, "default", None)
+        return self.help.replace("{default}", str(default)) if self.help else ""
+
+    def again(self, **changes: Any) -> Param:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Where a group of runner-owned flags sits among a task's flags (the order gives Invoke's short flags)."""
+
+    name: str
+
+
+TARGETS = Marker("targets")  # --host --hosts --tag --sglang-root --accept-new-host-key --container
+TARGET = Marker("target")  # one host: --host --sglang-root --accept-new-host-key --container
+JSON = Param("json", Flag(), "print machine-readable JSON instead of tables", flag=False, play=False)
+DRY_RUN = Param("dry_run", Flag(), "change nothing", flag=False, play=False)  # a play's dry run is the play's
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation: everything a runner needs to offer it as a task and as a play step."""
+
+    name: str  # the task: `inv NAME`
+    run: Callable[..., Any]  # run(ctx, **params) -> Result
+    summary: str  # one line (the task's docstring)
+    params: tuple[Param | Marker, ...] = ()
+    step: str | None = None  # its play step kind, when a play can run it
+    plan: Callable[..., str] | None = None  # a play's dry run: (ctx, **params) -> what it would do (else it runs)
+    record: str | None = None  # the runner saves the result as this file of the run
+    result: str | None = None  # what it returns, "module:Class" (the result contract, the view registry)
+    view: str | None = None  # "module:function" printing the result (default: sglops.views.show.show)
+    view_options: tuple[str, ...] = ()  # parameters handed to the view (show_hits, top)
+    live: str | None = None  # the live display the task draws from ctx.event(): "bench" | "restart" | "profile" | "notes" | "lines"
+    prepare: Callable[[dict], dict | None] | None = None  # checks before any host is touched; may add options
+    check: Callable[[Any, dict], None] | None = None  # raises for a kept result that still fails (exit code)
+    step_summary: Callable[[dict], str] | None = None  # result JSON -> the play's one-line recap
+    hostless: bool = False  # without --host it runs here, on no host (render: the script, not checked)
+    task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
+
+    def result_type(self) -> type | None:
+        import importlib
+
+        if self.result is None:
+            return None
+        module, _, name = self.result.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def targets(self) -> str:
+        marks = [p.name for p in self.params if isinstance(p, Marker)]
+        return marks[0] if marks else "none"
+
+    def fields(self, where: str) -> list[Param]:
+        """Its parameters for a runner: "cli" (task flags) or "play" (step keys)."""
+        return [p for p in self.params if isinstance(p, Param) and getattr(p, where)]
+
+    def spec(self, where: str) -> dict[str, Value]:
+        """The checked parameters (sglops.core.values) of the task or the step."""
+        return {p.name: p.kind for p in self.fields(where) if p.kind is not None}
+
+
+# How domain code keeps a report file it cannot draw itself (markdown, a chart: views): draw(what, data, path)
+# -> the path written. Runners hand sglops.views.files.draw down; None draws nothing.
+Draw = Callable[[str, Any, Path], Path]
+
+
+@dataclass
+class Context:
+    """What an operation is handed: the host, the run it belongs to, dry-run or not, an event sink, save()."""
+
+    remote: Any  # sglops.core.remote.Remote, or None for a local operation
+    run_id: str
+    dry_run: bool = False
+    step_id: str | None = None  # a play step's id: its own runs are `<run-id>-<step>`
+    records: dict[str, dict] = field(default_factory=dict)  # a play's earlier steps: id -> {"do", "result", "run_dir"}
+    on_event: Callable[[dict], None] | None = None
+    live: bool = False  # this host is the invocation's only one and a terminal shows it (a play's step lines)
+    draw: Draw | None = None  # report files (markdown, charts), drawn by the runner's views
+
+    @property
+    def host(self) -> str:
+        return self.remote.name if self.remote is not None else "local"
+
+    @property
+    def own_run_id(self) -> str:
+        """The run id of a run this operation records itself (a bench, a profile): a play's step gets its own."""
+        return f"{self.run_id}-{self.step_id}" if self.step_id else self.run_id
+
+    @property
+    def folder(self) -> Path:
+        return artifacts.run_dir(self.host, self.run_id)
+
+    def event(self, ev: dict) -> None:
+        if self.on_event is not None:
+            self.on_event(ev)
+
+    def save(self, name: str, doc: Any, *, task: str, extra: dict | None = None) -> Path:
+        return artifacts.save(self.host, self.run_id, name, doc, task=task, extra=extra)
+
+
+def new_run_id(dry_run: bool = False) -> str:
+    """THE place a run id is minted: one per invocation (every host of it, every step of a play)."""
+    return artifacts.new_run_id() + ("-dry" if dry_run else "")

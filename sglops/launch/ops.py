@@ -1,0 +1,104 @@
+"""The launch family's operations: render, restart, rollback, stop, server-status, logs."""
+
+from __future__ import annotations
+
+from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
+from sglops.core.values import Flag, Float, Int, NameOrFile, Port
+
+PROFILE = Param("profile", NameOrFile("profile"), positional=True)
+PORT = Param("port", Port(), "override the profile's port")
+JSON_ = JSON.again(help="print machine-readable JSON")
+TIMEOUT = Param("timeout", Float(1, 86400), "seconds to wait for /health (default: the profile's startup_timeout)")
+RESTART_DRY = DRY_RUN.again(help="show the plan and the script; change nothing")
+
+
+def render(ctx: Context, profile: str, port: int | None = None):
+    from sglops.launch import server
+
+    return server.render_for(ctx.remote, profile, port=port)
+
+
+def restart(ctx: Context, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
+            port: int | None = None):
+    """A failed start raises LaunchFailed carrying its result: the runner keeps and shows it, then fails."""
+    from sglops.launch import server
+    from sglops.launch.results import LaunchFailed
+
+    res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
+                         on_progress=ctx.event)
+    if res.ok or res.dry_run:
+        return res
+    raise LaunchFailed(res, [] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
+
+
+def rollback(ctx: Context, timeout: float | None = None):
+    return restart(ctx, None, rollback=True, timeout=timeout)
+
+
+def stop(ctx: Context, grace: float = 20.0):
+    """The dry run reads the server's status and changes nothing."""
+    from sglops.launch import server
+    from sglops.launch.results import StopResult
+
+    remote, grace = ctx.remote, grace or 20.0  # --grace 0 has always meant the default
+    if ctx.dry_run:
+        st = server.status(remote, tail=0)
+        if not st.running:
+            plan = ["stop nothing (no server running)"]
+        elif st.container:
+            plan = [f"{remote.container.engine} stop {remote.container.name} (its command is the server, pid "
+                    f"{st.pid}), KILL after {grace:g}s"]
+        else:
+            plan = [f"stop pid {st.pid} (profile {st.profile}, port {st.port}): TERM its process group and tree, "
+                    f"KILL after {grace:g}s"]
+        return StopResult(remote.name, False, True, st.pid, plan=plan)
+    ans = server.stop(remote, grace_s=grace)
+    return StopResult(remote.name, bool(ans.get("stopped")), False, ans.get("pid"), ans.get("signal"),
+                      {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})
+
+
+def server_status(ctx: Context, port: int | None = None):
+    from sglops.launch import server
+
+    return server.status(ctx.remote, port=port)
+
+
+def logs(ctx: Context, lines: int = 50, follow: bool = False):
+    from sglops.launch import server
+
+    return server.logs(ctx.remote, lines=lines, follow=follow, on_line=lambda line: ctx.event({"line": line}))
+
+
+def _check_profile(o: dict) -> None:
+    from sglops.launch import server
+
+    server.check_restart_args(o.get("profile"), o.get("rollback", False))
+
+
+OPS = [
+    Op("render", render, "Print the launch script for PROFILE (with --host: checked against that host's SGLang "
+       "release).", (PROFILE, TARGET, PORT, JSON_), view="sglops.views.launch:show_script", result="sglops.launch."
+       "render:Rendered", hostless=True),
+    Op("restart", restart, "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
+       "explain crashes.",
+       (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",
+                                flag=False), RESTART_DRY, TIMEOUT, PORT, JSON_),
+       step="restart", prepare=_check_profile, record="restart.json", live="restart",
+       result="sglops.launch.results:RestartResult"),
+    Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
+       (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live="restart",
+       result="sglops.launch.results:RestartResult"),
+    Op("stop", stop, "Stop the server sglops started (process group and tree), or the container whose command is "
+       "the server.",
+       (TARGETS, DRY_RUN.again(help="show what would be stopped; change nothing"),
+        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), JSON_),
+       result="sglops.launch.results:StopResult"),
+    Op("server-status", server_status, "The server sglops started: process, /health, effective args, recent restarts.",
+       (TARGETS, PORT, JSON_), result="sglops.launch.results:ServerStatus"),
+    Op("logs", logs, "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
+       "installed tree).",
+       (TARGET, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
+        Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False), JSON_),
+       view="sglops.views.launch:print_logs", view_options=("follow",), live="lines",
+       result="sglops.launch.results:LogLines"),
+]

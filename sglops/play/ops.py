@@ -1,0 +1,73 @@
+"""The play family's operations: play (a YAML play of the other operations), report, demo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglops.core.errors import ConfigError, Failed
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
+from sglops.core.values import Flag
+
+
+def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
+    """`--var runs=3 --var profile=sandbox` -> {"runs": 3, "profile": "sandbox"} (YAML scalars)."""
+    from sglops.core.yamlio import loads_yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--var takes KEY=VALUE (got {pair!r})")
+        out[key.strip()] = loads_yaml(value, f"--var {key}") if value else ""
+    return out
+
+
+def _load(o: dict) -> dict:
+    """The play, loaded and checked once before any host is touched (so is a --from step that is not in it)."""
+    from sglops.play.spec import load_play
+
+    play = load_play(o["name"], parse_vars(o["var"]))
+    if o["from_"]:
+        play.index(o["from_"])
+    return {**o, "loaded": play}
+
+
+def play(ctx: Context, name: str, from_: str | None = None, var: list[str] | None = None, loaded: Any = None):
+    from sglops.play.run import run_play
+
+    return run_play(ctx.remote, loaded or _load(locals())["loaded"], dry_run=ctx.dry_run, from_step=from_, show=ctx.live, run_id=ctx.run_id)
+
+
+def _stopped(result: Any, o: dict) -> None:
+    step = result.failed
+    if step:
+        raise Failed(f"{result.host}: play {result.play} stopped at step {step.id}: {step.error}; fix it, then resume: "
+                     f"inv play {o['name']} --host {result.host} --from {step.id}")
+
+
+def report(ctx: Context, run: str, output: str | None = None):
+    from sglops.views.report import write_report
+
+    return write_report(run, output)
+
+
+def demo(ctx: Context, keep: bool = False) -> None:
+    from sglops.play.demo import run_demo
+
+    if run_demo(keep=keep):
+        raise Failed("demo failed")
+
+
+OPS = [
+    Op("play", play, "Run a play (playbooks/NAME.yaml): its steps in order, stop at the first failure, --from resumes.",
+       (Param("name", help="", positional=True), TARGETS,
+        DRY_RUN.again(help="print the plan and the changes each step would make"),
+        Param("from_", help="resume the last run of this play at this step"),
+        Param("var", help="override a play variable: --var profile=sandbox (repeatable)"), JSON),
+       prepare=_load, check=_stopped, result="sglops.play.result:PlayResult", task={"iterable": ["var"]}),
+    Op("report", report, "Write a markdown report of a recorded run (a play, bench, profile...) with its charts.",
+       (Param("run", help="a run id (or unique prefix, or its folder)", positional=True),
+        Param("output", help="where to write (default RUN/report.md)")), view="sglops.views.report:print_written"),
+    Op("demo", demo, "The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, "
+       "torn down.", (Param("keep", Flag(), "leave the sandbox running afterwards", flag=False),)),
+]

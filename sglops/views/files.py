@@ -1,0 +1,36 @@
+"""Report files a domain keeps but cannot draw itself (it never imports views): a runner hands `draw` down
+(sglops.core.op.Draw) and the domain calls it with what to draw, the data and the path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def draw(what: str, data: Any, path: Path) -> Path:
+    """Write the file `what` of data at path (atomically for text); returns the path written."""
+    if what == "trace-markdown":
+        from sglops.views.trace import markdown
+
+        return _text(path, markdown(data))
+    if what == "trace-diff-markdown":
+        from sglops.views.trace_diff import markdown
+
+        return _text(path, markdown(data))
+    if what == "trace-chart":
+        from sglops.views.trace import chart
+
+        return chart(data, path)
+    if what == "decode-chart":
+        from sglops.views.charts import decode_chart
+
+        return decode_chart(data["runs"], path, title=data["title"])
+    raise ValueError(f"no view draws {what!r}")
+
+
+def _text(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
