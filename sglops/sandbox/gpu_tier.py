@@ -27,7 +27,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from sglops.sandbox.trees import cache_dir
+from sglops.core.wheels import cache_dir
 
 SGLANG_VERSION = "0.5.17"
 # Everything sglang 0.5.17's server imports on an sm90 host that the GPU image does not have, pinned.
