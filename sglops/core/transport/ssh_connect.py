@@ -71,30 +71,11 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
             raise ConnectError(f"{host.name}: gateway loop: {' -> '.join((*seen, host.name, host.gateway))}")
         chain = _hops(inventory.get(host.gateway), accept_new, inventory, config, (*seen, host.name))
         gateway = chain[-1].conn
-    connect_kwargs: dict[str, Any] = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
-    if host.identity_file:
-        connect_kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
-    if host.password_env:
-        secret = os.environ.get(host.password_env)
-        if secret is None:
-            raise ConnectError(f"{host.name}: password_env {host.password_env} is not set")
-        redact.register(secret)
-        connect_kwargs["password"] = secret
     conn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                      connect_kwargs=connect_kwargs, gateway=gateway, config=config)
+                      connect_kwargs=_connect_kwargs(host), gateway=gateway, config=config)
     path = known_hosts_path(host)
-    if gateway is None:  # ProxyJump from ssh_config: Fabric built the jump hosts, last hop first
-        jumps = []
-        hop = conn.gateway
-        while isinstance(hop, Connection):
-            jumps.append(hop)
-            hop = hop.gateway
-        for jump in reversed(jumps):
-            jump.connect_timeout = int(max(1, host.connect_timeout))
-            jump.connect_kwargs.setdefault("banner_timeout", host.connect_timeout)
-            jump.connect_kwargs.setdefault("auth_timeout", host.connect_timeout)
-            chain.append(_Hop(jump, f"{host.name} (jump host {jump.original_host})", path, accept_new,
-                              host.connect_timeout))
+    if gateway is None:  # ProxyJump from ssh_config: Fabric built the jump hosts
+        chain += _config_jumps(conn, host, path, accept_new)
     chain.append(_Hop(conn, host.name, path, accept_new, host.connect_timeout))
     for hop in chain:
         client = hop.conn.client
@@ -102,6 +83,39 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
             client.load_host_keys(os.fspath(hop.known_hosts))
         client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label))
     return chain
+
+
+def _connect_kwargs(host: Host) -> dict[str, Any]:
+    """Paramiko's connect arguments for `host`: its timeouts, identity file and password (masked in output)."""
+    kwargs: dict[str, Any] = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
+    if host.identity_file:
+        kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
+    if host.password_env:
+        secret = os.environ.get(host.password_env)
+        if secret is None:
+            raise ConnectError(f"{host.name}: password_env {host.password_env} is not set")
+        redact.register(secret)
+        kwargs["password"] = secret
+    return kwargs
+
+
+def _config_jumps(conn: Any, host: Host, path: Path, accept_new: bool) -> list[_Hop]:
+    """The jump hosts Fabric built from an ssh_config ProxyJump (last hop first there), first hop first, each
+    with the final host's timeouts and host key policy."""
+    from fabric import Connection
+
+    jumps = []
+    hop = conn.gateway
+    while isinstance(hop, Connection):
+        jumps.append(hop)
+        hop = hop.gateway
+    out = []
+    for jump in reversed(jumps):
+        jump.connect_timeout = int(max(1, host.connect_timeout))
+        jump.connect_kwargs.setdefault("banner_timeout", host.connect_timeout)
+        jump.connect_kwargs.setdefault("auth_timeout", host.connect_timeout)
+        out.append(_Hop(jump, f"{host.name} (jump host {jump.original_host})", path, accept_new, host.connect_timeout))
+    return out
 
 
 def _open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any, list[Any]]:
