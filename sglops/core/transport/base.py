@@ -119,6 +119,10 @@ class Remote:
         result = self._exec(line, payload(script, args), exec_timeout(timeout), progress_relay(on_progress))
         if result.exit_code == 124:
             raise RemoteTimeout(f"{self.name}: remote step {script} timed out after {timeout:g} s (stopped on the host)")
+        return self._answer(script, result)
+
+    def _answer(self, script: str, result: CommandResult) -> Any:
+        """A host step's result from its JSON answer, or one error line (the whole answer kept in a log)."""
         answer = parse_answer(result)
         if answer is None:
             detail = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"])[-1]
