@@ -11,17 +11,29 @@ The container's identity (id and image id) rides along in the same line, as an e
 without a second round trip. The first step of a connection asks the engine for it (`inspect`, in the same
 shell line, echoed on stderr); later steps reuse it, so each costs one `exec`, not two engine calls.
 
-kubectl fits the same seam: `kubectl exec -i POD -c CONTAINER -- sh -c LINE`, identity from
-`kubectl get pod POD -o jsonpath=...` (container id, image id); not wired up yet (see docs/container.md).
+The target WRAPS a transport (ContainerRemote below: composition, not a kind of transport): it rewrites each
+shell line, delegates the round trip to the SSH or local Remote that reaches the host, and reads the answer.
+Any target with the same small shape (`wrap`, `explain`, `name`) fits: kubectl would be
+`kubectl exec -i POD -c CONTAINER -- env SGLOPS_CONTAINER=... sh -c LINE` with its identity from
+`kubectl get pod POD -o jsonpath=...` (tests/test_transport_seam.py runs real steps through such a wrapper;
+see docs/container.md).
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from sglops.core.errors import ConfigError, RemoteError
+from sglops.core.host_bundle import RESULT_MARKER
+from sglops.core.transport.base import Remote
+from sglops.core.transport.command import CommandResult
 
 ENGINES = ("docker", "podman")
 IDENTITY_ENV = "SGLOPS_CONTAINER"
@@ -66,10 +78,6 @@ class ContainerTarget:
         return (f'_sglops_id="{self.identity_probe()}"; printf \'{IDENTITY_MARKER} %s\\n\' "$_sglops_id" >&2; '
                 f'{exec_head} -e {IDENTITY_ENV}="$_sglops_id" {tail}')
 
-    def host_line(self, argv: list[str]) -> str:
-        """A command for the engine itself on the host (restart, logs, inspect), quoted."""
-        return shlex.join([self.engine, *argv])
-
     def explain(self, host: str, stderr: str, exit_code: int) -> None:
         """Raise one clear line when the exec itself failed (no such container, stopped, no engine)."""
         text = stderr.strip()
@@ -91,9 +99,67 @@ def identity_from_stderr(stderr: str) -> str | None:
     return None
 
 
-def parse_identity(value: str | None) -> dict | None:
-    """{'id': ..., 'image': ...} from the SGLOPS_CONTAINER env var a step saw, or None."""
-    parts = (value or "").split()
-    if len(parts) != 2:
-        return None
-    return {"id": parts[0], "image": parts[1]}
+
+class Target(Protocol):
+    """What ContainerRemote needs of a place inside a host: a docker/podman container, a pod container, ..."""
+
+    name: str
+
+    def wrap(self, line: str, identity: str | None = None) -> str:
+        """The host shell line running `line` inside; without an identity it also echoes one (IDENTITY_MARKER)."""
+
+    def explain(self, host: str, stderr: str, exit_code: int) -> None:
+        """Raise one clear line when the exec itself failed (no such target, stopped, no client on the host)."""
+
+
+class ContainerRemote(Remote):
+    """A target inside a host, reached through any transport to that host: commands are wrapped, not sent anew.
+
+    Each step is still one round trip of the transport (SSH or local): the shell line sglops built becomes the
+    argument of the target's exec. Files go through the exec stream as base64. The host's own commands
+    (`run_py(on_host=True)`: restart shape (b)) go to the transport itself, outside the target.
+    """
+
+    def __init__(self, transport: Remote, target: Target) -> None:
+        super().__init__(transport.host)
+        self.transport = transport
+        self.container = target
+        self._identity: str | None = None  # '<id> <image>', learnt by the first step
+
+    @property
+    def round_trips(self) -> int:  # every round trip is the transport's
+        return self.transport.round_trips
+
+    def host_side(self) -> Remote:
+        return self.transport
+
+    def _exec(self, command, stdin, timeout, on_output) -> CommandResult:
+        result = self.transport._exec(self.container.wrap(command, self._identity), stdin, timeout, on_output)
+        if self._identity is None:
+            self._identity = identity_from_stderr(result.stderr)
+            result.stderr = "".join(ln for ln in result.stderr.splitlines(keepends=True)
+                                    if not ln.startswith(IDENTITY_MARKER))
+        if result.exit_code != 0 and RESULT_MARKER not in result.stdout:
+            self.container.explain(self.name, result.stderr, result.exit_code)
+        return result
+
+    def _put(self, local: str | os.PathLike, remote: str) -> None:
+        """Upload through the exec stream (base64 on stdin), atomically renamed into place inside."""
+        data = base64.b64encode(Path(local).read_bytes())
+        script = 'mkdir -p "$(dirname "$1")" && base64 -d > "$1.sglops-tmp" && mv -f "$1.sglops-tmp" "$1"'
+        self.run(["sh", "-c", script, "sh", remote], stdin=data, timeout=120 + len(data) / 5e6)
+
+    def _get(self, remote: str, local: str | os.PathLike, progress: Callable[[int, int], None] | None) -> None:
+        """Download through the exec stream (base64 on stdout), written to a .part file and renamed."""
+        result = self.run(["base64", remote], timeout=600)
+        data = base64.b64decode(result.stdout)
+        local = Path(local)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(local.name + ".part")
+        tmp.write_bytes(data)
+        os.replace(tmp, local)
+        if progress:
+            progress(len(data), len(data))
+
+    def _close(self) -> None:
+        self.transport.close()

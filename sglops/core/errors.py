@@ -81,12 +81,6 @@ class RemoteError(SglopsError):
     exit_code = EXIT_REMOTE
 
 
-class Refused(SglopsError):
-    """The host's state forbids the change (conflict, drift, lock, failed build): nothing changed."""
-
-    exit_code = EXIT_REFUSED
-
-
 class Failed(SglopsError):
     """The work ran and did not succeed (server did not come up, bench with failed requests, play stopped)."""
 

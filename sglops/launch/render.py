@@ -277,5 +277,8 @@ def _pairs(words: list[str]) -> list[list[str]]:
 
 
 def inspect(remote: Remote) -> dict:
-    """The host's tree (version, launch flags, backend choices) and its sglops server, one round trip."""
-    return remote.run_py("server_inspect", {"sglang_root": remote.host.sglang_root}, timeout=60)
+    """The host's tree (version, launch flags, backend choices) and its sglops server, one round trip.
+
+    Asked once until the next step that may change the host (the connection's memo: Remote.remembered)."""
+    return remote.remembered("server_inspect", lambda: remote.run_py(
+        "server_inspect", {"sglang_root": remote.host.sglang_root}, timeout=60))

@@ -69,7 +69,7 @@ def restart(
             return launch_container.restart(remote, chosen, dry_run=dry_run, timeout=timeout, on_progress=on_progress)
     doc = inspect(remote)
     tree = TreeArgs.from_inspect(doc)
-    _ROOTS[(remote.name, remote.host.sglang_root)] = tree.root
+    remote.memo.put(ROOT_KEY, tree.root, lasting=True)
     current = doc["current"]
     rendered = None
     if rollback:
@@ -191,14 +191,11 @@ def inspect_state(remote: Remote, *, port: int | None = None, tail: int = 20, fo
                          timeout=max(60, follow_s + 30), on_progress=on_progress)
 
 
-_ROOTS: dict[tuple[str, str | None], str] = {}
+ROOT_KEY = "sglang-root"  # where the tree is: read once per connection, sglops' own steps never move it
 
 
 def _root(remote: Remote) -> str:
-    key = (remote.name, remote.host.sglang_root)
-    if key not in _ROOTS:
-        _ROOTS[key] = inspect(remote)["sglang"]["root"]
-    return _ROOTS[key]
+    return remote.remembered(ROOT_KEY, lambda: inspect(remote)["sglang"]["root"], lasting=True)
 
 
 def server_info(remote: Remote, port: int | None = None) -> dict:

@@ -46,6 +46,9 @@ def sha(text: str) -> str:
 
 
 # -- host state ------------------------------------------------------------------------------
+LEDGER_KEY = "ledger"  # the host's ledger entries in the connection's memo (Remote.remembered)
+
+
 def host_state(remote: Remote, files: list[str], *, contents: bool = True, backups_of: list[str] = (),
                recover: bool = False, on_progress: Callable[[dict], None] | None = None) -> dict:
     """One round trip: version, commit, the files (text + sha256 + git status), the ledger.
@@ -59,12 +62,16 @@ def host_state(remote: Remote, files: list[str], *, contents: bool = True, backu
             "backups_of": list(backups_of), "recover": recover, "operator": operator(), "lock_wait_s": lock_wait_s()}
     if recover:
         return _mutating(remote, "patch_state", args, "recovery", on_progress=on_progress)
-    return remote.run_py("patch_state", args)
+    state = remote.reading(lambda: remote.run_py("patch_state", args))
+    remote.memo.put(LEDGER_KEY, state["ledger"].get("applied", []))  # the whole ledger came with it: `applied()`
+    return state
 
 
 def applied(remote: Remote) -> list[dict]:
-    """The host's ledger entries (`applied.json` "applied" list), for bench/play code (read-only)."""
-    return host_state(remote, [], contents=False)["ledger"].get("applied", [])
+    """The host's ledger entries (`applied.json` "applied" list), for bench/play code (read-only).
+
+    Read once until the next step that may change the host (the connection's memo: Remote.remembered)."""
+    return remote.remembered(LEDGER_KEY, lambda: host_state(remote, [], contents=False)["ledger"].get("applied", []))
 
 
 def recovery_note(pending: dict | None) -> str | None:

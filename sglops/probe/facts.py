@@ -87,4 +87,5 @@ def gather(remote: Remote, port: int | None = None) -> Facts:
 
     `port`: the server whose Python to describe (default: the one sglops started there, else 30000).
     """
-    return Facts(remote.name, remote.run_py("facts", {"sglang_root": remote.host.sglang_root, "port": port}))
+    args = {"sglang_root": remote.host.sglang_root, "port": port}
+    return Facts(remote.name, remote.remembered(("facts", port), lambda: remote.run_py("facts", args)))
