@@ -15,6 +15,7 @@ from rich.text import Text
 
 from sglops.core import artifacts
 from sglops.core.console import console, err_console, error_line, print_json, styled
+from sglops.core.container import ContainerTarget
 from sglops.core.errors import SglopsError, combined_exit
 from sglops.core.hosts import Host, Inventory, resolve_targets
 from sglops.core.parallel import Outcome, guard, on_hosts
@@ -44,6 +45,8 @@ class Targets:
     container: str | None = None
 
     def resolve(self, inventory: Inventory | None = None) -> list[Host]:
+        if self.container:
+            ContainerTarget(self.container)  # a bad name is one line before any host is touched
         return resolve_targets(self.host, self.hosts, self.tag, self.sglang_root, inventory,
                                container=self.container)
 

@@ -246,10 +246,7 @@ def resolve_targets(
         raise ConfigError(f"no host given: pass --host NAME|ADDRESS|local ({inv._names_hint()})")
     if sglang_root:
         targets = [replace(t, sglang_root=sglang_root) for t in targets]
-    if container:
-        from sglops.core.container import ContainerTarget
-
-        ContainerTarget(container)  # a bad name is one line before any host is touched
+    if container:  # the name is checked by the caller (cli glue) before this: hosts never imports the transport
         # the container's own python, unless the inventory already described this host's container
         targets = [replace(t, container=container, python=t.python if t.container else "python3") for t in targets]
     return targets
