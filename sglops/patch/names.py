@@ -11,6 +11,25 @@ from __future__ import annotations
 
 import ast
 import builtins
+import gc
+import threading
+
+# CPython 3.11's AST constructor checks that the thread's recursion depth is the same after as before; a garbage
+# collection that runs a finalizer with Python code in the middle (an asyncio task's __del__ logging "Task was
+# destroyed") breaks that: "SystemError: AST constructor recursion depth mismatch". Parse with the collector
+# paused, one parse at a time (gc state is per process).
+_PARSE = threading.Lock()
+
+
+def _parse(text: str) -> ast.AST:
+    with _PARSE:
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return ast.parse(text)
+        finally:
+            if was:
+                gc.enable()
 
 MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__",
                 "__path__", "__annotations__", "__dict__", "__class__", "__qualname__", "__module__"}
@@ -45,8 +64,8 @@ def _bound(tree: ast.AST) -> set[str] | None:
 def unbound(text: str) -> dict[str, int] | None:
     """{name: first line} of names loaded but bound nowhere; None when the text does not parse or has `import *`."""
     try:
-        tree = ast.parse(text)
-    except SyntaxError:
+        tree = _parse(text)
+    except (SyntaxError, RecursionError):
         return None
     bound = _bound(tree)
     if bound is None:
