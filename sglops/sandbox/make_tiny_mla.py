@@ -38,20 +38,11 @@ def config() -> dict:
 
 def main(dest: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_tiny_model import corpus  # the CPU sandbox's training text: the stdlib's own sources
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from make_tiny_model import make_tokenizer  # the CPU sandbox's tokenizer recipe, at this vocabulary
 
     path = Path(dest)
     path.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<s>", "</s>", "<pad>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                            pad_token="<pad>").save_pretrained(path)
+    make_tokenizer(path, VOCAB)
     (path / "config.json").write_text(json.dumps(config(), indent=1) + "\n")
     (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
     (path / "sglops-model.json").write_text(json.dumps({"made_by": "sglops gpu tier", "vocab_size": VOCAB,
