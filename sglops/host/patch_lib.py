@@ -56,11 +56,6 @@ def state_dir(root, create=True):
     return sglops_dir(root, create)
 
 
-def resolve(root, rel):
-    """A patch path (relative to the checkout root) on this host; installed packages lack python/."""
-    return tree_path(root, rel)
-
-
 def say(**fields):
     """progress() that survives a dropped connection (stdout gone: EPIPE is ignored)."""
     try:
@@ -213,7 +208,7 @@ def pending(root):
 
 
 def _file_paths(root, rel, f):
-    path = f.get("path") or resolve(root, rel)
+    path = f.get("path") or tree_path(root, rel)
     return path, f.get("staged") or path + STAGED_SUFFIX
 
 
@@ -324,7 +319,7 @@ def clean_orphans(root, rels):
             remove(os.path.join(d, name))
             gone.append(".sglops/" + name)
     for rel in sorted(set(rels)):
-        path = resolve(root, rel)
+        path = tree_path(root, rel)
         for suffix in (STAGED_SUFFIX, COPY_SUFFIX):
             if os.path.lexists(path + suffix):
                 remove(path + suffix)

@@ -8,14 +8,13 @@
 import hashlib
 import os
 
-from ._common import UserError, container_identity, sh, sha256_file
+from ._common import UserError, container_identity, sh, sha256_file, tree_path
 from .patch_lib import (
     Lock,
     ledger,
     lock_holder,
     pending,
     recover,
-    resolve,
     sglang_root,
     shield,
     state_dir,
@@ -40,7 +39,7 @@ def collect(root, info, args, view=None):
     files_from, book, backups_from = view or ({}, ledger(root), {})
     files = {}
     for rel in args.get("files", []):
-        path = files_from[rel] if rel in files_from else resolve(root, rel)
+        path = files_from[rel] if rel in files_from else tree_path(root, rel)
         files[rel] = _read(path, rel, args.get("contents", True))
     if info.get("kind") == "git" and files:
         rels = [r for r in files if files[r]["sha256"] is not None]

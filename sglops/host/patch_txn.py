@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 
-from ._common import UserError, container_identity, sha256_file
+from ._common import UserError, container_identity, sha256_file, tree_path
 from .patch_lib import (
     LEDGER,
     STAGED_SUFFIX,
@@ -27,7 +27,6 @@ from .patch_lib import (
     ledger,
     recover,
     remove,
-    resolve,
     say,
     set_state,
     sglang_root,
@@ -106,14 +105,14 @@ def main(args):
         d = state_dir(root)
         book = ledger(root)
         # pre-images: exactly what the laptop decided on, else someone changed them meanwhile
-        changed = [rel for rel, f in files.items() if sha256_file(resolve(root, rel)) != f["before"]]
+        changed = [rel for rel, f in files.items() if sha256_file(tree_path(root, rel)) != f["before"]]
         if changed:
             raise UserError("changed on the host since it was checked: " + ", ".join(changed) + "; nothing changed")
         txn = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
         tdir = txn_dir(root, txn)
         jfiles = {}
         for rel, f in files.items():
-            path = resolve(root, rel)
+            path = tree_path(root, rel)
             jfiles[rel] = {"before": f["before"], "after": f["after"], "path": path, "staged": path + STAGED_SUFFIX,
                            "old_copy": os.path.join(tdir, "old", rel)}
         journal = {"id": txn, "op": op, "patch": patch, "state": "preparing", "files": jfiles,

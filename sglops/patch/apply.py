@@ -113,15 +113,23 @@ class Trial:
     conflicts: list[patch_diff.Conflict] = field(default_factory=list)
 
 
+def _unsound(texts: dict[str, str | None], new: dict[str, str]) -> list[patch_diff.Conflict]:
+    """Files the variant applies to as text that would raise NameError: names the patch uses but nothing defines."""
+    out = []
+    for rel, text in new.items():
+        bad = patch_names.introduced(texts.get(rel), text) if rel.endswith(".py") and text is not None else {}
+        if bad:
+            named = ", ".join(f"{n} (line {line})" for n, line in list(bad.items())[:5])
+            out.append(patch_diff.Conflict(rel, 0, "", "applies as text, but the patched file uses names it never "
+                                           f"defines (NameError when that line runs): {named}"))
+    return out
+
+
 def trial(variant: Variant, texts: dict[str, str | None]) -> Trial:
     fps = variant.files()
     new, conflicts = patch_diff.apply(fps, texts)
     if not conflicts:
-        unsound = [patch_diff.Conflict(rel, 0, "", "applies as text, but the patched file uses names it never "
-                                       "defines (NameError when that line runs): "
-                                       + ", ".join(f"{n} (line {line})" for n, line in list(bad.items())[:5]))
-                   for rel, text in new.items() if rel.endswith(".py") and text is not None
-                   for bad in [patch_names.introduced(texts.get(rel), text)] if bad]
+        unsound = _unsound(texts, new)
         return Trial(variant, "conflict", conflicts=unsound) if unsound else Trial(variant, "applies", new)
     _, rev_conflicts = patch_diff.apply(patch_diff.reverse(fps), texts)
     if not rev_conflicts:
