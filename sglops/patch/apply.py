@@ -172,11 +172,13 @@ def conflict_message(patch: Patch, t: Trial, how: str) -> str:
 # -- requirements ----------------------------------------------------------------------------
 def host_facts(remote: Remote) -> dict[str, Any]:
     """Probe facts (sglops.probe.scan) merged with host facts (GPU SM, versions) for `requires`."""
+    from sglops.patch.kernel_facts import installed_kernel_facts
     from sglops.probe.facts import gather
 
     f = gather(remote)
     facts: dict[str, Any] = {"gpu_sm": f.sm, "sglang_version": (f.sglang or {}).get("version"),
                              "flashinfer_version": (f.data.get("flashinfer") or {}).get("version")}
+    facts.update(installed_kernel_facts(remote, f.sm))
     try:
         from sglops.probe.scan import scan
     except ImportError:
