@@ -4,10 +4,13 @@
 # On the CPU machine (PyPI reachable):
 #   scripts/gpu-tier.sh build             # .gpu/: site.tar.xz (sglang + the wheels it imports, trimmed),
 #                                         # tools.tar.xz (sglops' own deps), tiny-mla/ (config + tokenizer)
+#   python3 -m sglops.sandbox.gpu_tier keep-jit DIR/jit.tar.gz   # FlashInfer modules a call built: the next
+#                                         # `up` seeds them (a cold restart then compiles nothing)
 # On the GPU machine, from the repo root (a device call carrying .gpu/):
 #   scripts/gpu-tier.sh up                # unpack into /tmp/gpu-tier, write its inventory and env.sh
-#   scripts/gpu-tier.sh start [backends]  # in the background: the seeds' investigation as one play (gpu-fp8-kv),
-#                                         # then (with `backends`) the MLA backends side by side on the same build
+#   scripts/gpu-tier.sh start [WHAT...]   # in the background, in order: plays by name (default: gpu-fp8-kv, the
+#                                         # seeds' investigation), `backends` (the MLA backends side by side), or
+#                                         # any shell command line (one argument)
 #   scripts/gpu-tier.sh wait [SECONDS]    # follow the job until it ends (or SECONDS pass: rc 75, call again)
 #   scripts/gpu-tier.sh collect DIR       # run records, analyses, server logs -> DIR/gpu-e2e.tar.gz, small traces
 #                                         # -> DIR/traces.tar.gz, FlashInfer's JIT-built modules -> DIR/jit.tar.gz
@@ -36,26 +39,36 @@ case "${1:-}" in
     python3 -c 'import torch, sglang, flashinfer; print("torch", torch.__version__, "| sglang", sglang.__version__,
 "| flashinfer", flashinfer.__version__, "|", torch.cuda.get_device_name(0))' ;;
   start)
+    # start [WHAT...]: each WHAT in order, in one detached job; a play name (playbooks/WHAT.yaml) runs as
+    # `inv play WHAT --host local`, `backends` the backends script, anything else as a shell command line.
+    # No WHAT: the seeds' investigation (gpu-fp8-kv). Each one's output: logs/job-N-<name>.txt.
     env_up
-    rm -f "$ROOT/logs/job.rc"
+    rm -f "$ROOT/logs/job.rc" "$ROOT"/logs/job-*.txt
     inv facts --host local > "$ROOT/logs/facts.txt" 2>&1
     inv render "$PROFILE" --host local > "$ROOT/logs/launch.sh" 2>&1
-    job="python3 -m invoke play gpu-fp8-kv --host local > '$ROOT/logs/play.txt' 2>&1; rc=\$?"
-    [ "${2:-}" = backends ] && job="$job; python3 benchmarks/gpu_tier_backends.py --root '$ROOT' > '$ROOT/logs/backends.txt' 2>&1 || rc=\$((rc ? rc : 1))"
+    shift; [ $# -gt 0 ] || set -- gpu-fp8-kv
+    job="rc=0"; n=0
+    for what in "$@"; do
+      n=$((n + 1)); name=$(printf '%s' "$what" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-40); log="$ROOT/logs/job-$n-$name.txt"
+      if [ -f "playbooks/$what.yaml" ]; then cmd="python3 -m invoke play $what --host local"
+      elif [ "$what" = backends ]; then cmd="python3 benchmarks/gpu_tier_backends.py --root '$ROOT'"
+      else cmd="$what"; fi
+      job="$job; echo \"== $what (\$(date -u +%T))\" > '$log'; ( $cmd ) >> '$log' 2>&1 || rc=\$((rc ? rc : \$?))"
+    done
     setsid bash -c "$job; echo \$rc > '$ROOT/logs/job.rc'" </dev/null >/dev/null 2>&1 &
-    echo "gpu-tier: started (logs in $ROOT/logs)" ;;
+    echo "gpu-tier: started $# job(s) (logs in $ROOT/logs)" ;;
   wait)
     limit=${2:-560}; t0=$SECONDS; seen=0
     while :; do
-      n=$(cat "$ROOT"/logs/play.txt "$ROOT"/logs/backends.txt 2>/dev/null | grep -cE '^(\[[0-9]+/[0-9]+\]|  inv )')
+      n=$(cat "$ROOT"/logs/job-*.txt 2>/dev/null | grep -cE '^(== |\[[0-9]+/[0-9]+\]|  inv )')
       if [ "${n:-0}" -gt "$seen" ]; then
-        cat "$ROOT"/logs/play.txt "$ROOT"/logs/backends.txt 2>/dev/null | grep -E '^(\[[0-9]+/[0-9]+\]|  inv )' | tail -n $((n - seen)); seen=$n
+        cat "$ROOT"/logs/job-*.txt 2>/dev/null | grep -E '^(== |\[[0-9]+/[0-9]+\]|  inv )' | tail -n $((n - seen)); seen=$n
       fi
       [ -f "$ROOT/logs/job.rc" ] && break
       if [ $((SECONDS - t0)) -ge "$limit" ]; then echo "gpu-tier: play still running after ${limit}s"; exit 75; fi
       sleep 5
     done
-    tail -25 "$ROOT/logs/play.txt"; tail -30 "$ROOT/logs/backends.txt" 2>/dev/null; exit "$(cat "$ROOT/logs/job.rc")" ;;
+    for f in "$ROOT"/logs/job-*.txt; do echo "-- $f"; tail -25 "$f"; done; exit "$(cat "$ROOT/logs/job.rc")" ;;
   backends)
     env_up
     python3 benchmarks/gpu_tier_backends.py --root "$ROOT" ;;

@@ -92,3 +92,29 @@ def test_every_carried_wheel_is_pinned_once():
         names = [p.split("==")[0].lower().replace("_", "-") for p in pins]
         assert all(p.count("==") == 1 for p in pins) and len(names) == len(set(names))
     assert f"sglang=={gpu_tier.SGLANG_VERSION}" in gpu_tier.SERVER_PINS
+
+
+def test_up_seeds_flashinfer_with_modules_an_earlier_call_built_for_this_version_only(tmp_path):
+    """The jit.tar.gz `collect` brought back (FlashInfer's own cache layout) becomes ahead-of-time modules for the
+    same FlashInfer version; a module of another version, or a stray file, is left for FlashInfer to compile."""
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    (site / "flashinfer" / "_build_meta.py").write_text('__version__ = "0.6.15.post1"\n')
+    archive = tmp_path / "jit.tar.gz"
+    base = "tmp/gpu-tier/flashinfer-jit/.cache/flashinfer"
+    members = {f"{base}/0.6.15.post1/90a/cached_ops/norm/norm.so": b"norm-so",
+               f"{base}/0.6.15.post1/90a/cached_ops/batch_mla_x/batch_mla_x.so": b"mla-so",
+               f"{base}/0.6.12/90a/cached_ops/old/old.so": b"old-so",
+               f"{base}/0.6.15.post1/90a/cached_ops/norm/build.ninja": b"ninja"}
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in members.items():
+            f = tmp_path / "blob"
+            f.write_bytes(data)
+            tar.add(f, arcname=name)
+    placed = gpu_tier.seed_jit_modules(archive, site)
+    aot = site / "flashinfer" / "data" / "aot"
+    assert sorted(placed) == ["batch_mla_x", "norm"]
+    assert (aot / "norm" / "norm.so").read_bytes() == b"norm-so"
+    assert (aot / "batch_mla_x" / "batch_mla_x.so").read_bytes() == b"mla-so"
+    assert not (aot / "old").exists()
+    assert gpu_tier.seed_jit_modules(tmp_path / "absent.tar.gz", site) == []

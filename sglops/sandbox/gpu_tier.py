@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,11 +162,53 @@ def _unpack(archive: Path, dest: Path) -> None:
         tar.extractall(dest, filter="data")
 
 
+def _flashinfer_version(site: Path) -> str | None:
+    meta = site / "flashinfer" / "_build_meta.py"
+    found = re.search(r'__version__\s*=\s*"([^"]+)"', meta.read_text()) if meta.is_file() else None
+    return found.group(1) if found else None
+
+
+def seed_jit_modules(archive: Path, site: Path) -> list[str]:
+    """FlashInfer modules JIT-built by an earlier call on this machine kind (`collect`'s jit.tar.gz, kept as
+    .gpu/jit.tar.gz), placed where FlashInfer looks for ahead-of-time builds (flashinfer/data/aot/NAME/NAME.so):
+    it loads those instead of compiling, which is most of a cold restart (227 s cold, 54-69 s warm on the H200).
+    Only modules built by this FlashInfer version for this path's arch are taken; anything else is compiled."""
+    version = _flashinfer_version(site)
+    if not archive.is_file() or not version:
+        return []
+    placed = []
+    with tarfile.open(archive) as tar:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if not (m.isfile() and m.name.endswith(".so") and version in parts and "cached_ops" in parts):
+                continue
+            name = Path(m.name).stem
+            if parts[-2] != name:
+                continue
+            dest = site / "flashinfer" / "data" / "aot" / name / f"{name}.so"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(m) as fh:  # type: ignore[union-attr]
+                dest.write_bytes(fh.read())
+            placed.append(name)
+    return placed
+
+
+def keep_jit(collected: Path, dest: Path | None = None) -> Path:
+    """Keep a call's jit.tar.gz in the carry set (the next `up` seeds FlashInfer with it)."""
+    target = (dest or tier_dir()) / "jit.tar.gz"
+    shutil.copyfile(collected, target)
+    return target
+
+
 def up(src: Path, root: Path) -> dict:
     """On the GPU machine: unpack, write the inventory, return the environment sglops and the server run with."""
     site, tools = root / "site", root / "tools"
     if not (site / "sglang").is_dir():
         _unpack(src / "site.tar.xz", site)
+    seeded = seed_jit_modules(src / "jit.tar.gz", site)
+    if seeded:
+        print(f"gpu-tier: {len(seeded)} FlashInfer modules from an earlier build: {', '.join(sorted(seeded))}",
+              file=sys.stderr)
     if not (tools / "fabric").is_dir():
         _unpack(src / "tools.tar.xz", tools)
     model = root / "tiny-mla"
@@ -198,9 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("up", help="on the GPU machine: unpack and write ROOT/env.sh and ROOT/hosts.yaml")
     u.add_argument("--src", type=Path, default=tier_dir())
     u.add_argument("--root", type=Path, default=Path("/tmp/gpu-tier"))
+    k = sub.add_parser("keep-jit", help="on the CPU machine: keep a call's jit.tar.gz in .gpu/ for the next `up`")
+    k.add_argument("archive", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "build":
         print(json.dumps(build(args.dest)))
+    elif args.cmd == "keep-jit":
+        print(keep_jit(args.archive))
     else:
         up(args.src, args.root)
         print(args.root / "env.sh")
