@@ -118,3 +118,31 @@ def test_up_seeds_flashinfer_with_modules_an_earlier_call_built_for_this_version
     assert (aot / "batch_mla_x" / "batch_mla_x.so").read_bytes() == b"mla-so"
     assert not (aot / "old").exists()
     assert gpu_tier.seed_jit_modules(tmp_path / "absent.tar.gz", site) == []
+
+
+def test_the_native_play_dry_run_counts_the_kernel_its_earlier_step_would_build(tier):
+    """fp8-mla-native requires fp8_mla_decode built for this GPU; in the play's dry run the build step before it
+    would build it, so the requirement is judged on that planned build (not "unknown": nothing is installed). This
+    CPU machine has no GPU, so the build is planned for arch "none" and the plan stops there, with the GPU's SM."""
+    proc = inv_cmd("play", "gpu-fp8-native", "--host", "local", "--sglang-root", str(tier["site"]), "--dry-run",
+                   env=tier["run_env"])
+    out = proc.stdout + proc.stderr
+    assert "[2/12] kernel-native (build-kernel) ok" in out and "would-build" in out
+    assert "[6/12] gather-unpatch (revert-patch) ok" in out
+    assert "native-patch" in out and "gpu_sm is None, needs in ['sm90', 'sm120']" in out
+    assert "kernel_fp8_mla_decode_for_this_gpu is False" in out and "unknown on this host" not in out
+
+
+def test_a_planned_build_for_this_gpus_arch_meets_the_kernel_requirement():
+    from types import SimpleNamespace
+
+    from sglops.patch.kernel_facts import kernel_facts
+    from sglops.patch.ops import planned_kernels
+
+    records = {"k": {"do": "build-kernel", "result": {"kernel": "fp8_mla_decode", "status": "would-build",
+                                                      "arch": "sm_90a"}},
+               "g": {"do": "build-kernel", "result": {"kernel": "gather_cast", "status": "unchanged", "arch": "sm_90a"}}}
+    pending = planned_kernels(SimpleNamespace(dry_run=True, records=records))
+    assert pending == [{"name": "fp8_mla_decode", "arch": "sm_90a"}]
+    assert kernel_facts(pending, "sm90")["kernel_fp8_mla_decode_for_this_gpu"] is True
+    assert planned_kernels(SimpleNamespace(dry_run=False, records=records)) == []
