@@ -178,6 +178,16 @@ def fp32_reference(q, cast_pool, indptr, ids, sm_scale):
     return torch.stack(outs)
 
 
+def poison_allocator(shape, dtype) -> None:
+    """Fill the block the caching allocator will hand to the next torch.empty(shape) with NaN: a helper that leaves
+    a live row unwritten then reads NaN, not the previous variant's correct cast (which made a broken fallback
+    pass: the check could not fail)."""
+    import torch
+
+    junk = torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+    del junk
+
+
 def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=(1, 4, 16)) -> None:
     """Bit-exactness inside FlashInfer, eager and under graph replays; fp8-kv-direct's real plan/run."""
     import torch
@@ -202,6 +212,7 @@ def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=
                     ref = sglang_run(ref_w, q, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda"))
                     # patched, eager: the helpers record the plan's rows and cast them
                     for label, space in (("fused", ns), ("torch", ns_torch)):
+                        poison_allocator(pool.shape, torch.bfloat16)
                         w = BatchMLAPagedAttentionWrapper(ws, backend=backend)
                         space["_sglops_record_rows"](w, ids, indptr, True)
                         sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
@@ -674,6 +685,7 @@ def main() -> None:
     print("jit", json.dumps(out["jit"]), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     dest = Path(args.out) / "flashinfer_mla.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
     out["dest"] = str(dest)
     try:
         if args.check:
