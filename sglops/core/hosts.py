@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from sglops.core import redact
 from sglops.core.errors import ConfigError, HostNotFound
 from sglops.core.paths import REPO_ROOT
 from sglops.core.ssh_config import ssh_config_aliases
@@ -157,6 +158,7 @@ class _Vars:
         if not isinstance(raw, dict) or not all(
                 isinstance(k, str) and isinstance(x, str | int | float) and not isinstance(x, bool) for k, x in raw.items()):
             raise ConfigError(f"{label} must be a mapping NAME: value (text or number), got {raw!r}")
+        redact.register_named(raw)  # `hf_token: ...` is masked wherever a profile puts it ({vars.hf_token})
         return dict(raw)
 
 
