@@ -31,6 +31,7 @@ _VALUE = r"('[^'\n]*'|\"[^\"\n]*\"|[^\s'\",;)}\]]+)"
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(=|[ \t]+)" + _VALUE)       # --api-key X, --hf-token=X
 _ASSIGN = re.compile(r"(?<![\w-])([A-Za-z_][\w]*)(=)" + _VALUE)                  # HF_TOKEN=X, api_key='X'
 _KEYED = re.compile(r"([\"'])([\w-]+)\1(\s*:\s*)" + _VALUE)                        # "api_key": "X", 'token': 'X'
+_LISTED = re.compile(r"([\"'])(--?[\w-]+)\1(\s*,\s*)" + _VALUE)                   # ['--api-key', 'X'] (a repr'd argv)
 
 
 def is_secret_name(name: object) -> bool:
@@ -84,8 +85,10 @@ def _masked(value: str) -> str:
 def _by_name(s: str) -> str:
     s = _FLAG.sub(lambda m: m.group(1) + m.group(2) + _masked(m.group(3)) if is_secret_name(m.group(1)) else m.group(0), s)
     s = _ASSIGN.sub(lambda m: m.group(1) + m.group(2) + _masked(m.group(3)) if is_secret_name(m.group(1)) else m.group(0), s)
-    return _KEYED.sub(lambda m: (m.group(1) + m.group(2) + m.group(1) + m.group(3) + _masked(m.group(4))
-                                 if is_secret_name(m.group(2)) else m.group(0)), s)
+    for pattern in (_KEYED, _LISTED):
+        s = pattern.sub(lambda m: (m.group(1) + m.group(2) + m.group(1) + m.group(3) + _masked(m.group(4))
+                                   if is_secret_name(m.group(2)) else m.group(0)), s)
+    return s
 
 
 def text(s: str) -> str:
