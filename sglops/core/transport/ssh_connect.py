@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sglops.core import redact
 from sglops.core.errors import ConfigError, ConnectError, HostKeyError
 from sglops.core.ssh_config import ssh_config_path
-from sglops.core.transport.ssh_keys import _VerifyPolicy, fingerprint, known_hosts_path
+from sglops.core.transport.ssh_keys import KnownHosts, _VerifyPolicy, fingerprint, known_hosts_path
 
 if TYPE_CHECKING:
     from sglops.core.hosts import Host
@@ -37,6 +37,49 @@ def _fabric_config():
         raise ConfigError(f"cannot parse the ssh_config {path or '~/.ssh/config'}: {exc}") from None
 
 
+def _connection_class():
+    """Fabric's Connection with OpenSSH's ProxyJump: every hop is used.
+
+    Why: Fabric drops the whole ProxyJump when a hop's host equals the target's host ("we appear to be our
+    own proxy"), so `ProxyJump user@ADDR:PORT` to a target at ADDR on another port was silently not used, nor
+    its key checked. Here a hop is skipped only when it is the connection itself (same host and port: a
+    `Host *` ProxyJump seen again from the jump host's own config), and a longer loop is one line.
+    """
+    from fabric import Connection
+
+    class _Connection(Connection):
+        _via: tuple = ()  # a class attribute, so Fabric's DataProxy keeps it a real attribute
+
+        def __init__(self, *args: Any, _via: tuple = (), **kwargs: Any) -> None:
+            self._via = _via
+            super().__init__(*args, **kwargs)
+
+        def get_gateway(self):  # noqa: ANN202 - Fabric's
+            jump = self.ssh_config.get("proxyjump")
+            if not jump:
+                return super().get_gateway()
+            hops = [h.strip() for h in jump.split(",") if h.strip()]
+            if hops == ["none"]:
+                return None
+            me = (self.host, int(self.port))
+            if me in self._via:
+                raise ConfigError(f"ProxyJump loop: {' -> '.join(f'{h}:{p}' for h, p in (*self._via, me))}")
+            prev = None
+            for hop in reversed(hops):
+                spec = self.derive_shorthand(hop)
+                looked = self.config.base_ssh_config.lookup(spec["host"])
+                where = (looked.get("hostname", spec["host"]), int(spec["port"] or looked.get("port") or 22))
+                if where == me:  # ourselves: `Host *` ProxyJump read again for the jump host itself
+                    return None
+                kwargs: dict[str, Any] = {"config": self.config.clone(), "_via": (*self._via, me)}
+                if prev is not None:
+                    kwargs["gateway"] = prev
+                prev = _Connection(hop, **kwargs)
+            return prev
+
+    return _Connection
+
+
 @dataclass
 class _Hop:
     """One SSH connection on the way to a host: a jump host or the host itself."""
@@ -46,6 +89,7 @@ class _Hop:
     known_hosts: Path
     accept_new: bool
     timeout: float
+    known: KnownHosts | None = None
 
     @property
     def where(self) -> str:
@@ -60,7 +104,7 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
     final host's policy (its known_hosts, --accept-new-host-key), as OpenSSH does; an inventory
     `gateway:` gets its own inventory entry's policy.
     """
-    from fabric import Connection
+    Connection = _connection_class()  # noqa: N806 - a class
 
     chain: list[_Hop] = []
     gateway = None
@@ -79,9 +123,9 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
     chain.append(_Hop(conn, host.name, path, accept_new, host.connect_timeout))
     for hop in chain:
         client = hop.conn.client
-        if hop.known_hosts.exists():
-            client.load_host_keys(os.fspath(hop.known_hosts))
-        client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label))
+        hop.known = KnownHosts(hop.known_hosts)
+        hop.known.load_into(client.get_host_keys())
+        client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known))
     return chain
 
 
@@ -222,6 +266,10 @@ def _open_hop(hop: _Hop) -> None:
     except HostKeyError:
         raise
     except paramiko.BadHostKeyException as exc:
+        line = hop.known.revoked_line(exc.hostname, exc.key) if hop.known else None
+        if line is not None:  # a known key of another type, and this one revoked
+            raise HostKeyError(f"{label}: host key for {where} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+                               f"REVOKED ({hop.known_hosts}:{line}, @revoked); refusing to connect") from None
         raise HostKeyError(
             f"{label}: host key for {where} CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}); "
             f"refusing to connect. If the host was reinstalled, remove its old line from {hop.known_hosts}"
