@@ -9,6 +9,7 @@ before) so an error names the hop it came from, and close every hop's reader thr
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -23,6 +24,19 @@ from sglops.core.transport.ssh_keys import KnownHosts, _VerifyPolicy, fingerprin
 
 if TYPE_CHECKING:
     from sglops.core.hosts import Host
+
+
+def _quiet_paramiko() -> None:
+    """Paramiko's transport thread reports a cut connection ("Error reading SSH protocol banner", then the
+    traceback) on its logger; with no handler configured, logging's last resort prints that to stderr next
+    to our one line. Every failure it logs also reaches us as an exception, so its log goes nowhere."""
+    log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+    log.propagate = False
+
+
+_quiet_paramiko()
 
 
 def _fabric_config():

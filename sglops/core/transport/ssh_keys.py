@@ -93,7 +93,7 @@ def _entry(line: str, lineno: int):  # noqa: ANN202 - paramiko.hostkeys.HostKeyE
 
 def _matches(hostname: str, patterns: list[str]) -> bool:
     """OpenSSH host pattern matching: hashed names (|1|salt|hash), `*`/`?` wildcards, `!negation`."""
-    import fnmatch
+    import re
 
     from paramiko.hostkeys import HostKeys
 
@@ -104,7 +104,9 @@ def _matches(hostname: str, patterns: list[str]) -> bool:
         if pattern.startswith("|1|"):
             ok = HostKeys.hash_host(hostname, pattern) == pattern
         else:
-            ok = fnmatch.fnmatchcase(hostname.lower(), pattern.lower())
+            # only * and ? are special (not fnmatch's [...]: `[127.0.0.1]:2222` is a literal name)
+            rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower())
+            ok = re.fullmatch(rx, hostname.lower()) is not None
         if ok and negated:
             return False
         hit = hit or ok
