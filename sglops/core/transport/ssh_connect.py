@@ -236,6 +236,9 @@ def _tcp(hop: _Hop) -> socket.socket:
         raise ConnectError(f"{hop.label}: cannot reach {hop.where}: no answer within {hop.timeout:g} s") from None
     except OSError as exc:
         raise ConnectError(f"{hop.label}: cannot reach {hop.where}: {exc.strerror or exc}") from None
+    except UnicodeError as exc:  # a HostName from ssh_config the IDNA encoder refuses (`a..b`, a 64-char label)
+        why = str(exc.__cause__ or exc).split(": ")[-1].strip("()")
+        raise ConfigError(f"{hop.label}: {str(hop.conn.host)[:60]!r} is not a valid host name ({why})") from None
     # Small request/response packets: without TCP_NODELAY, Nagle + delayed ACKs add ~40 ms to a round trip.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
