@@ -26,6 +26,7 @@ SECRET_NAME = re.compile(r"TOKEN(?![A-Za-z])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|
                          r"|CREDENTIAL", re.I)
 # ...unless the name says the value is where a secret is, not the secret: password_env, api_key_file, token_ids.
 _NOT_SECRET = re.compile(r"[_-](ENV|FILE|PATH|DIR|IDS?|NAME|LEN|LENGTH|COUNT)$", re.I)
+_NAME_WORDS = ("token", "secret", "passw", "key", "credential")  # one of these is in every SECRET_NAME match
 _EMPTY = {"", "None", "none", "null", "''", '""', MASK, "'****'", '"****"'}
 _VALUE = r"('[^'\n]*'|\"[^\"\n]*\"|[^\s'\",;)}\]]+)"
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(=|[ \t]+)" + _VALUE)       # --api-key X, --hf-token=X
@@ -98,9 +99,16 @@ def text(s: str) -> str:
     for secret in secrets:
         if secret in s:
             s = s.replace(secret, MASK)
-    if any(c in s for c in "=:-"):
-        s = _by_name(s)
-    return s
+    if len(s) <= 65536:
+        return _by_name(s) if _may_name(s) else s
+    # a long text (a log, a trace's kernel names): the regex pass only over the lines that may name a secret
+    return "".join(_by_name(line) if _may_name(line) else line for line in s.splitlines(keepends=True))
+
+
+def _may_name(s: str) -> bool:
+    """Whether s holds a word every secret name has (a cheap test before the regexes)."""
+    low = s.lower()
+    return any(w in low for w in _NAME_WORDS) and SECRET_NAME.search(s) is not None
 
 
 def _argv(words: list[Any]) -> list[Any]:
