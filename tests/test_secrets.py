@@ -117,7 +117,7 @@ def test_the_laptops_secret_environment_is_masked(monkeypatch):
 
 def test_ordinary_names_are_not_mistaken_for_secrets():
     for name in ("max_total_tokens", "tokenizer_path", "completion_tokens", "password_env", "token_ids",
-                 "--max-total-tokens", "api_key_file"):
+                 "--max-total-tokens", "api_key_file", "token_logprobs", "cpu_us_per_token", "token_space"):
         assert not redact.is_secret_name(name), name
     for name in ("HF_TOKEN", "--api-key", "--hf-token", "db_password", "AWS_SECRET_ACCESS_KEY", "api_token"):
         assert redact.is_secret_name(name), name

@@ -21,9 +21,10 @@ _secrets: set[str] = set()
 MASK = "****"
 MIN_LEN = 4  # shorter values would mask ordinary words everywhere
 # Names whose values are secret wherever they appear (env vars, JSON keys, flags, inventory/play vars).
-# TOKEN not followed by a letter: HF_TOKEN, api-token, but not max_total_tokens or tokenizer_path.
-SECRET_NAME = re.compile(r"TOKEN(?![A-Za-z])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY"
-                         r"|CREDENTIAL", re.I)
+# TOKEN only as the name's last word: HF_TOKEN, api-token, --hf-token, but not max_total_tokens, tokenizer_path,
+# token_logprobs or cpu_us_per_token (the per-token figures of a bench).
+SECRET_NAME = re.compile(r"(?<!PER[_-])TOKEN(?![A-Za-z0-9_-])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY"
+                         r"|PRIVATE[_-]?KEY|CREDENTIAL", re.I)
 # ...unless the name says the value is where a secret is, not the secret: password_env, api_key_file, token_ids.
 _NOT_SECRET = re.compile(r"[_-](ENV|FILE|PATH|DIR|IDS?|NAME|LEN|LENGTH|COUNT)$", re.I)
 _NAME_WORDS = ("token", "secret", "passw", "key", "credential")  # one of these is in every SECRET_NAME match
