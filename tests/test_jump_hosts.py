@@ -17,7 +17,7 @@ import time
 import paramiko
 import pytest
 
-from sglops.core.errors import ConnectError, HostKeyError
+from sglops.core.errors import ConfigError, ConnectError, HostKeyError
 from sglops.core.hosts import Host, load_inventory
 from sglops.core.remote import connect
 from sglops.sandbox.sshd import HOST_PYTHON
@@ -144,3 +144,46 @@ def test_closing_a_remote_ends_every_hops_reader_thread_at_once(jump):
     r.close()
     assert not any(t.is_alive() for t in transports)
     assert all(t.sock.closed if isinstance(t.sock, paramiko.Channel) else t.sock.fileno() == -1 for t in transports)
+
+
+@pytest.fixture
+def jump_by_address(use_sandbox, tmp_path, monkeypatch):
+    """The red team's F4: `ProxyJump user@127.0.0.1:A` for a target whose own address is 127.0.0.1 (port B).
+    Fabric took the hop for the target itself and dropped it: the target was reached directly, and the jump
+    host's key never checked."""
+    a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
+    user = getpass.getuser()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host sbx-target\n    HostName 127.0.0.1\n    Port {b.client_port}\n    User {user}\n"
+                      f"    IdentityFile {use_sandbox.client_key}\n    ProxyJump {user}@127.0.0.1:{a.client_port}\n\n"
+                      f"Host 127.0.0.1\n    IdentityFile {use_sandbox.client_key}\n")
+    monkeypatch.setenv("SGLOPS_SSH_CONFIG", str(config))
+    known = tmp_path / "known_hosts"
+    target = Host(name="sbx-target", address="sbx-target", known_hosts=str(known), python=HOST_PYTHON,
+                  sglang_root=str(b.sglang_root), connect_timeout=5)
+    return {"a": a, "b": b, "known": known, "target": target}
+
+
+def test_a_proxyjump_hop_at_the_targets_own_address_is_used(jump_by_address):
+    j = jump_by_address
+    j["known"].write_text(j["a"].host_key_line() + j["b"].host_key_line())
+    with connect(j["target"]) as r:
+        assert r.run_py("facts", {"sglang_root": r.host.sglang_root})["sglang"]["version"] == "0.5.15"
+        assert [c.port for c in r._jumps] == [j["a"].client_port], "the hop was dropped: reached directly"
+
+
+def test_a_proxyjump_hop_at_the_targets_own_address_has_its_key_checked(jump_by_address):
+    j = jump_by_address
+    j["known"].write_text(j["b"].host_key_line())  # the target is known, the jump host is not
+    with pytest.raises(HostKeyError, match=r"^sbx-target \(jump host 127\.0\.0\.1\): unknown host key"):
+        connect(j["target"]).run(["true"])
+
+
+def test_a_proxyjump_loop_is_one_line(use_sandbox, tmp_path, monkeypatch):
+    a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host ja\n    HostName 127.0.0.1\n    Port {a.client_port}\n    ProxyJump jb\n\n"
+                      f"Host jb\n    HostName 127.0.0.1\n    Port {b.client_port}\n    ProxyJump ja\n")
+    monkeypatch.setenv("SGLOPS_SSH_CONFIG", str(config))
+    with pytest.raises(ConfigError, match=r"^ProxyJump loop: 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+ -> 127"):
+        connect(Host(name="ja", address="ja", connect_timeout=3)).run(["true"])

@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from sglops.core import redact
 from sglops.core.errors import ConfigError, HostNotFound
 from sglops.core.paths import REPO_ROOT
 from sglops.core.ssh_config import ssh_config_aliases
@@ -91,7 +92,7 @@ def _field_kinds() -> dict:
     from sglops.core import values as v
 
     text = v.Str()
-    return {"name": _HostName(), "address": text, "port": v.Port(), "user": text, "identity_file": text,
+    return {"name": _HostName(), "address": _Address(), "port": v.Port(), "user": text, "identity_file": text,
             "sglang_root": text, "python": text, "gateway": text, "tags": v.StrList(), "known_hosts": text,
             "connect_timeout": v.Float(0.1, 3600), "password_env": text, "node_rank": v.Int(0, 100_000),
             "vars": _Vars(), "container": text, "container_engine": v.Choice(("docker", "podman"), "docker"),
@@ -105,6 +106,46 @@ class _HostName:
         if not isinstance(raw, str) or not raw.strip() or re.search(r"[\s,\[\]]|[\x00-\x1f]", raw):
             raise ConfigError(f"{label} must be one word without spaces, commas or brackets (got {raw!r})")
         return raw
+
+
+class _Address:
+    """A host's address: an IP, `local`, or a host name the resolver can take (checked here, in one line,
+    rather than as a UnicodeError traceback from the IDNA encoder inside socket.connect)."""
+
+    def check(self, raw: object, label: str) -> str:
+        if not isinstance(raw, str):
+            raise ConfigError(f"{label} must be a host name or IP address (got {raw!r:.60})")
+        return check_address(raw, label)
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
+
+
+def check_address(addr: str, label: str = "address") -> str:
+    """addr if it is an IP address, `local` or a valid host name; else one ConfigError line saying why."""
+    bare = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+    if addr == LOCAL:
+        return addr
+    try:
+        ipaddress.ip_address(bare)
+        return addr
+    except ValueError:
+        pass
+    if not addr.strip():
+        raise ConfigError(f"{label}: the address is empty")
+    if len(addr) > 253:
+        raise ConfigError(f"{label}: address {_short(addr)} is {len(addr):,} characters; a host name has at most 253")
+    bad = re.search(r"[\s@/\\,;'\"`$<>|()\[\]{}]|[\x00-\x1f\x7f]", addr)
+    if bad:
+        raise ConfigError(f"{label}: address {_short(addr)} has {bad.group()!r}, which no host name has")
+    try:
+        addr.encode("idna")
+    except UnicodeError as exc:
+        why = str(exc.__cause__ or exc).split(": ")[-1].strip("()")
+        raise ConfigError(f"{label}: address {_short(addr)} is not a valid host name ({why}: each dot-separated "
+                          "label is 1 to 63 characters)") from None
+    return addr
 
 
 def _host_fields(entry: dict, where: str) -> dict:
@@ -157,6 +198,7 @@ class _Vars:
         if not isinstance(raw, dict) or not all(
                 isinstance(k, str) and isinstance(x, str | int | float) and not isinstance(x, bool) for k, x in raw.items()):
             raise ConfigError(f"{label} must be a mapping NAME: value (text or number), got {raw!r}")
+        redact.register_named(raw)  # `hf_token: ...` is masked wherever a profile puts it ({vars.hf_token})
         return dict(raw)
 
 
@@ -183,12 +225,15 @@ def ad_hoc_host(spec: str) -> Host:
     port = None
     addr = spec
     if "@" in addr:
-        user, addr = addr.split("@", 1)
+        user, addr = addr.rsplit("@", 1)  # as ssh: the last @ ends the user name (`a@corp@10.0.0.1`)
+        if not user:
+            raise ConfigError(f"{_short(spec)}: the user before @ is empty")
     if addr.count(":") == 1:
         addr, port_s = addr.split(":")
         if not port_s.isdigit() or not 0 < int(port_s) < 65536:
-            raise HostNotFound(f"bad port in {spec!r} (a port is 1-65535)")
+            raise HostNotFound(f"bad port in {_short(spec)} (a port is 1-65535)")
         port = int(port_s)
+    check_address(addr, f"--host {_short(spec)}")
     return Host(name=spec, address=addr, user=user, port=port)
 
 

@@ -73,7 +73,8 @@ def _loader_for(file: str) -> type[yaml.SafeLoader]:
             try:
                 dup = key in seen
             except TypeError:
-                raise ConfigError(f"{file}:{line}: a {type(key).__name__} cannot be a mapping key") from None
+                what = "mapping" if isinstance(key, dict) else "list" if isinstance(key, list) else type(key).__name__
+                raise ConfigError(f"{file}:{line}: a {what} cannot be a mapping key") from None
             if dup:
                 raise ConfigError(f"{file}:{line}: duplicate key {key!r} (first at line {seen[key]}); "
                                   "the second would silently replace the first")

@@ -63,6 +63,18 @@ def _new_ledger(book, op, patch, args, info, files):
     return {"applied": entries}
 
 
+def _already(root, book, op, patch, files):
+    """The ledger entry (apply) or {} (revert) when this exact change is already in place: the files are
+    what it would make them and the ledger says so. Two applies of one patch race for the lock; the one
+    that waited finds the work done, and says "already applied" as a second apply always does."""
+    entry = next((e for e in book.get("applied", []) if e.get("patch") == patch), None)
+    if (entry is not None) != (op == "apply"):
+        return None
+    if any(sha256_file(tree_path(root, rel)) != f["after"] for rel, f in files.items()):
+        return None
+    return entry if op == "apply" else {}
+
+
 def _stage(root, d, patch, rel, f, j, k, tdir):
     """Keep the original aside and write the new content beside its target, checked and compiled."""
     path, staged = j["path"], j["staged"]
@@ -104,6 +116,9 @@ def main(args):
         recovered = recover(root, list(files))
         d = state_dir(root)
         book = ledger(root)
+        done = _already(root, book, op, patch, files)
+        if done is not None:  # another operator's same change won the race for the lock: nothing to do
+            return {"already": done, "files": {}, "ledger": book, "recovered": recovered}
         # pre-images: exactly what the laptop decided on, else someone changed them meanwhile
         changed = [rel for rel, f in files.items() if sha256_file(tree_path(root, rel)) != f["before"]]
         if changed:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
+from sglops.core import redact
 from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
 from sglops.core.paths import REPO_ROOT
@@ -222,6 +223,8 @@ def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -
     unresolved = p.var_refs()
     if host is not None:
         p, unresolved = p.with_vars(host.vars, host.name), []
+    redact.register_named(p.env)  # values filled from {vars.X} are secrets if their name says so...
+    redact.register_argv(p.extra_args)  # ...and so is the X of an `--api-key X` in extra_args
     if p.engine == "sglang":
         argv, effective = sglang_argv(p, host, tree)
     else:

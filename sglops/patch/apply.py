@@ -376,6 +376,11 @@ def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: st
     done = _txn(remote, name, "apply", {"sglang_root": remote.host.sglang_root, "op": "apply", "patch": name,
                                        "files": payload, "entry": entry_in, "operator": operator(),
                                        "lock_wait_s": lock_wait_s()}, timeout=300, on_progress=on_progress)
+    if done.get("already"):  # lost the race to an identical apply: its result, not an error
+        won = done["already"]
+        return PatchResult(**base, action="already applied", changed=False, variant=won.get("variant"),
+                           how=f"{won.get('time')} by {won.get('operator')}", files=files,
+                           notes=["applied by another operator while this one waited for the lock"])
     new_entry = next(e for e in done["ledger"]["applied"] if e["patch"] == name)
     return PatchResult(**base, action="applied", changed=True, variant=t.variant.name, how=how, files=files,
                        notes=notes, ledger_entry=new_entry)
@@ -421,9 +426,12 @@ def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: boo
                            notes=notes)
     payload = {rel: {"before": state["files"][rel]["sha256"], "after": entry["files"][rel]["before"],
                      "from_backup": True} for rel in files}
-    _txn(remote, name, "revert", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
+    done = _txn(remote, name, "revert", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
                                 "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s()}, timeout=300,
                   on_progress=on_progress)
+    if done.get("already") is not None:  # an identical revert won the race for the lock
+        return PatchResult(**base, action="not applied", changed=False, variant=variant, files=files,
+                           notes=["reverted by another operator while this one waited for the lock"])
     return PatchResult(**base, action="reverted", changed=True, variant=variant, files=files, notes=notes)
 
 

@@ -17,15 +17,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError
+from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError, nodes
 from jinja2.nativetypes import NativeEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from sglops.core import redact
 from sglops.core.errors import ConfigError
 from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
 PLAYBOOKS = REPO_ROOT / "playbooks"
-_env = NativeEnvironment(undefined=StrictUndefined)
+
+
+class _PlayEnvironment(ImmutableSandboxedEnvironment, NativeEnvironment):
+    """Jinja2's immutable sandbox (no attribute walks to `__globals__`, no mutation) rendering native types."""
+
+
+_env = _PlayEnvironment(undefined=StrictUndefined)
+_env.globals.clear()  # no range, lipsum, cycler, joiner, namespace: a value sees the play's variables only
+# A play is data that gets shared: a value may name a variable (`{{ runs }}`, `{{ cfg.port }}`, `{{ xs[0] }}`) and
+# nothing else. No calls, filters, operators, loops or blocks: `{{ 'a' * 10**10 }}` would need no attribute walk to
+# take the machine down, so the sandbox alone is not enough.
+_DATA_NODES = (nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.Getattr,
+               nodes.Getitem)
+
+
+def _only_names(value: str, where: str) -> None:
+    """Refuse a template that is more than variable references (checked before anything renders)."""
+    tree = _env.parse(value)
+    for node in tree.find_all(nodes.Node):
+        if not isinstance(node, _DATA_NODES) or (isinstance(node, nodes.Getattr) and node.attr.startswith("_")):
+            what = type(node).__name__.lower()
+            raise ConfigError(f"{where}: {value!r:.80}: a play value may only name variables ({{{{ name }}}}); "
+                              f"no code ({what}) runs from a play")
 
 
 @dataclass
@@ -77,6 +101,7 @@ def render_value(value: Any, variables: dict[str, Any], where: str) -> Any:
     """`{{ var }}` in strings (recursively), keeping native types: "{{ runs }}" -> 5."""
     if isinstance(value, str) and "{{" in value:
         try:
+            _only_names(value, where)
             out = _env.from_string(value).render(**variables)
             if isinstance(out, Undefined):  # a lone "{{ name }}" renders natively to the Undefined itself
                 out._fail_with_undefined_error()
@@ -106,6 +131,7 @@ def load_play(name: str, overrides: dict[str, Any] | None = None) -> Play:
     if not isinstance(doc["steps"] or [], list):
         raise ConfigError(f"{where}: steps must be a list of steps (got {doc['steps']!r})")
     variables = {**(doc.get("vars") or {}), **(overrides or {})}
+    redact.register_named(variables)  # a play's `hf_token:` (or --var hf_token=...) is never shown
     steps = [_step(raw, path, variables) for raw in doc["steps"] or []]
     seen: set[str] = set()
     for step in steps:

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sglops.core import redact
+
 
 def draw(what: str, data: Any, path: Path) -> Path:
     """Write the file `what` of data at path (atomically for text); returns the path written."""
@@ -31,6 +33,6 @@ def draw(what: str, data: Any, path: Path) -> Path:
 
 def _text(path: Path, text: str) -> Path:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_text(redact.text(text))  # a report page is an artifact too: no secret in it
     os.replace(tmp, path)
     return path

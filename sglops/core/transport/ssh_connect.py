@@ -9,6 +9,7 @@ before) so an error names the hop it came from, and close every hop's reader thr
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -19,10 +20,23 @@ from typing import TYPE_CHECKING, Any
 from sglops.core import redact
 from sglops.core.errors import ConfigError, ConnectError, HostKeyError
 from sglops.core.ssh_config import ssh_config_path
-from sglops.core.transport.ssh_keys import _VerifyPolicy, fingerprint, known_hosts_path
+from sglops.core.transport.ssh_keys import KnownHosts, _VerifyPolicy, fingerprint, known_hosts_path
 
 if TYPE_CHECKING:
     from sglops.core.hosts import Host
+
+
+def _quiet_paramiko() -> None:
+    """Paramiko's transport thread reports a cut connection ("Error reading SSH protocol banner", then the
+    traceback) on its logger; with no handler configured, logging's last resort prints that to stderr next
+    to our one line. Every failure it logs also reaches us as an exception, so its log goes nowhere."""
+    log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+    log.propagate = False
+
+
+_quiet_paramiko()
 
 
 def _fabric_config():
@@ -37,6 +51,49 @@ def _fabric_config():
         raise ConfigError(f"cannot parse the ssh_config {path or '~/.ssh/config'}: {exc}") from None
 
 
+def _connection_class():
+    """Fabric's Connection with OpenSSH's ProxyJump: every hop is used.
+
+    Why: Fabric drops the whole ProxyJump when a hop's host equals the target's host ("we appear to be our
+    own proxy"), so `ProxyJump user@ADDR:PORT` to a target at ADDR on another port was silently not used, nor
+    its key checked. Here a hop is skipped only when it is the connection itself (same host and port: a
+    `Host *` ProxyJump seen again from the jump host's own config), and a longer loop is one line.
+    """
+    from fabric import Connection
+
+    class _Connection(Connection):
+        _via: tuple = ()  # a class attribute, so Fabric's DataProxy keeps it a real attribute
+
+        def __init__(self, *args: Any, _via: tuple = (), **kwargs: Any) -> None:
+            self._via = _via
+            super().__init__(*args, **kwargs)
+
+        def get_gateway(self):  # noqa: ANN202 - Fabric's
+            jump = self.ssh_config.get("proxyjump")
+            if not jump:
+                return super().get_gateway()
+            hops = [h.strip() for h in jump.split(",") if h.strip()]
+            if hops == ["none"]:
+                return None
+            me = (self.host, int(self.port))
+            if me in self._via:
+                raise ConfigError(f"ProxyJump loop: {' -> '.join(f'{h}:{p}' for h, p in (*self._via, me))}")
+            prev = None
+            for hop in reversed(hops):
+                spec = self.derive_shorthand(hop)
+                looked = self.config.base_ssh_config.lookup(spec["host"])
+                where = (looked.get("hostname", spec["host"]), int(spec["port"] or looked.get("port") or 22))
+                if where == me:  # ourselves: `Host *` ProxyJump read again for the jump host itself
+                    return None
+                kwargs: dict[str, Any] = {"config": self.config.clone(), "_via": (*self._via, me)}
+                if prev is not None:
+                    kwargs["gateway"] = prev
+                prev = _Connection(hop, **kwargs)
+            return prev
+
+    return _Connection
+
+
 @dataclass
 class _Hop:
     """One SSH connection on the way to a host: a jump host or the host itself."""
@@ -46,6 +103,7 @@ class _Hop:
     known_hosts: Path
     accept_new: bool
     timeout: float
+    known: KnownHosts | None = None
 
     @property
     def where(self) -> str:
@@ -60,7 +118,7 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
     final host's policy (its known_hosts, --accept-new-host-key), as OpenSSH does; an inventory
     `gateway:` gets its own inventory entry's policy.
     """
-    from fabric import Connection
+    Connection = _connection_class()  # noqa: N806 - a class
 
     chain: list[_Hop] = []
     gateway = None
@@ -79,9 +137,9 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
     chain.append(_Hop(conn, host.name, path, accept_new, host.connect_timeout))
     for hop in chain:
         client = hop.conn.client
-        if hop.known_hosts.exists():
-            client.load_host_keys(os.fspath(hop.known_hosts))
-        client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label))
+        hop.known = KnownHosts(hop.known_hosts)
+        hop.known.load_into(client.get_host_keys())
+        client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known))
     return chain
 
 
@@ -178,6 +236,9 @@ def _tcp(hop: _Hop) -> socket.socket:
         raise ConnectError(f"{hop.label}: cannot reach {hop.where}: no answer within {hop.timeout:g} s") from None
     except OSError as exc:
         raise ConnectError(f"{hop.label}: cannot reach {hop.where}: {exc.strerror or exc}") from None
+    except UnicodeError as exc:  # a HostName from ssh_config the IDNA encoder refuses (`a..b`, a 64-char label)
+        why = str(exc.__cause__ or exc).split(": ")[-1].strip("()")
+        raise ConfigError(f"{hop.label}: {str(hop.conn.host)[:60]!r} is not a valid host name ({why})") from None
     # Small request/response packets: without TCP_NODELAY, Nagle + delayed ACKs add ~40 ms to a round trip.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
@@ -222,6 +283,10 @@ def _open_hop(hop: _Hop) -> None:
     except HostKeyError:
         raise
     except paramiko.BadHostKeyException as exc:
+        line = hop.known.revoked_line(exc.hostname, exc.key) if hop.known else None
+        if line is not None:  # a known key of another type, and this one revoked
+            raise HostKeyError(f"{label}: host key for {where} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+                               f"REVOKED ({hop.known_hosts}:{line}, @revoked); refusing to connect") from None
         raise HostKeyError(
             f"{label}: host key for {where} CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}); "
             f"refusing to connect. If the host was reinstalled, remove its old line from {hop.known_hosts}"

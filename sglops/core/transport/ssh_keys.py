@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglops.core.errors import HostKeyError
+from sglops.core.errors import ConfigError, HostKeyError
 
 if TYPE_CHECKING:
     from sglops.core.hosts import Host
@@ -25,14 +25,107 @@ def known_hosts_path(host: Host) -> Path:
     return Path(os.path.expanduser(host.known_hosts or os.environ.get("SGLOPS_KNOWN_HOSTS") or "~/.ssh/known_hosts"))
 
 
-class _VerifyPolicy:
-    """Unknown key: refuse with its fingerprint, or with --accept-new-host-key save it."""
+class KnownHosts:
+    """A known_hosts file read as OpenSSH reads it: plain lines are trusted keys; `@revoked` lines name keys that
+    are refused for the hosts they match (even when another line trusts them); `@cert-authority` lines trust a
+    CA for host certificates, which sglops never uses, so they are skipped; a line that does not parse is skipped
+    (as ssh does) rather than failing every host in the file."""
 
-    def __init__(self, path: Path, accept_new: bool, label: str) -> None:
+    def __init__(self, path: Path) -> None:
+        from paramiko.hostkeys import HostKeyEntry
+
+        self.path = path
+        self.entries: list[HostKeyEntry] = []
+        self.revoked: list[tuple[int, HostKeyEntry]] = []
+        if not path.exists():
+            return
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except IsADirectoryError:
+            raise ConfigError(f"known_hosts {path} is a folder, not a file; point known_hosts at a file") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read known_hosts {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            line = exc.object[: exc.start].count(b"\n") + 1
+            raise ConfigError(f"{path}:{line}: known_hosts is not UTF-8 text (byte 0x{exc.object[exc.start]:02x})") from None
+        for lineno, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            marker = None
+            if line.startswith("@"):
+                marker, _, line = line.partition(" ")
+                line = line.strip()
+                if marker != "@revoked":  # @cert-authority (no certificates here) or a marker ssh does not know
+                    continue
+            entry = _entry(line, lineno)
+            if entry is None:
+                continue
+            if marker:
+                self.revoked.append((lineno, entry))
+            else:
+                self.entries.append(entry)
+
+    def revoked_line(self, hostname: str, key) -> int | None:
+        """The line of an @revoked entry for this key and a host pattern hostname matches, else None."""
+        for lineno, entry in self.revoked:
+            if entry.key.asbytes() == key.asbytes() and _matches(hostname, entry.hostnames):
+                return lineno
+        return None
+
+    def load_into(self, host_keys) -> None:  # noqa: ANN001 - paramiko.HostKeys
+        """Add the trusted entries to a client's keys, leaving out any key that a revoked line names (for
+        one of its hosts), so paramiko asks our policy about it instead of trusting it."""
+        for entry in self.entries:
+            for name in entry.hostnames:
+                if not any(r.key.asbytes() == entry.key.asbytes() and _matches(name, r.hostnames) for _, r in self.revoked):
+                    host_keys.add(name, entry.key.get_name(), entry.key)
+
+
+def _entry(line: str, lineno: int):  # noqa: ANN202 - paramiko.hostkeys.HostKeyEntry | None
+    from paramiko.hostkeys import HostKeyEntry
+
+    try:
+        return HostKeyEntry.from_line(line, lineno)
+    except Exception:  # InvalidHostKey, SSHException, ValueError from a damaged key: ssh skips the line too
+        return None
+
+
+def _matches(hostname: str, patterns: list[str]) -> bool:
+    """OpenSSH host pattern matching: hashed names (|1|salt|hash), `*`/`?` wildcards, `!negation`."""
+    import re
+
+    from paramiko.hostkeys import HostKeys
+
+    hit = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        pattern = pattern[1:] if negated else pattern
+        if pattern.startswith("|1|"):
+            ok = HostKeys.hash_host(hostname, pattern) == pattern
+        else:
+            # only * and ? are special (not fnmatch's [...]: `[127.0.0.1]:2222` is a literal name)
+            rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower())
+            ok = re.fullmatch(rx, hostname.lower()) is not None
+        if ok and negated:
+            return False
+        hit = hit or ok
+    return hit
+
+
+class _VerifyPolicy:
+    """Unknown key: refuse with its fingerprint, or with --accept-new-host-key save it. A revoked key: refused."""
+
+    def __init__(self, path: Path, accept_new: bool, label: str, known: KnownHosts | None = None) -> None:
         self.path, self.accept_new, self.label = path, accept_new, label
+        self.known = known
 
     def missing_host_key(self, client, hostname, key) -> None:
         fp = fingerprint(key)
+        line = self.known.revoked_line(hostname, key) if self.known else None
+        if line is not None:
+            raise HostKeyError(f"{self.label}: host key for {hostname} ({key.get_name()} {fp}) is REVOKED "
+                               f"({self.path}:{line}, @revoked); refusing to connect")
         if not self.accept_new:
             raise HostKeyError(
                 f"{self.label}: unknown host key for {hostname} ({key.get_name()} {fp}); "
