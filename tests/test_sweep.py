@@ -45,6 +45,8 @@ def test_trtllm_mla_on_an_h200_is_ruled_out_by_the_blackwell_requirement():
     assert s.reasons == ["trtllm_mla requires is_blackwell_supported (overrides.py:2120); the host's GPU is sm90"]
     assert _screen("attention_backend=trtllm_mla", cc="12.0").reasons == []  # an RTX PRO 6000 (SM120) may run it
     assert "the host has no GPU" in _screen("attention_backend=trtllm_mla", cc=None).reasons[0]
+    on_cpu = _screen("attention_backend=trtllm_mla", cc="12.0", base={**MLA, "device": "cpu"})
+    assert on_cpu.reasons[0].endswith("and the server runs on device cpu")  # no GPU check holds on a CPU server
 
 
 def test_a_backend_this_release_does_not_offer_is_ruled_out_with_its_choices():
@@ -203,3 +205,15 @@ def test_bad_sweep_input_is_one_line_before_any_host(h200, tmp_path):
     assert proc.returncode == 2 and "--profile" in proc.stderr
 
 
+
+
+def test_gpu_sweep_play_dry_run_reaches_the_sweep_step(h200, tmp_path):
+    """playbooks/gpu-sweep.yaml is checked whole and its sweep step plans the GPU tier's candidates."""
+    env = {"SGLOPS_INVENTORY": str(h200.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts")}
+    proc = inv_cmd("play", "gpu-sweep", "--host", "h200", "--dry-run", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    sweep = next(s for s in doc["steps"] if s["id"] == "sweep")
+    assert sweep["status"] == "ok", sweep
+    assert sweep["summary"] == "dry run: 4 of 5 candidate(s) would run; nothing changed or recorded"
+    assert sweep["result"]["profile_trace"] is True and sweep["result"]["bench"]["output_len"] == 256

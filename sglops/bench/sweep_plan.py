@@ -203,7 +203,10 @@ def screen(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], al
             out.reasons.append(f"{flag} {val} is not a choice of sglang {version} ({', '.join(choices)})")
     kv = str(c.get("kv_cache_dtype", profile_args) or "auto")
     fp8 = kv.startswith("fp8")
-    major = int(compute_capability.split(".")[0]) if compute_capability else None
+    device = str(c.get("device", profile_args) or "cuda")
+    gpu = compute_capability if device in ("cuda", "auto") else None  # a CPU server runs no GPU platform check true
+    major = int(gpu.split(".")[0]) if gpu else None
+    no_gpu = "the host has no GPU" if compute_capability is None else f"the server runs on device {device}"
     rows_all: list[str] = []
     for key in BACKEND_KEYS:
         val = c.get(key, profile_args)
@@ -228,10 +231,10 @@ def screen(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], al
                 if majors is None:
                     out.notes.append(f"{where}: {val} requires {rule.get('platform')} (not evaluated)")
                 elif major is None:
-                    out.reasons.append(f"{val} requires {rule['platform']} ({where}) and the host has no GPU")
+                    out.reasons.append(f"{val} requires {rule['platform']} ({where}) and {no_gpu}")
                 elif major not in majors:
                     out.reasons.append(f"{val} requires {rule['platform']} ({where}); the host's GPU is "
-                                       f"sm{compute_capability.replace('.', '')}")
+                                       f"sm{gpu.replace('.', '')}")
         if fp8 and rows and all(facts.get(f"backend.{r}.fp8_read_mode") == "unknown"
                                 and not facts.get(f"backend.{r}.fp8_paths") for r in rows):
             out.reasons.append(f"--kv-cache-dtype {kv}: no FP8 KV read path in {', '.join(rows)} or the kernels it "
