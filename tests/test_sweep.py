@@ -154,6 +154,13 @@ def test_recommendation_fastest_identical_and_fastest_overall():
     assert "restarts 60.0 s, benches 30.0 s, profiles 0.0 s, the tool's own steps 10.0 s" in md
     only = _result([_row(1, "attention_backend=a", 10.0, "baseline"), _row(2, "attention_backend=b", 5.0, "differs")])
     assert only.recommendation().endswith("it is also the fastest overall")
+    fell = _result([_row(1, "attention_backend=torch_native", 10.0, "baseline"),
+                    _row(2, "attention_backend=intel_amx", 12.0, "identical",
+                         served_as={"attention_backend": "torch_native"})])
+    assert fell.recommendation().startswith("fastest with outputs identical to the baseline: attention_backend="
+                                            "torch_native (10.0")  # a fallback is not the candidate asked for
+    assert fell.rows[1].outcome() == ("started, but the server runs attention_backend=torch_native (asked intel_amx): "
+                                      "not the candidate asked for")
     none = _result([_row(1, "attention_backend=a", None, None, status="crashed", crash="x")])
     assert none.recommendation() == "no recommendation: no candidate started and benched"
 

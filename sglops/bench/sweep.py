@@ -187,6 +187,10 @@ class _Steps:
         row.restart_s = round(time.monotonic() - t0, 1)
         if res.ok:
             row.status = "started"
+            asked = dict(row.candidate.settings)  # what /server_info says instead of a setting the candidate made
+            row.served_as = {k: m["effective"] for k, m in res.mismatches.items() if k in asked}
+            if row.served_as:
+                self.say(f"{when}: the server replaced {', '.join(sorted(row.served_as))}")
             return True
         row.status, row.crash, row.crash_label = "crashed", res.failure, res.failure_label
         row.crash_line = res.failure_detail or (res.log_tail[-1] if res.log_tail else None)

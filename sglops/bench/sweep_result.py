@@ -34,6 +34,7 @@ class Row:
     crash: str | None = None  # the failure class (sglops.launch: invalid argument, import failed, ...)
     crash_label: str | None = None
     crash_line: str | None = None  # the log line that shows it
+    served_as: dict[str, Any] = field(default_factory=dict)  # a candidate setting the server replaced: key -> effective
     decode_tok_s: float | None = None
     ci95: list[float] | None = None
     identity: str | None = None  # identical | differs | differs by design | baseline | not compared
@@ -57,9 +58,11 @@ class Row:
             return "skipped: " + "; ".join(self.reasons)
         if self.status == "crashed":
             return f"crashed: {self.crash_label or self.crash}" + (f": {self.crash_line}" if self.crash_line else "")
+        fell = ", ".join(f"{k}={v} (asked {dict(self.candidate.settings)[k]})" for k, v in self.served_as.items())
+        started = f"started, but the server runs {fell}: not the candidate asked for" if fell else "started"
         if self.status == "bench failed":
-            return f"started; bench failed: {self.error}"
-        return self.status
+            return f"{started}; bench failed: {self.error}"
+        return started if self.status == "started" else self.status
 
     def speed(self) -> str:
         if self.decode_tok_s is None:
@@ -124,8 +127,9 @@ class SweepResult(Result):
         rows = self.measured()
         if not rows:
             return "no recommendation: no candidate started and benched"
+        rows = [r for r in rows if not r.served_as] or rows  # a fallback is some other candidate's configuration
         fastest = max(rows, key=lambda r: r.decode_tok_s or 0)
-        same = [r for r in rows if r.identity in ("identical", "baseline")]
+        same = [r for r in rows if r.identity in ("identical", "baseline") and not r.served_as]
         best = max(same, key=lambda r: r.decode_tok_s or 0) if same else None
         parts = [f"fastest with outputs identical to the baseline: {best.candidate.label} ({best.speed()} tok/s)"
                  if best else "no candidate's outputs are identical to the baseline's"]
