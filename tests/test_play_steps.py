@@ -33,6 +33,7 @@ DRY_RUN_CASES = {
     "profile": ({"steps": 2}, []),
     "compare": ({}, [{"id": "b1", "do": "bench"}, {"id": "b2", "do": "bench"}]),
     "ab": ({"a": "sandbox", "b": "sandbox+gather-cast", "rounds": 2, "output_len": 8}, []),
+    "sweep": ({"profile": "sandbox", "vary": ["attention_backend=flashinfer,triton"], "output_len": 8}, []),
 }
 
 

@@ -197,6 +197,57 @@ def _enclosing(reader, path, lineno):
     return None
 
 
+# -- follow: the kernels a backend calls, as the modules it imports -----------------------------------
+def _imported_files(reader, pkg, path):
+    """Files of the sglang package (folder pkg) that module `path` imports, anywhere in it (lazy imports too)."""
+    try:
+        tree = reader.tree(path)
+    except (SyntaxError, ValueError):
+        return []
+    here = os.path.relpath(os.path.dirname(path), pkg).replace(os.sep, "/").split("/")
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [(a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                base = [b for b in here[: len(here) - node.level + 1] if b and b != "."]
+                mod = ".".join(["sglang", *base, *([node.module] if node.module else [])])
+            mods = [(mod, tuple(a.name for a in node.names))]
+        else:
+            continue
+        for mod, names in mods:
+            parts = mod.split(".")
+            if parts[0] != "sglang":
+                continue
+            base = os.path.join(pkg, *parts[1:])
+            for cand in [base + ".py", os.path.join(base, "__init__.py")] + [os.path.join(base, n + ".py") for n in names]:
+                if os.path.isfile(cand):
+                    out.append(os.path.normpath(cand))
+    return sorted(set(out))
+
+
+def _follows(reader, pkg, backend_files, globs):
+    """{backend file: [imported files matching globs]} (one level: the modules the backend file names)."""
+    allowed = set(_glob_files(pkg, globs))
+    return {f: [m for m in _imported_files(reader, pkg, f) if m in allowed and m != f] for f in backend_files}
+
+
+def _raises_after(lines, line, limit=4):
+    """A `raise` within `limit` lines below the hit and indented deeper: the check refuses, not just picks."""
+    if not lines or line > len(lines):
+        return False
+    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
+    for text in lines[line:line + limit]:
+        stripped = text.lstrip()
+        if stripped and len(text) - len(stripped) <= indent:
+            return False
+        if stripped.startswith("raise "):
+            return True
+    return False
+
+
 # -- choices: an option's choice list as the tree's Python source defines it -----------------------
 def _literal_list(node, lookup, depth=0):
     """The strings of a list/tuple literal; a NAME is looked up (module-level, any probe file)."""
@@ -313,6 +364,7 @@ def main(args):
         engine_label = "rg " + (out.split()[1] if rc == 0 and out.split()[1:] else "?")
     reader, fallbacks, errors = _Files(), [], []
     backend_files = _glob_files(roots["sglang"], [args["backends"]["files"]])
+    follows = {}
     jobs, results = [], []
     for probe in args["probes"]:
         root_name = probe.get("root") or "sglang"
@@ -323,6 +375,12 @@ def main(args):
             res["missing_root"] = True
             continue
         paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
+        if probe.get("follow"):
+            key = tuple(probe["follow"])
+            if key not in follows:
+                follows[key] = _follows(reader, root, backend_files, list(key))
+            paths = sorted(set(paths) | {m for ms in follows[key].values() for m in ms})
+            res["follows"] = {_rel(root, b): [_rel(root, m) for m in ms] for b, ms in follows[key].items() if ms}
         res["files"] = len(paths)
         if probe.get("kind") == "choices":
             regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
@@ -355,6 +413,7 @@ def main(args):
                     ctx = re.compile(probe["context"])
                     near = [ln for ln in near if ctx.search(ln)]
                 hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
+                hit["raises"] = _raises_after(reader.get(path), line)
             res["hits"].append(hit)
     unreadable = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
     for u in unreadable:

@@ -55,16 +55,24 @@ class BackendRow:
         casts, native = self.has("casts_whole_pool"), self.has("fp8_native")
         funcs = sorted({h["func"] for h in self.hits.get("casts_whole_pool", []) if h.get("func")})
         where = f" in {', '.join(funcs)}" if funcs else ""
+        mode, evidence = fp8_read_mode(self)
+        first = f" ({_short(evidence[0])})" if evidence else ""
         if native and casts:
             text = f"plans with the KV dtype, still casts the pool{where}"
-        elif native:
-            text = "takes FP8 KV natively"
         elif casts and self.has("plans_model_dtype"):
             text = f"casts whole pool to model dtype{where}"
         elif casts:
             text = f"casts whole pool{where}"
+        elif mode == "q_quantised":
+            text = f"reads FP8 KV, quantises q to the KV dtype{first}: outputs differ from BF16-q backends by design"
+        elif mode == "dequant_in_smem":
+            text = f"reads FP8 KV, q in the model dtype; the kernel converts KV tiles{first}"
+        elif mode == "rows_cast":
+            text = f"casts only the rows each request reads{first}"
+        elif native:
+            text = "takes FP8 KV natively"
         elif self.has("fp8_paths"):
-            text = "no whole-pool cast; has FP8 code paths"
+            text = "no whole-pool cast; has FP8 code paths (read mode unknown)"
         else:
             text = "no FP8 KV handling found"
         if self.name == "flashinfer_mla" and facts.get(CAST_FLAG):
@@ -122,12 +130,15 @@ class ProbeReport:
             res = by_id.get(probe.id, {})
             fact = probe.fact or probe.id
             if probe.scope == "backend":
+                follows = res.get("follows") or {}
                 for row in rows.values():
-                    row.hits[fact] = [h for h in res.get("hits", []) if h["file"] == row.file]
+                    mine = {row.file, *follows.get(row.file or "", [])}
+                    row.hits[fact] = [h for h in res.get("hits", []) if h["file"] in mine]
             elif probe.window is not None:  # attribute: backends -> a guard that names the backend nearby
                 for row in rows.values():
-                    names = probe_set.choice_names(row.name)
-                    row.hits[fact] = [h for h in res.get("hits", []) if names & set(h.get("names", []))]
+                    names = exact_names(probe_set, row.name, rows)
+                    row.hits[fact] = [{**h, **applies_to(h)} for h in res.get("hits", [])
+                                      if names & set(h.get("names", []))]
                 facts[fact] = bool(res.get("hits")) if res.get("files") else None
             elif probe.kind == "choices":
                 defs = res.get("definitions") or []
@@ -144,6 +155,16 @@ class ProbeReport:
             facts[f"backend.{row.name}.exists"] = row.exists
             for fact in row.hits:
                 facts[f"backend.{row.name}.{fact}"] = row.has(fact)
+            if row.exists and not row.unreadable:
+                mode, evidence = fp8_read_mode(row)
+                facts[f"backend.{row.name}.fp8_read_mode"] = mode
+                facts[f"backend.{row.name}.fp8_read_evidence"] = evidence
+            else:
+                facts[f"backend.{row.name}.fp8_read_mode"] = None
+                facts[f"backend.{row.name}.fp8_read_evidence"] = []
+            if "arch_guard_args" in row.hits:
+                names = exact_names(probe_set, row.name, rows)
+                facts[f"backend.{row.name}.arch_rules"] = [arch_rule(h, names) for h in row.hits["arch_guard_args"]]
         _derive(facts)
         flags = []
         if facts.get("backend.flashinfer_mla.casts_whole_pool"):
@@ -196,7 +217,7 @@ class ProbeReport:
         if b.has("arch_guard"):
             parts.append(_lines(b.hits["arch_guard"]))
         if b.has("arch_guard_args"):
-            parts.append("args: " + ", ".join(f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}"
+            parts.append("args: " + ", ".join(f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}" + _applies(h)
                                               for h in b.hits["arch_guard_args"][:3])
                          + (f" (+{len(b.hits['arch_guard_args']) - 3})" if len(b.hits["arch_guard_args"]) > 3 else ""))
         if parts:
@@ -204,6 +225,73 @@ class ProbeReport:
         if "arch_guard" not in b.hits and "arch_guard_args" not in b.hits:
             return "not probed"
         return "no architecture guard found"
+
+
+# -- FP8 read mode: how a backend's attention reads an FP8 KV pool -------------------------------------
+# (mode, the backend fact that shows it), in precedence order: the first that hits is the backend's mode.
+FP8_READ_MODES = (
+    ("whole_pool_cast", "casts_whole_pool"),  # the whole layer's pool cast to the model dtype every call
+    ("q_quantised", "q_quantised"),  # the pool read as FP8, q quantised to FP8 first: outputs differ by design
+    ("dequant_in_smem", "kv_dequant_in_kernel"),  # the pool read as FP8, tiles converted inside the kernel
+    ("rows_cast", "rows_cast"),  # only the rows a request reads, cast in Python
+    ("native", "fp8_native"),  # plans with the KV dtype, nothing above found
+)
+
+
+def _where(h: dict) -> str:
+    return f"{h['file']}:{h['line']}"
+
+
+def _short(where: str) -> str:
+    """`srt/layers/attention/x.py:12` -> `x.py:12` (for table cells; JSON keeps the whole path)."""
+    return where.rsplit("/", 1)[-1]
+
+
+def fp8_read_mode(row: BackendRow) -> tuple[str, list[str]]:
+    """The backend's FP8 read mode and the file:line evidence for it; `unknown` (no evidence) when no probe hit."""
+    for mode, fact in FP8_READ_MODES:
+        if row.has(fact):
+            return mode, [_where(h) for h in row.hits[fact]]
+    return "unknown", []
+
+
+def exact_names(probe_set: ProbeSet, backend: str, rows: dict[str, BackendRow]) -> set[str]:
+    """The option values credited to a backend row: its own name, and an alias only when no backend file carries
+    that exact name (`flashinfer` is flashinfer_backend.py's, never flashinfer_mla's; `fa3` is flashattention's)."""
+    return {backend} | {a for a in probe_set.choice_names(backend) - {backend} if a not in rows}
+
+
+_MODEL_OVERRIDE = re.compile(r"(?:^|/)model_overrides/(\w+)\.py$")
+_PREDICATE = re.compile(r"\b(is_blackwell\w*|is_sm\d+\w*|is_hopper\w*|get_device_capability|compute_capability)")
+
+
+def applies_to(hit: dict) -> dict[str, Any]:
+    """Which model and platform an argument check applies to: the model of a `model_overrides/<model>.py` file (None:
+    every model), the platform predicate on the line, whether it is negated and whether a `raise` follows."""
+    text = hit.get("text", "")
+    m = _MODEL_OVERRIDE.search(hit.get("file", ""))
+    pred = _PREDICATE.search(text)
+    name = pred.group(1) if pred else None
+    negated = bool(name and re.search(r"\bnot\s+[\w.()]*" + re.escape(name), text))
+    return {"model": m.group(1) if m else None, "platform": name, "negated": negated}
+
+
+def arch_rule(hit: dict, names: set[str]) -> dict[str, Any]:
+    """One argument check as a rule a sweep can evaluate: `requirement` (refuses unless the platform holds: `if not
+    is_blackwell: raise`), `model_override` (one model's choice by platform) or `check` (a default or a branch)."""
+    kind = ("model_override" if hit.get("model") else
+            "requirement" if hit.get("negated") and hit.get("raises") else "check")
+    values = sorted(set(hit.get("names", [])) & names)
+    return {"where": _where(hit), "values": values, "platform": hit.get("platform"), "kind": kind,
+            "model": hit.get("model"), "text": hit.get("text", "")}
+
+
+def _applies(h: dict) -> str:
+    """` (model nemotron_h, is_sm100)`: whom an argument check concerns, for the arch cell."""
+    bits = [f"model {h['model']}"] if h.get("model") else []
+    if h.get("platform"):
+        bits.append(("not " if h.get("negated") else "") + h["platform"])
+    return f" ({', '.join(bits)})" if bits else ""
 
 
 def _derive(facts: dict[str, Any]) -> None:

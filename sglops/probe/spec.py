@@ -13,7 +13,7 @@ from sglops.core.yamlio import check_fields, load_yaml
 
 DEFAULT_PROBES = REPO_ROOT / "playbooks" / "probes.yaml"
 PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss",
-                "attribute", "window", "context"}
+                "attribute", "window", "context", "follow"}
 KINDS = {"grep", "choices"}
 SCOPES = {"global", "backend"}
 ROOTS = {"sglang", "flashinfer"}
@@ -35,6 +35,7 @@ class Probe:
     fact: str | None = None
     window: int | None = None  # attribute: backends -> look this many lines above a hit for backend names
     context: str | None = None  # ... only on lines matching this regex
+    follow: tuple[str, ...] = ()  # scope backend: also the sglang modules a backend file imports, if they match these globs
     hit: str = "found"
     miss: str = "not found"
     where: str = "?"
@@ -43,7 +44,7 @@ class Probe:
         """What the host script needs (no prose)."""
         return {"id": self.id, "kind": self.kind, "scope": self.scope, "root": self.root, "files": list(self.files),
                 "regex": self.regex, "ignore_case": self.ignore_case, "options": list(self.options),
-                "window": self.window, "context": self.context}
+                "window": self.window, "context": self.context, "follow": list(self.follow)}
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ def _probe(d: Any, seen: set[str]) -> Probe:
             raise ConfigError(f"{where}: probe {pid!r}: invalid regex {regex!r}: {exc}") from None
     elif not options or regex is not None:
         raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
+    follow = _str_list(d.get("follow", []), where, f"probe {pid!r}: follow")
+    if follow and scope != "backend":
+        raise ConfigError(f"{where}: probe {pid!r}: follow (the modules a backend imports) is for scope: backend")
     window, context = None, d.get("context")
     if "attribute" in d or "window" in d or context is not None:
         window = d.get("window", 6)
@@ -115,7 +119,7 @@ def _probe(d: Any, seen: set[str]) -> Probe:
                 re.compile(str(context))
             except re.error as exc:
                 raise ConfigError(f"{where}: probe {pid!r}: invalid context regex {context!r}: {exc}") from None
-    return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex, window=window,
+    return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex, window=window, follow=follow,
                  context=str(context) if context is not None else None,
                  ignore_case=bool(d.get("ignore_case", False)), options=options, fact=d.get("fact"),
                  hit=str(d.get("hit", "found")), miss=str(d.get("miss", "not found")), where=where)

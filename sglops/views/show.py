@@ -15,6 +15,7 @@ from rich.console import RenderableType
 from sglops.bench.ab_result import AbResult
 from sglops.bench.compare import Comparison, RunList
 from sglops.bench.run import BenchResult
+from sglops.bench.sweep_result import SweepResult
 from sglops.core.console import console
 from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.render import Rendered
@@ -27,7 +28,7 @@ from sglops.probe.report import ProbeReport
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import ab, bench, kernel, launch, patch, play, probe, trace, trace_diff
+from sglops.views import ab, bench, kernel, launch, patch, play, probe, sweep, trace, trace_diff
 
 
 @singledispatch
@@ -48,6 +49,7 @@ render.register(BenchResult, bench.bench_table)
 render.register(Comparison, bench.compare_table)
 render.register(RunList, bench.runs_table)
 render.register(AbResult, ab.ab_table)
+render.register(SweepResult, sweep.sweep_view)
 render.register(PatchResult, patch.patch_table)
 render.register(PatchList, patch.patch_list_table)
 render.register(KernelBuild, kernel.build_table)

@@ -1,0 +1,278 @@
+"""`inv sweep`: start each candidate configuration on one host, bench the same work on each, answer which to run.
+
+Why: "which attention backend should this host run?" took the original investigation restarts by hand (a backend
+that reads FP8 natively but is SM100-only, one that clashes with the sparse-attention path, one that casts the whole
+pool). The probe already knows most of that: candidates it rules out are shown as "skipped: why" before anything
+starts (sglops.bench.sweep_plan). The rest are rendered, restarted (a crash named by its class and log line), benched
+with the same work and optionally profiled; outputs are compared with the first candidate that started. Each bench
+is an ordinary run (`inv compare`, `inv report`). The host goes back to what it ran before, through ab's restore
+(sglops.bench.ab: the found server and the ledger's patch set), also when a step fails or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sglops.bench.ab import _found, _ledger_check, _precheck_patches, _restore
+from sglops.bench.ab_plan import transitions
+from sglops.bench.sweep_plan import Candidate, candidates, screen
+from sglops.bench.sweep_result import Row, SweepResult
+from sglops.core import artifacts
+from sglops.core.errors import SglopsError
+from sglops.core.op import Draw
+from sglops.core.remote import Remote
+
+
+def candidate_profile(base: Any, c: Candidate, host: str) -> Any:
+    """The base profile with the candidate's settings (checked as a profile's fields are), named for the record."""
+    from sglops.launch.profiles import Profile
+
+    over = {**base.per_host.get(host, {}), **dict(c.settings)}
+    p = Profile(**{**base.__dict__, "per_host": {host: over}}).for_host(host)
+    return Profile(**{**p.__dict__, "name": f"{base.name}@{c.label}", "per_host": {}})
+
+
+def top_cost(analysis: Any) -> str | None:
+    """The trace's largest cost in one phrase: the top GPU kernel's share, or on a CPU server the top CPU op's."""
+    if analysis.has_gpu and analysis.gpu_us > 0:
+        top = analysis.top_kernels(1)
+        if top:
+            name, us, calls = top[0]
+            return f"{name[:70]} {us / analysis.gpu_us:.1%} of GPU time ({calls} calls)"
+    cpu = analysis.cpu
+    if cpu is not None and cpu.self_total_us > 0:
+        ops = [r for r in cpu.top_self(20) if not r[4]]  # not a record_function range
+        if ops:
+            name, us, calls, _, _ = ops[0]
+            return f"{name[:70]} {us / cpu.self_total_us:.1%} of CPU self time ({calls} calls)"
+    return None
+
+
+def plan_lines(rows: list[Row], base: str, managed: list[str], found_line: str, profile_trace: bool,
+               bench_what: str) -> list[str]:
+    """What the sweep would do, in order (a dry run prints this, the real run follows it)."""
+    out = []
+    for r in rows:
+        c = r.candidate
+        if r.status == "skipped":
+            out.append(f"candidate {c.index} {c.label}: skip ({'; '.join(r.reasons)})")
+            continue
+        forced = f" (forced past: {'; '.join(r.reasons)})" if r.reasons else ""
+        patches = f", patches {'+'.join(c.patches) or 'none'} of {'+'.join(managed)}" if managed else ""
+        out.append(f"candidate {c.index} {c.label}: restart {base}@{c.label}{patches}, bench {bench_what}"
+                   + (", profile" if profile_trace else "") + forced)
+    out.append(f"restore: {found_line}")
+    return out
+
+
+def run_sweep(remote: Remote, profile: str, cands: list[Candidate], *, force: bool = False,
+              profile_trace: bool = False, bench: dict[str, Any] | None = None, tolerance: Any = None,
+              dry_run: bool = False, say: Callable[[str], None] | None = None, run_id: str | None = None,
+              draw: Draw | None = None) -> SweepResult:
+    """Screen the candidates against the probe facts, then (unless dry_run) run each and restore the host."""
+    from sglops.bench.params import DEFAULTS
+    from sglops.launch import server as launch
+    from sglops.launch.profiles import load_profile
+    from sglops.patch import spec as patch_spec
+    from sglops.probe.facts import gather
+    from sglops.probe.scan import scan
+    from sglops.probe.spec import load_probe_set
+
+    say = say or (lambda _text: None)
+    t_start = time.monotonic()
+    base = load_profile(profile)
+    opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
+    found = _found(remote)
+    host_facts = gather(remote)
+    probe_set = load_probe_set()
+    probe = scan(remote, probe_set)
+    managed = list(dict.fromkeys(p for c in cands for p in c.patches))
+    files = {p: patch_spec.load(p).files for p in managed}
+    base_args = base.for_host(remote.name).args
+    rows = []
+    for c in cands:
+        s = screen(c, base_args, probe.facts, probe_set.aliases, host_facts.compute_capability, files)
+        row = Row(c, reasons=s.reasons, notes=s.notes, q_quantised=s.q_quantised)
+        if s.reasons and not force:
+            row.status = "skipped"
+        row.forced = bool(s.reasons) and force
+        rows.append(row)
+    for row in rows:  # a candidate this host cannot render is refused here, before anything changes
+        if row.status == "planned":
+            try:
+                launch.render_for(remote, candidate_profile(base, row.candidate, remote.name))
+            except SglopsError as exc:
+                row.status, row.reasons = "skipped", [*row.reasons, f"refused before start: {exc}"]
+    _precheck_patches(remote, managed, found)
+    what = (f"{opts.get('runs', DEFAULTS['runs'])} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / "
+            f"out {opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
+    srv = f"restart {found.profile} (port {found.port})" if found.running else "stop the server (none ran before)"
+    found_line = f"patches back to {'+'.join(found.patches) or 'none'}, {srv}"
+    result = SweepResult(host=remote.name, profile=base.name, sglang_version=probe.facts.get("sglang_version"),
+                         compute_capability=host_facts.compute_capability, found=found, rows=rows, bench=opts,
+                         managed=managed, force=force, profile_trace=profile_trace, dry_run=dry_run)
+    result.plan = plan_lines(rows, base.name, managed, found_line, profile_trace, what)
+    if dry_run:
+        return result
+    result.run_id = run_id or artifacts.new_run_id()
+    result.folder = str(artifacts.run_dir(remote.name, result.run_id))
+    steps = _Steps(remote, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say, draw)
+    restore_s = 0.0
+    try:
+        steps.run_all()
+    except SglopsError as exc:
+        result.failure = str(exc)
+    finally:  # also on Ctrl-C: the host goes back to how it was found
+        t0 = time.monotonic()
+        result.restore = _restore(remote, found, managed, say)
+        restore_s = time.monotonic() - t0
+        if not result.restore.get("ok"):
+            result.failure = "; ".join(x for x in (result.failure, f"restore failed: {result.restore.get('error')}")
+                                       if x)
+        try:
+            compare_outputs(result, tolerance, draw)
+        except SglopsError as exc:  # the rows are recorded whatever the comparison says
+            result.failure = result.failure or f"output comparison failed: {exc}"
+        result.wall_s = round(time.monotonic() - t_start, 1)
+        restarts = sum(r.restart_s or 0 for r in rows) + restore_s
+        benches = sum(r.bench_s or 0 for r in rows)
+        profiles = sum(r.profile_s or 0 for r in rows)
+        result.split = {"restarts": round(restarts, 1), "benches": round(benches, 1), "profiles": round(profiles, 1),
+                        "tool": round(result.wall_s - restarts - benches - profiles, 1)}
+        artifacts.save(remote.name, result.run_id, "sweep.json", result.to_json(), task="sweep",
+                       extra={"status": "ok" if result.ok else "failed",
+                              "sweep": {"candidates": [r.candidate.label for r in rows],
+                                        "runs": [r.run_id for r in rows if r.run_id],
+                                        "recommendation": result.recommendation()}})
+    return result
+
+
+class _Steps:
+    """Runs the planned candidates one at a time: patches, restart, bench, optional profile."""
+
+    def __init__(self, remote: Remote, result: SweepResult, base: Any, bench_opts: dict[str, Any],
+                 say: Callable[[str], None], draw: Draw | None) -> None:
+        self.remote, self.result, self.base, self.bench_opts, self.say, self.draw = (
+            remote, result, base, bench_opts, say, draw)
+
+    def run_all(self) -> None:
+        from sglops.patch import apply as patches
+
+        managed = self.result.managed
+        have = {p for p in self.result.found.patches if p in managed}
+        todo = [r for r in self.result.rows if r.status == "planned"]
+        for n, row in enumerate(todo, 1):
+            c = row.candidate
+            when = f"candidate {c.index} ({n}/{len(todo)}) {c.label}"
+            row.run_id = f"{self.result.run_id}-c{c.index}"
+            for kind, p in transitions(have, set(c.patches), managed):
+                self.say(f"{when}: {kind} {p}")
+                (patches.apply_patch if kind == "apply" else patches.revert_patch)(self.remote, p)
+            have = set(c.patches)
+            _ledger_check(self.remote, managed, have, when)
+            if self.restart(row, when):
+                self.bench(row, when)
+                if self.result.profile_trace and row.status == "started":
+                    self.profile(row, when)
+
+    def restart(self, row: Row, when: str) -> bool:
+        from sglops.launch import server as launch
+
+        self.say(f"{when}: restart")
+        t0 = time.monotonic()
+        res = launch.restart(self.remote, candidate_profile(self.base, row.candidate, self.remote.name))
+        row.restart_s = round(time.monotonic() - t0, 1)
+        if res.ok:
+            row.status = "started"
+            asked = dict(row.candidate.settings)  # what /server_info says instead of a setting the candidate made
+            row.served_as = {k: m["effective"] for k, m in res.mismatches.items() if k in asked}
+            if row.served_as:
+                self.say(f"{when}: the server replaced {', '.join(sorted(row.served_as))}")
+            return True
+        row.status, row.crash, row.crash_label = "crashed", res.failure, res.failure_label
+        row.crash_line = res.failure_detail or (res.log_tail[-1] if res.log_tail else None)
+        artifacts.save(self.remote.name, row.run_id, "restart.json", res.to_json(), task="restart",
+                       extra={"status": "failed", "sweep": self.result.run_id})
+        self.say(f"{when}: crashed: {res.failure_label}")
+        return False
+
+    def bench(self, row: Row, when: str) -> None:
+        from sglops.bench import run as bench_mod
+
+        self.say(f"{when}: bench")
+        t0 = time.monotonic()
+        try:
+            res = bench_mod.record(bench_mod.run_bench(self.remote, **self.bench_opts), run_id=row.run_id)
+        except SglopsError as exc:
+            row.status, row.error = "bench failed", str(exc)
+            return
+        finally:
+            row.bench_s = round(time.monotonic() - t0, 1)
+        head = res.headline()
+        if head:
+            row.decode_tok_s, row.ci95 = head["median"], head.get("ci95")
+        if res.status != "ok":
+            row.status, row.error = "bench failed", "; ".join(res.problems()) or f"bench {res.status}"
+
+    def profile(self, row: Row, when: str) -> None:
+        from sglops.trace.profile import run_profile
+
+        self.say(f"{when}: profile")
+        t0 = time.monotonic()
+        try:
+            prof = run_profile(self.remote, run_id=f"{row.run_id}-profile", chart=self.draw is not None,
+                               draw=self.draw)
+            row.profile_run, row.top_cost = prof.run_id, top_cost(prof.analysis)
+        except SglopsError as exc:
+            row.top_cost = f"profile failed: {exc}"
+        finally:
+            row.profile_s = round(time.monotonic() - t0, 1)
+
+
+def compare_outputs(result: SweepResult, tolerance: Any, draw: Draw | None) -> None:
+    """Each benched candidate's outputs against the baseline (the first candidate that started and benched)."""
+    from sglops.bench import compare as cmp
+
+    runs = [r for r in result.rows if r.run_id and r.decode_tok_s is not None]
+    if not runs:
+        return
+    base, others = runs[0], runs[1:]
+    result.baseline, base.identity = base.run_id, "baseline"
+    if not others:
+        return
+    varied = sorted({k for r in result.rows for k, _ in r.candidate.settings})
+    comp = cmp.compare([base.run_id, *[r.run_id for r in others]], out_dir=Path(result.folder or "."),
+                       tolerance=tolerance, variable=varied, draw=draw)
+    result.comparison = comp.saved
+    for r in others:
+        v = comp.identities.get(r.run_id)
+        if v is None or v.status == "not_compared":
+            r.identity, r.identity_line = "not compared", v.line() if v else "outputs not recorded"
+            continue
+        r.identity_line = v.line()
+        if v.within_tolerance:
+            r.identity = "identical" if v.identical else "within tolerance"
+            continue
+        by_design = r.q_quantised != base.q_quantised
+        r.identity = "differs by design" if by_design else "differs"
+        if v.first_divergence is not None:
+            r.first_token = v.first_divergence.token_index
+        r.max_dlogprob = v.max_logprob_diff or None
+
+
+def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
+                say: Callable[[str], None] | None = None, run_id: str | None = None,
+                draw: Draw | None = None) -> SweepResult:
+    """run_sweep with the checked options of the `sweep` operation: the task's and the play step's way in."""
+    from sglops.bench.identity import Tolerance
+    from sglops.bench.params import BENCH
+
+    cands = candidates(o.get("vary"), o.get("patches"), o.get("candidates"))
+    bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
+    return run_sweep(remote, o["profile"], cands, force=o.get("force", False),
+                     profile_trace=o.get("profile_trace", False), bench=bench,
+                     tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
+                     dry_run=dry_run, say=say, run_id=run_id, draw=draw)

@@ -1,0 +1,166 @@
+"""The record of an `inv sweep`: one row per candidate, the recommendation, the wall-time split and the restore.
+
+A row is what happened to one candidate: skipped (and why, from the probe facts), forced past that, started or
+crashed (the crash class and the log line that shows it), its bench's decode tok/s with the 95% interval, its
+outputs against the baseline candidate's (the first that started) and, when profiled, the trace's top cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglops.bench.ab_plan import Found
+from sglops.bench.sweep_plan import Candidate
+from sglops.core.errors import Failed
+from sglops.core.result import Result
+
+
+class SweepFailed(Failed):
+    """The sweep could not finish (or the host could not be restored): what was measured is kept."""
+
+
+@dataclass
+class Row:
+    """One candidate's outcome."""
+
+    candidate: Candidate
+    status: str = "planned"  # planned | skipped | started | crashed | bench failed | not run
+    reasons: list[str] = field(default_factory=list)  # why the probe facts rule it out (skipped, or forced past)
+    notes: list[str] = field(default_factory=list)
+    forced: bool = False
+    q_quantised: bool = False
+    run_id: str | None = None  # its bench run (or its failed start's record)
+    crash: str | None = None  # the failure class (sglops.launch: invalid argument, import failed, ...)
+    crash_label: str | None = None
+    crash_line: str | None = None  # the log line that shows it
+    served_as: dict[str, Any] = field(default_factory=dict)  # a candidate setting the server replaced: key -> effective
+    decode_tok_s: float | None = None
+    ci95: list[float] | None = None
+    identity: str | None = None  # identical | differs | differs by design | baseline | not compared
+    identity_line: str | None = None
+    first_token: int | None = None  # the first differing token's index
+    max_dlogprob: float | None = None
+    top_cost: str | None = None
+    profile_run: str | None = None
+    restart_s: float | None = None
+    bench_s: float | None = None
+    profile_s: float | None = None
+    error: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.status in ("started", "bench failed")
+
+    def outcome(self) -> str:
+        """The second column: skipped with why, started, or the crash class with its log line."""
+        if self.status == "skipped":
+            return "skipped: " + "; ".join(self.reasons)
+        if self.status == "crashed":
+            return f"crashed: {self.crash_label or self.crash}" + (f": {self.crash_line}" if self.crash_line else "")
+        fell = ", ".join(f"{k}={v} (asked {dict(self.candidate.settings)[k]})" for k, v in self.served_as.items())
+        started = f"started, but the server runs {fell}: not the candidate asked for" if fell else "started"
+        if self.status == "bench failed":
+            return f"{started}; bench failed: {self.error}"
+        return started if self.status == "started" else self.status
+
+    def speed(self) -> str:
+        if self.decode_tok_s is None:
+            return "-"
+        ci = f" [{self.ci95[0]:.1f}, {self.ci95[1]:.1f}]" if self.ci95 and None not in self.ci95 else ""
+        return f"{self.decode_tok_s:.1f}{ci}"
+
+    def outputs(self) -> str:
+        if self.identity is None:
+            return "-"
+        if self.identity in ("differs", "differs by design") and self.first_token is not None:
+            lp = f", max |dlogprob| {self.max_dlogprob:.3g}" if self.max_dlogprob else ""
+            return f"{self.identity} at token {self.first_token}{lp}"
+        return self.identity
+
+    def to_json(self) -> dict:
+        return {**{k: v for k, v in self.__dict__.items() if k != "candidate"}, "candidate": self.candidate.to_json(),
+                "outcome": self.outcome()}
+
+
+@dataclass
+class SweepResult(Result):
+    """The sweep: its plan, one row per candidate, the recommendation, the wall-time split and the restore."""
+
+    host: str
+    profile: str
+    sglang_version: str | None
+    compute_capability: str | None
+    found: Found
+    rows: list[Row]
+    bench: dict[str, Any]
+    managed: list[str]
+    force: bool = False
+    profile_trace: bool = False
+    dry_run: bool = False
+    plan: list[str] = field(default_factory=list)
+    run_id: str | None = None
+    folder: str | None = None
+    baseline: str | None = None  # the baseline candidate's run id
+    comparison: str | None = None
+    restore: dict = field(default_factory=dict)
+    failure: str | None = None
+    wall_s: float | None = None
+    split: dict[str, float] = field(default_factory=dict)  # restarts / benches / profiles / tool
+
+    @property
+    def changed(self) -> bool:
+        return not self.dry_run and any(r.status not in ("planned", "skipped") for r in self.rows)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and bool(self.restore.get("ok", self.dry_run))
+
+    def measured(self) -> list[Row]:
+        return [r for r in self.rows if r.decode_tok_s is not None]
+
+    def recommendation(self) -> str:
+        """Fastest candidate whose outputs are identical to the baseline's, and the fastest overall."""
+        if self.dry_run:
+            n = sum(1 for r in self.rows if r.status == "planned")
+            return f"dry run: {n} of {len(self.rows)} candidate(s) would run; nothing changed or recorded"
+        rows = self.measured()
+        if not rows:
+            return "no recommendation: no candidate started and benched"
+        rows = [r for r in rows if not r.served_as] or rows  # a fallback is some other candidate's configuration
+        fastest = max(rows, key=lambda r: r.decode_tok_s or 0)
+        same = [r for r in rows if r.identity in ("identical", "baseline") and not r.served_as]
+        best = max(same, key=lambda r: r.decode_tok_s or 0) if same else None
+        parts = [f"fastest with outputs identical to the baseline: {best.candidate.label} ({best.speed()} tok/s)"
+                 if best else "no candidate's outputs are identical to the baseline's"]
+        if best is not fastest:
+            parts.append(f"fastest overall: {fastest.candidate.label} ({fastest.speed()} tok/s, outputs "
+                         f"{fastest.outputs()})")
+        else:
+            parts.append("it is also the fastest overall")
+        return "; ".join(parts)
+
+    def split_line(self) -> str:
+        if not self.split:
+            return ""
+        s = self.split
+        return (f"wall {self.wall_s:.1f} s: restarts {s.get('restarts', 0):.1f} s, benches {s.get('benches', 0):.1f} s, "
+                f"profiles {s.get('profiles', 0):.1f} s, the tool's own steps {s.get('tool', 0):.1f} s")
+
+    def payload(self) -> dict:
+        return {"kind": "sglops.bench.sweep", "version": 1, "host": self.host, "profile": self.profile,
+                "sglang_version": self.sglang_version, "compute_capability": self.compute_capability,
+                "found": self.found.to_json(), "managed_patches": self.managed, "bench": self.bench,
+                "force": self.force, "profile_trace": self.profile_trace, "run_id": self.run_id,
+                "folder": self.folder, "baseline": self.baseline, "rows": [r.to_json() for r in self.rows],
+                "recommendation": self.recommendation(), "comparison": self.comparison, "restore": self.restore,
+                "failure": self.failure, "wall_s": self.wall_s, "split": self.split, "ok": self.ok}
+
+    def check(self) -> None:
+        """Exit non-zero when the sweep failed or the host was not restored (skips and crashes are results)."""
+        if self.dry_run:
+            return
+        if not self.ok:
+            raise SweepFailed(f"{self.host}: sweep {self.run_id}: "
+                              f"{self.failure or 'restore failed: ' + str(self.restore.get('error'))}; "
+                              f"kept in {self.folder}")
