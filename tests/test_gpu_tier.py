@@ -134,15 +134,12 @@ def test_the_native_play_dry_run_counts_the_kernel_its_earlier_step_would_build(
 
 
 def test_a_planned_build_for_this_gpus_arch_meets_the_kernel_requirement():
-    from types import SimpleNamespace
-
-    from sglops.patch.kernel_facts import kernel_facts
-    from sglops.patch.ops import planned_kernels
+    from sglops.patch.kernel_facts import kernel_facts, planned_kernels
 
     records = {"k": {"do": "build-kernel", "result": {"kernel": "fp8_mla_decode", "status": "would-build",
                                                       "arch": "sm_90a"}},
                "g": {"do": "build-kernel", "result": {"kernel": "gather_cast", "status": "unchanged", "arch": "sm_90a"}}}
-    pending = planned_kernels(SimpleNamespace(dry_run=True, records=records))
+    pending = planned_kernels(True, records)
     assert pending == [{"name": "fp8_mla_decode", "arch": "sm_90a"}]
     assert kernel_facts(pending, "sm90")["kernel_fp8_mla_decode_for_this_gpu"] is True
-    assert planned_kernels(SimpleNamespace(dry_run=False, records=records)) == []
+    assert planned_kernels(False, records) == []

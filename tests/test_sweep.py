@@ -218,9 +218,9 @@ def test_gpu_sweep_play_dry_run_reaches_the_sweep_step(h200, tmp_path):
     """playbooks/gpu-sweep.yaml is checked whole and its sweep step plans the GPU tier's candidates."""
     env = {"SGLOPS_INVENTORY": str(h200.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts")}
     proc = inv_cmd("play", "gpu-sweep", "--host", "h200", "--dry-run", "--json", env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     sweep = next(s for s in doc["steps"] if s["id"] == "sweep")
     assert sweep["status"] == "ok", sweep
-    assert sweep["summary"] == "dry run: 4 of 5 candidate(s) would run; nothing changed or recorded"
+    assert sweep["summary"] == "dry run: 5 of 6 candidate(s) would run; nothing changed or recorded"
     assert sweep["result"]["profile_trace"] is True and sweep["result"]["bench"]["output_len"] == 256

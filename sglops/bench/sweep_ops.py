@@ -39,9 +39,11 @@ CANDIDATES = Items(";", "CANDIDATE;CANDIDATE... (a list in a play), e.g. attenti
 def sweep(ctx: Context, **o: Any):
     """Candidates screened by the probe facts, then restarted, benched (and profiled) one by one; the host restored."""
     from sglops.bench import sweep as sweep_mod
+    from sglops.patch.kernel_facts import planned_kernels, planning
 
-    return sweep_mod.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=lambda text: ctx.event({"note": text}),
-                                 run_id=ctx.own_run_id, draw=ctx.draw)
+    with planning(planned_kernels(ctx.dry_run, ctx.records)):  # a play's dry run: kernels its earlier steps build
+        return sweep_mod.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=lambda text: ctx.event({"note": text}),
+                                     run_id=ctx.own_run_id, draw=ctx.draw)
 
 
 def _prepare(o: dict) -> None:

@@ -8,6 +8,9 @@ which arch each kernel was built for; these facts compare it with the host's GPU
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from sglops.core.remote import Remote
@@ -33,7 +36,29 @@ def kernel_facts(records: list[dict[str, Any]], gpu_sm: str | None) -> dict[str,
     return facts
 
 
+# kernels an earlier step of a play's dry run would build (nothing is installed yet, so the record cannot say)
+_PLANNED: ContextVar[tuple[dict[str, Any], ...]] = ContextVar("sglops_planned_kernels", default=())
+
+
+def planned_kernels(dry_run: bool, records: dict[str, dict]) -> list[dict[str, Any]]:
+    """Kernels the earlier steps of this play's dry run would build (`records`: the play's step records)."""
+    if not dry_run:
+        return []
+    return [{"name": r["result"]["kernel"], "arch": r["result"].get("arch")} for r in records.values()
+            if r.get("do") == "build-kernel" and (r.get("result") or {}).get("status") == "would-build"]
+
+
+@contextmanager
+def planning(kernels: list[dict[str, Any]]) -> Iterator[None]:
+    """Within this block, requirements on those kernels are judged as if they were built (a dry run's plan)."""
+    token = _PLANNED.set(tuple(kernels))
+    try:
+        yield
+    finally:
+        _PLANNED.reset(token)
+
+
 def installed_kernel_facts(remote: Remote, gpu_sm: str | None) -> dict[str, Any]:
-    """The facts above from the host's record (one round trip)."""
+    """The facts above from the host's record (one round trip), with the kernels a dry run plans to build."""
     answer = remote.run_py("kernel_build", {"action": "list", "sglang_root": remote.host.sglang_root})
-    return kernel_facts(list(answer.get("installed") or []), gpu_sm)
+    return kernel_facts([*(answer.get("installed") or []), *_PLANNED.get()], gpu_sm)

@@ -11,27 +11,12 @@ FORCE = Param("force", Flag(), "override: hand-modified files, unmet requirement
 VARIANT = Param("variant", Name("variant"), "use this variant (default: by version/commit, else the one that applies)")
 
 
-def planned_kernels(ctx: Context) -> list[dict]:
-    """Kernels an earlier step of this play's dry run would build: their facts hold by the time this step runs."""
-    if not ctx.dry_run:
-        return []
-    return [{"name": r["result"]["kernel"], "arch": r["result"].get("arch")} for r in ctx.records.values()
-            if r.get("do") == "build-kernel" and (r.get("result") or {}).get("status") == "would-build"]
-
-
 def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool = False):
     from sglops.patch import apply
+    from sglops.patch.kernel_facts import planned_kernels, planning
 
-    pending = planned_kernels(ctx)
-    if not pending:
+    with planning(planned_kernels(ctx.dry_run, ctx.records)):
         return apply.apply_patch(ctx.remote, name, dry_run=ctx.dry_run, variant=variant, force=force)
-    from sglops.patch.kernel_facts import kernel_facts
-
-    def facts_fn(remote):
-        facts = apply.host_facts(remote)
-        return {**facts, **kernel_facts(pending, facts.get("gpu_sm"))}
-
-    return apply.apply_patch(ctx.remote, name, dry_run=True, variant=variant, force=force, facts_fn=facts_fn)
 
 
 def revert_patch(ctx: Context, name: str, force: bool = False):
