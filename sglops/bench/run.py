@@ -32,7 +32,7 @@ from sglops.bench import identity, runconfig, stats
 from sglops.bench.params import DEFAULTS as _D
 from sglops.bench.record import load  # noqa: F401  (bench.load: the name callers use)
 from sglops.core import artifacts, redact
-from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.errors import ConfigError, Failed
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
 
@@ -42,10 +42,8 @@ OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
 APIS = ("sglang", "openai")
 
 
-class BenchIncomplete(SglopsError):
+class BenchIncomplete(Failed):
     """Some requests failed: the run is recorded as partial/failed, never as a clean figure."""
-
-    exit_code = 1
 
 
 # -- figures from raw timings ----------------------------------------------------------------------

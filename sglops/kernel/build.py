@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sglops.core import artifacts
-from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.errors import ConfigError, Refused
 from sglops.core.paths import REPO_ROOT
 from sglops.core.remote import Remote
 from sglops.core.result import Result
@@ -30,10 +30,8 @@ ARCH_SPECIFIC = {"9.0", "10.0", "10.1", "10.3"}
 PLACEHOLDERS = {"python", "arch", "sm", "cc", "gencode", "torch_arch"}
 
 
-class KernelBuildError(SglopsError):
+class KernelBuildError(Refused):
     """A build, self-test or install step failed on the host; nothing was installed."""
-
-    exit_code = 6
 
 
 def kernels_root() -> Path:

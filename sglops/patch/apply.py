@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sglops.core import artifacts
-from sglops.core.errors import ConnectError, RemoteError, SglopsError
+from sglops.core.errors import ConnectError, Refused, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.core.result import Observation, Result
 from sglops.patch import diff as patch_diff
@@ -26,10 +26,8 @@ from sglops.patch import names as patch_names
 from sglops.patch.spec import Patch, Variant, load, load_all
 
 
-class PatchRefused(SglopsError):
+class PatchRefused(Refused):
     """The patch cannot be applied or reverted here as things are (conflict, drift, requirement)."""
-
-    exit_code = 6
 
 
 def lock_wait_s() -> float:
