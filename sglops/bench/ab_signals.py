@@ -10,8 +10,8 @@ worker of a multi-host run) the default behaviour stays.
 
 from __future__ import annotations
 
+import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,11 +35,19 @@ def signal_name(exc: BaseException) -> tuple[str, int]:
     return signal.Signals(num).name, int(num)
 
 
+def _to_stderr(text: str) -> None:
+    """A raw write to fd 2: safe inside a signal handler (a print() there may re-enter a buffered stream)."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
 class Guard:
     """The handlers of one ab: `rounds` (interrupts raise) until `restoring()` (interrupts are deferred)."""
 
     def __init__(self, say: Callable[[str], None] | None = None) -> None:
-        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.say = say or _to_stderr
         self.deferred: list[int] = []
         self.phase = "rounds"
 

@@ -109,7 +109,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
                     kept = getattr(exc, "kept", None)
                     if kept is None or not op.record:
                         raise
-                    path = ctx.save(op.record, kept.to_json(), task=op.name)
+                    path = ctx.keep(kept, op.record, task=op.name)
                     if not json:
                         show(kept)
                     raise exc.recorded(path) from None

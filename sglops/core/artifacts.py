@@ -71,6 +71,27 @@ def save(host: str, run_id: str, name: str, obj: Any, *, task: str, extra: dict 
     return out
 
 
+def keep(host: str, run_id: str, name: str, result: Any, *, task: str, extra: dict | None = None) -> Path:
+    """Record a result as run `run_id` (its files, then `name` with the manifest): the RUNNER's one way to record
+    (sglops.core.op.Context.keep, the task runner, the play engine); domain code only returns results."""
+    folder = run_dir(host, run_id)
+    for fname, content in (result.run_files() if hasattr(result, "run_files") else {}).items():
+        path = folder / fname
+        tmp = path.with_name(path.name + ".tmp")
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        elif isinstance(content, str):
+            tmp.write_text(redact.text(content))
+        else:
+            tmp.write_bytes(dumps(content) + b"\n")
+        os.replace(tmp, path)
+    out = save(host, run_id, name, result.to_json(), task=task,
+               extra={**(result.run_manifest() if hasattr(result, "run_manifest") else {}), **(extra or {})})
+    if hasattr(result, "artifact"):
+        result.artifact = str(out)
+    return out
+
+
 def list_runs(host: str | None = None) -> list[dict]:
     """Every recorded run (newest last), from the manifests."""
     root = artifacts_root()

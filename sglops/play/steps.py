@@ -24,6 +24,8 @@ def run_step(op: Op, ctx: Context, params: dict[str, Any]) -> Any:
     if ctx.dry_run and op.plan is not None:
         return Planned(op.plan(ctx, **params))
     result = op.run(ctx, **params)
+    if op.own_run and op.record and not ctx.dry_run:  # a run of its own: `<run-id>-<step>`, recorded here
+        ctx.keep(result, op.record, task=op.name)
     if op.check is not None:
         op.check(result, params)
     return result
