@@ -19,7 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglops.bench import ab_journal, ab_signals
-from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, restore_steps, sides_from
+from sglops.bench.ab_plan import (
+    Found,
+    Side,
+    SideSpec,
+    Step,
+    parse_side,
+    parse_sides,
+    plan_steps,
+    restore_steps,
+    sides_from,
+)
 from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyze
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.op import Context, Draw
@@ -27,8 +37,8 @@ from sglops.core.remote import Remote
 from sglops.launch import server as launch
 
 # the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
-__all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "plan_steps",
-           "run_ab", "run_checked", "sides_from"]
+__all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "parse_sides",
+           "plan_steps", "run_ab", "run_checked", "sides_from"]
 
 
 # -- running it ---------------------------------------------------------------------------------------
@@ -42,23 +52,23 @@ def _found(remote: Remote) -> Found:
                  patches=[e["patch"] for e in patches.applied(remote)])
 
 
-def resolve_sides(a_spec: str, b_spec: str, found: Found) -> tuple[Side, Side, list[str]]:
+def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side, Side, list[str]]:
     """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches."""
     from sglops.launch.profiles import load_profile
     from sglops.patch import spec as patch_spec
 
     sides = []
-    for label, spec in zip(SIDES, (a_spec, b_spec), strict=True):
-        prof, names = parse_side(spec)
+    for spec in specs:
+        prof = spec.profile
         if prof is None:
             if not found.running or not found.profile:
-                raise ConfigError(f"side {label} ({spec!r}) means the current profile, but no server started by "
-                                  "sglops runs on the host: name the profile (PROFILE+PATCH)")
+                raise ConfigError(f"side {spec.label} ({spec.text!r}) means the current profile, but no server "
+                                  "started by sglops runs on the host: name the profile (PROFILE+PATCH)")
             prof = found.profile
         load_profile(prof)
-        for p in names:
+        for p in spec.patches:
             patch_spec.load(p)
-        sides.append(Side(label, spec, prof, names))
+        sides.append(Side(spec.label, spec.text, prof, spec.patches))
     managed = list(dict.fromkeys([*sides[0].patches, *sides[1].patches]))
     return sides[0], sides[1], managed
 
@@ -106,10 +116,8 @@ def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Cal
 
 def run_ab(
     ctx: Context,
-    a: str | None,
-    b: str | None,
+    sides: tuple[SideSpec, SideSpec],
     *,
-    patch: str | None = None,
     rounds: int = MIN_ROUNDS,
     bench: dict[str, Any] | None = None,
     profile_sides: bool = False,
@@ -118,7 +126,7 @@ def run_ab(
 ) -> AbResult:
     """Run (or plan, in a dry run) the interleaved A/B on ctx's host; the host is restored in every case.
 
-    bench: run_bench's options (runs per round, lengths, concurrency, api, ...). A failing round stops the
+    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare. bench: run_bench's options (runs per round, lengths, concurrency, api, ...). A failing round stops the
     rounds; the result then carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
     recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
     rounds and restores (signals deferred meanwhile: sglops.bench.ab_signals); the host's journal
@@ -127,11 +135,10 @@ def run_ab(
     remote = ctx.remote
     say = lambda text: ctx.event({"note": text})  # noqa: E731
     opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
-    a_spec, b_spec = sides_from(a, b, patch)
     rounds = int(rounds)
     if rounds < 1:
         raise ConfigError(f"--rounds must be at least 1 (got {rounds})")
-    result = plan(remote, a_spec, b_spec, rounds, opts, profile_sides, ctx.dry_run)
+    result = plan(remote, sides, rounds, opts, profile_sides, ctx.dry_run)
     if ctx.dry_run:
         return result
     t_start = time.monotonic()
@@ -157,7 +164,7 @@ def run_ab(
     return result
 
 
-def plan(remote: Remote, a_spec: str, b_spec: str, rounds: int, opts: dict[str, Any], profile_sides: bool,
+def plan(remote: Remote, sides: tuple[SideSpec, SideSpec], rounds: int, opts: dict[str, Any], profile_sides: bool,
          dry_run: bool) -> AbResult:
     """Read the host (journal, server, ledger), resolve and check the sides, and plan every step: nothing changes.
 
@@ -167,7 +174,7 @@ def plan(remote: Remote, a_spec: str, b_spec: str, rounds: int, opts: dict[str, 
     ab_journal.check_not_live(earlier, remote.name)
     now = _found(remote)
     found = earlier.found if earlier else now
-    side_a, side_b, managed = resolve_sides(a_spec, b_spec, found)
+    side_a, side_b, managed = resolve_sides(sides, found)
     managed += [p for p in (earlier.managed if earlier else []) if p not in managed]
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
@@ -320,6 +327,6 @@ def run_checked(ctx: Context, o: dict[str, Any]) -> AbResult:
     from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_ab(ctx, o.get("a"), o.get("b"), patch=o.get("patch"), rounds=o["rounds"], bench=bench,
+    return run_ab(ctx, o["sides"], rounds=o["rounds"], bench=bench,  # sides: parsed once, by the prepare
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
                   tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")))

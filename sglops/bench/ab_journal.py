@@ -15,16 +15,15 @@ from typing import Any
 
 from sglops.bench.ab_plan import Found
 from sglops.core import owner
-from sglops.core.errors import SglopsError
+from sglops.core.errors import Refused
 from sglops.core.remote import Remote
 
 VERSION = 1
 
 
-class AbInProgress(SglopsError):
+class AbInProgress(Refused):
     """Another ab, alive on this machine, is running on the host: two would restore each other's state."""
 
-    exit_code = 6
 
 
 @dataclass

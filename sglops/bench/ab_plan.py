@@ -67,6 +67,22 @@ def sides_from(a: str | None, b: str | None, patch: str | None) -> tuple[str, st
     return a, b
 
 
+@dataclass(frozen=True)
+class SideSpec:
+    """A side as the operator spelt it, parsed: the text, the profile (None: the current one), the patches."""
+
+    label: str
+    text: str
+    profile: str | None
+    patches: tuple[str, ...]
+
+
+def parse_sides(a: str | None, b: str | None, patch: str | None) -> tuple[SideSpec, SideSpec]:
+    """--a/--b/--patch -> both sides, parsed once (the operation's prepare, before any host is touched)."""
+    texts = sides_from(a, b, patch)
+    return tuple(SideSpec(label, text, *parse_side(text)) for label, text in zip(SIDES, texts, strict=True))  # type: ignore[return-value]
+
+
 @dataclass
 class Found:
     """The host as ab found it: the sglops server (profile, port) and the ledger's patches."""

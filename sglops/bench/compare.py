@@ -267,13 +267,13 @@ def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = Tru
 
 # -- inv runs ------------------------------------------------------------------------------------------
 @dataclass
-class RunList:
-    """Recorded runs, oldest first, with the bench headline where there is one."""
+class RunList(Observation):
+    """Recorded runs, oldest first, with the bench headline where there is one (read-only: an observation)."""
 
     runs: list[dict]
 
-    def to_json(self) -> list[dict]:
-        return self.runs
+    def payload(self) -> dict:
+        return {"runs": self.runs}
 
 
 def list_runs(host: str | None = None, task: str | None = None) -> RunList:

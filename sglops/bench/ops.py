@@ -128,11 +128,11 @@ def ab(ctx: Context, **o: Any):
     return ab_mod.run_checked(ctx, o)
 
 
-def _ab_prepare(o: dict) -> None:
-    from sglops.bench.ab_plan import parse_side, sides_from
+def _ab_prepare(o: dict) -> dict:
+    """The sides, parsed once here (a bad one is one line before any host is touched); run_ab takes them."""
+    from sglops.bench.ab_plan import parse_sides
 
-    for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
-        parse_side(s)
+    return {**o, "sides": parse_sides(o.get("a"), o.get("b"), o.get("patch"))}
 
 
 # -- runs -----------------------------------------------------------------------------------------------
