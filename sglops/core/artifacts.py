@@ -32,8 +32,13 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "host"
 
 
+def run_path(host: str, run_id: str) -> Path:
+    """Where run `run_id` of host is kept (not created: a result can name its folder before the runner records)."""
+    return artifacts_root() / safe_name(host) / run_id
+
+
 def run_dir(host: str, run_id: str) -> Path:
-    path = artifacts_root() / safe_name(host) / run_id
+    path = run_path(host, run_id)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

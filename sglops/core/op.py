@@ -156,6 +156,14 @@ class Context:
         return artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task)
 
 
+def handed_down(run_id: str | None) -> str:
+    """The run id a runner's context handed down: library code never mints one (a call with neither a run id nor
+    a folder of its own is a bug, said here rather than hidden behind a second run id)."""
+    if not run_id:
+        raise TypeError("no run id handed down: a runner mints it (sglops.core.op.new_run_id) and passes it on")
+    return run_id
+
+
 def new_run_id(dry_run: bool = False) -> str:
     """THE place a run id is minted: one per invocation (every host of it, every step of a play)."""
     return artifacts.new_run_id() + ("-dry" if dry_run else "")
