@@ -30,7 +30,15 @@ from sglops.bench.ab_plan import (
     restore_steps,
     sides_from,
 )
-from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyze
+from sglops.bench.ab_result import (
+    MIN_ROUNDS,
+    AbFailed,
+    AbInterrupted,
+    AbResult,
+    Round,
+    add_trace_diff,
+    analyze,
+)
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.op import Context, Draw
 from sglops.core.remote import Remote
@@ -126,8 +134,9 @@ def run_ab(
 ) -> AbResult:
     """Run (or plan, in a dry run) the interleaved A/B on ctx's host; the host is restored in every case.
 
-    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare. bench: run_bench's options (runs per round, lengths, concurrency, api, ...). A failing round stops the
-    rounds; the result then carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
+    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare. bench: run_bench's
+    options (runs per round, lengths, concurrency, api, ...). A failing round stops the rounds; the result then
+    carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
     recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
     rounds and restores (signals deferred meanwhile: sglops.bench.ab_signals); the host's journal
     (sglops.bench.ab_journal) says what to restore until the restore is done.
@@ -138,7 +147,11 @@ def run_ab(
     rounds = int(rounds)
     if rounds < 1:
         raise ConfigError(f"--rounds must be at least 1 (got {rounds})")
-    result = plan(remote, sides, rounds, opts, profile_sides, ctx.dry_run)
+    try:
+        result = plan(remote, sides, rounds, opts, profile_sides, ctx.dry_run)
+    except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
+        raise AbInterrupted(f"{remote.name}: ab interrupted (SIGINT) while reading the host; nothing was changed",
+                            ab_signals.signal.SIGINT) from None
     if ctx.dry_run:
         return result
     t_start = time.monotonic()

@@ -157,7 +157,7 @@ class AbResult(Result):
             import signal
 
             raise AbInterrupted(f"{self.host}: ab {self.run_id} interrupted ({self.interrupted}): "
-                                f"{self.failure or 'stopped after its rounds'}; {self.restore_line()}; "
+                                f"{self.failure or 'the signal came during the restore, which ran to its end'}; {self.restore_line()}; "
                                 f"measured rounds kept in {self.folder}", int(signal.Signals[self.interrupted]))
         if not self.ok:
             raise AbFailed(f"{self.host}: ab {self.run_id}: {self.failure or 'a round is not a clean bench'}; "
