@@ -236,9 +236,10 @@ def _arch_for(remote: Remote, spec: KernelSpec, arch: str | None) -> Arch | None
 
 
 def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: bool = False,
-          target: str | None = None, arch: str | None = None, run_id: str) -> KernelBuild:
+          target: str | None = None, arch: str | None = None, run_id: str | None = None) -> KernelBuild:
     """Build, self-test and install spec on the host (or say what would happen); see module doc. run_id: the run
-    the runner records it as (its logs are named there; a failure carries the result as `kept`)."""
+    the runner records it as (its logs are named there; a failure carries the result as `kept`); None for a
+    library call that records nothing (no run id is minted here)."""
     a = _arch_for(remote, spec, arch)
     values = {"python": remote.python, "arch": a.name if a else "none", "sm": a.sm if a else "none",
               "cc": a.cc if a else "none", "gencode": a.gencode if a else "", "torch_arch": a.torch_arch if a else ""}
@@ -256,7 +257,7 @@ def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: boo
     budget = commands["build"]["timeout"] + commands["selftest"]["timeout"] + 180
     answer = remote.run_py("kernel_build", args, timeout=budget)
     result = KernelBuild(remote.name, spec.name, answer["status"], values["arch"], digest, answer, commands=commands)
-    if answer["status"] in ("built", "failed"):
+    if answer["status"] in ("built", "failed") and run_id:
         result.artifact_dir = str(artifacts.run_path(remote.name, run_id))
     if answer["status"] == "failed":
         stage = answer.get("failed_stage", "build")
@@ -265,7 +266,7 @@ def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: boo
         code = f" (exit {info['exit']})" if "exit" in info else ""
         lines = "\n".join("    " + ln for ln in answer.get("error_lines", []))
         err = KernelBuildError(f"{remote.name}: kernel {spec.name}: {what} failed{code} for {values['arch']}; "
-                               f"nothing installed; logs in {result.artifact_dir}\n{lines}")
+                               f"nothing installed; logs in {result.artifact_dir or 'the answer above'}\n{lines}")
         err.kept = result  # the runner records it (logs and kernel-build.json), then reports this line
         raise err
     return result
