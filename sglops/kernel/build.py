@@ -266,7 +266,7 @@ def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: boo
         code = f" (exit {info['exit']})" if "exit" in info else ""
         lines = "\n".join("    " + ln for ln in answer.get("error_lines", []))
         err = KernelBuildError(f"{remote.name}: kernel {spec.name}: {what} failed{code} for {values['arch']}; "
-                               f"nothing installed; logs in {result.artifact_dir or 'the answer above'}\n{lines}")
+                               f"nothing installed; logs in {result.artifact_dir or 'its answer (no run recorded)'}\n{lines}")
         err.kept = result  # the runner records it (logs and kernel-build.json), then reports this line
         raise err
     return result
