@@ -113,10 +113,14 @@ def _precheck_patches(remote: Remote, managed: list[str], now: Found) -> None:
             patches.apply_patch(remote, p, dry_run=True)
 
 
-def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None]) -> float:
+RESTORE_LOCK_WAIT_S = 900.0  # an interrupted round's restart may still run on the host: the restore waits for it
+
+
+def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None],
+             lock_wait_s: float = 0) -> float:
     say(f"{when}: restart {profile}")
     t0 = time.monotonic()
-    res = launch.restart(remote, profile, port=port)
+    res = launch.restart(remote, profile, port=port, lock_wait_s=lock_wait_s)
     if not res.ok:
         raise AbFailed(res.failure_line(when))
     return time.monotonic() - t0
@@ -324,11 +328,11 @@ def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[st
                 continue
             _ledger_check(remote, managed, want, "restore")
             if step.kind == "restart":
-                _restart(remote, found.profile, found.port, "restore", say)
+                _restart(remote, found.profile, found.port, "restore", say, RESTORE_LOCK_WAIT_S)
                 out["server"] = f"{found.profile} on port {found.port}"
             else:
                 say(step.line())
-                launch.stop(remote)
+                launch.stop(remote, lock_wait_s=RESTORE_LOCK_WAIT_S)
                 out["server"] = "stopped (none was running before)"
         out["ledger"] = [e["patch"] for e in patches.applied(remote)]
         out["ok"] = sorted(out["ledger"]) == sorted(found.patches)

@@ -126,6 +126,26 @@ def _lock_held(path):
     return False
 
 
+def take_lock(path, wait_s):
+    """The server lock, waiting up to wait_s for a restart that holds it (an interrupted `inv ab` leaves its restart
+    running on the host until the server is up or given up: the restore that follows waits for it)."""
+    lock = open_private(path, "w")
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except OSError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                raise UserError("another sglops restart is running on this host (lock " + path + ")") from None
+        if not said:
+            progress(phase="waiting for another sglops restart on this host to finish (lock " + path + ")")
+            said = True
+        time.sleep(0.25)
+
+
 def plan(args):
     """The steps a restart (or with stop_only, a stop) would take here, read from this host's state; the same
     checks as the real run refuse (lock held, nothing to roll back to, a port taken by another process)."""
@@ -158,11 +178,7 @@ def main(args):
     if args.get("plan"):
         return plan(args)
     paths = state_paths(root)
-    lock = open_private(paths["server.lock"], "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        raise UserError("another sglops restart is running on this host (lock " + paths["server.lock"] + ")") from None
+    _lock = take_lock(paths["server.lock"], float(args.get("lock_wait_s") or 0))  # held until this script ends
     if args.get("stop_only"):
         stopped = stop_server(paths, float(args.get("grace_s", 20)))
         append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "state": "stopped",
