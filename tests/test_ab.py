@@ -183,12 +183,12 @@ def test_a_failed_round_keeps_what_was_measured_and_restores_the_host(ab_host, e
 class _Ab:
     """`inv ab ARGS` running in the background, its stderr read as it comes (the rounds' notes go there)."""
 
-    def __init__(self, env: dict, *args: str) -> None:
+    def __init__(self, env: dict, *args: str, host: str = "ab-1") -> None:
         import os
         import sys
         import threading
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "invoke", "ab", "--host", "ab-1", *args], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "invoke", "ab", "--host", host, *args], cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **env})
         self.err: list[str] = []
