@@ -22,7 +22,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglops.bench import ab, stats  # noqa: E402
+from sglops.core import artifacts  # noqa: E402
 from sglops.core.hosts import load_inventory
+from sglops.core.op import Context, new_run_id  # noqa: E402
 from sglops.core.paths import REPO_ROOT
 from sglops.core.remote import connect  # noqa: E402
 from sglops.launch import server as launch  # noqa: E402
@@ -53,10 +55,12 @@ def main() -> None:
     try:
         with connect(inv.get("cpu-a"), inventory=inv) as remote:
             t0 = time.monotonic()
-            res = ab.run_ab(remote, "cpu", "cpu", rounds=args.rounds,
+            ctx = Context(remote, new_run_id(), on_event=lambda ev: print(
+                f"  {time.monotonic() - t0:6.1f}s {ev.get('note')}", flush=True))
+            res = ab.run_ab(ctx, ab.parse_sides("cpu", "cpu", None), rounds=args.rounds,
                             bench={"runs": 1, "requests": args.requests, "input_len": args.input_len,
-                                   "output_len": args.output_len},
-                            say=lambda text: print(f"  {time.monotonic() - t0:6.1f}s {text}", flush=True))
+                                   "output_len": args.output_len})
+            artifacts.keep(remote.name, ctx.run_id, "ab.json", res, task="ab")  # as the runner records it
             wall = time.monotonic() - t0
             launch.stop(remote)
     finally:

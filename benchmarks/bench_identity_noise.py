@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sglops.bench import compare
 from sglops.bench import run as bench  # noqa: E402
 from sglops.core.hosts import load_inventory, local_host  # noqa: E402
+from sglops.core.op import new_run_id  # noqa: E402
 from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox.sglang_cpu import start_server  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
@@ -57,7 +58,7 @@ def main() -> None:
                 flush(port)
             res = bench.record(bench.run_bench(remote, runs=1, input_len=args.input_len, output_len=args.output_len,
                                                concurrency=c, requests=args.requests, port=port, warmup=1,
-                                               with_facts=False))
+                                               with_facts=False), new_run_id())
             assert res.status == "ok", res.problems()
             runs[name] = res.run_id
 

@@ -9,7 +9,9 @@ restore, exit codes), never a figure. The real-server proofs are in tests/test_a
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,163 @@ def test_a_failed_round_keeps_what_was_measured_and_restores_the_host(ab_host, e
     assert abrun["status"] == "failed" and doc["restore"]["ok"]
     assert any(m["run_id"] == doc["rounds"][0]["run_id"] and m["task"] == "bench" for m in _runs(env))
     assert _host_state(sb) == before  # gather-cast reverted, sbx running again on its port
+
+
+# -- interrupts (red team F11): real signals to a real `inv ab` process against the sandbox host -----------------
+class _Ab:
+    """`inv ab ARGS` running in the background, its stderr read as it comes (the rounds' notes go there)."""
+
+    def __init__(self, env: dict, *args: str, host: str = "ab-1") -> None:
+        import os
+        import sys
+        import threading
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "invoke", "ab", "--host", host, *args], cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **env})
+        self.err: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.err.extend(iter(self.proc.stderr.readline, "")),
+                                       daemon=True)
+        self.reader.start()
+
+    def wait_for(self, text: str, timeout: float = 180) -> None:
+        import time
+
+        end = time.monotonic() + timeout
+        while not any(text in ln for ln in self.err):
+            assert self.proc.poll() is None, f"ab ended before {text!r}: {''.join(self.err)[-2000:]}"
+            assert time.monotonic() < end, f"no {text!r} within {timeout} s: {''.join(self.err)[-2000:]}"
+            time.sleep(0.05)
+
+    def finish(self, timeout: float = 240) -> tuple[int, str, str]:
+        out = self.proc.stdout.read()
+        rc = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return rc, out, "".join(self.err)
+
+
+def _journal(sb):
+    from sglops.bench import ab_journal
+
+    with open_remote(sb, "ab-1") as remote:
+        return ab_journal.read(remote)
+
+
+def _ab_record(env) -> dict:
+    (abrun,) = [m for m in _runs(env) if m["task"] == "ab"]
+    return abrun
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_one_interrupt_restores_the_host_and_exits_128_plus_the_signal_with_one_line(ab_host, env, sig):
+    sb, _ = ab_host
+    with open_remote(sb, "ab-1") as remote:
+        assert launch.restart(remote, "sbx").ok
+    before = _host_state(sb)
+    ab_run = _Ab(env, "--patch", "gather-cast", "--rounds", "3", "--output-len", "16")
+    ab_run.wait_for("round 1/3 B: restart")  # gather-cast is applied on the host now
+    ab_run.proc.send_signal(sig)
+    rc, _out, err = ab_run.finish()
+    assert rc == 128 + sig, err[-3000:]
+    assert "Traceback" not in err
+    (line,) = [ln for ln in err.splitlines() if "interrupted" in ln]
+    assert f"interrupted ({sig.name})" in line and "host restored (server sbx on port" in line, line
+    assert "measured rounds kept in" in line
+    assert _host_state(sb) == before and _journal(sb) is None
+    assert _ab_record(env)["status"] == "interrupted"
+
+
+def test_repeated_ctrl_c_during_the_restore_waits_for_it_and_says_so_once(ab_host, env):
+    sb, _ = ab_host
+    with open_remote(sb, "ab-1") as remote:
+        assert launch.restart(remote, "sbx").ok
+    before = _host_state(sb)
+    ab_run = _Ab(env, "--patch", "gather-cast", "--rounds", "3", "--output-len", "16")
+    ab_run.wait_for("round 1/3 B: restart")
+    ab_run.proc.send_signal(signal.SIGINT)
+    ab_run.wait_for("restore: ")  # the restore has begun: revert gather-cast, restart sbx
+    for _ in range(4):
+        ab_run.proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    ab_run.proc.send_signal(signal.SIGTERM)
+    rc, _out, err = ab_run.finish()
+    assert rc == 130 and "Traceback" not in err, err[-3000:]
+    assert err.count("restoring, please wait") == 1, err[-3000:]
+    assert sum("interrupted (SIGINT)" in ln for ln in err.splitlines()) == 1
+    assert _host_state(sb) == before and _journal(sb) is None  # the patch is NOT left applied
+
+
+def test_after_sigkill_the_journal_names_the_state_to_restore_and_the_next_ab_restores_it(ab_host, env):
+    sb, _ = ab_host
+    with open_remote(sb, "ab-1") as remote:
+        assert launch.restart(remote, "sbx").ok
+    before = _host_state(sb)
+    ab_run = _Ab(env, "-a", "sbx", "-b", "sbx+gather-cast", "--rounds", "3", "--output-len", "16")
+    ab_run.wait_for("round 1/3 B: bench")  # patched, the patched server running
+    ab_run.proc.kill()  # SIGKILL: nothing on the laptop can restore
+    ab_run.finish()
+    assert _host_state(sb)[1] == ["gather-cast"]
+    journal = _journal(sb)
+    assert journal is not None and journal.found.patches == [] and journal.found.profile == "sbx"
+    # inv patches says so
+    r = inv_cmd("patches", "--host", "ab-1", env={**env, "COLUMNS": "300"})
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert f"ab {journal.run_id} was cut short" in text and "patches none: the next `inv ab` restores it" in text
+    doc = json.loads(inv_cmd("patches", "--host", "ab-1", "--json", env=env).stdout)
+    assert doc["ab"]["run_id"] == journal.run_id and doc["ab"]["live"] is False
+    # the next ab's plan restores the journal's state, not the patched one it finds
+    r = inv_cmd("ab", "--host", "ab-1", "--patch", "gather-cast", "--rounds", "1", "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert f"earlier: ab {journal.run_id} was cut short" in out
+    assert "found: server sbx on port" in out and "patches none" in out
+    assert "round 1 A: revert gather-cast" in out and "restore: revert gather-cast" in out
+    r = inv_cmd("ab", "--host", "ab-1", "-a", "sbx", "-b", "sbx+gather-cast", "--rounds", "1", "--output-len", "16",
+                "--json", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["took_over"]["run_id"] == journal.run_id
+    assert _host_state(sb) == before and _journal(sb) is None
+
+
+def test_an_ab_alive_on_this_machine_is_refused(ab_host, env):
+    """A journal whose owner is a live process here (this test) is an ab in progress: exit 6, nothing touched."""
+    from sglops.bench import ab_journal
+
+    sb, _ = ab_host
+    with open_remote(sb, "ab-1") as remote:
+        assert launch.restart(remote, "sbx").ok
+        ab_journal.begin(remote, "live-ab", ab.Found(True, "sbx", None, []), [], None)
+    before = _host_state(sb)
+    try:
+        r = inv_cmd("ab", "--host", "ab-1", "--patch", "gather-cast", "--dry-run", env=env)
+        assert r.returncode == 6 and "ab live-ab in progress" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        r = inv_cmd("patches", "--host", "ab-1", env={**env, "COLUMNS": "300"})
+        assert "ab live-ab in progress" in " ".join(r.stdout.split())
+    finally:
+        with open_remote(sb, "ab-1") as remote:
+            assert ab_journal.end(remote, "live-ab")["cleared"]
+    assert _host_state(sb) == before
+
+
+def test_signals_are_deferred_while_restoring_and_raise_before():
+    """The guard itself, with real signals to this process: raises during the rounds, defers during the restore."""
+    import os
+
+    from sglops.bench import ab_signals
+
+    said: list[str] = []
+    with ab_signals.guarded_ab(said.append) as guard:
+        with pytest.raises(ab_signals.Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        guard.restoring()
+        for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)
+        assert guard.deferred == [signal.SIGINT, signal.SIGINT, signal.SIGTERM]
+        assert said == [ab_signals.WAIT_LINE]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the old handlers are back

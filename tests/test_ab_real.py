@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,32 @@ def test_two_runs_of_the_same_profile_are_identical(real_ab):
     assert ident["identical"] and ident["compared"] == 2 and ident["logprobs"] and ident["max_logprob_diff"] == 0
     assert "outputs identical (2 prompts, logprobs equal)" in doc["headline"][runs[1]]
     assert doc["config"][runs[1]]["unintended"] == []
+
+
+def test_ctrl_c_on_the_real_server_restores_the_tree_and_a_second_one_waits(real_ab):
+    """F11 on the real server: Ctrl-C while round 1 B restarts the real server on the patched tree (that restart
+    keeps running on the host: the restore waits for its lock), then Ctrl-C twice during the restore. The restore
+    runs to its end: the patch reverted, the found server back, one line, exit 130, no journal left."""
+    from test_ab import _Ab
+
+    sb, env, site = real_ab
+    up = inv_cmd("restart", "cpu", "--host", "cpu-a", env=env)
+    assert up.returncode == 0, up.stderr[-3000:]
+    ab_run = _Ab(env, "-a", "cpu", "--patch", PATCH, "--rounds", "2", *BENCH, host="cpu-a")
+    ab_run.wait_for("round 1/2 B: restart", timeout=1500)
+    ab_run.proc.send_signal(signal.SIGINT)
+    ab_run.wait_for("restore: ", timeout=600)
+    ab_run.proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    ab_run.proc.send_signal(signal.SIGINT)
+    rc, _out, err = ab_run.finish(timeout=1800)
+    assert rc == 130 and "Traceback" not in err, err[-3000:]
+    assert err.count("restoring, please wait") == 1, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if "interrupted (SIGINT)" in ln]
+    assert "host restored (server cpu on port" in line and "patches none" in line, line
+    assert _ledger(env) == [] and "sglops: perturb-logits-test" not in (site / "sglang" / "srt" / "layers" /
+                                                                       "sampler.py").read_text()
+    doc = json.loads(inv_cmd("patches", "--host", "cpu-a", "--json", env=env).stdout)
+    assert doc["ab"] is None
+    st = json.loads(inv_cmd("server-status", "--host", "cpu-a", "--json", env=env).stdout)
+    assert st["running"] and st["profile"] == "cpu" and st["health"] == 200

@@ -16,6 +16,7 @@ import pytest
 from sglops.bench import run as bench
 from sglops.bench.compare import compare, list_runs
 from sglops.core import artifacts
+from sglops.core.op import new_run_id
 from sglops.sandbox.sshd import free_port
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from sglops.views.files import draw
@@ -182,7 +183,8 @@ def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_
     ids = []
     for rate in (slow, slow, fast):
         port = standin(rate)
-        ids.append(bench.record(bench.run_bench(remote_a, runs=5, output_len=30, port=port, with_facts=False)).run_id)
+        ids.append(bench.record(bench.run_bench(remote_a, runs=5, output_len=30, port=port, with_facts=False),
+                                new_run_id()).run_id)
     proc = inv_cmd("compare", ids[0], f"{ids[1]},{ids[2]}", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "within noise" in proc.stdout and "faster" in proc.stdout
@@ -211,7 +213,7 @@ def test_outputs_are_kept_and_compare_names_the_first_divergence(standin, remote
                                      ("oai", "openai", {}, ())):
         port = standin(400.0, launch=launch, **knobs)
         res = bench.record(bench.run_bench(remote_a, runs=3, input_len=24, output_len=20, concurrency="1,2",
-                                           port=port, api=api, with_facts=False))
+                                           port=port, api=api, with_facts=False), new_run_id())
         assert res.status == "ok", res.problems()
         ids[name] = res.run_id
     run = artifacts.find_run(ids["a"])

@@ -17,6 +17,7 @@ from sglops.bench import run as bench
 from sglops.bench.compare import compare
 from sglops.core import artifacts
 from sglops.core.errors import SglopsError
+from sglops.core.op import new_run_id
 from sglops.sandbox.sglang_cpu import SGLANG_VERSION, model_dir, start_server, venv_python
 from sglops.sandbox.sshd import free_port
 from tests.conftest import inv_cmd
@@ -129,7 +130,7 @@ def test_a_request_that_stops_short_makes_the_run_partial(real_server, remote_a,
     assert lv.outcomes == {"ok": 2, "wrong_length": 2} and result.status == "partial"
     assert f"{OUT - 5} tokens, {OUT} asked" in lv.errors[0]
     assert len(lv.per_request["tpot_ms"]) == 2  # only the full-length requests are in the figures
-    bench.record(result)
+    bench.record(result, new_run_id())
     manifest = artifacts.read_json(artifacts.find_run(result.run_id) / "manifest.json")
     assert manifest["bench"]["status"] == "partial"
     assert any("wrong_length 2" in p for p in manifest["bench"]["problems"])
@@ -145,7 +146,7 @@ def test_two_runs_are_identical_and_a_kv_dtype_difference_is_flagged(real_server
         res = bench.run_bench(remote_a, runs=1, input_len=IN, output_len=OUT, concurrency="1,2", port=port, api=api,
                               with_facts=False, test_options={"seed": 14})
         assert res.status == "ok", res.problems()
-        return bench.record(res).run_id
+        return bench.record(res, new_run_id()).run_id
 
     a, b, oai, kv = run(real_server.port), run(real_server.port), run(real_server.port, "openai"), \
         run(bf16_kv_server.port)

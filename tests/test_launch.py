@@ -107,6 +107,24 @@ def test_dry_run_changes_nothing(clean_a, profiles):
     assert alive(up.pid) and launch.status(clean_a).pid == up.pid
 
 
+def test_restart_and_stop_dry_runs_are_the_host_scripts_own_plan(clean_a, profiles):
+    """The plan comes from the host's state (server_restart.py plan=True), so it sees what the laptop cannot: a port
+    held by a process sglops did not start (nothing would be started), the server sglops runs there now."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        plan = launch.restart(clean_a, profiles("dry-taken"), port=port, dry_run=True)
+        assert plan.dry_run and plan.plan[-1].startswith(f"start nothing: port {port} on "), plan.plan
+    up = launch.restart(clean_a, profiles("dry-stop"))
+    ans = launch.stop(clean_a, dry_run=True)
+    assert ans["plan"] == [f"stop pid {up.pid} (profile dry-stop, port {up.port}): TERM its process group and tree, "
+                           "KILL after 20s"]
+    assert alive(up.pid) and launch.status(clean_a).pid == up.pid
+
+
 @pytest.mark.parametrize("kind,cls", [("static_assert", "static_assert"), ("oom", "cuda_oom")])
 def test_crash_during_startup_is_caught_and_named(clean_a, profiles, kind, cls):
     res = launch.restart(clean_a, profiles(f"crash-{kind}", env={"SGLOPS_STANDIN_FAIL": kind}))

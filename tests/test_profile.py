@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, inv_cmd
 
+from sglops.core import artifacts
 from sglops.core.errors import RemoteError
+from sglops.core.op import new_run_id
 from sglops.host import profile_capture
 from sglops.sandbox.sshd import HOST_PYTHON, free_port
 from sglops.trace.profile import run_profile
@@ -55,7 +57,8 @@ def standin(use_sandbox, tmp_path):
 
 def test_profile_two_ranks_end_to_end(remote_a, standin, tmp_path):
     port = standin(tp=2)
-    r = run_profile(remote_a, steps=4, output_len=16, port=port, chart=True, draw=draw)
+    r = run_profile(remote_a, steps=4, output_len=16, port=port, chart=True, draw=draw, run_id=new_run_id())
+    artifacts.keep("gpu-a", r.run_id, "profile.json", r, task="profile")  # as the runner records it
     assert r.port_from == "--port" and r.stopped_by == "num_steps" and r.standin
     assert r.request == {"output_dir": r.remote_dir, "num_steps": 4, "activities": ["CPU", "GPU"],
                          "profile_prefix": "sglops", "profile_id": r.profile_id, "with_stack": False,
@@ -86,7 +89,7 @@ def test_port_comes_from_the_launch_state(remote_a, standin, use_sandbox):
     had = (state / "server.json").read_bytes() if (state / "server.json").exists() else None
     (state / "server.json").write_text(json.dumps({"port": port, "host": "127.0.0.1"}))
     try:
-        r = run_profile(remote_a, steps=2, output_len=8)
+        r = run_profile(remote_a, steps=2, output_len=8, run_id=new_run_id())
     finally:
         if had is None:
             (state / "server.json").unlink()
@@ -100,13 +103,13 @@ def test_profiler_off_times_out_clearly(remote_a, standin):
     port = standin(tp=1, env={"SGLOPS_STANDIN_PROFILER": "off"})
     t0 = time.monotonic()
     with pytest.raises(RemoteError, match=r"gpu-a: no trace files in .* after 2 s: .*profiler disabled"):
-        run_profile(remote_a, steps=2, output_len=8, port=port, wait_s=2)
+        run_profile(remote_a, steps=2, output_len=8, port=port, wait_s=2, run_id=new_run_id())
     assert time.monotonic() - t0 < 20
 
 
 def test_no_server_on_the_port(remote_a):
     with pytest.raises(RemoteError, match=r"no SGLang server answering on 127.0.0.1:\d+ \(port from --port\)"):
-        run_profile(remote_a, steps=2, output_len=8, port=free_port())
+        run_profile(remote_a, steps=2, output_len=8, port=free_port(), run_id=new_run_id())
 
 
 def test_inv_profile_json(use_sandbox, standin, tmp_path):

@@ -49,7 +49,7 @@ def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path)
 
     # recorded like a bench run: `inv runs` lists it, `inv report` writes its page
     r = inv_cmd("runs", "--json", env=env)
-    runs = json.loads(r.stdout)
+    runs = json.loads(r.stdout)["runs"]
     assert [(x["run_id"], x["task"], x["status"]) for x in runs] == [(doc["run_id"], "profile", "ok")]
     r = inv_cmd("report", doc["run_id"], env=env)
     assert r.returncode == 0, r.stderr

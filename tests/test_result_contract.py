@@ -16,15 +16,19 @@ import pytest
 import sglops
 from sglops.bench.ab_plan import Found, Side, Step
 from sglops.bench.ab_result import AbResult
+from sglops.bench.compare import RunList
+from sglops.core import errors
 from sglops.core.errors import SglopsError
 from sglops.core.result import Observation, Result
 from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.server import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.ops import OPS
 from sglops.patch.apply import PatchList, PatchResult
+from sglops.patch.capture import Capture
 from sglops.play.ops import OPS as PLAY_OPS
 from sglops.play.run import PlayResult, StepRecord
 from sglops.play.steps import Planned
+from sglops.probe.facts import Facts
 from sglops.views.show import render
 
 # operations that print no result of their own, and why
@@ -34,13 +38,9 @@ NO_RESULT = {
     "sandbox": "starts or stops local sandbox hosts and prints what it did",
 }
 
-# Printable results (to_json + table) that are not step results under the contract, and why.
-NOT_STEP_RESULTS = {
-    "RunList": "`inv runs`: lists local artifacts; its JSON is a list, not a host's result",
-    "Capture": "capture-patch writes a local patch file, never a host",
-    "Facts": "embedded as-is in bench manifests and probe reports",
-    "ProbeReport": "to_json takes the facts it reports on",
-}
+# Printable results (to_json + table) that are not step results under the contract, and why: none left (Capture,
+# Facts, ProbeReport and RunList answer the contract too).
+NOT_STEP_RESULTS: dict[str, str] = {}
 
 
 def _defined_classes() -> list[type]:
@@ -152,6 +152,12 @@ CASES = [
     ("patch list", lambda: PatchList("h", "0.5", []), False, False, False),
     ("ab dry run", lambda: _ab(True), False, True, True),
     ("ab rounds ran", lambda: _ab(False, rounds=2), True, False, True),
+    ("capture dry run", lambda: Capture("h", "p", "v", "commit", ["a.py"], "+x", dry_run=True,
+                                        targets=["patches/p/v.diff", "patches/p/patch.yaml"]), False, True, True),
+    ("capture written", lambda: Capture("h", "p", "v", "commit", ["a.py"], "+x", written=["patches/p/v.diff"],
+                                        targets=["patches/p/v.diff"]), False, False, False),
+    ("facts", lambda: Facts("h", {"gpus": []}), False, False, False),
+    ("run list", lambda: RunList([{"run_id": "r"}]), False, False, False),
     ("play step planned", lambda: Planned("bench 3 repeats"), False, True, True),
     ("play dry run", lambda: PlayResult("p", "h", "r-dry", True, [StepRecord("s1", "bench", "ok",
                                         result=Planned("bench 3").to_json())]), False, True, True),
@@ -182,6 +188,14 @@ def test_errors_side_every_error_class_has_its_exit_code():
     errors = _all_subclasses(SglopsError)
     assert len(errors) > 8
     assert all(isinstance(c.exit_code, int) and c.exit_code > 0 for c in errors)
+
+
+def test_domain_errors_subclass_the_failure_classes_instead_of_setting_exit_codes():
+    """An exit code is a class of failure (core.errors); a domain error picks its class by subclassing it."""
+    _printable_results()
+    own = [f"{c.__module__}.{c.__name__}" for c in _all_subclasses(SglopsError)
+           if c.__module__ != errors.__name__ and "exit_code" in vars(c)]
+    assert own == []
 
 
 def _all_subclasses(cls: type) -> list[type]:

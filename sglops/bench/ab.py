@@ -18,21 +18,39 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench.ab_plan import SIDES, Found, Side, Step, parse_side, plan_steps, restore_steps, sides_from
-from sglops.bench.ab_result import MIN_ROUNDS, AbFailed, AbResult, Round, add_trace_diff, analyze
-from sglops.core import artifacts
+from sglops.bench import ab_journal, ab_signals
+from sglops.bench.ab_plan import (
+    Found,
+    Side,
+    SideSpec,
+    Step,
+    parse_side,
+    parse_sides,
+    plan_steps,
+    restore_steps,
+    sides_from,
+)
+from sglops.bench.ab_result import (
+    MIN_ROUNDS,
+    AbFailed,
+    AbInterrupted,
+    AbResult,
+    Round,
+    add_trace_diff,
+    analyze,
+)
 from sglops.core.errors import ConfigError, SglopsError
-from sglops.core.op import Draw
+from sglops.core.op import Context, Draw
 from sglops.core.remote import Remote
+from sglops.launch import server as launch
 
 # the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
-__all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "plan_steps",
-           "run_ab", "run_checked", "sides_from"]
+__all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "parse_sides",
+           "plan_steps", "run_ab", "run_checked", "sides_from"]
 
 
 # -- running it ---------------------------------------------------------------------------------------
 def _found(remote: Remote) -> Found:
-    from sglops.launch import server as launch
     from sglops.patch import apply as patches
 
     cur = launch.inspect(remote)["current"]
@@ -42,23 +60,23 @@ def _found(remote: Remote) -> Found:
                  patches=[e["patch"] for e in patches.applied(remote)])
 
 
-def resolve_sides(a_spec: str, b_spec: str, found: Found) -> tuple[Side, Side, list[str]]:
+def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side, Side, list[str]]:
     """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches."""
     from sglops.launch.profiles import load_profile
     from sglops.patch import spec as patch_spec
 
     sides = []
-    for label, spec in zip(SIDES, (a_spec, b_spec), strict=True):
-        prof, names = parse_side(spec)
+    for spec in specs:
+        prof = spec.profile
         if prof is None:
             if not found.running or not found.profile:
-                raise ConfigError(f"side {label} ({spec!r}) means the current profile, but no server started by "
-                                  "sglops runs on the host: name the profile (PROFILE+PATCH)")
+                raise ConfigError(f"side {spec.label} ({spec.text!r}) means the current profile, but no server "
+                                  "started by sglops runs on the host: name the profile (PROFILE+PATCH)")
             prof = found.profile
         load_profile(prof)
-        for p in names:
+        for p in spec.patches:
             patch_spec.load(p)
-        sides.append(Side(label, spec, prof, names))
+        sides.append(Side(spec.label, spec.text, prof, spec.patches))
     managed = list(dict.fromkeys([*sides[0].patches, *sides[1].patches]))
     return sides[0], sides[1], managed
 
@@ -83,110 +101,147 @@ def _ledger_check(remote: Remote, managed: list[str], want: set[str], when: str)
     return sorted(entries)
 
 
-def _precheck_patches(remote: Remote, managed: list[str], found: Found) -> None:
+def _precheck_patches(remote: Remote, managed: list[str], now: Found) -> None:
     """Each managed patch's own dry run (apply if absent, revert if applied): a conflict, an unmet requirement or
     drift refuses here, before round 1 changes anything."""
     from sglops.patch import apply as patches
 
     for p in managed:
-        if p in found.patches:
+        if p in now.patches:
             patches.revert_patch(remote, p, dry_run=True)
         else:
             patches.apply_patch(remote, p, dry_run=True)
 
 
-def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None]) -> float:
-    from sglops.launch import server as launch
+RESTORE_LOCK_WAIT_S = 900.0  # an interrupted round's restart may still run on the host: the restore waits for it
 
+
+def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None],
+             lock_wait_s: float = 0) -> float:
     say(f"{when}: restart {profile}")
     t0 = time.monotonic()
-    res = launch.restart(remote, profile, port=port)
+    res = launch.restart(remote, profile, port=port, lock_wait_s=lock_wait_s)
     if not res.ok:
         raise AbFailed(res.failure_line(when))
     return time.monotonic() - t0
 
 
 def run_ab(
-    remote: Remote,
-    a: str | None,
-    b: str | None,
+    ctx: Context,
+    sides: tuple[SideSpec, SideSpec],
     *,
-    patch: str | None = None,
     rounds: int = MIN_ROUNDS,
     bench: dict[str, Any] | None = None,
     profile_sides: bool = False,
     variable: list[str] | str | None = None,
     tolerance: Any = None,
-    dry_run: bool = False,
-    say: Callable[[str], None] | None = None,
-    run_id: str | None = None,
-    draw: Draw | None = None,
 ) -> AbResult:
-    """Run (or plan, with dry_run) the interleaved A/B on one host; the host is restored in every case.
+    """Run (or plan, in a dry run) the interleaved A/B on ctx's host; the host is restored in every case.
 
-    bench: run_bench's options (runs per round, lengths, concurrency, api, ...). A failing round stops the
-    rounds; the result then carries `failure` and check() exits non-zero, after everything measured is
-    recorded and the host restored.
+    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare. bench: run_bench's
+    options (runs per round, lengths, concurrency, api, ...). A failing round stops the rounds; the result then
+    carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
+    recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
+    rounds and restores (signals deferred meanwhile: sglops.bench.ab_signals); the host's journal
+    (sglops.bench.ab_journal) says what to restore until the restore is done.
     """
-    from sglops.launch import server as launch
-
-    say = say or (lambda _text: None)
+    remote = ctx.remote
+    say = lambda text: ctx.event({"note": text})  # noqa: E731
     opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
-    a_spec, b_spec = sides_from(a, b, patch)
     rounds = int(rounds)
     if rounds < 1:
         raise ConfigError(f"--rounds must be at least 1 (got {rounds})")
-    found = _found(remote)
-    side_a, side_b, managed = resolve_sides(a_spec, b_spec, found)
+    try:
+        result = plan(remote, sides, rounds, opts, profile_sides, ctx.dry_run)
+    except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
+        raise AbInterrupted(f"{remote.name}: ab interrupted (SIGINT) while reading the host; nothing was changed",
+                            ab_signals.signal.SIGINT) from None
+    if ctx.dry_run:
+        return result
+    t_start = time.monotonic()
+    result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
+    rounds_run = _Rounds(ctx, result, {"runs": 1, **opts}, say)
+    with ab_signals.guarded_ab() as guard:
+        try:
+            ab_journal.begin(remote, result.run_id, result.found, result.managed, result.earlier)
+            rounds_run.run([s for s in result.plan if s.round])  # the plan the dry run prints, step by step
+        except SglopsError as exc:
+            result.failure = str(exc)
+        except (KeyboardInterrupt, ab_signals.Interrupted) as exc:
+            guard.restoring()
+            result.interrupted = ab_signals.signal_name(exc)[0]
+            result.failure = f"interrupted by {result.interrupted} during {rounds_run.where or 'the set-up'}"
+        finally:  # whatever stopped the rounds: the host goes back to how it was found, signals deferred
+            guard.restoring()
+            _finish(remote, result, rounds_run, variable, tolerance, ctx.draw, say)
+            result.wall_s = round(time.monotonic() - t_start, 1)
+        late = guard.first_deferred()
+    if late is not None and result.interrupted is None:
+        result.interrupted = ab_signals.signal.Signals(late).name
+    return result
+
+
+def plan(remote: Remote, sides: tuple[SideSpec, SideSpec], rounds: int, opts: dict[str, Any], profile_sides: bool,
+         dry_run: bool) -> AbResult:
+    """Read the host (journal, server, ledger), resolve and check the sides, and plan every step: nothing changes.
+
+    An earlier ab that was cut short (its journal still on the host) is taken over: the state to restore is the
+    one IT found, and its managed patches are managed here too; one alive on this machine is refused."""
+    earlier = ab_journal.read(remote)
+    ab_journal.check_not_live(earlier, remote.name)
+    now = _found(remote)
+    found = earlier.found if earlier else now
+    side_a, side_b, managed = resolve_sides(sides, found)
+    managed += [p for p in (earlier.managed if earlier else []) if p not in managed]
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
-    _precheck_patches(remote, managed, found)
+    _precheck_patches(remote, managed, now)
     from sglops.bench.params import DEFAULTS
 
     what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / out "
             f"{opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
-    steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what)
-    result = AbResult(host=remote.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
-                      plan=steps, bench=opts, dry_run=dry_run)
-    if dry_run:
-        return result
-    t_start = time.monotonic()
-    result.run_id = run_id or artifacts.new_run_id()
-    result.folder = str(artifacts.run_dir(remote.name, result.run_id))
-    rounds_run = _Rounds(remote, result, {"runs": 1, **opts}, say, draw)
-    try:
-        rounds_run.run([s for s in steps if s.round])  # the plan the dry run prints, step by step
-    except SglopsError as exc:
-        result.failure = str(exc)
-    finally:  # also on Ctrl-C: the host goes back to how it was found
-        result.restore = _restore(remote, found, managed, say)
-        if not result.restore.get("ok"):
-            result.failure = "; ".join(x for x in (result.failure, "restore failed: " + str(result.restore.get("error")))
-                                       if x)
-        result.wall_s = round(time.monotonic() - t_start, 1)
+    steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what,
+                       now=now.patches)
+    return AbResult(host=remote.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
+                    plan=steps, bench=opts, dry_run=dry_run, earlier=earlier,
+                    earlier_line=earlier.line() if earlier else None)
+
+
+def _finish(remote: Remote, result: AbResult, rounds_run: _Rounds, variable: Any, tolerance: Any,
+            draw: Draw | None, say: Callable[[str], None]) -> None:
+    """The restore, the journal dropped once it holds, then the analysis (the rounds are kept whatever it says)."""
+    result.restore = _restore(remote, result.found, result.managed, say)
+    if result.restore.get("ok"):
         try:
-            analyze(result, variable, tolerance, draw)
-            if len(rounds_run.profiled) == 2:
-                add_trace_diff(result, rounds_run.profiled, draw)
-        except SglopsError as exc:  # the rounds are recorded whatever the analysis says
-            result.identity_lines.append(f"analysis failed: {exc}")
-        artifacts.save(remote.name, result.run_id, "ab.json", result.to_json(), task="ab",
-                       extra={"status": "ok" if result.ok else "failed", "ab": {
-                           "a": side_a.name, "b": side_b.name, "rounds": [x.run_id for x in result.rounds],
-                           "verdict": result.verdict()}})
-    return result
+            ab_journal.end(remote, result.run_id or "")
+        except SglopsError as exc:
+            result.restore["journal"] = f"not removed: {exc}"
+    else:
+        result.failure = "; ".join(x for x in (result.failure, "restore failed: " + str(result.restore.get("error")))
+                                   if x)
+        result.restore["journal"] = "kept on the host: the next `inv ab` restores the state it names"
+    try:
+        analyze(result, variable, tolerance, draw)
+        if len(rounds_run.profiled) == 2:
+            add_trace_diff(result, rounds_run.profiled, draw)
+    except SglopsError as exc:
+        result.identity_lines.append(f"analysis failed: {exc}")
 
 
 @dataclass
 class _Rounds:
     """Runs the rounds of an ab plan one step at a time: each kind of step is a method of the same name."""
 
-    remote: Remote
+    ctx: Context
     result: AbResult
     bench_opts: dict[str, Any]
     say: Callable[[str], None]
-    draw: Draw | None = None
     profiled: dict[str, Any] = field(default_factory=dict)
+    where: str | None = None  # the step in progress ("round 2/3 B: restart"), for an interruption's line
+
+    @property
+    def remote(self) -> Remote:
+        return self.ctx.remote
 
     def run(self, steps: list[Step]) -> None:
         sides = {s.label: s for s in (self.result.a, self.result.b)}
@@ -197,6 +252,7 @@ class _Rounds:
                 rnd = Round(step.round, side.label, run_id=f"{self.result.run_id}-r{step.round}{side.label.lower()}")
                 self.result.rounds.append(rnd)
             when = f"round {step.round}/{self.result.rounds_asked} {side.label}"
+            self.where = f"{when}: {step.kind}"
             try:
                 getattr(self, step.kind)(step, side, rnd, when)
             except SglopsError as exc:
@@ -225,7 +281,9 @@ class _Rounds:
 
         self.say(f"{when}: bench")
         t0 = time.monotonic()
-        res = bench_mod.record(bench_mod.run_bench(self.remote, **self.bench_opts), run_id=rnd.run_id)
+        res = bench_mod.run_bench(self.remote, **self.bench_opts)
+        res.run_id = rnd.run_id
+        self.ctx.keep(res, "bench.json", task="bench", run_id=rnd.run_id)  # each round a bench run of its own
         rnd.bench_s = round(time.monotonic() - t0, 1)
         rnd.status = res.status
         head = res.headline()
@@ -243,15 +301,20 @@ class _Rounds:
         from sglops.trace.profile import run_profile
 
         self.say(f"{when}: profile")
-        self.profiled[side.label] = run_profile(self.remote, chart=True, draw=self.draw,
-                                                run_id=f"{self.result.run_id}-profile-{side.label.lower()}")
+        run_id = f"{self.result.run_id}-profile-{side.label.lower()}"
+        try:
+            self.profiled[side.label] = run_profile(self.remote, chart=True, draw=self.ctx.draw, run_id=run_id)
+        except SglopsError as exc:  # traces that could not be analysed are still a run on record
+            if exc.kept is not None:
+                self.ctx.keep(exc.kept, "profile.json", task="profile", run_id=run_id)
+            raise
+        self.ctx.keep(self.profiled[side.label], "profile.json", task="profile", run_id=run_id)
         self.result.profiles[side.label] = self.profiled[side.label].run_id
 
 
 def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[str], None]) -> dict:
     """The plan's last steps from wherever the rounds stopped (sglops.bench.ab_plan.restore_steps): the found patch
     set and server back. Never raises: its outcome is recorded and shown."""
-    from sglops.launch import server as launch
     from sglops.patch import apply as patches
 
     want = {p for p in found.patches if p in managed}
@@ -265,11 +328,11 @@ def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[st
                 continue
             _ledger_check(remote, managed, want, "restore")
             if step.kind == "restart":
-                _restart(remote, found.profile, found.port, "restore", say)
+                _restart(remote, found.profile, found.port, "restore", say, RESTORE_LOCK_WAIT_S)
                 out["server"] = f"{found.profile} on port {found.port}"
             else:
                 say(step.line())
-                launch.stop(remote)
+                launch.stop(remote, lock_wait_s=RESTORE_LOCK_WAIT_S)
                 out["server"] = "stopped (none was running before)"
         out["ledger"] = [e["patch"] for e in patches.applied(remote)]
         out["ok"] = sorted(out["ledger"]) == sorted(found.patches)
@@ -281,15 +344,12 @@ def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[st
 
 
 # -- the operation's way in (sglops.bench.ops) -------------------------------------------------------
-def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
-                say: Callable[[str], None] | None = None, run_id: str | None = None,
-                draw: Draw | None = None) -> AbResult:
+def run_checked(ctx: Context, o: dict[str, Any]) -> AbResult:
     """run_ab with the checked options of the `ab` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
     from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_ab(remote, o.get("a"), o.get("b"), patch=o.get("patch"), rounds=o["rounds"], bench=bench,
+    return run_ab(ctx, o["sides"], rounds=o["rounds"], bench=bench,  # sides: parsed once, by the prepare
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
-                  tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
-                  dry_run=dry_run, say=say, run_id=run_id, draw=draw)
+                  tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")))

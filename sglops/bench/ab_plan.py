@@ -67,6 +67,22 @@ def sides_from(a: str | None, b: str | None, patch: str | None) -> tuple[str, st
     return a, b
 
 
+@dataclass(frozen=True)
+class SideSpec:
+    """A side as the operator spelt it, parsed: the text, the profile (None: the current one), the patches."""
+
+    label: str
+    text: str
+    profile: str | None
+    patches: tuple[str, ...]
+
+
+def parse_sides(a: str | None, b: str | None, patch: str | None) -> tuple[SideSpec, SideSpec]:
+    """--a/--b/--patch -> both sides, parsed once (the operation's prepare, before any host is touched)."""
+    texts = sides_from(a, b, patch)
+    return tuple(SideSpec(label, text, *parse_side(text)) for label, text in zip(SIDES, texts, strict=True))  # type: ignore[return-value]
+
+
 @dataclass
 class Found:
     """The host as ab found it: the sglops server (profile, port) and the ledger's patches."""
@@ -101,10 +117,13 @@ def transitions(have: set[str], want: set[str], managed: list[str]) -> list[tupl
 
 
 def plan_steps(a: Side, b: Side, rounds: int, found: Found, managed: list[str], *, profile_sides: bool,
-               bench_what: str) -> list[Step]:
-    """Every step in order: per round A then B (patches, restart, bench, [profile]), then the restore."""
+               bench_what: str, now: list[str] | None = None) -> list[Step]:
+    """Every step in order: per round A then B (patches, restart, bench, [profile]), then the restore of `found`.
+
+    now: the ledger's patches as the rounds begin, when they are not found's (an interrupted ab left its
+    patches applied: its journal's found state is the one to restore)."""
     steps: list[Step] = []
-    have = {p for p in found.patches if p in managed}
+    have = {p for p in (found.patches if now is None else now) if p in managed}
     for r in range(1, rounds + 1):
         for side in (a, b):
             for kind, p in transitions(have, set(side.patches), managed):

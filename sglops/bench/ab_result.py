@@ -14,7 +14,7 @@ from typing import Any
 
 from sglops.bench import stats
 from sglops.bench.ab_plan import Found, Side, Step
-from sglops.core.errors import Failed, OutputsDiffer, SglopsError
+from sglops.core.errors import Failed, Interrupted, OutputsDiffer, SglopsError
 from sglops.core.op import Draw
 from sglops.core.result import Result
 
@@ -23,6 +23,10 @@ MIN_ROUNDS = 3  # a paired interval over fewer rounds is the two ratios seen: no
 
 class AbFailed(Failed):
     """A round (or the restore) failed: what was measured is kept, the line says where and how the host was left."""
+
+
+class AbInterrupted(Interrupted):
+    """Ctrl-C / SIGTERM: the rounds stopped, the restore ran to its end; the line says how the host was left."""
 
 
 @dataclass
@@ -74,10 +78,24 @@ class AbResult(Result):
     restore: dict = field(default_factory=dict)  # {"ok", "steps", "error"?, "ledger"}
     failure: str | None = None
     wall_s: float | None = None
+    interrupted: str | None = None  # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
+    earlier: Any = None  # the journal of an earlier ab cut short (sglops.bench.ab_journal.Journal): taken over
+    earlier_line: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and all(r.status == "ok" for r in self.rounds)
+        return self.failure is None and self.interrupted is None and all(r.status == "ok" for r in self.rounds)
+
+    def run_manifest(self) -> dict:
+        return {"status": "interrupted" if self.interrupted else ("ok" if self.ok else "failed"), "ab": {
+            "a": self.a.name, "b": self.b.name, "rounds": [x.run_id for x in self.rounds], "verdict": self.verdict()}}
+
+    def restore_line(self) -> str:
+        """How the host was left: restored to what ab found, or not (and what the journal on the host says)."""
+        if self.restore.get("ok"):
+            return f"host restored ({self.found_line()})"
+        return (f"HOST NOT RESTORED ({self.restore.get('error') or 'restore did not run'}); the journal on the host "
+                f"keeps the state to restore ({self.found_line()}): the next `inv ab` restores it")
 
     def verdict(self) -> str:
         """The one line: speed (paired), outputs, config."""
@@ -122,7 +140,8 @@ class AbResult(Result):
                 "a_self_identical": self.a_self_identical, "config": self.config, "unintended": self.unintended,
                 "variable": self.variable, "comparison": self.comparison, "chart": self.chart,
                 "profiles": self.profiles, "trace_diff": self.trace_diff, "restore": self.restore,
-                "failure": self.failure, "wall_s": self.wall_s}
+                "failure": self.failure, "wall_s": self.wall_s, "interrupted": self.interrupted,
+                "took_over": self.earlier.to_json() if self.earlier else None}
 
     def found_line(self) -> str:
         """What the host ran when the A/B began (and what restore brings back)."""
@@ -134,6 +153,12 @@ class AbResult(Result):
         """Exit non-zero: a failed round or restore (1), or a required identity/sameness that does not hold (8)."""
         if self.dry_run:
             return
+        if self.interrupted:
+            import signal
+
+            raise AbInterrupted(f"{self.host}: ab {self.run_id} interrupted ({self.interrupted}): "
+                                f"{self.failure or 'the signal came during the restore, which ran to its end'}; {self.restore_line()}; "
+                                f"measured rounds kept in {self.folder}", int(signal.Signals[self.interrupted]))
         if not self.ok:
             raise AbFailed(f"{self.host}: ab {self.run_id}: {self.failure or 'a round is not a clean bench'}; "
                            f"measured rounds kept in {self.folder}")

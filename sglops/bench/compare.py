@@ -19,7 +19,7 @@ from sglops.bench.record import Run, load_run  # noqa: F401  (compare.Run: the n
 from sglops.bench.runconfig import ConfigDiff, config_diff
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, OutputsDiffer
-from sglops.core.op import Draw
+from sglops.core.op import Draw, handed_down
 from sglops.core.result import Observation
 
 MIN_EFFECT = 0.01
@@ -249,7 +249,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
     for other in runs[1:]:
         result.identities[other.run_id] = compare_outputs(base, other, tolerance)
         result.configs[other.run_id] = config_diff(base, other, variable)
-    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{run_id or artifacts.new_run_id()}"
+    out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{handed_down(run_id)}"
     if chart and draw is not None:
         result.chart = str(draw("decode-chart", {"runs": [{"label": r.label, "levels": r.doc["levels"]} for r in runs],
                                                  "title": chart_title(runs)}, out / "decode_tok_s.png"))
@@ -267,13 +267,13 @@ def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = Tru
 
 # -- inv runs ------------------------------------------------------------------------------------------
 @dataclass
-class RunList:
-    """Recorded runs, oldest first, with the bench headline where there is one."""
+class RunList(Observation):
+    """Recorded runs, oldest first, with the bench headline where there is one (read-only: an observation)."""
 
     runs: list[dict]
 
-    def to_json(self) -> list[dict]:
-        return self.runs
+    def payload(self) -> dict:
+        return {"runs": self.runs}
 
 
 def list_runs(host: str | None = None, task: str | None = None) -> RunList:

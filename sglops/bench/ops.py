@@ -27,7 +27,9 @@ def _required(result: Any, o: dict) -> None:
 def bench(ctx: Context, **options: Any):
     from sglops.bench import run
 
-    return run.record(run.run_bench(ctx.remote, on_progress=ctx.event, **options), run_id=ctx.own_run_id)
+    result = run.run_bench(ctx.remote, on_progress=ctx.event, **options)
+    result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
+    return result
 
 
 def _bench_plan(ctx: Context, runs: int, input_len: int, output_len: int, concurrency: list[int], api: str,
@@ -123,15 +125,14 @@ def ab(ctx: Context, **o: Any):
     """Interleaved A/B rounds (sglops.bench.ab): its dry run reads the host and plans; the real one restores it."""
     from sglops.bench import ab as ab_mod
 
-    return ab_mod.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=lambda text: ctx.event({"note": text}),
-                              run_id=ctx.own_run_id, draw=ctx.draw)
+    return ab_mod.run_checked(ctx, o)
 
 
-def _ab_prepare(o: dict) -> None:
-    from sglops.bench.ab_plan import parse_side, sides_from
+def _ab_prepare(o: dict) -> dict:
+    """The sides, parsed once here (a bad one is one line before any host is touched); run_ab takes them."""
+    from sglops.bench.ab_plan import parse_sides
 
-    for s in sides_from(o.get("a"), o.get("b"), o.get("patch")):
-        parse_side(s)
+    return {**o, "sides": parse_sides(o.get("a"), o.get("b"), o.get("patch"))}
 
 
 # -- runs -----------------------------------------------------------------------------------------------
@@ -144,7 +145,8 @@ def runs(ctx: Context, host: str | None = None, task: str | None = None):
 OPS = [
     Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
        "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
-       (TARGETS, JSON, *BENCH), step="bench", plan=_bench_plan, check=_bench_check, live="bench",
+       (TARGETS, JSON, *BENCH), step="bench", plan=_bench_plan, check=_bench_check, live="bench", record="bench.json",
+       own_run=True,
        result="sglops.bench.run:BenchResult", step_summary=_bench_summary),
     Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
        "output identity,\nconfig differences, PNG of decode tok/s.",
@@ -171,6 +173,7 @@ OPS = [
         VARIABLE.again(help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"),
         DRY_RUN.again(help="print the whole round plan; change and record nothing"), JSON),
        step="ab", prepare=_ab_prepare, check=_required, live="notes", result="sglops.bench.ab_result:AbResult",
+       record="ab.json", own_run=True,
        step_summary=lambda doc: doc.get("verdict", ""), task={"auto_shortflags": False}),
     Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
        (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),

@@ -19,11 +19,9 @@ server's effective configuration is recorded before measuring (sglops.bench.runc
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,7 +30,7 @@ from sglops.bench import identity, runconfig, stats
 from sglops.bench.params import DEFAULTS as _D
 from sglops.bench.record import load  # noqa: F401  (bench.load: the name callers use)
 from sglops.core import artifacts, redact
-from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.errors import ConfigError, Failed
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
 
@@ -42,10 +40,8 @@ OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
 APIS = ("sglang", "openai")
 
 
-class BenchIncomplete(SglopsError):
+class BenchIncomplete(Failed):
     """Some requests failed: the run is recorded as partial/failed, never as a clean figure."""
-
-    exit_code = 1
 
 
 # -- figures from raw timings ----------------------------------------------------------------------
@@ -304,7 +300,7 @@ class BenchResult(Observation):
             out.append("no warm-up (--warmup 0): the first repeat includes cold-start effects")
         return out
 
-    def manifest(self) -> dict:
+    def run_manifest(self) -> dict:
         """What the run's manifest.json records beside bench.json: what was running."""
         sgl = self.sglang or {}
         return {
@@ -325,10 +321,13 @@ class BenchResult(Observation):
             "facts": self.facts,
         }
 
+    def run_files(self) -> dict[str, bytes]:
+        return {identity.OUTPUTS_FILE: outputs_json(self)}
+
     def payload(self) -> dict:
         return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
-                "warmup": self.warmup, "client": self.client, **self.manifest(), "raw": self.raw}
+                "warmup": self.warmup, "client": self.client, **self.run_manifest(), "raw": self.raw}
 
 
 # -- running it ---------------------------------------------------------------------------------------------
@@ -458,25 +457,20 @@ def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
     return out
 
 
-def record(result: BenchResult, run_id: str | None = None) -> BenchResult:
-    """Keep the run: artifacts/<host>/<run-id>/bench.json plus a manifest of what was running."""
-    result.run_id = run_id or artifacts.new_run_id()
-    write_outputs(artifacts.run_dir(result.host, result.run_id) / identity.OUTPUTS_FILE, result)
-    path = artifacts.save(result.host, result.run_id, "bench.json", result.to_json(), task="bench",
-                          extra=result.manifest())
-    result.artifact = str(path)
+def record(result: BenchResult, run_id: str) -> BenchResult:
+    """Keep the run as `run_id` (minted by the caller's runner, sglops.core.op.new_run_id): bench.json,
+    outputs.json and a manifest of what was running, through sglops.core.artifacts.keep like every run."""
+    result.run_id = run_id
+    artifacts.keep(result.host, run_id, "bench.json", result, task="bench")
     return result
 
 
-def write_outputs(path: Path, result: BenchResult) -> Path:
-    """outputs.json: one compact line of JSON (ids, logprobs, text per request), written atomically."""
+def outputs_json(result: BenchResult) -> bytes:
+    """outputs.json: one compact line of JSON (ids, logprobs, text per request)."""
     doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"], "logprobs": result.logprobs_kept,
            "hash": "sha256 over the comma-joined ids, 16 hex",
            "requests": result.outputs}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(redact.obj(doc)))
-    os.replace(tmp, path)
-    return path
+    return orjson.dumps(redact.obj(doc))
 
 
 def check(results: Sequence[BenchResult]) -> None:

@@ -122,11 +122,12 @@ def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,
 
     def render() -> None:
         nonlocal doc
-        doc = out.value.to_json()
-        if artifact:
-            path = artifacts.save(out.host.name, run_id, artifact, doc, task=task,
+        if artifact and not out.value.dry_run:  # a dry run writes nothing; else the runner records (its files, the result, the manifest): domain code never does
+            path = artifacts.keep(out.host.name, run_id, artifact, out.value, task=task,
                                   extra={"seconds": round(out.seconds, 3)})
-            doc = {**doc, "artifact": str(path)}
+            doc = {**out.value.to_json(), "artifact": str(path)}
+        else:
+            doc = out.value.to_json()
         if check:
             check(out.value)
 

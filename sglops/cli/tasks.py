@@ -101,6 +101,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 
     with display(op.live, json, len(hosts)) as watch:
         def step(remote: Any) -> Any:
+            remote.run_id = run_id  # the one run id of this invocation, also for the host answers it keeps
             with watch(remote.name) as sink:
                 ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw)
                 try:
@@ -109,7 +110,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
                     kept = getattr(exc, "kept", None)
                     if kept is None or not op.record:
                         raise
-                    path = ctx.save(op.record, kept.to_json(), task=op.name)
+                    path = ctx.keep(kept, op.record, task=op.name)
                     if not json:
                         show(kept)
                     raise exc.recorded(path) from None

@@ -32,8 +32,13 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "host"
 
 
+def run_path(host: str, run_id: str) -> Path:
+    """Where run `run_id` of host is kept (not created: a result can name its folder before the runner records)."""
+    return artifacts_root() / safe_name(host) / run_id
+
+
 def run_dir(host: str, run_id: str) -> Path:
-    path = artifacts_root() / safe_name(host) / run_id
+    path = run_path(host, run_id)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -68,6 +73,27 @@ def save(host: str, run_id: str, name: str, obj: Any, *, task: str, extra: dict 
         manifest["files"].append(name)
     manifest.update(extra or {})
     write_json(manifest_path, manifest)
+    return out
+
+
+def keep(host: str, run_id: str, name: str, result: Any, *, task: str, extra: dict | None = None) -> Path:
+    """Record a result as run `run_id` (its files, then `name` with the manifest): the RUNNER's one way to record
+    (sglops.core.op.Context.keep, the task runner, the play engine); domain code only returns results."""
+    folder = run_dir(host, run_id)
+    for fname, content in (result.run_files() if hasattr(result, "run_files") else {}).items():
+        path = folder / fname
+        tmp = path.with_name(path.name + ".tmp")
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        elif isinstance(content, str):
+            tmp.write_text(redact.text(content))
+        else:
+            tmp.write_bytes(dumps(content) + b"\n")
+        os.replace(tmp, path)
+    out = save(host, run_id, name, result.to_json(), task=task,
+               extra={**(result.run_manifest() if hasattr(result, "run_manifest") else {}), **(extra or {})})
+    if hasattr(result, "artifact"):
+        result.artifact = str(out)
     return out
 
 

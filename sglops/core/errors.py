@@ -12,6 +12,8 @@ Exit codes, one per class of failure (documented in README "Exit codes"):
     6  REFUSED  the host's state forbids the change (conflict, drift, lock, build failure): nothing changed
     7  MIXED    several hosts failed, in different classes (each host's line and --json say which)
     8  DIFFER   a comparison that required identical outputs (or the same server config) found a difference
+  130  INTERRUPTED  Ctrl-C (SIGINT; 143 for SIGTERM, 128 + the signal as a shell counts): what had to be put
+                back was put back first, and the line says how the host was left
    70  BUG      an unexpected exception in sglops (EX_SOFTWARE): the traceback is printed and kept in --json
 
 With several hosts the exit code is the class all failed hosts share, else MIXED.
@@ -31,10 +33,11 @@ EXIT_REFUSED = 6
 EXIT_MIXED = 7
 EXIT_DIFFER = 8
 EXIT_BUG = 70
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 EXIT_NAMES = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_USAGE: "usage", EXIT_CONNECT: "connect",
               EXIT_TIMEOUT: "timeout", EXIT_REMOTE: "remote", EXIT_REFUSED: "refused", EXIT_MIXED: "mixed",
-              EXIT_DIFFER: "differ", EXIT_BUG: "bug"}
+              EXIT_DIFFER: "differ", EXIT_BUG: "bug", EXIT_INTERRUPTED: "interrupted", 143: "interrupted"}
 
 
 def combined_exit(codes: Iterable[int]) -> int:
@@ -46,9 +49,17 @@ def combined_exit(codes: Iterable[int]) -> int:
 
 
 class SglopsError(Exception):
-    """An error the user can cause or fix; `str()` is the one line they see."""
+    """An error the user can cause or fix; `str()` is the one line they see.
+
+    A domain's own errors subclass the class of their failure below (never set `exit_code` themselves).
+    `kept`: a result worth recording although the work failed (a crashed start, a failed build); the runner
+    records and shows it, then reports `recorded(path)`, the same line (a subclass may name the record)."""
 
     exit_code = EXIT_USAGE
+    kept: object | None = None
+
+    def recorded(self, path: object) -> SglopsError:
+        return self
 
 
 class ConfigError(SglopsError):
@@ -91,3 +102,19 @@ class OutputsDiffer(SglopsError):
     """--require-identical / --require-same-config: the runs' outputs (or server configs) differ."""
 
     exit_code = EXIT_DIFFER
+
+
+class Refused(SglopsError):
+    """The host's state forbids the change (conflict, drift, lock, a build that failed): nothing changed."""
+
+    exit_code = EXIT_REFUSED
+
+
+class Interrupted(SglopsError):
+    """The operator stopped the work with a signal; the line says what was put back (exit 128 + the signal)."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, signum: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum

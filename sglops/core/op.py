@@ -73,6 +73,8 @@ class Op:
     step: str | None = None  # its play step kind, when a play can run it
     plan: Callable[..., str] | None = None  # a play's dry run: (ctx, **params) -> what it would do (else it runs)
     record: str | None = None  # the runner saves the result as this file of the run
+    own_run: bool = False  # the result is a run of its own (bench, profile, ab): a play step records it too,
+    #                        as `<run-id>-<step>` (sglops.core.artifacts.keep: its run_files(), run_manifest())
     result: str | None = None  # what it returns, "module:Class" (the result contract, the view registry)
     view: str | None = None  # "module:function" printing the result (default: sglops.views.show.show)
     view_options: tuple[str, ...] = ()  # parameters handed to the view (show_hits, top)
@@ -136,12 +138,30 @@ class Context:
     def folder(self) -> Path:
         return artifacts.run_dir(self.host, self.run_id)
 
+    @property
+    def own_folder(self) -> Path:
+        """The folder of `own_run_id` (where a run of its own downloads what it fetches: traces)."""
+        return artifacts.run_dir(self.host, self.own_run_id)
+
     def event(self, ev: dict) -> None:
         if self.on_event is not None:
             self.on_event(ev)
 
     def save(self, name: str, doc: Any, *, task: str, extra: dict | None = None) -> Path:
         return artifacts.save(self.host, self.run_id, name, doc, task=task, extra=extra)
+
+    def keep(self, result: Any, name: str, *, task: str, run_id: str | None = None) -> Path:
+        """Record `result` as a run of its own (default `own_run_id`; ab's rounds name theirs): the runner's
+        recording, handed down so an operation made of runs (ab) records each one the same way."""
+        return artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task)
+
+
+def handed_down(run_id: str | None) -> str:
+    """The run id a runner's context handed down: library code never mints one (a call with neither a run id nor
+    a folder of its own is a bug, said here rather than hidden behind a second run id)."""
+    if not run_id:
+        raise TypeError("no run id handed down: a runner mints it (sglops.core.op.new_run_id) and passes it on")
+    return run_id
 
 
 def new_run_id(dry_run: bool = False) -> str:

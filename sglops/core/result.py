@@ -10,7 +10,9 @@ A result class mixes in `Result`, keeps its own fields in `payload()`, and has (
 - `dry_run`: the step only planned;
 - `plan`: what a dry run would do, one line per action (empty when nothing is planned).
 
-`to_json()` is the payload with those three keys on top. The error side of the contract is
+`to_json()` is the payload with those three keys on top. A result that is a run of its own (bench, profile, ab,
+a kernel build) is recorded by the runner, never by the domain (sglops.core.artifacts.keep): `run_manifest()` adds to
+its run's manifest.json and `run_files()` names the other files of the run (outputs, logs) with their contents. The error side of the contract is
 sglops.core.errors: every failure is a SglopsError subclass with its own `exit_code`.
 """
 
@@ -30,6 +32,14 @@ class Result:
     def payload(self) -> dict[str, Any]:
         """The result's own fields, as JSON."""
         raise NotImplementedError
+
+    def run_manifest(self) -> dict[str, Any]:
+        """What the run's manifest.json carries besides the file list (status, what ran): the runner writes it."""
+        return {}
+
+    def run_files(self) -> dict[str, Any]:
+        """Other files of the run, name -> content (bytes or str as they are, anything else as JSON)."""
+        return {}
 
     def plan_lines(self) -> list[str]:
         """`plan` as lines of text (a class whose plan holds objects says how they read)."""

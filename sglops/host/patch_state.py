@@ -14,6 +14,7 @@ from .patch_lib import (
     ledger,
     lock_holder,
     pending,
+    read_json,
     recover,
     sglang_root,
     shield,
@@ -58,7 +59,7 @@ def collect(root, info, args, view=None):
         backups[key] = sha256_file(os.path.join(base, frel)) if base else None
     return {"root": root, "version": info.get("version"), "commit": info.get("commit"),
             "kind": info.get("kind"), "files": files, "ledger": book, "backups": backups,
-            "container": container_identity()}
+            "container": container_identity(), "ab": read_json(os.path.join(state_dir(root, create=False), "ab.json"), None)}
 
 
 def main(args):

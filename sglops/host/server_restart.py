@@ -2,6 +2,8 @@
 # install the new launch script atomically, start it detached with its own log, poll /health on this host,
 # read /server_info (/get_server_info before it existed), remember the script as last-good if it came up,
 # and record the attempt. A failed start is classified from the whole log since this start's marker.
+# With args["plan"] (a dry run) it says what it would do from this host's own state and changes nothing:
+# no lock taken, no state folder made, nothing written (`plan()`).
 import fcntl
 import json
 import os
@@ -18,6 +20,7 @@ from .server_common import (
     group_alive,
     http_get,
     local_url,
+    our_server,
     read_since,
     server_info,
     start_ticks,
@@ -108,14 +111,74 @@ def port_taken(host, port):
         return False
 
 
+def _lock_held(path):
+    """True when another sglops restart holds the server lock now (read-only: a shared, non-blocking try)."""
+    try:
+        fh = open(path)
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+def take_lock(path, wait_s):
+    """The server lock, waiting up to wait_s for a restart that holds it (an interrupted `inv ab` leaves its restart
+    running on the host until the server is up or given up: the restore that follows waits for it)."""
+    lock = open_private(path, "w")
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except OSError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                raise UserError("another sglops restart is running on this host (lock " + path + ")") from None
+        if not said:
+            progress(phase="waiting for another sglops restart on this host to finish (lock " + path + ")")
+            said = True
+        time.sleep(0.25)
+
+
+def plan(args):
+    """The steps a restart (or with stop_only, a stop) would take here, read from this host's state; the same
+    checks as the real run refuse (lock held, nothing to roll back to, a port taken by another process)."""
+    paths = state_paths(args["root"], create=False)
+    grace = float(args.get("grace_s", 20))
+    if _lock_held(paths["server.lock"]):
+        raise UserError("another sglops restart is running on this host (lock " + paths["server.lock"] + ")")
+    info = our_server(paths)
+    stop = (f"stop pid {info['pid']} (profile {info.get('profile')}, port {info.get('port')}): TERM its process "
+            f"group and tree, KILL after {grace:g}s") if info else "stop nothing (no sglops server running)"
+    if args.get("stop_only"):
+        return {"plan": [stop], "server": info, "entrypoint": None if info else entrypoint_server()}
+    state = os.path.dirname(paths["server.log"])
+    if args.get("rollback") and not os.path.exists(paths["launch.last-good.sh"]):
+        raise UserError("nothing to roll back to: no server has come up healthy through sglops here yet")
+    if port_taken(args["host"], args["port"]) and not (info and int(info.get("port") or 0) == int(args["port"])):
+        return {"plan": [stop, f"start nothing: port {args['port']} on {args['host']} is in use by a process sglops "
+                               "did not start here"], "server": info, "refused": "port_in_use"}
+    return {"plan": [
+        stop,
+        f"install {state}/launch.sh " + ("from launch.last-good.sh" if args.get("rollback") else "(below)"),
+        f"start it detached, log {state}/server.log",
+        f"wait up to {float(args['timeout_s']):g}s for http://{args['host']}:{args['port']}/health, then check every "
+        "rendered argument against /server_info",
+    ], "server": info}
+
+
 def main(args):
     root = args["root"]
+    if args.get("plan"):
+        return plan(args)
     paths = state_paths(root)
-    lock = open_private(paths["server.lock"], "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        raise UserError("another sglops restart is running on this host (lock " + paths["server.lock"] + ")") from None
+    _lock = take_lock(paths["server.lock"], float(args.get("lock_wait_s") or 0))  # held until this script ends
     if args.get("stop_only"):
         stopped = stop_server(paths, float(args.get("grace_s", 20)))
         append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "state": "stopped",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sglops.core import artifacts
-from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.errors import ConfigError, Refused
 from sglops.core.paths import REPO_ROOT
 from sglops.core.remote import Remote
 from sglops.core.result import Result
@@ -30,10 +30,8 @@ ARCH_SPECIFIC = {"9.0", "10.0", "10.1", "10.3"}
 PLACEHOLDERS = {"python", "arch", "sm", "cc", "gencode", "torch_arch"}
 
 
-class KernelBuildError(SglopsError):
+class KernelBuildError(Refused):
     """A build, self-test or install step failed on the host; nothing was installed."""
-
-    exit_code = 6
 
 
 def kernels_root() -> Path:
@@ -213,6 +211,12 @@ class KernelBuild(Result):
                 "hash": self.hash, "stages": stages, "commands": self.commands,
                 "artifact_dir": self.artifact_dir, **{k: self.answer[k] for k in keep if k in self.answer}}
 
+    def run_files(self) -> dict[str, str]:
+        """Each stage's whole log beside kernel-build.json (only a build that ran has any)."""
+        if self.status not in ("built", "failed"):
+            return {}
+        return {f"{stage}.log": info.get("log", "") for stage, info in self.answer.get("stages", {}).items()}
+
     def selftest_summary(self) -> str:
         log = self.answer.get("stages", {}).get("selftest", {}).get("log", "")
         lines = [ln for ln in log.splitlines() if ln.strip()]
@@ -233,7 +237,9 @@ def _arch_for(remote: Remote, spec: KernelSpec, arch: str | None) -> Arch | None
 
 def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: bool = False,
           target: str | None = None, arch: str | None = None, run_id: str | None = None) -> KernelBuild:
-    """Build, self-test and install spec on the host (or say what would happen); see module doc."""
+    """Build, self-test and install spec on the host (or say what would happen); see module doc. run_id: the run
+    the runner records it as (its logs are named there; a failure carries the result as `kept`); None for a
+    library call that records nothing (no run id is minted here)."""
     a = _arch_for(remote, spec, arch)
     values = {"python": remote.python, "arch": a.name if a else "none", "sm": a.sm if a else "none",
               "cc": a.cc if a else "none", "gencode": a.gencode if a else "", "torch_arch": a.torch_arch if a else ""}
@@ -251,26 +257,19 @@ def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: boo
     budget = commands["build"]["timeout"] + commands["selftest"]["timeout"] + 180
     answer = remote.run_py("kernel_build", args, timeout=budget)
     result = KernelBuild(remote.name, spec.name, answer["status"], values["arch"], digest, answer, commands=commands)
-    if answer["status"] in ("built", "failed"):
-        result.artifact_dir = str(_save(result, run_id or artifacts.new_run_id()))
+    if answer["status"] in ("built", "failed") and run_id:
+        result.artifact_dir = str(artifacts.run_path(remote.name, run_id))
     if answer["status"] == "failed":
         stage = answer.get("failed_stage", "build")
         info = answer.get("stages", {}).get(stage, {})
         what = {"build": "build", "selftest": "self-test", "install": "install"}.get(stage, stage)
         code = f" (exit {info['exit']})" if "exit" in info else ""
         lines = "\n".join("    " + ln for ln in answer.get("error_lines", []))
-        raise KernelBuildError(f"{remote.name}: kernel {spec.name}: {what} failed{code} for {values['arch']}; "
-                               f"nothing installed; logs in {result.artifact_dir}\n{lines}")
+        err = KernelBuildError(f"{remote.name}: kernel {spec.name}: {what} failed{code} for {values['arch']}; "
+                               f"nothing installed; logs in {result.artifact_dir or 'its answer (no run recorded)'}\n{lines}")
+        err.kept = result  # the runner records it (logs and kernel-build.json), then reports this line
+        raise err
     return result
-
-
-def _save(result: KernelBuild, run_id: str) -> Path:
-    folder = artifacts.run_dir(result.host, run_id)
-    for stage, info in result.answer.get("stages", {}).items():
-        (folder / f"{stage}.log").write_text(info.get("log", ""))
-    artifacts.save(result.host, run_id, "kernel-build.json", {**result.to_json(), "artifact_dir": str(folder)},
-                   task="build-kernel")
-    return folder
 
 
 @dataclass

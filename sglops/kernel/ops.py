@@ -39,7 +39,8 @@ OPS = [
         Param("force", Flag(), "rebuild even when the sources and target are unchanged", flag=False),
         Param("target", Str(), "install here instead: site-packages | sglang | /abs/path on the host"),
         Param("arch", Str(), "build for this instead of the host's GPU: 9.0, sm_90a, sm_120"), JSON),
-       step="build-kernel", prepare=_load, result="sglops.kernel.build:KernelBuild"),
+       step="build-kernel", prepare=_load, result="sglops.kernel.build:KernelBuild", record="kernel-build.json",
+       own_run=True),
     Op("uninstall-kernel", uninstall_kernel, "Remove a kernel build-kernel installed (its link, versioned copy, build "
        "tree and record).",
        (Param("name", Required(Name("kernel")), "an installed kernel (see `inv kernels`)", positional=True), TARGETS,

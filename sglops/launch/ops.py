@@ -41,17 +41,15 @@ def stop(ctx: Context, grace: float = 20.0):
     from sglops.launch.results import StopResult
 
     remote, grace = ctx.remote, grace or 20.0  # --grace 0 has always meant the default
-    if ctx.dry_run:
-        st = server.status(remote, tail=0)
-        if not st.running:
-            plan = ["stop nothing (no server running)"]
-        elif st.container:
-            plan = [f"{remote.container.engine} stop {remote.container.name} (its command is the server, pid "
-                    f"{st.pid}), KILL after {grace:g}s"]
-        else:
-            plan = [f"stop pid {st.pid} (profile {st.profile}, port {st.port}): TERM its process group and tree, "
-                    f"KILL after {grace:g}s"]
-        return StopResult(remote.name, False, True, st.pid, plan=plan)
+    if ctx.dry_run:  # the host script's own plan (a container whose command is the server: the engine's stop)
+        if remote.container:
+            st = server.status(remote, tail=0)
+            if st.container and st.running:
+                return StopResult(remote.name, False, True, st.pid, plan=[
+                    f"{remote.container.engine} stop {remote.container.name} (its command is the server, pid "
+                    f"{st.pid}), KILL after {grace:g}s"])
+        ans = server.stop(remote, grace_s=grace, dry_run=True)
+        return StopResult(remote.name, False, True, (ans.get("server") or {}).get("pid"), plan=ans["plan"])
     ans = server.stop(remote, grace_s=grace)
     return StopResult(remote.name, bool(ans.get("stopped")), False, ans.get("pid"), ans.get("signal"),
                       {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglops.core.errors import SglopsError
+from sglops.core.errors import Failed
 from sglops.core.result import Observation, Result
 
 HINTS = {
@@ -34,11 +34,9 @@ INFO_ALIASES = {"dsa_prefill_backend": "nsa_prefill_backend", "dsa_decode_backen
                 "nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
 
 
-class LaunchFailed(SglopsError):
+class LaunchFailed(Failed):
     """The server did not come up (crash, timeout): `kept` is the failed start, which the runner records and shows
     (its log tail) before the one line; `recorded(path)` is that line naming the record."""
-
-    exit_code = 1
 
     def __init__(self, kept: RestartResult, notes: list[str] | tuple[str, ...] = ()) -> None:
         super().__init__(kept.failure_line(*notes))

@@ -61,8 +61,10 @@ def restart(
     timeout: float | None = None,
     port: int | None = None,
     on_progress: Callable[[dict], None] | None = None,
+    lock_wait_s: float = 0,
 ) -> RestartResult:
-    """Stop the running server, start the profile's (or the last good) script, wait for /health."""
+    """Stop the running server, start the profile's (or the last good) script, wait for /health. lock_wait_s: how
+    long to wait for another restart holding the host's server lock (default: refuse at once)."""
     if not rollback and profile is not None:
         chosen = _with_port(_profile(profile).for_host(remote.name), port)
         if chosen.container_restart == "entrypoint":  # shape (b): the engine restarts the container's command
@@ -94,22 +96,14 @@ def restart(
                            rollback=rollback, sglang_version=tree.version,
                            warnings=list(rendered.warnings) if rendered else [],
                            argv=rendered.argv if rendered else [], script=rendered.script if rendered else "")
-    if dry_run:
-        srv = current.get("server")
+    args = {"root": tree.root, "script": result.script, "rollback": rollback, "profile": prof_name,
+            "host": bind, "port": use_port, "timeout_s": wait, "grace_s": grace, "operator": getpass.getuser(),
+            "lock_wait_s": lock_wait_s}
+    if dry_run:  # the host script's own plan, from the host's own state: nothing changes there
         result.dry_run = True
-        result.plan = [
-            f"stop pid {srv['pid']} (profile {srv.get('profile')}, port {srv.get('port')}): TERM its process group, "
-            f"KILL after {grace:g}s" if srv else "stop nothing (no sglops server running)",
-            f"install {current['state_dir']}/launch.sh " + ("from launch.last-good.sh" if rollback else "(below)"),
-            f"start it detached, log {current['state_dir']}/server.log",
-            f"wait up to {wait:g}s for http://{bind}:{use_port}/health, then check every rendered argument "
-            "against /server_info",
-        ]
+        result.plan = remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}))["plan"]
         return result
-    answer = remote.run_py("server_restart", {
-        "root": tree.root, "script": result.script, "rollback": rollback, "profile": prof_name,
-        "host": bind, "port": use_port, "timeout_s": wait, "grace_s": grace, "operator": getpass.getuser(),
-    }, timeout=wait + 2 * grace + 60, on_progress=on_progress)
+    answer = remote.run_py("server_restart", args, timeout=lock_wait_s + wait + 2 * grace + 60, on_progress=on_progress)
     result.state = answer["state"]
     result.pid = answer["pid"]
     result.stopped_pid = answer["stopped"]["pid"]
@@ -130,12 +124,16 @@ def restart(
     return result
 
 
-def stop(remote: Remote, *, grace_s: float = 20) -> dict:
+def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wait_s: float = 0) -> dict:
     """Stop the server sglops started (pid file + process group); {stopped, pid, signal}. In a container whose
-    command is the server (restart shape (b)) that is `ENGINE stop` of the container, on the host."""
+    command is the server (restart shape (b)) that is `ENGINE stop` of the container, on the host. dry_run: the
+    host script's plan ({"plan": [...], "server", "entrypoint"}), nothing changed."""
+    args = {"root": _root(remote), "stop_only": True, "grace_s": grace_s, "operator": getpass.getuser(),
+            "lock_wait_s": lock_wait_s}
+    if dry_run:
+        return remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}, timeout=grace_s + 30))
     try:
-        answer = remote.run_py("server_restart", {"root": _root(remote), "stop_only": True, "grace_s": grace_s,
-                                                  "operator": getpass.getuser()}, timeout=grace_s + 30)
+        answer = remote.run_py("server_restart", args, timeout=lock_wait_s + grace_s + 30)
     except RemoteError as exc:
         if not (remote.container and launch_container.NOT_RUNNING in str(exc)):
             raise

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglops.core import artifacts
-from sglops.core.errors import ConnectError, RemoteError, SglopsError
+from sglops.core import artifacts, owner
+from sglops.core.errors import ConnectError, Refused, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.core.result import Observation, Result
 from sglops.patch import diff as patch_diff
@@ -26,10 +26,8 @@ from sglops.patch import names as patch_names
 from sglops.patch.spec import Patch, Variant, load, load_all
 
 
-class PatchRefused(SglopsError):
+class PatchRefused(Refused):
     """The patch cannot be applied or reverted here as things are (conflict, drift, requirement)."""
-
-    exit_code = 6
 
 
 def lock_wait_s() -> float:
@@ -275,9 +273,10 @@ class PatchList(Observation):
     sglang: str
     rows: list[PatchStatus]
     recovery_needed: dict | None = None
+    ab: dict | None = None  # the journal of an `inv ab` in progress or cut short (sglops.bench.ab_journal), "live"
 
     def payload(self) -> dict:
-        return {"host": self.host, "sglang": self.sglang, "recovery_needed": self.recovery_needed,
+        return {"host": self.host, "sglang": self.sglang, "recovery_needed": self.recovery_needed, "ab": self.ab,
                 "patches": [vars(r) for r in self.rows]}
 
 
@@ -323,7 +322,9 @@ def status(remote: Remote, *, facts_fn: FactsFn = host_facts) -> PatchList:
                 detail += f"; modified by hand: {', '.join(hand)}"
             rows.append(PatchStatus(p.name, "available" if reasons else "applicable", t.variant.name, detail))
     where = (state.get("version") or "?") + (f" @ {state['commit'][:12]}" if state.get("commit") else "")
-    return PatchList(remote.name, where, rows, state.get("recovery_needed"))
+    ab = state.get("ab")
+    return PatchList(remote.name, where, rows, state.get("recovery_needed"),
+                     {**ab, "live": owner.alive(ab.get("owner"))} if ab else None)
 
 
 def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: str | None = None,

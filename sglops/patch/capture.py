@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
+from sglops.core.result import Result
 from sglops.core.yamlio import loads_yaml
 from sglops.patch import diff as patch_diff
 from sglops.patch.apply import host_state, lock_wait_s, operator
@@ -23,7 +24,12 @@ from sglops.patch.spec import load, patches_root
 
 
 @dataclass
-class Capture:
+class Capture(Result):
+    """Hand edits on a host kept as a patch variant: the diff, the files written here (none on a dry run).
+
+    `changed` is False: capture reads the host and writes only this machine's patches/ folder (`written`); a dry
+    run's `plan` names what it would write there."""
+
     host: str
     patch: str
     variant: str
@@ -32,8 +38,18 @@ class Capture:
     diff: str
     written: list[str] = field(default_factory=list)
     yaml_entry: str = ""
+    dry_run: bool = False
+    targets: list[str] = field(default_factory=list)  # the local files a real run writes (the diff, patch.yaml)
 
-    def to_json(self) -> dict:
+    @property
+    def changed(self) -> bool:
+        return False
+
+    @property
+    def plan(self) -> list[str]:
+        return [f"write {t}" for t in self.targets] if self.dry_run else []
+
+    def payload(self) -> dict:
         return {"host": self.host, "patch": self.patch, "variant": self.variant, "against": self.against,
                 "files": self.files, "diff": self.diff, "written": self.written, "yaml_entry": self.yaml_entry}
 
@@ -114,11 +130,12 @@ def capture(remote: Remote, name: str, *, against: str = "commit", variant: str 
     exists = (folder / "patch.yaml").is_file()
     if exists and any(v.name == variant for v in load(name).variants) and not force:
         raise ConfigError(f"patches/{name} already has a variant {variant!r}; pick --variant or --force to replace its diff")
-    result = Capture(remote.name, name, variant, against, names, "".join(diffs), yaml_entry=entry)
+    yaml_path = folder / "patch.yaml"
+    result = Capture(remote.name, name, variant, against, names, "".join(diffs), yaml_entry=entry, dry_run=dry_run,
+                     targets=[str(folder / diff_name), str(yaml_path)])
     if dry_run:
         return result
     folder.mkdir(parents=True, exist_ok=True)
-    yaml_path = folder / "patch.yaml"
     if exists:
         text = yaml_path.read_text()
         if not any(v.name == variant for v in load(name).variants):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglops.core.errors import SglopsError
 from sglops.core.op import Context, Op
 from sglops.ops import STEP_KINDS
 from sglops.play.result import Planned
@@ -23,7 +24,15 @@ def run_step(op: Op, ctx: Context, params: dict[str, Any]) -> Any:
         params = op.prepare(params) or params
     if ctx.dry_run and op.plan is not None:
         return Planned(op.plan(ctx, **params))
-    result = op.run(ctx, **params)
+    keeps = op.own_run and op.record and not ctx.dry_run  # a run of its own: `<run-id>-<step>`, recorded here
+    try:
+        result = op.run(ctx, **params)
+    except SglopsError as exc:  # a failed run that is still worth its record (traces not analysed, a failed build)
+        if keeps and exc.kept is not None:
+            ctx.keep(exc.kept, op.record, task=op.name)
+        raise
+    if keeps:
+        ctx.keep(result, op.record, task=op.name)
     if op.check is not None:
         op.check(result, params)
     return result

@@ -6,16 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglops.core.remote import Remote
+from sglops.core.result import Observation
 
 
 @dataclass
-class Facts:
-    """The host's facts as its remote script reported them."""
+class Facts(Observation):
+    """The host's facts as its remote script reported them (read-only: an observation)."""
 
     host: str
     data: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
+    def payload(self) -> dict[str, Any]:
         return {"host": self.host, **self.data}
 
     @property

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sglops.core.result import Observation
+
 if TYPE_CHECKING:
     from sglops.probe.spec import ProbeSet
 
@@ -87,8 +89,8 @@ class BackendRow:
 
 
 @dataclass
-class ProbeReport:
-    """One host's probe run; the table, --json and probe.json are views of this object."""
+class ProbeReport(Observation):
+    """One host's probe run (read-only: an observation); the table, --json and probe.json are views of it."""
 
     host: str
     probe_file: str
@@ -192,7 +194,7 @@ class ProbeReport:
     def hits(self, probe_id: str) -> list[dict]:
         return next((r.get("hits", []) for r in self.results if r["id"] == probe_id), [])
 
-    def to_json(self) -> dict[str, Any]:
+    def payload(self) -> dict[str, Any]:
         return {
             "host": self.host, "probe_file": self.probe_file, "engine": self.engine,
             "sglang": {k: self.sglang.get(k) for k in ("version", "version_source", "commit", "branch", "dirty", "kind",

@@ -243,7 +243,8 @@ def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None,
                chart: bool = False, run_id: str | None = None, draw: Draw | None = None) -> tuple[TraceAnalysis, dict]:
     """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
     from sglops.core import artifacts
+    from sglops.core.op import handed_down
 
     a = analyze(expand_paths(files))
-    folder = Path(out) if out else artifacts.run_dir("local", run_id or artifacts.new_run_id()) / "trace-analysis"
+    folder = Path(out) if out else artifacts.run_dir("local", handed_down(run_id)) / "trace-analysis"
     return a, save_report(a, folder, markdown=markdown, chart=chart, draw=draw)

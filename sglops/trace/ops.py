@@ -80,5 +80,6 @@ OPS = [
         _off("chart", "also draw the PNG chart"),
         Param("vocab_size", Int(2, 1 << 24), "the model's vocabulary when the host has no config.json for it",
               play=False)),
-       step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary),
+       step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary,
+       record="profile.json", own_run=True),
 ]

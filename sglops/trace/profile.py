@@ -45,14 +45,23 @@ class ProfileResult(Observation):
     waited_s: float
     download_s: float
     standin: bool
-    analysis: TraceAnalysis
+    analysis: TraceAnalysis | None  # None: the traces were kept but could not be analysed (`error` says why)
     report: dict
     request: dict | None = None
     sglang_version: str | None = None
     device: str | None = None
+    error: str | None = None
 
     def payload(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "analysis"} | {"analysis": self.analysis.to_json()}
+        return {k: v for k, v in self.__dict__.items() if k not in ("analysis", "error")} | {
+            "analysis": self.analysis.to_json() if self.analysis else None, **({"error": self.error} if self.error
+                                                                               else {})}
+
+    def run_manifest(self) -> dict:
+        """Beside profile.json (recorded by the runner): the traces, the release, the request, ok or failed."""
+        return {"traces": [str(Path(p).relative_to(self.folder)) for p in self.traces],
+                "sglang": {"version": self.sglang_version}, "profile": {"request": self.request},
+                "status": "failed" if self.error else "ok"}
 
 
 def _activities(spec: str | list[str] | None) -> list[str] | None:
@@ -66,7 +75,7 @@ def _activities(spec: str | list[str] | None) -> list[str] | None:
 
 
 def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: int | None = None,
-                wait_s: float = 120, on_progress: Callable[[dict], None] | None = None, run_id: str | None = None,
+                wait_s: float = 120, on_progress: Callable[[dict], None] | None = None, run_id: str,
                 activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
                 by_stage: bool = False, vocab_size: int | None = None, chart: bool = False,
                 draw: Draw | None = None) -> ProfileResult:
@@ -86,8 +95,7 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
             "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size}
     doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=say)
 
-    run_id = run_id or artifacts.new_run_id()
-    folder = artifacts.run_dir(remote.name, run_id)
+    folder = artifacts.run_dir(remote.name, run_id)  # the traces are downloaded into the run the runner records
     local, download_s = _download(remote, doc["files"], folder / "traces", say)
     record = {"host": remote.name, "run_id": run_id, "folder": str(folder), "port": doc["port"],
               "port_from": doc["port_from"], "profile_id": doc["profile_id"], "steps": doc["steps"],
@@ -95,19 +103,13 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
               "traces": local, "decode_s": doc["decode_s"], "waited_s": doc["waited_s"],
               "download_s": round(download_s, 3), "standin": doc.get("standin", False),
               "request": doc.get("request"), "sglang_version": doc.get("sglang_version"), "device": doc.get("device")}
-    manifest = {"traces": [str(Path(p).relative_to(folder)) for p in local],
-                "sglang": {"version": doc.get("sglang_version")}, "profile": {"request": doc.get("request")}}
     try:
         analysis = analyze(local)
-    except TraceError as exc:  # the traces are kept and the run recorded; the one line says what broke
-        artifacts.save(remote.name, run_id, "profile.json", {**record, "analysis": None, "error": str(exc)},
-                       task="profile", extra={**manifest, "status": "failed"})
+    except TraceError as exc:  # the traces are kept and the run recorded (by the runner); the line says what broke
+        exc.kept = ProfileResult(**record, analysis=None, report={}, error=str(exc))
         raise
     report = save_report(analysis, folder, chart=chart, draw=draw)
-    result = ProfileResult(**record, analysis=analysis, report=report)
-    artifacts.save(remote.name, run_id, "profile.json", result.to_json(), task="profile",
-                   extra={**manifest, "status": "ok"})
-    return result
+    return ProfileResult(**record, analysis=analysis, report=report)  # profile.json: the runner records it
 
 
 def _download(remote: Remote, files: list[dict], traces_dir: Path,

@@ -23,7 +23,8 @@ def ab_table(r: AbResult) -> Group:
         t = Table(title=title + " (dry run)", title_justify="left", show_header=False, box=None)
         for s in r.plan:
             t.add_row(Text("would", style="dim"), Text(s.line()))
-        return Group(t, Text(f"found: {r.found_line()}", style="dim"), Text(r.verdict(), style="bold"))
+        took = [Text(f"earlier: {r.earlier_line}; restored to its found state", style="yellow")] if r.earlier_line else []
+        return Group(t, *took, Text(f"found: {r.found_line()}", style="dim"), Text(r.verdict(), style="bold"))
     t = Table(title=title, title_justify="left")
     for col in ("round", "side", "run", "status", "decode tok/s", "patches (ledger)"):
         t.add_column(col, justify="right" if col in ("round", "decode tok/s") else "left")
@@ -35,6 +36,8 @@ def ab_table(r: AbResult) -> Group:
     lines: list[Any] = [t, Text(r.verdict(), style="bold green" if good else "bold red")]
     if r.trace_diff:
         lines.append(Text(f"trace diff (A -> B): {r.trace_diff.get('headline')}"))
+    if r.earlier_line:
+        lines.append(Text(f"took over: {r.earlier_line}", style="yellow"))
     restore = r.restore or {}
     if restore:
         lines.append(Text(("host restored: " if restore.get("ok") else "HOST NOT RESTORED: ")

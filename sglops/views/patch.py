@@ -44,13 +44,23 @@ def patch_list_table(pl: PatchList) -> Table:
     colors = {"gone": "red", "applied": "green", "applicable": "cyan", "available": "yellow", "drifted": "red",
               "conflicting": "red"}
     t = Table(title=f"patches on {pl.host} (sglang {pl.sglang})", title_justify="left",
-              caption=Text(recovery_note(pl.recovery_needed)) if pl.recovery_needed else None,
+              caption=_caption(pl),
               caption_justify="left")
     for c in ("patch", "status", "variant", "detail"):
         t.add_column(c)
     for r in pl.rows:
         t.add_row(r.patch, Text(r.status, style=colors.get(r.status, "")), r.variant or "-", r.detail)
     return t
+
+
+def _caption(pl: PatchList) -> Text | None:
+    """A transaction cut short, and an ab in progress or cut short (its journal on the host), one line each."""
+    from sglops.bench.ab_journal import state_line
+
+    lines = [recovery_note(pl.recovery_needed)] if pl.recovery_needed else []
+    if pl.ab:
+        lines.append(state_line(pl.ab, pl.ab.get("live")))
+    return Text("\n".join(lines)) if lines else None
 
 
 def capture_view(cap: Capture) -> Group:

@@ -274,6 +274,8 @@ def profile_table(p: ProfileResult) -> Group:
         f"(decode {p.decode_s:.1f} s, files ready after {p.waited_s:.1f} s, download {p.download_s:.1f} s)")
     if p.standin:
         head.append("\n(stand-in server: synthetic traces, not GPU data)", style="yellow")
+    if p.analysis is None:  # kept although the analysis failed: the traces are there, the error line follows
+        return Group(head, Text(f"not analysed: {p.error}", style="bold red"))
     return Group(head, table(p.analysis), Text(f"report: {p.report.get('markdown')}", style="dim"))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ class Remote:
     python: str
     container: Any = None  # the container target (sglops/core/container.py) when steps run inside one
     round_trips: int = 0  # commands that reached the host (a transport counts them in `_exec`)
+    run_id: str | None = None  # the invocation's run, set by the runner: the host answers it keeps are named by it
+    answers_kept: int = 0
 
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -175,7 +178,9 @@ class Remote:
 
         folder = artifacts.artifacts_root() / artifacts.safe_name(self.name) / "remote-answers"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{artifacts.new_run_id()}-{artifacts.safe_name(os.path.basename(step))}.log"
+        self.answers_kept += 1  # the run id is the runner's (none outside one: the time); never a second one minted
+        when = self.run_id or time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid()}"
+        path = folder / f"{when}-{self.answers_kept}-{artifacts.safe_name(os.path.basename(step))}.log"
         path.write_text(redact.text(
             f"host: {self.name}\nstep: {step}\nexit: {result.exit_code}\nseconds: {result.seconds:.3f}\n"
             f"stdout: {len(result.stdout)} characters\nstderr: {len(result.stderr)} characters\n"

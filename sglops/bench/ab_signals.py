@@ -1,0 +1,86 @@
+"""Ctrl-C and SIGTERM during an `inv ab`: the rounds stop, the restore runs to its end, one line says how.
+
+During the rounds a SIGINT (KeyboardInterrupt) or SIGTERM (`Interrupted`, which the default handler would
+turn into an exit that runs no `finally`) stops the round in progress. From the moment the restore begins,
+both are deferred: noted, "restoring, please wait" said once, never raised, so a second (or tenth) Ctrl-C
+cannot leave a patch applied behind the operator's back. A SIGKILL cannot be deferred: the journal on the
+host (sglops.bench.ab_journal) covers that. Handlers can only be set from the main thread; elsewhere (a
+worker of a multi-host run) the default behaviour stays.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+EXIT_BASE = 128  # a shell's exit status for a process stopped by signal N is 128 + N (130 for Ctrl-C)
+WAIT_LINE = "restoring, please wait (the host is being put back as ab found it)"
+
+
+class Interrupted(BaseException):
+    """A SIGTERM during the rounds (SIGINT arrives as KeyboardInterrupt): not an Exception, like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def signal_name(exc: BaseException) -> tuple[str, int]:
+    """(name, number) of the signal behind an interruption."""
+    num = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    return signal.Signals(num).name, int(num)
+
+
+def _to_stderr(text: str) -> None:
+    """A raw write to fd 2: safe inside a signal handler (a print() there may re-enter a buffered stream)."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+class Guard:
+    """The handlers of one ab: `rounds` (interrupts raise) until `restoring()` (interrupts are deferred)."""
+
+    def __init__(self, say: Callable[[str], None] | None = None) -> None:
+        self.say = say or _to_stderr
+        self.deferred: list[int] = []
+        self.phase = "rounds"
+
+    def _handler(self, signum: int, _frame: FrameType | None) -> None:
+        if self.phase == "rounds":
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Interrupted(signum)
+        if not self.deferred:
+            self.say(WAIT_LINE)
+        self.deferred.append(signum)
+
+    def restoring(self) -> None:
+        """From now on every SIGINT/SIGTERM waits for the restore."""
+        self.phase = "restoring"
+
+    def first_deferred(self) -> int | None:
+        return self.deferred[0] if self.deferred else None
+
+
+@contextmanager
+def guarded_ab(say: Callable[[str], None] | None = None) -> Iterator[Guard]:
+    """Install the ab's handlers for SIGINT and SIGTERM (main thread only); the old ones come back after."""
+    guard = Guard(say)
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, guard._handler)
+    try:
+        yield guard
+    finally:
+        for s in sigs:
+            signal.signal(s, old[s])

@@ -1,0 +1,37 @@
+# The journal of an `inv ab` on this host: "an ab is in progress; the state to restore is X".
+#
+# Why on the host: the state it records (which server ran, which patches the ledger held) is the host's,
+# and a laptop killed mid-round (SIGKILL, a lost laptop, another operator) leaves the host patched with
+# nothing else saying so. The next `inv ab` reads it and restores X, not the patched state it finds;
+# `inv patches` reports it (patch_state.py reads the same file). Kept beside the patch ledger (0600).
+#
+# args: {"action": "write", "doc": {...}} | {"action": "clear", "run_id": ID} | {"action": "read"}
+import os
+
+from ._common import UserError
+from .patch_lib import read_json, sglang_root, state_dir, write_json
+
+FILE = "ab.json"
+
+
+def path(root, create=False):
+    return os.path.join(state_dir(root, create), FILE)
+
+
+def main(args):
+    root, _info = sglang_root(args.get("sglang_root"))
+    action = args.get("action")
+    if action == "read":
+        return {"journal": read_json(path(root), None)}
+    if action == "write":
+        write_json(path(root, create=True), args["doc"])
+        return {"journal": args["doc"]}
+    if action == "clear":
+        now = read_json(path(root), None)
+        if now is None:
+            return {"cleared": False, "journal": None}
+        if now.get("run_id") != args.get("run_id"):  # another ab's (or a newer) journal: never ours to drop
+            return {"cleared": False, "journal": now}
+        os.remove(path(root))
+        return {"cleared": True, "journal": None}
+    raise UserError("ab_journal: unknown action " + repr(action))
