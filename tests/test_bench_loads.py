@@ -22,6 +22,7 @@ from sglops.core.errors import ConfigError
 from sglops.host import _bench_metrics
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from sglops.views.files import draw
+from sglops.views.report import render as report_markdown
 from sglops.views.show import render
 from tests.inproc import run_inv
 
@@ -187,6 +188,8 @@ def test_sweep_is_one_record_with_its_curve_knee_and_chart_and_compare_overlays_
         assert doc["sweep"]["knee"]["load"] in (1, 2, 4) and "knee at" in doc["sweep"]["knee"]["line"]
         assert Path(doc["sweep"]["chart"]).stat().st_size > 10_000
         ids.append(doc["run_id"])
+    md = report_markdown(artifacts.find_run(ids[0]))
+    assert "Sweep: knee at" in md and "![sweep](" in md and "| C=4 |" in md
     cmp = compare(ids, draw=draw)
     overlay = [n for n in cmp.notes if n.startswith("sweep chart: ")]
     assert overlay and Path(overlay[0].split(": ", 1)[1]).stat().st_size > 10_000

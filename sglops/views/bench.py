@@ -277,3 +277,43 @@ class BenchBoard:
 
 
 board = BenchBoard()  # the terminal's one board (tasks.py hands it to sglops.bench.run.step)
+
+
+def markdown_loads(doc: dict) -> list[str]:
+    """`inv report`'s lines for what a bench.json holds beyond the closed-loop figures: the load sent, per level
+    requests/s, goodput, prefix-cache tokens and the server's own figures, and a sweep's knee and chart."""
+    cfg = doc.get("config") or {}
+    levels = doc.get("levels") or []
+    extra = [lv for lv in levels if lv.get("request_rate") or lv.get("goodput") or lv.get("server")
+             or (lv.get("prompt") or {}).get("cached_tokens") is not None]
+    data = cfg.get("dataset") or {}
+    plain = data.get("kind", "random") == "random" and not data.get("input") and not data.get("output")
+    if not extra and not doc.get("sweep") and cfg.get("loop", "closed") == "closed" and plain:
+        return []
+
+    def fig(v: Any, key: str = "median", fmt: str = "{:.2f}") -> str:
+        x = (v or {}).get(key) if isinstance(v, dict) else v
+        return fmt.format(x) if isinstance(x, int | float) else "-"
+
+    out = ["", f"Load: {cfg.get('input')}; {cfg.get('loop', 'closed')} loop"
+           + (f", {cfg.get('arrival')} arrivals" if cfg.get("arrival") else "")
+           + (f", {cfg['duration_s']:g} s per level" if cfg.get("duration_s") else "")
+           + (f"; SLO (ms) {cfg['slo_ms']}" if cfg.get("slo_ms") else "")
+           + f"; server metrics: {cfg.get('server_metrics') or '-'}", "",
+           "| level | output tok/s | requests/s | goodput req/s | cached prompt tokens | server gen tok/s | "
+           "server decode tok/s | running (max) | queued (max) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for lv in levels:
+        srv, p = lv.get("server") or {}, lv.get("prompt") or {}
+        name = f"{lv['request_rate']:g} req/s" if lv.get("request_rate") else f"C={lv.get('concurrency')}"
+        cached = (f"{p['cached_tokens']}/{p['tokens']}" if p.get("cached_tokens") is not None else "-")
+        out.append(f"| {name} | {fig(lv.get('output_tok_s'))} | {fig(lv.get('request_throughput'))} | "
+                   f"{fig((lv.get('goodput') or {}).get('req_s'))} | {cached} | {fig(srv.get('gen_tok_s'))} | "
+                   f"{fig(srv.get('request_decode_tok_s'))} | {fig(srv.get('running'), 'max', '{:g}')} | "
+                   f"{fig(srv.get('queued'), 'max', '{:g}')} |")
+    sweep = doc.get("sweep") or {}
+    if (sweep.get("knee") or {}).get("line"):
+        out += ["", f"Sweep: {sweep['knee']['line']}"]
+    if sweep.get("chart"):
+        out += ["", f"![sweep]({sweep['chart']})"]
+    return out
