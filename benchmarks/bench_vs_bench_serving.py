@@ -92,21 +92,39 @@ def run_sglops(remote, port: int, api: str, c: int, a: argparse.Namespace) -> di
 SERVING_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # new path first, the alias on older releases
 
 
+_FIND = """
+import importlib.util, os, sys
+spec = importlib.util.find_spec("sglang")
+where = list(spec.submodule_search_locations or []) if spec else []
+for rel, name in (("benchmark/serving.py", "sglang.benchmark.serving"), ("bench_serving.py", "sglang.bench_serving")):
+    if where and os.path.isfile(os.path.join(where[0], rel)):
+        print(name)
+        sys.exit(0)
+print(where[0] if where else "no sglang package")
+sys.exit(3)
+"""
+
+
+def find_serving_module(python: str, env: dict | None = None) -> str:
+    """Which bench_serving module the SGLang that python sees has: `sglang.benchmark.serving` (0.5.17+) first,
+    else the old `sglang.bench_serving`. Found from the package's files, without importing sglang (whose
+    __init__ may need what is missing)."""
+    proc = subprocess.run([python, "-c", _FIND], capture_output=True, text=True, env=env or os.environ, timeout=120)
+    answer = proc.stdout.strip()
+    if proc.returncode != 0 or answer not in SERVING_MODULES:
+        raise SystemExit(f"{python}: no SGLang bench_serving ({answer or proc.stderr.strip()[-200:]})")
+    return answer
+
+
 def serving_module(python: str) -> str:
-    """The bench_serving module that python can import: `sglang.benchmark.serving` (0.5.17+), else the old
-    `sglang.bench_serving`; one line naming what failed when neither imports (a missing dependency, say)."""
+    """The module to run, checked to import (a missing dependency is one line naming it)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    why = []
-    for module in SERVING_MODULES:
-        proc = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, env=env,
-                              timeout=300)
-        if proc.returncode == 0:
-            return module
+    module = find_serving_module(python, env)
+    proc = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        why.append(f"{module}: {last}")
-        if "No module named 'sglang" not in last:  # the module is there, a dependency of it is not
-            break
-    raise SystemExit(f"{python} cannot import SGLang's bench_serving ({'; '.join(why)})")
+        raise SystemExit(f"{python} cannot import {module}: {last}")
+    return module
 
 
 def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: int) -> dict:

@@ -281,3 +281,21 @@ def test_a_plain_bench_keeps_every_field_it_had_and_shows_its_load(standin, remo
     con.print(text)
     shown = con.export_text()
     assert "closed loop" in shown and "server metrics: /metrics answered HTTP 404" in shown
+
+
+# -- bench_serving's module: the new path first, the old one on older releases (issue 25 item 5) ---------------
+@pytest.mark.parametrize(("release", "module"), [("0.5.23", "sglang.benchmark.serving"),
+                                                 ("0.5.17", "sglang.benchmark.serving"),
+                                                 ("0.4.10", "sglang.bench_serving")])
+def test_bench_serving_is_found_at_its_new_path_and_falls_back_on_older_releases(release, module):
+    import os
+    import sys
+
+    from benchmarks.bench_vs_bench_serving import find_serving_module
+    from sglops.sandbox.trees import sglang_template
+
+    tree = sglang_template(release)
+    env = {**os.environ, "PYTHONPATH": str(tree / "python")}
+    assert find_serving_module(sys.executable, env) == module
+    with pytest.raises(SystemExit, match="no SGLang bench_serving"):
+        find_serving_module(sys.executable, {**os.environ, "PYTHONPATH": str(tree)})  # no sglang package there
