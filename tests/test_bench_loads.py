@@ -299,3 +299,14 @@ def test_bench_serving_is_found_at_its_new_path_and_falls_back_on_older_releases
     assert find_serving_module(sys.executable, env) == module
     with pytest.raises(SystemExit, match="no SGLang bench_serving"):
         find_serving_module(sys.executable, {**os.environ, "PYTHONPATH": str(tree)})  # no sglang package there
+
+
+def test_the_live_board_says_where_a_long_run_is_and_the_time_left():
+    from sglops.views.bench import progress_note
+
+    ev = {"phase": "measuring", "done": 30, "total": 90, "step": 4, "steps": 10, "repeat": 2, "runs": 2,
+          "concurrency": 8, "request_rate": None, "eta_s": 125.4}
+    assert progress_note(ev) == " C=8, repeat 2/2 (step 4/10), ~2:05 left"
+    assert progress_note({**ev, "concurrency": 0, "request_rate": 2.5, "eta_s": None}) == \
+        " 2.5 req/s, repeat 2/2 (step 4/10)"
+    assert progress_note({"phase": "warm-up", "done": 0}) == ""
