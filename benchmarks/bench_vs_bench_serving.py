@@ -254,19 +254,24 @@ def main() -> None:
                     print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
                           f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
                           f"(order {' -> '.join(order)})", flush=True)
+                    save(a, runs)  # after every pair: a run cut short by a time limit keeps its rounds
     finally:
         if server:
             server.stop()
     rows = summarise(runs)
     print()
     print_table(rows)
-    floor = floor_lines(rows)
     print()
-    print("\n".join(floor))
+    print("\n".join(floor_lines(rows)))
+    save(a, runs)
+
+
+def save(a: argparse.Namespace, runs: list[dict]) -> None:
+    """--json: every pair so far, the summary and the floor lines."""
     if a.json:
+        rows = summarise(runs)
         a.json.write_text(json.dumps({"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
-                                      "runs": runs, "summary": rows, "floor": floor},
-                                     indent=1))
+                                      "runs": runs, "summary": rows, "floor": floor_lines(rows)}, indent=1))
 
 
 if __name__ == "__main__":
