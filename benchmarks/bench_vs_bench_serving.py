@@ -181,8 +181,9 @@ def floor_lines(rows: list[dict]) -> list[str]:
         if r["figure"] in ("tpot_ms", "decode_tok_s") and r["paired_ratios"]:
             lo, hi = min(r["paired_ratios"]), max(r["paired_ratios"])
             out.append(f"{r['api']} C={r['c']} {r['figure']}: sglops / bench_serving paired per round median "
-                       f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} rounds "
-                       f"(spread {r['paired_spread']:.2%}): within 1% "
+                       f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} round(s) "
+                       + (f"(spread {r['paired_spread']:.2%})" if r["paired_spread"] is not None else "(one round)")
+                       + ": within 1% "
                        + ("shown" if lo >= 0.99 and hi <= 1.01 else
                           f"not resolvable here; the floor this server allows is +-{max(abs(lo - 1), abs(hi - 1)):.1%}"))
     return out

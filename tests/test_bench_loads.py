@@ -310,3 +310,20 @@ def test_the_live_board_says_where_a_long_run_is_and_the_time_left():
     assert progress_note({**ev, "concurrency": 0, "request_rate": 2.5, "eta_s": None}) == \
         " 2.5 req/s, repeat 2/2 (step 4/10)"
     assert progress_note({"phase": "warm-up", "done": 0}) == ""
+
+
+def test_the_bench_serving_summary_states_the_paired_floor_for_one_round_and_several():
+    from benchmarks.bench_vs_bench_serving import floor_lines, summarise
+
+    def pair(rnd: int, mine: float, theirs: float) -> dict:
+        fig = {"ttft_ms": 1.0, "itl_ms": 1.0, "e2e_ms": 1.0, "output_tok_s": None, "server_gen_tok_s": None,
+               "decode_vs_server": None, "client_cpu_us_per_token": None}
+        return {"round": rnd, "api": "sglang", "c": 1,
+                "sglops": {**fig, "tpot_ms": mine, "decode_tok_s": 1000 / mine},
+                "bench_serving": {**fig, "tpot_ms": theirs, "decode_tok_s": 1000 / theirs}}
+
+    one = floor_lines(summarise([pair(0, 10.0, 10.0)]))
+    assert len(one) == 2 and "(one round)" in one[0] and "within 1% shown" in one[0]
+    lines = floor_lines(summarise([pair(0, 10.0, 10.0), pair(1, 11.0, 10.0), pair(2, 9.5, 10.0)]))
+    tpot = next(x for x in lines if "tpot_ms" in x)
+    assert "range 0.9500-1.1000 over 3 round(s)" in tpot and "floor this server allows is +-10.0%" in tpot
