@@ -22,6 +22,18 @@ shared with other work), each run is also set against the server's own decode ra
   server, so its input length is near, not exactly, --input-len (sglops sends the ids).
 
     python3 benchmarks/bench_vs_bench_serving.py --rounds 3 --requests 7 --input-len 32 --output-len 32
+
+On a server that is already running (the GPU tier: sglang 0.5.17 on an H200, started by `inv restart` or the
+play), with that server's python for bench_serving and its model folder for the tokenizer:
+
+    . /tmp/gpu-tier/env.sh && python3 benchmarks/bench_vs_bench_serving.py --port 30000 --python python3 \
+        --model /tmp/gpu-tier/tiny-mla --apis sglang --concurrency 1,8 --rounds 4 --requests 9 \
+        --input-len 128 --output-len 64 --json $OUT/bench_vs_bench_serving.json
+
+bench_serving's module is `sglang.benchmark.serving` since 0.5.17 (`sglang.bench_serving` is its deprecated alias,
+and the only name before): the new path is asked first, the old one on releases without it (issue 25 item 5).
+The summary gives, per figure, the paired per-round ratio sglops / bench_serving (median, range, spread): the
+range is the floor of agreement that server allows, whatever either tool does.
 """
 
 from __future__ import annotations
@@ -77,10 +89,48 @@ def run_sglops(remote, port: int, api: str, c: int, a: argparse.Namespace) -> di
             "client_cpu_us_per_token": res.client["cpu_us_per_token"], "suspect": lv.suspects}
 
 
+SERVING_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # new path first, the alias on older releases
+
+
+_FIND = """
+import importlib.util, os, sys
+spec = importlib.util.find_spec("sglang")
+where = list(spec.submodule_search_locations or []) if spec else []
+for rel, name in (("benchmark/serving.py", "sglang.benchmark.serving"), ("bench_serving.py", "sglang.bench_serving")):
+    if where and os.path.isfile(os.path.join(where[0], rel)):
+        print(name)
+        sys.exit(0)
+print(where[0] if where else "no sglang package")
+sys.exit(3)
+"""
+
+
+def find_serving_module(python: str, env: dict | None = None) -> str:
+    """Which bench_serving module the SGLang that python sees has: `sglang.benchmark.serving` (0.5.17+) first,
+    else the old `sglang.bench_serving`. Found from the package's files, without importing sglang (whose
+    __init__ may need what is missing)."""
+    proc = subprocess.run([python, "-c", _FIND], capture_output=True, text=True, env=env or os.environ, timeout=120)
+    answer = proc.stdout.strip()
+    if proc.returncode != 0 or answer not in SERVING_MODULES:
+        raise SystemExit(f"{python}: no SGLang bench_serving ({answer or proc.stderr.strip()[-200:]})")
+    return answer
+
+
+def serving_module(python: str) -> str:
+    """The module to run, checked to import (a missing dependency is one line naming it)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    module = find_serving_module(python, env)
+    proc = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise SystemExit(f"{python} cannot import {module}: {last}")
+    return module
+
+
 def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: int) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-serving-")) / "out.jsonl"
-    model = str(model_dir())
-    argv = [str(venv_python()), "-m", "sglang.benchmark.serving", "--backend", BACKENDS[api],
+    model = str(a.model)
+    argv = [a.python, "-m", a.serving_module, "--backend", BACKENDS[api],
             "--base-url", f"http://127.0.0.1:{port}", "--model", model, "--tokenizer", model,
             "--dataset-name", "random-ids", *(["--tokenize-prompt"] if api == "sglang" else []),
             "--random-input-len", str(a.input_len),
@@ -118,9 +168,25 @@ def summarise(runs: list[dict]) -> list[dict]:
                       if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] and r["bench_serving"][fig]]
             rows.append({"api": api, "c": c, "figure": fig, "sglops": stats.median(mine),
                          "bench_serving": stats.median(theirs), "ratio": stats.median(mine) / stats.median(theirs),
-                         "paired_ratios": paired, "sglops_spread": spread(mine),
+                         "paired_ratios": paired, "paired_median": stats.median(paired) if paired else None,
+                         "paired_spread": spread(paired) if paired else None, "sglops_spread": spread(mine),
                          "bench_serving_spread": spread(theirs)})
     return rows
+
+
+def floor_lines(rows: list[dict]) -> list[str]:
+    """Per level, the agreement on TPOT and decode tok/s this server allows: the paired per-round ratios' range."""
+    out = []
+    for r in rows:
+        if r["figure"] in ("tpot_ms", "decode_tok_s") and r["paired_ratios"]:
+            lo, hi = min(r["paired_ratios"]), max(r["paired_ratios"])
+            out.append(f"{r['api']} C={r['c']} {r['figure']}: sglops / bench_serving paired per round median "
+                       f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} round(s) "
+                       + (f"(spread {r['paired_spread']:.2%})" if r["paired_spread"] is not None else "(one round)")
+                       + ": within 1% "
+                       + ("shown" if lo >= 0.99 and hi <= 1.01 else
+                          f"not resolvable here; the floor this server allows is +-{max(abs(lo - 1), abs(hi - 1)):.1%}"))
+    return out
 
 
 def print_table(rows: list[dict]) -> None:
@@ -146,7 +212,18 @@ def main() -> None:
     ap.add_argument("--port", type=int, help="an SGLang server already running on 127.0.0.1 (default: start one)")
     ap.add_argument("--server-log", type=Path, help="with --port: that server's log (its gen throughput lines)")
     ap.add_argument("--json", type=Path, help="write every run and the summary here")
+    ap.add_argument("--python", help="the python that runs bench_serving (default: the CPU server's venv python, "
+                    "else this one)")
+    ap.add_argument("--model", type=Path, help="the served model's folder, for bench_serving's tokenizer "
+                    "(default: the CPU sandbox's tiny model)")
     a = ap.parse_args()
+    if a.python is None:
+        a.python = str(venv_python()) if venv_python().exists() else sys.executable
+    a.model = a.model or model_dir()
+    if not Path(a.model).is_dir():
+        raise SystemExit(f"--model {a.model}: no such folder (bench_serving reads its tokenizer there)")
+    a.serving_module = serving_module(a.python)
+    print(f"bench_serving: {a.python} -m {a.serving_module}", flush=True)
     levels = bench.parse_levels(a.concurrency)
     apis = [x.strip() for x in a.apis.split(",") if x.strip()]
     server = None
@@ -178,16 +255,24 @@ def main() -> None:
                     print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
                           f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
                           f"(order {' -> '.join(order)})", flush=True)
+                    save(a, runs)  # after every pair: a run cut short by a time limit keeps its rounds
     finally:
         if server:
             server.stop()
     rows = summarise(runs)
     print()
     print_table(rows)
+    print()
+    print("\n".join(floor_lines(rows)))
+    save(a, runs)
+
+
+def save(a: argparse.Namespace, runs: list[dict]) -> None:
+    """--json: every pair so far, the summary and the floor lines."""
     if a.json:
+        rows = summarise(runs)
         a.json.write_text(json.dumps({"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
-                                      "runs": runs, "summary": rows},
-                                     indent=1))
+                                      "runs": runs, "summary": rows, "floor": floor_lines(rows)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -227,9 +227,10 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
         comparable = base.ok and other.ok
         for lv_b in base.doc["levels"]:
             c = lv_b["concurrency"]
-            lv_o = other.level(c)
+            lv_o = other.level(c, lv_b.get("request_rate"))
             if lv_o is None:
-                notes.append(f"{other.run_id}: no concurrency {c}")
+                notes.append(f"{other.run_id}: no " + (f"request rate {lv_b['request_rate']:g}"
+                                                       if lv_b.get("request_rate") else f"concurrency {c}"))
                 continue
             many = all(len((lv.get("decode_tok_s") or {}).get("values") or []) >= MIN_REPEATS for lv in (lv_b, lv_o))
             for label, key, higher in METRICS:
@@ -253,6 +254,14 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
     if chart and draw is not None:
         result.chart = str(draw("decode-chart", {"runs": [{"label": r.label, "levels": r.doc["levels"]} for r in runs],
                                                  "title": chart_title(runs)}, out / "decode_tok_s.png"))
+    sweeps = [r for r in runs if r.sweep]
+    if chart and draw is not None and len(sweeps) >= 2:  # two sweeps: their curves overlaid
+        overlay = str(draw("sweep-chart", {"runs": [{"label": r.run_id, **r.sweep} for r in sweeps],
+                                           "title": "sweeps overlaid: " + chart_title(sweeps)}, out / "sweep.png"))
+        result.notes.append(f"sweep chart: {overlay}")
+        for r in sweeps:
+            if (r.sweep.get("knee") or {}).get("line"):
+                result.notes.append(f"{r.run_id}: {r.sweep['knee']['line']}")
     result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
     return result
 

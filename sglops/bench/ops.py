@@ -8,6 +8,7 @@ from typing import Any
 from sglops.bench.params import (
     BENCH,
     COMPARE,
+    LOADS,
     MIN_IDENTICAL_SHARE,
     REQUIRE_IDENTICAL,
     REQUIRE_SAME_CONFIG,
@@ -29,13 +30,29 @@ def bench(ctx: Context, **options: Any):
 
     result = run.run_bench(ctx.remote, on_progress=ctx.event, **options)
     result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
+    run.draw_sweep(result, ctx.draw)
     return result
 
 
+def _bench_prepare(o: dict) -> None:
+    """Every load flag checked before any host is touched (one line, exit 2)."""
+    from sglops.bench import loads
+
+    loads.levels(list(o.get("concurrency") or [1]), o.get("request_rate"), o.get("sweep"))
+    loads.parse_dataset(o.get("dataset"), o.get("output_len") or 2)
+    loads.parse_slo(o.get("slo"))
+    if o.get("duration") and o.get("requests"):
+        raise ConfigError("--duration and --requests: a level is bounded by one of them")
+
+
 def _bench_plan(ctx: Context, runs: int, input_len: int, output_len: int, concurrency: list[int], api: str,
-                port: int | None, **_: Any) -> str:
-    return (f"bench {runs} repeats, input {input_len} / output {output_len} tokens, concurrency "
-            f"{','.join(map(str, concurrency))}, {api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
+                port: int | None, **o: Any) -> str:
+    from sglops.bench import loads
+
+    levels = loads.levels(list(concurrency), o.get("request_rate"), o.get("sweep"))
+    where = ", ".join(f"{lv['rate']:g} req/s" if lv["rate"] else f"C={lv['concurrency']}" for lv in levels)
+    return (f"bench {runs} repeats, {loads.describe(loads.parse_dataset(o.get('dataset'), output_len), input_len, output_len)}"
+            f", levels {where}, {api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
 
 
 def _bench_check(result: Any, _o: dict) -> None:
@@ -145,8 +162,8 @@ def runs(ctx: Context, host: str | None = None, task: str | None = None):
 OPS = [
     Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
        "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
-       (TARGETS, JSON, *BENCH), step="bench", plan=_bench_plan, check=_bench_check, live="bench", record="bench.json",
-       own_run=True,
+       (TARGETS, JSON, *BENCH, *LOADS), step="bench", plan=_bench_plan, check=_bench_check, live="bench",
+       prepare=_bench_prepare, record="bench.json", own_run=True,
        result="sglops.bench.run:BenchResult", step_summary=_bench_summary),
     Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
        "output identity,\nconfig differences, PNG of decode tok/s.",

@@ -5,7 +5,7 @@ defaults from here."""
 from __future__ import annotations
 
 from sglops.core.op import Param
-from sglops.core.values import MAX_TOKENS, Choice, Flag, Float, Int, IntList, Port, StrList
+from sglops.core.values import MAX_TOKENS, Choice, Flag, Float, Int, IntList, Port, Str, StrList
 
 RUNS = Param("runs", Int(1, 1000, 5), "repeats (median + bootstrap 95% CI over them; default {default})")
 INPUT_LEN = Param("input_len", Int(1, MAX_TOKENS, 128), "prompt tokens, sent as input_ids (exact length; default "
@@ -38,3 +38,21 @@ MIN_IDENTICAL_SHARE = Param("min_identical_share", Float(0, 1), "non-determinist
 VARIABLE = Param("variable", StrList(), "config keys that are meant to differ, comma-separated (e.g. "
                  "kv_cache_dtype,page_size)")
 COMPARE = (REQUIRE_IDENTICAL, REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE, VARIABLE)
+
+# the loads a bench sends beyond closed-loop random ids (`inv bench` only; sglops.bench.loads parses them)
+REQUEST_RATE = Param("request_rate", Float(0.001, 1e6), "open loop: send requests at this rate per second whatever "
+                     "the server does (no cap on requests in flight)")
+ARRIVAL = Param("arrival", Choice(("poisson", "constant"), "poisson"), "open-loop arrivals: poisson (gamma with "
+                "--burstiness) or constant (default {default})")
+BURSTINESS = Param("burstiness", Float(0.01, 100, 1.0), "gamma shape of Poisson arrivals: 1 = Poisson, < 1 burstier, "
+                   "> 1 smoother (default {default})")
+DURATION = Param("duration", Float(0.1, 86400), "seconds per level and repeat (instead of --requests): closed loop "
+                 "keeps its streams busy, open loop sends arrivals until then")
+DATASET = Param("dataset", Str(), "random (default), random:input=64-256,output=16-128, "
+                "shared-prefix:groups=4,prefix=512, or jsonl:PATH (prompts from a local file)")
+SLO = Param("slo", Str(), "goodput's SLOs in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e, itl)")
+SWEEP = Param("sweep", Str(), "concurrency=1,2,4,8,16 or rate=1,2,4: one record, a throughput-vs-latency chart, "
+              "the knee named")
+METRICS_INTERVAL = Param("metrics_interval", Float(0, 3600, 1.0), "scrape the server's /metrics every S seconds "
+                         "during each level where it serves them (0: never; default {default})")
+LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL)

@@ -31,8 +31,15 @@ class Run:
     def ok(self) -> bool:
         return self.doc.get("status") == "ok"
 
-    def level(self, concurrency: int) -> dict | None:
-        return next((lv for lv in self.doc["levels"] if lv["concurrency"] == concurrency), None)
+    def level(self, concurrency: int, rate: float | None = None) -> dict | None:
+        """The level at that concurrency (closed loop) or, with `rate`, the open-loop level at that rate."""
+        return next((lv for lv in self.doc["levels"]
+                     if lv["concurrency"] == concurrency and lv.get("request_rate") == rate), None)
+
+    @property
+    def sweep(self) -> dict | None:
+        """A --sweep run's curve and knee (bench.json's `sweep`), None for a plain bench."""
+        return self.doc.get("sweep")
 
 
 def load(run_dir: str | Path) -> dict:

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from sglops.bench import identity, runconfig, stats
+from sglops.bench import identity, loads, runconfig, stats
 from sglops.bench.params import DEFAULTS as _D
 from sglops.bench.record import load  # noqa: F401  (bench.load: the name callers use)
 from sglops.core import artifacts, redact
@@ -126,6 +126,15 @@ def request_metrics(rec: dict) -> dict | None:
             "itl_basis": tl["basis"], "suspect": suspect_reason(rec, tl)}
 
 
+def meets(m: dict, slo: dict[str, float]) -> bool:
+    """A request's figures within every SLO (ms): TTFT, TPOT, e2e as they are; ITL: its worst gap."""
+    for key, limit in slo.items():
+        value = max(m["itl_ms"], default=0.0) if key == "itl_ms" else m[key]
+        if value > limit:
+            return False
+    return True
+
+
 @dataclass
 class Level:
     """Everything measured at one concurrency, pooled over the repeats."""
@@ -145,6 +154,17 @@ class Level:
     itl_basis: list[str]
     suspect: dict[str, int] = field(default_factory=dict)  # reason kind -> requests kept out of the figures
     suspect_examples: list[str] = field(default_factory=list)
+    request_rate: float | None = None  # an open-loop level: requests sent at this rate (concurrency 0: no cap)
+    request_throughput: dict | None = None  # completed requests per second, over repeats
+    goodput: dict | None = None  # requests within every SLO: {"slo", "req_s" (figure), "share"}
+    prompt: dict | None = None  # prompt tokens sent and served from the server's prefix cache
+    server: dict | None = None  # the server's own figures: /metrics over the level, per-request decode rate
+    send_lag_ms: dict | None = None  # open loop: how late the client sent requests (a client bottleneck shows)
+
+    @property
+    def load(self) -> str:
+        """The level's name: `C=4`, or `4 req/s` for an open loop."""
+        return f"{self.request_rate:g} req/s" if self.request_rate else f"C={self.concurrency}"
 
     @property
     def ok(self) -> int:
@@ -166,22 +186,28 @@ class Level:
                 "suspect_examples": self.suspect_examples, "decode_tok_s": self.decode_tok_s,
                 "output_tok_s": self.output_tok_s, "ttft_ms": self.ttft_ms, "itl_ms": self.itl_ms,
                 "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms, "per_request": self.per_request,
-                "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis}
+                "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis,
+                "request_rate": self.request_rate, "request_throughput": self.request_throughput,
+                "goodput": self.goodput, "prompt": self.prompt, "server": self.server,
+                "send_lag_ms": self.send_lag_ms}
 
 
-def analyze(repeats: Sequence[dict], concurrency: int) -> Level:
-    """One level's figures from the raw repeats the host script returned.
+def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None,
+            slo: dict[str, float] | None = None) -> Level:
+    """One level's figures from the raw repeats the host script returned (a level: a concurrency, or an
+    open-loop request rate).
 
     Failed requests (any outcome but ok, including wrong_length) make the level partial; suspect requests
-    (see suspect_reason) are counted and kept out of every figure, the repeat's too.
+    (see suspect_reason) are counted and kept out of every figure, the repeat's too. Goodput counts the
+    requests within every SLO per second of the repeat's wall time (SGLang bench_serving's definition).
     """
-    mine = [r for r in repeats if r["concurrency"] == concurrency]
+    mine = [r for r in repeats if r["concurrency"] == concurrency and r.get("request_rate") == rate]
     recs = [rec for r in mine for rec in r["requests"]]
     outcomes = Counter(rec["outcome"] for rec in recs)
     errors = sorted({f"{rec['outcome']}: {rec['error']}" for rec in recs if rec.get("error")})[:5]
     suspect: Counter = Counter()
     examples: list[str] = []
-    good, per_repeat_decode, per_repeat_output = [], [], []
+    good, per_repeat_decode, per_repeat_output, per_repeat_req, per_repeat_good = [], [], [], [], []
     for r in mine:
         ms = []
         for rec in r["requests"]:
@@ -193,6 +219,10 @@ def analyze(repeats: Sequence[dict], concurrency: int) -> Level:
             elif m:
                 ms.append(m)
         good += ms
+        if r["wall_s"] > 0:
+            per_repeat_req.append(sum(rec["outcome"] == "ok" for rec in r["requests"]) / r["wall_s"])
+            if slo:
+                per_repeat_good.append(sum(meets(m, slo) for m in ms) / r["wall_s"])
         if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
             per_repeat_decode.append(stats.median([m["decode_tok_s"] for m in ms]))
             per_repeat_output.append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
@@ -214,7 +244,40 @@ def analyze(repeats: Sequence[dict], concurrency: int) -> Level:
         itl_basis=sorted({m["itl_basis"] for m in good}),
         suspect=dict(suspect),
         suspect_examples=examples,
+        request_rate=rate,
+        request_throughput=stats.figure(per_repeat_req),
+        goodput={"slo": slo, "req_s": stats.figure(per_repeat_good),
+                 "share": sum(meets(m, slo) for m in good) / len(recs) if recs else None} if slo else None,
+        prompt=_prompt_tokens(recs),
+        server=_server(mine, recs),
+        send_lag_ms=stats.summary([rec["lag_s"] * 1e3 for rec in recs if rec.get("lag_s") is not None]),
     )
+
+
+def _prompt_tokens(recs: Sequence[dict]) -> dict | None:
+    """Prompt tokens the server counted and those it served from its prefix cache (its own usage fields)."""
+    counted = [rec for rec in recs if rec.get("prompt_tokens") is not None]
+    if not counted:
+        return None
+    total = sum(rec["prompt_tokens"] for rec in counted)
+    reported = [rec for rec in counted if rec.get("cached_tokens") is not None]
+    cached = sum(rec["cached_tokens"] for rec in reported)
+    return {"tokens": total, "cached_tokens": cached if reported else None,
+            "cached_share": cached / total if reported and total else None,
+            "requests_reporting_cache": len(reported), "requests": len(counted)}
+
+
+def _server(mine: Sequence[dict], recs: Sequence[dict]) -> dict | None:
+    """The server's own figures: /metrics over the level, and its per-request decode rate (meta_info
+    decode_throughput, SGLang with --enable-metrics) beside the client's."""
+    from sglops.bench import servermetrics
+
+    out = servermetrics.summarise([r.get("metrics") or [] for r in mine]) or {}
+    rates = [rec["server_decode_tok_s"] for rec in recs
+             if rec["outcome"] == "ok" and isinstance(rec.get("server_decode_tok_s"), int | float)]
+    if rates:
+        out["request_decode_tok_s"] = stats.median(rates)
+    return out or None
 
 
 # -- the result -------------------------------------------------------------------------------------------
@@ -238,6 +301,7 @@ class BenchResult(Observation):
     server_down: dict | None = None  # the server died or stopped answering mid-run: how, and the cause
     server_changed: list[str] | None = None  # another server or configuration answered after measuring
     outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
+    sweep: dict | None = None  # --sweep: the curve's points, its knee and the chart (sglops.bench.load_curve)
 
     @property
     def status(self) -> str:
@@ -265,10 +329,10 @@ class BenchResult(Observation):
         for lv in self.levels:
             bad = {k: v for k, v in sorted(lv.outcomes.items()) if k != "ok"}
             if bad:
-                out.append(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests failed ("
+                out.append(f"{lv.load}: {lv.requests_total - lv.ok} of {lv.requests_total} requests failed ("
                            + ", ".join(f"{k} {v}" for k, v in bad.items()) + ")")
             if lv.suspects:
-                out.append(f"C={lv.concurrency}: {lv.suspects} suspect request(s) kept out of the figures ("
+                out.append(f"{lv.load}: {lv.suspects} suspect request(s) kept out of the figures ("
                            + "; ".join(lv.suspect_examples) + ")")
         srv = (self.server or {}).get("version")
         tree = (self.sglang or {}).get("tree_version")
@@ -292,7 +356,10 @@ class BenchResult(Observation):
         out = []
         ok = [e for e in self.outputs if e.get("outcome") == "ok"]
         cached = [e for e in ok if (e.get("cached_tokens") or 0) > 0]
-        if cached:
+        if cached and (self.config.get("dataset") or {}).get("kind") in ("shared_prefix", "prompts"):
+            out.append(f"{len(cached)} of {len(ok)} measured prompts were served partly from the server's prefix "
+                       "cache (cached tokens per level in the table)")
+        elif cached:
             out.append(f"{len(cached)} of {len(ok)} measured prompts were served partly from the server's prefix "
                        "cache (the same prompts were sent before: same seed, server not restarted): TTFT is not a "
                        "cold prefill")
@@ -327,7 +394,8 @@ class BenchResult(Observation):
     def payload(self) -> dict:
         return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
-                "warmup": self.warmup, "client": self.client, **self.run_manifest(), "raw": self.raw}
+                "warmup": self.warmup, "client": self.client, **self.run_manifest(), "sweep": self.sweep,
+                "raw": self.raw}
 
 
 # -- running it ---------------------------------------------------------------------------------------------
@@ -388,6 +456,14 @@ def run_bench(
     with_facts: bool = True,
     on_progress: Callable[[dict], None] | None = None,
     test_options: dict | None = None,
+    request_rate: float | None = None,
+    arrival: str = "poisson",
+    burstiness: float = 1.0,
+    duration: float | None = None,
+    dataset: str | None = None,
+    slo: str | None = None,
+    sweep: str | None = None,
+    metrics_interval: float = 1.0,
 ) -> BenchResult:
     """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
 
@@ -402,9 +478,20 @@ def run_bench(
     _check(runs, input_len, output_len, api, port)
     if vocab_size is not None and int(vocab_size) < 2:
         raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
-    levels = parse_levels(concurrency)
+    plan = loads.levels(parse_levels(concurrency), request_rate, sweep)
+    levels = [lv["concurrency"] for lv in plan]
+    data = loads.parse_dataset(dataset, output_len)
+    slos = loads.parse_slo(slo)
+    if arrival not in ("poisson", "constant"):
+        raise ConfigError(f"--arrival must be poisson or constant (got {arrival!r})")
+    if duration is not None and float(duration) <= 0:
+        raise ConfigError(f"--duration must be a positive number of seconds (got {duration})")
+    if duration is not None and requests:
+        raise ConfigError("--duration and --requests: a level is bounded by one of them")
     args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
-            "concurrency": levels, "requests": int(requests) if requests else None, "warmup": int(warmup),
+            "concurrency": levels, "levels": plan, "dataset": data, "duration_s": float(duration) if duration else None,
+            "arrival": arrival, "burstiness": float(burstiness), "metrics_interval": float(metrics_interval or 0),
+            "requests": int(requests) if requests else None, "warmup": int(warmup),
             "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
             "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
             **(test_options or {})}
@@ -417,17 +504,25 @@ def run_bench(
         facts = gather(remote, port=raw["port"]).to_json()
     tokens = raw["client_tokens"]
     proc = raw.get("server_process") or {}
-    return BenchResult(
+    result = BenchResult(
         host=remote.name,
         config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
                 "runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": levels,
-                "requests_per_run": raw["requests_per_run"], "warmup": int(warmup), "ignore_eos": True,
-                "temperature": 0, "input": "random ordinary token ids below the model's vocabulary (input_ids)",
+                "requests_per_run": raw["requests_per_run"], "levels": raw.get("levels"), "warmup": int(warmup),
+                "ignore_eos": True,
+                "temperature": 0, "input": loads.describe(data, input_len, output_len),
+                "dataset": {k: v for k, v in data.items() if k != "items"},
+                "loop": "open" if any(lv["rate"] for lv in plan) else "closed",
+                "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
+                "arrival": arrival if any(lv["rate"] for lv in plan) else None,
+                "burstiness": float(burstiness) if any(lv["rate"] for lv in plan) else None,
+                "duration_s": float(duration) if duration else None, "slo_ms": slos, "sweep": sweep,
+                "server_metrics": raw.get("server_metrics"),
                 "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
                 "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
                 "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
                                "up to 32 tokens each; not counted"},
-        levels=[analyze(raw["repeats"], c) for c in levels],
+        levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], slos) for lv in plan],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
         patches=raw["patches"],
@@ -443,7 +538,13 @@ def run_bench(
         server_down=raw.get("server_down"),
         server_changed=raw.get("server_changed"),
         outputs=outputs,
+        sweep=None,
     )
+    if sweep:
+        from sglops.bench import load_curve as sweep_mod
+
+        result.sweep = sweep_mod.summary([lv.to_json() for lv in result.levels])
+    return result
 
 
 def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
@@ -462,6 +563,15 @@ def record(result: BenchResult, run_id: str) -> BenchResult:
     outputs.json and a manifest of what was running, through sglops.core.artifacts.keep like every run."""
     result.run_id = run_id
     artifacts.keep(result.host, run_id, "bench.json", result, task="bench")
+
+
+def draw_sweep(result: BenchResult, draw: Callable | None) -> None:
+    """A sweep's chart (sweep.png in the run's folder), drawn by the runner's views; nothing for other runs."""
+    if result.sweep and draw is not None and result.run_id:
+        chart = artifacts.run_dir(result.host, result.run_id) / "sweep.png"
+        result.sweep["chart"] = str(draw("sweep-chart", {"runs": [{"label": result.run_id, **result.sweep}],
+                                                         "title": f"sweep on {result.host}: {result.config['input']}"},
+                                         chart))
     return result
 
 

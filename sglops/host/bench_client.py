@@ -16,6 +16,8 @@ import re
 import threading
 import time
 
+from . import _bench_metrics
+from ._bench_load import Prompts, gaps
 from ._common import UserError, progress, server_port, sglops_dir, sha256_file, tree_path, try_find_sglang
 from ._server_proc import death_cause, listening_pid, log_size, python_env, server_process
 from ._vocab import draw_prompt_ids, model_token_space
@@ -124,7 +126,7 @@ def make_body(api, model, ids, out_len, override=None, logprobs=True):
     `logprobs`: ask for the chosen tokens' logprobs (top-1 only; no prompt logprobs, which cost a prefill pass)."""
     if api == "sglang":
         sampling = {"max_new_tokens": out_len, "temperature": 0, "ignore_eos": True, **(override or {})}
-        body = {"input_ids": ids, "stream": True, "sampling_params": sampling}
+        body = {"text" if isinstance(ids, str) else "input_ids": ids, "stream": True, "sampling_params": sampling}
         if logprobs:
             body["return_logprob"] = True
         return "/generate", body
@@ -218,6 +220,14 @@ def ids_hash(ids):
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
+def prompt_hash(prompt):
+    """A prompt's key for output identity: ids_hash of its ids, or of a text prompt's UTF-8 (prefixed, so a
+    text can never share a key with ids)."""
+    if isinstance(prompt, str):
+        return "t" + hashlib.sha256(prompt.encode()).hexdigest()[:15]
+    return ids_hash(prompt)
+
+
 def _lines(resp):
     """(arrival time, line) for each line of the stream; lines that arrived together share a time.
 
@@ -265,6 +275,8 @@ def _native_chunk(data, rec, incremental):
         rec["finish"] = meta["finish_reason"]
     if meta.get("cached_tokens") is not None:
         rec["cached_tokens"] = meta["cached_tokens"]
+    if meta.get("decode_throughput") is not None:  # the server's own decode rate (--enable-metrics)
+        rec["server_decode_tok_s"] = meta["decode_throughput"]
     n = meta.get("completion_tokens")
     if n is None:
         rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
@@ -283,6 +295,9 @@ def _openai_chunk(data, rec, state):
     n = usage.get("completion_tokens")
     if usage.get("prompt_tokens") is not None:
         rec["prompt_tokens"] = usage["prompt_tokens"]
+    details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        rec["cached_tokens"] = details["cached_tokens"]
     if not choices:  # the final usage chunk (or a keep-alive)
         if n is not None:
             state["final_n"] = n
@@ -324,8 +339,8 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     path, body = make_body(api, model, ids, out_len, override, logprobs)
     payload = json.dumps(body).encode()
     rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
-           "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None,
-           "prompt": ids_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
+           "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None, "out_len": out_len,
+           "prompt": prompt_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
     chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
     conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
@@ -383,7 +398,25 @@ class Counter:
 def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter, override=None, logprobs=True,
               incremental=False):
     """Send the prompts with `concurrency` streams in flight; returns (records, wall seconds)."""
-    records = [None] * len(prompts)
+    items = [(p, out_len) for p in prompts]
+    return run_closed(port, api, model, lambda i: items[i] if i < len(items) else None, concurrency, timeout,
+                      counter, override, logprobs, incremental)
+
+
+def _request(port, api, model, item, timeout, counter, override, logprobs, incremental):
+    rec = one_request(port, api, model, item[0], item[1], timeout, override, logprobs, incremental)
+    with counter.lock:
+        counter.done += 1
+        counter.failed += rec["outcome"] != "ok"
+    return rec
+
+
+def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, override=None, logprobs=True,
+               incremental=False, deadline=None):
+    """Closed loop: `concurrency` streams, each sending its next request when the last one ended, until
+    prompt_at(i) is None (a count) or `deadline` (perf_counter seconds: a duration) passes.
+    Returns (records in the order sent, wall seconds)."""
+    records = {}
     nxt = [0]
     lock = threading.Lock()
 
@@ -392,27 +425,87 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter,
             with lock:
                 i = nxt[0]
                 nxt[0] += 1
-            if i >= len(prompts):
+            if deadline is not None and time.perf_counter() >= deadline:
+                return
+            item = prompt_at(i)
+            if item is None:
                 return
             t0 = time.perf_counter()
-            rec = one_request(port, api, model, prompts[i], out_len, timeout, override if i == 0 else None,
-                              logprobs, incremental)
+            rec = _request(port, api, model, item, timeout, counter, override if i == 0 else None, logprobs,
+                           incremental)
             rec["start_s"] = t0
             records[i] = rec
-            with counter.lock:
-                counter.done += 1
-                counter.failed += rec["outcome"] != "ok"
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(prompts)))]
+    width = concurrency if deadline is not None else min(concurrency, _count(prompt_at, concurrency))
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, width))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    for rec in records:
+    out = [records[i] for i in sorted(records)]
+    for rec in out:
         rec["start_s"] = round(rec["start_s"] - t0, 6)
-    return records, wall
+    return out, wall
+
+
+def _count(prompt_at, most):
+    """How many of the first `most` prompts exist (a level of fewer requests than streams)."""
+    n = 0
+    while n < most and prompt_at(n) is not None:
+        n += 1
+    return n
+
+
+def run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed, timeout, counter, logprobs=True,
+             incremental=False, deadline=None, max_in_flight=0):
+    """Open loop: request i is sent at its arrival time whatever the others are doing (Poisson or constant
+    arrivals at `rate` per second), until prompt_at(i) is None or the next arrival falls after `deadline`.
+    Each record keeps `sched_s` (when it was due) and `lag_s` (how late the client sent it: a client that
+    cannot keep up shows here first). `max_in_flight` > 0 caps the requests in flight (arrivals then wait).
+    Returns (records in arrival order, wall seconds from the first arrival to the last request's end)."""
+    records = {}
+    threads = []
+    cap = threading.Semaphore(max_in_flight) if max_in_flight else None
+
+    def send(i, item, due):
+        try:
+            start = time.perf_counter()
+            rec = _request(port, api, model, item, timeout, counter, None, logprobs, incremental)
+            rec["start_s"], rec["sched_s"], rec["lag_s"] = start, due, round(start - t0 - due, 6)
+            records[i] = rec
+        finally:
+            if cap:
+                cap.release()
+
+    t0 = time.perf_counter()
+    due = 0.0
+    arrivals = gaps(rate, arrival, burstiness, seed)
+    i = 0
+    while True:
+        if deadline is not None and t0 + due >= deadline:
+            break
+        item = prompt_at(i)
+        if item is None:
+            break
+        wait = t0 + due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        if cap:
+            cap.acquire()
+        t = threading.Thread(target=send, args=(i, item, round(due, 6)), daemon=True)
+        t.start()
+        threads.append(t)
+        i += 1
+        due += next(arrivals)
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    out = [records[k] for k in sorted(records)]
+    for rec in out:
+        rec["start_s"] = round(rec["start_s"] - t0, 6)
+    return out, wall
 
 
 # -- a server that stops answering ------------------------------------------------------------------------
@@ -498,7 +591,8 @@ def main(args):
     api = args.get("api") or "sglang"
     if api not in ("sglang", "openai"):
         raise UserError(f"unknown api {api!r} (sglang or openai)")
-    levels = [int(c) for c in args.get("concurrency") or [1]]
+    levels = [dict(lv) for lv in args.get("levels") or []] or [{"concurrency": int(c), "rate": None}
+                                                                for c in args.get("concurrency") or [1]]
     # the laptop always sends these (sglops.bench.params has their defaults)
     runs, in_len, out_len = int(args["runs"]), int(args["input_len"]), int(args["output_len"])
     per_run = args.get("requests")  # per repeat and level; default one per stream
@@ -519,23 +613,57 @@ def main(args):
     patches = applied_patches(root)
     incremental = bool((info or {}).get("incremental_streaming_output"))
 
-    plan = [(rep, c) for rep in range(runs) for c in levels]  # repeats interleaved across levels
-    sizes = {c: max(1, int(per_run or c)) for c in levels}
-    total_req = sum(sizes[c] for _, c in plan)
+    dataset = args.get("dataset") or {"kind": "random"}
+    duration = float(args["duration_s"]) if args.get("duration_s") else None
+    arrival, burstiness = args.get("arrival") or "poisson", float(args.get("burstiness") or 1.0)
+    interval = float(args.get("metrics_interval") or 0)
+    metrics_off = _bench_metrics.available(LOOPBACK, port) if interval > 0 else "not asked (--metrics-interval 0)"
+    seed = int(args.get("seed", 0))
+
+    def draw(s, n):
+        return prompt_ids(space, s, n)
+
+    for lv in levels:
+        c, rate = int(lv["concurrency"]), lv.get("rate")
+        lv["requests"] = None if duration else max(1, int(per_run or (round(rate * 10) if rate else c)))
+    plan = [(rep, lv) for rep in range(runs) for lv in levels]  # repeats interleaved across levels
+    sizes = {lv["concurrency"]: lv["requests"] for lv in levels if not lv.get("rate")}
+    total_req = None if duration else sum(lv["requests"] for _, lv in plan)
     counter = Counter()
     stop = threading.Event()
-    state = {"phase": "warm-up"}
+    state = {"phase": "warm-up", "k": 0, "t0": None, "item_t0": None}
+
+    def eta():
+        """Seconds left: by requests done (a count) or by the clock (a duration per level)."""
+        if state["t0"] is None:
+            return None
+        now = time.perf_counter()
+        if duration:
+            in_item = min(1.0, (now - state["item_t0"]) / duration) if state["item_t0"] else 0.0
+            return round(max(0.0, (len(plan) - state["k"] - in_item) * duration), 1)
+        if not counter.done:
+            return None
+        return round((now - state["t0"]) * (total_req - counter.done) / counter.done, 1)
+
+    def say():
+        rep, lv = plan[min(state["k"], len(plan) - 1)]
+        _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed, eta_s=eta(),
+             step=state["k"] + 1, steps=len(plan), repeat=rep + 1, runs=runs, concurrency=lv["concurrency"],
+             request_rate=lv.get("rate"))
 
     def reporter():
         while not stop.wait(0.5):
-            _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed)
+            if state["phase"] == "measuring":
+                say()
+            else:
+                _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed)
 
     threading.Thread(target=reporter, daemon=True).start()
-    seed = int(args.get("seed", 0))
     warm, repeats, down = [], [], None
     cpu, tokens = 0.0, 0
     try:
-        for c in levels:
+        for lv in levels:
+            c = max(1, int(lv["concurrency"]))
             for w in range(warmup):
                 prompts = [prompt_ids(space, -(seed * 7919 + c * 131 + w * 17 + i + 1), in_len) for i in range(c)]
                 recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter(), None,
@@ -548,17 +676,37 @@ def main(args):
                     if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
                         raise UserError(f"warm-up request to {LOOPBACK}:{port} failed: {rec['error']}")
                 warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
-        state["phase"] = "measuring"
-        _say(phase="measuring", done=0, total=total_req, failed=0)
+        state.update(phase="measuring", t0=time.perf_counter())
+        say()
         cpu0 = time.process_time()
-        for k, (rep, c) in enumerate(plan):
-            prompts = [prompt_ids(space, seed * 1000003 + k * 1009 + i, in_len) for i in range(sizes[c])]
+        for k, (rep, lv) in enumerate(plan):
+            state.update(k=k, item_t0=time.perf_counter())
+            c, rate, n = int(lv["concurrency"]), lv.get("rate"), lv["requests"]
+            prompts = Prompts(dataset, draw, seed, seed * 1000003 + k * 1009, in_len, out_len)
+
+            def prompt_at(i, n=n, prompts=prompts):
+                return None if n is not None and i >= n else prompts.prompt_at(i)
+
+            deadline = time.perf_counter() + duration if duration else None
+            scraper = _bench_metrics.Scraper(LOOPBACK, port, interval).start() if not metrics_off else None
             started = time.time()
-            recs, wall = run_batch(port, api, model, prompts, out_len, c, timeout, counter, override, logprobs,
-                                   incremental)
+            if rate:
+                recs, wall = run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed * 7 + k, timeout,
+                                      counter, logprobs, incremental, deadline, c if c > 0 else 0)
+            else:
+                recs, wall = run_closed(port, api, model, prompt_at, c, timeout, counter, override, logprobs,
+                                        incremental, deadline)
+            samples = scraper.stop() if scraper else None
             tokens += sum(r["tokens"] for r in recs)
-            repeats.append({"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs})
-            _say(phase="measuring", done=counter.done, total=total_req, failed=counter.failed)
+            entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
+            if rate:
+                entry.update(request_rate=rate, arrival=arrival, burstiness=burstiness)
+            if duration:
+                entry["duration_s"] = duration
+            if samples is not None:
+                entry["metrics"] = samples
+            repeats.append(entry)
+            say()
             if any(r["outcome"] not in ("ok", "wrong_length") for r in recs):
                 down = server_down(port, proc, log_mark)
                 if down:  # nothing more to measure: the rest of the plan is not sent
@@ -572,7 +720,9 @@ def main(args):
     space_out = space if isinstance(space, dict) else {"test_range": space}
     return {
         "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
-        "runs": runs, "concurrency": levels, "requests_per_run": sizes, "warmup": warm,
+        "runs": runs, "concurrency": [lv["concurrency"] for lv in levels], "requests_per_run": sizes,
+        "levels": levels, "dataset": dataset, "duration_s": duration, "server_metrics": metrics_off or "scraped",
+        "metrics_interval": interval, "warmup": warm,
         "server_info": info, "server_version": (info or {}).get("version"), "server_process": proc,
         "token_space": {**{k: v for k, v in space_out.items() if k != "special"},
                         "special_ids": len(space_out.get("special") or [])},

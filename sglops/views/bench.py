@@ -29,18 +29,28 @@ def bench_table(r: BenchResult) -> Table:
         table.add_column(col, justify="left" if col in ("metric", "95% CI (repeats)") else "right")
     for lv in r.levels:
         dim = "" if lv.status == "ok" else "dim "
-        for name, fig in (("decode tok/s", lv.decode_tok_s), ("output tok/s", lv.output_tok_s)):
-            if fig and (name.startswith("decode") or lv.concurrency > 1):
+        name_c = lv.load if lv.request_rate else str(lv.concurrency)
+        open_loop = bool(lv.request_rate)
+        figs = [("decode tok/s", lv.decode_tok_s), ("output tok/s", lv.output_tok_s)]
+        if open_loop or r.sweep:
+            figs.append(("requests/s", lv.request_throughput))
+        if lv.goodput:
+            figs.append(("goodput req/s", lv.goodput["req_s"]))
+        for name, fig in figs:
+            if fig and (name.startswith("decode") or lv.concurrency > 1 or open_loop or r.sweep
+                        or name.startswith("goodput")):
                 ci = f"[{fig['ci95'][0]:.2f}, {fig['ci95'][1]:.2f}]" if fig["ci95"] else "1 repeat"
                 cvs = Text("-") if fig["cv"] is None else Text.assemble(
                     f"{fig['cv']:.1%}", (" noisy", "red") if fig["noisy"] else "")
-                table.add_row(str(lv.concurrency), Text(name, style=f"{dim}bold"), f"{fig['median']:.2f}", "", "",
+                table.add_row(name_c, Text(name, style=f"{dim}bold"), f"{fig['median']:.2f}", "", "",
                               ci, cvs)
         for name, summ in (("TPOT ms", lv.tpot_ms), ("ITL ms", lv.itl_ms), ("TTFT ms", lv.ttft_ms),
-                           ("e2e ms", lv.e2e_ms)):
+                           ("e2e ms", lv.e2e_ms), ("send lag ms", lv.send_lag_ms)):
             if summ:
-                table.add_row(str(lv.concurrency), name, f"{summ['median']:.2f}", f"{summ['p90']:.2f}",
+                table.add_row(name_c, name, f"{summ['median']:.2f}", f"{summ['p90']:.2f}",
                               f"{summ['p99']:.2f}", "", "")
+        for name, value, note in _server_rows(lv):
+            table.add_row(name_c, Text(name, style="cyan"), value, "", "", note, "")
         if lv.status != "ok":
             bad = ", ".join(f"{k} {v}" for k, v in sorted(lv.outcomes.items()) if k != "ok")
             table.add_row(str(lv.concurrency), Text(lv.status.upper(), style="bold red"),
@@ -49,6 +59,34 @@ def bench_table(r: BenchResult) -> Table:
             table.add_row(str(lv.concurrency), Text("suspect", style="yellow"), f"{lv.suspects}/{lv.requests_total}",
                           "", "", Text("kept out of the figures", style="yellow"), "")
     return table
+
+def _server_rows(lv: Any) -> list[tuple[str, str, str]]:
+    """The server's own figures beside the client's: prefix-cache tokens, /metrics over the level."""
+    rows = []
+    p = lv.prompt or {}
+    if p.get("cached_tokens") is not None:
+        rows.append(("cached prompt tokens", f"{p['cached_tokens']}/{p['tokens']}",
+                     f"{p['cached_share']:.1%} from the prefix cache (server usage)" if p.get("cached_share") is not None
+                     else "server usage"))
+    srv = lv.server or {}
+    if srv.get("request_decode_tok_s") is not None:
+        rows.append(("server decode tok/s", f"{srv['request_decode_tok_s']:.2f}",
+                     "per request, meta_info.decode_throughput (median)"))
+    if srv.get("decode_tok_s_per_stream") is not None:
+        rows.append(("server gen tok/s/stream", f"{srv['decode_tok_s_per_stream']:.2f}",
+                     "/metrics gen_throughput / running (median)"))
+    if srv.get("gen_tok_s") is not None:
+        rows.append(("server gen tok/s", f"{srv['gen_tok_s']:.2f}", "/metrics generation_tokens rise / time"))
+    for key in ("running", "queued"):
+        if srv.get(key):
+            rows.append((f"server {key}", f"{srv[key]['median']:g}", f"max {srv[key]['max']:g} ({srv['samples']} "
+                         "samples)"))
+    if srv.get("token_usage_max") is not None:
+        rows.append(("server KV usage", f"{srv['token_usage_max']:.1%}", "max over the level"))
+    if srv.get("cache_hit_rate") is not None:
+        rows.append(("server cache hit rate", f"{srv['cache_hit_rate']:.1%}", "/metrics, end of the level"))
+    return rows
+
 
 def _caption(r: BenchResult) -> Text:
     """What ran (status, sglang, patches, client CPU, server python) and what a reader should know."""
@@ -69,6 +107,11 @@ def _caption(r: BenchResult) -> Text:
         torch = (py.get("torch") or {}).get("version") or "no torch"
         parts.append(f"server python {py.get('version')} ({py['executable']}), torch {torch}")
     lines: list[Any] = [Text("; ").join(Text(p) if isinstance(p, str) else p for p in parts)]
+    lines.append(_load_line(r))
+    if r.sweep and (r.sweep.get("knee") or {}).get("line"):
+        lines.append(Text(r.sweep["knee"]["line"], style="bold"))
+    if r.sweep and r.sweep.get("chart"):
+        lines.append(f"sweep chart: {r.sweep['chart']}")
     if r.server_down:
         lines.append(Text(str(r.server_down.get("line")), style="bold red"))
     if r.server_changed:
@@ -81,18 +124,35 @@ def _caption(r: BenchResult) -> Text:
                      + (" with logprobs" if r.logprobs_kept else "") + " kept (outputs.json)")
     for lv in r.levels:
         if lv.status != "ok":
-            lines.append(Text(f"C={lv.concurrency}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
+            lines.append(Text(f"{lv.load}: {lv.requests_total - lv.ok} of {lv.requests_total} requests "
                               "failed; figures cover only the successful ones and are not a clean result",
                               style="red"))
             lines += [Text(f"  {e}", style="red") for e in lv.errors[:3]]
         if lv.suspects:
-            lines.append(Text(f"C={lv.concurrency}: {lv.suspects} suspect request(s) kept out of the figures: "
+            lines.append(Text(f"{lv.load}: {lv.suspects} suspect request(s) kept out of the figures: "
                               + "; ".join(lv.suspect_examples), style="yellow"))
         if any(b != "per_token" for b in lv.itl_basis):
             lines.append(f"C={lv.concurrency}: the server sent no per-chunk token counts; ITL spread evenly")
     if r.artifact:
         lines.append(f"saved {r.artifact}")
     return Text("\n").join(Text(x) if isinstance(x, str) else x for x in lines)
+
+
+def _load_line(r: BenchResult) -> str:
+    """What was sent: the dataset, closed or open loop, the bound of a level, SLOs, server metrics."""
+    cfg = r.config
+    if cfg.get("loop") == "open":
+        how = (f"open loop, {cfg.get('arrival')} arrivals" + (f" (burstiness {cfg['burstiness']:g})"
+                                                            if cfg.get("arrival") == "poisson" else ""))
+    else:
+        how = "closed loop"
+    bound = f"{cfg['duration_s']:g} s per level" if cfg.get("duration_s") else "requests per level as planned"
+    slo = cfg.get("slo_ms")
+    slo_s = ("; goodput SLO " + ", ".join(f"{k.removesuffix('_ms')} <= {v:g} ms" for k, v in slo.items())) if slo else ""
+    metrics = cfg.get("server_metrics")
+    met = "" if metrics is None else ("; server /metrics scraped" if metrics == "scraped"
+                                      else f"; server metrics: {metrics}")
+    return f"{cfg.get('input')}; {how}, {bound}{slo_s}{met}"
 
 
 def _compare_caption(c: Comparison) -> Text:
@@ -157,6 +217,19 @@ def runs_table(r: RunList) -> Table:
     return table
 
 
+def progress_note(event: dict) -> str:
+    """Where a long run is (level x repeat) and the time left, from the host's progress event."""
+    if not event.get("steps"):
+        return ""
+    rate = event.get("request_rate")
+    where = f"{rate:g} req/s" if rate else f"C={event.get('concurrency')}"
+    out = f" {where}, repeat {event.get('repeat')}/{event.get('runs')} (step {event.get('step')}/{event['steps']})"
+    eta = event.get("eta_s")
+    if eta is not None:
+        out += f", ~{int(eta) // 60}:{int(eta) % 60:02d} left"
+    return out
+
+
 class BenchBoard:
     """One rich progress display shared by the hosts benched in parallel (rich allows one live display)."""
 
@@ -186,7 +259,7 @@ class BenchBoard:
                 return
             phase = event.get("phase", "")
             failed = event.get("failed") or 0
-            note = phase + (f", {failed} failed" if failed else "")
+            note = phase + progress_note(event) + (f", {failed} failed" if failed else "")
             if phase == "measuring":
                 self.progress.update(task, total=event.get("total"), completed=event.get("done", 0), note=note)
             else:
@@ -204,3 +277,43 @@ class BenchBoard:
 
 
 board = BenchBoard()  # the terminal's one board (tasks.py hands it to sglops.bench.run.step)
+
+
+def markdown_loads(doc: dict) -> list[str]:
+    """`inv report`'s lines for what a bench.json holds beyond the closed-loop figures: the load sent, per level
+    requests/s, goodput, prefix-cache tokens and the server's own figures, and a sweep's knee and chart."""
+    cfg = doc.get("config") or {}
+    levels = doc.get("levels") or []
+    extra = [lv for lv in levels if lv.get("request_rate") or lv.get("goodput") or lv.get("server")
+             or (lv.get("prompt") or {}).get("cached_tokens") is not None]
+    data = cfg.get("dataset") or {}
+    plain = data.get("kind", "random") == "random" and not data.get("input") and not data.get("output")
+    if not extra and not doc.get("sweep") and cfg.get("loop", "closed") == "closed" and plain:
+        return []
+
+    def fig(v: Any, key: str = "median", fmt: str = "{:.2f}") -> str:
+        x = (v or {}).get(key) if isinstance(v, dict) else v
+        return fmt.format(x) if isinstance(x, int | float) else "-"
+
+    out = ["", f"Load: {cfg.get('input')}; {cfg.get('loop', 'closed')} loop"
+           + (f", {cfg.get('arrival')} arrivals" if cfg.get("arrival") else "")
+           + (f", {cfg['duration_s']:g} s per level" if cfg.get("duration_s") else "")
+           + (f"; SLO (ms) {cfg['slo_ms']}" if cfg.get("slo_ms") else "")
+           + f"; server metrics: {cfg.get('server_metrics') or '-'}", "",
+           "| level | output tok/s | requests/s | goodput req/s | cached prompt tokens | server gen tok/s | "
+           "server decode tok/s | running (max) | queued (max) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for lv in levels:
+        srv, p = lv.get("server") or {}, lv.get("prompt") or {}
+        name = f"{lv['request_rate']:g} req/s" if lv.get("request_rate") else f"C={lv.get('concurrency')}"
+        cached = (f"{p['cached_tokens']}/{p['tokens']}" if p.get("cached_tokens") is not None else "-")
+        out.append(f"| {name} | {fig(lv.get('output_tok_s'))} | {fig(lv.get('request_throughput'))} | "
+                   f"{fig((lv.get('goodput') or {}).get('req_s'))} | {cached} | {fig(srv.get('gen_tok_s'))} | "
+                   f"{fig(srv.get('request_decode_tok_s'))} | {fig(srv.get('running'), 'max', '{:g}')} | "
+                   f"{fig(srv.get('queued'), 'max', '{:g}')} |")
+    sweep = doc.get("sweep") or {}
+    if (sweep.get("knee") or {}).get("line"):
+        out += ["", f"Sweep: {sweep['knee']['line']}"]
+    if sweep.get("chart"):
+        out += ["", f"![sweep]({sweep['chart']})"]
+    return out

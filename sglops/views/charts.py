@@ -55,3 +55,59 @@ def decode_chart(runs: Sequence[dict], path: str | Path, *, title: str = "decode
     plt.close(fig)
     tmp.replace(path)
     return path
+
+
+def sweep_chart(runs: Sequence[dict], path: str | Path, *, title: str = "sweep") -> Path:
+    """A sweep's curve, one line per run (overlaid for `inv compare`): per-stream decode tok/s against total
+    output tok/s (each point labelled with its load, the knee ringed), and TPOT p50 / p99 against the load.
+
+    runs: [{"label": str, "points": [{"load", "kind", "total_tok_s", "per_stream_tok_s", "tpot_p50_ms",
+    "tpot_p99_ms"}], "knee": {"load"} or None}, ...] (sglops.bench.load_curve.summary plus a label)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    kind = "concurrency"
+    for i, run in enumerate(runs):
+        pts = [p for p in run.get("points") or [] if p.get("total_tok_s") and p.get("per_stream_tok_s")]
+        if not pts:
+            continue
+        kind = pts[0]["kind"]
+        colour, label = f"C{i}", run["label"]
+        left.plot([p["total_tok_s"] for p in pts], [p["per_stream_tok_s"] for p in pts], "o-", color=colour,
+                  label=label)
+        for p in pts:
+            left.annotate(f"{p['load']:g}", (p["total_tok_s"], p["per_stream_tok_s"]), textcoords="offset points",
+                          xytext=(4, 4), fontsize=7, color=colour)
+        knee = run.get("knee")
+        if knee:
+            at = next((p for p in pts if p["load"] == knee["load"]), None)
+            if at:
+                left.scatter([at["total_tok_s"]], [at["per_stream_tok_s"]], s=160, facecolors="none",
+                             edgecolors=colour, linewidths=1.5, zorder=4)
+        lat = [p for p in pts if p.get("tpot_p50_ms")]
+        right.plot([p["load"] for p in lat], [p["tpot_p50_ms"] for p in lat], "o-", color=colour,
+                   label=f"{label} p50")
+        right.plot([p["load"] for p in lat], [p["tpot_p99_ms"] for p in lat], "s--", color=colour, alpha=0.6,
+                   label=f"{label} p99")
+    left.set_xlabel("total output tok/s")
+    left.set_ylabel("per-stream decode tok/s (median)")
+    left.set_xlim(left=0)
+    left.set_ylim(bottom=0)
+    left.grid(alpha=0.3)
+    left.set_title("throughput vs per-stream speed (knee ringed)", fontsize=9)
+    right.set_xlabel("request rate (req/s)" if kind == "rate" else "concurrency (streams)")
+    right.set_ylabel("TPOT ms")
+    right.set_ylim(bottom=0)
+    right.grid(alpha=0.3)
+    right.set_title("TPOT p50 / p99 vs load", fontsize=9)
+    for ax in (left, right):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

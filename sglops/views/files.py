@@ -28,6 +28,10 @@ def draw(what: str, data: Any, path: Path) -> Path:
         from sglops.views.charts import decode_chart
 
         return decode_chart(data["runs"], path, title=data["title"])
+    if what == "sweep-chart":
+        from sglops.views.charts import sweep_chart
+
+        return sweep_chart(data["runs"], path, title=data["title"])
     raise ValueError(f"no view draws {what!r}")
 
 

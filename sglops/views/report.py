@@ -14,6 +14,7 @@ from typing import Any
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 from sglops.trace.names import full_names_markdown, short_kernel, shorten
+from sglops.views.bench import markdown_loads
 
 
 def _rel(path: str | None, base: Path) -> str | None:
@@ -74,7 +75,8 @@ def _bench(step_id: str, doc: dict) -> list[str]:
     patches = ", ".join(p.get("patch", "?") for p in doc.get("patches") or []) or "none"
     return [f"### {step_id}", "", f"run `{doc.get('run_id')}`: {cfg.get('runs')} repeats, input {cfg.get('input_len')} / "
             f"output {cfg.get('output_len')} tokens, {cfg.get('api')} API; patches applied: {patches}", "",
-            *_table(["concurrency", "decode tok/s", "95% CI", "TPOT ms", "TTFT ms", "e2e ms", "status"], rows)]
+            *_table(["concurrency", "decode tok/s", "95% CI", "TPOT ms", "TTFT ms", "e2e ms", "status"], rows),
+            *markdown_loads(doc)]
 
 
 def _compare(doc: dict, base: Path) -> list[str]:

@@ -1,0 +1,55 @@
+# What a bench level sends and when: the prompts of a dataset (random ids, ranged lengths, shared-prefix groups,
+# a file's prompts) and the arrival times of an open loop (Poisson / gamma with a burstiness, or constant).
+# Every prompt is a function of (dataset, seed, index), so a level can draw as many as its duration needs and two
+# runs with the same seed send the same prompts (output identity across runs relies on it). Standard library only.
+import random
+
+
+def gaps(rate, arrival, burstiness, seed):
+    """Endless inter-arrival gaps in seconds: constant 1/rate, or gamma with shape `burstiness` and mean 1/rate
+    (burstiness 1 = Poisson; < 1 burstier, > 1 smoother), as SGLang's bench_serving draws them."""
+    rng = random.Random(seed)
+    mean = 1.0 / float(rate)
+    while True:
+        if arrival == "constant":
+            yield mean
+        else:
+            yield rng.gammavariate(float(burstiness), mean / float(burstiness))
+
+
+def _length(rng, fixed, span):
+    """A length: `fixed`, or uniform in the inclusive span [lo, hi]."""
+    if span:
+        return rng.randint(int(span[0]), int(span[1]))
+    return int(fixed)
+
+
+class Prompts:
+    """prompt_at(i) -> (prompt: ids or text, output length) for a level's i-th request.
+
+    `draw(seed, n)` gives n random ordinary ids of the model (the client's prompt_ids over its token space)."""
+
+    def __init__(self, dataset, draw, seed, level_seed, in_len, out_len):
+        self.d = dataset or {"kind": "random"}
+        self.draw, self.seed, self.level_seed = draw, int(seed), int(level_seed)
+        self.in_len, self.out_len = int(in_len), int(out_len)
+        self.kind = self.d.get("kind", "random")
+        self._prefixes = {}
+
+    def _prefix(self, g):
+        if g not in self._prefixes:  # the same prefixes for every level and repeat: the radix cache keeps them
+            self._prefixes[g] = self.draw(self.seed * 1000003 + 70000019 + g * 7919, int(self.d["prefix_len"]))
+        return self._prefixes[g]
+
+    def prompt_at(self, i):
+        rng = random.Random(self.level_seed * 31 + i)
+        out_len = _length(rng, self.out_len, self.d.get("output"))
+        if self.kind == "prompts":
+            item = self.d["items"][i % len(self.d["items"])]
+            prompt = item.get("input_ids") if item.get("input_ids") is not None else item["text"]
+            return prompt, int(item.get("output_len") or out_len)
+        in_len = _length(rng, self.in_len, self.d.get("input"))
+        ids = self.draw(self.level_seed + i, in_len)  # the seeds of the fixed random set, unchanged
+        if self.kind == "shared_prefix":
+            return self._prefix(i % int(self.d["groups"])) + ids, out_len
+        return ids, out_len
