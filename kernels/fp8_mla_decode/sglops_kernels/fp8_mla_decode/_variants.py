@@ -37,6 +37,7 @@ VARIANTS = {
     "pf": {"f16": 0, "prefetch": 1, "stages": 1},
     "f16pf": {"f16": 1, "prefetch": 1, "stages": 1},
     "f16pf_n64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8},
+    "f16pf_w4": {"f16": 1, "prefetch": 1, "stages": 1, "warps": 4},  # 2 programs/SM by registers
 }
 
 
