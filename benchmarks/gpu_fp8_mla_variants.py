@@ -9,9 +9,13 @@ the 2026-12-03 H200 sweep picked) through benchmarks/gpu_fp8_mla_decode.py's `ta
 through its `f_graph`/`Timer` (8 layers, one graph, L2 flushed before every replay). Writes
 $OUT/fp8_mla_variants.json and prints a table.
 
-Environment: exactly kernels/fp8_mla_decode/h200_run.sh's (its pip install, FlashInfer tarball and
-PYTHONPATH lines), then
-    python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT
+Environment: exactly kernels/fp8_mla_decode/h200_run.sh's (carry [".whl"]; its pip install, FlashInfer
+tarball and exports), from the repository root on the device machine:
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi && \
+    export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
+        FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda) && \
+    timeout 230 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT > $OUT/variants.txt 2>&1; tail -60 $OUT/variants.txt
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ PICKED = {16: {"trans": 0, "block_h": 16, "block_n": 32, "warps": 4, "stages": 3
 # 8-byte stack. 128 heads: every 64-head block spills (its 64 x 512 fp32 accumulator: 8 warps 352-440-byte
 # stack, 16 warps 976), so the prefetch variants take 32-head blocks x 8 warps (215 registers, none)
 OVERRIDES = {
-    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}},
+    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf_t64": {}},
     128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}},
 }
 CELLS = [(ctx, bs) for ctx in (4096, 32768, 131072) for bs in (1, 16, 64)]
@@ -252,7 +256,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit")
-    ap.add_argument("--variants", default="base,f16,pf,f16pf,f16pf_n64,f16pf_w4")
+    ap.add_argument("--variants", default="base,f16,pf,f16pf,f16pf_n64,f16pf_w4,f16pf_t64")
     ap.add_argument("--heads", default="16,128")
     args = ap.parse_args()
     outdir = Path(args.out)

@@ -17,6 +17,7 @@ Variants (constexprs of one kernel, `_split_kernel_v`):
   PREFETCH=1 explicit register double buffering (launch with num_stages=1): the kv_indices of tile
              i+2 and the FP8 rows of tile i+1 are loaded before tile i is computed, so the DRAM
              latency overlaps the MMA/softmax instead of serialising with it.
+  TRANS=1    rows on M (S^T = K Q^T, O^T += V^T P^T) so that M = BLOCK_N = 64 takes wgmma at 16 heads.
 Same grid, split policy, merge and outputs as `_triton` (same workspace layout).
 """
 
@@ -38,23 +39,38 @@ VARIANTS = {
     "f16pf": {"f16": 1, "prefetch": 1, "stages": 1},
     "f16pf_n64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8},
     "f16pf_w4": {"f16": 1, "prefetch": 1, "stages": 1, "warps": 4},  # 2 programs/SM by registers
+    # rows on M (S^T = K Q^T, O^T += V^T P^T): M = 64 rows, so wgmma with K and V^T read from shared memory
+    "f16pf_t64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8, "trans": 1},
 }
 
 
 @triton.jit
-def _tile(q_nope, q_pe, kn_raw, kp_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.constexpr, KDT: tl.constexpr):
-    """One online-softmax step over a tile of raw FP8 rows (heads on M)."""
+def _tile(q_nope, q_pe, kn_raw, kp_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.constexpr, KDT: tl.constexpr,
+          TRANS: tl.constexpr):
+    """One online-softmax step over a tile of raw FP8 rows: heads on M (acc [H, 512], q [H, d]) or,
+    TRANS, rows on M (acc [512, H], q given transposed [d, H])."""
     k_nope = kn_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
     k_pe = kp_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
-    qk = tl.dot(q_nope, tl.trans(k_nope))
-    qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk)
-    qk = tl.where(nm[None, :], qk * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(qk - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(KDT).to(DOT), k_nope, acc=acc)
+    if TRANS:
+        st = tl.dot(k_nope, q_nope)
+        st = tl.dot(k_pe, q_pe, acc=st)
+        st = tl.where(nm[:, None], st * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(st, 0))
+        alpha = tl.exp2(m_i - m_new)
+        pt = tl.exp2(st - m_new[None, :])
+        l_i = l_i * alpha + tl.sum(pt, 0)
+        acc = acc * alpha[None, :]
+        acc = tl.dot(tl.trans(k_nope), pt.to(KDT).to(DOT), acc=acc)
+    else:
+        qk = tl.dot(q_nope, tl.trans(k_nope))
+        qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk)
+        qk = tl.where(nm[None, :], qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(KDT).to(DOT), k_nope, acc=acc)
     return acc, m_new, l_i
 
 
@@ -73,7 +89,7 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
                     sm_scale, kv_scale, heads, pool_stride, q_sb, q_sh, o_sb, o_sh, n_splits,
                     PAGE: tl.constexpr, CKV: tl.constexpr, KPE: tl.constexpr, BLOCK_H: tl.constexpr,
                     BLOCK_N: tl.constexpr, DOT: tl.constexpr, KDT: tl.constexpr, PREFETCH: tl.constexpr,
-                    DIRECT: tl.constexpr):
+                    DIRECT: tl.constexpr, TRANS: tl.constexpr = 0):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -93,7 +109,12 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
     qrow = b.to(tl.int64) * q_sb + h.to(tl.int64) * q_sh
     q_nope = tl.load(q_ptr + qrow[:, None] + cv[None, :], mask=hm[:, None], other=0.0).to(KDT).to(DOT)
     q_pe = tl.load(q_ptr + qrow[:, None] + cp[None, :], mask=hm[:, None], other=0.0).to(KDT).to(DOT)
-    acc = tl.zeros([BLOCK_H, CKV], tl.float32)
+    if TRANS:
+        q_nope = tl.trans(q_nope)
+        q_pe = tl.trans(q_pe)
+        acc = tl.zeros([CKV, BLOCK_H], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, CKV], tl.float32)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     qk_scale = sm_scale * kv_scale * 1.4426950408889634
@@ -116,7 +137,7 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
             n2 = n0 + 2 * BLOCK_N + ar
             nm2 = n2 < hi
             slot2 = _rows(ids_ptr, start, n2, nm2, PAGE)
-            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT)
+            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
             kn, kp, nm = kn1, kp1, nm1
             slot1, nm1 = slot2, nm2
     else:
@@ -127,17 +148,20 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
             rowp = pool_ptr + slot * pool_stride
             kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0)
             kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0)
-            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT)
+            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
     empty = l_i == 0.0
     inv = kv_scale / tl.where(empty, 1.0, l_i)
     lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    if TRANS:
+        acc = tl.trans(acc * inv[None, :])
+    else:
+        acc = acc * inv[:, None]
     if DIRECT:
         orow = b.to(tl.int64) * o_sb + h.to(tl.int64) * o_sh
-        tl.store(out_ptr + orow[:, None] + cv[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
-                 mask=hm[:, None])
+        tl.store(out_ptr + orow[:, None] + cv[None, :], acc.to(out_ptr.dtype.element_ty), mask=hm[:, None])
     else:
         prow = (b * heads + h).to(tl.int64) * n_splits + s
-        tl.store(part_ptr + prow[:, None] * CKV + cv[None, :], acc * inv[:, None], mask=hm[:, None])
+        tl.store(part_ptr + prow[:, None] * CKV + cv[None, :], acc, mask=hm[:, None])
         tl.store(lse_ptr + prow, lse, mask=hm)
 
 
@@ -147,7 +171,8 @@ def variant_config(name: str, cfg: dict) -> dict:
     out = dict(cfg)
     if over:
         out.update({k: v for k, v in over.items()})
-        out["trans"] = 0  # the variants are heads-on-M only
+        out.setdefault("trans", 0)
+        out["trans"] = over.get("trans", 0)
     return out
 
 
@@ -188,7 +213,7 @@ def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=
         q, raw, kv_indptr, kv_indices, lens, part, lse, out, float(sm_scale), float(kv_scale), heads,
         raw.stride(0), q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits,
         PAGE=page_size, CKV=ckv, KPE=kpe, BLOCK_H=bh, BLOCK_N=cfg["block_n"], DOT=_DOT if _INTERPRET else kdt,
-        KDT=kdt, PREFETCH=cfg["prefetch"], DIRECT=direct, num_warps=cfg["warps"], num_stages=cfg["stages"])
+        KDT=kdt, PREFETCH=cfg["prefetch"], DIRECT=direct, TRANS=cfg["trans"], num_warps=cfg["warps"], num_stages=cfg["stages"])
     if not direct:
         base._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits, CKV=ckv,
                                              SPLITS=base.MAX_SPLITS, num_warps=4)
