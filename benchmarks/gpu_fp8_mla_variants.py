@@ -44,8 +44,8 @@ PICKED = {16: {"trans": 0, "block_h": 16, "block_n": 32, "warps": 4, "stages": 3
 # 8-byte stack. 128 heads: every 64-head block spills (its 64 x 512 fp32 accumulator: 8 warps 352-440-byte
 # stack, 16 warps 976), so the prefetch variants take 32-head blocks x 8 warps (215 registers, none)
 OVERRIDES = {
-    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf_t64": {}},
-    128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}},
+    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf2": {}, "f16pf_t64": {}},
+    128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}, "f16pf2": {"block_h": 32}},
 }
 CELLS = [(ctx, bs) for ctx in (4096, 32768, 131072) for bs in (1, 16, 64)]
 
@@ -256,7 +256,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit")
-    ap.add_argument("--variants", default="base,f16,pf,f16pf,f16pf_n64,f16pf_w4,f16pf_t64")
+    ap.add_argument("--variants", default="base,f16,pf,f16pf,f16pf_n64,f16pf_w4,f16pf2,f16pf_t64")
     ap.add_argument("--heads", default="16,128")
     args = ap.parse_args()
     outdir = Path(args.out)

@@ -112,7 +112,8 @@ print("ok" if not torch.isnan(out).any() and err <= tol else f"err {err:.3g} > {
 
 @pytest.mark.parametrize("name,heads,page,splits", [
     ("f16", 16, 1, 3), ("pf", 16, 1, 3), ("f16pf", 16, 1, 1), ("f16pf", 16, 64, 3), ("f16pf_n64", 16, 1, 3),
-    ("f16pf_w4", 16, 64, 1), ("f16pf_t64", 16, 1, 3), ("f16pf_t64", 16, 64, 1), ("f16pf", 128, 1, 2)])
+    ("f16pf_w4", 16, 64, 1), ("f16pf_t64", 16, 1, 3), ("f16pf_t64", 16, 64, 1),
+    ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2)])
 def test_split_stage_variants_match_fp32_attention_in_the_interpreter(name, heads, page, splits):
     """The candidate split stages (_variants.py: FP16 MMA, register prefetch, 64-row tiles) give the
     same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale ids."""

@@ -17,6 +17,7 @@ Variants (constexprs of one kernel, `_split_kernel_v`):
   PREFETCH=1 explicit register double buffering (launch with num_stages=1): the kv_indices of tile
              i+2 and the FP8 rows of tile i+1 are loaded before tile i is computed, so the DRAM
              latency overlaps the MMA/softmax instead of serialising with it.
+  PREFETCH=2 the same, two tiles of rows in flight (tile i+1 and i+2) and the indices of tile i+3.
   TRANS=1    rows on M (S^T = K Q^T, O^T += V^T P^T) so that M = BLOCK_N = 64 takes wgmma at 16 heads.
 Same grid, split policy, merge and outputs as `_triton` (same workspace layout).
 """
@@ -39,6 +40,7 @@ VARIANTS = {
     "f16pf": {"f16": 1, "prefetch": 1, "stages": 1},
     "f16pf_n64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8},
     "f16pf_w4": {"f16": 1, "prefetch": 1, "stages": 1, "warps": 4},  # 2 programs/SM by registers
+    "f16pf2": {"f16": 1, "prefetch": 2, "stages": 1, "warps": 8},  # two tiles of rows in flight
     # rows on M (S^T = K Q^T, O^T += V^T P^T): M = 64 rows, so wgmma with K and V^T read from shared memory
     "f16pf_t64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8, "trans": 1},
 }
@@ -118,7 +120,7 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     qk_scale = sm_scale * kv_scale * 1.4426950408889634
-    if PREFETCH:
+    if PREFETCH == 1:
         # tile lo's rows loaded, tile lo + BLOCK_N's slots loaded, before the loop
         n = lo + ar
         nm = n < hi
@@ -140,6 +142,34 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
             acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
             kn, kp, nm = kn1, kp1, nm1
             slot1, nm1 = slot2, nm2
+    elif PREFETCH == 2:
+        # two tiles of rows in flight (tile i+1 and i+2) and the slots of tile i+3
+        n = lo + ar
+        nm = n < hi
+        slot = _rows(ids_ptr, start, n, nm, PAGE)
+        rowp = pool_ptr + slot * pool_stride
+        kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0)
+        kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0)
+        n1 = lo + BLOCK_N + ar
+        nm1 = n1 < hi
+        slot1 = _rows(ids_ptr, start, n1, nm1, PAGE)
+        rowp1 = pool_ptr + slot1 * pool_stride
+        kn1 = tl.load(rowp1[:, None] + cv[None, :], mask=nm1[:, None], other=0)
+        kp1 = tl.load(rowp1[:, None] + cp[None, :], mask=nm1[:, None], other=0)
+        n2 = lo + 2 * BLOCK_N + ar
+        nm2 = n2 < hi
+        slot2 = _rows(ids_ptr, start, n2, nm2, PAGE)
+        for n0 in range(lo, hi, BLOCK_N):
+            rowp2 = pool_ptr + slot2 * pool_stride
+            kn2 = tl.load(rowp2[:, None] + cv[None, :], mask=nm2[:, None], other=0)
+            kp2 = tl.load(rowp2[:, None] + cp[None, :], mask=nm2[:, None], other=0)
+            n3 = n0 + 3 * BLOCK_N + ar
+            nm3 = n3 < hi
+            slot3 = _rows(ids_ptr, start, n3, nm3, PAGE)
+            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
+            kn, kp, nm = kn1, kp1, nm1
+            kn1, kp1, nm1 = kn2, kp2, nm2
+            slot2, nm2 = slot3, nm3
     else:
         for n0 in range(lo, hi, BLOCK_N):
             n = n0 + ar
