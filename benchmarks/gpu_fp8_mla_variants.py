@@ -108,7 +108,7 @@ for line in sys.argv[1:]:
 def precompile(names, heads_list) -> None:
     jobs = [json.dumps({"name": n, "heads": h, "cfg": base_cfg_of(n, h)}) for h in heads_list for n in names
             if cfg_for(n, h) is not None]
-    nproc = max(1, min(12, len(jobs)))
+    nproc = max(1, min(16, len(jobs)))  # one job each: the slowest (f16pf_t64, spilling) sets the pace
     procs = [subprocess.Popen([sys.executable, "-c", PRECOMPILE, *jobs[i::nproc]], env=os.environ.copy())
              for i in range(nproc)]
     for p in procs:
