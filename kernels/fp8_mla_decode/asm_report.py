@@ -1,0 +1,89 @@
+"""Compile one split-stage kernel for sm_90a on the CPU (Triton's own ptxas, no GPU) and count what
+matters in its loop: conversions (F2F is the 16/clk/SM scalar one), global loads (synchronous LDG vs
+cp.async LDGSTS), shared-memory traffic (LDS.U8 byte loads vs ldmatrix LDSM), MMAs, spills. Dumps
+TTGIR/PTX/SASS to --dump. The evidence behind NOTES.md, "Why v0.2 is slow".
+
+    PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py base --dump /tmp/k
+    PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py f16pf --warps 8 --stages 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+from collections import Counter
+
+import aot
+
+KEYS = ("F2F.", "F2FP.", "LDG.", "LDGSTS", "LDS.U8", "LDS", "LDSM", "STS", "HMMA", "HGMMA", "BAR.SYNC", "LDL",
+        "STL")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("variant", help="base (_triton._split_kernel) or a _variants.VARIANTS name")
+    ap.add_argument("--block-h", type=int, default=16)
+    ap.add_argument("--block-n", type=int, default=None)
+    ap.add_argument("--warps", type=int, default=None)
+    ap.add_argument("--stages", type=int, default=None)
+    ap.add_argument("--page", type=int, default=1)
+    ap.add_argument("--cc", type=int, default=90)
+    ap.add_argument("--dump", default=None)
+    args = ap.parse_args()
+    import triton
+    import triton.language as tl
+    from sglops_kernels.fp8_mla_decode import _triton, _variants
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    cfg = {"block_h": args.block_h, "block_n": 32, "warps": 4, "stages": 3, "trans": 0}
+    if args.variant != "base":
+        cfg = _variants.variant_config(args.variant, cfg)
+    cfg.update({k: v for k, v in (("block_n", args.block_n), ("warps", args.warps), ("stages", args.stages))
+                if v is not None})
+    const = {"PAGE": args.page, "CKV": 512, "KPE": 64, "BLOCK_H": cfg["block_h"], "BLOCK_N": cfg["block_n"]}
+    if args.variant == "base":
+        fn = _triton._split_kernel
+        const.update({"DOT": tl.bfloat16, "TRANS": cfg["trans"], "DIRECT": 0})
+    else:
+        fn = _variants._split_kernel_v
+        kdt = tl.float16 if cfg["f16"] else tl.bfloat16
+        const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": 0})
+    sig = dict(aot.SIG, **{k: "constexpr" for k in const})
+    aligned = [i for i, k in enumerate(sig) if k.endswith("_ptr") or k in ("pool_stride", "q_sb", "q_sh", "o_sb", "o_sh")]
+    src = ASTSource(fn=fn, signature=sig, constexprs={(i,): const[k] for i, k in enumerate(sig) if k in const},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    k = triton.compile(src, target=GPUTarget("cuda", args.cc, 32),
+                       options={"num_warps": cfg["warps"], "num_stages": cfg["stages"]})
+    dump = args.dump or f"/tmp/fp8_mla_asm_{args.variant}"
+    os.makedirs(dump, exist_ok=True)
+    for ext in ("ttgir", "ptx"):
+        with open(os.path.join(dump, f"k.{ext}"), "w") as f:
+            f.write(k.asm[ext])
+    cubin = os.path.join(dump, "k.cubin")
+    with open(cubin, "wb") as f:
+        f.write(k.asm["cubin"])
+    sass = subprocess.run([aot.cuobjdump_path(), "--dump-sass", cubin], capture_output=True, text=True).stdout
+    res = subprocess.run([aot.cuobjdump_path(), "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
+    with open(os.path.join(dump, "k.sass"), "w") as f:
+        f.write(sass)
+    ops = Counter(m.group(1) for m in re.finditer(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass,
+                                                   re.M))
+    counts = {key: sum(v for op, v in ops.items() if op.startswith(key)) for key in KEYS}
+    counts["LDS"] -= counts["LDS.U8"]
+    ttgir = k.asm["ttgir"]
+    print(json.dumps({"variant": args.variant, "config": cfg, "registers": re.search(r"REG:(\d+)", res).group(1),
+                      "stack": re.search(r"STACK:(\d+)", res).group(1), "shared": k.metadata.shared,
+                      "sass": counts, "ttgir": {"tt.load": ttgir.count("tt.load "),
+                                                "async_copy": ttgir.count("async_copy_global_to_local"),
+                                                "convert_layout": ttgir.count("ttg.convert_layout"),
+                                                "fp_to_fp": ttgir.count("tt.fp_to_fp"),
+                                                "local_alloc": ttgir.count("ttg.local_alloc")},
+                      "dump": dump}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Candidate rewrites of the split stage (`_triton._split_kernel`), for the H200 A/B in
+benchmarks/gpu_fp8_mla_variants.py. The default kernel stays `_triton`'s until a variant is measured
+faster. What the sm_90a compile of the default shows (NOTES.md, "Why v0.2 is slow"):
+
+  1. every FP8 element becomes BF16 through F2F.BF16.F16 (Triton lowers e4m3 -> bf16 as
+     cvt.rn.f16x2.e4m3x2, then one scalar f16 -> bf16 F2F per element); F2F issues at 16/clk/SM;
+  2. K[:, :512] is converted twice (once per MMA operand layout: B^T of Q K^T, B of P V), so a
+     32-row tile costs 34,816 F2F = ~2,200 clocks per SM, about the whole per-tile budget at 4 TB/s;
+  3. the software pipeliner does not pipeline the [BLOCK_N, 512] load (two users in different
+     layouts): it stays a synchronous tt.load in the loop, behind a synchronous kv_indices load,
+     so each tile pays two dependent global latencies with nothing in flight.
+
+Variants (constexprs of one kernel, `_split_kernel_v`):
+  F16=1      MMA in FP16: q cast once to fp16 (exact for |q| in [6.1e-5, 65504]; smaller values
+             round as fp16 subnormals, absolute error < 3e-8), K via cvt.rn.f16x2.e4m3x2 only (e4m3
+             is exact in fp16), P in fp16 (3 more mantissa bits than bf16). No F2F.
+  PREFETCH=1 explicit register double buffering (launch with num_stages=1): the kv_indices of tile
+             i+2 and the FP8 rows of tile i+1 are loaded before tile i is computed, so the DRAM
+             latency overlaps the MMA/softmax instead of serialising with it.
+  PREFETCH=2 the same, two tiles of rows in flight (tile i+1 and i+2) and the indices of tile i+3.
+  TRANS=1    rows on M (S^T = K Q^T, O^T += V^T P^T) so that M = BLOCK_N = 64 takes wgmma at 16 heads.
+Same grid, split policy, merge and outputs as `_triton` (same workspace layout).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from sglops_kernels.fp8_mla_decode import _triton as base
+
+_INTERPRET = base._INTERPRET
+_DOT = base._DOT
+
+# name -> (F16, PREFETCH, config overrides per head class (None: the baseline config as given))
+VARIANTS = {
+    "base": None,  # _triton._split_kernel itself
+    "f16": {"f16": 1, "prefetch": 0},
+    "pf": {"f16": 0, "prefetch": 1, "stages": 1},
+    "f16pf": {"f16": 1, "prefetch": 1, "stages": 1},
+    "f16pf_n64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8},
+    "f16pf_w4": {"f16": 1, "prefetch": 1, "stages": 1, "warps": 4},  # 2 programs/SM by registers
+    "f16pf2": {"f16": 1, "prefetch": 2, "stages": 1, "warps": 8},  # two tiles of rows in flight
+    # rows on M (S^T = K Q^T, O^T += V^T P^T): M = 64 rows, so wgmma with K and V^T read from shared memory
+    "f16pf_t64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8, "trans": 1},
+}
+
+
+@triton.jit
+def _tile(q_nope, q_pe, kn_raw, kp_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.constexpr, KDT: tl.constexpr,
+          TRANS: tl.constexpr):
+    """One online-softmax step over a tile of raw FP8 rows: heads on M (acc [H, 512], q [H, d]) or,
+    TRANS, rows on M (acc [512, H], q given transposed [d, H])."""
+    k_nope = kn_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
+    k_pe = kp_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
+    if TRANS:
+        st = tl.dot(k_nope, q_nope)
+        st = tl.dot(k_pe, q_pe, acc=st)
+        st = tl.where(nm[:, None], st * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(st, 0))
+        alpha = tl.exp2(m_i - m_new)
+        pt = tl.exp2(st - m_new[None, :])
+        l_i = l_i * alpha + tl.sum(pt, 0)
+        acc = acc * alpha[None, :]
+        acc = tl.dot(tl.trans(k_nope), pt.to(KDT).to(DOT), acc=acc)
+    else:
+        qk = tl.dot(q_nope, tl.trans(k_nope))
+        qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk)
+        qk = tl.where(nm[None, :], qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(KDT).to(DOT), k_nope, acc=acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _rows(ids_ptr, start, n, nm, PAGE: tl.constexpr):
+    if PAGE == 1:
+        slot = tl.load(ids_ptr + start + n, mask=nm, other=0).to(tl.int64)
+    else:
+        page = tl.load(ids_ptr + start + n // PAGE, mask=nm, other=0).to(tl.int64)
+        slot = page * PAGE + n % PAGE
+    return slot
+
+
+@triton.jit(do_not_specialize=["n_splits", "heads"])
+def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_ptr, out_ptr,
+                    sm_scale, kv_scale, heads, pool_stride, q_sb, q_sh, o_sb, o_sh, n_splits,
+                    PAGE: tl.constexpr, CKV: tl.constexpr, KPE: tl.constexpr, BLOCK_H: tl.constexpr,
+                    BLOCK_N: tl.constexpr, DOT: tl.constexpr, KDT: tl.constexpr, PREFETCH: tl.constexpr,
+                    DIRECT: tl.constexpr, TRANS: tl.constexpr = 0):
+    hb = tl.program_id(0)
+    s = tl.program_id(1)
+    b = tl.program_id(2)
+    start = tl.load(indptr_ptr + b).to(tl.int64)
+    if PAGE == 1:
+        length = tl.load(indptr_ptr + b + 1).to(tl.int64) - start
+    else:
+        length = tl.load(lens_ptr + b).to(tl.int64)
+    per = tl.cdiv(tl.cdiv(length, n_splits), BLOCK_N) * BLOCK_N
+    lo = s * per
+    hi = tl.minimum(lo + per, length)
+    h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = h < heads
+    cv = tl.arange(0, CKV)
+    cp = CKV + tl.arange(0, KPE)
+    ar = tl.arange(0, BLOCK_N)
+    qrow = b.to(tl.int64) * q_sb + h.to(tl.int64) * q_sh
+    q_nope = tl.load(q_ptr + qrow[:, None] + cv[None, :], mask=hm[:, None], other=0.0).to(KDT).to(DOT)
+    q_pe = tl.load(q_ptr + qrow[:, None] + cp[None, :], mask=hm[:, None], other=0.0).to(KDT).to(DOT)
+    if TRANS:
+        q_nope = tl.trans(q_nope)
+        q_pe = tl.trans(q_pe)
+        acc = tl.zeros([CKV, BLOCK_H], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, CKV], tl.float32)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    qk_scale = sm_scale * kv_scale * 1.4426950408889634
+    if PREFETCH == 1:
+        # tile lo's rows loaded, tile lo + BLOCK_N's slots loaded, before the loop
+        n = lo + ar
+        nm = n < hi
+        slot = _rows(ids_ptr, start, n, nm, PAGE)
+        rowp = pool_ptr + slot * pool_stride
+        kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0)
+        kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0)
+        n1 = lo + BLOCK_N + ar
+        nm1 = n1 < hi
+        slot1 = _rows(ids_ptr, start, n1, nm1, PAGE)
+        for n0 in range(lo, hi, BLOCK_N):
+            # issue tile n0 + BLOCK_N's rows and tile n0 + 2 BLOCK_N's slots, then compute tile n0
+            rowp1 = pool_ptr + slot1 * pool_stride
+            kn1 = tl.load(rowp1[:, None] + cv[None, :], mask=nm1[:, None], other=0)
+            kp1 = tl.load(rowp1[:, None] + cp[None, :], mask=nm1[:, None], other=0)
+            n2 = n0 + 2 * BLOCK_N + ar
+            nm2 = n2 < hi
+            slot2 = _rows(ids_ptr, start, n2, nm2, PAGE)
+            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
+            kn, kp, nm = kn1, kp1, nm1
+            slot1, nm1 = slot2, nm2
+    elif PREFETCH == 2:
+        # two tiles of rows in flight (tile i+1 and i+2) and the slots of tile i+3
+        n = lo + ar
+        nm = n < hi
+        slot = _rows(ids_ptr, start, n, nm, PAGE)
+        rowp = pool_ptr + slot * pool_stride
+        kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0)
+        kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0)
+        n1 = lo + BLOCK_N + ar
+        nm1 = n1 < hi
+        slot1 = _rows(ids_ptr, start, n1, nm1, PAGE)
+        rowp1 = pool_ptr + slot1 * pool_stride
+        kn1 = tl.load(rowp1[:, None] + cv[None, :], mask=nm1[:, None], other=0)
+        kp1 = tl.load(rowp1[:, None] + cp[None, :], mask=nm1[:, None], other=0)
+        n2 = lo + 2 * BLOCK_N + ar
+        nm2 = n2 < hi
+        slot2 = _rows(ids_ptr, start, n2, nm2, PAGE)
+        for n0 in range(lo, hi, BLOCK_N):
+            rowp2 = pool_ptr + slot2 * pool_stride
+            kn2 = tl.load(rowp2[:, None] + cv[None, :], mask=nm2[:, None], other=0)
+            kp2 = tl.load(rowp2[:, None] + cp[None, :], mask=nm2[:, None], other=0)
+            n3 = n0 + 3 * BLOCK_N + ar
+            nm3 = n3 < hi
+            slot3 = _rows(ids_ptr, start, n3, nm3, PAGE)
+            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
+            kn, kp, nm = kn1, kp1, nm1
+            kn1, kp1, nm1 = kn2, kp2, nm2
+            slot2, nm2 = slot3, nm3
+    else:
+        for n0 in range(lo, hi, BLOCK_N):
+            n = n0 + ar
+            nm = n < hi
+            slot = _rows(ids_ptr, start, n, nm, PAGE)
+            rowp = pool_ptr + slot * pool_stride
+            kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0)
+            kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0)
+            acc, m_i, l_i = _tile(q_nope, q_pe, kn, kp, nm, acc, m_i, l_i, qk_scale, DOT, KDT, TRANS)
+    empty = l_i == 0.0
+    inv = kv_scale / tl.where(empty, 1.0, l_i)
+    lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    if TRANS:
+        acc = tl.trans(acc * inv[None, :])
+    else:
+        acc = acc * inv[:, None]
+    if DIRECT:
+        orow = b.to(tl.int64) * o_sb + h.to(tl.int64) * o_sh
+        tl.store(out_ptr + orow[:, None] + cv[None, :], acc.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+    else:
+        prow = (b * heads + h).to(tl.int64) * n_splits + s
+        tl.store(part_ptr + prow[:, None] * CKV + cv[None, :], acc, mask=hm[:, None])
+        tl.store(lse_ptr + prow, lse, mask=hm)
+
+
+def variant_config(name: str, cfg: dict) -> dict:
+    """The launch configuration of variant `name` derived from a baseline configuration `cfg`."""
+    over = VARIANTS[name]
+    out = dict(cfg)
+    if over:
+        out.update({k: v for k, v in over.items()})
+        out.setdefault("trans", 0)
+        out["trans"] = over.get("trans", 0)
+    return out
+
+
+def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None,
+                       workspace=None, page_size=1, kv_lens=None, config=None):
+    """`_triton.mla_decode` with the split stage of variant `name` (VARIANTS); `config` is the
+    baseline configuration the variant's overrides apply to (default: config_for(heads))."""
+    batch, heads, d = q.shape
+    cfg0 = dict(config or base.config_for(heads))
+    if VARIANTS[name] is None:
+        return base.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
+                               page_size, kv_lens, cfg0)
+    cfg = variant_config(name, cfg0)
+    ckv, kpe = 512, d - 512
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    raw = pool.view(torch.uint8)
+    if raw.dim() == 3 and raw.shape[1] != 1:
+        raw = raw.reshape(-1, 1, d)
+    if out is None:
+        out = torch.empty(batch, heads, ckv, dtype=q.dtype, device=q.device)
+    if page_size > 1 and kv_lens is None:
+        raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
+    n_splits = max(1, min(int(n_splits), base.MAX_SPLITS))
+    direct = n_splits == 1
+    if direct:
+        part = lse = out
+    elif workspace is None:
+        part, lse = base.workspace(batch, heads, n_splits, q.device)
+    else:
+        part, lse = workspace
+        if part.numel() < batch * heads * n_splits * ckv or lse.numel() < batch * heads * n_splits:
+            raise ValueError("workspace smaller than batch x heads x n_splits")
+    bh = cfg["block_h"]
+    lens = kv_lens if kv_lens is not None else kv_indptr
+    kdt = tl.float16 if cfg["f16"] else tl.bfloat16
+    _split_kernel_v[(triton.cdiv(heads, bh), n_splits, batch)](
+        q, raw, kv_indptr, kv_indices, lens, part, lse, out, float(sm_scale), float(kv_scale), heads,
+        raw.stride(0), q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits,
+        PAGE=page_size, CKV=ckv, KPE=kpe, BLOCK_H=bh, BLOCK_N=cfg["block_n"], DOT=_DOT if _INTERPRET else kdt,
+        KDT=kdt, PREFETCH=cfg["prefetch"], DIRECT=direct, TRANS=cfg["trans"], num_warps=cfg["warps"], num_stages=cfg["stages"])
+    if not direct:
+        base._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits, CKV=ckv,
+                                             SPLITS=base.MAX_SPLITS, num_warps=4)
+    return out
