@@ -11,10 +11,11 @@ steps); same-name nested ops count once per occurrence, as in torch.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sglops.trace.parse import STEP_RE, RawTrace
+from sglops.trace.stacks import NO_FRAME, innermost
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,6 +43,8 @@ class Breakdown:
     by_gpu_span: dict[str, list]     # record_function name -> [us on the GPU stream, count]
     by_op_kernel: dict[str, dict]    # scope -> {(innermost op, kernel): us}
     steps: list[dict]                # one per step span: name, cpu_us, gpu_us, kernels
+    by_source_kernel: dict[str, dict] = field(default_factory=dict)  # scope -> {(launching frame, kernel): us}
+    frames: int = 0                  # Python frames kept (0: the trace was taken without stacks)
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -172,6 +175,24 @@ def _attribute(raw, k_dur, t, th, is_step):
     return op_dev, inner, step_of
 
 
+def _pairs(first, k_name, k_dur, scopes: dict, names: list[str], missing: str) -> dict[str, dict]:
+    """{scope: {(names[first], kernel name): us}} over each scope's kernels; first < 0 -> `missing`."""
+    import numpy as np
+
+    nn = max(len(names), 1)
+    out: dict[str, dict] = {}
+    for scope, mask in scopes.items():
+        key = (first[mask] + 1) * nn + k_name[mask]
+        if not len(key):
+            out[scope] = {}
+            continue
+        uk, inv = np.unique(key, return_inverse=True)
+        us = np.bincount(inv, weights=k_dur[mask])
+        out[scope] = {(names[int(u // nn) - 1] if u // nn else missing, names[int(u % nn)]): float(v)
+                      for u, v in zip(uk.tolist(), us.tolist(), strict=True)}
+    return out
+
+
 def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
     """The breakdown of a file with no GPU events, in plain Python: nothing on the GPU to attribute, the
     step spans' CPU time; numpy is not imported for it (a tenth of analyze-trace's run on a small trace)."""
@@ -193,7 +214,7 @@ def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
     return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=None, events=raw.events, kernels=0,
                      linked=0, gpu_us=0.0, window_us=0.0, idle_us=0.0, by_kernel={}, by_op=by_op,
                      by_gpu_span=by_gpu_span, by_op_kernel={"all": {}, "steps": {}, "decode": {}},
-                     steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))])
+                     steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))], frames=len(raw.p_ts))
 
 
 def breakdown(raw: RawTrace) -> Breakdown:
@@ -238,18 +259,11 @@ def breakdown(raw: RawTrace) -> Breakdown:
     decode_ids = np.array([i for i, n in enumerate(names) if n.startswith("step[DECODE")], dtype=np.int64)
     scopes = {"all": np.ones(len(k_dur), dtype=bool), "steps": step_of >= 0,
               "decode": np.isin(step_name, decode_ids) & (step_of >= 0)}
-    by_op_kernel: dict[str, dict] = {}
-    for scope, mask in scopes.items():
-        key = (inner_name[mask] + 1) * nn + k_name[mask]
-        if not len(key):
-            by_op_kernel[scope] = {}
-            continue
-        uk, inv = np.unique(key, return_inverse=True)
-        us = np.bincount(inv, weights=k_dur[mask])
-        by_op_kernel[scope] = {
-            (names[int(u // nn) - 1] if u // nn else UNATTRIBUTED, names[int(u % nn)]): float(v)
-            for u, v in zip(uk.tolist(), us.tolist(), strict=True)
-        }
+    by_op_kernel = _pairs(inner_name, k_name, k_dur, scopes, names, UNATTRIBUTED)
+    by_source_kernel: dict[str, dict] = {}
+    if len(raw.p_ts):  # a stack-carrying trace: the Python frame that launched each kernel
+        frame = np.frombuffer(innermost(raw, _arr("d", t), _arr("i", th.astype(np.int32))), dtype=np.int32)
+        by_source_kernel = _pairs(frame.astype(np.int64), k_name, k_dur, scopes, names, NO_FRAME)
 
     steps = []
     if is_step.any():
@@ -269,4 +283,5 @@ def breakdown(raw: RawTrace) -> Breakdown:
     return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=gpu_name, events=raw.events,
                      kernels=len(k_dur), linked=int((th >= 0).sum()), gpu_us=float(k_dur.sum()),
                      window_us=window, idle_us=idle, by_kernel=by_kernel, by_op=by_op,
-                     by_gpu_span=by_gpu_span, by_op_kernel=by_op_kernel, steps=steps)
+                     by_gpu_span=by_gpu_span, by_op_kernel=by_op_kernel, steps=steps,
+                     by_source_kernel=by_source_kernel, frames=len(raw.p_ts))

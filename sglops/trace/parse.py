@@ -36,6 +36,8 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 OP_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_SPAN_CAT = "gpu_user_annotation"  # record_function ranges as seen on the GPU stream
+FRAME_CAT = "python_function"  # with_stack: one event per Python frame, "file.py(LINE): function"
+BUILTIN = "<built-in"  # frames of C functions (getattr, Tensor.to): no file or line, never kept
 STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\])$")
 RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
@@ -97,6 +99,11 @@ class RawTrace:
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
     g_name: array = field(default_factory=lambda: array("i"))
+    # Python frames (traces taken with stacks), built-in functions dropped: 24 bytes each
+    p_ts: array = field(default_factory=lambda: array("d"))
+    p_dur: array = field(default_factory=lambda: array("d"))
+    p_name: array = field(default_factory=lambda: array("i"))
+    p_thread: array = field(default_factory=lambda: array("i"))
 
 
 def open_trace(path: str | os.PathLike):
@@ -172,6 +179,21 @@ class _Columns:
                 args = ev.get("args")
                 o_ext(int(args.get("External id", -1)) if args else -1)
                 o_annot(cat == "user_annotation")
+            elif cat == FRAME_CAT:
+                name = ev.get("name", "?")
+                if name.startswith(BUILTIN):
+                    continue
+                nid = names.get(name)
+                if nid is None:
+                    nid = names[name] = len(names)
+                key = (ev.get("pid"), ev.get("tid"))
+                tid = threads.get(key)
+                if tid is None:
+                    tid = threads[key] = len(threads)
+                raw.p_ts.append(ev["ts"])
+                raw.p_dur.append(ev.get("dur", 0.0))
+                raw.p_name.append(nid)
+                raw.p_thread.append(tid)
             elif cat in GPU_CATS:
                 args = ev.get("args") or {}
                 name = ev.get("name", "?")
@@ -301,6 +323,9 @@ def read(path: str | os.PathLike) -> RawTrace:
     finally:
         if gc_was_on:
             gc.enable()
+    if not (len(raw.o_ts) or len(raw.k_ts) or len(raw.g_dur) or len(raw.l_ts) or len(raw.p_ts)):
+        raise TraceError(f"{path}: no trace events to analyse ({raw.events} events, none a CPU op, kernel or "
+                         "Python frame); was the profiler on while the server ran?")
     raw.rank = rank_of(path, raw.meta)
     raw.names = list(cols.names)
     return raw
