@@ -49,9 +49,15 @@ def shorten(text: str, width: int) -> str:
 _SEPARATOR_RE = re.compile(r"[" + re.escape("".join(sorted(_SEPARATORS))) + r"]")
 
 
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+FULL_NAME_CAP = 4096
+READ_CAP = 8192  # short_kernel reads this much of a name  # a report lists a full name up to this; analysis.json keeps it whole
+
+
 def printable(text: str) -> str:
-    """text with terminal control characters shown as `\\x1b` escapes (linear: str.translate)."""
-    return text.translate(_CONTROLS)
+    """text with terminal control characters shown as `\\x1b` escapes (a C-speed scan; translated only when
+    there is something to escape)."""
+    return text.translate(_CONTROLS) if _CONTROL_RE.search(text) else text
 
 
 def cell(text: str, width: int = CELL) -> str:
@@ -82,6 +88,7 @@ def short_kernel(name: str, width: int = KERNEL_WIDTH) -> str:
     (at::native, c10, std) are dropped, a library's (cublasLt::, flashinfer::) is kept; the result is
     cut at a word boundary to `width`.
     """
+    name = name[:READ_CAP]  # real names are < 2 KB; a 60 MB one is read no further than this
     s = (name[5:] if name.startswith("void ") else name).replace("(anonymous namespace)::", "").strip()
     cut = _depth0_cut(s)
     base = _base(s[:cut])
@@ -116,4 +123,10 @@ def full_names_markdown(names: list[str], width: int = KERNEL_WIDTH) -> list[str
     if not rows:
         return []
     return ["", "<details><summary>full kernel names</summary>", "",
-            *[f"- `{s}`: `{n.replace('`', chr(39))}`" for s, n in rows], "", "</details>"]
+            *[f"- `{s}`: `{_capped(n).replace('`', chr(39))}`" for s, n in rows], "", "</details>"]
+
+
+def _capped(name: str) -> str:
+    if len(name) <= FULL_NAME_CAP:
+        return name
+    return f"{name[:FULL_NAME_CAP]}{ELLIPSIS} ({len(name):,} characters; whole in analysis.json)"

@@ -233,6 +233,7 @@ class _NotFast(Exception):
 
 
 CHUNK = 1 << 20
+MAX_EVENT = 128 * CHUNK  # the largest single event the fast path holds (a 60 MB kernel name fits)
 BOUNDARY = b"},\n"  # '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
 
 
@@ -261,15 +262,16 @@ def _fast(path: str, cols: _Columns) -> dict:
             raise _NotFast from None
         if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
             raise _NotFast
-        buf = buf[j + 1:]
+        buf = bytearray(buf[j + 1:])  # appended in place: one huge event (a 60 MB name) is not copied per chunk
+        scanned = 0  # the head of buf already searched for a boundary (none that parsed)
         while True:
             chunk = fh.read(CHUNK)
             buf += chunk
             if not chunk:
                 break
-            cut, tries = len(buf), 0
+            cut, tries, lo = len(buf), 0, max(0, scanned - len(BOUNDARY))
             while tries < 4:
-                cut = buf.rfind(BOUNDARY, 0, cut)
+                cut = buf.rfind(BOUNDARY, lo, cut)
                 if cut < 0:
                     break
                 try:
@@ -278,10 +280,12 @@ def _fast(path: str, cols: _Columns) -> dict:
                     tries += 1
                     continue
                 cols.take(events)
-                buf = buf[cut + 2:]
+                del buf[:cut + 2]
                 break
-            if len(buf) > 8 * CHUNK:
+            scanned = len(buf)
+            if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
                 raise _NotFast
+        buf = bytes(buf)
         # the end: the last events, the array's ']', then simple trailing keys and '}'
         end = len(buf)
         for _ in range(8):
