@@ -92,8 +92,8 @@ def capture(out: Path, steps: int) -> dict:
 
 CHILD = ("import json, sys, time\nt = time.perf_counter()\nfrom sglops.trace import analyze\n"
          "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\n"
-         "print(json.dumps({'s': s, 'events': a.files[0].events, 'frames': a.frames_seen, "
-         "'top_line': (a.sources[0]['line'] if a.sources else None)}))")
+         "print(json.dumps({'s': s, 'events': a.files[0].events, 'frames': a.frames, "
+         "'top_line': (a.sources[0]['label'] if a.sources else None)}))")
 
 
 def _child(path: Path) -> dict:
@@ -128,7 +128,7 @@ def measure(a: Path, b: Path, repeats: int) -> dict:
     return out
 
 
-def big(size_gb: float, gz: bool) -> dict:
+def big(size_gb: float, gz: bool, source: Path = STACK) -> dict:
     """The stack trace replicated to size_gb (benchmarks/bench_trace.make_big), analysed in a fresh process."""
     import gzip
     import shutil
@@ -136,7 +136,7 @@ def big(size_gb: float, gz: bool) -> dict:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_trace import make_big
 
-    path, reps = make_big(size_gb, STACK)
+    path, reps = make_big(size_gb, source)
     if gz:
         zipped = path.with_name(path.name + ".gz")
         if not zipped.exists():
@@ -164,7 +164,7 @@ def main() -> None:
     elif args.part == "measure":
         doc = measure(args.a, args.b, args.repeats)
     else:
-        doc = big(args.size_gb, args.gzip)
+        doc = big(args.size_gb, args.gzip, args.a)
     print(json.dumps(doc, indent=2))
     print(f"peak RSS of this process's children: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB",
           file=sys.stderr)
