@@ -127,7 +127,7 @@ def _def_line(path: Path, func: str) -> int:
                if isinstance(n, ast.FunctionDef) and n.name == func)
 
 
-def _gpu_trace(path: Path, frame: str) -> Path:
+def _gpu_trace(path: Path, frame: str, launch: str = "cudaLaunchKernel") -> Path:
     """HAND-MADE (no GPU here takes a stack trace): a decode step whose cast kernel is launched inside `frame`
     (through a torch frame and a dropped built-in one), and a small kernel launched outside any frame."""
     X = "X"
@@ -140,7 +140,7 @@ def _gpu_trace(path: Path, frame: str) -> Path:
          "tid": 1, "ts": 10.0, "dur": 70.0},
         {"ph": X, "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1, "ts": 11.0, "dur": 60.0},
         {"ph": X, "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 20.0, "dur": 40.0},
-        {"ph": X, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 30.0, "dur": 2.0,
+        {"ph": X, "cat": "cuda_runtime", "name": launch, "pid": 1, "tid": 1, "ts": 30.0, "dur": 2.0,
          "args": {"correlation": 7}},
         {"ph": X, "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 150.0, "dur": 20.0},
         {"ph": X, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 155.0, "dur": 2.0,
@@ -275,3 +275,21 @@ def test_profile_takes_stack_flag_and_keeps_with_stack():
     (prof,) = [o for o in OPS if o.name == "profile"]
     names = [p.name for p in prof.params if hasattr(p, "name")]
     assert "stack" in names and "with_stack" in names and "probe" in names
+
+
+def test_a_cuda_graph_replay_is_named_and_not_joined(tmp_path):
+    """Kernels a cudaGraphLaunch replayed were captured by another line: the row says so, no probe finding is
+    joined to the replaying frame, and the verdict says how to see the capturing line."""
+    from sglops.sandbox.trees import sglang_template
+
+    root = sglang_template("0.5.23") / "python"
+    probe_json = tmp_path / "probe.json"
+    probe_json.write_text(json.dumps(_probe_doc(root)))
+    backend = root / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
+    frame = f"sglang/srt/layers/attention/flashinfer_mla_backend.py({_def_line(backend, 'forward_decode')}): forward_decode"
+    a = analyze([_gpu_trace(tmp_path / "g.json", frame, launch="cudaGraphLaunch")], probe=src.load(probe_json))
+    top = a.sources[0]
+    assert top["graph"] and top["label"].endswith("(forward_decode) [CUDA graph replay]")
+    assert top["probe"] == [] and top["patches"] == []
+    (line,) = a.source_verdict()
+    assert "replayed from a CUDA graph" in line and "cuda_graph: {disable: true}" in line

@@ -77,6 +77,12 @@ class TraceAnalysis(Observation):
 
         where = f"GPU time {SCOPE_LABELS[self.scope]}" if self.has_gpu else "CPU time in ops"
         out = []
+        if self.sources and self.sources[0].get("graph"):
+            r = self.sources[0]
+            what = short_kernel(r["what"]) if self.has_gpu else r["what"]
+            out.append(f"{r['share']:.1%} of {where} in {what} replayed from a CUDA graph at {r['label']}: the line "
+                       "that captured it is not in a replay's stack; profile with CUDA graphs off (a server profile "
+                       "with `cuda_graph: {disable: true}`) to see it")
         for r in self.sources:
             if not r["probe"]:
                 continue

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sglops.trace.parse import STEP_RE, RawTrace
-from sglops.trace.stacks import NO_FRAME, innermost
+from sglops.trace.stacks import GRAPH_PREFIX, NO_FRAME, innermost
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,6 +82,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
     l_corr = np.frombuffer(raw.l_corr, dtype=np.int64)
     t = np.full(n, np.nan)
     th = np.full(n, -1, dtype=np.int64)
+    graph = np.zeros(n, dtype=bool)
     if len(l_corr):
         order = np.argsort(l_corr, kind="stable")
         sc = l_corr[order]
@@ -90,6 +91,8 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         li = order[pos[hit]]
         t[hit] = np.frombuffer(raw.l_ts, dtype=np.float64)[li]
         th[hit] = np.frombuffer(raw.l_thread, dtype=np.int32)[li]
+        if len(raw.l_graph) == len(l_corr):
+            graph[hit] = np.frombuffer(raw.l_graph, dtype=np.int8)[li] > 0
     miss = (th < 0) & (k_ext >= 0)
     o_ext = np.frombuffer(raw.o_ext, dtype=np.int64)
     if miss.any() and len(o_ext):
@@ -101,7 +104,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         oi = order[pos[ok]]
         t[idx] = np.frombuffer(raw.o_ts, dtype=np.float64)[oi]
         th[idx] = np.frombuffer(raw.o_thread, dtype=np.int32)[oi]
-    return t, th
+    return t, th, graph
 
 
 def _arr(code: str, values: np.ndarray) -> array:
@@ -237,7 +240,7 @@ def breakdown(raw: RawTrace) -> Breakdown:
     kcnt = np.bincount(k_name, minlength=nn)
     by_kernel = {names[i]: [float(kus[i]), int(kcnt[i])] for i in np.flatnonzero(kcnt)}
 
-    t, th = _launch_points(raw, k_corr, k_ext)
+    t, th, graph = _launch_points(raw, k_corr, k_ext)
     op_dev, inner, step_of = _attribute(raw, k_dur, t, th, is_step)
     ous = np.bincount(o_name, weights=op_dev, minlength=nn)
     ocnt = np.bincount(o_name, minlength=nn)
@@ -263,7 +266,12 @@ def breakdown(raw: RawTrace) -> Breakdown:
     by_source_kernel: dict[str, dict] = {}
     if len(raw.p_ts):  # a stack-carrying trace: the Python frame that launched each kernel
         frame = np.frombuffer(innermost(raw, _arr("d", t), _arr("i", th.astype(np.int32))), dtype=np.int32)
-        by_source_kernel = _pairs(frame.astype(np.int64), k_name, k_dur, scopes, names, NO_FRAME)
+        frame = frame.astype(np.int64)
+        # a CUDA graph replay's kernels were launched by the replay call, not by the line that captured them:
+        # their frame is marked so the view says so (and no probe finding is joined to the replay's frame)
+        replayed = graph & (frame >= 0)
+        frame[replayed] += len(names)
+        by_source_kernel = _pairs(frame, k_name, k_dur, scopes, names + [GRAPH_PREFIX + n for n in names], NO_FRAME)
 
     steps = []
     if is_step.any():

@@ -89,6 +89,7 @@ class RawTrace:
     l_ts: array = field(default_factory=lambda: array("d"))
     l_corr: array = field(default_factory=lambda: array("q"))
     l_thread: array = field(default_factory=lambda: array("i"))
+    l_graph: array = field(default_factory=lambda: array("b"))  # 1: cudaGraphLaunch (a CUDA graph replay)
     # CPU ops and annotations (incl. ProfilerStep# / step[...] spans)
     o_ts: array = field(default_factory=lambda: array("d"))
     o_dur: array = field(default_factory=lambda: array("d"))
@@ -225,6 +226,7 @@ class _Columns:
                 raw.l_ts.append(ev["ts"])
                 raw.l_corr.append(int(corr))
                 raw.l_thread.append(tid)
+                raw.l_graph.append(ev.get("name", "").startswith("cudaGraphLaunch"))
         raw.events += n
 
 

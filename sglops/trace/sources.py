@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.paths import REPO_ROOT
-from sglops.trace.stacks import Frame, package_path, parse_frame
+from sglops.trace.stacks import GRAPH_PREFIX, Frame, package_path, parse_frame
 
 
 @dataclass(frozen=True)
@@ -168,10 +168,13 @@ def rows(pairs: dict[tuple[str, str], float], total: float, top: int, probe: Pro
     """The top (frame, kernel-or-op) pairs by time: share, the frame parsed, the probe hits in it, the patches."""
     out = []
     for (frame_name, what), us in sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
-        frame = parse_frame(frame_name)
-        hits = probe.flags(frame) if (probe and frame) else []
+        graph = frame_name.startswith(GRAPH_PREFIX)
+        frame = parse_frame(frame_name.removeprefix(GRAPH_PREFIX))
+        hits = probe.flags(frame) if (probe and frame and not graph) else []
         patches = sorted({p for h in hits for p in probe.patches_for(h)}) if probe else []
+        label = frame.label if frame else frame_name
         out.append({"what": what, "us": us, "share": us / total if total > 0 else 0.0, "frame": frame_name,
-                    "source": frame.to_json() if frame else None, "label": frame.label if frame else frame_name,
+                    "source": frame.to_json() if frame else None, "graph": graph,
+                    "label": f"{label} [CUDA graph replay]" if graph else label,
                     "probe": [h.to_json() for h in hits], "patches": patches})
     return out

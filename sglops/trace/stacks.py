@@ -23,6 +23,7 @@ from dataclasses import dataclass
 FRAME_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 SGLANG_DIR = "sglang/"
 NO_FRAME = "(no Python frame)"  # a kernel or op with no file frame around it
+GRAPH_PREFIX = "[CUDA graph replay] "  # a frame that replayed a graph: its kernels were captured elsewhere
 EPS_US = 0.005  # as in breakdown: timestamps are ns rounded to us floats
 
 
