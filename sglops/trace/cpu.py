@@ -14,12 +14,11 @@ on the CPU. SGLang marks its scheduler loop with record_function ranges (`schedu
 from __future__ import annotations
 
 import re
-import sys
 from array import array
 from dataclasses import dataclass, field
 
 from sglops.trace.parse import STEP_RE, RawTrace
-from sglops.trace.stacks import NO_FRAME, innermost
+from sglops.trace.stacks import NO_FRAME, innermost, use_numpy
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
 ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
@@ -85,8 +84,9 @@ def _parents(ts: array, end: array, th: array) -> array:
 
 def _nesting_order(ts: array, end: array, th: array):
     """Op indices by thread, then start, longer (outer) first. numpy's lexsort (8 bytes per op) when a GPU
-    trace has loaded it anyway, else Python's sort (no numpy import for a CPU-only trace)."""
-    if "numpy" in sys.modules:
+    trace has loaded it anyway or the trace is large, else Python's sort (no numpy import for a small CPU-only
+    trace)."""
+    if use_numpy(len(ts)):
         import numpy as np
 
         t, e = np.frombuffer(ts, dtype=np.float64), np.frombuffer(end, dtype=np.float64)
