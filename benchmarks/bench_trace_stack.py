@@ -10,7 +10,8 @@ and one `/generate` of 32 input ids, 32 new tokens, temperature 0, `ignore_eos`;
 are written as `sglang-cpu-stack-TP-0.trace.json.gz` and `sglang-cpu-nostack-TP-0.trace.json.gz` (the test data's
 names). The server is always stopped.
 measure: each trace analysed in a child process (`sglops.trace.analyze`, the whole analysis incl. source lines),
-wall time of the analysis and the child's peak RSS (getrusage(RUSAGE_CHILDREN) of a fresh child), medians.
+wall time of the analysis, the process's CPU time (user + sys, start-up included) and peak RSS
+(getrusage(RUSAGE_CHILDREN) of a fresh child), medians. CPU time is the figure to compare on a loaded machine.
 big: the stack trace's events replicated (ts, ids shifted) to --size-gb of plain JSON and analysed in a child:
 the parser's goals (< 300 MB peak, < 20 s) on a stack-carrying trace.
 """
@@ -100,14 +101,15 @@ def _child(path: Path) -> dict:
     """One analysis in a fresh process: its wall time and peak RSS."""
     code = "import resource, subprocess, sys\n"  # a grandchild, so RUSAGE_CHILDREN is this analysis alone
     code += ("p = subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2]], capture_output=True, text=True)\n"
-             "sys.stderr.write(p.stderr)\nprint(p.stdout.strip())\n"
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\nsys.exit(p.returncode)")
+             "sys.stderr.write(p.stderr)\nprint(p.stdout.strip())\nu = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+             "print(u.ru_maxrss, u.ru_utime + u.ru_stime)\nsys.exit(p.returncode)")
     proc = subprocess.run([sys.executable, "-c", code, CHILD, str(path)], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     if proc.returncode:
         raise SystemExit(proc.stderr[-2000:])
-    doc_line, rss = proc.stdout.strip().splitlines()[-2:]
-    return {**json.loads(doc_line), "peak_rss_mb": int(rss) / 1024}
+    doc_line, usage = proc.stdout.strip().splitlines()[-2:]
+    rss, cpu = usage.split()
+    return {**json.loads(doc_line), "peak_rss_mb": int(rss) / 1024, "cpu_s": round(float(cpu), 2)}
 
 
 def measure(a: Path, b: Path, repeats: int) -> dict:
@@ -122,6 +124,7 @@ def measure(a: Path, b: Path, repeats: int) -> dict:
         out[label] = {"file": path.name, "gz_bytes": path.stat().st_size, "events": rows[0]["events"],
                       "frames": rows[0]["frames"], "top_line": rows[0]["top_line"],
                       "median_s": round(statistics.median(r["s"] for r in rows), 3),
+                      "median_cpu_s": round(statistics.median(r["cpu_s"] for r in rows), 3),
                       "median_peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in rows), 1)}
     out["ratio_s"] = round(out["stack"]["median_s"] / out["nostack"]["median_s"], 2)
     out["ratio_rss"] = round(out["stack"]["median_peak_rss_mb"] / out["nostack"]["median_peak_rss_mb"], 2)
