@@ -295,10 +295,10 @@ def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None,
     probe: a probe.json (file, folder or run id) to join source lines with; by default, for traces `inv profile`
     kept, the host's newest probe record of the same SGLang version."""
     from sglops.core import artifacts
-    from sglops.trace import sources
+    from sglops.trace.sources import beside, load, probe_file
 
     paths = expand_paths(files)
-    found = sources.probe_file(probe) if probe else sources.beside(paths)
-    a = analyze(paths, probe=sources.load(found) if found else None)
+    found = probe_file(probe) if probe else beside(paths)
+    a = analyze(paths, probe=load(found) if found else None)
     folder = Path(out) if out else artifacts.run_dir("local", run_id or artifacts.new_run_id()) / "trace-analysis"
     return a, save_report(a, folder, markdown=markdown, chart=chart, draw=draw)
