@@ -89,6 +89,5 @@ def test_profile_with_stack_names_the_source_lines(make_sandbox, real_server, tm
     top = stacks["top"][0]
     assert top["source"]["sglang"] and top["what"].startswith("aten::")
     assert stacks["probe"] and stacks["probe"].endswith("probe.json")
-    r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--probe", "no-such-run",
-                "--json", env=env)
+    r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--probe", "no-such-run", env=env)
     assert r.returncode == 2 and "--probe" in r.stderr and r.stderr.strip().count("\n") == 0
