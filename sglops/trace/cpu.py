@@ -90,9 +90,9 @@ def _nesting_order(ts: array, end: array, th: array):
         import numpy as np
 
         t, e = np.frombuffer(ts, dtype=np.float64), np.frombuffer(end, dtype=np.float64)
-        order = np.lexsort((t - e, t, np.frombuffer(th, dtype=np.int32)))
+        order = np.lexsort((t - e, t, np.frombuffer(th, dtype=np.int32))).astype(np.int64, copy=False)
         out = array("q")
-        out.frombytes(order.astype(np.int64).tobytes())
+        out.frombytes(memoryview(order).cast("B"))  # no intermediate bytes object (8 bytes per op)
         return out
     return sorted(range(len(ts)), key=lambda i: (th[i], ts[i], ts[i] - end[i]))
 
@@ -143,7 +143,7 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     annot = raw.o_annot if len(raw.o_annot) == n else array("b", bytes(n))
     end = array("d", map(float.__add__, ts, dur))
     parent = _parents(ts, end, th)
-    child_dur = array("d", bytes(8 * n))
+    child_dur = array("d", [0.0]) * n
     for i, p in enumerate(parent):
         if p >= 0:
             child_dur[p] += dur[i]

@@ -89,7 +89,7 @@ def _order(ts: array, th: array, dur: array | None = None):
         if dur is not None:
             keys = (-np.frombuffer(dur, dtype=np.float64), *keys)
         out = array("q")
-        out.frombytes(np.lexsort(keys).astype(np.int64).tobytes())
+        out.frombytes(memoryview(np.lexsort(keys).astype(np.int64, copy=False)).cast("B"))
         return out
     if dur is None:
         return sorted(range(len(ts)), key=lambda i: (th[i], ts[i]))
