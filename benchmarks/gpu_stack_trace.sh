@@ -3,9 +3,12 @@
 # server before and after gather-cast, analysed with the probe's findings, and diffed per SGLang function.
 #
 # On the GPU machine, from the repo root, after `scripts/gpu-tier.sh up` (a device call carrying .gpu/):
-#   benchmarks/gpu_stack_trace.sh run        # ~6-8 min: probe, eager restart, profile --stack, kernel + patch,
-#                                            # restart, profile --stack, diff-trace, revert; logs in $ROOT/stack/
-#   benchmarks/gpu_stack_trace.sh collect D  # the two runs' analyses, reports, diff and small traces -> D/stack.tar.gz
+#   benchmarks/gpu_stack_trace.sh start      # `run` detached (setsid): it outlives one device command
+#   benchmarks/gpu_stack_trace.sh wait [S]   # follow it until it ends (or S seconds pass: rc 75, call again)
+#   benchmarks/gpu_stack_trace.sh run        # in the foreground: probe, eager restart, profile --stack, kernel +
+#                                            # patch, restart, profile --stack, diff-trace, revert, one graph-on
+#                                            # profile; logs in $ROOT/stack/ (several restarts: > 10 min cold)
+#   benchmarks/gpu_stack_trace.sh collect D  # the runs' analyses, reports, diff and small traces -> D/stack*.tar.gz
 #
 # CUDA graphs are OFF for these profiles (a profile that extends h200-tiny-mla-fp8 with `cuda_graph: {disable:
 # true}`): a graph replay's kernels hang off cudaGraphLaunch, whose Python stack is the replay call, not the
@@ -54,6 +57,17 @@ case "${1:-}" in
     echo "gpu_stack_trace: done in $((SECONDS - t0)) s"
     for f in before after; do echo "== $f"; sed -n 1,6p "$OUT/$f.txt"; done
     echo "== diff"; sed -n 1,3p "$OUT/diff.txt"; grep -A8 "SGLang function" "$OUT/diff.txt" | head -10 ;;
+  start)
+    env_up; rm -f "$OUT/rc"
+    setsid bash -c "'$0' run > '$OUT/run.txt' 2>&1; echo \$? > '$OUT/rc'" </dev/null >/dev/null 2>&1 &
+    echo "gpu_stack_trace: started (log $OUT/run.txt)" ;;
+  wait)
+    limit=${2:-560}; t0=$SECONDS
+    until [ -f "$OUT/rc" ]; do
+      if [ $((SECONDS - t0)) -ge "$limit" ]; then tail -3 "$OUT/run.txt" 2>/dev/null; echo "gpu_stack_trace: still running"; exit 75; fi
+      sleep 5
+    done
+    tail -40 "$OUT/run.txt"; exit "$(cat "$OUT/rc")" ;;
   collect)
     out=${2:?collect DIR}; mkdir -p "$out"
     tar -C "$ROOT" -czf "$out/stack.tar.gz" stack profiles 2>/dev/null
@@ -63,5 +77,5 @@ case "${1:-}" in
     done | tar -czf "$out/stack-traces.tar.gz" -T - 2>/dev/null
     ls -la "$out" ;;
   *)
-    sed -n 2,12p "$0"; exit 2 ;;
+    sed -n 2,16p "$0"; exit 2 ;;
 esac
