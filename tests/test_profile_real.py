@@ -64,3 +64,30 @@ def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path)
     assert sorted(os.path.basename(p) for p in doc["traces"]) == [
         f"sglops-{doc['profile_id']}-TP-0-{stage}.trace.json.gz" for stage in ("DECODE", "EXTEND")]
     assert sorted(f["stage"] for f in doc["analysis"]["files"]) == ["DECODE", "EXTEND"]
+
+
+def test_profile_with_stack_names_the_source_lines(make_sandbox, real_server, tmp_path):
+    """`inv profile --stack` on the real server: Python frames in the trace, the top CPU ops' SGLang source lines,
+    joined with the host's newest probe record of the server's SGLang version (found without being named)."""
+    from sglops.sandbox.sglang_cpu import site_packages
+
+    sb = make_sandbox([{"name": "cpu-host", "tags": ["sandbox"]}], name="real-stack")
+    env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art")}
+    tree = str(site_packages() / "sglang")
+    r = inv_cmd("probe-backends", "--host", "cpu-host", "--sglang-root", tree, "--json", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--steps", "4",
+                "--output-len", "12", "--stack", "--json", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["request"]["with_stack"] is True
+    (trace,) = doc["traces"]
+    events = json.loads(gzip.decompress(open(trace, "rb").read()))["traceEvents"]
+    frames = [e for e in events if e.get("cat") == "python_function"]
+    stacks = doc["analysis"]["stacks"]
+    assert stacks["frames"] == len([e for e in frames if not e["name"].startswith("<built-in")]) > 0
+    top = stacks["top"][0]
+    assert top["source"]["sglang"] and top["what"].startswith("aten::")
+    assert stacks["probe"] and stacks["probe"].endswith("probe.json")
+    r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--probe", "no-such-run", env=env)
+    assert r.returncode == 2 and "--probe" in r.stderr and r.stderr.strip().count("\n") == 0

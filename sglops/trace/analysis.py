@@ -14,11 +14,14 @@ from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_
 from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
 from sglops.trace.names import short_kernel  # noqa: F401  (sglops.trace.short_kernel; used below)
 from sglops.trace.parse import TraceError, read
+from sglops.trace.sources import ProbeIndex
+from sglops.trace.sources import rows as source_rows
 
 if TYPE_CHECKING:
     from sglops.core.op import Draw
     from sglops.trace.diagnose import Finding
 
+SOURCE_ROWS = 10  # (source line, kernel) pairs kept with their probe findings
 SCOPE_LABELS = {"decode": "in decode steps", "steps": "in profiled steps", "all": "overall"}
 
 
@@ -58,6 +61,37 @@ class TraceAnalysis(Observation):
     warnings: list[str] = field(default_factory=list)
     op_kernel: dict[tuple[str, str], float] = field(default_factory=dict)  # (launching op, kernel) -> us, in scope
     report: dict | None = None  # the files `inv analyze-trace` kept (analysis.json, report.md, chart)
+    frames: int = 0  # Python frames in the traces (0: taken without stacks)
+    source_pairs: dict[tuple[str, str], float] = field(default_factory=dict)  # (frame, kernel or op) -> us
+    sources: list[dict] = field(default_factory=list)  # the top pairs with their probe findings and patches
+    probe_source: str | None = None  # the probe.json the source lines were joined with
+
+    @property
+    def source_total_us(self) -> float:
+        """What the source shares are of: GPU time in the scope, or CPU self time of all ops (CPU-only)."""
+        return self.scope_gpu_us if self.has_gpu else (self.cpu.self_total_us if self.cpu else 0.0)
+
+    def source_verdict(self) -> list[str]:
+        """One line per hot source line a probe flags: its share, the line, the finding, the patch."""
+        from sglops.trace.names import short_kernel
+
+        where = f"GPU time {SCOPE_LABELS[self.scope]}" if self.has_gpu else "CPU time in ops"
+        out = []
+        if self.sources and self.sources[0].get("graph"):
+            r = self.sources[0]
+            what = short_kernel(r["what"]) if self.has_gpu else r["what"]
+            out.append(f"{r['share']:.1%} of {where} in {what} replayed from a CUDA graph at {r['label']}: the line "
+                       "that captured it is not in a replay's stack; profile with CUDA graphs off (a server profile "
+                       "with `cuda_graph: {disable: true}`) to see it")
+        for r in self.sources:
+            if not r["probe"]:
+                continue
+            hit = next((h for h in r["probe"] if r["patches"]), r["probe"][0])
+            what = short_kernel(r["what"]) if self.has_gpu else r["what"]
+            out.append(f"{r['share']:.1%} of {where} in {what} launched at {r['label']} "
+                       f"(probe: {hit['meaning']}, L{hit['line']})"
+                       + (" -> " + ", ".join(f"inv apply-patch {p}" for p in r["patches"]) if r["patches"] else ""))
+        return out
 
     @property
     def has_gpu(self) -> bool:
@@ -111,6 +145,8 @@ class TraceAnalysis(Observation):
             "gpu": self.has_gpu,
             "cpu": self.cpu.to_json() if self.cpu else None,
             "warnings": self.warnings,
+            "stacks": {"frames": self.frames, "probe": self.probe_source, "verdict": self.source_verdict(),
+                       "top": [{**r, "us": round(r["us"], 3), "share": round(r["share"], 5)} for r in self.sources]},
         }
 
 
@@ -121,8 +157,10 @@ def _add(into: dict, src: dict) -> None:
         cur[1] += c
 
 
-def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | None = None) -> TraceAnalysis:
-    """Parse each trace (one at a time, so memory stays per-file), sum over ranks, diagnose."""
+def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | None = None,
+            probe: ProbeIndex | None = None) -> TraceAnalysis:
+    """Parse each trace (one at a time, so memory stays per-file), sum over ranks, diagnose; with Python stacks,
+    the source line of the top kernels (or CPU ops), joined with `probe`'s findings when given."""
     paths = [str(p) for p in paths]
     if not paths:
         raise TraceError("no trace files given")
@@ -148,8 +186,13 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     by_op: dict[str, list] = {}
     by_gpu_span: dict[str, list] = {}
     op_kernel: dict[str, dict] = {"all": {}, "steps": {}, "decode": {}}
+    source_kernel: dict[str, dict] = {"all": {}, "steps": {}, "decode": {}}
     steps: list[dict] = []
     for b in parts:
+        for scope, pairs in b.by_source_kernel.items():
+            tgt = source_kernel[scope]
+            for key, us in pairs.items():
+                tgt[key] = tgt.get(key, 0.0) + us
         _add(by_kernel, b.by_kernel)
         _add(by_op, b.by_op)
         _add(by_gpu_span, b.by_gpu_span)
@@ -171,10 +214,16 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
                          idle_share=(b.idle_us / b.window_us if b.window_us > 0 else 0.0), steps=len(b.steps))
              for b in parts]
     files.sort(key=lambda f: (f.rank is None, f.rank or 0, f.stage or ""))
-    return TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
-                         by_op=by_op, by_gpu_span=by_gpu_span, steps=steps, scope=scope, scope_gpu_us=scope_us,
-                         findings=findings, cpu=summarize(views, steps), warnings=warnings,
-                         op_kernel=op_kernel[scope])
+    frames = sum(b.frames for b in parts)
+    a = TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
+                      by_op=by_op, by_gpu_span=by_gpu_span, steps=steps, scope=scope, scope_gpu_us=scope_us,
+                      findings=findings, cpu=summarize(views, steps), warnings=warnings,
+                      op_kernel=op_kernel[scope], frames=frames)
+    if frames:
+        a.source_pairs = source_kernel[scope] if not cpu_only else (a.cpu.by_source_op if a.cpu else {})
+        a.sources = source_rows(a.source_pairs, a.source_total_us, SOURCE_ROWS, probe)
+        a.probe_source = probe.source if probe else None
+    return a
 
 
 def _diagnose(facts: dict, rules_path: str | os.PathLike | None) -> list[Finding]:
@@ -240,11 +289,17 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
 
 
 def analyze_to(files: str | Iterable[str], out: str | os.PathLike | None = None, *, markdown: bool = True,
-               chart: bool = False, run_id: str | None = None, draw: Draw | None = None) -> tuple[TraceAnalysis, dict]:
-    """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/)."""
+               chart: bool = False, run_id: str | None = None, draw: Draw | None = None,
+               probe: str | None = None) -> tuple[TraceAnalysis, dict]:
+    """`inv analyze-trace`: analyse, then keep the report under out (default artifacts/local/<run>/).
+    probe: a probe.json (file, folder or run id) to join source lines with; by default, for traces `inv profile`
+    kept, the host's newest probe record of the same SGLang version."""
     from sglops.core import artifacts
     from sglops.core.op import handed_down
+    from sglops.trace.sources import beside, load, probe_file
 
-    a = analyze(expand_paths(files))
+    paths = expand_paths(files)
+    found = probe_file(probe) if probe else beside(paths)
+    a = analyze(paths, probe=load(found) if found else None)
     folder = Path(out) if out else artifacts.run_dir("local", handed_down(run_id)) / "trace-analysis"
     return a, save_report(a, folder, markdown=markdown, chart=chart, draw=draw)

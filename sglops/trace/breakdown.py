@@ -11,10 +11,11 @@ steps); same-name nested ops count once per occurrence, as in torch.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sglops.trace.parse import STEP_RE, RawTrace
+from sglops.trace.stacks import GRAPH_PREFIX, NO_FRAME, innermost
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,6 +43,8 @@ class Breakdown:
     by_gpu_span: dict[str, list]     # record_function name -> [us on the GPU stream, count]
     by_op_kernel: dict[str, dict]    # scope -> {(innermost op, kernel): us}
     steps: list[dict]                # one per step span: name, cpu_us, gpu_us, kernels
+    by_source_kernel: dict[str, dict] = field(default_factory=dict)  # scope -> {(launching frame, kernel): us}
+    frames: int = 0                  # Python frames kept (0: the trace was taken without stacks)
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -79,6 +82,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
     l_corr = np.frombuffer(raw.l_corr, dtype=np.int64)
     t = np.full(n, np.nan)
     th = np.full(n, -1, dtype=np.int64)
+    graph = np.zeros(n, dtype=bool)
     if len(l_corr):
         order = np.argsort(l_corr, kind="stable")
         sc = l_corr[order]
@@ -87,6 +91,8 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         li = order[pos[hit]]
         t[hit] = np.frombuffer(raw.l_ts, dtype=np.float64)[li]
         th[hit] = np.frombuffer(raw.l_thread, dtype=np.int32)[li]
+        if len(raw.l_graph) == len(l_corr):
+            graph[hit] = np.frombuffer(raw.l_graph, dtype=np.int8)[li] > 0
     miss = (th < 0) & (k_ext >= 0)
     o_ext = np.frombuffer(raw.o_ext, dtype=np.int64)
     if miss.any() and len(o_ext):
@@ -98,7 +104,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         oi = order[pos[ok]]
         t[idx] = np.frombuffer(raw.o_ts, dtype=np.float64)[oi]
         th[idx] = np.frombuffer(raw.o_thread, dtype=np.int32)[oi]
-    return t, th
+    return t, th, graph
 
 
 def _arr(code: str, values: np.ndarray) -> array:
@@ -172,6 +178,24 @@ def _attribute(raw, k_dur, t, th, is_step):
     return op_dev, inner, step_of
 
 
+def _pairs(first, k_name, k_dur, scopes: dict, names: list[str], missing: str) -> dict[str, dict]:
+    """{scope: {(names[first], kernel name): us}} over each scope's kernels; first < 0 -> `missing`."""
+    import numpy as np
+
+    nn = max(len(names), 1)
+    out: dict[str, dict] = {}
+    for scope, mask in scopes.items():
+        key = (first[mask] + 1) * nn + k_name[mask]
+        if not len(key):
+            out[scope] = {}
+            continue
+        uk, inv = np.unique(key, return_inverse=True)
+        us = np.bincount(inv, weights=k_dur[mask])
+        out[scope] = {(names[int(u // nn) - 1] if u // nn else missing, names[int(u % nn)]): float(v)
+                      for u, v in zip(uk.tolist(), us.tolist(), strict=True)}
+    return out
+
+
 def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
     """The breakdown of a file with no GPU events, in plain Python: nothing on the GPU to attribute, the
     step spans' CPU time; numpy is not imported for it (a tenth of analyze-trace's run on a small trace)."""
@@ -193,7 +217,7 @@ def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
     return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=None, events=raw.events, kernels=0,
                      linked=0, gpu_us=0.0, window_us=0.0, idle_us=0.0, by_kernel={}, by_op=by_op,
                      by_gpu_span=by_gpu_span, by_op_kernel={"all": {}, "steps": {}, "decode": {}},
-                     steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))])
+                     steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))], frames=len(raw.p_ts))
 
 
 def breakdown(raw: RawTrace) -> Breakdown:
@@ -216,7 +240,7 @@ def breakdown(raw: RawTrace) -> Breakdown:
     kcnt = np.bincount(k_name, minlength=nn)
     by_kernel = {names[i]: [float(kus[i]), int(kcnt[i])] for i in np.flatnonzero(kcnt)}
 
-    t, th = _launch_points(raw, k_corr, k_ext)
+    t, th, graph = _launch_points(raw, k_corr, k_ext)
     op_dev, inner, step_of = _attribute(raw, k_dur, t, th, is_step)
     ous = np.bincount(o_name, weights=op_dev, minlength=nn)
     ocnt = np.bincount(o_name, minlength=nn)
@@ -238,18 +262,16 @@ def breakdown(raw: RawTrace) -> Breakdown:
     decode_ids = np.array([i for i, n in enumerate(names) if n.startswith("step[DECODE")], dtype=np.int64)
     scopes = {"all": np.ones(len(k_dur), dtype=bool), "steps": step_of >= 0,
               "decode": np.isin(step_name, decode_ids) & (step_of >= 0)}
-    by_op_kernel: dict[str, dict] = {}
-    for scope, mask in scopes.items():
-        key = (inner_name[mask] + 1) * nn + k_name[mask]
-        if not len(key):
-            by_op_kernel[scope] = {}
-            continue
-        uk, inv = np.unique(key, return_inverse=True)
-        us = np.bincount(inv, weights=k_dur[mask])
-        by_op_kernel[scope] = {
-            (names[int(u // nn) - 1] if u // nn else UNATTRIBUTED, names[int(u % nn)]): float(v)
-            for u, v in zip(uk.tolist(), us.tolist(), strict=True)
-        }
+    by_op_kernel = _pairs(inner_name, k_name, k_dur, scopes, names, UNATTRIBUTED)
+    by_source_kernel: dict[str, dict] = {}
+    if len(raw.p_ts):  # a stack-carrying trace: the Python frame that launched each kernel
+        frame = np.frombuffer(innermost(raw, _arr("d", t), _arr("i", th.astype(np.int32))), dtype=np.int32)
+        frame = frame.astype(np.int64)
+        # a CUDA graph replay's kernels were launched by the replay call, not by the line that captured them:
+        # their frame is marked so the view says so (and no probe finding is joined to the replay's frame)
+        replayed = graph & (frame >= 0)
+        frame[replayed] += len(names)
+        by_source_kernel = _pairs(frame, k_name, k_dur, scopes, names + [GRAPH_PREFIX + n for n in names], NO_FRAME)
 
     steps = []
     if is_step.any():
@@ -269,4 +291,5 @@ def breakdown(raw: RawTrace) -> Breakdown:
     return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=gpu_name, events=raw.events,
                      kernels=len(k_dur), linked=int((th >= 0).sum()), gpu_us=float(k_dur.sum()),
                      window_us=window, idle_us=idle, by_kernel=by_kernel, by_op=by_op,
-                     by_gpu_span=by_gpu_span, by_op_kernel=by_op_kernel, steps=steps)
+                     by_gpu_span=by_gpu_span, by_op_kernel=by_op_kernel, steps=steps,
+                     by_source_kernel=by_source_kernel, frames=len(raw.p_ts))

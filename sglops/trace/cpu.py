@@ -14,11 +14,11 @@ on the CPU. SGLang marks its scheduler loop with record_function ranges (`schedu
 from __future__ import annotations
 
 import re
-import sys
 from array import array
 from dataclasses import dataclass, field
 
 from sglops.trace.parse import STEP_RE, RawTrace
+from sglops.trace.stacks import NO_FRAME, innermost, use_numpy
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
 ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
@@ -54,6 +54,7 @@ class CpuView:
     idle_cpu_us: float = 0.0         # of those, covered by an op on the launching thread
     idle_by_phase: dict[str, float] = field(default_factory=dict)   # phase -> us inside GPU gaps
     idle_by_self: dict[str, float] = field(default_factory=dict)    # op -> its self us inside GPU gaps
+    by_source_op: dict[tuple[str, str], float] = field(default_factory=dict)  # (Python frame, op) -> self us
 
 
 def _parents(ts: array, end: array, th: array) -> array:
@@ -83,14 +84,15 @@ def _parents(ts: array, end: array, th: array) -> array:
 
 def _nesting_order(ts: array, end: array, th: array):
     """Op indices by thread, then start, longer (outer) first. numpy's lexsort (8 bytes per op) when a GPU
-    trace has loaded it anyway, else Python's sort (no numpy import for a CPU-only trace)."""
-    if "numpy" in sys.modules:
+    trace has loaded it anyway or the trace is large, else Python's sort (no numpy import for a small CPU-only
+    trace)."""
+    if use_numpy(len(ts)):
         import numpy as np
 
         t, e = np.frombuffer(ts, dtype=np.float64), np.frombuffer(end, dtype=np.float64)
-        order = np.lexsort((t - e, t, np.frombuffer(th, dtype=np.int32)))
+        order = np.lexsort((t - e, t, np.frombuffer(th, dtype=np.int32))).astype(np.int64, copy=False)
         out = array("q")
-        out.frombytes(order.astype(np.int64).tobytes())
+        out.frombytes(memoryview(order).cast("B"))  # no intermediate bytes object (8 bytes per op)
         return out
     return sorted(range(len(ts)), key=lambda i: (th[i], ts[i], ts[i] - end[i]))
 
@@ -141,7 +143,7 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     annot = raw.o_annot if len(raw.o_annot) == n else array("b", bytes(n))
     end = array("d", map(float.__add__, ts, dur))
     parent = _parents(ts, end, th)
-    child_dur = array("d", bytes(8 * n))
+    child_dur = array("d", [0.0]) * n
     for i, p in enumerate(parent):
         if p >= 0:
             child_dur[p] += dur[i]
@@ -183,7 +185,25 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
                    by_self=by_self, phases=phases, iterations=_iterations(names, ts, end, nid, loop))
     if len(raw.k_ts) > 1:
         _gpu_idle(view, raw, ts, end, nid, parent, on_main, phase_ids)
+    if len(raw.p_ts):
+        view.by_source_op = _by_source(raw, child_dur, annot)
     return view
+
+
+def _by_source(raw: RawTrace, child_dur: array, annot: array) -> dict[tuple[str, str], float]:
+    """Self time of each aten op credited to the Python frame it ran in (record_function ranges are left out:
+    their self time is Python spread over many frames, not one line's)."""
+    names = raw.names
+    frame = innermost(raw, raw.o_ts, raw.o_thread)
+    acc: dict[tuple[int, int], float] = {}
+    for k, d, cd, a, f in zip(raw.o_name, raw.o_dur, child_dur, annot, frame, strict=True):
+        if not a:
+            acc[(f, k)] = acc.get((f, k), 0.0) + d - cd
+    out: dict[tuple[str, str], float] = {}
+    for (f, k), us in acc.items():
+        key = (names[f] if f >= 0 else NO_FRAME, op_key(names[k]))
+        out[key] = out.get(key, 0.0) + us
+    return out
 
 
 def _gpu_idle(view: CpuView, raw: RawTrace, ts, end, nid, parent, on_main: array, phase_ids: set[int]) -> None:
@@ -276,6 +296,7 @@ class CpuSummary:
     idle_cpu_us: float
     idle_by_phase: dict[str, float]
     idle_by_self: dict[str, float]
+    by_source_op: dict[tuple[str, str], float] = field(default_factory=dict)  # (Python frame, op) -> self us
 
     def top_self(self, n: int = 15) -> list[tuple[str, float, int, float, bool]]:
         """Ops by self time: (name, self us, calls, total us, is a record_function range)."""
@@ -366,7 +387,9 @@ def summarize(views: list[tuple[int | None, CpuView]], steps: list[dict]) -> Cpu
     idle_phase: dict[str, float] = {}
     idle_self: dict[str, float] = {}
     iterations = []
+    by_source: dict[tuple[str, str], float] = {}
     for rank, v in views:
+        _add(by_source, v.by_source_op)
         _add(by_self, v.by_self)
         _add(phases, v.phases)
         _add(idle_phase, v.idle_by_phase)
@@ -376,4 +399,4 @@ def summarize(views: list[tuple[int | None, CpuView]], steps: list[dict]) -> Cpu
                       window_us=sum(v.main_thread_window_us for _, v in views), by_self=by_self, phases=phases,
                       iterations=iterations, steps=steps, gpu_idle_us=sum(v.gpu_idle_us for _, v in views),
                       idle_cpu_us=sum(v.idle_cpu_us for _, v in views), idle_by_phase=idle_phase,
-                      idle_by_self=idle_self)
+                      idle_by_self=idle_self, by_source_op=by_source)

@@ -84,16 +84,19 @@ def _load_rules(path: str, _stamp: int | None) -> list[Rule]:
     return rules
 
 
+MATCH_CAP = 8192  # rules read this much of a name: real kernel names are < 2 KB; a 60 MB one is not scanned whole
+
+
 def _kernel_share(rule: Rule, facts: dict) -> tuple[float, str | None, str | None]:
     pairs: dict[tuple[str, str], float] = facts["op_kernel"]
     total = facts["scope_gpu_us"]
     by_op: dict[str, float] = {}
     by_kernel: dict[str, float] = {}
     for (op, kernel), us in pairs.items():
-        if rule.op is None or rule.op.search(op):
-            if rule.kernel and not rule.kernel.search(kernel):
+        if rule.op is None or rule.op.search(op[:MATCH_CAP]):
+            if rule.kernel and not rule.kernel.search(kernel[:MATCH_CAP]):
                 continue
-        elif rule.graph_kernel and not op.startswith("aten::") and rule.graph_kernel.search(kernel):
+        elif rule.graph_kernel and not op.startswith("aten::") and rule.graph_kernel.search(kernel[:MATCH_CAP]):
             op = GRAPH_REPLAY  # replayed from a CUDA graph: no aten op to match, the kernel alone says what it is
         else:
             continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from sglops.core.result import Observation
 from sglops.trace.analysis import TraceAnalysis, analyze, short_kernel
 from sglops.trace.cpu import step_kind
+from sglops.trace.stacks import parse_frame
 
 UNIT_STEP = "per step"
 UNIT_TRACE = "per trace"
@@ -63,6 +64,8 @@ class TraceDiff(Observation):
     ops: list[Delta] = field(default_factory=list)        # GPU time per launching (innermost) op
     phases: list[Delta] = field(default_factory=list)     # CPU time per scheduler phase, per loop pass of the kind
     cpu_ops: list[Delta] = field(default_factory=list)    # CPU self time per op, per scheduler loop pass
+    sources: list[Delta] = field(default_factory=list)    # per SGLang function (file, function): GPU time per step
+    #                                                       (CPU self time per loop pass on CPU traces); stacks only
 
     def headline(self, top: int = 3) -> str:
         """One line: the scope's step time and the biggest movers, e.g. the kernel that went away."""
@@ -86,7 +89,7 @@ class TraceDiff(Observation):
             "unit": self.unit, "headline": self.headline(),
             "steps": [d.to_json() for d in self.steps], "kernels": [d.to_json() for d in self.kernels],
             "ops": [d.to_json() for d in self.ops], "phases": [d.to_json() for d in self.phases],
-            "cpu_ops": [d.to_json() for d in self.cpu_ops],
+            "cpu_ops": [d.to_json() for d in self.cpu_ops], "sources": [d.to_json() for d in self.sources],
         }
 
 
@@ -180,7 +183,47 @@ def diff(a: TraceAnalysis, b: TraceAnalysis, *, labels: tuple[str, str] = ("A", 
     out.ops = _ranked(_scoped(a, sa, 0), _scoped(b, sb, 0))
     out.phases = _ranked(_phases(a, sa), _phases(b, sb))
     out.cpu_ops = _ranked(_cpu_self(a), _cpu_self(b))
+    out.sources = _source_deltas(a, sa, b, sb)
     return out
+
+
+def _by_function(an: TraceAnalysis, side: Side) -> tuple[dict[str, float], dict[str, set], dict[str, dict]]:
+    """Per function (`file (function)`): time per step (GPU) or per loop pass (CPU), the lines torch gave its
+    frames, and its time per kernel/op. Keyed by function, not line: a patch that adds lines above a function
+    moves its first line, and the row must still pair up."""
+    if an.has_gpu:
+        per = side.per
+    else:
+        per = float(max(len(an.cpu.iterations), 1)) if an.cpu else 1.0
+    us: dict[str, float] = {}
+    lines: dict[str, set] = {}
+    what: dict[str, dict] = {}
+    for (frame_name, kernel), t in an.source_pairs.items():
+        f = parse_frame(frame_name)
+        key = f"{f.file} ({f.func})" if f else frame_name
+        us[key] = us.get(key, 0.0) + t / per
+        if f:
+            lines.setdefault(key, set()).add(f.line)
+        w = what.setdefault(key, {})
+        w[kernel] = w.get(kernel, 0.0) + t / per
+    return us, lines, what
+
+
+def _source_deltas(a: TraceAnalysis, sa: Side, b: TraceAnalysis, sb: Side) -> list[Delta]:
+    """Per-source-line rows when both sides carry Python stacks; the detail names the lines and the kernel
+    (or op) that moved most."""
+    if not (a.frames and b.frames):
+        return []
+    (ua, la, wa), (ub, lb, wb) = _by_function(a, sa), _by_function(b, sb)
+    rows = _ranked(ua, ub)
+    for d in rows:
+        ka, kb = wa.get(d.name, {}), wb.get(d.name, {})
+        moved = max(sorted(set(ka) | set(kb)), key=lambda k: abs(kb.get(k, 0.0) - ka.get(k, 0.0)))
+        file, _, func = d.name.rpartition(" (")
+        lines = "->".join(dict.fromkeys(f"{min(x)}" for x in (la.get(d.name), lb.get(d.name)) if x))
+        label = f"{file.rsplit('/', 1)[-1]}:{lines} ({func}" if file else d.name
+        d.detail = f"{label}: {short_kernel(moved) if (a.has_gpu or b.has_gpu) else moved}"
+    return rows
 
 
 def diff_files(a_files: Iterable[str | os.PathLike], b_files: Iterable[str | os.PathLike],

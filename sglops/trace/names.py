@@ -13,6 +13,11 @@ import re
 
 ELLIPSIS = "…"
 KERNEL_WIDTH = 72
+WORD_CAP = 256  # a word longer than this is cut inside it: a 60 MB name is not one table cell
+CELL = 160  # the widest name a table cell shows (the JSON keeps every name whole)
+# C0 controls, DEL and C1 controls as visible escapes: a name from a trace never moves the cursor or recolours
+# the terminal (ESC, BEL, CR, backspace), and a newline never splits a table row
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 # Namespaces that say nothing about which library ran the kernel (torch's own, the standard library).
 _GENERIC_NS = {"at", "native", "c10", "std", "detail", "cuda", "impl", "internal", "vectorized", "binary_internal"}
 _SEPARATORS = set("_:,; <>()[]{}/.-+*&|=#")
@@ -33,12 +38,31 @@ def shorten(text: str, width: int) -> str:
         if text[i] in _SEPARATORS and text[i - 1] not in _SEPARATORS:
             cut = i
             break
-    if cut is None:  # one word longer than width: keep it whole
-        m = re.search(r"[" + re.escape("".join(sorted(_SEPARATORS))) + r"]", text)
+    if cut is None:  # one word longer than width: keep it whole, up to WORD_CAP
+        m = _SEPARATOR_RE.search(text, 0, WORD_CAP + 1)
         if not m:
-            return text
+            return text if len(text) <= WORD_CAP else text[:max(width, 1)] + ELLIPSIS
         cut = m.start()
     return text[:cut].rstrip("".join(_SEPARATORS)) + ELLIPSIS
+
+
+_SEPARATOR_RE = re.compile(r"[" + re.escape("".join(sorted(_SEPARATORS))) + r"]")
+
+
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+FULL_NAME_CAP = 4096
+READ_CAP = 8192  # short_kernel reads this much of a name  # a report lists a full name up to this; analysis.json keeps it whole
+
+
+def printable(text: str) -> str:
+    """text with terminal control characters shown as `\\x1b` escapes (a C-speed scan; translated only when
+    there is something to escape)."""
+    return text.translate(_CONTROLS) if _CONTROL_RE.search(text) else text
+
+
+def cell(text: str, width: int = CELL) -> str:
+    """A name from a trace as a view shows it: cut at a word boundary to `width`, controls escaped."""
+    return printable(shorten(text, width))
 
 
 def _depth0_cut(s: str) -> int:
@@ -64,6 +88,7 @@ def short_kernel(name: str, width: int = KERNEL_WIDTH) -> str:
     (at::native, c10, std) are dropped, a library's (cublasLt::, flashinfer::) is kept; the result is
     cut at a word boundary to `width`.
     """
+    name = name[:READ_CAP]  # real names are < 2 KB; a 60 MB one is read no further than this
     s = (name[5:] if name.startswith("void ") else name).replace("(anonymous namespace)::", "").strip()
     cut = _depth0_cut(s)
     base = _base(s[:cut])
@@ -98,4 +123,10 @@ def full_names_markdown(names: list[str], width: int = KERNEL_WIDTH) -> list[str
     if not rows:
         return []
     return ["", "<details><summary>full kernel names</summary>", "",
-            *[f"- `{s}`: `{n.replace('`', chr(39))}`" for s, n in rows], "", "</details>"]
+            *[f"- `{s}`: `{_capped(n).replace('`', chr(39))}`" for s, n in rows], "", "</details>"]
+
+
+def _capped(name: str) -> str:
+    if len(name) <= FULL_NAME_CAP:
+        return name
+    return f"{name[:FULL_NAME_CAP]}{ELLIPSIS} ({len(name):,} characters; whole in analysis.json)"

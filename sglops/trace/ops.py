@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from sglops.core.op import JSON, TARGETS, Context, Op, Param
-from sglops.core.values import MAX_TOKENS, Flag, Float, Int, Port
+from sglops.core.values import MAX_TOKENS, Flag, Float, Int, Port, Str
 
 
 def profile(ctx: Context, steps: int, output_len: int, port: int | None, wait: float, activities: str | None = None,
             with_stack: bool = False, record_shapes: bool = False, by_stage: bool = False, chart: bool = True,
-            vocab_size: int | None = None):
+            vocab_size: int | None = None, stack: bool = False, probe: str | None = None):
     from sglops.trace.profile import run_profile
 
     return run_profile(ctx.remote, steps=steps, output_len=output_len, port=port, wait_s=wait,
-                       on_progress=ctx.event, activities=activities, with_stack=with_stack,
+                       on_progress=ctx.event, activities=activities, with_stack=with_stack or stack,
                        record_shapes=record_shapes, by_stage=by_stage, chart=chart, vocab_size=vocab_size,
-                       run_id=ctx.own_run_id, draw=ctx.draw)
+                       run_id=ctx.own_run_id, draw=ctx.draw, probe=probe)
 
 
 def _profile_plan(ctx: Context, steps: int, output_len: int, **_: object) -> str:
@@ -31,10 +31,12 @@ def _profile_summary(doc: dict) -> str:
     return f"CPU only: {cpu[0]}" if cpu and not analysis.get("gpu") else "no bottleneck rule fired"
 
 
-def analyze_trace(ctx: Context, files: str, out: str | None = None, chart: bool = False, json: bool = False):
+def analyze_trace(ctx: Context, files: str, out: str | None = None, chart: bool = False, json: bool = False,
+                  probe: str | None = None):
     from sglops.trace.analysis import analyze_to
 
-    analysis, saved = analyze_to(files, out, markdown=not json, chart=chart, run_id=ctx.run_id, draw=ctx.draw)
+    analysis, saved = analyze_to(files, out, markdown=not json, chart=chart, run_id=ctx.run_id, draw=ctx.draw,
+                                 probe=probe)
     analysis.report = saved
     return analysis
 
@@ -43,6 +45,10 @@ def diff_trace(ctx: Context, a: str, b: str, top: int = 12):
     from sglops.trace.diff import diff_specs
 
     return diff_specs(a, b)
+
+
+PROBE = Param("probe", Str(), "probe record to join source lines with: a probe.json, its folder or the run id of "
+              "inv probe-backends (default: the host's newest one of the same SGLang version)", play=False)
 
 
 def _off(name: str, help: str) -> Param:
@@ -56,14 +62,15 @@ OPS = [
               positional=True),
         Param("out", help="folder for analysis.json, report.md (and the chart) (default artifacts/local/<run-id>/)"),
         JSON.again(help="print machine-readable JSON instead of tables (writes analysis.json only)"),
-        _off("chart", "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)")),
+        _off("chart", "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)"),
+        PROBE),
        view="sglops.views.trace:show_analysis", result="sglops.trace.analysis:TraceAnalysis"),
     Op("diff-trace", diff_trace, "What changed between two profiles: per step, kernel, launching op and CPU phase, "
        "ranked by change.",
        (Param("a", help="baseline: a profile run id, a folder of traces, files (comma-separated) or a quoted glob",
               positional=True), Param("b", help="the other side, the same way", positional=True),
         JSON.again(help="print machine-readable JSON instead of tables"),
-        Param("top", help="rows per table (default 12)", flag=12)),
+        Param("top", Int(1, 10_000, 12), "rows per table (default {default})")),
        view_options=("top",), result="sglops.trace.diff:TraceDiff"),
     Op("profile", profile, "Torch-profile a decode on the host's SGLang, fetch every rank's trace, analyse GPU and CPU, "
        "record the run.",
@@ -79,7 +86,10 @@ OPS = [
         _off("by_stage", "SGLang's profile_by_stage: one file per rank for EXTEND and one for DECODE"),
         _off("chart", "also draw the PNG chart"),
         Param("vocab_size", Int(2, 1 << 24), "the model's vocabulary when the host has no config.json for it",
-              play=False)),
+              play=False),
+        Param("stack", Flag(), "record Python stacks (SGLang's with_stack; same as --with-stack) to see the SGLang "
+              "source line of each hot kernel", flag=False),
+        PROBE),
        step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary,
        record="profile.json", own_run=True),
 ]

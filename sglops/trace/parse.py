@@ -36,6 +36,8 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 OP_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_SPAN_CAT = "gpu_user_annotation"  # record_function ranges as seen on the GPU stream
+FRAME_CAT = "python_function"  # with_stack: one event per Python frame, "file.py(LINE): function"
+BUILTIN = "<built-in"  # frames of C functions (getattr, Tensor.to): no file or line, never kept
 STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\])$")
 RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
@@ -87,6 +89,7 @@ class RawTrace:
     l_ts: array = field(default_factory=lambda: array("d"))
     l_corr: array = field(default_factory=lambda: array("q"))
     l_thread: array = field(default_factory=lambda: array("i"))
+    l_graph: array = field(default_factory=lambda: array("b"))  # 1: cudaGraphLaunch (a CUDA graph replay)
     # CPU ops and annotations (incl. ProfilerStep# / step[...] spans)
     o_ts: array = field(default_factory=lambda: array("d"))
     o_dur: array = field(default_factory=lambda: array("d"))
@@ -97,6 +100,11 @@ class RawTrace:
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
     g_name: array = field(default_factory=lambda: array("i"))
+    # Python frames (traces taken with stacks), built-in functions dropped: 24 bytes each
+    p_ts: array = field(default_factory=lambda: array("d"))
+    p_dur: array = field(default_factory=lambda: array("d"))
+    p_name: array = field(default_factory=lambda: array("i"))
+    p_thread: array = field(default_factory=lambda: array("i"))
 
 
 def open_trace(path: str | os.PathLike):
@@ -172,6 +180,21 @@ class _Columns:
                 args = ev.get("args")
                 o_ext(int(args.get("External id", -1)) if args else -1)
                 o_annot(cat == "user_annotation")
+            elif cat == FRAME_CAT:
+                name = ev.get("name", "?")
+                if name.startswith(BUILTIN):
+                    continue
+                nid = names.get(name)
+                if nid is None:
+                    nid = names[name] = len(names)
+                key = (ev.get("pid"), ev.get("tid"))
+                tid = threads.get(key)
+                if tid is None:
+                    tid = threads[key] = len(threads)
+                raw.p_ts.append(ev["ts"])
+                raw.p_dur.append(ev.get("dur", 0.0))
+                raw.p_name.append(nid)
+                raw.p_thread.append(tid)
             elif cat in GPU_CATS:
                 args = ev.get("args") or {}
                 name = ev.get("name", "?")
@@ -203,6 +226,7 @@ class _Columns:
                 raw.l_ts.append(ev["ts"])
                 raw.l_corr.append(int(corr))
                 raw.l_thread.append(tid)
+                raw.l_graph.append(ev.get("name", "").startswith("cudaGraphLaunch"))
         raw.events += n
 
 
@@ -211,6 +235,7 @@ class _NotFast(Exception):
 
 
 CHUNK = 1 << 20
+MAX_EVENT = 128 * CHUNK  # the largest single event the fast path holds (a 60 MB kernel name fits)
 BOUNDARY = b"},\n"  # '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
 
 
@@ -239,15 +264,16 @@ def _fast(path: str, cols: _Columns) -> dict:
             raise _NotFast from None
         if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
             raise _NotFast
-        buf = buf[j + 1:]
+        buf = bytearray(buf[j + 1:])  # appended in place: one huge event (a 60 MB name) is not copied per chunk
+        scanned = 0  # the head of buf already searched for a boundary (none that parsed)
         while True:
             chunk = fh.read(CHUNK)
             buf += chunk
             if not chunk:
                 break
-            cut, tries = len(buf), 0
+            cut, tries, lo = len(buf), 0, max(0, scanned - len(BOUNDARY))
             while tries < 4:
-                cut = buf.rfind(BOUNDARY, 0, cut)
+                cut = buf.rfind(BOUNDARY, lo, cut)
                 if cut < 0:
                     break
                 try:
@@ -256,10 +282,12 @@ def _fast(path: str, cols: _Columns) -> dict:
                     tries += 1
                     continue
                 cols.take(events)
-                buf = buf[cut + 2:]
+                del buf[:cut + 2]
                 break
-            if len(buf) > 8 * CHUNK:
+            scanned = len(buf)
+            if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
                 raise _NotFast
+        buf = bytes(buf)
         # the end: the last events, the array's ']', then simple trailing keys and '}'
         end = len(buf)
         for _ in range(8):
@@ -301,6 +329,9 @@ def read(path: str | os.PathLike) -> RawTrace:
     finally:
         if gc_was_on:
             gc.enable()
+    if not (len(raw.o_ts) or len(raw.k_ts) or len(raw.g_dur) or len(raw.l_ts) or len(raw.p_ts)):
+        raise TraceError(f"{path}: no trace events to analyse ({raw.events} events, none a CPU op, kernel or "
+                         "Python frame); was the profiler on while the server ran?")
     raw.rank = rank_of(path, raw.meta)
     raw.names = list(cols.names)
     return raw

@@ -78,16 +78,20 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
                 wait_s: float = 120, on_progress: Callable[[dict], None] | None = None, run_id: str,
                 activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
                 by_stage: bool = False, vocab_size: int | None = None, chart: bool = False,
-                draw: Draw | None = None) -> ProfileResult:
+                draw: Draw | None = None, probe: str | None = None) -> ProfileResult:
     """Profile `steps` forward steps of a single-stream request on the host's server, then analyse.
 
     activities: default CPU+GPU, CPU alone when the server runs on the CPU; with_stack (Python stacks: most
     of the trace's events) and record_shapes are off unless asked; by_stage: SGLang's profile_by_stage, one
-    file per rank for EXTEND and one for DECODE."""
+    file per rank for EXTEND and one for DECODE; probe: the probe record (probe.json, folder or run id) whose
+    findings the stack's source lines are joined with, by default this host's newest of the server's version."""
+    from sglops.trace import sources
+
     if steps < 1 or output_len < 1:
         raise ConfigError(f"--steps and --output-len must be positive (got {steps}, {output_len})")
     if vocab_size is not None and int(vocab_size) < 2:
         raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
+    probe_path = sources.probe_file(probe) if probe else None  # a bad --probe is refused before the host is touched
     say = on_progress or (lambda _ev: None)
     say({"phase": "profiling", "steps": steps})
     args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
@@ -103,8 +107,10 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
               "traces": local, "decode_s": doc["decode_s"], "waited_s": doc["waited_s"],
               "download_s": round(download_s, 3), "standin": doc.get("standin", False),
               "request": doc.get("request"), "sglang_version": doc.get("sglang_version"), "device": doc.get("device")}
+    if probe_path is None:
+        probe_path = sources.latest_for(remote.name, doc.get("sglang_version"))
     try:
-        analysis = analyze(local)
+        analysis = analyze(local, probe=sources.load(probe_path) if probe_path else None)
     except TraceError as exc:  # the traces are kept and the run recorded (by the runner); the line says what broke
         exc.kept = ProfileResult(**record, analysis=None, report={}, error=str(exc))
         raise

@@ -20,20 +20,27 @@ if TYPE_CHECKING:
 CHART_LABEL = 60  # characters of a chart's bar label; names are cut at a word boundary (sglops.trace.names)
 
 def _verdict(a: TraceAnalysis) -> list[str]:
+    """The sentences a person reads first, terminal controls from trace names escaped."""
+    from sglops.trace.names import printable
+
+    return [printable(line) for line in _verdict_lines(a)]
+
+
+def _verdict_lines(a: TraceAnalysis) -> list[str]:
     if a.findings:
         lines = []
         for f in a.findings:
             lines.append(f.message)
             lines += [f"  try: {t}" for t in f.try_next]
-        return lines
+        return lines + a.source_verdict()
     from sglops.trace.names import short_kernel
 
     top = a.top_kernels(1)
     if not top:
-        return (a.cpu.verdict() if a.cpu else []) or ["no GPU kernels and no CPU ops to analyse"]
+        return ((a.cpu.verdict() if a.cpu else []) + a.source_verdict()) or ["no GPU kernels and no CPU ops to analyse"]
     name, us, _ = top[0]
     return [f"no known bottleneck pattern above its threshold; the biggest kernel, {short_kernel(name)}, "
-            f"takes {us / a.gpu_us:.0%} of GPU time"]
+            f"takes {us / a.gpu_us:.0%} of GPU time", *a.source_verdict()]
 
 
 def _ranks(a: TraceAnalysis) -> str:
@@ -42,26 +49,26 @@ def _ranks(a: TraceAnalysis) -> str:
 
 
 def table(a: TraceAnalysis, top: int = 12) -> Group:
-    from sglops.trace.names import short_kernel
+    from sglops.trace.names import cell, printable, short_kernel
 
     head = Text.assemble(("trace analysis: ", "bold"), _headline(a) + "\n")
     for i, line in enumerate(_verdict(a)):
         head.append(("" if line.startswith("  ") else "=> ") + line + "\n",
                     style="dim" if line.startswith("  ") else ("bold red" if a.findings and i == 0 else "bold"))
     if not a.has_gpu:
-        return Group(head, *_cpu_tables(a, top), *_rank_and_notes(a))
+        return Group(head, *_source_table(a), *_cpu_tables(a, top), *_rank_and_notes(a))
     kt = Table(title="GPU time by kernel (summed over ranks)", title_justify="left")
     for col, just in (("kernel", "left"), ("ms", "right"), ("share", "right"), ("calls", "right")):
         kt.add_column(col, justify=just, overflow="fold")
     for name, us, n in a.top_kernels(top):
-        kt.add_row(Text(short_kernel(name)), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
+        kt.add_row(Text(printable(short_kernel(name))), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
     ot = Table(title="GPU time by launching CPU op (incl. nested ops, as torch's device_time_total)",
                title_justify="left")
     for col, just in (("op", "left"), ("ms", "right"), ("share", "right"), ("calls", "right")):
         ot.add_column(col, justify=just)
     for name, us, n in a.top_ops(top):
-        ot.add_row(Text(name), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
-    parts = [head, kt, ot]
+        ot.add_row(Text(cell(name)), f"{us / 1000:.3f}", f"{us / a.gpu_us:.1%}", str(n))
+    parts = [head, kt, ot, *_source_table(a)]
     steps = a.step_summary()
     if steps:
         st = Table(title="time per step (median)", title_justify="left")
@@ -69,12 +76,12 @@ def table(a: TraceAnalysis, top: int = 12) -> Group:
             st.add_column(col, justify="left" if col == "step" else "right")
         for s in steps:
             busy = s["median_gpu_us"] / s["median_cpu_us"] if s["median_cpu_us"] else 0.0
-            st.add_row(Text(s["name"]), str(s["count"]), f"{s['median_cpu_us'] / 1000:.3f}",
+            st.add_row(Text(cell(s["name"])), str(s["count"]), f"{s['median_cpu_us'] / 1000:.3f}",
                        f"{s['median_gpu_us'] / 1000:.3f}", f"{busy:.0%}")
         parts.append(st)
     if a.cpu and a.cpu.gpu_idle_us > 0:
         for line in a.cpu.verdict()[-1:]:
-            parts.append(Text("CPU side: " + line, style="bold"))
+            parts.append(Text("CPU side: " + printable(line), style="bold"))
         parts += _cpu_tables(a, top)
     return Group(*parts, *_rank_and_notes(a))
 
@@ -89,12 +96,39 @@ def _headline(a: TraceAnalysis) -> str:
 
 
 def _table(title: str, cols: list[str], rows: list[list]) -> Table:
-    t = Table(title=title, title_justify="left")
+    from sglops.trace.names import cell
+
+    t = Table(title=Text(title), title_justify="left")
     for i, col in enumerate(cols):
-        t.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+        t.add_column(Text(cell(col)), justify="left" if i == 0 else "right", overflow="fold")
     for row in rows:
-        t.add_row(Text(str(row[0])), *[str(c) for c in row[1:]])
+        t.add_row(*[Text(cell(str(c))) for c in row])
     return t
+
+
+def _source_table(a: TraceAnalysis) -> list:
+    """The top (source line, kernel) pairs: the innermost SGLang frame that launched each, and what the probe
+    says of it. Without Python stacks, one line saying how to get them."""
+    from sglops.trace.names import short_kernel
+
+    if not a.frames:
+        return [Text("source lines: none (no Python stacks in this trace; take it with inv profile --stack)",
+                     style="dim")]
+    what = "kernel" if a.has_gpu else "op"
+    where = "GPU time in the scope" if a.has_gpu else "CPU self time"
+    rows = [[short_kernel(r["what"]) if a.has_gpu else r["what"], f"{r['us'] / 1000:.3f}", f"{r['share']:.1%}",
+             r["label"], _probe_cell(r)] for r in a.sources]
+    return [_table(f"source lines: the innermost SGLang frame of each {what} ({where}; a frame's line is its "
+                   "function's first line)" + (f"; probe: {a.probe_source}" if a.probe_source else ""),
+                   [what, "ms", "share", "source", "probe"], rows)]
+
+
+def _probe_cell(r: dict) -> str:
+    if not r["probe"]:
+        return "-"
+    h = r["probe"][0]
+    more = f" (+{len(r['probe']) - 1})" if len(r["probe"]) > 1 else ""
+    return f"L{h['line']} {h['meaning']}{more}" + (" -> " + ", ".join(r["patches"]) if r["patches"] else "")
 
 
 def _cpu_tables(a: TraceAnalysis, top: int) -> list:
@@ -133,29 +167,32 @@ def _cpu_tables(a: TraceAnalysis, top: int) -> list:
 
 
 def _rank_and_notes(a: TraceAnalysis) -> list:
+    from sglops.trace.names import cell
+
     parts: list = []
     if len(a.files) > 1:
         rt = Table(title="per rank", title_justify="left")
         for col in ("rank", "file", "GPU ms", "idle", "kernels", "steps"):
             rt.add_column(col, justify="left" if col == "file" else "right")
         for f in a.files:
-            rt.add_row(str(f.rank) if f.rank is not None else "?", Text(os.path.basename(f.path)),
+            rt.add_row(str(f.rank) if f.rank is not None else "?", Text(cell(os.path.basename(f.path))),
                        f"{f.gpu_us / 1000:.3f}", f"{f.idle_share:.0%}", str(f.kernels), str(f.steps))
         parts.append(rt)
     for w in a.warnings:
-        parts.append(Text(f"note: {w}", style="yellow"))
+        parts.append(Text(f"note: {cell(w, 1000)}", style="yellow"))
     return parts
 
 
 def markdown(a: TraceAnalysis, top: int = 15) -> str:
     """A report to paste into an issue or keep beside the traces (kernel names shortened, in full below)."""
-    from sglops.trace.names import full_names_markdown, short_kernel
+    from sglops.trace.names import full_names_markdown, printable, short_kernel
 
     out = ["# Trace analysis", "", _headline(a) + ".", "", "## Verdict", ""]
     for line in _verdict(a):
         out.append(f"  - {line.strip()[5:]}" if line.startswith("  try:") else f"- **{line}**")
     if not a.has_gpu:
-        return "\n".join(out + _cpu_markdown(a, top) + _files_markdown(a)) + "\n"
+        out += _source_markdown(a) + _cpu_markdown(a, top) + _files_markdown(a)
+        return "\n".join(printable(line) for line in out) + "\n"
     out += ["", "## GPU time by kernel", "", "| kernel | ms | share | calls |", "|---|---:|---:|---:|"]
     for name, us, n in a.top_kernels(top):
         out.append(f"| `{short_kernel(name)}` | {us / 1000:.3f} | {us / a.gpu_us:.1%} | {n} |")
@@ -170,9 +207,23 @@ def markdown(a: TraceAnalysis, top: int = 15) -> str:
         for s in steps:
             out.append(f"| `{s['name']}` | {s['count']} | {s['median_cpu_us'] / 1000:.3f} | "
                        f"{s['median_gpu_us'] / 1000:.3f} |")
+    out += _source_markdown(a)
     if a.cpu and a.cpu.gpu_idle_us > 0:
         out += _cpu_markdown(a, top)
-    return "\n".join(out + _files_markdown(a)) + "\n"
+    return "\n".join(printable(line) for line in out + _files_markdown(a)) + "\n"
+
+
+def _source_markdown(a: TraceAnalysis) -> list[str]:
+    from sglops.trace.names import short_kernel
+
+    if not a.frames:
+        return ["", "## Source lines", "", "No Python stacks in this trace (take it with `inv profile --stack`)."]
+    what = "kernel" if a.has_gpu else "op"
+    return ["", "## Source lines (innermost SGLang frame; a frame's line is its function's first line)", "",
+            *([f"Probe findings from `{a.probe_source}`.", ""] if a.probe_source else []),
+            *_md_table([what, "ms", "share", "source", "probe"],
+                       [[f"`{short_kernel(r['what']) if a.has_gpu else r['what']}`", f"{r['us'] / 1000:.3f}",
+                         f"{r['share']:.1%}", f"`{r['label']}`", _probe_cell(r)] for r in a.sources])]
 
 
 def _md_table(header: list[str], rows: list[list]) -> list[str]:

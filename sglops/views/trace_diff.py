@@ -8,14 +8,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from sglops.trace.names import full_names_markdown, short_kernel
+from sglops.trace.names import cell, full_names_markdown, printable, short_kernel
 
 if TYPE_CHECKING:
     from sglops.trace.diff import Delta, TraceDiff
 
 SECTIONS = (("steps", "median step time", "step"), ("kernels", "GPU time by kernel", "kernel"),
             ("ops", "GPU time by launching op", "op"), ("phases", "CPU time by scheduler phase", "phase"),
-            ("cpu_ops", "CPU self time by op, per scheduler loop pass", "op"))
+            ("cpu_ops", "CPU self time by op, per scheduler loop pass", "op"),
+            ("sources", "time by SGLang function (innermost frame of each kernel or op; Python stacks)", "function"))
 
 
 def _us(v: float, signed: bool = False) -> str:
@@ -24,12 +25,14 @@ def _us(v: float, signed: bool = False) -> str:
 
 
 def _name(section: str, d: Delta) -> Text:
-    name = short_kernel(d.name) if section == "kernels" else d.name
-    return Text(name + (f"  ({d.detail})" if d.detail else ""))
+    if section == "sources":  # `unquant.py:572 (apply): aten::mm`: the line(s) and what moved most there
+        return Text(cell(d.detail or d.name))
+    name = short_kernel(d.name) if section == "kernels" else cell(d.name)
+    return Text(printable(name + (f"  ({cell(d.detail)})" if d.detail else "")))
 
 
 def tables(diff: TraceDiff, top: int = 12) -> Group:
-    parts: list = [Text(diff.headline(), style="bold")]
+    parts: list = [Text(printable(diff.headline()), style="bold")]
     unit = f"{diff.unit} ({diff.a.step_kind or 'trace'}: {diff.a.steps} vs {diff.b.steps} steps)" \
         if diff.unit == "per step" else diff.unit
     for key, title, col in SECTIONS:
@@ -37,10 +40,12 @@ def tables(diff: TraceDiff, top: int = 12) -> Group:
         if not rows:
             continue
         how = {"steps": "median", "cpu_ops": "all kinds"}.get(key, unit)
-        t = Table(title=Text(f"{title}, {how}: {diff.a.label} -> {diff.b.label}"),
+        if key == "sources" and not (diff.a.analysis.has_gpu or diff.b.analysis.has_gpu):
+            how = "CPU self time per scheduler loop pass"
+        t = Table(title=Text(cell(f"{title}, {how}: {diff.a.label} -> {diff.b.label}", 400)),
                   title_justify="left")
-        for c in (col, diff.a.label, diff.b.label, "change"):
-            t.add_column(Text(c), justify="left" if c == col else "right")
+        for i, c in enumerate((col, diff.a.label, diff.b.label, "change")):
+            t.add_column(Text(cell(c)), justify="left" if i == 0 else "right")
         for d in rows:
             style = "green" if d.delta_us < 0 else ("red" if d.delta_us > 0 else "")
             t.add_row(_name(key, d), _us(d.a_us), _us(d.b_us), Text(_us(d.delta_us, signed=True), style=style))
@@ -50,6 +55,7 @@ def tables(diff: TraceDiff, top: int = 12) -> Group:
 
 def markdown(diff: TraceDiff, top: int = 15) -> str:
     lines = [f"## Trace diff: {diff.a.label} -> {diff.b.label}", "", f"**{diff.headline()}**", ""]
+    sep = "\n"
     for key, title, col in SECTIONS:
         rows = [d for d in getattr(diff, key) if d.a_us or d.b_us][:top]
         if not rows:
@@ -62,4 +68,4 @@ def markdown(diff: TraceDiff, top: int = 15) -> str:
         if key == "kernels":
             lines += full_names_markdown([d.name for d in rows])
         lines.append("")
-    return "\n".join(lines)
+    return sep.join(printable(line) for line in lines)

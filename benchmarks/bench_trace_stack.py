@@ -1,0 +1,177 @@
+"""The cost of Python stacks in a trace: parse time and memory of a stack trace vs the same workload without.
+
+    python3 benchmarks/bench_trace_stack.py capture [--out DIR] [--steps 20]   # real SGLang CPU server, 2 traces
+    python3 benchmarks/bench_trace_stack.py measure [--repeats 5] [--a T --b T]  # parse + analyse each, own process
+    python3 benchmarks/bench_trace_stack.py big [--size-gb 1.0] [--gzip]          # the stack trace replicated to 1 GB
+
+capture: starts the real SGLang 0.5.23 CPU server (sglops.sandbox.sglang_cpu, loopback only), then twice the same
+workload: `POST /start_profile {"activities": ["CPU"], "num_steps": N, "with_stack": S, "record_shapes": false}`
+and one `/generate` of 32 input ids, 32 new tokens, temperature 0, `ignore_eos`; S = true, then false. The files
+are written as `sglang-cpu-stack-TP-0.trace.json.gz` and `sglang-cpu-nostack-TP-0.trace.json.gz` (the test data's
+names). The server is always stopped.
+measure: each trace analysed in a child process (`sglops.trace.analyze`, the whole analysis incl. source lines),
+wall time of the analysis, the process's CPU time (user + sys, start-up included) and peak RSS
+(getrusage(RUSAGE_CHILDREN) of a fresh child), medians. CPU time is the figure to compare on a loaded machine.
+big: the stack trace's events replicated (ts, ids shifted) to --size-gb of plain JSON and analysed in a child:
+the parser's goals (< 300 MB peak, < 20 s) on a stack-carrying trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+TRACES = REPO / "tests" / "data" / "traces"
+STACK = TRACES / "sglang-cpu-stack-TP-0.trace.json.gz"
+NOSTACK = TRACES / "sglang-cpu-nostack-TP-0.trace.json.gz"
+
+
+def _post(url: str, body: dict, timeout: float = 300) -> dict | str:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        text = r.read().decode()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _wait_file(folder: Path, timeout: float = 300) -> Path:
+    """The one trace file the profiler writes, once its gzip stream is complete."""
+    import gzip
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for f in folder.glob("*.trace.json.gz"):
+            try:
+                with gzip.open(f) as fh:
+                    while fh.read(1 << 20):
+                        pass
+                return f
+            except (EOFError, OSError):
+                pass
+        time.sleep(1)
+    raise SystemExit(f"no complete trace in {folder} after {timeout:g} s")
+
+
+def capture(out: Path, steps: int) -> dict:
+    from sglops.sandbox.sglang_cpu import start_server
+    from sglops.sandbox.sshd import free_port
+
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="sglops-stack-"))
+    ids = [(7 * i + 11) % 1000 + 3 for i in range(32)]  # ordinary ids of the tiny model's 1024-token vocabulary
+    done = {}
+    with start_server(free_port(), work / "server.log", timeout=400) as server:
+        _post(f"{server.url}/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 4}})  # warm-up
+        for label, stack in (("stack", True), ("nostack", False)):
+            folder = work / label
+            folder.mkdir()
+            _post(f"{server.url}/start_profile", {"output_dir": str(folder), "activities": ["CPU"],
+                                                   "num_steps": steps, "with_stack": stack, "record_shapes": False,
+                                                   "profile_prefix": label, "profile_id": "real"})
+            t = time.perf_counter()
+            _post(f"{server.url}/generate", {"input_ids": ids, "sampling_params": {
+                "max_new_tokens": 32, "temperature": 0, "ignore_eos": True}})
+            src = _wait_file(folder)
+            target = out / f"sglang-cpu-{label}-TP-0.trace.json.gz"
+            os.replace(src, target)
+            done[label] = {"file": str(target), "bytes": target.stat().st_size, "s": round(time.perf_counter() - t, 1)}
+    return done
+
+
+CHILD = ("import json, sys, time\nt = time.perf_counter()\nfrom sglops.trace import analyze\n"
+         "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\n"
+         "print(json.dumps({'s': s, 'events': a.files[0].events, 'frames': a.frames, "
+         "'top_line': (a.sources[0]['label'] if a.sources else None)}))")
+
+
+def _child(path: Path) -> dict:
+    """One analysis in a fresh process: its wall time and peak RSS."""
+    code = "import resource, subprocess, sys\n"  # a grandchild, so RUSAGE_CHILDREN is this analysis alone
+    code += ("p = subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2]], capture_output=True, text=True)\n"
+             "sys.stderr.write(p.stderr)\nprint(p.stdout.strip())\nu = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+             "print(u.ru_maxrss, u.ru_utime + u.ru_stime)\nsys.exit(p.returncode)")
+    proc = subprocess.run([sys.executable, "-c", code, CHILD, str(path)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-2000:])
+    doc_line, usage = proc.stdout.strip().splitlines()[-2:]
+    rss, cpu = usage.split()
+    return {**json.loads(doc_line), "peak_rss_mb": int(rss) / 1024, "cpu_s": round(float(cpu), 2)}
+
+
+def measure(a: Path, b: Path, repeats: int) -> dict:
+    """Stack vs no-stack trace, interleaved, medians of `repeats` fresh processes each."""
+    runs: dict[str, list[dict]] = {"stack": [], "nostack": []}
+    for _ in range(repeats):
+        runs["stack"].append(_child(a))
+        runs["nostack"].append(_child(b))
+    out = {}
+    for label, path in (("stack", a), ("nostack", b)):
+        rows = runs[label]
+        out[label] = {"file": path.name, "gz_bytes": path.stat().st_size, "events": rows[0]["events"],
+                      "frames": rows[0]["frames"], "top_line": rows[0]["top_line"],
+                      "median_s": round(statistics.median(r["s"] for r in rows), 3),
+                      "median_cpu_s": round(statistics.median(r["cpu_s"] for r in rows), 3),
+                      "median_peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in rows), 1)}
+    out["ratio_s"] = round(out["stack"]["median_s"] / out["nostack"]["median_s"], 2)
+    out["ratio_rss"] = round(out["stack"]["median_peak_rss_mb"] / out["nostack"]["median_peak_rss_mb"], 2)
+    return out
+
+
+def big(size_gb: float, gz: bool, source: Path = STACK) -> dict:
+    """The stack trace replicated to size_gb (benchmarks/bench_trace.make_big), analysed in a fresh process."""
+    import gzip
+    import shutil
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_trace import make_big
+
+    path, reps = make_big(size_gb, source)
+    if gz:
+        zipped = path.with_name(path.name + ".gz")
+        if not zipped.exists():
+            with open(path, "rb") as src, gzip.open(str(zipped) + ".tmp", "wb", compresslevel=1) as dst:
+                shutil.copyfileobj(src, dst, 1 << 22)
+            os.replace(str(zipped) + ".tmp", zipped)
+        path = zipped
+    got = _child(path)
+    return {"trace": str(path), "bytes": path.stat().st_size, "replicas": reps, **got}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=["capture", "measure", "big"])
+    ap.add_argument("--out", type=Path, default=TRACES)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--a", type=Path, default=STACK)
+    ap.add_argument("--b", type=Path, default=NOSTACK)
+    ap.add_argument("--size-gb", type=float, default=1.0)
+    ap.add_argument("--gzip", action="store_true")
+    args = ap.parse_args()
+    if args.part == "capture":
+        doc = capture(args.out, args.steps)
+    elif args.part == "measure":
+        doc = measure(args.a, args.b, args.repeats)
+    else:
+        doc = big(args.size_gb, args.gzip, args.a)
+    print(json.dumps(doc, indent=2))
+    print(f"peak RSS of this process's children: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
