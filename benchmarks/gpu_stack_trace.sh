@@ -51,8 +51,10 @@ case "${1:-}" in
     inv analyze-trace "$SGLOPS_ARTIFACTS/local/$(run_id "$OUT/after.json")/traces" --out "$OUT/after" > "$OUT/after.txt" 2>&1
     inv diff-trace "$(run_id "$OUT/before.json")" "$(run_id "$OUT/after.json")" > "$OUT/diff.txt" 2>&1
     inv revert-patch gather-cast --host local > "$OUT/revert.txt" 2>&1
-    inv restart "$BASE" --host local > "$OUT/restart-graphs.txt" 2>&1 && \
-      inv profile --host local --stack --steps 5 --json > "$OUT/graphs.json" 2> "$OUT/graphs.err"
+    if [ "${GRAPHS:-0}" = 1 ]; then  # one graph-on profile: the replay note on real data (one more restart)
+      inv restart "$BASE" --host local > "$OUT/restart-graphs.txt" 2>&1 && \
+        inv profile --host local --stack --steps 5 --json > "$OUT/graphs.json" 2> "$OUT/graphs.err"
+    fi
     inv stop --host local > /dev/null 2>&1
     echo "gpu_stack_trace: done in $((SECONDS - t0)) s"
     for f in before after; do echo "== $f"; sed -n 1,6p "$OUT/$f.txt"; done

@@ -47,6 +47,10 @@ SERVER_PINS = (
 # sglops' own dependencies the GPU image lacks (it has PyYAML, Jinja2, rich, matplotlib, cffi via the site).
 TOOL_PINS = ("fabric==3.2.3", "invoke==2.2.1", "paramiko==5.1.0", "decorator==5.2.1", "deprecated==1.3.1",
              "bcrypt==5.0.0", "cryptography==48.0.0", "pynacl==1.6.2", "ijson==3.6.0")
+# What `python -m sglang.benchmark.serving` imports that the image and the server's site lack (for
+# benchmarks/bench_vs_bench_serving.py): aiohttp with its own dependencies, and Pillow (its datasets module).
+BENCH_PINS = ("aiohttp==3.14.5", "aiohappyeyeballs==2.7.1", "aiosignal==1.4.0", "attrs==26.1.0", "frozenlist==1.8.0",
+              "multidict==7.2.1", "propcache==0.5.4", "yarl==1.25.1", "pillow==13.0.0")
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # What an sm90 server never loads: FA3 (1.07 GB unpacked; only the fa3 backend), sm100 ops, infllm, xgrammar's
@@ -156,6 +160,21 @@ def build(dest: Path | None = None) -> dict:
     return info
 
 
+def build_bench(dest: Path | None = None) -> int:
+    """.gpu-bench/bench.tar.xz: what sglang.benchmark.serving needs beyond the server (7.4 MiB). Carried by a call
+    of its own: with .gpu (57 MiB) and the repo it would pass the 64 MiB a call carries."""
+    dest = dest or tier_dir().with_name(".gpu-bench")
+    dest.mkdir(parents=True, exist_ok=True)
+    return build_site(BENCH_PINS, dest / "bench.tar.xz", trim=False)
+
+
+def up_bench(src: Path, root: Path) -> Path:
+    """On the GPU machine: unpack bench.tar.xz where env.sh's PYTHONPATH already looks (ROOT/bench)."""
+    if not (root / "bench" / "aiohttp").is_dir():
+        _unpack(src / "bench.tar.xz", root / "bench")
+    return root / "bench"
+
+
 def _unpack(archive: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive) as tar:
@@ -211,12 +230,13 @@ def up(src: Path, root: Path) -> dict:
               file=sys.stderr)
     if not (tools / "fabric").is_dir():
         _unpack(src / "tools.tar.xz", tools)
+    bench = root / "bench"  # filled by `up-bench` from a later call (the carry limit: see build_bench)
     model = root / "tiny-mla"
     if not model.is_dir():
         shutil.copytree(src / "tiny-mla", model)
     repo = Path(__file__).resolve().parents[2]
     env = {
-        "PYTHONPATH": os.pathsep.join([str(site), str(tools), str(repo)]),
+        "PYTHONPATH": os.pathsep.join([str(site), str(tools), str(repo), str(bench)]),
         # never NVLink multicast on a shared host (the device README); offline; JIT cache kept per machine
         "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -241,11 +261,19 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("up", help="on the GPU machine: unpack and write ROOT/env.sh and ROOT/hosts.yaml")
     u.add_argument("--src", type=Path, default=tier_dir())
     u.add_argument("--root", type=Path, default=Path("/tmp/gpu-tier"))
+    sub.add_parser("build-bench", help="on the CPU machine: .gpu-bench/bench.tar.xz (bench_serving's imports)")
+    ub = sub.add_parser("up-bench", help="on the GPU machine: unpack .gpu-bench/bench.tar.xz into ROOT/bench")
+    ub.add_argument("--src", type=Path, default=tier_dir().with_name(".gpu-bench"))
+    ub.add_argument("--root", type=Path, default=Path("/tmp/gpu-tier"))
     k = sub.add_parser("keep-jit", help="on the CPU machine: keep a call's jit.tar.gz in .gpu/ for the next `up`")
     k.add_argument("archive", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "build":
         print(json.dumps(build(args.dest)))
+    elif args.cmd == "build-bench":
+        print(build_bench())
+    elif args.cmd == "up-bench":
+        print(up_bench(args.src, args.root))
     elif args.cmd == "keep-jit":
         print(keep_jit(args.archive))
     else:
