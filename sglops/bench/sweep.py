@@ -22,7 +22,7 @@ from sglops.bench.sweep_plan import Candidate, candidates, screen
 from sglops.bench.sweep_result import Row, SweepResult
 from sglops.core import artifacts
 from sglops.core.errors import SglopsError
-from sglops.core.op import Draw
+from sglops.core.op import Draw, handed_down
 from sglops.core.remote import Remote
 
 
@@ -117,7 +117,7 @@ def run_sweep(remote: Remote, profile: str, cands: list[Candidate], *, force: bo
     result.plan = plan_lines(rows, base.name, managed, found_line, profile_trace, what)
     if dry_run:
         return result
-    result.run_id = run_id or artifacts.new_run_id()
+    result.run_id = handed_down(run_id)  # minted by the runner (sglops.core.op.new_run_id)
     result.folder = str(artifacts.run_dir(remote.name, result.run_id))
     steps = _Steps(remote, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say, draw)
     restore_s = 0.0
