@@ -563,6 +563,7 @@ def record(result: BenchResult, run_id: str) -> BenchResult:
     outputs.json and a manifest of what was running, through sglops.core.artifacts.keep like every run."""
     result.run_id = run_id
     artifacts.keep(result.host, run_id, "bench.json", result, task="bench")
+    return result
 
 
 def draw_sweep(result: BenchResult, draw: Callable | None) -> None:
