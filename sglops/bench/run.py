@@ -573,7 +573,6 @@ def draw_sweep(result: BenchResult, draw: Callable | None) -> None:
         result.sweep["chart"] = str(draw("sweep-chart", {"runs": [{"label": result.run_id, **result.sweep}],
                                                          "title": f"sweep on {result.host}: {result.config['input']}"},
                                          chart))
-    return result
 
 
 def outputs_json(result: BenchResult) -> bytes:
