@@ -105,6 +105,33 @@ def not_ready() -> str | None:
     return None
 
 
+def uv_command() -> list[str] | None:
+    """`python -m uv` when this Python has uv (scripts/setup.sh installs it): ~4 GB of wheels downloaded and
+    unpacked in parallel instead of one by one; None: pip. Set SGLOPS_INSTALLER=pip to force pip."""
+    import importlib.util
+
+    if os.environ.get("SGLOPS_INSTALLER") == "pip" or importlib.util.find_spec("uv") is None:
+        return None
+    return [sys.executable, "-m", "uv"]
+
+
+def _install(venv: Path, log: Path) -> None:
+    """PINS into the venv: the same releases either way; bytecode compiled as pip compiles it (the servers run
+    with PYTHONDONTWRITEBYTECODE on CI: without .pyc files every start would compile sglang, torch and
+    transformers again)."""
+    uv = uv_command()
+    if uv is None:
+        _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
+             f"pip install {' '.join(PINS)}", log)
+        return
+    # uv's cache beside the venv (same filesystem: files are hard-linked, not copied), removed once installed so
+    # no venv file shares an inode with a cache entry a later install could write through
+    cache = env_root() / "uv-cache"
+    _run([*uv, "pip", "install", "--python", str(venv_python()), "--cache-dir", str(cache), "--compile-bytecode",
+          "--link-mode", "hardlink", "--no-progress", *PINS], f"uv pip install {' '.join(PINS)}", log)
+    shutil.rmtree(cache, ignore_errors=True)
+
+
 def ensure_env(log: Path | None = None) -> Path:
     """The venv's python, building the venv first if this machine has none (idempotent, resumable)."""
     venv = venv_dir()
@@ -116,8 +143,7 @@ def ensure_env(log: Path | None = None) -> Path:
     log = log or env_root() / f"build-{SGLANG_VERSION}.log"
     if not venv_python().exists():
         _run([sys.executable, "-m", "venv", str(venv)], "making the SGLang venv", log)
-    _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
-         f"pip install {' '.join(PINS)}", log)
+    _install(venv, log)
     install_standin(venv)
     marker.write_text(want)
     return venv_python()
