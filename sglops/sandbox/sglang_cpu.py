@@ -124,12 +124,15 @@ def _install(venv: Path, log: Path) -> None:
         _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
              f"pip install {' '.join(PINS)}", log)
         return
-    # uv's cache beside the venv (same filesystem: files are hard-linked, not copied), removed once installed so
-    # no venv file shares an inode with a cache entry a later install could write through
-    cache = env_root() / "uv-cache"
-    _run([*uv, "pip", "install", "--python", str(venv_python()), "--cache-dir", str(cache), "--compile-bytecode",
+    _run([*uv, "pip", "install", "--python", str(venv_python()), "--cache-dir", str(uv_cache()), "--compile-bytecode",
           "--link-mode", "hardlink", "--no-progress", *PINS], f"uv pip install {' '.join(PINS)}", log)
-    shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(uv_cache(), ignore_errors=True)
+
+
+def uv_cache() -> Path:
+    """uv's cache beside the venv (one filesystem: files are hard-linked, not copied), removed once the venv is
+    built, so no venv file shares an inode with a cache entry that a later install could write through."""
+    return env_root() / "uv-cache"
 
 
 def ensure_env(log: Path | None = None) -> Path:
@@ -141,8 +144,11 @@ def ensure_env(log: Path | None = None) -> Path:
         return venv_python()
     env_root().mkdir(parents=True, exist_ok=True)
     log = log or env_root() / f"build-{SGLANG_VERSION}.log"
-    if not venv_python().exists():
-        _run([sys.executable, "-m", "venv", str(venv)], "making the SGLang venv", log)
+    uv = uv_command()
+    if not venv_python().exists():  # with pip in it either way (--seed), as `python -m venv` makes it
+        _run([*uv, "venv", "-q", "--python", sys.executable, "--seed", "--allow-existing", "--cache-dir",
+              str(uv_cache()), str(venv)] if uv else [sys.executable, "-m", "venv", str(venv)],
+             "making the SGLang venv", log)
     _install(venv, log)
     install_standin(venv)
     marker.write_text(want)
