@@ -150,6 +150,24 @@ def cpu_server(_shared_cpu_server):
 
 
 # -- pytest-xdist: whole modules per worker, heaviest first (tests/suite_schedule.py) ---------------------------------
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The controller's COLUMNS/LINES go to each worker: a worker starts with COLUMNS=80 LINES=24 of its own,
+    and sglops' console wraps piped output at COLUMNS (test_text_is_data, test_gpu_tier failed on it)."""
+    node.workerinput["sglops_terminal_env"] = {k: os.environ.get(k) for k in TERMINAL_ENV}
+
+
+def pytest_configure(config):
+    for key, value in getattr(config, "workerinput", {}).get("sglops_terminal_env", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps pytest's own order
         items[:] = suite_schedule.heaviest_first(items)
