@@ -2,9 +2,9 @@
 server, a sandbox, a dockerd), modules that share the session's real CPU server on one worker, heaviest first.
 
 Why heaviest first: with whole modules as units, a long module handed out last leaves the other workers idle at the
-end (longest-processing-time-first keeps the tail short). The weights are one serial run's seconds per module on the
-2-core machine (`pytest --durations=0`, 2026-12-03); a module missing from the table weighs 2 s a test, plus 60 s
-when it starts a real server or a dockerd. Only the order changes: every test runs, in its module's own order.
+end (longest-processing-time-first keeps the tail short). The weights are measured seconds per module on the
+2-core machine (WEIGHTS); a module missing from the table weighs 1 s a test, plus 60 s when it starts a real
+server or a dockerd. Only the order changes: every test runs, in its module's own order.
 """
 
 from __future__ import annotations
@@ -15,8 +15,37 @@ import os
 # In unit order readers come first; test_bench_real's last test kills the server on purpose.
 GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_real.py": "cpu-server"}
 GROUP_RANK = {"test_profile_real.py": 0, "test_bench_real.py": 1}
-# seconds per module, serial run (setup + call + teardown of every test)
-WEIGHTS: dict[str, float] = {}
+# seconds per module (setup + call + teardown of its tests): one `-n 3` run on the shared 2-core machine while it
+# was ~6x slower than idle (2026-12-03, 2,925 s wall, 8,397 s of tests), divided by 6; only their order matters
+WEIGHTS: dict[str, float] = {
+    "test_real_server.py": 312,
+    "test_ab_real.py": 240,
+    "test_container_server.py": 145,
+    "test_bench_real.py": 88,
+    "test_gather_cast_numeric.py": 81,
+    "test_patches.py": 64,
+    "test_hostile_inputs.py": 63,
+    "test_profile_real.py": 50,
+    "test_crash_points.py": 42,
+    "test_kernels.py": 41,
+    "test_versions.py": 35,
+    "test_container.py": 35,
+    "test_ab.py": 30,
+    "test_launch.py": 29,
+    "test_bench.py": 23,
+    "test_remote_network.py": 14,
+    "test_host_state.py": 14,
+    "test_play.py": 14,
+    "test_probe.py": 13,
+    "test_standin_server.py": 7,
+    "test_play_steps.py": 6,
+    "test_trace.py": 6,
+    "test_fp8_mla_decode.py": 6,
+    "test_facts.py": 5,
+    "test_decisions_patches.py": 5,
+    "test_profile.py": 4,
+    "test_gpu_tier.py": 4,
+}
 HEAVY_FIXTURES = {"dockerd", "cpu_server"}
 
 
@@ -31,12 +60,12 @@ def unit_of(nodeid: str) -> str:
 
 
 def _weights(items) -> dict[str, float]:
-    """Each unit's weight: the table's, else 2 s a test plus 60 s for a real server or a dockerd."""
+    """Each unit's weight: the table's, else 1 s a test plus 60 s for a real server or a dockerd."""
     per_module: dict[str, float] = {}
     heavy: set[str] = set()
     for item in items:
         mod = _module(item)
-        per_module[mod] = per_module.get(mod, 0.0) + 2.0
+        per_module[mod] = per_module.get(mod, 0.0) + 1.0
         if item.get_closest_marker("real_server") or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             heavy.add(mod)
     units: dict[str, float] = {}
