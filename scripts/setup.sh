@@ -65,6 +65,7 @@ EOF
 took "release trees" $t
 
 env_ok=0
+t_wait=$SECONDS
 wait "$env_pid" || env_ok=$?
 trap - EXIT
 if [ "$env_ok" != 0 ]; then
@@ -75,6 +76,7 @@ if [ "$env_ok" != 0 ]; then
   fi
   echo "setup: the real SGLang environment could not be built (no network?): the real-server tests will skip" >&2
 else
-  took "real SGLang environment ready" $t_env
+  echo "setup: real SGLang environment ready ($(( SECONDS - t_wait )) s waited for it after the steps above;" \
+    "$(( SECONDS - t_env )) s since it started)" >&2
 fi
 took "set-up done" $t_all
