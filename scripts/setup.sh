@@ -4,8 +4,13 @@
 # server environment the real-server tests and the demo use (sglops/sandbox/sglang_cpu.py: its own
 # venv with sglang 0.5.23 and a tiny model made offline; ~7 GB, built once per machine and cached
 # in ~/.cache/sglops/server-env, or $SGLOPS_CACHE/server-env).
+# The SGLang environment is the long step (~4 GB of wheels): uv (pinned in pyproject.toml's test extra) installs
+# it with parallel downloads, and it builds in the background while sglops' own packages install and the release
+# wheels the sandbox hosts are made from download. Each step's seconds go to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t_all=$SECONDS
+took() { echo "setup: $1 in $(( SECONDS - $2 )) s" >&2; }
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 need_apt=0
@@ -15,9 +20,11 @@ command -v rg >/dev/null || need_apt=1
 command -v git >/dev/null || need_apt=1
 [ -x /usr/sbin/dockerd ] || need_apt=1   # a real Docker daemon for the container-target tests (started by the suite)
 if [ "$need_apt" = 1 ]; then
+  t=$SECONDS
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client ripgrep git docker.io >/dev/null
+  took "apt-get install" $t
 fi
 . scripts/python.sh
 if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
@@ -26,15 +33,50 @@ if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   }
 fi
-"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test]"
-"$PY" -c "import sglops, fabric, invoke, torch" # fail here, not in the middle of a test run
-t0=$SECONDS
-if ! "$PY" -m sglops.sandbox.sglang_cpu >/dev/null; then
+PIP=("$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore)
+UV_PIN=$(grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')
+"$PY" -c "import uv" 2>/dev/null || "${PIP[@]}" "$UV_PIN"
+
+# the SGLang environment, in the background (python -m from the repo root: sglops needs no install for this step)
+mkdir -p .cache
+t_env=$SECONDS
+setsid "$PY" -m sglops.sandbox.sglang_cpu >.cache/setup-sglang-env.log 2>&1 &
+env_pid=$!
+trap 'kill -- -"$env_pid" 2>/dev/null || true' EXIT  # a failed step below stops the build too (it resumes next time)
+
+t=$SECONDS
+"${PIP[@]}" -e ".[test]"
+"$PY" -c "import sglops, fabric, invoke, torch, xdist" # fail here, not in the middle of a test run
+took "sglops and its test packages" $t
+
+# the release wheels the sandbox hosts and the decision tests are made from, all at once (else one by one, mid-run)
+t=$SECONDS
+"$PY" - <<'EOF' || echo "setup: some release wheels could not be fetched now; the tests fetch them when they need them" >&2
+from concurrent.futures import ThreadPoolExecutor
+
+from sglops.sandbox import trees
+
+jobs = [(trees.sglang_template, v) for v in ("0.5.23", "0.5.15", "0.5.17", "0.4.10")]
+jobs += [(trees.flashinfer_site, v) for v in ("0.7.2", "0.6.12")]
+with ThreadPoolExecutor(len(jobs)) as pool:
+    for f in [pool.submit(fn, v) for fn, v in jobs]:
+        f.result()
+EOF
+took "release trees" $t
+
+env_ok=0
+t_wait=$SECONDS
+wait "$env_pid" || env_ok=$?
+trap - EXIT
+if [ "$env_ok" != 0 ]; then
+  tail -n 3 .cache/setup-sglang-env.log >&2
   if [ "${CI:-}" = true ]; then
     echo "setup: the real SGLang environment could not be built (see the line above)" >&2
     exit 1
   fi
   echo "setup: the real SGLang environment could not be built (no network?): the real-server tests will skip" >&2
-elif [ $((SECONDS - t0)) -gt 10 ]; then
-  echo "setup: real SGLang environment ready after $((SECONDS - t0)) s" >&2
+else
+  echo "setup: real SGLang environment ready ($(( SECONDS - t_wait )) s waited for it after the steps above;" \
+    "$(( SECONDS - t_env )) s since it started)" >&2
 fi
+took "set-up done" $t_all

@@ -5,6 +5,9 @@ two-host one (sglang 0.5.23 and 0.5.15, FlashInfer 0.7.2, 8x SM120 stand-in GPUs
 SGLOPS_TEST_NETWORK=hostile puts every sandbox host behind sglops/sandbox/netproxy.py (50 ms +- 10 ms each way).
 Every fixture points SGLOPS_INVENTORY / SGLOPS_ARTIFACTS at temp folders, so tests never
 touch the operator's inventory, known_hosts or artifacts, and never leave loopback.
+`cpu_server` is one real SGLang CPU server shared by the tests that only read from it (started on first use,
+started again if a test killed it). Under pytest-xdist (scripts/test.sh runs `-n`) whole modules go to a worker,
+heaviest first (tests/suite_schedule.py), so a module's fixtures still start once.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
+import suite_schedule
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -100,20 +104,75 @@ def require_real_server_env() -> None:
 @pytest.fixture(scope="module")
 def dockerd():
     """A real dockerd of the suite's own (no host networking touched), one per test module; skipped with its one
-    reason where none can start."""
+    reason where none can start. A daemon a killed run left behind is stopped first (tests/dockerd_leaks.py)."""
     import subprocess
     import uuid
+    import warnings
+
+    import dockerd_leaks
 
     from sglops.sandbox import docker
 
     reason = docker.available()
     if reason:
         pytest.skip(f"no Docker daemon can start here: {reason}")
-    root = Path(f"/tmp/sglops-dockerd-{uuid.uuid4().hex[:8]}")  # a short path: unix sockets have a length limit
+    stopped, stuck = dockerd_leaks.stop_leaked(docker.DOCKER)
+    for line in stopped:
+        warnings.warn(f"stopped {line}", stacklevel=1)
+    root = Path(f"{dockerd_leaks.ROOT_PREFIX}{uuid.uuid4().hex[:8]}")  # short: unix sockets have a length limit
     try:
         daemon = docker.Dockerd(root).start()
     except Exception as exc:  # noqa: BLE001 (skipping needs the one reason, whatever it is)
-        pytest.skip(f"no Docker daemon can start here: {exc}")
+        running = [f"pid {d.pid} ({d.root}, parent {d.ppid})" for d in dockerd_leaks.ours()]
+        more = "; ".join([*stuck, *(["dockerds of ours running: " + ", ".join(running)] if running else [])])
+        pytest.skip(f"no Docker daemon can start here: {exc}" + (f" ({more})" if more else ""))
+    dockerd_leaks.record_owner(root)
     yield daemon
     daemon.stop()
     subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+@pytest.fixture(scope="session")
+def _shared_cpu_server(tmp_path_factory):
+    from suite_server import SharedServer
+
+    shared = SharedServer(tmp_path_factory.mktemp("cpu-server"))
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture
+def cpu_server(_shared_cpu_server):
+    """The real SGLang 0.5.23 CPU server (the sandbox profile's flags) that read-only tests share: alive and
+    healthy when the test starts (restarted, with a fresh log, if an earlier test killed it)."""
+    require_real_server_env()
+    return _shared_cpu_server.get()
+
+
+# -- pytest-xdist: whole modules per worker, heaviest first (tests/suite_schedule.py) ---------------------------------
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The controller's COLUMNS/LINES go to each worker: a worker starts with COLUMNS=80 LINES=24 of its own,
+    and sglops' console wraps piped output at COLUMNS (test_text_is_data, test_gpu_tier failed on it)."""
+    node.workerinput["sglops_terminal_env"] = {k: os.environ.get(k) for k in TERMINAL_ENV}
+
+
+def pytest_configure(config):
+    for key, value in getattr(config, "workerinput", {}).get("sglops_terminal_env", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps pytest's own order
+        items[:] = suite_schedule.heaviest_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return suite_schedule.make_scheduler(config, log)

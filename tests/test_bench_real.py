@@ -1,8 +1,9 @@
 """`inv bench` against a REAL SGLang 0.5.23 server (tiny random Llama, vocabulary 1,024, ids 0/1/2 special).
 
-One server for the module (start_server, ~2.4 GB, 20-40 s to come up on a busy machine), reached through a
-normal sandbox sshd host with `--port`: the client runs on the host and talks to 127.0.0.1, as on a GPU host.
-The last test kills the server on purpose (an out-of-vocabulary prompt), so it stays last.
+The run's shared real server (conftest `cpu_server`, ~2.4 GB, 20-40 s to come up on a busy machine; test_profile_real
+reads from it too), reached through a normal sandbox sshd host with `--port`: the client runs on the host and talks to
+127.0.0.1, as on a GPU host. The last test kills the server on purpose (an out-of-vocabulary prompt), so it stays
+last (the next user of `cpu_server` gets a new one).
 The identity test adds a second server for the module, launched like the first but with `--kv-cache-dtype bf16`
 (on CPU fp8_e5m2 is refused and fp8_e4m3 needs Intel AMX: bf16 is the KV dtype that differs and runs).
 """
@@ -26,38 +27,31 @@ IN, OUT = 16, 16
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    """The module's two real servers, started at once (each takes 20-40 s, minutes on a loaded machine):
-    the sandbox profile's flags, and the same with `--kv-cache-dtype bf16` (for the config-difference test)."""
+def _bf16_kv_start(tmp_path_factory):
+    """The second server, started in the background as the module begins (20-40 s, minutes on a loaded machine):
+    launched like the shared one but with `--kv-cache-dtype bf16` (for the config-difference test)."""
     from concurrent.futures import ThreadPoolExecutor
 
     logs = tmp_path_factory.mktemp("real-bench")
-    with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(start_server, free_port(), logs / "server.log", timeout=600),
-                   pool.submit(start_server, free_port(), logs / "server-bf16-kv.log",
-                               extra=("--kv-cache-dtype", "bf16"), timeout=600)]
-        started = []
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(start_server, free_port(), logs / "server-bf16-kv.log",
+                             extra=("--kv-cache-dtype", "bf16"), timeout=600)
         try:
-            for f in futures:
-                started.append(f.result())
+            yield future
         finally:
-            if len(started) < 2:
-                for f in futures:
-                    if f.exception() is None:
-                        f.result().stop()
-    yield started
-    for server in started:
-        server.stop()
+            if future.exception() is None:
+                future.result().stop()
 
 
-@pytest.fixture(scope="module")
-def real_server(servers):
-    return servers[0]
+@pytest.fixture
+def real_server(_bf16_kv_start, cpu_server):
+    """The run's shared real server (conftest `cpu_server`: the sandbox profile's flags); the last test kills it."""
+    return cpu_server
 
 
-@pytest.fixture(scope="module")
-def bf16_kv_server(servers):
-    return servers[1]
+@pytest.fixture
+def bf16_kv_server(_bf16_kv_start):
+    return _bf16_kv_start.result()
 
 
 def _prompts(result: bench.BenchResult) -> list[dict]:

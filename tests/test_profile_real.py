@@ -1,7 +1,8 @@
 """`inv profile` against a REAL SGLang 0.5.23 server (CPU engine, tiny model) through a sandbox sshd host.
 
-The server is started directly (sglops.sandbox.sglang_cpu.start_server) and reached with --port; the host
-script runs over real SSH, the server writes its real trace files, sglops downloads and analyses them.
+The server (the run's shared one, conftest `cpu_server`, started with sglops.sandbox.sglang_cpu.start_server) is
+reached with --port; the host script runs over real SSH, the server writes its real trace files, sglops downloads
+and analyses them.
 """
 
 from __future__ import annotations
@@ -13,16 +14,11 @@ import os
 import pytest
 from conftest import inv_cmd
 
-from sglops.sandbox.sglang_cpu import start_server
-from sglops.sandbox.sshd import free_port
 
-
-@pytest.fixture(scope="module")
-def real_server(tmp_path_factory):
-    """One real server for this module (~2.4 GB, 20-60 s to start on a busy machine); always stopped."""
-    log = tmp_path_factory.mktemp("real-server") / "server.log"
-    with start_server(free_port(), log, timeout=400) as server:
-        yield server
+@pytest.fixture
+def real_server(cpu_server):
+    """The run's shared real server (conftest `cpu_server`; test_bench_real reads from it too): profiling only reads."""
+    return cpu_server
 
 
 def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path):

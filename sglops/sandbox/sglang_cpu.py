@@ -105,6 +105,36 @@ def not_ready() -> str | None:
     return None
 
 
+def uv_command() -> list[str] | None:
+    """`python -m uv` when this Python has uv (scripts/setup.sh installs it): ~4 GB of wheels downloaded and
+    unpacked in parallel instead of one by one; None: pip. Set SGLOPS_INSTALLER=pip to force pip."""
+    import importlib.util
+
+    if os.environ.get("SGLOPS_INSTALLER") == "pip" or importlib.util.find_spec("uv") is None:
+        return None
+    return [sys.executable, "-m", "uv"]
+
+
+def _install(venv: Path, log: Path) -> None:
+    """PINS into the venv: the same releases either way; bytecode compiled as pip compiles it (the servers run
+    with PYTHONDONTWRITEBYTECODE on CI: without .pyc files every start would compile sglang, torch and
+    transformers again)."""
+    uv = uv_command()
+    if uv is None:
+        _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
+             f"pip install {' '.join(PINS)}", log)
+        return
+    _run([*uv, "pip", "install", "--python", str(venv_python()), "--cache-dir", str(uv_cache()), "--compile-bytecode",
+          "--link-mode", "hardlink", "--no-progress", *PINS], f"uv pip install {' '.join(PINS)}", log)
+    shutil.rmtree(uv_cache(), ignore_errors=True)
+
+
+def uv_cache() -> Path:
+    """uv's cache beside the venv (one filesystem: files are hard-linked, not copied), removed once the venv is
+    built, so no venv file shares an inode with a cache entry that a later install could write through."""
+    return env_root() / "uv-cache"
+
+
 def ensure_env(log: Path | None = None) -> Path:
     """The venv's python, building the venv first if this machine has none (idempotent, resumable)."""
     venv = venv_dir()
@@ -114,10 +144,12 @@ def ensure_env(log: Path | None = None) -> Path:
         return venv_python()
     env_root().mkdir(parents=True, exist_ok=True)
     log = log or env_root() / f"build-{SGLANG_VERSION}.log"
-    if not venv_python().exists():
-        _run([sys.executable, "-m", "venv", str(venv)], "making the SGLang venv", log)
-    _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
-         f"pip install {' '.join(PINS)}", log)
+    uv = uv_command()
+    if not venv_python().exists():  # with pip in it either way (--seed), as `python -m venv` makes it
+        _run([*uv, "venv", "-q", "--python", sys.executable, "--seed", "--allow-existing", "--cache-dir",
+              str(uv_cache()), str(venv)] if uv else [sys.executable, "-m", "venv", str(venv)],
+             "making the SGLang venv", log)
+    _install(venv, log)
     install_standin(venv)
     marker.write_text(want)
     return venv_python()

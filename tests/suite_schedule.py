@@ -1,0 +1,103 @@
+"""How the suite is spread over pytest-xdist workers: whole modules (their module fixtures start once: a real
+server, a sandbox, a dockerd), modules that share the session's real CPU server on one worker, heaviest first.
+
+Why heaviest first: with whole modules as units, a long module handed out last leaves the other workers idle at the
+end (longest-processing-time-first keeps the tail short). The weights are measured seconds per module on the
+2-core machine (WEIGHTS); a module missing from the table weighs 1 s a test, plus 60 s when it starts a real
+server or a dockerd. Only the order changes: every test runs, in its module's own order.
+"""
+
+from __future__ import annotations
+
+import os
+
+# modules whose tests use the session's shared real CPU server (conftest `cpu_server`): one unit, so one server.
+# In unit order readers come first; test_bench_real's last test kills the server on purpose.
+GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_real.py": "cpu-server"}
+GROUP_RANK = {"test_profile_real.py": 0, "test_bench_real.py": 1}
+# seconds per module (setup + call + teardown of its tests): one `-n 3` run on the shared 2-core machine while it
+# was ~6x slower than idle (2026-12-03, 2,925 s wall, 8,397 s of tests), divided by 6; only their order matters
+WEIGHTS: dict[str, float] = {
+    "test_real_server.py": 312,
+    "test_ab_real.py": 240,
+    "test_container_server.py": 145,
+    "test_bench_real.py": 88,
+    "test_gather_cast_numeric.py": 81,
+    "test_patches.py": 64,
+    "test_hostile_inputs.py": 63,
+    "test_profile_real.py": 50,
+    "test_crash_points.py": 42,
+    "test_kernels.py": 41,
+    "test_versions.py": 35,
+    "test_container.py": 35,
+    "test_ab.py": 30,
+    "test_launch.py": 29,
+    "test_bench.py": 23,
+    "test_remote_network.py": 14,
+    "test_host_state.py": 14,
+    "test_play.py": 14,
+    "test_probe.py": 13,
+    "test_standin_server.py": 7,
+    "test_play_steps.py": 6,
+    "test_trace.py": 6,
+    "test_fp8_mla_decode.py": 6,
+    "test_facts.py": 5,
+    "test_decisions_patches.py": 5,
+    "test_profile.py": 4,
+    "test_gpu_tier.py": 4,
+}
+HEAVY_FIXTURES = {"dockerd", "cpu_server"}
+
+
+def _module(item) -> str:
+    return os.path.basename(item.nodeid.split("::", 1)[0])
+
+
+def unit_of(nodeid: str) -> str:
+    """The xdist work unit a test belongs to: its module's path, or its GROUPS name."""
+    path = nodeid.split("::", 1)[0]
+    return GROUPS.get(os.path.basename(path), path)
+
+
+def _weights(items) -> dict[str, float]:
+    """Each unit's weight: the table's, else 1 s a test plus 60 s for a real server or a dockerd."""
+    per_module: dict[str, float] = {}
+    heavy: set[str] = set()
+    for item in items:
+        mod = _module(item)
+        per_module[mod] = per_module.get(mod, 0.0) + 1.0
+        if item.get_closest_marker("real_server") or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            heavy.add(mod)
+    units: dict[str, float] = {}
+    for mod, guess in per_module.items():
+        w = WEIGHTS.get(mod, guess + (60.0 if mod in heavy else 0.0))
+        unit = GROUPS.get(mod, mod)
+        units[unit] = units.get(unit, 0.0) + w
+    return units
+
+
+def heaviest_first(items: list) -> list:
+    """The items with their units ordered by weight (heaviest first), each module's tests in their own order."""
+    units = _weights(items)
+
+    def key(pair):
+        i, item = pair
+        mod = _module(item)
+        unit = GROUPS.get(mod, mod)
+        return (-units[unit], unit, GROUP_RANK.get(mod, 0), mod, i)
+
+    return [item for _, item in sorted(enumerate(items), key=key)]
+
+
+def make_scheduler(config, log):
+    """Whole modules (and GROUPS) as units, handed out in collection order (heaviest_first's)."""
+    if config.getvalue("dist") == "no":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep heaviest_first's order, not "most tests first"
+    return ModuleUnits(config, log)

@@ -1,0 +1,91 @@
+"""The suite's own machinery: how modules are spread over xdist workers, and the dockerd a killed run leaves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dockerd_leaks
+import pytest
+import suite_schedule
+
+from sglops.sandbox import docker
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Item:
+    """What heaviest_first reads of a pytest item."""
+
+    nodeid: str
+    marks: tuple[str, ...] = ()
+    fixturenames: list[str] = field(default_factory=list)
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.marks else None
+
+
+def test_heaviest_units_first_modules_whole_and_in_their_own_order(monkeypatch):
+    monkeypatch.setattr(suite_schedule, "WEIGHTS", {"test_a.py": 5.0, "test_bench_real.py": 40.0})
+    items = [Item("tests/test_a.py::one"), Item("tests/test_bench_real.py::first"),
+             Item("tests/test_a.py::two"), Item("tests/test_bench_real.py::dies"),
+             Item("tests/test_c.py::x", marks=("real_server",)),
+             Item("tests/test_profile_real.py::p", fixturenames=["cpu_server"]),
+             Item("tests/test_d.py::y"), Item("tests/test_d.py::z")]
+    order = [i.nodeid for i in suite_schedule.heaviest_first(items)]
+    # the cpu-server group (40 + 2 + 60) > test_c (2 + 60) > test_a (5) > test_d (4); readers of the shared
+    # server before test_bench_real, whose last test kills it; each module's tests in their own order
+    assert order == ["tests/test_profile_real.py::p", "tests/test_bench_real.py::first",
+                     "tests/test_bench_real.py::dies", "tests/test_c.py::x", "tests/test_a.py::one",
+                     "tests/test_a.py::two", "tests/test_d.py::y", "tests/test_d.py::z"]
+
+
+def test_the_work_units_are_whole_modules_and_the_shared_server_group():
+    assert suite_schedule.unit_of("tests/test_bench_real.py::test_x[sglang]") == "cpu-server"
+    assert suite_schedule.unit_of("tests/test_profile_real.py::test_y") == "cpu-server"
+    assert suite_schedule.unit_of("tests/test_trace.py::test_z[a::b]") == "tests/test_trace.py"
+
+
+def test_a_dockerd_left_by_a_killed_run_is_found_and_stopped(tmp_path):
+    reason = docker.available()
+    if reason:
+        pytest.skip(f"no Docker daemon can start here: {reason}")
+    root = Path(f"{dockerd_leaks.ROOT_PREFIX}{os.urandom(4).hex()}")
+    # a test run in miniature: it starts our dockerd, records itself as the owner, and is then SIGKILLed
+    run = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; sys.path.insert(0, sys.argv[2])\n"
+        "import dockerd_leaks; from sglops.sandbox import docker\n"
+        "root = Path(sys.argv[1]); docker.Dockerd(root).start(); dockerd_leaks.record_owner(root)\n"
+        "print('ready', flush=True); time.sleep(600)\n"), str(root), str(REPO / "tests")],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert run.stdout.readline().strip() == "ready"
+        (live,) = [d for d in dockerd_leaks.ours() if d.root == root]
+        assert not dockerd_leaks.is_leaked(live)  # its run is alive: never touched
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # re-parented once its run is gone
+            live = _find(root)
+            if live is None or dockerd_leaks.is_leaked(live):
+                break
+            time.sleep(0.1)
+        assert live is not None and dockerd_leaks.is_leaked(live)  # still running, and found as a leak
+        stopped, stuck = dockerd_leaks.stop_leaked(docker.DOCKER)
+        assert stuck == [] and f"dockerd pid {live.pid} ({root}) left by a killed run" in stopped
+        assert _find(root) is None and not root.exists()
+    finally:
+        run.kill()
+        found = _find(root)
+        if found:  # the test failed half-way: leave nothing running
+            dockerd_leaks.stop(found, docker.DOCKER)
+
+
+def _find(root: Path):
+    return next((d for d in dockerd_leaks.ours() if d.root == root), None)
