@@ -97,6 +97,7 @@ def test_single_stream_decode_is_the_servers_true_rate_and_is_kept_with_what_ran
     assert manifest["facts"]["gpus"] and manifest["bench"]["decode_tok_s"]["median"] == pytest.approx(rate, rel=0.01)
 
 
+@pytest.mark.flaky(reruns=2, reruns_delay=5)  # a timing figure: a busy machine (other xdist workers) can skew one try
 def test_openai_api_concurrency_and_chunked_streams(standin, remote_a):
     rate = 150.0
     port = standin(rate, stream_interval=4)
@@ -178,6 +179,7 @@ def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
     assert "PARTIAL" in text and f"127.0.0.1:{port} died" in text
 
 
+@pytest.mark.flaky(reruns=2, reruns_delay=5)  # a timing figure: a busy machine (other xdist workers) can skew one try
 def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_path):
     slow, fast = 150.0, 195.0
     ids = []

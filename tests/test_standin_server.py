@@ -139,6 +139,7 @@ def test_openai_completions_stream_with_usage(start):
     assert all(e is None or e["choices"] for e in no_usage)
 
 
+@pytest.mark.flaky(reruns=2, reruns_delay=5)  # a timing figure: a busy machine (other xdist workers) can skew one try
 @pytest.mark.parametrize("rate,n", [(40.0, 21), (2000.0, 1001)])
 def test_decode_pacing_is_exact_single_stream(start, rate, n):
     s = start("--model-path", "m", env={"SGLOPS_STANDIN_TPS": str(rate / 2), "SGLOPS_STANDIN_SPEEDUP": "2",

@@ -152,7 +152,7 @@ def beside(files: list[str]) -> Path | None:
         root = artifacts.artifacts_root().resolve()
     except OSError:
         return None
-    if folder.name != "traces" or folder.parent.parent.parent != root:
+    if folder.name != "traces" or len(folder.parents) < 3 or folder.parents[2] != root:  # <root>/<host>/<run>/traces
         return None
     manifest = folder.parent / "manifest.json"
     version = None
