@@ -11,6 +11,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def save_figure(fig, path: Path, **savefig) -> Path:
+    """Write the PNG whole or not at all (a temp file renamed over it), then free the figure."""
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, **savefig)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
 def decode_chart(runs: Sequence[dict], path: str | Path, *, title: str = "decode tok/s per stream") -> Path:
     """One point per run and concurrency: median with its 95% interval, repeats as faint dots.
 
@@ -50,11 +59,7 @@ def decode_chart(runs: Sequence[dict], path: str | Path, *, title: str = "decode
     if len(levels) > 1:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def sweep_chart(runs: Sequence[dict], path: str | Path, *, title: str = "sweep") -> Path:
@@ -106,8 +111,4 @@ def sweep_chart(runs: Sequence[dict], path: str | Path, *, title: str = "sweep")
             ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)

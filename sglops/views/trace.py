@@ -309,11 +309,9 @@ def chart(a: TraceAnalysis, path: str | os.PathLike, top: int = 15) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    from sglops.views.charts import save_figure
+
+    return save_figure(fig, path, dpi=110)
 
 
 def profile_table(p: ProfileResult) -> Group:
