@@ -184,6 +184,8 @@ def poison_allocator(shape, dtype) -> None:
     pass: the check could not fail)."""
     import torch
 
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # else a cached block of the same size (an earlier case's cast) may be the one handed out
     junk = torch.full(shape, float("nan"), dtype=dtype, device="cuda")
     del junk
 
@@ -212,10 +214,11 @@ def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=
                     ref = sglang_run(ref_w, q, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda"))
                     # patched, eager: the helpers record the plan's rows and cast them
                     for label, space in (("fused", ns), ("torch", ns_torch)):
-                        poison_allocator(pool.shape, torch.bfloat16)
                         w = BatchMLAPagedAttentionWrapper(ws, backend=backend)
                         space["_sglops_record_rows"](w, ids, indptr, True)
                         sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
+                        kbuf = None  # the previous variant's cast: freed before the poison, so it cannot be reused
+                        poison_allocator(pool.shape, torch.bfloat16)  # last allocation before the cast's own
                         before = FUSED_CALLS[0]
                         kbuf = space["_sglops_cast_kv"](pool, w, torch.bfloat16)
                         case[f"eager_{label}_path"] = "fused" if FUSED_CALLS[0] > before else "torch"

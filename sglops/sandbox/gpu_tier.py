@@ -18,7 +18,9 @@ probe found the server needs (../shared/notes/sglang-on-the-gpu.md).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import lzma
 import os
 import re
 import shutil
@@ -48,9 +50,12 @@ SERVER_PINS = (
 TOOL_PINS = ("fabric==3.2.3", "invoke==2.2.1", "paramiko==5.1.0", "decorator==5.2.1", "deprecated==1.3.1",
              "bcrypt==5.0.0", "cryptography==48.0.0", "pynacl==1.6.2", "ijson==3.6.0")
 # What `python -m sglang.benchmark.serving` imports that the image and the server's site lack (for
-# benchmarks/bench_vs_bench_serving.py): aiohttp with its own dependencies, and Pillow (its datasets module).
+# benchmarks/bench_vs_bench_serving.py): aiohttp with its own dependencies, Pillow, and HF datasets (its mmmu dataset
+# module imports it at the top; the image has pyarrow, pandas, fsspec, xxhash and huggingface-hub, not datasets, dill or
+# multiprocess).
 BENCH_PINS = ("aiohttp==3.14.5", "aiohappyeyeballs==2.7.1", "aiosignal==1.4.0", "attrs==26.1.0", "frozenlist==1.8.0",
-              "multidict==7.2.1", "propcache==0.5.4", "yarl==1.25.1", "pillow==13.0.0")
+              "multidict==7.2.1", "propcache==0.5.4", "yarl==1.25.1", "pillow==13.0.0", "datasets==5.2.0",
+              "dill==0.4.1", "multiprocess==0.70.19")
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # What an sm90 server never loads: FA3 (1.07 GB unpacked; only the fa3 backend), sm100 ops, infllm, xgrammar's
@@ -213,10 +218,20 @@ def seed_jit_modules(archive: Path, site: Path) -> list[str]:
 
 
 def keep_jit(collected: Path, dest: Path | None = None) -> Path:
-    """Keep a call's jit.tar.gz in the carry set (the next `up` seeds FlashInfer with it)."""
-    target = (dest or tier_dir()) / "jit.tar.gz"
-    shutil.copyfile(collected, target)
+    """Keep a call's jit.tar.gz in the carry set as jit.tar.xz (the next `up` seeds FlashInfer with it). Why xz:
+    the modules are 3.7 MB gzipped and 1.4 MB as xz, and the carry set is within a few MB of a call's limit."""
+    target = (dest or tier_dir()) / "jit.tar.xz"
+    with gzip.open(collected, "rb") as src, lzma.open(target.with_suffix(".part"), "wb", preset=9) as out:
+        shutil.copyfileobj(src, out)
+    target.with_suffix(".part").replace(target)
+    (target.parent / "jit.tar.gz").unlink(missing_ok=True)
     return target
+
+
+def jit_archive(src: Path) -> Path:
+    """The kept JIT modules in a carry set: jit.tar.xz, or an older set's jit.tar.gz."""
+    xz = src / "jit.tar.xz"
+    return xz if xz.is_file() else src / "jit.tar.gz"
 
 
 def up(src: Path, root: Path) -> dict:
@@ -224,7 +239,7 @@ def up(src: Path, root: Path) -> dict:
     site, tools = root / "site", root / "tools"
     if not (site / "sglang").is_dir():
         _unpack(src / "site.tar.xz", site)
-    seeded = seed_jit_modules(src / "jit.tar.gz", site)
+    seeded = seed_jit_modules(jit_archive(src), site)
     if seeded:
         print(f"gpu-tier: {len(seeded)} FlashInfer modules from an earlier build: {', '.join(sorted(seeded))}",
               file=sys.stderr)
