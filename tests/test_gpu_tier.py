@@ -143,3 +143,25 @@ def test_a_planned_build_for_this_gpus_arch_meets_the_kernel_requirement():
     assert pending == [{"name": "fp8_mla_decode", "arch": "sm_90a"}]
     assert kernel_facts(pending, "sm90")["kernel_fp8_mla_decode_for_this_gpu"] is True
     assert planned_kernels(False, records) == []
+
+
+def test_kept_jit_modules_are_recompressed_as_xz_and_still_seed(tmp_path):
+    """keep-jit turns collect's jit.tar.gz into jit.tar.xz (the carry set is within MBs of a call's limit), drops
+    an older jit.tar.gz beside it, and `up` finds and seeds from the xz one."""
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    (site / "flashinfer" / "_build_meta.py").write_text('__version__ = "0.6.15.post1"\n')
+    collected = tmp_path / "collected.tar.gz"
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"norm-so" * 1000)
+    with tarfile.open(collected, "w:gz") as tar:
+        tar.add(blob, arcname="tmp/j/.cache/flashinfer/0.6.15.post1/90a/cached_ops/norm/norm.so")
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    (carry / "jit.tar.gz").write_bytes(b"stale")
+    kept = gpu_tier.keep_jit(collected, carry)
+    assert kept.name == "jit.tar.xz" and not (carry / "jit.tar.gz").exists()
+    assert gpu_tier.jit_archive(carry) == kept
+    with tarfile.open(kept, "r:xz") as tar:
+        assert [m.name.rsplit("/", 1)[-1] for m in tar.getmembers()] == ["norm.so"]
+    assert gpu_tier.seed_jit_modules(gpu_tier.jit_archive(carry), site) == ["norm"]
