@@ -175,8 +175,10 @@ class IntList(Value):
     def parse(self, raw: Any, label: str) -> list[int]:
         items = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else [raw]
         one = Int(self.lo, self.hi)
+        if any(isinstance(x, str) and not x.strip() for x in items):  # `1,,4` or `4,`: a typo, not a list
+            raise self.refuse(label, f"whole numbers from {self.lo} to {self.hi} like 1,4,16 (no empty item)", raw)
         try:
-            values = [one.parse(x, label) for x in items if not (isinstance(x, str) and not x.strip())]
+            values = [one.parse(x, label) for x in items]
         except ConfigError:
             raise self.refuse(label, f"whole numbers from {self.lo} to {self.hi} like 1,4,16", raw) from None
         if not values:
