@@ -220,3 +220,27 @@ def test_runs_that_asked_for_different_lengths_are_compared_on_the_common_tokens
     a.doc["config"], b.doc["config"] = {"output_len": 3}, {"output_len": 2}
     v = compare_outputs(a, b)
     assert v.identical and v.limit == 2 and v.line().endswith("(first 2 tokens: the runs asked for different lengths)")
+
+
+def _with_argv(run: Run, *flags: str) -> Run:
+    run.doc["server"] = {"argv": ["python3", "-m", "sglang.launch_server", "--model-path", "/m", *flags]}
+    return run
+
+
+def test_a_setting_sglang_derives_from_the_named_change_is_intended_and_says_so(tmp_path):
+    """The H200 sweep: flashmla makes SGLang choose page_size 64; neither command line set it, and the backend was
+    the variable, so it follows from that change. Set on a command line, or with no intended change beside it, or
+    without recorded command lines, the same difference stays unintended."""
+    a = _with_argv(_run(tmp_path, "a", LAUNCH), "--attention-backend", "flashinfer")
+    b = _with_argv(_run(tmp_path, "b", {**LAUNCH, "attention_backend": "flashmla", "page_size": 64}),
+                   "--attention-backend", "flashmla")
+    diff = config_diff(a, b, variable="attention_backend")
+    assert diff.unintended == [] and diff.line() == "config differs only as intended (attention_backend, page_size)"
+    assert diff.differences[-1].why.endswith("follows from attention_backend")
+    pinned = _with_argv(_run(tmp_path, "c", {**LAUNCH, "attention_backend": "flashmla", "page_size": 64}),
+                        "--attention-backend", "flashmla", "--page-size", "64")
+    assert [d.key for d in config_diff(a, pinned, variable="attention_backend").unintended] == ["page_size"]
+    alone = _with_argv(_run(tmp_path, "d", {**LAUNCH, "page_size": 64}), "--attention-backend", "flashinfer")
+    assert [d.key for d in config_diff(a, alone).unintended] == ["page_size"]
+    bare = _run(tmp_path, "e", {**LAUNCH, "attention_backend": "flashmla", "page_size": 64})
+    assert [d.key for d in config_diff(a, bare, variable="attention_backend").unintended] == ["page_size"]

@@ -153,9 +153,22 @@ class ConfigDiff:
                 "unintended": [d.key for d in self.unintended], "line": self.line()}
 
 
+def passed_flags(argv: Iterable[str] | None) -> set[str] | None:
+    """The launch arguments a command line set explicitly, as server-info keys (`--page-size 64` -> page_size);
+    None when the run recorded no command line."""
+    if argv is None:
+        return None
+    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")}
+
+
 def diff_effective(ca: dict[str, Any], cb: dict[str, Any], variable: Iterable[str] | str | None = (),
-                   a: str = "A", b: str = "B") -> ConfigDiff:
-    """Every key whose value differs (noise keys aside), headline keys first, each intended or not."""
+                   a: str = "A", b: str = "B", passed: set[str] | None = None) -> ConfigDiff:
+    """Every key whose value differs (noise keys aside), headline keys first, each intended or not.
+
+    `passed`: the keys either run's command line set. A key neither set is one SGLang chose itself (flashmla
+    makes page_size 64, the pool's max_total_num_tokens follows from memory); when an intended key also differs,
+    such a key follows from that change and is marked intended, saying so. Without command lines (None) every
+    unnamed difference stays unintended."""
     named = normalise_variable(variable)
     keys = [k for k in dict.fromkeys([*HEADLINE_KEYS, *sorted(set(ca) | set(cb))]) if k in ca or k in cb]
     diffs = []
@@ -169,7 +182,19 @@ def diff_effective(ca: dict[str, Any], cb: dict[str, Any], variable: Iterable[st
         else:
             intended, why = False, "not named as the variable"
         diffs.append(Difference(key, ca.get(key), cb.get(key), intended, why))
+    causes = [d.key for d in diffs if d.intended]
+    if passed is not None and causes:
+        for d in diffs:
+            if not d.intended and d.key.split(".", 1)[0] not in passed:
+                d.intended = True
+                d.why = f"set by SGLang, not on either command line: follows from {', '.join(causes)}"
     return ConfigDiff(a, b, diffs, named)
+
+
+def _argv(run: Run) -> list[str] | None:
+    server = run.doc.get("server")
+    argv = server.get("argv") if isinstance(server, dict) else None
+    return argv if isinstance(argv, list) else None
 
 
 def config_diff(a: Run, b: Run, variable: Iterable[str] | str | None = ()) -> ConfigDiff:
@@ -179,6 +204,8 @@ def config_diff(a: Run, b: Run, variable: Iterable[str] | str | None = ()) -> Co
     if missing:  # without launch arguments only the version and the patches can be compared
         ca = {k: ca[k] for k in ("sglang_version", "patches")}
         cb = {k: cb[k] for k in ("sglang_version", "patches")}
-    out = diff_effective(ca, cb, variable, a.run_id, b.run_id)
+    fa, fb = passed_flags(_argv(a)), passed_flags(_argv(b))
+    passed = fa | fb if fa is not None and fb is not None else None
+    out = diff_effective(ca, cb, variable, a.run_id, b.run_id, passed)
     out.missing = missing
     return out
