@@ -122,6 +122,8 @@ def test_sweep_is_one_run_and_each_candidate_an_ordinary_run(sweep_host, tmp_pat
                                                       f"{run}-c3": "restart"}
     rep = inv_cmd("report", run, env=env)
     assert rep.returncode == 0, rep.stderr[-2000:]
+    assert "skipped before start: attention_backend=cutlass_mla: --attention-backend cutlass_mla" in rep.stdout
+    assert doc["recommendation"] in rep.stdout and rep.stdout.rstrip().endswith("run-report.md")  # the terminal's
     page = (arts / "sw-1" / run / "run-report.md").read_text()
     assert page.startswith("# sweep on sw-1: profile sbx, sglang 0.5.23") and f"**{doc['recommendation']}**" in page
     assert "## Candidates" in page and f"| 3 | port={held} | crashed: port {held}" in page

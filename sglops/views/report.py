@@ -283,7 +283,14 @@ def write_report(run: str, output: str | None = None) -> Path:
 
 
 def print_written(path: Path) -> None:
-    """`inv report`: where the report went."""
+    """`inv report`: where the report went; for a sweep written into its own run folder, its table on the terminal
+    too (the same view `inv sweep` printed, read back from sweep.json)."""
     from sglops.core.console import console
 
+    record = path.parent / "sweep.json"
+    if path.name == "run-report.md" and record.is_file():
+        from sglops.bench.sweep_result import SweepResult
+        from sglops.views.sweep import sweep_view
+
+        console.print(sweep_view(SweepResult.from_json(artifacts.read_json(record))))
     console.print(f"report written: {path}")
