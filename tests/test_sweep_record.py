@@ -164,6 +164,51 @@ def test_a_play_step_sweep_is_its_own_run(sweep_host, tmp_path):
     assert "## sweep on sw-1" in page and "### Skipped before start" in page and "cutlass_mla" in page
 
 
+def test_ctrl_c_restores_the_host_records_what_was_measured_and_exits_130(sweep_host, tmp_path, monkeypatch):
+    """A real SIGINT to a real `inv sweep` while candidate 2 (gather-cast applied) restarts: the restore puts the
+    found server and ledger back, the sweep is on record as interrupted, one line, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    sb, base_env, _held = sweep_host
+    arts = tmp_path / "artifacts"
+    env = {**base_env, "SGLOPS_ARTIFACTS": str(arts)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with open_remote(sb, "sw-1") as remote:
+        assert launch.restart(remote, "sbx").ok
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "sweep", "--host", "sw-1", "--profile", "sbx",
+                             "--candidates", "attention_backend=flashinfer;attention_backend=flashinfer+gather-cast",
+                             *BENCH], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+    end = time.monotonic() + 180
+    while not any("candidate 2 (2/2) attention_backend=flashinfer+gather-cast: restart" in ln for ln in err):
+        assert proc.poll() is None and time.monotonic() < end, "".join(err)[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.stdout.read()
+    rc = proc.wait(timeout=240)
+    reader.join(timeout=10)
+    text = "".join(err)
+    assert rc == 130 and "Traceback" not in text, text[-3000:]
+    (line,) = [ln for ln in text.splitlines() if "interrupted (SIGINT)" in ln]
+    assert "during candidate 2 (2/2)" in line and "host restored: sbx on port" in line, line
+    (run,) = [p.parent for p in arts.glob("sw-1/*/sweep.json")]
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["task"] == "sweep" and man["status"] == "interrupted" and man["sweep"]["runs"][0].endswith("-c1")
+    with open_remote(sb, "sw-1") as remote:
+        st = launch.status(remote)
+        assert st.running and st.profile == "sbx" and patches.applied(remote) == []
+        launch.stop(remote)
+
+
 # -- no host: a recorded sweep read back, and control characters from a host -----------------------------------
 HOSTILE = "boom\x1b[2J\x1b]0;t\x07\x9b31m\x85end"
 

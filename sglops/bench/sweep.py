@@ -12,6 +12,7 @@ itself is the runner's record (sweep.json). The host goes back to what it ran be
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from sglops.bench import ab_signals
 from sglops.bench.ab import _found, _ledger_check, _precheck_patches, _restore
 from sglops.bench.ab_plan import transitions
 from sglops.bench.sweep_plan import Candidate, candidates, screen
-from sglops.bench.sweep_result import FailedStart, Row, SweepResult
+from sglops.bench.sweep_result import FailedStart, Row, SweepInterrupted, SweepResult
 from sglops.core.errors import SglopsError
 from sglops.core.op import Context, Draw
 from sglops.core.remote import Remote
@@ -82,13 +83,17 @@ def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool
     say = lambda text: ctx.event({"note": text})  # noqa: E731
     t_start = time.monotonic()
     opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
-    result, base = plan(ctx.remote, profile, cands, force=force, profile_trace=profile_trace, opts=opts,
-                        dry_run=ctx.dry_run)
+    try:
+        result, base = plan(ctx.remote, profile, cands, force=force, profile_trace=profile_trace, opts=opts,
+                            dry_run=ctx.dry_run)
+    except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
+        raise SweepInterrupted(f"{ctx.host}: sweep interrupted (SIGINT) while reading the host; nothing was changed",
+                               ab_signals.signal.SIGINT) from None
     if ctx.dry_run:
         return result
     result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
     steps = _Steps(ctx, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say)
-    with ab_signals.guarded_ab() as guard:
+    with ab_signals.guarded_ab(_wait_line) as guard:
         try:
             steps.run_all()
         except SglopsError as exc:
@@ -104,6 +109,14 @@ def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool
     if late is not None and result.interrupted is None:
         result.interrupted = ab_signals.signal.Signals(late).name
     return result
+
+
+def _wait_line(text: str) -> None:
+    """ab's "restoring, please wait" in the sweep's words, written raw to fd 2 (it runs inside a signal handler)."""
+    try:
+        os.write(2, (text.replace("as ab found it", "as the sweep found it") + "\n").encode())
+    except OSError:
+        pass
 
 
 def plan(remote: Remote, profile: str, cands: list[Candidate], *, force: bool, profile_trace: bool,
