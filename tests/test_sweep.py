@@ -222,5 +222,5 @@ def test_gpu_sweep_play_dry_run_reaches_the_sweep_step(h200, tmp_path):
     doc = json.loads(proc.stdout)
     sweep = next(s for s in doc["steps"] if s["id"] == "sweep")
     assert sweep["status"] == "ok", sweep
-    assert sweep["summary"] == "dry run: 4 of 5 candidate(s) would run; nothing changed or recorded"
-    assert sweep["result"]["profile_trace"] is False and sweep["result"]["bench"]["output_len"] == 256
+    assert sweep["summary"] == "dry run: 5 of 6 candidate(s) would run; nothing changed or recorded"
+    assert sweep["result"]["profile_trace"] is True and sweep["result"]["bench"]["output_len"] == 256

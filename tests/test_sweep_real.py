@@ -106,4 +106,14 @@ def test_real_sweep_starts_crashes_skips_and_restores(real_sweep):
     assert json.loads(status.stdout)["running"] is False, status.stdout[-2000:]
     cmp = inv_cmd("compare", base["run_id"], amx["run_id"], "--require-identical", "--no-chart", env=env)
     assert cmp.returncode == 0, cmp.stderr[-2000:]
+    # recorded by the runner: the sweep one run, each candidate's bench, failed start and profile a run of its own
+    man = json.loads((arts / "cpu-a" / doc["run_id"] / "manifest.json").read_text())
+    assert man["task"] == "sweep" and man["sweep"]["runs"] == [r["run_id"] for r in rows if r["run_id"]]
+    for row in (base, amx):
+        assert json.loads((arts / "cpu-a" / row["profile_run"] / "manifest.json").read_text())["task"] == "profile"
+    rep = inv_cmd("report", doc["run_id"], env=env)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    page = (arts / "cpu-a" / doc["run_id"] / "run-report.md").read_text()
+    assert "## Skipped before start" in page and "attention_backend=trtllm_mla: trtllm_mla requires" in page
+    print(page)
     Path(os.environ.get("SGLOPS_SWEEP_KEEP", arts / "sweep.json")).write_text(json.dumps(doc))  # docs/sweep.md

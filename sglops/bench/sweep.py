@@ -5,24 +5,26 @@ that reads FP8 natively but is SM100-only, one that clashes with the sparse-atte
 pool). The probe already knows most of that: candidates it rules out are shown as "skipped: why" before anything
 starts (sglops.bench.sweep_plan). The rest are rendered, restarted (a crash named by its class and log line), benched
 with the same work and optionally profiled; outputs are compared with the first candidate that started. Each bench
-is an ordinary run (`inv compare`, `inv report`). The host goes back to what it ran before, through ab's restore
+is an ordinary run (`inv compare`, `inv report`), recorded through the runner's context like ab's rounds; the sweep
+itself is the runner's record (sweep.json). The host goes back to what it ran before, through ab's restore
 (sglops.bench.ab: the found server and the ledger's patch set), also when a step fails or on Ctrl-C.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sglops.bench import ab_signals
 from sglops.bench.ab import _found, _ledger_check, _precheck_patches, _restore
 from sglops.bench.ab_plan import transitions
 from sglops.bench.sweep_plan import Candidate, candidates, screen
-from sglops.bench.sweep_result import Row, SweepResult
-from sglops.core import artifacts
+from sglops.bench.sweep_result import FailedStart, Row, SweepInterrupted, SweepResult
 from sglops.core.errors import SglopsError
-from sglops.core.op import Draw, handed_down
+from sglops.core.op import Context, Draw
 from sglops.core.remote import Remote
 
 
@@ -68,11 +70,59 @@ def plan_lines(rows: list[Row], base: str, managed: list[str], found_line: str, 
     return out
 
 
-def run_sweep(remote: Remote, profile: str, cands: list[Candidate], *, force: bool = False,
-              profile_trace: bool = False, bench: dict[str, Any] | None = None, tolerance: Any = None,
-              dry_run: bool = False, say: Callable[[str], None] | None = None, run_id: str | None = None,
-              draw: Draw | None = None) -> SweepResult:
-    """Screen the candidates against the probe facts, then (unless dry_run) run each and restore the host."""
+def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool = False,
+              profile_trace: bool = False, bench: dict[str, Any] | None = None, tolerance: Any = None) -> SweepResult:
+    """Screen the candidates against the probe facts, then (unless a dry run) run each and restore the host.
+
+    The sweep is a run of its own (`ctx.own_run_id`, recorded by the runner as sweep.json: `Op(record=...,
+    own_run=True)`); each candidate's bench, failed start and profile is recorded through `ctx.keep` as a run of its
+    own (`<sweep-run>-c<N>`, `<sweep-run>-c<N>-profile`). A dry run records nothing. Ctrl-C or SIGTERM stops the
+    candidates and the restore runs to its end (signals deferred meanwhile, as in ab); check() then exits 128+N."""
+    from sglops.bench.params import DEFAULTS
+
+    say = lambda text: ctx.event({"note": text})  # noqa: E731
+    t_start = time.monotonic()
+    opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
+    try:
+        result, base = plan(ctx.remote, profile, cands, force=force, profile_trace=profile_trace, opts=opts,
+                            dry_run=ctx.dry_run)
+    except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
+        raise SweepInterrupted(f"{ctx.host}: sweep interrupted (SIGINT) while reading the host; nothing was changed",
+                               ab_signals.signal.SIGINT) from None
+    if ctx.dry_run:
+        return result
+    result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
+    steps = _Steps(ctx, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say)
+    with ab_signals.guarded_ab(_wait_line) as guard:
+        try:
+            steps.run_all()
+        except SglopsError as exc:
+            result.failure = str(exc)
+        except (KeyboardInterrupt, ab_signals.Interrupted) as exc:
+            guard.restoring()
+            result.interrupted = ab_signals.signal_name(exc)[0]
+            result.failure = f"interrupted by {result.interrupted} during {steps.where or 'the set-up'}"
+        finally:  # whatever stopped the candidates: the host goes back to how it was found, signals deferred
+            guard.restoring()
+            _finish(ctx.remote, result, tolerance, ctx.draw, say, t_start)
+        late = guard.first_deferred()
+    if late is not None and result.interrupted is None:
+        result.interrupted = ab_signals.signal.Signals(late).name
+    return result
+
+
+def _wait_line(text: str) -> None:
+    """ab's "restoring, please wait" in the sweep's words, written raw to fd 2 (it runs inside a signal handler)."""
+    try:
+        os.write(2, (text.replace("as ab found it", "as the sweep found it") + "\n").encode())
+    except OSError:
+        pass
+
+
+def plan(remote: Remote, profile: str, cands: list[Candidate], *, force: bool, profile_trace: bool,
+         opts: dict[str, Any], dry_run: bool) -> tuple[SweepResult, Any]:
+    """Read the host (server, ledger, facts, one probe scan), screen and render every candidate, and plan: nothing
+    changes. Returns the result (its rows and plan) and the base profile."""
     from sglops.bench.params import DEFAULTS
     from sglops.launch import server as launch
     from sglops.launch.profiles import load_profile
@@ -81,10 +131,7 @@ def run_sweep(remote: Remote, profile: str, cands: list[Candidate], *, force: bo
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
 
-    say = say or (lambda _text: None)
-    t_start = time.monotonic()
     base = load_profile(profile)
-    opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
     found = _found(remote)
     host_facts = gather(remote)
     probe_set = load_probe_set()
@@ -115,48 +162,38 @@ def run_sweep(remote: Remote, profile: str, cands: list[Candidate], *, force: bo
                          compute_capability=host_facts.compute_capability, found=found, rows=rows, bench=opts,
                          managed=managed, force=force, profile_trace=profile_trace, dry_run=dry_run)
     result.plan = plan_lines(rows, base.name, managed, found_line, profile_trace, what)
-    if dry_run:
-        return result
-    result.run_id = handed_down(run_id)  # minted by the runner (sglops.core.op.new_run_id)
-    result.folder = str(artifacts.run_dir(remote.name, result.run_id))
-    steps = _Steps(remote, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say, draw)
-    restore_s = 0.0
+    return result, base
+
+
+def _finish(remote: Remote, result: SweepResult, tolerance: Any, draw: Draw | None, say: Callable[[str], None],
+            t_start: float) -> None:
+    """The restore (never raises), the output comparison, the wall-time split: the rows are kept whatever happens."""
+    t0 = time.monotonic()
+    result.restore = _restore(remote, result.found, result.managed, say)
+    restore_s = time.monotonic() - t0
+    if not result.restore.get("ok"):
+        result.failure = "; ".join(x for x in (result.failure, f"restore failed: {result.restore.get('error')}") if x)
     try:
-        steps.run_all()
-    except SglopsError as exc:
-        result.failure = str(exc)
-    finally:  # also on Ctrl-C: the host goes back to how it was found
-        t0 = time.monotonic()
-        result.restore = _restore(remote, found, managed, say)
-        restore_s = time.monotonic() - t0
-        if not result.restore.get("ok"):
-            result.failure = "; ".join(x for x in (result.failure, f"restore failed: {result.restore.get('error')}")
-                                       if x)
-        try:
-            compare_outputs(result, tolerance, draw)
-        except SglopsError as exc:  # the rows are recorded whatever the comparison says
-            result.failure = result.failure or f"output comparison failed: {exc}"
-        result.wall_s = round(time.monotonic() - t_start, 1)
-        restarts = sum(r.restart_s or 0 for r in rows) + restore_s
-        benches = sum(r.bench_s or 0 for r in rows)
-        profiles = sum(r.profile_s or 0 for r in rows)
-        result.split = {"restarts": round(restarts, 1), "benches": round(benches, 1), "profiles": round(profiles, 1),
-                        "tool": round(result.wall_s - restarts - benches - profiles, 1)}
-        artifacts.save(remote.name, result.run_id, "sweep.json", result.to_json(), task="sweep",
-                       extra={"status": "ok" if result.ok else "failed",
-                              "sweep": {"candidates": [r.candidate.label for r in rows],
-                                        "runs": [r.run_id for r in rows if r.run_id],
-                                        "recommendation": result.recommendation()}})
-    return result
+        compare_outputs(result, tolerance, draw)
+    except SglopsError as exc:  # the rows are recorded whatever the comparison says
+        result.failure = result.failure or f"output comparison failed: {exc}"
+    result.wall_s = round(time.monotonic() - t_start, 1)
+    restarts = sum(r.restart_s or 0 for r in result.rows) + restore_s
+    benches = sum(r.bench_s or 0 for r in result.rows)
+    profiles = sum(r.profile_s or 0 for r in result.rows)
+    result.split = {"restarts": round(restarts, 1), "benches": round(benches, 1), "profiles": round(profiles, 1),
+                    "tool": round(result.wall_s - restarts - benches - profiles, 1)}
 
 
 class _Steps:
-    """Runs the planned candidates one at a time: patches, restart, bench, optional profile."""
+    """Runs the planned candidates one at a time: patches, restart, bench, optional profile. Each candidate's runs
+    are recorded through the context (the runner's keep), as ab records its rounds."""
 
-    def __init__(self, remote: Remote, result: SweepResult, base: Any, bench_opts: dict[str, Any],
-                 say: Callable[[str], None], draw: Draw | None) -> None:
-        self.remote, self.result, self.base, self.bench_opts, self.say, self.draw = (
-            remote, result, base, bench_opts, say, draw)
+    def __init__(self, ctx: Context, result: SweepResult, base: Any, bench_opts: dict[str, Any],
+                 say: Callable[[str], None]) -> None:
+        self.ctx, self.remote, self.result, self.base, self.bench_opts, self.say = (
+            ctx, ctx.remote, result, base, bench_opts, say)
+        self.where: str | None = None  # the step in progress, for an interruption's line
 
     def run_all(self) -> None:
         from sglops.patch import apply as patches
@@ -169,7 +206,8 @@ class _Steps:
             when = f"candidate {c.index} ({n}/{len(todo)}) {c.label}"
             row.run_id = f"{self.result.run_id}-c{c.index}"
             for kind, p in transitions(have, set(c.patches), managed):
-                self.say(f"{when}: {kind} {p}")
+                self.where = f"{when}: {kind} {p}"
+                self.say(self.where)
                 (patches.apply_patch if kind == "apply" else patches.revert_patch)(self.remote, p)
             have = set(c.patches)
             _ledger_check(self.remote, managed, have, when)
@@ -181,7 +219,8 @@ class _Steps:
     def restart(self, row: Row, when: str) -> bool:
         from sglops.launch import server as launch
 
-        self.say(f"{when}: restart")
+        self.where = f"{when}: restart"
+        self.say(self.where)
         t0 = time.monotonic()
         res = launch.restart(self.remote, candidate_profile(self.base, row.candidate, self.remote.name))
         row.restart_s = round(time.monotonic() - t0, 1)
@@ -194,23 +233,25 @@ class _Steps:
             return True
         row.status, row.crash, row.crash_label = "crashed", res.failure, res.failure_label
         row.crash_line = res.failure_detail or (res.log_tail[-1] if res.log_tail else None)
-        artifacts.save(self.remote.name, row.run_id, "restart.json", res.to_json(), task="restart",
-                       extra={"status": "failed", "sweep": self.result.run_id})
+        self.ctx.keep(FailedStart(res, self.result.run_id or ""), "restart.json", task="restart", run_id=row.run_id)
         self.say(f"{when}: crashed: {res.failure_label}")
         return False
 
     def bench(self, row: Row, when: str) -> None:
         from sglops.bench import run as bench_mod
 
-        self.say(f"{when}: bench")
+        self.where = f"{when}: bench"
+        self.say(self.where)
         t0 = time.monotonic()
         try:
-            res = bench_mod.record(bench_mod.run_bench(self.remote, **self.bench_opts), run_id=row.run_id)
+            res = bench_mod.run_bench(self.remote, **self.bench_opts)
         except SglopsError as exc:
             row.status, row.error = "bench failed", str(exc)
             return
         finally:
             row.bench_s = round(time.monotonic() - t0, 1)
+        res.run_id = row.run_id
+        self.ctx.keep(res, "bench.json", task="bench", run_id=row.run_id)  # an ordinary bench run of its own
         head = res.headline()
         if head:
             row.decode_tok_s, row.ci95 = head["median"], head.get("ci95")
@@ -220,16 +261,22 @@ class _Steps:
     def profile(self, row: Row, when: str) -> None:
         from sglops.trace.profile import run_profile
 
-        self.say(f"{when}: profile")
+        self.where = f"{when}: profile"
+        self.say(self.where)
+        run_id = f"{row.run_id}-profile"
         t0 = time.monotonic()
         try:
-            prof = run_profile(self.remote, run_id=f"{row.run_id}-profile", chart=self.draw is not None,
-                               draw=self.draw)
-            row.profile_run, row.top_cost = prof.run_id, top_cost(prof.analysis)
+            prof = run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw)
         except SglopsError as exc:
+            if exc.kept is not None:  # traces that could not be analysed are still a run on record
+                self.ctx.keep(exc.kept, "profile.json", task="profile", run_id=run_id)
+                row.profile_run = run_id
             row.top_cost = f"profile failed: {exc}"
+            return
         finally:
             row.profile_s = round(time.monotonic() - t0, 1)
+        self.ctx.keep(prof, "profile.json", task="profile", run_id=run_id)
+        row.profile_run, row.top_cost = prof.run_id, top_cost(prof.analysis)
 
 
 def compare_outputs(result: SweepResult, tolerance: Any, draw: Draw | None) -> None:
@@ -246,7 +293,7 @@ def compare_outputs(result: SweepResult, tolerance: Any, draw: Draw | None) -> N
     varied = sorted({k for r in result.rows for k, _ in r.candidate.settings})
     comp = cmp.compare([base.run_id, *[r.run_id for r in others]], out_dir=Path(result.folder or "."),
                        tolerance=tolerance, variable=varied, draw=draw)
-    result.comparison = comp.saved
+    result.comparison, result.chart = comp.saved, comp.chart
     for r in others:
         v = comp.identities.get(r.run_id)
         if v is None or v.status == "not_compared":
@@ -263,16 +310,13 @@ def compare_outputs(result: SweepResult, tolerance: Any, draw: Draw | None) -> N
         r.max_dlogprob = v.max_logprob_diff or None
 
 
-def run_checked(remote: Remote, o: dict[str, Any], *, dry_run: bool = False,
-                say: Callable[[str], None] | None = None, run_id: str | None = None,
-                draw: Draw | None = None) -> SweepResult:
+def run_checked(ctx: Context, o: dict[str, Any]) -> SweepResult:
     """run_sweep with the checked options of the `sweep` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
     from sglops.bench.params import BENCH
 
     cands = candidates(o.get("vary"), o.get("patches"), o.get("candidates"))
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_sweep(remote, o["profile"], cands, force=o.get("force", False),
+    return run_sweep(ctx, o["profile"], cands, force=o.get("force", False),
                      profile_trace=o.get("profile_trace", False), bench=bench,
-                     tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
-                     dry_run=dry_run, say=say, run_id=run_id, draw=draw)
+                     tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")))

@@ -42,8 +42,7 @@ def sweep(ctx: Context, **o: Any):
     from sglops.patch.kernel_facts import planned_kernels, planning
 
     with planning(planned_kernels(ctx.dry_run, ctx.records)):  # a play's dry run: kernels its earlier steps build
-        return sweep_mod.run_checked(ctx.remote, o, dry_run=ctx.dry_run, say=lambda text: ctx.event({"note": text}),
-                                     run_id=ctx.own_run_id, draw=ctx.draw)
+        return sweep_mod.run_checked(ctx, o)
 
 
 def _prepare(o: dict) -> None:
@@ -77,6 +76,7 @@ OPS = [
         DRY_RUN.again(help="print the candidates, what rules each out and the plan; change and record nothing"),
         JSON),
        step="sweep", prepare=_prepare, check=_check, live="notes", result="sglops.bench.sweep_result:SweepResult",
+       record="sweep.json", own_run=True,
        step_summary=lambda doc: doc.get("recommendation", ""), task={"auto_shortflags": False, "iterable": ["vary"]}),
 ]
 

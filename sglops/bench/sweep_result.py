@@ -7,17 +7,29 @@ outputs against the baseline candidate's (the first that started) and, when prof
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import signal
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sglops.bench.ab_plan import Found
 from sglops.bench.sweep_plan import Candidate
-from sglops.core.errors import Failed
+from sglops.core.errors import Failed, Interrupted
 from sglops.core.result import Result
 
 
 class SweepFailed(Failed):
     """The sweep could not finish (or the host could not be restored): what was measured is kept."""
+
+
+class SweepInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM stopped the candidates; the host was restored first and what was measured is kept."""
+
+
+def _known(cls: type, doc: dict) -> dict:
+    """The fields of dataclass `cls` that a recorded JSON document carries (a record from an older sglops may
+    lack some; extra keys such as `outcome` are derived, not stored)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in doc.items() if k in names}
 
 
 @dataclass
@@ -82,6 +94,14 @@ class Row:
         return {**{k: v for k, v in self.__dict__.items() if k != "candidate"}, "candidate": self.candidate.to_json(),
                 "outcome": self.outcome()}
 
+    @classmethod
+    def from_json(cls, doc: dict) -> Row:
+        """A row back from sweep.json (`inv report` draws the recorded table with the same code as `inv sweep`)."""
+        c = doc.get("candidate") or {}
+        cand = Candidate(int(c.get("index") or 0), tuple((c.get("settings") or {}).items()),
+                         tuple(c.get("patches") or ()))
+        return cls(**{**_known(cls, doc), "candidate": cand})
+
 
 @dataclass
 class SweepResult(Result):
@@ -103,10 +123,12 @@ class SweepResult(Result):
     folder: str | None = None
     baseline: str | None = None  # the baseline candidate's run id
     comparison: str | None = None
+    chart: str | None = None  # the comparison's decode tok/s chart (the sweep's folder)
     restore: dict = field(default_factory=dict)
     failure: str | None = None
     wall_s: float | None = None
     split: dict[str, float] = field(default_factory=dict)  # restarts / benches / profiles / tool
+    interrupted: str | None = None  # the signal that stopped the candidates (SIGINT, SIGTERM), or one the restore deferred
 
     @property
     def changed(self) -> bool:
@@ -114,7 +136,24 @@ class SweepResult(Result):
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and bool(self.restore.get("ok", self.dry_run))
+        return self.failure is None and self.interrupted is None and bool(self.restore.get("ok", self.dry_run))
+
+    def run_manifest(self) -> dict:
+        """Beside sweep.json (recorded by the runner): how it ended and each candidate's own run."""
+        return {"status": "interrupted" if self.interrupted else ("ok" if self.ok else "failed"),
+                "sweep": {"candidates": [r.candidate.label for r in self.rows],
+                          "runs": [r.run_id for r in self.rows if r.run_id],
+                          "recommendation": self.recommendation()}}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> SweepResult:
+        """The result back from a recorded sweep.json (its views draw a recorded sweep as they drew the live one)."""
+        found = doc.get("found") or {}
+        kw = _known(cls, {**doc, "managed": doc.get("managed_patches") or []})
+        return cls(**{**kw, "found": Found(bool(found.get("running")), found.get("profile"), found.get("port"),
+                                           list(found.get("patches") or [])),
+                      "rows": [Row.from_json(r) for r in doc.get("rows") or []], "bench": doc.get("bench") or {},
+                      "plan": list(doc.get("plan") or [])})
 
     def measured(self) -> list[Row]:
         return [r for r in self.rows if r.decode_tok_s is not None]
@@ -147,20 +186,52 @@ class SweepResult(Result):
         return (f"wall {self.wall_s:.1f} s: restarts {s.get('restarts', 0):.1f} s, benches {s.get('benches', 0):.1f} s, "
                 f"profiles {s.get('profiles', 0):.1f} s, the tool's own steps {s.get('tool', 0):.1f} s")
 
+    def restore_line(self) -> str:
+        """How the host was left: restored to what the sweep found, or not (and why)."""
+        r = self.restore or {}
+        if r.get("ok"):
+            return f"host restored: {r.get('server') or 'as found'}"
+        return f"HOST NOT RESTORED: {r.get('error') or 'the restore did not run'}"
+
+    def skipped(self) -> list[Row]:
+        """Candidates the probe facts (or the render) ruled out before anything started."""
+        return [r for r in self.rows if r.status == "skipped"]
+
     def payload(self) -> dict:
         return {"kind": "sglops.bench.sweep", "version": 1, "host": self.host, "profile": self.profile,
                 "sglang_version": self.sglang_version, "compute_capability": self.compute_capability,
                 "found": self.found.to_json(), "managed_patches": self.managed, "bench": self.bench,
                 "force": self.force, "profile_trace": self.profile_trace, "run_id": self.run_id,
                 "folder": self.folder, "baseline": self.baseline, "rows": [r.to_json() for r in self.rows],
-                "recommendation": self.recommendation(), "comparison": self.comparison, "restore": self.restore,
-                "failure": self.failure, "wall_s": self.wall_s, "split": self.split, "ok": self.ok}
+                "recommendation": self.recommendation(), "comparison": self.comparison, "chart": self.chart, "restore": self.restore,
+                "failure": self.failure, "wall_s": self.wall_s, "split": self.split, "interrupted": self.interrupted,
+                "ok": self.ok}
 
     def check(self) -> None:
         """Exit non-zero when the sweep failed or the host was not restored (skips and crashes are results)."""
         if self.dry_run:
             return
+        if self.interrupted:
+            raise SweepInterrupted(f"{self.host}: sweep {self.run_id} interrupted ({self.interrupted}): "
+                                   f"{self.failure or 'the signal came during the restore, which ran to its end'}; "
+                                   f"{self.restore_line()}; kept in {self.folder}",
+                                   int(signal.Signals[self.interrupted]))
         if not self.ok:
             raise SweepFailed(f"{self.host}: sweep {self.run_id}: "
                               f"{self.failure or 'restore failed: ' + str(self.restore.get('error'))}; "
                               f"kept in {self.folder}")
+
+
+@dataclass
+class FailedStart:
+    """A candidate that did not come up, as a run of its own (`<sweep-run>-c<N>/restart.json`): the restart's
+    record, its manifest naming the sweep; the runner's keep() records it as it records every run."""
+
+    restart: Any  # sglops.launch.results.RestartResult
+    sweep_run: str
+
+    def to_json(self) -> dict:
+        return self.restart.to_json()
+
+    def run_manifest(self) -> dict:
+        return {"status": "failed", "sweep": self.sweep_run}

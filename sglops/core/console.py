@@ -13,6 +13,7 @@ When the output is not a terminal (a pipe, a file), lines are neither wrapped no
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
@@ -78,9 +79,21 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
+# DEL and the C1 controls (U+0080-U+009F; U+009B is a one-byte CSI to a terminal) are valid raw in JSON strings and
+# orjson writes them so: --json escapes them (as \u009b) like the C0 controls JSON already escapes.
+_JSON_CONTROLS = re.compile("[\x7f-\x9f]")
+
+
+def json_text(obj: Any) -> str:
+    """`obj` as the JSON --json prints: secrets masked, every control character escaped (a kernel name, a crash
+    line or a path from a host cannot move a terminal's cursor through `inv ... --json`)."""
+    text = orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    return _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_CONTROLS.search(text) else text
+
+
 def print_json(obj: Any) -> None:
-    """Machine-readable output on stdout (secrets masked)."""
-    sys.stdout.write(orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+    """Machine-readable output on stdout (secrets masked, control characters escaped)."""
+    sys.stdout.write(json_text(obj) + "\n")
     sys.stdout.flush()
 
 

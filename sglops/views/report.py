@@ -2,7 +2,8 @@
 
 A play's report walks the investigation: the host, what the probes flagged, what was patched and
 launched, each benchmark, the comparison with its chart, and what each profile named as the
-bottleneck. A bench, profile or compare run gets the part of that page it has.
+bottleneck. A bench, profile, compare, ab or sweep run gets the part of that page it has; a sweep
+candidate that did not come up (its restart.json) gets its crash.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError
-from sglops.trace.names import full_names_markdown, short_kernel, shorten
+from sglops.trace.names import full_names_markdown, printable, short_kernel, shorten
 from sglops.views.bench import markdown_loads
 
 
@@ -163,6 +164,10 @@ def _play(doc: dict, manifest: dict, base: Path) -> list[str]:
     for s in by_kind.get("compare", []):
         if s.get("result") and s["result"].get("rows"):
             out += _compare(s["result"], base)
+    for s in by_kind.get("sweep", []):
+        if s.get("result") and not s["result"].get("dry_run"):
+            out += [line.replace("# ", "## ", 1) if line.startswith("#") else line
+                    for line in _sweep(s["result"], base)]
     profiles = [s for s in by_kind.get("profile", []) if s.get("result") and
                 (s["result"].get("analysis") or s["result"].get("error"))]
     if profiles:
@@ -222,12 +227,35 @@ def _ab(doc: dict, base: Path) -> list[str]:
     return out
 
 
+def _sweep(doc: dict, base: Path) -> list[str]:
+    """An `inv sweep` run (or a play's sweep step): the table, recommendation, skips with why, split, restore."""
+    from sglops.bench.sweep_result import SweepResult
+    from sglops.views.sweep import sweep_report
+
+    return sweep_report(SweepResult.from_json(doc), _rel(doc.get("chart"), base))
+
+
+def _failed_start(doc: dict, manifest: dict) -> list[str]:
+    """A restart record that did not come up (a sweep candidate's `<sweep-run>-c<N>`): its class, line and log."""
+    sweep = f" (a candidate of sweep `{manifest['sweep']}`)" if manifest.get("sweep") else ""
+    head = "came up" if doc.get("ok") else (f"did not come up: {doc.get('failure_label') or doc.get('failure')}"
+                                            + (f": {doc['failure_detail']}" if doc.get("failure_detail") else ""))
+    tail = [printable(line) for line in (doc.get("log_tail") or [])[-20:]]
+    return [f"# Restart on {doc.get('host')}{sweep}", "", printable(f"profile `{doc.get('profile')}`, port "
+            f"{doc.get('port')}, SGLang {doc.get('sglang_version') or '?'}: **{head}**"), "",
+            *([printable(f"- hint: {doc['hint']}"), ""] if doc.get("hint") else []),
+            *([f"log `{printable(doc.get('log_path') or '?')}`, last lines:", "", "```", *tail, "```", ""] if tail
+              else [])]
+
+
 def render(folder: Path, base: Path | None = None) -> str:
     """The report's markdown for the run in folder; chart links are relative to base (default folder)."""
     base = base or folder
     manifest = artifacts.read_json(folder / "manifest.json") if (folder / "manifest.json").exists() else {}
     if (folder / "ab.json").exists():
         lines = _ab(artifacts.read_json(folder / "ab.json"), base)
+    elif (folder / "sweep.json").exists():  # before comparison.json: a sweep keeps its comparison in its folder
+        lines = _sweep(artifacts.read_json(folder / "sweep.json"), base)
     elif (folder / "play.json").exists():
         lines = _play(artifacts.read_json(folder / "play.json"), manifest, base)
     elif (folder / "bench.json").exists():
@@ -238,8 +266,10 @@ def render(folder: Path, base: Path | None = None) -> str:
     elif (folder / "profile.json").exists():
         doc = artifacts.read_json(folder / "profile.json")
         lines = [f"# Profile on {doc.get('host')}", "", *_profile(doc.get("run_id", ""), doc, base)]
+    elif (folder / "restart.json").exists():
+        lines = _failed_start(artifacts.read_json(folder / "restart.json"), manifest)
     else:
-        raise ConfigError(f"{folder}: no ab, play, bench, profile or comparison record to report on")
+        raise ConfigError(f"{folder}: no ab, sweep, play, bench, profile, comparison or restart record to report on")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -253,7 +283,14 @@ def write_report(run: str, output: str | None = None) -> Path:
 
 
 def print_written(path: Path) -> None:
-    """`inv report`: where the report went."""
+    """`inv report`: where the report went; for a sweep written into its own run folder, its table on the terminal
+    too (the same view `inv sweep` printed, read back from sweep.json)."""
     from sglops.core.console import console
 
+    record = path.parent / "sweep.json"
+    if path.name == "run-report.md" and record.is_file():
+        from sglops.bench.sweep_result import SweepResult
+        from sglops.views.sweep import sweep_view
+
+        console.print(sweep_view(SweepResult.from_json(artifacts.read_json(record))))
     console.print(f"report written: {path}")
