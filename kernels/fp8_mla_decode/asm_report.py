@@ -22,6 +22,19 @@ KEYS = ("F2F.", "F2FP.", "LDG.", "LDGSTS", "LDS.U8", "LDS", "LDSM", "STS", "HMMA
         "STL")
 
 
+def loop_body(ttgir: str) -> str:
+    """The TTGIR of the KV loop (the first scf.for of the kernel, to its closing brace)."""
+    lines = ttgir.splitlines()
+    for i, line in enumerate(lines):
+        if "scf.for" in line:
+            indent = len(line) - len(line.lstrip())
+            for j in range(i + 1, len(lines)):
+                if lines[j].startswith(" " * indent + "}") and len(lines[j]) - len(lines[j].lstrip()) == indent:
+                    return "\n".join(lines[i:j + 1])
+            return "\n".join(lines[i:])
+    return ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("variant", help="base (_triton._split_kernel) or a _variants.VARIANTS name")
@@ -51,7 +64,8 @@ def main() -> None:
     else:
         fn = _variants._split_kernel_v
         kdt = tl.float16 if cfg["f16"] else tl.bfloat16
-        const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": 0})
+        const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": 0, "TRANS": cfg.get("trans", 0),
+                      "VMODE": cfg.get("vmode", 0)})
     sig = dict(aot.SIG, **{k: "constexpr" for k in const})
     aligned = [i for i, k in enumerate(sig) if k.endswith("_ptr") or k in ("pool_stride", "q_sb", "q_sh", "o_sb", "o_sh")]
     src = ASTSource(fn=fn, signature=sig, constexprs={(i,): const[k] for i, k in enumerate(sig) if k in const},
@@ -75,13 +89,26 @@ def main() -> None:
     counts = {key: sum(v for op, v in ops.items() if op.startswith(key)) for key in KEYS}
     counts["LDS"] -= counts["LDS.U8"]
     ttgir = k.asm["ttgir"]
-    print(json.dumps({"variant": args.variant, "config": cfg, "registers": re.search(r"REG:(\d+)", res).group(1),
+    body = loop_body(ttgir)
+    rings = sorted({int(m.group(1)) for m in re.finditer(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x\d+x\d+xi8", ttgir)})
+    regs, smem = int(re.search(r"REG:(\d+)", res).group(1)), int(k.metadata.shared)
+    # CTAs per SM by registers (64 K per SM, allocated per warp in 256-register units) and by shared memory
+    # (228 KB per SM, 227 KB per block, 1 KB reserved per block): what the grid's programs_per_sm should be
+    per_warp = -(-regs * 32 // 256) * 256
+    ctas = min(65536 // (per_warp * cfg["warps"]), (228 * 1024) // (smem + 1024), 32)
+    ring = max(rings) if rings else 0
+    print(json.dumps({"variant": args.variant, "config": cfg, "ctas_per_sm": ctas,
+                      "dram_bytes_ahead_per_sm": max(0, ring - 1) * cfg["block_n"] * 576 * ctas, "registers": re.search(r"REG:(\d+)", res).group(1),
                       "stack": re.search(r"STACK:(\d+)", res).group(1), "shared": k.metadata.shared,
                       "sass": counts, "ttgir": {"tt.load": ttgir.count("tt.load "),
                                                 "async_copy": ttgir.count("async_copy_global_to_local"),
                                                 "convert_layout": ttgir.count("ttg.convert_layout"),
                                                 "fp_to_fp": ttgir.count("tt.fp_to_fp"),
                                                 "local_alloc": ttgir.count("ttg.local_alloc")},
+                      "loop": {"sync tt.load": body.count("tt.load "),
+                               "async_copy": body.count("async_copy_global_to_local"),
+                               "sync loads of rows": len(re.findall(r"tt.load .*tensor<\d+x\d+x!tt.ptr<i8>", body)),
+                               "fp_to_fp": body.count("tt.fp_to_fp"), "byte-ring depth": rings},
                       "dump": dump}))
 
 

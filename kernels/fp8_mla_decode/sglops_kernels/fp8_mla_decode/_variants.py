@@ -43,6 +43,13 @@ VARIANTS = {
     "f16pf2": {"f16": 1, "prefetch": 2, "stages": 1, "warps": 8},  # two tiles of rows in flight
     # rows on M (S^T = K Q^T, O^T += V^T P^T): M = 64 rows, so wgmma with K and V^T read from shared memory
     "f16pf_t64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8, "trans": 1},
+    # K and V as two loads of the same rows (one user each): cp.async rings num_stages deep
+    "cpa": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8},
+    "cpa_vm": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8, "vmode": 1},
+    "cpa_vm_s6": {"f16": 1, "prefetch": 3, "stages": 6, "block_n": 32, "warps": 8, "vmode": 1},
+    "cpa_vm_w4": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 4, "vmode": 1},
+    "cpa_vm_n16": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 16, "warps": 4, "vmode": 1},
+    "cpa_vm_n64": {"f16": 1, "prefetch": 3, "stages": 5, "block_n": 64, "warps": 8, "vmode": 1},
 }
 
 
@@ -77,6 +84,30 @@ def _tile(q_nope, q_pe, kn_raw, kp_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.con
 
 
 @triton.jit
+def _tile2(q_nope, q_pe, kn_raw, kp_raw, v_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.constexpr,
+           KDT: tl.constexpr, VMODE: tl.constexpr):
+    """One online-softmax step (heads on M) where K and V are two loads of the same rows, each with
+    one user: kn_raw/kp_raw feed only Q K^T, v_raw only P V, so the pipeliner can make each an
+    async copy into its own shared-memory ring (a value with two users in two layouts is left
+    synchronous)."""
+    k_nope = kn_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
+    k_pe = kp_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
+    qk = tl.dot(q_nope, tl.trans(k_nope))
+    qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk)
+    qk = tl.where(nm[None, :], qk * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = v_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
+    if VMODE == 1:
+        v = tl.where(nm[:, None], v, 0.0)
+    acc = tl.dot(p.to(KDT).to(DOT), v, acc=acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
 def _rows(ids_ptr, start, n, nm, PAGE: tl.constexpr):
     if PAGE == 1:
         slot = tl.load(ids_ptr + start + n, mask=nm, other=0).to(tl.int64)
@@ -91,7 +122,7 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
                     sm_scale, kv_scale, heads, pool_stride, q_sb, q_sh, o_sb, o_sh, n_splits,
                     PAGE: tl.constexpr, CKV: tl.constexpr, KPE: tl.constexpr, BLOCK_H: tl.constexpr,
                     BLOCK_N: tl.constexpr, DOT: tl.constexpr, KDT: tl.constexpr, PREFETCH: tl.constexpr,
-                    DIRECT: tl.constexpr, TRANS: tl.constexpr = 0):
+                    DIRECT: tl.constexpr, TRANS: tl.constexpr = 0, VMODE: tl.constexpr = 0):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -170,6 +201,18 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
             kn, kp, nm = kn1, kp1, nm1
             kn1, kp1, nm1 = kn2, kp2, nm2
             slot2, nm2 = slot3, nm3
+    elif PREFETCH == 3:
+        # two loads of each tile's rows, K (evict_last: it stays in L2 for V) and V (evict_first: last
+        # reader); one user each, so Triton's pipeliner issues both as cp.async num_stages - 1 tiles ahead
+        for n0 in range(lo, hi, BLOCK_N):
+            n = n0 + ar
+            nm = n < hi
+            slot = _rows(ids_ptr, start, n, nm, PAGE)
+            rowp = pool_ptr + slot * pool_stride
+            kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0, eviction_policy="evict_last")
+            kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0, eviction_policy="evict_last")
+            vr = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0, eviction_policy="evict_first")
+            acc, m_i, l_i = _tile2(q_nope, q_pe, kn, kp, vr, nm, acc, m_i, l_i, qk_scale, DOT, KDT, VMODE)
     else:
         for n0 in range(lo, hi, BLOCK_N):
             n = n0 + ar
