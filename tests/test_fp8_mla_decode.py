@@ -113,7 +113,9 @@ print("ok" if not torch.isnan(out).any() and err <= tol else f"err {err:.3g} > {
 @pytest.mark.parametrize("name,heads,page,splits", [
     ("f16", 16, 1, 3), ("pf", 16, 1, 3), ("f16pf", 16, 1, 1), ("f16pf", 16, 64, 3), ("f16pf_n64", 16, 1, 3),
     ("f16pf_w4", 16, 64, 1), ("f16pf_t64", 16, 1, 3), ("f16pf_t64", 16, 64, 1),
-    ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2)])
+    ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2),
+    ("cpa", 16, 1, 3), ("cpa_vm", 16, 64, 1), ("cpa_vm_n16", 16, 1, 3), ("cpa_vm_n64", 16, 64, 3),
+    ("cpa_vm", 128, 1, 2)])
 def test_split_stage_variants_match_fp32_attention_in_the_interpreter(name, heads, page, splits):
     """The candidate split stages (_variants.py: FP16 MMA, register prefetch, 64-row tiles) give the
     same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale ids."""
@@ -201,3 +203,32 @@ def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path
     proc = subprocess.run([sys.executable, "-c", PATCH_SCRIPT, str(helpers)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def _variants_script(*args: str) -> subprocess.CompletedProcess:
+    root = KERNEL.parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_fp8_mla_variants.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
+    """The device A/B (benchmarks/gpu_fp8_mla_variants.py) lists, on a CPU, the configuration each
+    default variant runs per head count: every name is a _variants.VARIANTS entry, the cp.async
+    variants keep their ring depth (stages) and the split policy's programs per SM, and at 128 heads
+    only the variants with a 128-head configuration run; bad names and head counts end in one line."""
+    import json
+
+    proc = _variants_script("--list")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfgs = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()}
+    assert {"base", "f16pf_w4", "cpa", "cpa_vm", "cpa_vm_n16"} <= set(cfgs)
+    assert cfgs["cpa_vm"]["16"]["prefetch"] == 3 and cfgs["cpa_vm"]["16"]["vmode"] == 1
+    assert cfgs["cpa_vm"]["16"]["stages"] >= 5 and cfgs["cpa_vm"]["16"]["programs_per_sm"] == 1
+    assert cfgs["cpa_vm"]["128"]["block_h"] == 32
+    assert cfgs["cpa_vm_n16"]["16"]["block_n"] == 16 and cfgs["cpa_vm_n16"]["16"]["programs_per_sm"] == 2
+    assert cfgs["f16pf_w4"]["128"] is None and cfgs["base"]["128"]["block_h"] == 64
+    for bad, why in ((("--variants", "cpa,nope"), "unknown variant(s) nope"), (("--heads", "16,x"), "integers"),
+                     (("--heads", "32"), "16 and/or 128")):
+        proc = _variants_script("--list", *bad)
+        assert proc.returncode != 0 and why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

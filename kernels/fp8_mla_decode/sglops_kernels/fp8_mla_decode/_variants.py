@@ -48,7 +48,7 @@ VARIANTS = {
     "cpa_vm": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8, "vmode": 1},
     "cpa_vm_s6": {"f16": 1, "prefetch": 3, "stages": 6, "block_n": 32, "warps": 8, "vmode": 1},
     "cpa_vm_w4": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 4, "vmode": 1},
-    "cpa_vm_n16": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 16, "warps": 4, "vmode": 1},
+    "cpa_vm_n16": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 4, "vmode": 1},
     "cpa_vm_n64": {"f16": 1, "prefetch": 3, "stages": 5, "block_n": 64, "warps": 8, "vmode": 1},
 }
 
@@ -286,7 +286,7 @@ def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=
         q, raw, kv_indptr, kv_indices, lens, part, lse, out, float(sm_scale), float(kv_scale), heads,
         raw.stride(0), q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits,
         PAGE=page_size, CKV=ckv, KPE=kpe, BLOCK_H=bh, BLOCK_N=cfg["block_n"], DOT=_DOT if _INTERPRET else kdt,
-        KDT=kdt, PREFETCH=cfg["prefetch"], DIRECT=direct, TRANS=cfg["trans"], num_warps=cfg["warps"], num_stages=cfg["stages"])
+        KDT=kdt, PREFETCH=cfg["prefetch"], DIRECT=direct, TRANS=cfg["trans"], VMODE=cfg.get("vmode", 0), num_warps=cfg["warps"], num_stages=cfg["stages"])
     if not direct:
         base._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits, CKV=ckv,
                                              SPLITS=base.MAX_SPLITS, num_warps=4)
