@@ -5,6 +5,14 @@ TTGIR/PTX/SASS to --dump. The evidence behind NOTES.md, "Why v0.2 is slow".
 
     PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py base --dump /tmp/k
     PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py f16pf --warps 8 --stages 1
+    PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py cpa_vm --block-h 32   # 128 heads
+
+Besides the whole-kernel SASS counts it reports the KV loop's TTGIR (synchronous tt.load vs
+async_copy_global_to_local, and the depth of the FP8 byte rings the pipeliner allocated), per-row
+conversion and byte-load counts (static count per thread x threads / rows per tile), the CTAs per SM
+that registers and shared memory allow, and the DRAM bytes in flight per SM while a tile computes
+((ring depth - 1) x rows x 576 x CTAs) - a prediction of the latency hiding, not a measurement.
+Every variant's report: asm_variants_sm90a.jsonl (record_asm.sh).
 """
 
 from __future__ import annotations
@@ -20,6 +28,10 @@ import aot
 
 KEYS = ("F2F.", "F2FP.", "LDG.", "LDGSTS", "LDS.U8", "LDS", "LDSM", "STS", "HMMA", "HGMMA", "BAR.SYNC", "LDL",
         "STL")
+
+
+def ops_like(ops: Counter, prefix: str) -> int:
+    return sum(v for op, v in ops.items() if op.startswith(prefix))
 
 
 def loop_body(ttgir: str) -> str:
@@ -95,9 +107,15 @@ def main() -> None:
     # CTAs per SM by registers (64 K per SM, allocated per warp in 256-register units) and by shared memory
     # (228 KB per SM, 227 KB per block, 1 KB reserved per block): what the grid's programs_per_sm should be
     per_warp = -(-regs * 32 // 256) * 256
-    ctas = min(65536 // (per_warp * cfg["warps"]), (228 * 1024) // (smem + 1024), 32)
+    sm_smem = {120: 100 * 1024}.get(args.cc, 228 * 1024)  # per SM: H100/H200 228 KB, RTX PRO 6000 (sm_120) 100 KB
+    ctas = min(65536 // (per_warp * cfg["warps"]), sm_smem // (smem + 1024), 32)
+    threads = 32 * cfg["warps"]
+    per_row = {"e4m3x2_cvt": ops_like(ops, "F2FP.F16.E4M3") * threads // cfg["block_n"],
+               "F2F": counts["F2F."] * threads // cfg["block_n"],
+               "LDS.U8": counts["LDS.U8"] * threads // cfg["block_n"]}
     ring = max(rings) if rings else 0
     print(json.dumps({"variant": args.variant, "config": cfg, "ctas_per_sm": ctas,
+                      "per_row_per_cta (static SASS count x threads / rows)": per_row,
                       "dram_bytes_ahead_per_sm": max(0, ring - 1) * cfg["block_n"] * 576 * ctas, "registers": re.search(r"REG:(\d+)", res).group(1),
                       "stack": re.search(r"STACK:(\d+)", res).group(1), "shared": k.metadata.shared,
                       "sass": counts, "ttgir": {"tt.load": ttgir.count("tt.load "),

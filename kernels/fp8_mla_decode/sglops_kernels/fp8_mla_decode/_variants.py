@@ -18,6 +18,11 @@ Variants (constexprs of one kernel, `_split_kernel_v`):
              i+2 and the FP8 rows of tile i+1 are loaded before tile i is computed, so the DRAM
              latency overlaps the MMA/softmax instead of serialising with it.
   PREFETCH=2 the same, two tiles of rows in flight (tile i+1 and i+2) and the indices of tile i+3.
+  PREFETCH=3 K and V as two loads of the same rows (K: evict_last, V: evict_first, so the second read is
+             an L2 hit and DRAM bytes stay 576 per row), each with one user, so Triton's pipeliner issues
+             both as cp.async into multi-buffered shared memory (launch with num_stages >= 5).
+  VMODE=1    (with PREFETCH=3) V converted in a blocked layout and staged as fp16 in shared memory for the
+             P V operand (ldmatrix.trans) instead of byte loads (LDS.U8) from the FP8 ring.
   TRANS=1    rows on M (S^T = K Q^T, O^T += V^T P^T) so that M = BLOCK_N = 64 takes wgmma at 16 heads.
 Same grid, split policy, merge and outputs as `_triton` (same workspace layout).
 """
@@ -43,12 +48,18 @@ VARIANTS = {
     "f16pf2": {"f16": 1, "prefetch": 2, "stages": 1, "warps": 8},  # two tiles of rows in flight
     # rows on M (S^T = K Q^T, O^T += V^T P^T): M = 64 rows, so wgmma with K and V^T read from shared memory
     "f16pf_t64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8, "trans": 1},
-    # K and V as two loads of the same rows (one user each): cp.async rings num_stages deep
+    # K and V as two loads of the same rows (one user each): Triton's pipeliner makes each an async copy
+    # (LDGSTS) into a shared-memory ring; the ring depth follows num_stages (sm_90a, asm_report.py: stages
+    # 4 -> 1 buffer, 5-6 -> 2, 7-8 -> 3 at 32 rows; 9 -> 4 at 16), tiles ahead while one computes = depth - 1.
+    # VMODE=1 keeps V's conversion in a blocked layout (fp16 V through shared memory, ldmatrix.trans);
+    # without it V is read from the byte ring one byte at a time (LDS.U8) into the MMA operand layout.
     "cpa": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8},
     "cpa_vm": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8, "vmode": 1},
     "cpa_vm_s6": {"f16": 1, "prefetch": 3, "stages": 6, "block_n": 32, "warps": 8, "vmode": 1},
+    # 4 warps over 32 rows: each K element converted once (8 warps over 32 rows convert K twice)
     "cpa_vm_w4": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 4, "vmode": 1},
     "cpa_vm_n16": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 4, "vmode": 1},
+    "cpa_vm_n16w2": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 2, "vmode": 1},
     "cpa_vm_n64": {"f16": 1, "prefetch": 3, "stages": 5, "block_n": 64, "warps": 8, "vmode": 1},
 }
 
@@ -238,14 +249,25 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
         tl.store(lse_ptr + prow, lse, mask=hm)
 
 
-def variant_config(name: str, cfg: dict) -> dict:
-    """The launch configuration of variant `name` derived from a baseline configuration `cfg`."""
+# per GPU family, what a variant changes to fit it: sm_120 has ~99 KB of shared memory per block (100 KB per SM),
+# so the cp.async rings get shallower (aot.py --cc 120 --variant NAME reports the resources)
+FAMILY_OVERRIDES = {
+    "sm120": {"cpa": {"stages": 4, "warps": 8}, "cpa_vm": {"stages": 4}, "cpa_vm_s6": {"stages": 4},
+              "cpa_vm_w4": {"stages": 4}, "cpa_vm_n16": {"stages": 7}, "cpa_vm_n16w2": {"stages": 7},
+              "cpa_vm_n64": {"block_n": 32, "stages": 4}},
+}
+
+
+def variant_config(name: str, cfg: dict, family: str | None = None) -> dict:
+    """The launch configuration of variant `name` derived from a baseline configuration `cfg` (and,
+    for `family` "sm120", adapted to its shared memory)."""
     over = VARIANTS[name]
     out = dict(cfg)
     if over:
         out.update({k: v for k, v in over.items()})
         out.setdefault("trans", 0)
         out["trans"] = over.get("trans", 0)
+        out.update(FAMILY_OVERRIDES.get(family or "", {}).get(name, {}))
     return out
 
 
@@ -258,7 +280,7 @@ def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=
     if VARIANTS[name] is None:
         return base.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
                                page_size, kv_lens, cfg0)
-    cfg = variant_config(name, cfg0)
+    cfg = variant_config(name, cfg0, None if _INTERPRET else base._family())
     ckv, kpe = 512, d - 512
     if q.stride(-1) != 1:
         q = q.contiguous()
