@@ -232,3 +232,51 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
                      (("--heads", "32"), "16 and/or 128")):
         proc = _variants_script("--list", *bad)
         assert proc.returncode != 0 and why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def _run_ptx(asm: str, word: int) -> tuple[int, int]:
+    """Execute the straight-line PTX of _variants._e4m3_f16_int (prmt.b32, shr.b32, and.b32, add.u32 on
+    32-bit registers) for one packed input word; returns ($0, $1)."""
+    import re
+
+    regs = {"$2": word}
+    val = lambda t: int(t, 0) if t[0].isdigit() else regs[t]  # noqa: E731
+    for op, args in re.findall(r"^\s*(prmt\.b32|shr\.b32|and\.b32|add\.u32)\s+([^;]+);", asm, re.M):
+        d, *src = [a.strip() for a in args.split(",")]
+        if op == "prmt.b32":
+            pool = val(src[0]) | (val(src[1]) << 32)
+            sel = val(src[2])
+            regs[d] = sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+        elif op == "shr.b32":
+            regs[d] = val(src[0]) >> val(src[1])
+        elif op == "and.b32":
+            regs[d] = val(src[0]) & val(src[1])
+        else:
+            regs[d] = (val(src[0]) + val(src[1])) & 0xFFFFFFFF
+    return regs["$0"], regs["$1"]
+
+
+def test_integer_pipe_e4m3_conversion_is_exact_for_every_finite_code():
+    """The ALU variants' inline PTX (read from _variants.py, executed instruction by instruction) turns
+    each of the 254 finite e4m3 codes, in every byte position of a packed word, into the fp16 of its
+    value x 2^-8 exactly (the kernel folds 2^8 into its scales): the interpreter cannot run inline asm."""
+    import re
+
+    import numpy as np
+    import torch
+
+    src = (KERNEL / "sglops_kernels" / "fp8_mla_decode" / "_variants.py").read_text()
+    asm = re.search(r'def _e4m3_f16_int.*?asm="""(.*?)"""', src, re.S).group(1)
+    codes = np.arange(256, dtype=np.uint8)
+    ref = torch.from_numpy(codes.copy()).view(torch.float8_e4m3fn).float().numpy() / 256.0
+    bad = []
+    for shift in (0, 1, 2, 3):
+        for c in range(256):
+            lanes = [int(codes[(c + k * 37) % 256]) for k in range(4)]
+            lanes[shift] = c
+            lo, hi = _run_ptx(asm, sum(b << (8 * i) for i, b in enumerate(lanes)))
+            halves = np.array([lo & 0xFFFF, lo >> 16, hi & 0xFFFF, hi >> 16], dtype=np.uint16).view(np.float16)
+            for b, h in zip(lanes, halves.astype(np.float32), strict=True):
+                if np.isfinite(ref[b]) and h != ref[b]:
+                    bad.append((b, float(h), float(ref[b])))
+    assert not bad, bad[:5]

@@ -50,7 +50,8 @@ def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False, variant
         fn = _variants._split_kernel_v
         kdt = tl.float16 if cfg["f16"] else tl.bfloat16
         const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": int(direct),
-                      "TRANS": cfg.get("trans", 0), "VMODE": cfg.get("vmode", 0)})
+                      "TRANS": cfg.get("trans", 0), "VMODE": cfg.get("vmode", 0),
+                      "ALU": cfg.get("alu", 0)})
     sig = dict(SIG, **{k: "constexpr" for k in const})
     # what the JIT would specialise at run time: 16-byte aligned pointers, strides divisible by 16
     # (576-byte rows); without these hints the loads are scalar and nothing is pipelined

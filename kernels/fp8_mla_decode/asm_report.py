@@ -77,7 +77,7 @@ def main() -> None:
         fn = _variants._split_kernel_v
         kdt = tl.float16 if cfg["f16"] else tl.bfloat16
         const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": 0, "TRANS": cfg.get("trans", 0),
-                      "VMODE": cfg.get("vmode", 0)})
+                      "VMODE": cfg.get("vmode", 0), "ALU": cfg.get("alu", 0)})
     sig = dict(aot.SIG, **{k: "constexpr" for k in const})
     aligned = [i for i, k in enumerate(sig) if k.endswith("_ptr") or k in ("pool_stride", "q_sb", "q_sh", "o_sb", "o_sh")]
     src = ASTSource(fn=fn, signature=sig, constexprs={(i,): const[k] for i, k in enumerate(sig) if k in const},
