@@ -1,7 +1,8 @@
 """A/B of the split-stage variants of the FP8 MLA decode kernel (kernels/fp8_mla_decode,
 sglops_kernels/fp8_mla_decode/_variants.py) against the current kernel, on a GPU host (not in CI).
 
-One call (< 200 s): precompile every variant in parallel processes; per variant, correctness against
+One call (< 4 min; `OUT=$OUT bash kernels/fp8_mla_decode/h200_variants.sh` wraps the lines below):
+precompile every variant in parallel processes; per variant, correctness against
 fp32 attention (16 and 128 heads, page 1 and 64, several splits and one, a stale tail of wild ids)
 beside FlashInfer's BF16 error on the same case; then ctx 4K/32K/128K x bs 1/16/64 x heads 16/128:
 (c) gather-cast + FlashInfer and (e) the BF16 floor and the current kernel ("base", the configuration
@@ -15,7 +16,9 @@ tarball and exports), from the repository root on the device machine:
         .whl/*.whl && mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi && \
     export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
         FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda) && \
-    timeout 230 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT > $OUT/variants.txt 2>&1; tail -60 $OUT/variants.txt
+    timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1; \
+    tail -45 $OUT/variants.txt
+`--list` prints each variant's resolved configuration per head count without a GPU (tests/test_fp8_mla_decode.py).
 """
 
 from __future__ import annotations
