@@ -295,7 +295,8 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
 FAMILY_OVERRIDES = {
     "sm120": {"cpa": {"stages": 4, "warps": 8}, "cpa_vm": {"stages": 4}, "cpa_vm_s6": {"stages": 4},
               "cpa_vm_w4": {"stages": 4}, "cpa_vm_n16": {"stages": 7}, "cpa_vm_n16w2": {"stages": 7},
-              "cpa_vm_n64": {"block_n": 32, "stages": 4}},
+              "cpa_vm_n64": {"block_n": 32, "stages": 4}, "cpa_vm_w4_alu": {"stages": 4},
+              "cpa_vm_n16_alu": {"stages": 7}, "cpa_vm_n16_alu2": {"stages": 7}},
 }
 
 
