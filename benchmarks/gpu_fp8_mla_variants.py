@@ -57,11 +57,13 @@ OVERRIDES = {
     128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}, "f16pf2": {"block_h": 32},
           # 32-head blocks (208 registers, no spills; a 64-head block spills 400 B): the 4 CTAs of one request's
           # split are adjacent in the grid (head block is its fastest axis), so 3 of 4 reads of a tile hit L2
-          "cpa_vm": {"block_h": 32, "programs_per_sm": 1}},
+          "cpa_vm": {"block_h": 32, "programs_per_sm": 1},
+          # the picked 64-head block (wgmma) with the ring: spills 400 B (base: 336), loads asynchronous
+          "cpa_h64": {"block_h": 64, "programs_per_sm": 1}},
 }
 # what a run times unless --variants says otherwise: the two best of 2026-12-03 beside the new ones
 DEFAULT_VARIANTS = ("base,f16pf_w4,f16pf_n64,cpa,cpa_vm,cpa_vm_s6,cpa_vm_w4,cpa_vm_n16,cpa_vm_n16w2,cpa_vm_n64,"
-                    "cpa_vm_w4_alu,cpa_vm_n16_alu,cpa_vm_n16_alu2")
+                    "cpa_vm_w4_alu,cpa_vm_n16_alu,cpa_vm_n16_alu2,cpa_h64")
 CELLS = [(ctx, bs) for ctx in (4096, 32768, 131072) for bs in (1, 16, 64)]
 
 

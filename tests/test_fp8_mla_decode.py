@@ -225,7 +225,8 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
     assert {"base", "f16pf_w4", "cpa", "cpa_vm", "cpa_vm_n16"} <= set(cfgs)
     assert cfgs["cpa_vm"]["16"]["prefetch"] == 3 and cfgs["cpa_vm"]["16"]["vmode"] == 1
     assert cfgs["cpa_vm"]["16"]["stages"] >= 5 and cfgs["cpa_vm"]["16"]["programs_per_sm"] == 1
-    assert cfgs["cpa_vm"]["128"]["block_h"] == 32
+    assert cfgs["cpa_vm"]["128"]["block_h"] == 32 and cfgs["cpa_h64"]["128"]["block_h"] == 64
+    assert cfgs["cpa_h64"]["16"] is None
     assert cfgs["cpa_vm_n16"]["16"]["block_n"] == 16 and cfgs["cpa_vm_n16"]["16"]["programs_per_sm"] == 2
     assert cfgs["f16pf_w4"]["128"] is None and cfgs["base"]["128"]["block_h"] == 64
     for bad, why in ((("--variants", "cpa,nope"), "unknown variant(s) nope"), (("--heads", "16,x"), "integers"),

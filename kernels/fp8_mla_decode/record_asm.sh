@@ -14,6 +14,6 @@ for v in base f16pf_w4 f16pf_n64 cpa cpa_vm cpa_vm_s6 cpa_vm_w4 cpa_vm_n16 cpa_v
 done
 $R base --block-h 64 --warps 8 --stages 2 --dump "$D/base_h64" >> "$OUT.tmp"       # 128 heads, the picked config
 $R cpa_vm --block-h 32 --dump "$D/cpa_vm_h32" >> "$OUT.tmp"                        # 128 heads, the A/B's config
-$R cpa_vm --block-h 64 --stages 5 --dump "$D/cpa_vm_h64" >> "$OUT.tmp"             # 64-head block: spills
+$R cpa_h64 --block-h 64 --dump "$D/cpa_h64" >> "$OUT.tmp"                          # 128 heads, 64-head block: spills
 rm -rf "$D"
 mv "$OUT.tmp" "$OUT"
