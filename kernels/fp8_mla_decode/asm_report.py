@@ -30,6 +30,24 @@ KEYS = ("F2F.", "F2FP.", "LDG.", "LDGSTS", "LDS.U8", "LDS", "LDSM", "STS", "HMMA
         "STL")
 
 
+def sass_loop_counts(sass: str) -> dict:
+    """Loads and conversions per thread inside the KV loop of the SASS: the body of the backward branch
+    that spans the most instructions (the merge and epilogue have no loop of that size)."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in
+           re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)[^\n]*", sass, re.M)]
+    best = None
+    for m in re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(?:`\(\S+\)\s*)?0x([0-9a-f]+)", sass, re.M):
+        src, dst = int(m.group(1), 16), int(m.group(2), 16)
+        if dst < src and (best is None or src - dst > best[1] - best[0]):
+            best = (dst, src)
+    if best is None:
+        return {}
+    body = Counter(op for a, op in ins if best[0] <= a <= best[1])
+    pick = {"LDG": "LDG.", "LDGSTS": "LDGSTS", "e4m3x2 cvt": "F2FP.F16.E4M3", "F2F": "F2F.", "LDS.U8": "LDS.U8",
+            "LDSM": "LDSM", "HMMA": "HMMA", "HGMMA": "HGMMA", "LDL": "LDL", "STL": "STL", "PRMT": "PRMT"}
+    return {k: sum(v for op, v in body.items() if op.startswith(p)) for k, p in pick.items()}
+
+
 def ops_like(ops: Counter, prefix: str) -> int:
     return sum(v for op, v in ops.items() if op.startswith(prefix))
 
@@ -100,6 +118,7 @@ def main() -> None:
                                                    re.M))
     counts = {key: sum(v for op, v in ops.items() if op.startswith(key)) for key in KEYS}
     counts["LDS"] -= counts["LDS.U8"]
+    in_loop = sass_loop_counts(sass)
     ttgir = k.asm["ttgir"]
     body = loop_body(ttgir)
     rings = sorted({int(m.group(1)) for m in re.finditer(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x\d+x\d+xi8", ttgir)})
@@ -123,6 +142,7 @@ def main() -> None:
                                                 "convert_layout": ttgir.count("ttg.convert_layout"),
                                                 "fp_to_fp": ttgir.count("tt.fp_to_fp"),
                                                 "local_alloc": ttgir.count("ttg.local_alloc")},
+                      "sass_loop (the longest backward branch's body: the KV loop)": in_loop,
                       "loop": {"sync tt.load": body.count("tt.load "),
                                "async_copy": body.count("async_copy_global_to_local"),
                                "sync loads of rows": len(re.findall(r"tt.load .*tensor<\d+x\d+x!tt.ptr<i8>", body)),
