@@ -50,7 +50,7 @@ OVERRIDES = {
     16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf2": {}, "f16pf_t64": {},
          # K and V as two cp.async rings (asm_report.py, sm_90a): programs_per_sm = the CTAs that fit by shared
          # memory and registers, so the split policy fills 132 SMs with one wave of resident programs
-         "cpa": {"programs_per_sm": 1}, "cpa_vm": {"programs_per_sm": 1}, "cpa_vm_s6": {"programs_per_sm": 1},
+         "cpa": {"programs_per_sm": 1}, "cpa_w4": {"programs_per_sm": 2}, "cpa_vm": {"programs_per_sm": 1}, "cpa_vm_s6": {"programs_per_sm": 1},
          "cpa_vm_w4": {"programs_per_sm": 1}, "cpa_vm_n16": {"programs_per_sm": 2}, "cpa_vm_n16w2": {"programs_per_sm": 2},
          "cpa_vm_n64": {"programs_per_sm": 1}, "cpa_vm_w4_alu": {"programs_per_sm": 1},
          "cpa_vm_n16_alu": {"programs_per_sm": 2}, "cpa_vm_n16_alu2": {"programs_per_sm": 2}},
@@ -62,7 +62,7 @@ OVERRIDES = {
           "cpa_h64": {"block_h": 64, "programs_per_sm": 1}},
 }
 # what a run times unless --variants says otherwise: the two best of 2026-12-03 beside the new ones
-DEFAULT_VARIANTS = ("base,f16pf_w4,f16pf_n64,cpa,cpa_vm,cpa_vm_s6,cpa_vm_w4,cpa_vm_n16,cpa_vm_n16w2,cpa_vm_n64,"
+DEFAULT_VARIANTS = ("base,f16pf_w4,f16pf_n64,cpa,cpa_w4,cpa_vm,cpa_vm_s6,cpa_vm_w4,cpa_vm_n16,cpa_vm_n16w2,cpa_vm_n64,"
                     "cpa_vm_w4_alu,cpa_vm_n16_alu,cpa_vm_n16_alu2,cpa_h64")
 CELLS = [(ctx, bs) for ctx in (4096, 32768, 131072) for bs in (1, 16, 64)]
 

@@ -8,7 +8,7 @@ R="python3 kernels/fp8_mla_decode/asm_report.py"
 OUT=kernels/fp8_mla_decode/asm_variants_sm90a.jsonl
 D=$(mktemp -d)
 : > "$OUT.tmp"
-for v in base f16pf_w4 f16pf_n64 cpa cpa_vm cpa_vm_s6 cpa_vm_w4 cpa_vm_n16 cpa_vm_n16w2 cpa_vm_n64 \
+for v in base f16pf_w4 f16pf_n64 cpa cpa_w4 cpa_vm cpa_vm_s6 cpa_vm_w4 cpa_vm_n16 cpa_vm_n16w2 cpa_vm_n64 \
         cpa_vm_w4_alu cpa_vm_n16_alu cpa_vm_n16_alu2; do
     $R "$v" --dump "$D/$v" >> "$OUT.tmp"
 done

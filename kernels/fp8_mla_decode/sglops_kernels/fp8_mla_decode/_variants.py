@@ -56,6 +56,8 @@ VARIANTS = {
     # VMODE=1 keeps V's conversion in a blocked layout (fp16 V through shared memory, ldmatrix.trans);
     # without it V is read from the byte ring one byte at a time (LDS.U8) into the MMA operand layout.
     "cpa": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8},
+    # 4 warps, 2-deep ring, no fp16 V buffer: 90 KB, so 2 CTAs per SM (8 warps, 36 KB ahead), V by LDS.U8
+    "cpa_w4": {"f16": 1, "prefetch": 3, "stages": 6, "block_n": 32, "warps": 4},
     "cpa_vm": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 8, "vmode": 1},
     "cpa_vm_s6": {"f16": 1, "prefetch": 3, "stages": 6, "block_n": 32, "warps": 8, "vmode": 1},
     # 4 warps over 32 rows: each K element converted once (8 warps over 32 rows convert K twice)
@@ -295,7 +297,7 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
 # per GPU family, what a variant changes to fit it: sm_120 has ~99 KB of shared memory per block (100 KB per SM),
 # so the cp.async rings get shallower (aot.py --cc 120 --variant NAME reports the resources)
 FAMILY_OVERRIDES = {
-    "sm120": {"cpa": {"stages": 4, "warps": 8}, "cpa_vm": {"stages": 4}, "cpa_vm_s6": {"stages": 4},
+    "sm120": {"cpa": {"stages": 4, "warps": 8}, "cpa_w4": {"stages": 5}, "cpa_vm": {"stages": 4}, "cpa_vm_s6": {"stages": 4},
               "cpa_vm_w4": {"stages": 4}, "cpa_vm_n16": {"stages": 7}, "cpa_vm_n16w2": {"stages": 7},
               "cpa_vm_n64": {"block_n": 32, "stages": 4}, "cpa_vm_w4_alu": {"stages": 4},
               "cpa_vm_n16_alu": {"stages": 7}, "cpa_vm_n16_alu2": {"stages": 7}},
