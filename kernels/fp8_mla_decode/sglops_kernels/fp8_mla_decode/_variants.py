@@ -110,8 +110,9 @@ def _e4m3_f16_int(raw):
     """e4m3 bytes -> fp16 equal to the e4m3 value x 2^-8, on the integer pipes instead of the conversion
     unit: per 2 bytes PRMT (each byte to the top of a 16-bit half), SHR by 1 (sign at bit 14, exponent and
     mantissa at 7..13: fp16's exponent bias 15 vs e4m3's 7 gives the 2^-8), then adding bit 14 to itself
-    moves the sign to bit 15. Exact for every code but the two NaNs (they become +-1.875 x 2^-8 ... a KV
-    pool holds none). Callers fold 2^8 into their scales. GPU only (the interpreter has no inline asm)."""
+    moves the sign to bit 15. Exact for every code but the two NaNs (they become +-1.875, i.e. +-480 once
+    scaled: a KV pool holds none). Callers fold 2^8 into their scales. GPU only (no inline asm in the
+    interpreter; tests/test_fp8_mla_decode.py executes this PTX text for all 256 codes)."""
     return tl.inline_asm_elementwise(
         asm="""{
         .reg .b32 a, s, t;
@@ -257,7 +258,8 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
             slot2, nm2 = slot3, nm3
     elif PREFETCH == 3:
         # two loads of each tile's rows, K (evict_last: it stays in L2 for V) and V (evict_first: last
-        # reader); one user each, so Triton's pipeliner issues both as cp.async num_stages - 1 tiles ahead
+        # reader); one user each, so Triton's pipeliner issues both as cp.async into rings whose depth
+        # follows num_stages (the kv_indices two stages earlier)
         for n0 in range(lo, hi, BLOCK_N):
             n = n0 + ar
             nm = n < hi
