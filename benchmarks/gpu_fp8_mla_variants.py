@@ -253,10 +253,11 @@ def timings(H, fi, ns, names, pools, bf16_pools, timer, out, gen, heads_list, t_
 
 def summary(out: dict, names) -> None:
     print("\nus per layer (8 layers, L2 flushed); TB/s of FP8 read for the best variant")
-    print("heads    ctx  bs |" + "".join(f"{n:>10s}" for n in names) + " |     c_us     e_us | best  TB/s %copy best/c best/e")
+    w = {n: max(10, len(n) + 1) for n in names}  # columns as wide as the longest variant names
+    print("heads    ctx  bs |" + "".join(f"{n:>{w[n]}s}" for n in names) + " |     c_us     e_us | best  TB/s %copy best/c best/e")
     for r in out.get("table", []):
         us = r["us"]
-        cells = "".join(f"{us[n]:10.1f}" if us.get(n) else f"{'-':>10s}" for n in names)
+        cells = "".join(f"{us[n]:{w[n]}.1f}" if us.get(n) else f"{'-':>{w[n]}s}" for n in names)
         live = {k: v for k, v in us.items() if v}
         if not live:
             continue

@@ -281,3 +281,23 @@ def test_integer_pipe_e4m3_conversion_is_exact_for_every_finite_code():
                 if np.isfinite(ref[b]) and h != ref[b]:
                     bad.append((b, float(h), float(ref[b])))
     assert not bad, bad[:5]
+
+
+def test_variants_summary_reads_the_recorded_h200_run(capsys):
+    """The A/B's summary, fed the committed 2026-12-03 H200 JSON, names each cell's best variant with its
+    TB/s and ratios (f16pf_w4 at 128K x bs 64: 1.33 TB/s, 1.31x (c)), keeps a column per requested variant
+    (a variant the run did not time shows '-') and prints every correctness row."""
+    import importlib.util
+    import json
+
+    root = KERNEL.parent.parent
+    spec = importlib.util.spec_from_file_location("gpu_fp8_mla_variants", root / "benchmarks" / "gpu_fp8_mla_variants.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rec = json.loads((root / "benchmarks/results/fp8-mla-decode-h200/variants-2026-12-03.json").read_text())
+    mod.summary(rec, ["base", "f16pf_w4", "cpa_vm_n16_alu2"])
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.split()[:3] == ["16", "131072", "64"])
+    assert row.split("|")[1].split() == ["5258.9", "3625.9", "-"], row
+    assert row.split("|")[-1].split()[:3] == ["f16pf_w4", "1.33", "31.6%"] and "1.31" in row.split("|")[-1], row
+    assert sum(line.startswith("check ") for line in lines) == len(rec["correctness"]) > 0
