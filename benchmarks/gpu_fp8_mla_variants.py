@@ -17,7 +17,7 @@ tarball and exports), from the repository root on the device machine:
     export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
         FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda) && \
     timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1; \
-    tail -45 $OUT/variants.txt
+    tail -60 $OUT/variants.txt
 `--list` prints each variant's resolved configuration per head count without a GPU (tests/test_fp8_mla_decode.py).
 """
 

@@ -12,4 +12,4 @@ export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gat
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,driver_version --format=csv > $OUT/gpu.csv
 timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1
 echo "variants rc=$?" >> $OUT/variants.txt
-tail -45 $OUT/variants.txt
+tail -60 $OUT/variants.txt
