@@ -1,7 +1,8 @@
 """A/B of the split-stage variants of the FP8 MLA decode kernel (kernels/fp8_mla_decode,
 sglops_kernels/fp8_mla_decode/_variants.py) against the current kernel, on a GPU host (not in CI).
 
-One call (< 200 s): precompile every variant in parallel processes; per variant, correctness against
+One call (< 4 min; `OUT=$OUT bash kernels/fp8_mla_decode/h200_variants.sh` wraps the lines below):
+precompile every variant in parallel processes; per variant, correctness against
 fp32 attention (16 and 128 heads, page 1 and 64, several splits and one, a stale tail of wild ids)
 beside FlashInfer's BF16 error on the same case; then ctx 4K/32K/128K x bs 1/16/64 x heads 16/128:
 (c) gather-cast + FlashInfer and (e) the BF16 floor and the current kernel ("base", the configuration
@@ -15,7 +16,9 @@ tarball and exports), from the repository root on the device machine:
         .whl/*.whl && mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi && \
     export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
         FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda) && \
-    timeout 230 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT > $OUT/variants.txt 2>&1; tail -60 $OUT/variants.txt
+    timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1; \
+    tail -60 $OUT/variants.txt
+`--list` prints each variant's resolved configuration per head count without a GPU (tests/test_fp8_mla_decode.py).
 """
 
 from __future__ import annotations
@@ -44,9 +47,23 @@ PICKED = {16: {"trans": 0, "block_h": 16, "block_n": 32, "warps": 4, "stages": 3
 # 8-byte stack. 128 heads: every 64-head block spills (its 64 x 512 fp32 accumulator: 8 warps 352-440-byte
 # stack, 16 warps 976), so the prefetch variants take 32-head blocks x 8 warps (215 registers, none)
 OVERRIDES = {
-    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf2": {}, "f16pf_t64": {}},
-    128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}, "f16pf2": {"block_h": 32}},
+    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf2": {}, "f16pf_t64": {},
+         # K and V as two cp.async rings (asm_report.py, sm_90a): programs_per_sm = the CTAs that fit by shared
+         # memory and registers, so the split policy fills 132 SMs with one wave of resident programs
+         "cpa": {"programs_per_sm": 1}, "cpa_w4": {"programs_per_sm": 2}, "cpa_vm": {"programs_per_sm": 1}, "cpa_vm_s6": {"programs_per_sm": 1},
+         "cpa_vm_w4": {"programs_per_sm": 1}, "cpa_vm_n16": {"programs_per_sm": 2}, "cpa_vm_n16w2": {"programs_per_sm": 2},
+         "cpa_vm_n64": {"programs_per_sm": 1}, "cpa_vm_w4_alu": {"programs_per_sm": 1},
+         "cpa_vm_n16_alu": {"programs_per_sm": 2}, "cpa_vm_n16_alu2": {"programs_per_sm": 2}},
+    128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}, "f16pf2": {"block_h": 32},
+          # 32-head blocks (208 registers, no spills; a 64-head block spills 400 B): the 4 CTAs of one request's
+          # split are adjacent in the grid (head block is its fastest axis), so 3 of 4 reads of a tile hit L2
+          "cpa_vm": {"block_h": 32, "programs_per_sm": 1},
+          # the picked 64-head block (wgmma) with the ring: spills 400 B (base: 336), loads asynchronous
+          "cpa_h64": {"block_h": 64, "programs_per_sm": 1}},
 }
+# what a run times unless --variants says otherwise: the two best of 2026-12-03 beside the new ones
+DEFAULT_VARIANTS = ("base,f16pf_w4,f16pf_n64,cpa,cpa_w4,cpa_vm,cpa_vm_s6,cpa_vm_w4,cpa_vm_n16,cpa_vm_n16w2,cpa_vm_n64,"
+                    "cpa_vm_w4_alu,cpa_vm_n16_alu,cpa_vm_n16_alu2,cpa_h64")
 CELLS = [(ctx, bs) for ctx in (4096, 32768, 131072) for bs in (1, 16, 64)]
 
 
@@ -236,10 +253,11 @@ def timings(H, fi, ns, names, pools, bf16_pools, timer, out, gen, heads_list, t_
 
 def summary(out: dict, names) -> None:
     print("\nus per layer (8 layers, L2 flushed); TB/s of FP8 read for the best variant")
-    print("heads    ctx  bs |" + "".join(f"{n:>10s}" for n in names) + " |     c_us     e_us | best  TB/s %copy best/c best/e")
+    w = {n: max(10, len(n) + 1) for n in names}  # columns as wide as the longest variant names
+    print("heads    ctx  bs |" + "".join(f"{n:>{w[n]}s}" for n in names) + " |     c_us     e_us | best  TB/s %copy best/c best/e")
     for r in out.get("table", []):
         us = r["us"]
-        cells = "".join(f"{us[n]:10.1f}" if us.get(n) else f"{'-':>10s}" for n in names)
+        cells = "".join(f"{us[n]:{w[n]}.1f}" if us.get(n) else f"{'-':>{w[n]}s}" for n in names)
         live = {k: v for k, v in us.items() if v}
         if not live:
             continue
@@ -252,18 +270,39 @@ def summary(out: dict, names) -> None:
               json.dumps(c.get("err_vs_fp32")), "fi_bf16", f"{c['fi_bf16_err']:.3g}", c.get("error", ""))
 
 
+def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
+    """The variant names and head counts of a run; a bad one ends the run in one line before any GPU work."""
+    try:
+        heads_list = [int(h) for h in heads.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --heads takes comma-separated integers, not {heads!r}") from None
+    if not heads_list or any(h not in (16, 128) for h in heads_list):
+        raise SystemExit(f"error: --heads takes 16 and/or 128, not {heads!r}")
+    from sglops_kernels.fp8_mla_decode import _variants as V
+
+    names = [n for n in variants.split(",") if n]
+    unknown = [n for n in names if n not in V.VARIANTS]
+    if not names or unknown:
+        raise SystemExit(f"error: unknown variant(s) {','.join(unknown) or '(none given)'}; known: {','.join(V.VARIANTS)}")
+    return names, heads_list
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit")
-    ap.add_argument("--variants", default="base,f16,pf,f16pf,f16pf_n64,f16pf_w4,f16pf2,f16pf_t64")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated _variants.VARIANTS names")
     ap.add_argument("--heads", default="16,128")
+    ap.add_argument("--list", action="store_true", help="print each variant's configuration per head count; no GPU")
     args = ap.parse_args()
+    names, heads_list = parse_selection(args.variants, args.heads)
+    if args.list:
+        for n in names:
+            print(n, json.dumps({h: cfg_for(n, h) for h in heads_list}))
+        return
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     dest = outdir / "fp8_mla_variants.json"
-    names = args.variants.split(",")
-    heads_list = [int(h) for h in args.heads.split(",")]
     import threading
 
     import torch

@@ -113,7 +113,9 @@ print("ok" if not torch.isnan(out).any() and err <= tol else f"err {err:.3g} > {
 @pytest.mark.parametrize("name,heads,page,splits", [
     ("f16", 16, 1, 3), ("pf", 16, 1, 3), ("f16pf", 16, 1, 1), ("f16pf", 16, 64, 3), ("f16pf_n64", 16, 1, 3),
     ("f16pf_w4", 16, 64, 1), ("f16pf_t64", 16, 1, 3), ("f16pf_t64", 16, 64, 1),
-    ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2)])
+    ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2),
+    ("cpa", 16, 1, 3), ("cpa_vm", 16, 64, 1), ("cpa_vm_n16", 16, 1, 3), ("cpa_vm_n64", 16, 64, 3),
+    ("cpa_vm", 128, 1, 2)])
 def test_split_stage_variants_match_fp32_attention_in_the_interpreter(name, heads, page, splits):
     """The candidate split stages (_variants.py: FP16 MMA, register prefetch, 64-row tiles) give the
     same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale ids."""
@@ -201,3 +203,101 @@ def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path
     proc = subprocess.run([sys.executable, "-c", PATCH_SCRIPT, str(helpers)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def _variants_script(*args: str) -> subprocess.CompletedProcess:
+    root = KERNEL.parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_fp8_mla_variants.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
+    """The device A/B (benchmarks/gpu_fp8_mla_variants.py) lists, on a CPU, the configuration each
+    default variant runs per head count: every name is a _variants.VARIANTS entry, the cp.async
+    variants keep their ring depth (stages) and the split policy's programs per SM, and at 128 heads
+    only the variants with a 128-head configuration run; bad names and head counts end in one line."""
+    import json
+
+    proc = _variants_script("--list")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfgs = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()}
+    assert {"base", "f16pf_w4", "cpa", "cpa_vm", "cpa_vm_n16"} <= set(cfgs)
+    assert cfgs["cpa_vm"]["16"]["prefetch"] == 3 and cfgs["cpa_vm"]["16"]["vmode"] == 1
+    assert cfgs["cpa_vm"]["16"]["stages"] >= 5 and cfgs["cpa_vm"]["16"]["programs_per_sm"] == 1
+    assert cfgs["cpa_vm"]["128"]["block_h"] == 32 and cfgs["cpa_h64"]["128"]["block_h"] == 64
+    assert cfgs["cpa_h64"]["16"] is None
+    assert cfgs["cpa_vm_n16"]["16"]["block_n"] == 16 and cfgs["cpa_vm_n16"]["16"]["programs_per_sm"] == 2
+    assert cfgs["f16pf_w4"]["128"] is None and cfgs["base"]["128"]["block_h"] == 64
+    for bad, why in ((("--variants", "cpa,nope"), "unknown variant(s) nope"), (("--heads", "16,x"), "integers"),
+                     (("--heads", "32"), "16 and/or 128")):
+        proc = _variants_script("--list", *bad)
+        assert proc.returncode != 0 and why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def _run_ptx(asm: str, word: int) -> tuple[int, int]:
+    """Execute the straight-line PTX of _variants._e4m3_f16_int (prmt.b32, shr.b32, and.b32, add.u32 on
+    32-bit registers) for one packed input word; returns ($0, $1)."""
+    import re
+
+    regs = {"$2": word}
+    val = lambda t: int(t, 0) if t[0].isdigit() else regs[t]  # noqa: E731
+    for op, args in re.findall(r"^\s*(prmt\.b32|shr\.b32|and\.b32|add\.u32)\s+([^;]+);", asm, re.M):
+        d, *src = [a.strip() for a in args.split(",")]
+        if op == "prmt.b32":
+            pool = val(src[0]) | (val(src[1]) << 32)
+            sel = val(src[2])
+            regs[d] = sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+        elif op == "shr.b32":
+            regs[d] = val(src[0]) >> val(src[1])
+        elif op == "and.b32":
+            regs[d] = val(src[0]) & val(src[1])
+        else:
+            regs[d] = (val(src[0]) + val(src[1])) & 0xFFFFFFFF
+    return regs["$0"], regs["$1"]
+
+
+def test_integer_pipe_e4m3_conversion_is_exact_for_every_finite_code():
+    """The ALU variants' inline PTX (read from _variants.py, executed instruction by instruction) turns
+    each of the 254 finite e4m3 codes, in every byte position of a packed word, into the fp16 of its
+    value x 2^-8 exactly (the kernel folds 2^8 into its scales): the interpreter cannot run inline asm."""
+    import re
+
+    import numpy as np
+    import torch
+
+    src = (KERNEL / "sglops_kernels" / "fp8_mla_decode" / "_variants.py").read_text()
+    asm = re.search(r'def _e4m3_f16_int.*?asm="""(.*?)"""', src, re.S).group(1)
+    codes = np.arange(256, dtype=np.uint8)
+    ref = torch.from_numpy(codes.copy()).view(torch.float8_e4m3fn).float().numpy() / 256.0
+    bad = []
+    for shift in (0, 1, 2, 3):
+        for c in range(256):
+            lanes = [int(codes[(c + k * 37) % 256]) for k in range(4)]
+            lanes[shift] = c
+            lo, hi = _run_ptx(asm, sum(b << (8 * i) for i, b in enumerate(lanes)))
+            halves = np.array([lo & 0xFFFF, lo >> 16, hi & 0xFFFF, hi >> 16], dtype=np.uint16).view(np.float16)
+            for b, h in zip(lanes, halves.astype(np.float32), strict=True):
+                if np.isfinite(ref[b]) and h != ref[b]:
+                    bad.append((b, float(h), float(ref[b])))
+    assert not bad, bad[:5]
+
+
+def test_variants_summary_reads_the_recorded_h200_run(capsys):
+    """The A/B's summary, fed the committed 2026-12-03 H200 JSON, names each cell's best variant with its
+    TB/s and ratios (f16pf_w4 at 128K x bs 64: 1.33 TB/s, 1.31x (c)), keeps a column per requested variant
+    (a variant the run did not time shows '-') and prints every correctness row."""
+    import importlib.util
+    import json
+
+    root = KERNEL.parent.parent
+    spec = importlib.util.spec_from_file_location("gpu_fp8_mla_variants", root / "benchmarks" / "gpu_fp8_mla_variants.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rec = json.loads((root / "benchmarks/results/fp8-mla-decode-h200/variants-2026-12-03.json").read_text())
+    mod.summary(rec, ["base", "f16pf_w4", "cpa_vm_n16_alu2"])
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.split()[:3] == ["16", "131072", "64"])
+    assert row.split("|")[1].split() == ["5258.9", "3625.9", "-"], row
+    assert row.split("|")[-1].split()[:3] == ["f16pf_w4", "1.33", "31.6%"] and "1.31" in row.split("|")[-1], row
+    assert sum(line.startswith("check ") for line in lines) == len(rec["correctness"]) > 0

@@ -32,22 +32,32 @@ def cuobjdump_path() -> str:
     return os.environ.get("TRITON_CUOBJDUMP_PATH") or os.path.join(base, "cuobjdump")
 
 
-def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False) -> dict:
-    """Compile _split_kernel for sm_<cc> with cfg; return ptxas's resource report."""
+def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False, variant: str | None = None) -> dict:
+    """Compile _split_kernel (or, with `variant`, _variants._split_kernel_v with a variant's resolved
+    configuration, f16/prefetch/vmode keys included) for sm_<cc> with cfg; return ptxas's resource report."""
     import triton
     import triton.language as tl
     from sglops_kernels.fp8_mla_decode import _triton as impl
+    from sglops_kernels.fp8_mla_decode import _variants
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    const = {"PAGE": page, "CKV": 512, "KPE": 64, "BLOCK_H": cfg["block_h"], "BLOCK_N": cfg["block_n"],
-             "DOT": tl.bfloat16, "TRANS": cfg["trans"], "DIRECT": int(direct)}
+    const = {"PAGE": page, "CKV": 512, "KPE": 64, "BLOCK_H": cfg["block_h"], "BLOCK_N": cfg["block_n"]}
+    if variant is None:
+        fn = impl._split_kernel
+        const.update({"DOT": tl.bfloat16, "TRANS": cfg["trans"], "DIRECT": int(direct)})
+    else:  # the parameter order of _split_kernel_v
+        fn = _variants._split_kernel_v
+        kdt = tl.float16 if cfg["f16"] else tl.bfloat16
+        const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": int(direct),
+                      "TRANS": cfg.get("trans", 0), "VMODE": cfg.get("vmode", 0),
+                      "ALU": cfg.get("alu", 0)})
     sig = dict(SIG, **{k: "constexpr" for k in const})
     # what the JIT would specialise at run time: 16-byte aligned pointers, strides divisible by 16
     # (576-byte rows); without these hints the loads are scalar and nothing is pipelined
     aligned = [i for i, k in enumerate(sig) if k.endswith("_ptr") or k in ("pool_stride", "q_sb", "q_sh", "o_sb",
                                                                             "o_sh")]
-    src = ASTSource(fn=impl._split_kernel, signature=sig,
+    src = ASTSource(fn=fn, signature=sig,
                     constexprs={(i,): const[k] for i, k in enumerate(sig) if k in const},
                     attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
     k = triton.compile(src, target=GPUTarget("cuda", cc, 32),
@@ -68,7 +78,7 @@ def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False) -> dict
     smem = int(k.metadata.shared)
 
     lim = LIMITS.get(cc, LIMITS[90])
-    out = {"cc": cc, "config": cfg, "page": page, "direct": direct, "registers": int(regs.group(1)) if regs else None,
+    out = {"cc": cc, "variant": variant or "default", "config": cfg, "page": page, "direct": direct, "registers": int(regs.group(1)) if regs else None,
            "shared_bytes": smem, "local_bytes": local_bytes,
            "stack_bytes": int(stack.group(1)) if stack else None, "mma": mma_kind(ptx),
            "sass_mma": sorted({m for m in re.findall(r"\b(HGMMA|HMMA|QGMMA|IMMA)\b", sass)}),
@@ -103,12 +113,20 @@ def main() -> None:
     ap.add_argument("--family", default=None, help="config table (sm90, sm120); default from --cc")
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="every candidate of SWEEP, page 1, not direct")
+    ap.add_argument("--variant", default=None, help="a _variants.VARIANTS name: its configuration for this family "
+                    "(16 heads; _variants.FAMILY_OVERRIDES adapt it to the family's shared memory)")
     args = ap.parse_args()
     from sglops_kernels.fp8_mla_decode import _triton as impl
+    from sglops_kernels.fp8_mla_decode import _variants
 
     family = args.family or ("sm120" if args.cc >= 120 else "sm90")
     rows = []
-    if args.sweep:
+    if args.variant:
+        if args.variant not in _variants.VARIANTS or _variants.VARIANTS[args.variant] is None:
+            raise SystemExit(f"error: --variant takes one of {','.join(n for n, v in _variants.VARIANTS.items() if v)}")
+        cfg = _variants.variant_config(args.variant, impl.config_for(16, family), family)
+        todo = [(16, cfg, (1, 64), (False, True))]
+    elif args.sweep:
         todo = [(0, dict(zip(("block_h", "block_n", "warps", "stages", "trans"), c, strict=True)), (1,), (False,))
                 for c in SWEEP]
     else:
@@ -117,7 +135,7 @@ def main() -> None:
         for page in pages:
             for direct in directs:
                 try:
-                    r = compile_one(args.cc, cfg, page, direct)
+                    r = compile_one(args.cc, cfg, page, direct, args.variant)
                 except Exception as exc:  # report, keep going
                     r = {"cc": args.cc, "config": cfg, "page": page, "direct": direct,
                          "error": f"{type(exc).__name__}: {exc}"[:400], "fits": False}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One device call (< 4 min) timing every split-stage variant (benchmarks/gpu_fp8_mla_variants.py's
+# DEFAULT_VARIANTS) beside base, (c) gather-cast and (e) the BF16 floor, after checking each against fp32.
+# Run from the repo root on the device machine with carry [".whl"] (prepared as BENCH.md says); writes
+# $OUT/fp8_mla_variants.json and $OUT/variants.txt.
+set -uo pipefail
+OUT=${OUT:?}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi
+export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
+    FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda)
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,driver_version --format=csv > $OUT/gpu.csv
+timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1
+echo "variants rc=$?" >> $OUT/variants.txt
+tail -60 $OUT/variants.txt
