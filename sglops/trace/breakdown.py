@@ -11,6 +11,7 @@ steps); same-name nested ops count once per occurrence, as in torch.
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,7 +95,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         if len(raw.l_graph) == len(l_corr):
             graph[hit] = np.frombuffer(raw.l_graph, dtype=np.int8)[li] > 0
     miss = (th < 0) & (k_ext >= 0)
-    o_ext = np.frombuffer(raw.o_ext, dtype=np.int64)
+    o_ext = np.frombuffer(raw.o_ext, dtype=raw.o_ext.typecode).astype(np.int64)
     if miss.any() and len(o_ext):
         order = np.argsort(o_ext, kind="stable")
         se = o_ext[order]
@@ -201,14 +202,15 @@ def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
     step spans' CPU time; numpy is not imported for it (a tenth of analyze-trace's run on a small trace)."""
     names = raw.names
     by_op: dict[str, list] = {}
-    steps = []
-    for i, (nid, ts, dur) in enumerate(zip(raw.o_name, raw.o_ts, raw.o_dur, strict=True)):
+    # counted per name id (in C), keyed in the order names first appear, as a per-op loop would key them
+    for nid, count in Counter(raw.o_name).items():
         name = names[nid]
-        key = "ProfilerStep*" if name.startswith("ProfilerStep#") else name
-        row = by_op.setdefault(key, [0.0, 0])
-        row[1] += 1
-        if STEP_RE.match(name):
-            steps.append((ts, i, {"name": name, "ts": ts, "cpu_us": dur, "gpu_us": 0.0, "kernels": 0}))
+        row = by_op.setdefault("ProfilerStep*" if name.startswith("ProfilerStep#") else name, [0.0, 0])
+        row[1] += count
+    step_ids = {i for i, name in enumerate(names) if STEP_RE.match(name)}
+    o_ts, o_dur = raw.o_ts, raw.o_dur
+    steps = [(o_ts[i], i, {"name": names[nid], "ts": o_ts[i], "cpu_us": o_dur[i], "gpu_us": 0.0, "kernels": 0})
+             for i, nid in enumerate(raw.o_name) if nid in step_ids]
     by_gpu_span: dict[str, list] = {}
     for nid, dur in zip(raw.g_name, raw.g_dur, strict=True):
         row = by_gpu_span.setdefault(names[nid], [0.0, 0])

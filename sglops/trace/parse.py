@@ -17,6 +17,7 @@ import re
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
@@ -42,6 +43,7 @@ STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\])$")
 RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
 HEAD_BYTES = 1 << 20
+SLOW_BATCH = 4096  # events per batch on the ijson path
 
 
 class TraceError(SglopsError):
@@ -95,7 +97,7 @@ class RawTrace:
     o_dur: array = field(default_factory=lambda: array("d"))
     o_name: array = field(default_factory=lambda: array("i"))
     o_thread: array = field(default_factory=lambda: array("i"))
-    o_ext: array = field(default_factory=lambda: array("q"))
+    o_ext: array = field(default_factory=lambda: array("i"))  # "q" once an id needs it
     o_annot: array = field(default_factory=lambda: array("b"))  # 1: user_annotation (record_function), 0: cpu_op
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
@@ -147,17 +149,39 @@ def rank_of(path: str, meta: dict) -> int | None:
     return int(rank) if isinstance(rank, int | float) else None
 
 
+class _Ids(dict):
+    """Interns a key to a small int on first sight: one dict lookup (C speed) for every key seen before."""
+
+    def __missing__(self, key) -> int:
+        value = self[key] = len(self)
+        return value
+
+
+def _fill(raw: RawTrace, column: str, values: list, wide: str = "q") -> None:
+    """Append to a narrow column, widening it (to `wide`) the first time a value does not fit: 4 bytes per op
+    for External ids, which in real traces stay far below 2**31."""
+    col = getattr(raw, column)
+    try:
+        col.fromlist(values)
+    except OverflowError:  # fromlist leaves the column unchanged on error
+        col = array(wide, col)
+        col.fromlist(values)
+        setattr(raw, column, col)
+
+
 class _Columns:
     """Appends the fields the breakdown needs from event dicts into a RawTrace."""
 
     def __init__(self, raw: RawTrace) -> None:
-        self.raw, self.names, self.threads = raw, {}, {}
+        self.raw, self.names, self.threads = raw, _Ids(), _Ids()
 
     def take(self, events) -> None:
         # the hot loop of every analysis: bound methods in locals, the commonest category (CPU ops) first
         raw, names, threads = self.raw, self.names, self.threads
         o_ts, o_dur, o_name, o_thread = raw.o_ts.append, raw.o_dur.append, raw.o_name.append, raw.o_thread.append
-        o_ext, o_annot = raw.o_ext.append, raw.o_annot.append
+        o_annot = raw.o_annot.append
+        exts: list[int] = []  # External ids of this batch, into the narrow column at the end
+        o_ext = exts.append
         n = 0
         for ev in events:
             n += 1
@@ -166,13 +190,9 @@ class _Columns:
             cat = ev.get("cat")
             if cat in OP_CATS:
                 name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
+                tid = threads[key]
                 o_ts(ev["ts"])
                 o_dur(ev.get("dur", 0.0))
                 o_name(nid)
@@ -184,13 +204,9 @@ class _Columns:
                 name = ev.get("name", "?")
                 if name.startswith(BUILTIN):
                     continue
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
+                tid = threads[key]
                 raw.p_ts.append(ev["ts"])
                 raw.p_dur.append(ev.get("dur", 0.0))
                 raw.p_name.append(nid)
@@ -198,9 +214,7 @@ class _Columns:
             elif cat in GPU_CATS:
                 args = ev.get("args") or {}
                 name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 raw.k_ts.append(ev["ts"])
                 raw.k_dur.append(ev.get("dur", 0.0))
                 raw.k_corr.append(int(args.get("correlation", -1)))
@@ -210,9 +224,7 @@ class _Columns:
                 raw.k_dev.append(dev if isinstance(dev, int) else 0)
             elif cat == GPU_SPAN_CAT:
                 name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 raw.g_dur.append(ev.get("dur", 0.0))
                 raw.g_name.append(nid)
             elif cat in LAUNCH_CATS:
@@ -220,13 +232,12 @@ class _Columns:
                 if not corr:
                     continue
                 key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
+                tid = threads[key]
                 raw.l_ts.append(ev["ts"])
                 raw.l_corr.append(int(corr))
                 raw.l_thread.append(tid)
                 raw.l_graph.append(ev.get("name", "").startswith("cudaGraphLaunch"))
+        _fill(raw, "o_ext", exts)
         raw.events += n
 
 
@@ -346,13 +357,15 @@ def _slow(path: str, cols: _Columns) -> None:
         with open_trace(path) as fh:
             counted = _Counting(fh)
             stream = io.BufferedReader(counted, 1 << 18)
-            try:
-                cols.take(_ijson.items(stream, "traceEvents.item", use_float=True))
-            except (KeyError, TypeError, ValueError) as exc:
-                if isinstance(exc, ijson.JSONError | ijson.IncompleteJSONError):
-                    raise
-                raise TraceError(f"{path}: event {raw.events} is not a trace event ({type(exc).__name__}: {exc})") \
-                    from None
+            items = _ijson.items(stream, "traceEvents.item", use_float=True)
+            while batch := list(islice(items, SLOW_BATCH)):  # batches: the columns take a batch's ids at once
+                try:
+                    cols.take(batch)
+                except (KeyError, TypeError, ValueError) as exc:
+                    if isinstance(exc, ijson.JSONError | ijson.IncompleteJSONError):
+                        raise
+                    raise TraceError(f"{path}: event {raw.events + _first_bad(batch)} is not a trace event "
+                                     f"({type(exc).__name__}: {exc})") from None
     except (ijson.IncompleteJSONError, ijson.JSONError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"{path}: invalid or truncated JSON after {raw.events} events, near byte "
@@ -365,6 +378,16 @@ def _slow(path: str, cols: _Columns) -> None:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw.events == 0 and not _has_trace_events(path):
         raise TraceError(f"{path}: not a Chrome trace (no traceEvents array)")
+
+
+def _first_bad(batch: list) -> int:
+    """The index of the first event of a batch that the columns refuse (the error names it)."""
+    for k, ev in enumerate(batch):
+        try:
+            _Columns(RawTrace(path="")).take([ev])
+        except (KeyError, TypeError, ValueError):
+            return k
+    return 0
 
 
 def _has_trace_events(path: str) -> bool:
