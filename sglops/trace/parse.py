@@ -14,6 +14,7 @@ import gzip
 import io
 import os
 import re
+import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
@@ -317,9 +318,33 @@ def _fast(path: str, cols: _Columns) -> dict:
         raise _NotFast
 
 
+def _map_large_blocks() -> None:
+    """Large blocks (the growing columns, the 1 MB batches) each in a mapping of their own, on glibc.
+
+    Why: glibc raises its mmap threshold each time a mapped block is freed (up to 32 MB), after which the
+    columns grow by realloc inside the heap and leave their old copies behind as holes: ~95 MB of a 1 GB trace's
+    ~290 MB peak while reading. A fixed threshold keeps every block past 128 KB mapped, grown by mremap without
+    a copy, and given back when freed. Elsewhere (or if it cannot be set) nothing changes."""
+    global _MAPPED
+    if _MAPPED or not sys.platform.startswith("linux"):
+        return
+    _MAPPED = True
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its allocator's behaviour stands
+        pass
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_MAPPED = False
+
+
 def read(path: str | os.PathLike) -> RawTrace:
     """Parse one trace file into columns; TraceError when it is incomplete or not a trace."""
     path = str(path)
+    _map_large_blocks()
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such trace file")
     m = STAGE_RE.search(os.path.basename(path))

@@ -79,7 +79,7 @@ def use_numpy(n: int) -> bool:
     return "numpy" in sys.modules or n > LARGE
 
 
-CHUNK = 1 << 20  # elements per numpy pass in thread_order: its temporaries stay a few MB at any trace size
+CHUNK = 1 << 18  # items per numpy pass in thread_order: its temporaries stay a few MB at any trace size
 FEW_THREADS = 16  # past this many threads, one stable argsort by thread instead of a pass per thread
 
 
@@ -92,7 +92,7 @@ def thread_order(ts: array, th: array, dur: array | None = None, third=_neg_dur)
 
     Why not one lexsort: its keys and index cost ~40 bytes per item (90 MB for the 2.3M frames of a 1 GB stack
     trace). Torch writes each thread's events already in this order (every real trace here), so the order is
-    each thread's events as they appear (4 bytes per item, found a thread at a time in 1M-item chunks), checked
+    each thread's events as they appear (4 bytes per item, found a thread at a time in 256K-item chunks), checked
     chunk by chunk; a file that is not in order is sorted as before. The result is the stable sort's either way.
     Items of a thread < 0 (no point, in `innermost`) come first, in file order: callers skip them."""
     n = len(ts)
