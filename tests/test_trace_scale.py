@@ -146,3 +146,18 @@ def test_external_ids_take_four_bytes_until_one_needs_eight(tmp_path):
     assert max(wide.o_ext) > 2**33
     base = parse.read(_replicate(GPU, tmp_path / "c.trace.json", 2))
     assert [x - 2**33 if x > 2**32 else x for x in wide.o_ext] == list(base.o_ext)
+
+
+def test_name_and_thread_ids_take_two_bytes_until_a_trace_has_more(tmp_path):
+    """2-byte name ids for the few hundred names of a real trace; a trace with 40,000 op names (hostile, or a
+    name per request) widens the column and every op keeps its own name."""
+    assert parse.read(NOSTACK).o_name.itemsize == 2
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1 + i % 3, "ts": float(i), "dur": 0.5,
+               "args": {"External id": i}} for i in range(40_000)]
+    path = tmp_path / "many.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}).replace("}, {", "},\n{"))
+    raw = parse.read(path)
+    assert raw.o_name.itemsize == 4 and raw.o_thread.itemsize == 2
+    assert [raw.names[k] for k in raw.o_name] == [f"op{i}" for i in range(40_000)]
+    a = analyze([path])
+    assert a.cpu.ops == 40_000 and a.cpu.by_self["op39999"][1] == 1

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sglops.trace.parse import STEP_RE, RawTrace
+from sglops.trace.parse import STEP_RE, RawTrace, ids
 from sglops.trace.stacks import GRAPH_PREFIX, NO_FRAME, innermost
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         idx = np.flatnonzero(miss)[ok]
         oi = order[pos[ok]]
         t[idx] = np.frombuffer(raw.o_ts, dtype=np.float64)[oi]
-        th[idx] = np.frombuffer(raw.o_thread, dtype=np.int32)[oi]
+        th[idx] = ids(raw.o_thread)[oi]
     return t, th, graph
 
 
@@ -135,7 +135,7 @@ def _attribute(raw, k_dur, t, th, is_step):
 
     o_ts = np.frombuffer(raw.o_ts, dtype=np.float64)
     o_dur = np.frombuffer(raw.o_dur, dtype=np.float64)
-    o_th = np.frombuffer(raw.o_thread, dtype=np.int32)
+    o_th = ids(raw.o_thread)
     op_dev = np.zeros(len(o_ts))
     inner = np.full(len(k_dur), -1, dtype=np.int64)
     step_of = np.full(len(k_dur), -1, dtype=np.int64)
@@ -233,7 +233,7 @@ def breakdown(raw: RawTrace) -> Breakdown:
     k_corr = np.frombuffer(raw.k_corr, dtype=np.int64)
     k_ext = np.frombuffer(raw.k_ext, dtype=np.int64)
     k_dev = np.frombuffer(raw.k_dev, dtype=np.int32)
-    o_name = np.frombuffer(raw.o_name, dtype=np.int32)
+    o_name = ids(raw.o_name)
     nn = max(len(names), 1)
     is_step = np.array([bool(STEP_RE.match(n)) for n in names], dtype=bool)[o_name] if len(o_name) else \
         np.zeros(0, dtype=bool)

@@ -17,7 +17,7 @@ import re
 from array import array
 from dataclasses import dataclass, field
 
-from sglops.trace.parse import STEP_RE, RawTrace
+from sglops.trace.parse import STEP_RE, RawTrace, ids
 from sglops.trace.stacks import NO_FRAME, innermost, thread_order
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
@@ -183,11 +183,13 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
             loop.append(i)
     window = (last - first) if first is not None else 0.0
     view = CpuView(ops=n, threads=len(set(th)), main_thread_window_us=window, main_thread_busy_us=busy,
-                   by_self=by_self, phases=phases, iterations=_iterations(names, ts, dur, nid, loop))
+                   by_self=by_self, phases=phases, iterations=[])
     if len(raw.k_ts) > 1:
         _gpu_idle(view, raw, ts, dur, nid, parent, main_thread, phase_ids)
     if len(raw.p_ts):
         view.by_source_op = _by_source(raw, child_dur, annot)
+    del parent, child_dur  # 12 bytes per op, given back before the loop passes' records are made
+    view.iterations = _iterations(names, ts, dur, nid, loop)
     return view
 
 
@@ -213,7 +215,7 @@ def _gpu_idle(view: CpuView, raw: RawTrace, ts, dur, nid, parent, main_thread, p
 
     k_ts = np.frombuffer(raw.k_ts, dtype=np.float64)
     gs, ge = gpu_gaps(k_ts, k_ts + np.frombuffer(raw.k_dur, dtype=np.float64))
-    main = np.flatnonzero(np.frombuffer(raw.o_thread, dtype=raw.o_thread.typecode) == main_thread)
+    main = np.flatnonzero(ids(raw.o_thread) == main_thread)
     starts = np.frombuffer(ts, dtype=np.float64)[main]
     over_main = _covered(starts, starts + np.frombuffer(dur, dtype=np.float64)[main], gs, ge)
     over = np.zeros(len(ts))
@@ -221,7 +223,7 @@ def _gpu_idle(view: CpuView, raw: RawTrace, ts, dur, nid, parent, main_thread, p
     par = np.frombuffer(parent, dtype=parent.typecode).astype(np.int64)
     child = par >= 0
     self_over = over - np.bincount(par[child], weights=over[child], minlength=len(ts))
-    names_idx = np.frombuffer(nid, dtype=np.int32)
+    names_idx = ids(nid)
     nn = max(len(raw.names), 1)
     view.gpu_idle_us = float((ge - gs).sum())
     view.idle_cpu_us = float(over[~child].sum())

@@ -96,8 +96,8 @@ class RawTrace:
     # CPU ops and annotations (incl. ProfilerStep# / step[...] spans)
     o_ts: array = field(default_factory=lambda: array("d"))
     o_dur: array = field(default_factory=lambda: array("d"))
-    o_name: array = field(default_factory=lambda: array("i"))
-    o_thread: array = field(default_factory=lambda: array("i"))
+    o_name: array = field(default_factory=lambda: array("h"))  # "i" once a trace has 32K names
+    o_thread: array = field(default_factory=lambda: array("h"))  # "i" once it has 32K threads
     o_ext: array = field(default_factory=lambda: array("i"))  # "q" once an id needs it
     o_annot: array = field(default_factory=lambda: array("b"))  # 1: user_annotation (record_function), 0: cpu_op
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
@@ -108,6 +108,14 @@ class RawTrace:
     p_dur: array = field(default_factory=lambda: array("d"))
     p_name: array = field(default_factory=lambda: array("i"))
     p_thread: array = field(default_factory=lambda: array("i"))
+
+
+def ids(column: array):
+    """A numpy view of an id column at least 4 bytes wide (a copy only for a narrow one): arithmetic on 2-byte
+    ids would wrap."""
+    import numpy as np
+
+    return np.frombuffer(column, dtype=column.typecode).astype(np.int32, copy=False)
 
 
 def open_trace(path: str | os.PathLike):
@@ -160,7 +168,8 @@ class _Ids(dict):
 
 def _fill(raw: RawTrace, column: str, values: list, wide: str = "q") -> None:
     """Append to a narrow column, widening it (to `wide`) the first time a value does not fit: 4 bytes per op
-    for External ids, which in real traces stay far below 2**31."""
+    for External ids, which in real traces stay far below 2**31, 2 for name and thread ids (a trace has a few
+    hundred names; a hostile one may have millions)."""
     col = getattr(raw, column)
     try:
         col.fromlist(values)
@@ -179,10 +188,12 @@ class _Columns:
     def take(self, events) -> None:
         # the hot loop of every analysis: bound methods in locals, the commonest category (CPU ops) first
         raw, names, threads = self.raw, self.names, self.threads
-        o_ts, o_dur, o_name, o_thread = raw.o_ts.append, raw.o_dur.append, raw.o_name.append, raw.o_thread.append
-        o_annot = raw.o_annot.append
-        exts: list[int] = []  # External ids of this batch, into the narrow column at the end
-        o_ext = exts.append
+        o_ts, o_dur, o_annot = raw.o_ts.append, raw.o_dur.append, raw.o_annot.append
+        # ids of this batch's ops, into the narrow columns at the end (widened if one does not fit)
+        exts: list[int] = []
+        op_names: list[int] = []
+        op_threads: list[int] = []
+        o_ext, o_name, o_thread = exts.append, op_names.append, op_threads.append
         n = 0
         for ev in events:
             n += 1
@@ -239,6 +250,8 @@ class _Columns:
                 raw.l_thread.append(tid)
                 raw.l_graph.append(ev.get("name", "").startswith("cudaGraphLaunch"))
         _fill(raw, "o_ext", exts)
+        _fill(raw, "o_name", op_names, "i")
+        _fill(raw, "o_thread", op_threads, "i")
         raw.events += n
 
 
