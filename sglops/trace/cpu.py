@@ -18,7 +18,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from sglops.trace.parse import STEP_RE, RawTrace, ids
-from sglops.trace.stacks import NO_FRAME, innermost, thread_order
+from sglops.trace.stacks import CHUNK, NO_FRAME, innermost, thread_order, use_numpy
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
 ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
@@ -84,6 +84,59 @@ def _parents(ts: array, dur: array, th: array) -> array:
     return out
 
 
+def _self_times(parent: array, dur: array, nid: array, annot: array) -> tuple[array, dict[int, list]]:
+    """Each op's children's time, and per name id [self us, count, total us, annotation] (ids in the order they
+    first appear): plain Python, for a trace small enough not to import numpy for."""
+    child_dur = array("d", [0.0]) * len(dur)
+    for i, p in enumerate(parent):
+        if p >= 0:
+            child_dur[p] += dur[i]
+    by_id: dict[int, list] = {}
+    for k, d, cd, a in zip(nid, dur, child_dur, annot, strict=True):
+        row = by_id.get(k)
+        if row is None:
+            row = by_id[k] = [0.0, 0, 0.0, 0]
+        row[0] += d - cd
+        row[1] += 1
+        row[2] += d
+        row[3] |= a
+    return child_dur, by_id
+
+
+def _self_times_np(parent: array, dur: array, nid: array, annot: array) -> tuple[array, dict[int, list]]:
+    """_self_times with numpy, the same sums to the last bit: `np.add.at` adds in index order, as the loop does,
+    chunk after chunk into the same accumulators (a few MB of temporaries at any size; 4x faster at 6M ops)."""
+    import numpy as np
+
+    n = len(dur)
+    child_dur = array("d", [0.0]) * n
+    child = np.frombuffer(child_dur, dtype=np.float64)
+    par = np.frombuffer(parent, dtype=parent.typecode)
+    d_np = np.frombuffer(dur, dtype=np.float64)
+    for lo in range(0, n, CHUNK):
+        p = par[lo:lo + CHUNK]
+        has = p >= 0
+        np.add.at(child, p[has], d_np[lo:lo + CHUNK][has])
+    k_np = ids(nid)
+    a_np = np.frombuffer(annot, dtype=np.int8)
+    size = int(k_np.max()) + 1 if n else 0
+    slf, tot = np.zeros(size), np.zeros(size)
+    cnt, ann = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int8)
+    first = np.full(size, n, dtype=np.int64)  # where each name id first appears
+    for lo in range(0, n, CHUNK):
+        k, d = k_np[lo:lo + CHUNK], d_np[lo:lo + CHUNK]
+        np.add.at(slf, k, d - child[lo:lo + CHUNK])
+        np.add.at(tot, k, d)
+        np.add.at(cnt, k, 1)
+        np.bitwise_or.at(ann, k, a_np[lo:lo + CHUNK])
+        new, at = np.unique(k, return_index=True)
+        first[new] = np.minimum(first[new], at + lo)
+    seen = np.flatnonzero(first < n)
+    by_id = {int(i): [float(slf[i]), int(cnt[i]), float(tot[i]), int(ann[i])]
+             for i in seen[np.argsort(first[seen], kind="stable")]}
+    return child_dur, by_id
+
+
 def _before_end(t, d):
     """The nesting order's third key: start minus end, so the longer (outer) of two ops that start together
     comes first."""
@@ -135,20 +188,7 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
     n = len(ts)
     annot = raw.o_annot if len(raw.o_annot) == n else array("b", bytes(n))
     parent = _parents(ts, dur, th)
-    child_dur = array("d", [0.0]) * n
-    for i, p in enumerate(parent):
-        if p >= 0:
-            child_dur[p] += dur[i]
-
-    by_id: dict[int, list] = {}  # name id -> [self us, count, total us, annotation]
-    for k, d, cd, a in zip(nid, dur, child_dur, annot, strict=True):
-        row = by_id.get(k)
-        if row is None:
-            row = by_id[k] = [0.0, 0, 0.0, 0]
-        row[0] += d - cd
-        row[1] += 1
-        row[2] += d
-        row[3] |= a
+    child_dur, by_id = (_self_times_np if use_numpy(n) else _self_times)(parent, dur, nid, annot)
     by_self: dict[str, list] = {}
     for i, (slf, cnt, tot, ann) in by_id.items():
         row = by_self.setdefault(op_key(names[i]), [0.0, 0, 0.0, int(ann)])
