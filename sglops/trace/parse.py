@@ -262,6 +262,7 @@ class _NotFast(Exception):
 CHUNK = 1 << 20
 MAX_EVENT = 128 * CHUNK  # the largest single event the fast path holds (a 60 MB kernel name fits)
 BOUNDARY = b"},\n"  # '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
+OPEN, COMMA, CLOSE = b"[,]"
 
 
 def _fast(path: str, cols: _Columns) -> dict:
@@ -289,7 +290,10 @@ def _fast(path: str, cols: _Columns) -> dict:
             raise _NotFast from None
         if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
             raise _NotFast
-        buf = bytearray(buf[j + 1:])  # appended in place: one huge event (a 60 MB name) is not copied per chunk
+        # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
+        # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
+        # copies on a 1 GB trace, before)
+        buf = bytearray(b"[") + buf[j + 1:]
         scanned = 0  # the head of buf already searched for a boundary (none that parsed)
         while True:
             chunk = fh.read(CHUNK)
@@ -301,18 +305,24 @@ def _fast(path: str, cols: _Columns) -> dict:
                 cut = buf.rfind(BOUNDARY, lo, cut)
                 if cut < 0:
                     break
+                buf[cut + 1] = CLOSE
+                view = memoryview(buf)[:cut + 2]
                 try:
-                    events = orjson.loads(b"[" + buf[:cut + 1] + b"]")
+                    events = orjson.loads(view)
                 except orjson.JSONDecodeError:
+                    buf[cut + 1] = COMMA
                     tries += 1
                     continue
+                finally:
+                    view.release()
                 cols.take(events)
-                del buf[:cut + 2]
+                del buf[:cut + 1]
+                buf[0] = OPEN  # the ',' after the batch opens the next one
                 break
             scanned = len(buf)
             if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
                 raise _NotFast
-        buf = bytes(buf)
+        buf = bytes(buf[1:])
         # the end: the last events, the array's ']', then simple trailing keys and '}'
         end = len(buf)
         for _ in range(8):
