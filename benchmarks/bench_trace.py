@@ -150,12 +150,20 @@ def speed(repeats: int) -> dict:
     }
 
 
-def make_big(size_gb: float, source: Path = REAL) -> tuple[Path, int]:
-    """Replicate a real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb."""
+LAYOUTS = ("compact", "indent")  # compact: orjson's one line per event; indent: 2-space indented, as torch spaces
+
+
+def make_big(size_gb: float, source: Path = REAL, layout: str = "compact", reps: int | None = None) -> tuple[Path, int]:
+    """Replicate a real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb, or to exactly
+    `reps` copies. compact packs more events per GB than torch writes (torch's own files are 1.2-1.4x larger for
+    the same events); indent is within 10% of torch's bytes per event on the CPU traces here (1.06-1.09x)."""
     import orjson
 
+    if layout not in LAYOUTS:
+        raise SystemExit(f"--layout {layout}: one of {', '.join(LAYOUTS)}")
     stem = "" if source == REAL else source.name.split(".")[0] + "-"
-    out = Path(tempfile.gettempdir()) / f"sglops-bench-{stem}{size_gb:g}g.trace.json"
+    size = f"x{reps}" if reps else f"{size_gb:g}g"
+    out = Path(tempfile.gettempdir()) / f"sglops-bench-{stem}{size}{'' if layout == 'compact' else '-' + layout}.trace.json"
     doc = orjson.loads(gzip.decompress(source.read_bytes()))
     events = doc.pop("traceEvents")
     timed = [e for e in events if isinstance(e.get("ts"), int | float)]
@@ -167,41 +175,42 @@ def make_big(size_gb: float, source: Path = REAL) -> tuple[Path, int]:
                   if isinstance(e.get("id"), int) else 0)
     offset = top + 1
     target = int(size_gb * 2**30)
+    option = orjson.OPT_INDENT_2 if layout == "indent" else 0
     header = orjson.dumps(doc)[:-1] + b', "traceEvents": [\n'
-    if out.exists() and out.stat().st_size >= target:
-        reps = json.loads(out.with_suffix(".reps").read_text())
-        return out, reps
+    marker = out.with_suffix(".reps")
+    if out.exists() and marker.exists() and (reps or out.stat().st_size >= target):
+        return out, json.loads(marker.read_text())
     tmp = out.with_name(out.name + ".tmp")
-    reps = 0
+    done = 0
     with open(tmp, "wb") as fh:
         fh.write(header)
         written, first = len(header), True
-        while written < target:
+        while (done < reps) if reps else (written < target):
             chunk = []
             for e in events:
-                if e.get("ph") == "M" and reps:
+                if e.get("ph") == "M" and done:
                     continue
                 e2 = dict(e)
                 if "ts" in e2 and isinstance(e2["ts"], int | float):
-                    e2["ts"] = e2["ts"] + reps * span
+                    e2["ts"] = e2["ts"] + done * span
                 if isinstance(e2.get("id"), int):
-                    e2["id"] += reps * offset
+                    e2["id"] += done * offset
                 if e2.get("args"):
                     a = dict(e2["args"])
                     for key in ("correlation", "External id"):
                         if isinstance(a.get(key), int) and a[key] > 0:
-                            a[key] += reps * offset
+                            a[key] += done * offset
                     e2["args"] = a
-                chunk.append(orjson.dumps(e2))
+                chunk.append(orjson.dumps(e2, option=option))
             data = (b"" if first else b",\n") + b",\n".join(chunk)
             fh.write(data)
             written += len(data)
             first = False
-            reps += 1
+            done += 1
         fh.write(b"\n]}\n")
     os.replace(tmp, out)
-    out.with_suffix(".reps").write_text(str(reps))
-    return out, reps
+    marker.write_text(str(done))
+    return out, done
 
 
 def memory(size_gb: float, gz: bool = False) -> dict:

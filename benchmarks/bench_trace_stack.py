@@ -2,7 +2,8 @@
 
     python3 benchmarks/bench_trace_stack.py capture [--out DIR] [--steps 20]   # real SGLang CPU server, 2 traces
     python3 benchmarks/bench_trace_stack.py measure [--repeats 5] [--a T --b T]  # parse + analyse each, own process
-    python3 benchmarks/bench_trace_stack.py big [--size-gb 1.0] [--gzip]          # the stack trace replicated to 1 GB
+    python3 benchmarks/bench_trace_stack.py big [--size-gb 1.0] [--gzip] [--layout compact|indent]  # stack vs not, 1 GB
+    python3 benchmarks/bench_trace_stack.py stages TRACE                           # memory per stage of one analysis
 
 capture: starts the real SGLang 0.5.23 CPU server (sglops.sandbox.sglang_cpu, loopback only), then twice the same
 workload: `POST /start_profile {"activities": ["CPU"], "num_steps": N, "with_stack": S, "record_shapes": false}`
@@ -12,8 +13,11 @@ names). The server is always stopped.
 measure: each trace analysed in a child process (`sglops.trace.analyze`, the whole analysis incl. source lines),
 wall time of the analysis, the process's CPU time (user + sys, start-up included) and peak RSS
 (getrusage(RUSAGE_CHILDREN) of a fresh child), medians. CPU time is the figure to compare on a loaded machine.
-big: the stack trace's events replicated (ts, ids shifted) to --size-gb of plain JSON and analysed in a child:
-the parser's goals (< 300 MB peak, < 20 s) on a stack-carrying trace.
+big: the stack cost at scale in one run: the stack trace (--a) replicated (ts, ids shifted) to --size-gb of plain
+JSON, the no-stack trace of the same workload (--b) replicated as many times, and --b replicated to --size-gb; each
+analysed in a child: time, CPU, peak RSS, against the parser's goals (< 300 MB peak, < 20 s), and the ratios.
+--layout compact (orjson, one line per event: more events per GB than torch writes) or indent (about torch's bytes).
+stages TRACE: RSS and peak per stage of one analysis (read, breakdown, CPU view), with the columns' own bytes.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def capture(out: Path, steps: int) -> dict:
 
 CHILD = ("import json, sys, time\nt = time.perf_counter()\nfrom sglops.trace import analyze\n"
          "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\n"
-         "print(json.dumps({'s': s, 'events': a.files[0].events, 'frames': a.frames, "
+         "print(json.dumps({'s': s, 'events': a.files[0].events, 'frames': a.frames, 'ops': a.cpu.ops if a.cpu else 0, "
          "'top_line': (a.sources[0]['label'] if a.sources else None)}))")
 
 
@@ -131,29 +135,85 @@ def measure(a: Path, b: Path, repeats: int) -> dict:
     return out
 
 
-def big(size_gb: float, gz: bool, source: Path = STACK) -> dict:
-    """The stack trace replicated to size_gb (benchmarks/bench_trace.make_big), analysed in a fresh process."""
+def _gzipped(path: Path) -> Path:
+    """A gzip (level 1) copy of a generated trace, made once."""
     import gzip
     import shutil
 
+    zipped = path.with_name(path.name + ".gz")
+    if not zipped.exists():
+        with open(path, "rb") as src, gzip.open(str(zipped) + ".tmp", "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+        os.replace(str(zipped) + ".tmp", zipped)
+    return zipped
+
+
+def big(size_gb: float, gz: bool, stack: Path = STACK, nostack: Path = NOSTACK, layout: str = "compact") -> dict:
+    """The stack cost at scale, in one run: the stack trace replicated to size_gb; the no-stack trace of the same
+    workload replicated as many times (the same steps, without frames); the no-stack trace replicated to size_gb
+    (the most CPU ops a GB holds). Each analysed in a fresh process: wall, CPU and peak RSS, against the parser's
+    goals (< 300 MB, < 20 s)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_trace import make_big
 
-    path, reps = make_big(size_gb, source)
-    if gz:
-        zipped = path.with_name(path.name + ".gz")
-        if not zipped.exists():
-            with open(path, "rb") as src, gzip.open(str(zipped) + ".tmp", "wb", compresslevel=1) as dst:
-                shutil.copyfileobj(src, dst, 1 << 22)
-            os.replace(str(zipped) + ".tmp", zipped)
-        path = zipped
-    got = _child(path)
-    return {"trace": str(path), "bytes": path.stat().st_size, "replicas": reps, **got}
+    s_path, reps = make_big(size_gb, stack, layout)
+    same, _ = make_big(0, nostack, layout, reps=reps)
+    n_path, n_reps = make_big(size_gb, nostack, layout)
+    rows = {}
+    for label, path, copies in (("stack", s_path, reps), ("nostack_same_workload", same, reps),
+                                ("nostack_same_bytes", n_path, n_reps)):
+        path = _gzipped(path) if gz else path
+        got = _child(path)
+        # the goal by CPU time: on a shared machine wall time is mostly the neighbours' (load 8-12 here)
+        rows[label] = {"trace": str(path), "bytes": path.stat().st_size, "replicas": copies, **got,
+                       "goal_met": got["peak_rss_mb"] < 300 and got["cpu_s"] < 20}
+    s, n = rows["stack"], rows["nostack_same_workload"]
+    rows["stack_cost"] = {"bytes": round(s["bytes"] / n["bytes"], 2), "cpu_s": round(s["cpu_s"] / n["cpu_s"], 2),
+                          "wall_s": round(s["s"] / n["s"], 2),
+                          "peak_rss_mb": round(s["peak_rss_mb"] / n["peak_rss_mb"], 2)}
+    rows["layout"] = layout
+    return rows
+
+
+def stages(path: Path) -> dict:
+    """Where one analysis' memory goes: RSS after each stage and the peak during it (VmHWM reset per stage
+    through /proc/self/clear_refs, Linux), with its CPU time. Run in this process: start it fresh."""
+    from sglops.trace.analysis import _launching_thread
+    from sglops.trace.breakdown import breakdown, cpu_only_breakdown
+    from sglops.trace.cpu import cpu_view
+    from sglops.trace.parse import read
+
+    def mem() -> tuple[int, int]:
+        with open("/proc/self/status") as fh:
+            f = dict(line.split(":", 1) for line in fh)
+        return int(f["VmRSS"].split()[0]) // 1024, int(f["VmHWM"].split()[0]) // 1024
+
+    out, state = {}, {}
+
+    def stage(name, fn):
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        c = time.process_time()
+        state[name] = fn()
+        rss, peak = mem()
+        out[name] = {"rss_mb": rss, "peak_mb": peak, "cpu_s": round(time.process_time() - c, 2)}
+
+    out["start"] = dict(zip(("rss_mb", "peak_mb"), mem(), strict=True))
+    stage("read", lambda: read(path))
+    raw = state["read"]
+    out["columns"] = {"ops": len(raw.o_ts), "frames": len(raw.p_ts), "kernels": len(raw.k_ts),
+                      "launches": len(raw.l_ts), "names": len(raw.names),
+                      "bytes": sum(getattr(raw, c).itemsize * len(getattr(raw, c)) for c in raw.__dataclass_fields__
+                                   if c[:2] in ("k_", "l_", "o_", "g_", "p_"))}
+    stage("breakdown", lambda: breakdown(raw) if len(raw.k_ts) else cpu_only_breakdown(raw))
+    stage("cpu_view", lambda: cpu_view(raw, main_thread=_launching_thread(raw)))
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["capture", "measure", "big"])
+    ap.add_argument("part", choices=["capture", "measure", "big", "stages"])
+    ap.add_argument("trace", nargs="?", type=Path, help="stages: the trace to follow")
     ap.add_argument("--out", type=Path, default=TRACES)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
@@ -161,13 +221,18 @@ def main() -> None:
     ap.add_argument("--b", type=Path, default=NOSTACK)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true")
+    ap.add_argument("--layout", default="compact", help="big: compact (orjson, densest) or indent (~torch's bytes)")
     args = ap.parse_args()
     if args.part == "capture":
         doc = capture(args.out, args.steps)
     elif args.part == "measure":
         doc = measure(args.a, args.b, args.repeats)
+    elif args.part == "stages":
+        if not args.trace or not args.trace.is_file():
+            raise SystemExit(f"stages: no trace file {args.trace or ''}".strip())
+        doc = stages(args.trace)
     else:
-        doc = big(args.size_gb, args.gzip, args.a)
+        doc = big(args.size_gb, args.gzip, args.a, args.b, args.layout)
     print(json.dumps(doc, indent=2))
     print(f"peak RSS of this process's children: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB",
           file=sys.stderr)

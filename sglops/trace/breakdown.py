@@ -11,10 +11,11 @@ steps); same-name nested ops count once per occurrence, as in torch.
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sglops.trace.parse import STEP_RE, RawTrace
+from sglops.trace.parse import STEP_RE, RawTrace, ids
 from sglops.trace.stacks import GRAPH_PREFIX, NO_FRAME, innermost
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         if len(raw.l_graph) == len(l_corr):
             graph[hit] = np.frombuffer(raw.l_graph, dtype=np.int8)[li] > 0
     miss = (th < 0) & (k_ext >= 0)
-    o_ext = np.frombuffer(raw.o_ext, dtype=np.int64)
+    o_ext = np.frombuffer(raw.o_ext, dtype=raw.o_ext.typecode).astype(np.int64)
     if miss.any() and len(o_ext):
         order = np.argsort(o_ext, kind="stable")
         se = o_ext[order]
@@ -103,7 +104,7 @@ def _launch_points(raw: RawTrace, k_corr: np.ndarray, k_ext: np.ndarray):
         idx = np.flatnonzero(miss)[ok]
         oi = order[pos[ok]]
         t[idx] = np.frombuffer(raw.o_ts, dtype=np.float64)[oi]
-        th[idx] = np.frombuffer(raw.o_thread, dtype=np.int32)[oi]
+        th[idx] = ids(raw.o_thread)[oi]
     return t, th, graph
 
 
@@ -134,7 +135,7 @@ def _attribute(raw, k_dur, t, th, is_step):
 
     o_ts = np.frombuffer(raw.o_ts, dtype=np.float64)
     o_dur = np.frombuffer(raw.o_dur, dtype=np.float64)
-    o_th = np.frombuffer(raw.o_thread, dtype=np.int32)
+    o_th = ids(raw.o_thread)
     op_dev = np.zeros(len(o_ts))
     inner = np.full(len(k_dur), -1, dtype=np.int64)
     step_of = np.full(len(k_dur), -1, dtype=np.int64)
@@ -201,14 +202,15 @@ def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
     step spans' CPU time; numpy is not imported for it (a tenth of analyze-trace's run on a small trace)."""
     names = raw.names
     by_op: dict[str, list] = {}
-    steps = []
-    for i, (nid, ts, dur) in enumerate(zip(raw.o_name, raw.o_ts, raw.o_dur, strict=True)):
+    # counted per name id (in C), keyed in the order names first appear, as a per-op loop would key them
+    for nid, count in Counter(raw.o_name).items():
         name = names[nid]
-        key = "ProfilerStep*" if name.startswith("ProfilerStep#") else name
-        row = by_op.setdefault(key, [0.0, 0])
-        row[1] += 1
-        if STEP_RE.match(name):
-            steps.append((ts, i, {"name": name, "ts": ts, "cpu_us": dur, "gpu_us": 0.0, "kernels": 0}))
+        row = by_op.setdefault("ProfilerStep*" if name.startswith("ProfilerStep#") else name, [0.0, 0])
+        row[1] += count
+    step_ids = {i for i, name in enumerate(names) if STEP_RE.match(name)}
+    o_ts, o_dur = raw.o_ts, raw.o_dur
+    steps = [(o_ts[i], i, {"name": names[nid], "ts": o_ts[i], "cpu_us": o_dur[i], "gpu_us": 0.0, "kernels": 0})
+             for i, nid in enumerate(raw.o_name) if nid in step_ids]
     by_gpu_span: dict[str, list] = {}
     for nid, dur in zip(raw.g_name, raw.g_dur, strict=True):
         row = by_gpu_span.setdefault(names[nid], [0.0, 0])
@@ -231,7 +233,7 @@ def breakdown(raw: RawTrace) -> Breakdown:
     k_corr = np.frombuffer(raw.k_corr, dtype=np.int64)
     k_ext = np.frombuffer(raw.k_ext, dtype=np.int64)
     k_dev = np.frombuffer(raw.k_dev, dtype=np.int32)
-    o_name = np.frombuffer(raw.o_name, dtype=np.int32)
+    o_name = ids(raw.o_name)
     nn = max(len(names), 1)
     is_step = np.array([bool(STEP_RE.match(n)) for n in names], dtype=bool)[o_name] if len(o_name) else \
         np.zeros(0, dtype=bool)

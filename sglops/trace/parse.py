@@ -14,9 +14,11 @@ import gzip
 import io
 import os
 import re
+import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
@@ -42,6 +44,7 @@ STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\])$")
 RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
 HEAD_BYTES = 1 << 20
+SLOW_BATCH = 4096  # events per batch on the ijson path
 
 
 class TraceError(SglopsError):
@@ -93,9 +96,9 @@ class RawTrace:
     # CPU ops and annotations (incl. ProfilerStep# / step[...] spans)
     o_ts: array = field(default_factory=lambda: array("d"))
     o_dur: array = field(default_factory=lambda: array("d"))
-    o_name: array = field(default_factory=lambda: array("i"))
-    o_thread: array = field(default_factory=lambda: array("i"))
-    o_ext: array = field(default_factory=lambda: array("q"))
+    o_name: array = field(default_factory=lambda: array("h"))  # "i" once a trace has 32K names
+    o_thread: array = field(default_factory=lambda: array("h"))  # "i" once it has 32K threads
+    o_ext: array = field(default_factory=lambda: array("i"))  # "q" once an id needs it
     o_annot: array = field(default_factory=lambda: array("b"))  # 1: user_annotation (record_function), 0: cpu_op
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
@@ -105,6 +108,14 @@ class RawTrace:
     p_dur: array = field(default_factory=lambda: array("d"))
     p_name: array = field(default_factory=lambda: array("i"))
     p_thread: array = field(default_factory=lambda: array("i"))
+
+
+def ids(column: array):
+    """A numpy view of an id column at least 4 bytes wide (a copy only for a narrow one): arithmetic on 2-byte
+    ids would wrap."""
+    import numpy as np
+
+    return np.frombuffer(column, dtype=column.typecode).astype(np.int32, copy=False)
 
 
 def open_trace(path: str | os.PathLike):
@@ -147,17 +158,42 @@ def rank_of(path: str, meta: dict) -> int | None:
     return int(rank) if isinstance(rank, int | float) else None
 
 
+class _Ids(dict):
+    """Interns a key to a small int on first sight: one dict lookup (C speed) for every key seen before."""
+
+    def __missing__(self, key) -> int:
+        value = self[key] = len(self)
+        return value
+
+
+def _fill(raw: RawTrace, column: str, values: list, wide: str = "q") -> None:
+    """Append to a narrow column, widening it (to `wide`) the first time a value does not fit: 4 bytes per op
+    for External ids, which in real traces stay far below 2**31, 2 for name and thread ids (a trace has a few
+    hundred names; a hostile one may have millions)."""
+    col = getattr(raw, column)
+    try:
+        col.fromlist(values)
+    except OverflowError:  # fromlist leaves the column unchanged on error
+        col = array(wide, col)
+        col.fromlist(values)
+        setattr(raw, column, col)
+
+
 class _Columns:
     """Appends the fields the breakdown needs from event dicts into a RawTrace."""
 
     def __init__(self, raw: RawTrace) -> None:
-        self.raw, self.names, self.threads = raw, {}, {}
+        self.raw, self.names, self.threads = raw, _Ids(), _Ids()
 
     def take(self, events) -> None:
         # the hot loop of every analysis: bound methods in locals, the commonest category (CPU ops) first
         raw, names, threads = self.raw, self.names, self.threads
-        o_ts, o_dur, o_name, o_thread = raw.o_ts.append, raw.o_dur.append, raw.o_name.append, raw.o_thread.append
-        o_ext, o_annot = raw.o_ext.append, raw.o_annot.append
+        o_ts, o_dur, o_annot = raw.o_ts.append, raw.o_dur.append, raw.o_annot.append
+        # ids of this batch's ops, into the narrow columns at the end (widened if one does not fit)
+        exts: list[int] = []
+        op_names: list[int] = []
+        op_threads: list[int] = []
+        o_ext, o_name, o_thread = exts.append, op_names.append, op_threads.append
         n = 0
         for ev in events:
             n += 1
@@ -166,13 +202,9 @@ class _Columns:
             cat = ev.get("cat")
             if cat in OP_CATS:
                 name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
+                tid = threads[key]
                 o_ts(ev["ts"])
                 o_dur(ev.get("dur", 0.0))
                 o_name(nid)
@@ -184,13 +216,9 @@ class _Columns:
                 name = ev.get("name", "?")
                 if name.startswith(BUILTIN):
                     continue
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
+                tid = threads[key]
                 raw.p_ts.append(ev["ts"])
                 raw.p_dur.append(ev.get("dur", 0.0))
                 raw.p_name.append(nid)
@@ -198,9 +226,7 @@ class _Columns:
             elif cat in GPU_CATS:
                 args = ev.get("args") or {}
                 name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 raw.k_ts.append(ev["ts"])
                 raw.k_dur.append(ev.get("dur", 0.0))
                 raw.k_corr.append(int(args.get("correlation", -1)))
@@ -210,9 +236,7 @@ class _Columns:
                 raw.k_dev.append(dev if isinstance(dev, int) else 0)
             elif cat == GPU_SPAN_CAT:
                 name = ev.get("name", "?")
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
+                nid = names[name]
                 raw.g_dur.append(ev.get("dur", 0.0))
                 raw.g_name.append(nid)
             elif cat in LAUNCH_CATS:
@@ -220,13 +244,14 @@ class _Columns:
                 if not corr:
                     continue
                 key = (ev.get("pid"), ev.get("tid"))
-                tid = threads.get(key)
-                if tid is None:
-                    tid = threads[key] = len(threads)
+                tid = threads[key]
                 raw.l_ts.append(ev["ts"])
                 raw.l_corr.append(int(corr))
                 raw.l_thread.append(tid)
                 raw.l_graph.append(ev.get("name", "").startswith("cudaGraphLaunch"))
+        _fill(raw, "o_ext", exts)
+        _fill(raw, "o_name", op_names, "i")
+        _fill(raw, "o_thread", op_threads, "i")
         raw.events += n
 
 
@@ -237,6 +262,7 @@ class _NotFast(Exception):
 CHUNK = 1 << 20
 MAX_EVENT = 128 * CHUNK  # the largest single event the fast path holds (a 60 MB kernel name fits)
 BOUNDARY = b"},\n"  # '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
+OPEN, COMMA, CLOSE = b"[,]"
 
 
 def _fast(path: str, cols: _Columns) -> dict:
@@ -264,7 +290,10 @@ def _fast(path: str, cols: _Columns) -> dict:
             raise _NotFast from None
         if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
             raise _NotFast
-        buf = bytearray(buf[j + 1:])  # appended in place: one huge event (a 60 MB name) is not copied per chunk
+        # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
+        # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
+        # copies on a 1 GB trace, before)
+        buf = bytearray(b"[") + buf[j + 1:]
         scanned = 0  # the head of buf already searched for a boundary (none that parsed)
         while True:
             chunk = fh.read(CHUNK)
@@ -276,18 +305,24 @@ def _fast(path: str, cols: _Columns) -> dict:
                 cut = buf.rfind(BOUNDARY, lo, cut)
                 if cut < 0:
                     break
+                buf[cut + 1] = CLOSE
+                view = memoryview(buf)[:cut + 2]
                 try:
-                    events = orjson.loads(b"[" + buf[:cut + 1] + b"]")
+                    events = orjson.loads(view)
                 except orjson.JSONDecodeError:
+                    buf[cut + 1] = COMMA
                     tries += 1
                     continue
+                finally:
+                    view.release()
                 cols.take(events)
-                del buf[:cut + 2]
+                del buf[:cut + 1]
+                buf[0] = OPEN  # the ',' after the batch opens the next one
                 break
             scanned = len(buf)
             if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
                 raise _NotFast
-        buf = bytes(buf)
+        buf = bytes(buf[1:])
         # the end: the last events, the array's ']', then simple trailing keys and '}'
         end = len(buf)
         for _ in range(8):
@@ -306,9 +341,33 @@ def _fast(path: str, cols: _Columns) -> dict:
         raise _NotFast
 
 
+def _map_large_blocks() -> None:
+    """Large blocks (the growing columns, the 1 MB batches) each in a mapping of their own, on glibc.
+
+    Why: glibc raises its mmap threshold each time a mapped block is freed (up to 32 MB), after which the
+    columns grow by realloc inside the heap and leave their old copies behind as holes: ~95 MB of a 1 GB trace's
+    ~290 MB peak while reading. A fixed threshold keeps every block past 128 KB mapped, grown by mremap without
+    a copy, and given back when freed. Elsewhere (or if it cannot be set) nothing changes."""
+    global _MAPPED
+    if _MAPPED or not sys.platform.startswith("linux"):
+        return
+    _MAPPED = True
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its allocator's behaviour stands
+        pass
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_MAPPED = False
+
+
 def read(path: str | os.PathLike) -> RawTrace:
     """Parse one trace file into columns; TraceError when it is incomplete or not a trace."""
     path = str(path)
+    _map_large_blocks()
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such trace file")
     m = STAGE_RE.search(os.path.basename(path))
@@ -346,13 +405,15 @@ def _slow(path: str, cols: _Columns) -> None:
         with open_trace(path) as fh:
             counted = _Counting(fh)
             stream = io.BufferedReader(counted, 1 << 18)
-            try:
-                cols.take(_ijson.items(stream, "traceEvents.item", use_float=True))
-            except (KeyError, TypeError, ValueError) as exc:
-                if isinstance(exc, ijson.JSONError | ijson.IncompleteJSONError):
-                    raise
-                raise TraceError(f"{path}: event {raw.events} is not a trace event ({type(exc).__name__}: {exc})") \
-                    from None
+            items = _ijson.items(stream, "traceEvents.item", use_float=True)
+            while batch := list(islice(items, SLOW_BATCH)):  # batches: the columns take a batch's ids at once
+                try:
+                    cols.take(batch)
+                except (KeyError, TypeError, ValueError) as exc:
+                    if isinstance(exc, ijson.JSONError | ijson.IncompleteJSONError):
+                        raise
+                    raise TraceError(f"{path}: event {raw.events + _first_bad(batch)} is not a trace event "
+                                     f"({type(exc).__name__}: {exc})") from None
     except (ijson.IncompleteJSONError, ijson.JSONError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"{path}: invalid or truncated JSON after {raw.events} events, near byte "
@@ -365,6 +426,16 @@ def _slow(path: str, cols: _Columns) -> None:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw.events == 0 and not _has_trace_events(path):
         raise TraceError(f"{path}: not a Chrome trace (no traceEvents array)")
+
+
+def _first_bad(batch: list) -> int:
+    """The index of the first event of a batch that the columns refuse (the error names it)."""
+    for k, ev in enumerate(batch):
+        try:
+            _Columns(RawTrace(path="")).take([ev])
+        except (KeyError, TypeError, ValueError):
+            return k
+    return 0
 
 
 def _has_trace_events(path: str) -> bool:
