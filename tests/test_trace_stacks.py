@@ -293,3 +293,34 @@ def test_a_cuda_graph_replay_is_named_and_not_joined(tmp_path):
     assert top["probe"] == [] and top["patches"] == []
     (line,) = a.source_verdict()
     assert "replayed from a CUDA graph" in line and "cuda_graph: {disable: true}" in line
+
+
+def test_a_cast_finding_explains_the_cast_kernel_not_the_attention_kernel_beside_it(tmp_path):
+    """The H200 stack trace: forward_decode launched both the whole-pool cast and FlashInfer's MLA kernel, and a
+    frame carries only its function's first line, so both sit at flashinfer_mla_backend.py:616. The probe's cast
+    finding (L660, `.to(...)`) names the copy kernel only; the attention kernel gets no probe tag and no patch."""
+    from sglops.sandbox.trees import sglang_template
+
+    root = sglang_template("0.5.23") / "python"
+    probe_json = tmp_path / "probe.json"
+    probe_json.write_text(json.dumps(_probe_doc(root)))
+    backend = root / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
+    frame = f"sglang/srt/layers/attention/flashinfer_mla_backend.py({_def_line(backend, 'forward_decode')}): forward_decode"
+    path = _gpu_trace(tmp_path / "t.json", frame)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cpu_op", "name": "flashinfer::mla_run", "pid": 1, "tid": 1, "ts": 85.0, "dur": 5.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 86.0, "dur": 2.0,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "flashinfer::BatchMLAPageAttentionHopperKernel", "pid": 0, "tid": 7,
+         "ts": 1110.0, "dur": 50.0, "args": {"correlation": 9, "device": 0}},
+    ]
+    path.write_text(json.dumps(doc))
+    a = analyze([path], probe=src.load(probe_json))
+    by_kernel = {s["what"]: s for s in a.sources}
+    attention = by_kernel["flashinfer::BatchMLAPageAttentionHopperKernel"]
+    cast = next(s for w, s in by_kernel.items() if "direct_copy" in w)
+    assert attention["frame"] == cast["frame"] == frame
+    assert any(h["probe"] == "whole_pool_cast" for h in cast["probe"]) and cast["patches"] == ["gather-cast"]
+    assert not any(h["probe"] == "whole_pool_cast" for h in attention["probe"]) and attention["patches"] == []
+    assert len(a.source_verdict()) == 1

@@ -14,6 +14,7 @@ about that line (the probe: "casts the whole KV pool", and the patch that remove
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,13 +48,29 @@ class ProbeIndex:
     hits: list[ProbeHit]
     targets: list[tuple[str, str, str]] = field(default_factory=list)  # (patch, file in package, absent text)
 
-    def flags(self, frame: Frame) -> list[ProbeHit]:
-        """The hits inside this frame's function (same file, same function, at or after its first line)."""
+    def flags(self, frame: Frame, what: str | None = None) -> list[ProbeHit]:
+        """The hits inside this frame's function (same file, same function, at or after its first line) that
+        could have launched `what`. A frame carries its function's first line only, so every kernel that
+        function launched shares it: a cast the probe found (`.to(...)`) explains a copy/cast kernel, not the
+        attention kernel launched a few lines later (the H200's BatchMLAPageAttentionHopperKernel was tagged
+        "casts the whole KV pool" before this check)."""
         rel = frame.rel
-        return [h for h in self.hits if h.file == rel and h.func == frame.func and h.line >= frame.line]
+        return [h for h in self.hits if h.file == rel and h.func == frame.func and h.line >= frame.line
+                and (what is None or _could_launch(h, what))]
 
     def patches_for(self, hit: ProbeHit) -> list[str]:
         return sorted({name for name, file, absent in self.targets if file == hit.file and absent in hit.text})
+
+
+_CAST_HIT = re.compile(r"\.to\(|\bcast", re.I)
+_CAST_KERNEL = re.compile(r"copy|cast|convert|elementwise", re.I)
+
+
+def _could_launch(hit: ProbeHit, what: str) -> bool:
+    """A cast hit explains only copy/cast-like kernels and ops; any other hit, whatever its function launched."""
+    if not _CAST_HIT.search(f"{hit.text} {hit.meaning}"):
+        return True
+    return bool(_CAST_KERNEL.search(what))
 
 
 def _read_json(path: Path) -> dict:
@@ -170,7 +187,7 @@ def rows(pairs: dict[tuple[str, str], float], total: float, top: int, probe: Pro
     for (frame_name, what), us in sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
         graph = frame_name.startswith(GRAPH_PREFIX)
         frame = parse_frame(frame_name.removeprefix(GRAPH_PREFIX))
-        hits = probe.flags(frame) if (probe and frame and not graph) else []
+        hits = probe.flags(frame, what) if (probe and frame and not graph) else []
         patches = sorted({p for h in hits for p in probe.patches_for(h)}) if probe else []
         label = frame.label if frame else frame_name
         out.append({"what": what, "us": us, "share": us / total if total > 0 else 0.0, "frame": frame_name,
