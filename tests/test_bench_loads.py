@@ -10,6 +10,8 @@ The stand-in serves no /metrics and reports no cached tokens: those are proven o
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,35 @@ def test_constant_arrivals_are_sent_on_schedule_and_counted_per_level(standin, r
     steps = [e for e in events if e.get("steps")]
     assert steps and steps[-1]["steps"] == 2 and steps[-1]["step"] == 2 and steps[-1]["eta_s"] == 0
     assert any(e.get("eta_s") for e in steps[:-1]) or len(steps) == 1
+
+
+def test_a_burst_of_new_connections_queues_at_the_standin_instead_of_resetting(tmp_path):
+    """300 connections opened at once all get /health answered: the stand-in listens with a server's backlog
+    (socketserver's default of 5 timed out or reset ~90 of them), so an open loop's figures are the client's."""
+    server = start_standin("--model-path", "m", knobs={"TPS": 1e6, "TTFT_MS": 0, "STARTUP_S": 0.1},
+                           log=tmp_path / "standin.log")
+    errors: list[str] = []
+
+    def one() -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+                conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                head = conn.recv(64)
+            if not head.startswith(b"HTTP/1.1 200"):
+                errors.append(repr(head[:32]))
+        except OSError as exc:
+            errors.append(type(exc).__name__)
+
+    try:
+        server.wait_healthy(10)
+        threads = [threading.Thread(target=one) for _ in range(300)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.stop()
+    assert errors == [], f"{len(errors)} of 300 failed: {errors[:5]}"
 
 
 def test_poisson_gaps_have_the_asked_mean_and_burstiness_changes_their_spread():
