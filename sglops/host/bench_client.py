@@ -13,6 +13,7 @@ import json
 import os
 import random
 import re
+import socket
 import threading
 import time
 
@@ -26,7 +27,11 @@ LOOPBACK = "127.0.0.1"
 _META = b'"meta_info":'
 _NUMBER = re.compile(rb"\s*(null|-?[0-9][0-9.eE+-]*)")
 _FINISH_KEY = b'"finish_reason":'
+_KEYS = ("completion_tokens", "cached_tokens", "e2e_latency")
+_META_KEYS = {want: tuple((key, b'"%s":' % key.encode()) for key in _KEYS + (("prompt_tokens",) if want else ()))
+              for want in (False, True)}  # the numbers a streaming /generate chunk is read for, as bytes keys
 _print_lock = threading.Lock()
+NL = "\n"
 
 
 def _say(**fields):
@@ -160,9 +165,7 @@ def _native_meta(data, want_prompt=False):
         m = _NUMBER.match(data, fin + len(_FINISH_KEY)) if fin >= 0 else None
         if m and m.group(1) == b"null":
             meta = {"finish_reason": None}
-            for key in ("completion_tokens", "cached_tokens", "e2e_latency", *(("prompt_tokens",) if want_prompt
-                                                                                 else ())):
-                k = b'"' + key.encode() + b'":'
+            for key, k in _META_KEYS[want_prompt]:
                 i = data.rfind(k, at)
                 m = _NUMBER.match(data, i + len(k)) if i >= 0 else None
                 if m:
@@ -228,19 +231,125 @@ def prompt_hash(prompt):
     return ids_hash(prompt)
 
 
-def _lines(resp):
-    """(arrival time, line) for each line of the stream; lines that arrived together share a time.
+# -- one request's HTTP, straight on the socket ---------------------------------------------------------------
+# http.client parses every response's headers through the email package and sends a request in pieces; at 1,000
+# requests/s that was ~40% of the client's CPU per request (cProfile, docs/bench.md). One POST on a fresh loopback
+# connection (as bench_serving opens one per request) and the body's chunked framing need far less.
+_RECV = 1 << 16
+_HEAD_MAX = 1 << 16
 
-    read1() hands over whatever the socket has (one HTTP chunk at most), far cheaper than readline().
-    """
+
+def _post(port, path, payload, timeout):
+    """Open a connection, send one POST; returns (socket, status, lower-cased headers, body bytes already read)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.connect((LOOPBACK, port))
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (path.encode(), LOOPBACK.encode(), port, len(payload), payload))
+        status, headers, rest = _read_head(sock)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, status, headers, rest
+
+
+def _read_head(sock):
+    """(status, headers, what followed them) of the response; the errors http.client would raise."""
     buf = b""
     while True:
-        block = resp.read1(1 << 16)
-        now = time.perf_counter()
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            break
+        if len(buf) > _HEAD_MAX:
+            raise http.client.LineTooLong("response headers")
+        block = sock.recv(_RECV)
         if not block:
             if buf:
-                yield now, buf
+                raise http.client.IncompleteRead(buf)
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        buf += block
+    lines = buf[:end].split(b"\r\n")
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        raise http.client.BadStatusLine(lines[0][:100].decode("latin-1"))
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(b":")
+        headers[key.strip().lower()] = value.strip()
+    return int(parts[1]), headers, buf[end + 4:]
+
+
+def _body(sock, headers, rest):
+    """(arrival time, body bytes) per read from the socket: chunked, Content-Length or to the end; what arrived
+    together shares a time. A body cut short raises IncompleteRead (as http.client does)."""
+    if headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"):
+        return _dechunk(sock, rest)
+    length = headers.get(b"content-length")
+    return _plain(sock, rest, int(length) if length is not None else None)
+
+
+def _plain(sock, buf, length):
+    got = 0
+    while True:
+        if buf:
+            if length is not None:
+                buf = buf[:length - got]
+            got += len(buf)
+            yield time.perf_counter(), buf
+        if length is not None and got >= length:
             return
+        buf = sock.recv(_RECV)
+        if not buf:
+            if length is not None:
+                raise http.client.IncompleteRead(b"", length - got)
+            return
+
+
+def _dechunk(sock, buf):
+    """The data of a chunked body as it arrives: each read's complete and partial chunks joined."""
+    need = skip = 0  # data bytes of the current chunk still to come; its trailing CRLF still to drop
+    now = time.perf_counter()
+    while True:
+        out, at = [], 0
+        while at < len(buf):
+            if skip:
+                taken = min(skip, len(buf) - at)
+                at, skip = at + taken, skip - taken
+            elif need:
+                piece = buf[at:at + need]
+                out.append(piece)
+                at, need = at + len(piece), need - len(piece)
+                skip = 0 if need else 2
+            else:
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    if len(buf) - at > 1024:
+                        raise http.client.HTTPException("chunk size line too long")
+                    break
+                size = int(buf[at:end].split(b";")[0], 16)  # ValueError if it is no hex number
+                at = end + 2
+                if size == 0:  # the last chunk (trailers, if any, are not read)
+                    if out:
+                        yield now, b"".join(out)
+                    return
+                need = size
+        if out:
+            yield now, out[0] if len(out) == 1 else b"".join(out)
+        block = sock.recv(_RECV)
+        now = time.perf_counter()
+        if not block:
+            raise http.client.IncompleteRead(b"")
+        buf = buf[at:] + block if at < len(buf) else block
+
+
+def _lines(blocks):
+    """(arrival time, line) for each line of the stream; lines that arrived together share a time."""
+    buf = b""
+    now = None
+    for now, block in blocks:
         buf = buf + block if buf else block
         start = 0
         while True:
@@ -250,6 +359,8 @@ def _lines(resp):
             yield now, buf[start:end]
             start = end + 1
         buf = buf[start:]
+    if buf:
+        yield now, buf
 
 
 _SKIP, _TEXT = object(), object()  # a chunk that carries no count: ignore it / a text chunk of unknown count
@@ -343,18 +454,16 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
            "prompt": prompt_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
     chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
-    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
     st = time.perf_counter()
-    last_n, done, state = 0, False, {"final_n": None}
+    last_n, done, state, sock = 0, False, {"final_n": None}, None
     try:
-        conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            text = resp.read().decode(errors="replace").strip().replace("\n", " ")
-            rec.update(outcome="http_error", error=f"HTTP {resp.status}: {text[:200]}")
+        sock, status, headers, rest = _post(port, path, payload, timeout)
+        if status != 200:
+            text = b"".join(b for _, b in _body(sock, headers, rest)).decode(errors="replace").strip()
+            rec.update(outcome="http_error", error=f"HTTP {status}: {text.replace(NL, ' ')[:200]}")
             return rec
         now = st
-        for now, line in _lines(resp):
+        for now, line in _lines(_body(sock, headers, rest)):
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
@@ -374,7 +483,7 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
                 chunk_n.append(n)
                 last_n = n
         rec["e2e_s"] = round(now - st, 6)
-    except TimeoutError:
+    except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if chunk_t:
@@ -382,7 +491,8 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
         else:
             rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
     finally:
-        conn.close()
+        if sock is not None:
+            sock.close()
         rec["cpu_s"] = time.thread_time() - cpu0
     _settle(rec, api, done, state["final_n"], last_n, out_len)
     return rec
