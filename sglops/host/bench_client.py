@@ -16,6 +16,7 @@ import re
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 from . import _bench_metrics
 from ._bench_load import Prompts, gaps
@@ -694,149 +695,218 @@ def prompt_ids(space, seed, n):
     return draw_prompt_ids(space, seed, n)
 
 
-def main(args):
-    tree, tree_error = try_find_sglang(args.get("sglang_root"))
-    root = tree["root"] if tree else None
-    port, port_from = server_port(root, args.get("port"))
+# -- the run: what was asked, the server, the plan, progress, warm-up, measuring, the answer --------------------
+def _settings(args):
+    """What the laptop asked for (it always sends runs and lengths: sglops.bench.params has their defaults)."""
     api = args.get("api") or "sglang"
     if api not in ("sglang", "openai"):
         raise UserError(f"unknown api {api!r} (sglang or openai)")
     levels = [dict(lv) for lv in args.get("levels") or []] or [{"concurrency": int(c), "rate": None}
                                                                 for c in args.get("concurrency") or [1]]
-    # the laptop always sends these (sglops.bench.params has their defaults)
-    runs, in_len, out_len = int(args["runs"]), int(args["input_len"]), int(args["output_len"])
-    per_run = args.get("requests")  # per repeat and level; default one per stream
-    warmup = int(args.get("warmup", 1))
-    timeout = float(args.get("request_timeout", 120))
-    override = args.get("test_sampling_override")  # tests only: the first request of each repeat asks for this
-    logprobs = bool(args.get("logprobs", True))
+    return SimpleNamespace(
+        api=api, levels=levels, runs=int(args["runs"]), in_len=int(args["input_len"]),
+        out_len=int(args["output_len"]), per_run=args.get("requests"),  # per repeat and level; default one per stream
+        warmup=int(args.get("warmup", 1)), timeout=float(args.get("request_timeout", 120)),
+        override=args.get("test_sampling_override"),  # tests only: the first request of each repeat asks for this
+        logprobs=bool(args.get("logprobs", True)), dataset=args.get("dataset") or {"kind": "random"},
+        duration=float(args["duration_s"]) if args.get("duration_s") else None,
+        arrival=args.get("arrival") or "poisson", burstiness=float(args.get("burstiness") or 1.0),
+        interval=float(args.get("metrics_interval") or 0), seed=int(args.get("seed", 0)))
 
+
+def _server(args):
+    """Where the server is: the SGLang tree on this host (if any) and the port (--port, sglops' state, 30000)."""
+    tree, tree_error = try_find_sglang(args.get("sglang_root"))
+    root = tree["root"] if tree else None
+    port, port_from = server_port(root, args.get("port"))
+    return SimpleNamespace(tree=tree, tree_error=tree_error, root=root, port=port, port_from=port_from)
+
+
+def _inspect(srv, args, interval):
+    """The server as found before measuring (healthy, or a UserError): what it is, its process and log, the
+    patches applied to its tree, the ids its model takes, and whether its /metrics can be scraped."""
+    port = srv.port
     check_health(port)
-    info = server_info(port)
-    model = args.get("model") or served_model(port, info)
-    proc = server_process(port, root)
+    srv.info = info = server_info(port)
+    srv.model = args.get("model") or served_model(port, info)
+    srv.proc = proc = server_process(port, srv.root)
     if proc and proc.get("python"):
         proc["env"] = python_env(proc["python"], proc.get("pythonpath"))
-    log_mark = log_size((proc or {}).get("log"))
-    space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
-                                                               args.get("vocab_size"), (proc or {}).get("hf_env"))
-    patches = applied_patches(root)
-    incremental = bool((info or {}).get("incremental_streaming_output"))
+    srv.log_mark = log_size((proc or {}).get("log"))
+    srv.space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
+                                                                  args.get("vocab_size"), (proc or {}).get("hf_env"))
+    srv.patches = applied_patches(srv.root)
+    srv.incremental = bool((info or {}).get("incremental_streaming_output"))
+    srv.metrics_off = (_bench_metrics.available(LOOPBACK, port) if interval > 0
+                       else "not asked (--metrics-interval 0)")
+    return srv
 
-    dataset = args.get("dataset") or {"kind": "random"}
-    duration = float(args["duration_s"]) if args.get("duration_s") else None
-    arrival, burstiness = args.get("arrival") or "poisson", float(args.get("burstiness") or 1.0)
-    interval = float(args.get("metrics_interval") or 0)
-    metrics_off = _bench_metrics.available(LOOPBACK, port) if interval > 0 else "not asked (--metrics-interval 0)"
-    seed = int(args.get("seed", 0))
 
-    def draw(s, n):
-        return prompt_ids(space, s, n)
-
-    for lv in levels:
+def _plan(s):
+    """The (repeat, level) steps, repeats interleaved across levels; sets each level's request count (None:
+    bounded by --duration; by default one per stream, or 10 s of arrivals of an open loop)."""
+    for lv in s.levels:
         c, rate = int(lv["concurrency"]), lv.get("rate")
-        lv["requests"] = None if duration else max(1, int(per_run or (round(rate * 10) if rate else c)))
-    plan = [(rep, lv) for rep in range(runs) for lv in levels]  # repeats interleaved across levels
-    sizes = {lv["concurrency"]: lv["requests"] for lv in levels if not lv.get("rate")}
-    total_req = None if duration else sum(lv["requests"] for _, lv in plan)
-    counter = Counter()
-    stop = threading.Event()
-    state = {"phase": "warm-up", "k": 0, "t0": None, "item_t0": None}
+        lv["requests"] = None if s.duration else max(1, int(s.per_run or (round(rate * 10) if rate else c)))
+    return [(rep, lv) for rep in range(s.runs) for lv in s.levels]
 
-    def eta():
+
+class _Progress:
+    """Live progress for the laptop every 0.5 s: the phase, requests done, the step of the plan, the time left."""
+
+    def __init__(self, plan, s, counter):
+        self.plan, self.runs, self.duration, self.counter = plan, s.runs, s.duration, counter
+        self.total = None if s.duration else sum(lv["requests"] for _, lv in plan)
+        self.phase, self.k, self.t0, self.item_t0 = "warm-up", 0, None, None
+        self._stop = threading.Event()
+
+    def start(self):
+        threading.Thread(target=self._report, daemon=True).start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+
+    def measuring(self):
+        self.phase, self.t0 = "measuring", time.perf_counter()
+        self.say()
+
+    def step(self, k):
+        self.k, self.item_t0 = k, time.perf_counter()
+
+    def eta(self):
         """Seconds left: by requests done (a count) or by the clock (a duration per level)."""
-        if state["t0"] is None:
+        if self.t0 is None:
             return None
-        now = time.perf_counter()
-        if duration:
-            in_item = min(1.0, (now - state["item_t0"]) / duration) if state["item_t0"] else 0.0
-            return round(max(0.0, (len(plan) - state["k"] - in_item) * duration), 1)
-        if not counter.done:
+        now, done = time.perf_counter(), self.counter.done
+        if self.duration:
+            in_item = min(1.0, (now - self.item_t0) / self.duration) if self.item_t0 else 0.0
+            return round(max(0.0, (len(self.plan) - self.k - in_item) * self.duration), 1)
+        if not done:
             return None
-        return round((now - state["t0"]) * (total_req - counter.done) / counter.done, 1)
+        return round((now - self.t0) * (self.total - done) / done, 1)
 
-    def say():
-        rep, lv = plan[min(state["k"], len(plan) - 1)]
-        _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed, eta_s=eta(),
-             step=state["k"] + 1, steps=len(plan), repeat=rep + 1, runs=runs, concurrency=lv["concurrency"],
+    def say(self):
+        rep, lv = self.plan[min(self.k, len(self.plan) - 1)]
+        _say(phase=self.phase, done=self.counter.done, total=self.total, failed=self.counter.failed, eta_s=self.eta(),
+             step=self.k + 1, steps=len(self.plan), repeat=rep + 1, runs=self.runs, concurrency=lv["concurrency"],
              request_rate=lv.get("rate"))
 
-    def reporter():
-        while not stop.wait(0.5):
-            if state["phase"] == "measuring":
-                say()
+    def _report(self):
+        while not self._stop.wait(0.5):
+            if self.phase == "measuring":
+                self.say()
             else:
-                _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed)
+                _say(phase=self.phase, done=self.counter.done, total=self.total, failed=self.counter.failed)
 
-    threading.Thread(target=reporter, daemon=True).start()
-    warm, repeats, down = [], [], None
-    cpu, tokens = 0.0, 0
-    try:
-        for lv in levels:
-            c = max(1, int(lv["concurrency"]))
-            for w in range(warmup):
-                prompts = [prompt_ids(space, -(seed * 7919 + c * 131 + w * 17 + i + 1), in_len) for i in range(c)]
-                recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter(), None,
-                                    logprobs, incremental)
-                if any(r["outcome"] != "ok" for r in recs):
-                    gone = server_down(port, proc, log_mark)
-                    if gone:
-                        raise UserError("warm-up: " + down_line(port, gone))
-                for rec in recs:
-                    if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
-                        raise UserError(f"warm-up request to {LOOPBACK}:{port} failed: {rec['error']}")
-                warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
-        state.update(phase="measuring", t0=time.perf_counter())
-        say()
-        cpu0 = time.process_time()
-        for k, (rep, lv) in enumerate(plan):
-            state.update(k=k, item_t0=time.perf_counter())
-            c, rate, n = int(lv["concurrency"]), lv.get("rate"), lv["requests"]
-            prompts = Prompts(dataset, draw, seed, seed * 1000003 + k * 1009, in_len, out_len)
 
-            def prompt_at(i, n=n, prompts=prompts):
-                return None if n is not None and i >= n else prompts.prompt_at(i)
+def _warm_up(s, srv):
+    """Per level, `warmup` waves of C requests at once (up to 32 tokens each), not counted; a server that is
+    down, or a request that got nothing, ends the run here with one line."""
+    warm = []
+    for lv in s.levels:
+        c = max(1, int(lv["concurrency"]))
+        for w in range(s.warmup):
+            prompts = [prompt_ids(srv.space, -(s.seed * 7919 + c * 131 + w * 17 + i + 1), s.in_len) for i in range(c)]
+            recs, _ = run_batch(srv.port, s.api, srv.model, prompts, min(s.out_len, 32), c, s.timeout, Counter(),
+                                None, s.logprobs, srv.incremental)
+            _warm_failed(recs, srv)
+            warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
+    return warm
 
-            deadline = time.perf_counter() + duration if duration else None
-            scraper = _bench_metrics.Scraper(LOOPBACK, port, interval).start() if not metrics_off else None
-            started = time.time()
-            if rate:
-                recs, wall = run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed * 7 + k, timeout,
-                                      counter, logprobs, incremental, deadline, c if c > 0 else 0)
-            else:
-                recs, wall = run_closed(port, api, model, prompt_at, c, timeout, counter, override, logprobs,
-                                        incremental, deadline)
-            samples = scraper.stop() if scraper else None
-            tokens += sum(r["tokens"] for r in recs)
-            entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
-            if rate:
-                entry.update(request_rate=rate, arrival=arrival, burstiness=burstiness)
-            if duration:
-                entry["duration_s"] = duration
-            if samples is not None:
-                entry["metrics"] = samples
-            repeats.append(entry)
-            say()
-            if any(r["outcome"] not in ("ok", "wrong_length") for r in recs):
-                down = server_down(port, proc, log_mark)
-                if down:  # nothing more to measure: the rest of the plan is not sent
-                    down["after_requests"] = counter.done
-                    down["line"] = down_line(port, down)
-                    break
-        cpu = time.process_time() - cpu0
-    finally:
-        stop.set()
-    changed = None if down else config_changed(port, info, proc)
-    space_out = space if isinstance(space, dict) else {"test_range": space}
+
+def _warm_failed(recs, srv):
+    """Raise when a warm-up wave shows the server down or a request that got no token at all."""
+    if any(r["outcome"] != "ok" for r in recs):
+        gone = server_down(srv.port, srv.proc, srv.log_mark)
+        if gone:
+            raise UserError("warm-up: " + down_line(srv.port, gone))
+    for rec in recs:
+        if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
+            raise UserError(f"warm-up request to {LOOPBACK}:{srv.port} failed: {rec['error']}")
+
+
+def _level(s, srv, k, rep, lv, counter):
+    """One step of the plan: a level's requests (open loop at its rate, else closed at its concurrency), with
+    the server's /metrics scraped beside them; the repeat's raw entry."""
+    c, rate, n = int(lv["concurrency"]), lv.get("rate"), lv["requests"]
+    prompts = Prompts(s.dataset, lambda seed, m: prompt_ids(srv.space, seed, m), s.seed, s.seed * 1000003 + k * 1009,
+                      s.in_len, s.out_len)
+
+    def prompt_at(i):
+        return None if n is not None and i >= n else prompts.prompt_at(i)
+
+    deadline = time.perf_counter() + s.duration if s.duration else None
+    scraper = _bench_metrics.Scraper(LOOPBACK, srv.port, s.interval).start() if not srv.metrics_off else None
+    started = time.time()
+    if rate:
+        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, rate, s.arrival, s.burstiness, s.seed * 7 + k,
+                              s.timeout, counter, s.logprobs, srv.incremental, deadline, c if c > 0 else 0)
+    else:
+        recs, wall = run_closed(srv.port, s.api, srv.model, prompt_at, c, s.timeout, counter, s.override,
+                                s.logprobs, srv.incremental, deadline)
+    samples = scraper.stop() if scraper else None
+    entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
+    if rate:
+        entry.update(request_rate=rate, arrival=s.arrival, burstiness=s.burstiness)
+    if s.duration:
+        entry["duration_s"] = s.duration
+    if samples is not None:
+        entry["metrics"] = samples
+    return entry
+
+
+def _measure(s, srv, plan, progress, counter):
+    """Every step of the plan in order; a server found down after a step with failures ends the run (the rest
+    is not sent). Returns (repeats, how the server went down or None, client CPU seconds while measuring)."""
+    repeats, down = [], None
+    progress.measuring()
+    cpu0 = time.process_time()
+    for k, (rep, lv) in enumerate(plan):
+        progress.step(k)
+        entry = _level(s, srv, k, rep, lv, counter)
+        repeats.append(entry)
+        progress.say()
+        if any(r["outcome"] not in ("ok", "wrong_length") for r in entry["requests"]):
+            down = server_down(srv.port, srv.proc, srv.log_mark)
+            if down:
+                down["after_requests"] = counter.done
+                down["line"] = down_line(srv.port, down)
+                break
+    return repeats, down, time.process_time() - cpu0
+
+
+def _answer(s, srv, warm, repeats, down, cpu):
+    """The JSON the laptop reads (sglops.bench.run): raw records, the server as found, what changed since."""
+    changed = None if down else config_changed(srv.port, srv.info, srv.proc)
+    space = srv.space if isinstance(srv.space, dict) else {"test_range": srv.space}
     return {
-        "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
-        "runs": runs, "concurrency": [lv["concurrency"] for lv in levels], "requests_per_run": sizes,
-        "levels": levels, "dataset": dataset, "duration_s": duration, "server_metrics": metrics_off or "scraped",
-        "metrics_interval": interval, "warmup": warm,
-        "server_info": info, "server_version": (info or {}).get("version"), "server_process": proc,
-        "token_space": {**{k: v for k, v in space_out.items() if k != "special"},
-                        "special_ids": len(space_out.get("special") or [])},
-        "sglang": tree, "sglang_error": tree_error, "patches": patches, "server_down": down,
-        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens, "logprobs": logprobs,
-        "incremental_streaming": incremental, "server_changed": changed,
+        "api": s.api, "port": srv.port, "port_from": srv.port_from, "model": srv.model, "input_len": s.in_len,
+        "output_len": s.out_len, "runs": s.runs, "concurrency": [lv["concurrency"] for lv in s.levels],
+        "requests_per_run": {lv["concurrency"]: lv["requests"] for lv in s.levels if not lv.get("rate")},
+        "levels": s.levels, "dataset": s.dataset, "duration_s": s.duration,
+        "server_metrics": srv.metrics_off or "scraped", "metrics_interval": s.interval, "warmup": warm,
+        "server_info": srv.info, "server_version": (srv.info or {}).get("version"), "server_process": srv.proc,
+        "token_space": {**{k: v for k, v in space.items() if k != "special"},
+                        "special_ids": len(space.get("special") or [])},
+        "sglang": srv.tree, "sglang_error": srv.tree_error, "patches": srv.patches, "server_down": down,
+        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": sum(r["tokens"] for e in repeats
+                                                                       for r in e["requests"]),
+        "logprobs": s.logprobs, "incremental_streaming": srv.incremental, "server_changed": changed,
     }
+
+
+def main(args):
+    """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records."""
+    srv = _server(args)
+    s = _settings(args)
+    _inspect(srv, args, s.interval)
+    plan = _plan(s)
+    counter = Counter()
+    progress = _Progress(plan, s, counter).start()
+    try:
+        warm = _warm_up(s, srv)
+        repeats, down, cpu = _measure(s, srv, plan, progress, counter)
+    finally:
+        progress.stop()
+    return _answer(s, srv, warm, repeats, down, cpu)
