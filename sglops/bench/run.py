@@ -473,55 +473,59 @@ def run_bench(
     host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
     Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
     """
-    runs, input_len, output_len = int(runs), int(input_len), int(output_len)
-    port = int(port) if port else None  # None: the server sglops started on the host, else 30000
-    _check(runs, input_len, output_len, api, port)
+    ask = {"runs": int(runs), "input_len": int(input_len), "output_len": int(output_len), "api": api,
+           "port": int(port) if port else None,  # None: the server sglops started on the host, else 30000
+           "warmup": int(warmup), "arrival": arrival, "burstiness": float(burstiness),
+           "duration_s": float(duration) if duration else None, "sweep": sweep,
+           "seed": int((test_options or {}).get("seed", 0))}
+    _check(ask["runs"], ask["input_len"], ask["output_len"], api, ask["port"])
+    plan, data, slos = _checked_load(concurrency, request_rate, sweep, dataset, slo, ask, duration, requests,
+                                     vocab_size)
+    args = {"port": ask["port"], "api": api, "runs": ask["runs"], "input_len": ask["input_len"],
+            "output_len": ask["output_len"], "concurrency": [lv["concurrency"] for lv in plan], "levels": plan,
+            "dataset": data, "duration_s": ask["duration_s"], "arrival": arrival, "burstiness": ask["burstiness"],
+            "metrics_interval": float(metrics_interval or 0), "requests": int(requests) if requests else None,
+            "warmup": ask["warmup"], "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
+            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
+            **(test_options or {})}
+    raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
+    facts = _facts(remote, raw["port"]) if with_facts else None
+    return _result(remote.name, raw, ask, plan, data, slos, facts)
+
+
+def _checked_load(concurrency: str | int | Sequence[int], request_rate: float | None, sweep: str | None,
+                  dataset: str | None, slo: str | None, ask: dict, duration: float | None, requests: int | None,
+                  vocab_size: int | None) -> tuple[list[dict], dict, dict | None]:
+    """The levels, dataset and SLOs asked for, each checked (a ConfigError of one line) before any host is asked."""
     if vocab_size is not None and int(vocab_size) < 2:
         raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
     plan = loads.levels(parse_levels(concurrency), request_rate, sweep)
-    levels = [lv["concurrency"] for lv in plan]
-    data = loads.parse_dataset(dataset, output_len)
+    data = loads.parse_dataset(dataset, ask["output_len"])
     slos = loads.parse_slo(slo)
-    if arrival not in ("poisson", "constant"):
-        raise ConfigError(f"--arrival must be poisson or constant (got {arrival!r})")
+    if ask["arrival"] not in ("poisson", "constant"):
+        raise ConfigError(f"--arrival must be poisson or constant (got {ask['arrival']!r})")
     if duration is not None and float(duration) <= 0:
         raise ConfigError(f"--duration must be a positive number of seconds (got {duration})")
     if duration is not None and requests:
         raise ConfigError("--duration and --requests: a level is bounded by one of them")
-    args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
-            "concurrency": levels, "levels": plan, "dataset": data, "duration_s": float(duration) if duration else None,
-            "arrival": arrival, "burstiness": float(burstiness), "metrics_interval": float(metrics_interval or 0),
-            "requests": int(requests) if requests else None, "warmup": int(warmup),
-            "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
-            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
-            **(test_options or {})}
-    raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
-    outputs = split_outputs(raw["repeats"])
-    facts = None
-    if with_facts:
-        from sglops.probe.facts import gather
+    return plan, data, slos
 
-        facts = gather(remote, port=raw["port"]).to_json()
+
+def _facts(remote: Remote, port: int) -> dict:
+    """The host's facts (GPUs, driver, torch, ...) beside the run: one more round trip."""
+    from sglops.probe.facts import gather
+
+    return gather(remote, port=port).to_json()
+
+
+def _result(host: str, raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None,
+            facts: dict | None) -> BenchResult:
+    """The run from the host script's raw answer: figures per level, what served, outputs apart, the sweep."""
+    outputs = split_outputs(raw["repeats"])
     tokens = raw["client_tokens"]
-    proc = raw.get("server_process") or {}
     result = BenchResult(
-        host=remote.name,
-        config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
-                "runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": levels,
-                "requests_per_run": raw["requests_per_run"], "levels": raw.get("levels"), "warmup": int(warmup),
-                "ignore_eos": True,
-                "temperature": 0, "input": loads.describe(data, input_len, output_len),
-                "dataset": {k: v for k, v in data.items() if k != "items"},
-                "loop": "open" if any(lv["rate"] for lv in plan) else "closed",
-                "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
-                "arrival": arrival if any(lv["rate"] for lv in plan) else None,
-                "burstiness": float(burstiness) if any(lv["rate"] for lv in plan) else None,
-                "duration_s": float(duration) if duration else None, "slo_ms": slos, "sweep": sweep,
-                "server_metrics": raw.get("server_metrics"),
-                "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
-                "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
-                "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
-                               "up to 32 tokens each; not counted"},
+        host=host,
+        config=_config(raw, ask, plan, data, slos),
         levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], slos) for lv in plan],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
@@ -531,20 +535,49 @@ def run_bench(
                 "cpu_us_per_token": raw["client_cpu_s"] / tokens * 1e6 if tokens else None},
         facts=facts,
         raw=raw["repeats"],
-        server={"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
-                "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
-                "python": proc.get("env"), "token_space": raw.get("token_space")} if raw.get("server_version") or proc
-        else None,
+        server=_served(raw),
         server_down=raw.get("server_down"),
         server_changed=raw.get("server_changed"),
         outputs=outputs,
         sweep=None,
     )
-    if sweep:
+    if ask["sweep"]:
         from sglops.bench import load_curve as sweep_mod
 
         result.sweep = sweep_mod.summary([lv.to_json() for lv in result.levels])
     return result
+
+
+def _config(raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None) -> dict:
+    """bench.json's `config`: what was asked and how the host script read it (port, model, levels)."""
+    open_loop = any(lv["rate"] for lv in plan)
+    return {
+        "api": ask["api"], "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
+        "runs": ask["runs"], "input_len": ask["input_len"], "output_len": ask["output_len"],
+        "concurrency": [lv["concurrency"] for lv in plan], "requests_per_run": raw["requests_per_run"],
+        "levels": raw.get("levels"), "warmup": ask["warmup"], "ignore_eos": True, "temperature": 0,
+        "input": loads.describe(data, ask["input_len"], ask["output_len"]),
+        "dataset": {k: v for k, v in data.items() if k != "items"},
+        "loop": "open" if open_loop else "closed",
+        "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
+        "arrival": ask["arrival"] if open_loop else None,
+        "burstiness": ask["burstiness"] if open_loop else None,
+        "duration_s": ask["duration_s"], "slo_ms": slos, "sweep": ask["sweep"],
+        "server_metrics": raw.get("server_metrics"),
+        "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
+        "logprobs": bool(raw.get("logprobs")), "seed": ask["seed"],
+        "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
+                       "up to 32 tokens each; not counted"}
+
+
+def _served(raw: dict) -> dict | None:
+    """What served, as the host script found it: version, process, its python, log, token space."""
+    proc = raw.get("server_process") or {}
+    if not raw.get("server_version") and not proc:
+        return None
+    return {"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
+            "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
+            "python": proc.get("env"), "token_space": raw.get("token_space")}
 
 
 def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
