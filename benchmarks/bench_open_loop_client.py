@@ -12,9 +12,10 @@ answer faster than the client asks. Per offered rate, one bench run of `--second
   as a share of one core; the stand-in's CPU share over the same run (from /proc), the load average after;
 - send lag p50 / p99 (how late the client sent requests against the schedule).
 
-A rate is KEPT when >= 95% of it was achieved, nothing failed and the median send lag stayed under one gap
-(1 / rate): a client that falls behind is late for most requests. The p99 is shown, not judged: on a shared machine
-one preemption of tens of ms puts it over any few-gap bound at any rate. The first rate not kept is where the run saturated; who saturated is read from the CPU shares: the
+A rate is KEPT when >= 95% of it was achieved, nothing failed and the median send lag stayed under 10 gaps
+(10 / rate): a client that cannot keep up falls further behind with every request (hundreds of gaps within a
+second), while one that keeps up is late only by the machine's scheduling jitter (about a ms here, under load).
+The p99 is shown, not judged: on a shared machine one preemption of tens of ms puts it over any few-gap bound. The first rate not kept is where the run saturated; who saturated is read from the CPU shares: the
 client (the GIL keeps it on about one core) when it used >= 85% of a core, else the machine it shares (the
 stand-in, other processes: the load average). `1 / CPU per request` is the client's own ceiling on one core.
 
@@ -36,7 +37,7 @@ from sglops.core.hosts import load_inventory, local_host
 from sglops.core.remote import connect
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 
-KEEP_SHARE, KEEP_LAG_GAPS, CLIENT_BOUND = 0.95, 1, 0.85
+KEEP_SHARE, KEEP_LAG_GAPS, CLIENT_BOUND = 0.95, 10, 0.85
 TICK = os.sysconf("SC_CLK_TCK")
 
 
