@@ -10,7 +10,8 @@ answer faster than the client asks. Per offered rate, one bench run of `--second
 - achieved req/s (completed / wall), requests sent, ok, errors (outcome: count, first message);
 - client CPU per request (its process CPU while measuring / requests sent: every thread, the sockets, JSON) and
   as a share of one core; the stand-in's CPU share over the same run (from /proc), the load average after;
-- send lag p50 / p99 (how late the client sent requests against the schedule).
+- send lag p50 / p99 (how late the client sent requests against the schedule), and each request's e2e p50 / p99 /
+  max (a stall at the server or in the kernel lowers the achieved rate with no send lag: the e2e tail shows it).
 
 A rate is KEPT when >= 95% of it was achieved, nothing failed and the median send lag stayed under 10 gaps
 (10 / rate): a client that cannot keep up falls further behind with every request (hundreds of gaps within a
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from sglops.bench import run as bench
+from sglops.bench import stats
 from sglops.core.hosts import load_inventory, local_host
 from sglops.core.remote import connect
 from sglops.sandbox.standin_local import StandinProcess, start_standin
@@ -57,12 +59,16 @@ def one(remote, server: StandinProcess, rate: float, seconds: float, logprobs: b
     lv, measured = r.levels[0], r.raw[0]["wall_s"]
     n, cpu = lv.requests_total, r.client["cpu_s"]
     bad = {k: v for k, v in lv.outcomes.items() if k != "ok"}
+    e2e = stats.summary([rec["e2e_s"] * 1e3 for rec in r.raw[0]["requests"] if rec.get("e2e_s") is not None])
     return {"offered_req_s": rate, "sent": n, "ok": lv.ok, "errors": bad, "first_error": lv.errors[0] if bad else None,
             "achieved_req_s": round(lv.ok / measured, 1),
             "client_cpu_ms_per_request": round(cpu / n * 1e3, 3) if n else None,
             "client_cpu_share_of_a_core": round(cpu / measured, 3),
             "standin_cpu_share": round(srv / wall, 3),  # the whole bench run (start, warm-up): an upper bound
             "send_lag_p50_ms": round(lv.send_lag_ms["median"], 2), "send_lag_p99_ms": round(lv.send_lag_ms["p99"], 2),
+            # a request's own time: a tail here (a stalled accept) lowers the achieved rate with no send lag
+            "e2e_p50_ms": round(e2e["median"], 2) if e2e else None, "e2e_p99_ms": round(e2e["p99"], 2) if e2e else None,
+            "e2e_max_ms": round(e2e["max"], 1) if e2e else None,
             "load_avg_1m": round(os.getloadavg()[0], 1)}
 
 
