@@ -233,9 +233,9 @@ def prompt_hash(prompt):
 
 
 # -- one request's HTTP, straight on the socket ---------------------------------------------------------------
-# http.client parses every response's headers through the email package and sends a request in pieces; at 1,000
-# requests/s that was ~40% of the client's CPU per request (cProfile, docs/bench.md). One POST on a fresh loopback
-# connection (as bench_serving opens one per request) and the body's chunked framing need far less.
+# http.client parses every response's headers through the email package and sends a request in pieces: about
+# half of the client's CPU per request at 1,000 requests/s (cProfile on CPU time, docs/bench.md). One POST on a
+# fresh loopback connection (bench_serving too opens one per request) and the body's chunked framing need far less.
 _RECV = 1 << 16
 _HEAD_MAX = 1 << 16
 
