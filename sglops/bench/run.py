@@ -481,13 +481,9 @@ def run_bench(
     _check(ask["runs"], ask["input_len"], ask["output_len"], api, ask["port"])
     plan, data, slos = _checked_load(concurrency, request_rate, sweep, dataset, slo, ask, duration, requests,
                                      vocab_size)
-    args = {"port": ask["port"], "api": api, "runs": ask["runs"], "input_len": ask["input_len"],
-            "output_len": ask["output_len"], "concurrency": [lv["concurrency"] for lv in plan], "levels": plan,
-            "dataset": data, "duration_s": ask["duration_s"], "arrival": arrival, "burstiness": ask["burstiness"],
-            "metrics_interval": float(metrics_interval or 0), "requests": int(requests) if requests else None,
-            "warmup": ask["warmup"], "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
-            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
-            **(test_options or {})}
+    args = _host_args(ask, plan, data, remote.host.sglang_root, requests=requests, metrics_interval=metrics_interval,
+                      request_timeout=request_timeout, vocab_size=vocab_size, logprobs=not no_logprobs,
+                      test_options=test_options)
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
     facts = _facts(remote, raw["port"]) if with_facts else None
     return _result(remote.name, raw, ask, plan, data, slos, facts)
@@ -509,6 +505,19 @@ def _checked_load(concurrency: str | int | Sequence[int], request_rate: float | 
     if duration is not None and requests:
         raise ConfigError("--duration and --requests: a level is bounded by one of them")
     return plan, data, slos
+
+
+def _host_args(ask: dict, plan: list[dict], data: dict, sglang_root: str | None, *, requests: int | None,
+               metrics_interval: float, request_timeout: float, vocab_size: int | None, logprobs: bool,
+               test_options: dict | None) -> dict:
+    """What the host script (host/bench_client.py) is sent; `test_options` (tests only) reach it as they are."""
+    return {"port": ask["port"], "api": ask["api"], "runs": ask["runs"], "input_len": ask["input_len"],
+            "output_len": ask["output_len"], "concurrency": [lv["concurrency"] for lv in plan], "levels": plan,
+            "dataset": data, "duration_s": ask["duration_s"], "arrival": ask["arrival"],
+            "burstiness": ask["burstiness"], "metrics_interval": float(metrics_interval or 0),
+            "requests": int(requests) if requests else None, "warmup": ask["warmup"],
+            "request_timeout": request_timeout, "sglang_root": sglang_root,
+            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": logprobs, **(test_options or {})}
 
 
 def _facts(remote: Remote, port: int) -> dict:

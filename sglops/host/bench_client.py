@@ -453,50 +453,56 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
            "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None, "out_len": out_len,
            "prompt": prompt_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
-    chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
     st = time.perf_counter()
-    last_n, done, state, sock = 0, False, {"final_n": None}, None
+    state, sock = {"last_n": 0, "done": False, "final_n": None}, None
     try:
         sock, status, headers, rest = _post(port, path, payload, timeout)
         if status != 200:
             text = b"".join(b for _, b in _body(sock, headers, rest)).decode(errors="replace").strip()
             rec.update(outcome="http_error", error=f"HTTP {status}: {text.replace(NL, ' ')[:200]}")
             return rec
-        now = st
-        for now, line in _lines(_body(sock, headers, rest)):
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            n = _native_chunk(data, rec, incremental) if api == "sglang" else _openai_chunk(data, rec, state)
-            if n is None:
-                break
-            if n is _SKIP:
-                continue
-            if n is _TEXT:
-                chunk_t.append(round(now - st, 6))
-                chunk_n.append(None)
-            elif n > last_n:
-                chunk_t.append(round(now - st, 6))
-                chunk_n.append(n)
-                last_n = n
-        rec["e2e_s"] = round(now - st, 6)
+        _read_events(_lines(_body(sock, headers, rest)), api, rec, incremental, st, state)
     except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        if chunk_t:
-            rec.update(outcome="dropped", error=f"stream dropped after {last_n} tokens ({type(exc).__name__})")
+        if rec["chunk_t"]:
+            rec.update(outcome="dropped", error=f"stream dropped after {state['last_n']} tokens ({type(exc).__name__})")
         else:
             rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
     finally:
         if sock is not None:
             sock.close()
         rec["cpu_s"] = time.thread_time() - cpu0
-    _settle(rec, api, done, state["final_n"], last_n, out_len)
+    _settle(rec, api, state["done"], state["final_n"], state["last_n"], out_len)
     return rec
+
+
+def _read_events(events, api, rec, incremental, st, state):
+    """Each `data:` event into rec: the (arrival - st, cumulative count) timeline, the outputs, the finish.
+    `state`: last_n (the count so far), done ([DONE] seen), final_n (a final usage chunk's count)."""
+    chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
+    now = st
+    for now, line in events:
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            state["done"] = True
+            break
+        n = _native_chunk(data, rec, incremental) if api == "sglang" else _openai_chunk(data, rec, state)
+        if n is None:
+            break
+        if n is _SKIP:
+            continue
+        if n is _TEXT:
+            chunk_t.append(round(now - st, 6))
+            chunk_n.append(None)
+        elif n > state["last_n"]:
+            chunk_t.append(round(now - st, 6))
+            chunk_n.append(n)
+            state["last_n"] = n
+    rec["e2e_s"] = round(now - st, 6)
 
 
 # -- a batch of requests at a concurrency -------------------------------------------------------------
