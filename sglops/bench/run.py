@@ -207,25 +207,12 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
     errors = sorted({f"{rec['outcome']}: {rec['error']}" for rec in recs if rec.get("error")})[:5]
     suspect: Counter = Counter()
     examples: list[str] = []
-    good, per_repeat_decode, per_repeat_output, per_repeat_req, per_repeat_good = [], [], [], [], []
+    good: list[dict] = []
+    per = {"decode": [], "output": [], "req": [], "good": []}  # one figure per repeat
     for r in mine:
-        ms = []
-        for rec in r["requests"]:
-            m = request_metrics(rec)
-            if m and m["suspect"]:
-                suspect[m["suspect"].split(":")[0]] += 1
-                if len(examples) < 3:
-                    examples.append(m["suspect"])
-            elif m:
-                ms.append(m)
+        ms = _sound_metrics(r["requests"], suspect, examples)
         good += ms
-        if r["wall_s"] > 0:
-            per_repeat_req.append(sum(rec["outcome"] == "ok" for rec in r["requests"]) / r["wall_s"])
-            if slo:
-                per_repeat_good.append(sum(meets(m, slo) for m in ms) / r["wall_s"])
-        if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
-            per_repeat_decode.append(stats.median([m["decode_tok_s"] for m in ms]))
-            per_repeat_output.append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
+        _repeat_figures(r, ms, slo, per)
     tokens = sum(rec["tokens"] for rec in recs)
     cpu = sum(rec.get("cpu_s") or 0.0 for rec in recs)
     return Level(
@@ -233,8 +220,8 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         requests_total=len(recs),
         outcomes=dict(outcomes),
         errors=errors,
-        decode_tok_s=stats.figure(per_repeat_decode),
-        output_tok_s=stats.figure(per_repeat_output),
+        decode_tok_s=stats.figure(per["decode"]),
+        output_tok_s=stats.figure(per["output"]),
         ttft_ms=stats.summary([m["ttft_ms"] for m in good]),
         itl_ms=stats.summary([x for m in good for x in m["itl_ms"]]),
         tpot_ms=stats.summary([m["tpot_ms"] for m in good]),
@@ -245,13 +232,40 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         suspect=dict(suspect),
         suspect_examples=examples,
         request_rate=rate,
-        request_throughput=stats.figure(per_repeat_req),
-        goodput={"slo": slo, "req_s": stats.figure(per_repeat_good),
+        request_throughput=stats.figure(per["req"]),
+        goodput={"slo": slo, "req_s": stats.figure(per["good"]),
                  "share": sum(meets(m, slo) for m in good) / len(recs) if recs else None} if slo else None,
         prompt=_prompt_tokens(recs),
         server=_server(mine, recs),
         send_lag_ms=stats.summary([rec["lag_s"] * 1e3 for rec in recs if rec.get("lag_s") is not None]),
     )
+
+
+def _sound_metrics(recs: Sequence[dict], suspect: Counter, examples: list[str]) -> list[dict]:
+    """The figures of a repeat's requests that can be what the server did; suspect ones are counted by their
+    reason's kind (and the first three reasons kept) instead."""
+    out = []
+    for rec in recs:
+        m = request_metrics(rec)
+        if m and m["suspect"]:
+            suspect[m["suspect"].split(":")[0]] += 1
+            if len(examples) < 3:
+                examples.append(m["suspect"])
+        elif m:
+            out.append(m)
+    return out
+
+
+def _repeat_figures(r: dict, ms: Sequence[dict], slo: dict[str, float] | None, per: dict[str, list]) -> None:
+    """A repeat's own figures: completed requests/s and goodput over its wall time; its median decode rate and
+    output tok/s only when every request of it succeeded."""
+    if r["wall_s"] > 0:
+        per["req"].append(sum(rec["outcome"] == "ok" for rec in r["requests"]) / r["wall_s"])
+        if slo:
+            per["good"].append(sum(meets(m, slo) for m in ms) / r["wall_s"])
+    if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
+        per["decode"].append(stats.median([m["decode_tok_s"] for m in ms]))
+        per["output"].append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
 
 
 def _prompt_tokens(recs: Sequence[dict]) -> dict | None:
