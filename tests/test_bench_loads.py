@@ -10,6 +10,8 @@ The stand-in serves no /metrics and reports no cached tokens: those are proven o
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,12 @@ from sglops.bench.compare import compare
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 from sglops.core.op import new_run_id
-from sglops.host import _bench_metrics
+from sglops.host import _bench_metrics, bench_client
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from sglops.views.files import draw
 from sglops.views.report import render as report_markdown
 from sglops.views.show import render
+from tests.cases import document
 from tests.inproc import run_inv
 
 DATA = Path(__file__).parent / "data" / "metrics"
@@ -79,6 +82,91 @@ def test_constant_arrivals_are_sent_on_schedule_and_counted_per_level(standin, r
     steps = [e for e in events if e.get("steps")]
     assert steps and steps[-1]["steps"] == 2 and steps[-1]["step"] == 2 and steps[-1]["eta_s"] == 0
     assert any(e.get("eta_s") for e in steps[:-1]) or len(steps) == 1
+
+
+def test_a_burst_of_new_connections_queues_at_the_standin_instead_of_resetting(tmp_path):
+    """300 connections opened at once all get /health answered: the stand-in listens with a server's backlog
+    (socketserver's default of 5 timed out or reset ~90 of them), so an open loop's figures are the client's."""
+    server = start_standin("--model-path", "m", knobs={"TPS": 1e6, "TTFT_MS": 0, "STARTUP_S": 0.1},
+                           log=tmp_path / "standin.log")
+    errors: list[str] = []
+
+    def one() -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+                conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                head = conn.recv(64)
+            if not head.startswith(b"HTTP/1.1 200"):
+                errors.append(repr(head[:32]))
+        except OSError as exc:
+            errors.append(type(exc).__name__)
+
+    try:
+        server.wait_healthy(10)
+        threads = [threading.Thread(target=one) for _ in range(300)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.stop()
+    assert errors == [], f"{len(errors)} of 300 failed: {errors[:5]}"
+
+
+# The client reads HTTP straight off the socket: each framing a server may use, on a real SGLang 0.5.23 stream
+REAL_GENERATE = "".join(document("stream_chunks")["streams"]["sglang"]["pieces"]).encode()
+FRAMINGS = {  # the response head (and body) a one-shot loopback server answers with
+    "content-length": b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(REAL_GENERATE), REAL_GENERATE),
+    "until-close": b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + REAL_GENERATE,
+    "chunked-with-extension-and-trailer": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x;ext=1\r\n%s\r\n"
+                                          b"0\r\nX-Trailer: 1\r\n\r\n" % (len(REAL_GENERATE), REAL_GENERATE),
+    "length-cut-short": b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(REAL_GENERATE) + 50,
+                                                                                REAL_GENERATE[:-20]),
+    "closed-without-answer": b"",
+    "not-http": b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
+    "error-status": b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 17\r\n\r\nServer is\nloading",
+    "bad-chunk-size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\ndata: x\r\n",
+}
+WANT = {
+    "content-length": ("ok", None), "until-close": ("ok", None), "chunked-with-extension-and-trailer": ("ok", None),
+    "length-cut-short": ("dropped", "stream dropped after 1 tokens (IncompleteRead)"),
+    "closed-without-answer": ("error", "RemoteDisconnected"), "not-http": ("error", "BadStatusLine"),
+    "error-status": ("http_error", "HTTP 503: Server is loading"), "bad-chunk-size": ("error", "ValueError"),
+}
+
+
+@pytest.mark.parametrize("framing", list(FRAMINGS))
+def test_the_client_reads_every_http_framing_a_server_may_answer_with(framing):
+    answer = FRAMINGS[framing]
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        got: list[bytes] = []
+
+        def serve() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(body) < length:
+                    body += conn.recv(65536)
+                got.append(data)
+                conn.sendall(answer)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        rec = bench_client.one_request(srv.getsockname()[1], "sglang", "m", [11, 22, 33, 44], 3, 10)
+        thread.join(5)
+    outcome, error = WANT[framing]
+    assert (rec["outcome"], rec["error"] if error is None else error in (rec["error"] or "")) == \
+        (outcome, True if error else None), rec
+    request = got[0]
+    assert request.startswith(b"POST /generate HTTP/1.1\r\n") and b"\r\nContent-Type: application/json\r\n" in request
+    assert json.loads(request.partition(b"\r\n\r\n")[2])["input_ids"] == [11, 22, 33, 44]
+    if outcome == "ok":
+        assert rec["tokens"] == 3 and rec["chunk_n"] == [1, 3] and rec["ids"] == [977, 8, 8]
 
 
 def test_poisson_gaps_have_the_asked_mean_and_burstiness_changes_their_spread():

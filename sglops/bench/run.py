@@ -207,25 +207,12 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
     errors = sorted({f"{rec['outcome']}: {rec['error']}" for rec in recs if rec.get("error")})[:5]
     suspect: Counter = Counter()
     examples: list[str] = []
-    good, per_repeat_decode, per_repeat_output, per_repeat_req, per_repeat_good = [], [], [], [], []
+    good: list[dict] = []
+    per = {"decode": [], "output": [], "req": [], "good": []}  # one figure per repeat
     for r in mine:
-        ms = []
-        for rec in r["requests"]:
-            m = request_metrics(rec)
-            if m and m["suspect"]:
-                suspect[m["suspect"].split(":")[0]] += 1
-                if len(examples) < 3:
-                    examples.append(m["suspect"])
-            elif m:
-                ms.append(m)
+        ms = _sound_metrics(r["requests"], suspect, examples)
         good += ms
-        if r["wall_s"] > 0:
-            per_repeat_req.append(sum(rec["outcome"] == "ok" for rec in r["requests"]) / r["wall_s"])
-            if slo:
-                per_repeat_good.append(sum(meets(m, slo) for m in ms) / r["wall_s"])
-        if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
-            per_repeat_decode.append(stats.median([m["decode_tok_s"] for m in ms]))
-            per_repeat_output.append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
+        _repeat_figures(r, ms, slo, per)
     tokens = sum(rec["tokens"] for rec in recs)
     cpu = sum(rec.get("cpu_s") or 0.0 for rec in recs)
     return Level(
@@ -233,8 +220,8 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         requests_total=len(recs),
         outcomes=dict(outcomes),
         errors=errors,
-        decode_tok_s=stats.figure(per_repeat_decode),
-        output_tok_s=stats.figure(per_repeat_output),
+        decode_tok_s=stats.figure(per["decode"]),
+        output_tok_s=stats.figure(per["output"]),
         ttft_ms=stats.summary([m["ttft_ms"] for m in good]),
         itl_ms=stats.summary([x for m in good for x in m["itl_ms"]]),
         tpot_ms=stats.summary([m["tpot_ms"] for m in good]),
@@ -245,13 +232,40 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         suspect=dict(suspect),
         suspect_examples=examples,
         request_rate=rate,
-        request_throughput=stats.figure(per_repeat_req),
-        goodput={"slo": slo, "req_s": stats.figure(per_repeat_good),
+        request_throughput=stats.figure(per["req"]),
+        goodput={"slo": slo, "req_s": stats.figure(per["good"]),
                  "share": sum(meets(m, slo) for m in good) / len(recs) if recs else None} if slo else None,
         prompt=_prompt_tokens(recs),
         server=_server(mine, recs),
         send_lag_ms=stats.summary([rec["lag_s"] * 1e3 for rec in recs if rec.get("lag_s") is not None]),
     )
+
+
+def _sound_metrics(recs: Sequence[dict], suspect: Counter, examples: list[str]) -> list[dict]:
+    """The figures of a repeat's requests that can be what the server did; suspect ones are counted by their
+    reason's kind (and the first three reasons kept) instead."""
+    out = []
+    for rec in recs:
+        m = request_metrics(rec)
+        if m and m["suspect"]:
+            suspect[m["suspect"].split(":")[0]] += 1
+            if len(examples) < 3:
+                examples.append(m["suspect"])
+        elif m:
+            out.append(m)
+    return out
+
+
+def _repeat_figures(r: dict, ms: Sequence[dict], slo: dict[str, float] | None, per: dict[str, list]) -> None:
+    """A repeat's own figures: completed requests/s and goodput over its wall time; its median decode rate and
+    output tok/s only when every request of it succeeded."""
+    if r["wall_s"] > 0:
+        per["req"].append(sum(rec["outcome"] == "ok" for rec in r["requests"]) / r["wall_s"])
+        if slo:
+            per["good"].append(sum(meets(m, slo) for m in ms) / r["wall_s"])
+    if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
+        per["decode"].append(stats.median([m["decode_tok_s"] for m in ms]))
+        per["output"].append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
 
 
 def _prompt_tokens(recs: Sequence[dict]) -> dict | None:
@@ -473,55 +487,68 @@ def run_bench(
     host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
     Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
     """
-    runs, input_len, output_len = int(runs), int(input_len), int(output_len)
-    port = int(port) if port else None  # None: the server sglops started on the host, else 30000
-    _check(runs, input_len, output_len, api, port)
+    ask = {"runs": int(runs), "input_len": int(input_len), "output_len": int(output_len), "api": api,
+           "port": int(port) if port else None,  # None: the server sglops started on the host, else 30000
+           "warmup": int(warmup), "arrival": arrival, "burstiness": float(burstiness),
+           "duration_s": float(duration) if duration else None, "sweep": sweep,
+           "seed": int((test_options or {}).get("seed", 0))}
+    _check(ask["runs"], ask["input_len"], ask["output_len"], api, ask["port"])
+    plan, data, slos = _checked_load(concurrency, request_rate, sweep, dataset, slo, ask, duration, requests,
+                                     vocab_size)
+    args = _host_args(ask, plan, data, remote.host.sglang_root, requests=requests, metrics_interval=metrics_interval,
+                      request_timeout=request_timeout, vocab_size=vocab_size, logprobs=not no_logprobs,
+                      test_options=test_options)
+    raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
+    facts = _facts(remote, raw["port"]) if with_facts else None
+    return _result(remote.name, raw, ask, plan, data, slos, facts)
+
+
+def _checked_load(concurrency: str | int | Sequence[int], request_rate: float | None, sweep: str | None,
+                  dataset: str | None, slo: str | None, ask: dict, duration: float | None, requests: int | None,
+                  vocab_size: int | None) -> tuple[list[dict], dict, dict | None]:
+    """The levels, dataset and SLOs asked for, each checked (a ConfigError of one line) before any host is asked."""
     if vocab_size is not None and int(vocab_size) < 2:
         raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
     plan = loads.levels(parse_levels(concurrency), request_rate, sweep)
-    levels = [lv["concurrency"] for lv in plan]
-    data = loads.parse_dataset(dataset, output_len)
+    data = loads.parse_dataset(dataset, ask["output_len"])
     slos = loads.parse_slo(slo)
-    if arrival not in ("poisson", "constant"):
-        raise ConfigError(f"--arrival must be poisson or constant (got {arrival!r})")
+    if ask["arrival"] not in ("poisson", "constant"):
+        raise ConfigError(f"--arrival must be poisson or constant (got {ask['arrival']!r})")
     if duration is not None and float(duration) <= 0:
         raise ConfigError(f"--duration must be a positive number of seconds (got {duration})")
     if duration is not None and requests:
         raise ConfigError("--duration and --requests: a level is bounded by one of them")
-    args = {"port": port, "api": api, "runs": runs, "input_len": input_len, "output_len": output_len,
-            "concurrency": levels, "levels": plan, "dataset": data, "duration_s": float(duration) if duration else None,
-            "arrival": arrival, "burstiness": float(burstiness), "metrics_interval": float(metrics_interval or 0),
-            "requests": int(requests) if requests else None, "warmup": int(warmup),
-            "request_timeout": request_timeout, "sglang_root": remote.host.sglang_root,
-            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": not no_logprobs,
-            **(test_options or {})}
-    raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
-    outputs = split_outputs(raw["repeats"])
-    facts = None
-    if with_facts:
-        from sglops.probe.facts import gather
+    return plan, data, slos
 
-        facts = gather(remote, port=raw["port"]).to_json()
+
+def _host_args(ask: dict, plan: list[dict], data: dict, sglang_root: str | None, *, requests: int | None,
+               metrics_interval: float, request_timeout: float, vocab_size: int | None, logprobs: bool,
+               test_options: dict | None) -> dict:
+    """What the host script (host/bench_client.py) is sent; `test_options` (tests only) reach it as they are."""
+    return {"port": ask["port"], "api": ask["api"], "runs": ask["runs"], "input_len": ask["input_len"],
+            "output_len": ask["output_len"], "concurrency": [lv["concurrency"] for lv in plan], "levels": plan,
+            "dataset": data, "duration_s": ask["duration_s"], "arrival": ask["arrival"],
+            "burstiness": ask["burstiness"], "metrics_interval": float(metrics_interval or 0),
+            "requests": int(requests) if requests else None, "warmup": ask["warmup"],
+            "request_timeout": request_timeout, "sglang_root": sglang_root,
+            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": logprobs, **(test_options or {})}
+
+
+def _facts(remote: Remote, port: int) -> dict:
+    """The host's facts (GPUs, driver, torch, ...) beside the run: one more round trip."""
+    from sglops.probe.facts import gather
+
+    return gather(remote, port=port).to_json()
+
+
+def _result(host: str, raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None,
+            facts: dict | None) -> BenchResult:
+    """The run from the host script's raw answer: figures per level, what served, outputs apart, the sweep."""
+    outputs = split_outputs(raw["repeats"])
     tokens = raw["client_tokens"]
-    proc = raw.get("server_process") or {}
     result = BenchResult(
-        host=remote.name,
-        config={"api": api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
-                "runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": levels,
-                "requests_per_run": raw["requests_per_run"], "levels": raw.get("levels"), "warmup": int(warmup),
-                "ignore_eos": True,
-                "temperature": 0, "input": loads.describe(data, input_len, output_len),
-                "dataset": {k: v for k, v in data.items() if k != "items"},
-                "loop": "open" if any(lv["rate"] for lv in plan) else "closed",
-                "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
-                "arrival": arrival if any(lv["rate"] for lv in plan) else None,
-                "burstiness": float(burstiness) if any(lv["rate"] for lv in plan) else None,
-                "duration_s": float(duration) if duration else None, "slo_ms": slos, "sweep": sweep,
-                "server_metrics": raw.get("server_metrics"),
-                "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
-                "logprobs": bool(raw.get("logprobs")), "seed": int((test_options or {}).get("seed", 0)),
-                "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
-                               "up to 32 tokens each; not counted"},
+        host=host,
+        config=_config(raw, ask, plan, data, slos),
         levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], slos) for lv in plan],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
@@ -531,20 +558,49 @@ def run_bench(
                 "cpu_us_per_token": raw["client_cpu_s"] / tokens * 1e6 if tokens else None},
         facts=facts,
         raw=raw["repeats"],
-        server={"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
-                "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
-                "python": proc.get("env"), "token_space": raw.get("token_space")} if raw.get("server_version") or proc
-        else None,
+        server=_served(raw),
         server_down=raw.get("server_down"),
         server_changed=raw.get("server_changed"),
         outputs=outputs,
         sweep=None,
     )
-    if sweep:
+    if ask["sweep"]:
         from sglops.bench import load_curve as sweep_mod
 
         result.sweep = sweep_mod.summary([lv.to_json() for lv in result.levels])
     return result
+
+
+def _config(raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None) -> dict:
+    """bench.json's `config`: what was asked and how the host script read it (port, model, levels)."""
+    open_loop = any(lv["rate"] for lv in plan)
+    return {
+        "api": ask["api"], "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
+        "runs": ask["runs"], "input_len": ask["input_len"], "output_len": ask["output_len"],
+        "concurrency": [lv["concurrency"] for lv in plan], "requests_per_run": raw["requests_per_run"],
+        "levels": raw.get("levels"), "warmup": ask["warmup"], "ignore_eos": True, "temperature": 0,
+        "input": loads.describe(data, ask["input_len"], ask["output_len"]),
+        "dataset": {k: v for k, v in data.items() if k != "items"},
+        "loop": "open" if open_loop else "closed",
+        "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
+        "arrival": ask["arrival"] if open_loop else None,
+        "burstiness": ask["burstiness"] if open_loop else None,
+        "duration_s": ask["duration_s"], "slo_ms": slos, "sweep": ask["sweep"],
+        "server_metrics": raw.get("server_metrics"),
+        "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
+        "logprobs": bool(raw.get("logprobs")), "seed": ask["seed"],
+        "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
+                       "up to 32 tokens each; not counted"}
+
+
+def _served(raw: dict) -> dict | None:
+    """What served, as the host script found it: version, process, its python, log, token space."""
+    proc = raw.get("server_process") or {}
+    if not raw.get("server_version") and not proc:
+        return None
+    return {"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
+            "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
+            "python": proc.get("env"), "token_space": raw.get("token_space")}
 
 
 def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:

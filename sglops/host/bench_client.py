@@ -13,8 +13,10 @@ import json
 import os
 import random
 import re
+import socket
 import threading
 import time
+from types import SimpleNamespace
 
 from . import _bench_metrics
 from ._bench_load import Prompts, gaps
@@ -26,7 +28,11 @@ LOOPBACK = "127.0.0.1"
 _META = b'"meta_info":'
 _NUMBER = re.compile(rb"\s*(null|-?[0-9][0-9.eE+-]*)")
 _FINISH_KEY = b'"finish_reason":'
+_KEYS = ("completion_tokens", "cached_tokens", "e2e_latency")
+_META_KEYS = {want: tuple((key, b'"%s":' % key.encode()) for key in _KEYS + (("prompt_tokens",) if want else ()))
+              for want in (False, True)}  # the numbers a streaming /generate chunk is read for, as bytes keys
 _print_lock = threading.Lock()
+NL = "\n"
 
 
 def _say(**fields):
@@ -160,9 +166,7 @@ def _native_meta(data, want_prompt=False):
         m = _NUMBER.match(data, fin + len(_FINISH_KEY)) if fin >= 0 else None
         if m and m.group(1) == b"null":
             meta = {"finish_reason": None}
-            for key in ("completion_tokens", "cached_tokens", "e2e_latency", *(("prompt_tokens",) if want_prompt
-                                                                                 else ())):
-                k = b'"' + key.encode() + b'":'
+            for key, k in _META_KEYS[want_prompt]:
                 i = data.rfind(k, at)
                 m = _NUMBER.match(data, i + len(k)) if i >= 0 else None
                 if m:
@@ -228,19 +232,125 @@ def prompt_hash(prompt):
     return ids_hash(prompt)
 
 
-def _lines(resp):
-    """(arrival time, line) for each line of the stream; lines that arrived together share a time.
+# -- one request's HTTP, straight on the socket ---------------------------------------------------------------
+# http.client parses every response's headers through the email package and sends a request in pieces: about
+# half of the client's CPU per request at 1,000 requests/s (cProfile on CPU time, docs/bench.md). One POST on a
+# fresh loopback connection (bench_serving too opens one per request) and the body's chunked framing need far less.
+_RECV = 1 << 16
+_HEAD_MAX = 1 << 16
 
-    read1() hands over whatever the socket has (one HTTP chunk at most), far cheaper than readline().
-    """
+
+def _post(port, path, payload, timeout):
+    """Open a connection, send one POST; returns (socket, status, lower-cased headers, body bytes already read)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.connect((LOOPBACK, port))
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (path.encode(), LOOPBACK.encode(), port, len(payload), payload))
+        status, headers, rest = _read_head(sock)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, status, headers, rest
+
+
+def _read_head(sock):
+    """(status, headers, what followed them) of the response; the errors http.client would raise."""
     buf = b""
     while True:
-        block = resp.read1(1 << 16)
-        now = time.perf_counter()
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            break
+        if len(buf) > _HEAD_MAX:
+            raise http.client.LineTooLong("response headers")
+        block = sock.recv(_RECV)
         if not block:
             if buf:
-                yield now, buf
+                raise http.client.IncompleteRead(buf)
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        buf += block
+    lines = buf[:end].split(b"\r\n")
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        raise http.client.BadStatusLine(lines[0][:100].decode("latin-1"))
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(b":")
+        headers[key.strip().lower()] = value.strip()
+    return int(parts[1]), headers, buf[end + 4:]
+
+
+def _body(sock, headers, rest):
+    """(arrival time, body bytes) per read from the socket: chunked, Content-Length or to the end; what arrived
+    together shares a time. A body cut short raises IncompleteRead (as http.client does)."""
+    if headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"):
+        return _dechunk(sock, rest)
+    length = headers.get(b"content-length")
+    return _plain(sock, rest, int(length) if length is not None else None)
+
+
+def _plain(sock, buf, length):
+    got = 0
+    while True:
+        if buf:
+            if length is not None:
+                buf = buf[:length - got]
+            got += len(buf)
+            yield time.perf_counter(), buf
+        if length is not None and got >= length:
             return
+        buf = sock.recv(_RECV)
+        if not buf:
+            if length is not None:
+                raise http.client.IncompleteRead(b"", length - got)
+            return
+
+
+def _dechunk(sock, buf):
+    """The data of a chunked body as it arrives: each read's complete and partial chunks joined."""
+    need = skip = 0  # data bytes of the current chunk still to come; its trailing CRLF still to drop
+    now = time.perf_counter()
+    while True:
+        out, at = [], 0
+        while at < len(buf):
+            if skip:
+                taken = min(skip, len(buf) - at)
+                at, skip = at + taken, skip - taken
+            elif need:
+                piece = buf[at:at + need]
+                out.append(piece)
+                at, need = at + len(piece), need - len(piece)
+                skip = 0 if need else 2
+            else:
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    if len(buf) - at > 1024:
+                        raise http.client.HTTPException("chunk size line too long")
+                    break
+                size = int(buf[at:end].split(b";")[0], 16)  # ValueError if it is no hex number
+                at = end + 2
+                if size == 0:  # the last chunk (trailers, if any, are not read)
+                    if out:
+                        yield now, b"".join(out)
+                    return
+                need = size
+        if out:
+            yield now, out[0] if len(out) == 1 else b"".join(out)
+        block = sock.recv(_RECV)
+        now = time.perf_counter()
+        if not block:
+            raise http.client.IncompleteRead(b"")
+        buf = buf[at:] + block if at < len(buf) else block
+
+
+def _lines(blocks):
+    """(arrival time, line) for each line of the stream; lines that arrived together share a time."""
+    buf = b""
+    now = None
+    for now, block in blocks:
         buf = buf + block if buf else block
         start = 0
         while True:
@@ -250,6 +360,8 @@ def _lines(resp):
             yield now, buf[start:end]
             start = end + 1
         buf = buf[start:]
+    if buf:
+        yield now, buf
 
 
 _SKIP, _TEXT = object(), object()  # a chunk that carries no count: ignore it / a text chunk of unknown count
@@ -341,51 +453,56 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
            "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None, "out_len": out_len,
            "prompt": prompt_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
-    chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
     cpu0 = time.thread_time()
-    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
     st = time.perf_counter()
-    last_n, done, state = 0, False, {"final_n": None}
+    state, sock = {"last_n": 0, "done": False, "final_n": None}, None
     try:
-        conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            text = resp.read().decode(errors="replace").strip().replace("\n", " ")
-            rec.update(outcome="http_error", error=f"HTTP {resp.status}: {text[:200]}")
+        sock, status, headers, rest = _post(port, path, payload, timeout)
+        if status != 200:
+            text = b"".join(b for _, b in _body(sock, headers, rest)).decode(errors="replace").strip()
+            rec.update(outcome="http_error", error=f"HTTP {status}: {text.replace(NL, ' ')[:200]}")
             return rec
-        now = st
-        for now, line in _lines(resp):
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            n = _native_chunk(data, rec, incremental) if api == "sglang" else _openai_chunk(data, rec, state)
-            if n is None:
-                break
-            if n is _SKIP:
-                continue
-            if n is _TEXT:
-                chunk_t.append(round(now - st, 6))
-                chunk_n.append(None)
-            elif n > last_n:
-                chunk_t.append(round(now - st, 6))
-                chunk_n.append(n)
-                last_n = n
-        rec["e2e_s"] = round(now - st, 6)
-    except TimeoutError:
+        _read_events(_lines(_body(sock, headers, rest)), api, rec, incremental, st, state)
+    except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        if chunk_t:
-            rec.update(outcome="dropped", error=f"stream dropped after {last_n} tokens ({type(exc).__name__})")
+        if rec["chunk_t"]:
+            rec.update(outcome="dropped", error=f"stream dropped after {state['last_n']} tokens ({type(exc).__name__})")
         else:
             rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
     finally:
-        conn.close()
+        if sock is not None:
+            sock.close()
         rec["cpu_s"] = time.thread_time() - cpu0
-    _settle(rec, api, done, state["final_n"], last_n, out_len)
+    _settle(rec, api, state["done"], state["final_n"], state["last_n"], out_len)
     return rec
+
+
+def _read_events(events, api, rec, incremental, st, state):
+    """Each `data:` event into rec: the (arrival - st, cumulative count) timeline, the outputs, the finish.
+    `state`: last_n (the count so far), done ([DONE] seen), final_n (a final usage chunk's count)."""
+    chunk_t, chunk_n = rec["chunk_t"], rec["chunk_n"]
+    now = st
+    for now, line in events:
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            state["done"] = True
+            break
+        n = _native_chunk(data, rec, incremental) if api == "sglang" else _openai_chunk(data, rec, state)
+        if n is None:
+            break
+        if n is _SKIP:
+            continue
+        if n is _TEXT:
+            chunk_t.append(round(now - st, 6))
+            chunk_n.append(None)
+        elif n > state["last_n"]:
+            chunk_t.append(round(now - st, 6))
+            chunk_n.append(n)
+            state["last_n"] = n
+    rec["e2e_s"] = round(now - st, 6)
 
 
 # -- a batch of requests at a concurrency -------------------------------------------------------------
@@ -584,149 +701,218 @@ def prompt_ids(space, seed, n):
     return draw_prompt_ids(space, seed, n)
 
 
-def main(args):
-    tree, tree_error = try_find_sglang(args.get("sglang_root"))
-    root = tree["root"] if tree else None
-    port, port_from = server_port(root, args.get("port"))
+# -- the run: what was asked, the server, the plan, progress, warm-up, measuring, the answer --------------------
+def _settings(args):
+    """What the laptop asked for (it always sends runs and lengths: sglops.bench.params has their defaults)."""
     api = args.get("api") or "sglang"
     if api not in ("sglang", "openai"):
         raise UserError(f"unknown api {api!r} (sglang or openai)")
     levels = [dict(lv) for lv in args.get("levels") or []] or [{"concurrency": int(c), "rate": None}
                                                                 for c in args.get("concurrency") or [1]]
-    # the laptop always sends these (sglops.bench.params has their defaults)
-    runs, in_len, out_len = int(args["runs"]), int(args["input_len"]), int(args["output_len"])
-    per_run = args.get("requests")  # per repeat and level; default one per stream
-    warmup = int(args.get("warmup", 1))
-    timeout = float(args.get("request_timeout", 120))
-    override = args.get("test_sampling_override")  # tests only: the first request of each repeat asks for this
-    logprobs = bool(args.get("logprobs", True))
+    return SimpleNamespace(
+        api=api, levels=levels, runs=int(args["runs"]), in_len=int(args["input_len"]),
+        out_len=int(args["output_len"]), per_run=args.get("requests"),  # per repeat and level; default one per stream
+        warmup=int(args.get("warmup", 1)), timeout=float(args.get("request_timeout", 120)),
+        override=args.get("test_sampling_override"),  # tests only: the first request of each repeat asks for this
+        logprobs=bool(args.get("logprobs", True)), dataset=args.get("dataset") or {"kind": "random"},
+        duration=float(args["duration_s"]) if args.get("duration_s") else None,
+        arrival=args.get("arrival") or "poisson", burstiness=float(args.get("burstiness") or 1.0),
+        interval=float(args.get("metrics_interval") or 0), seed=int(args.get("seed", 0)))
 
+
+def _server(args):
+    """Where the server is: the SGLang tree on this host (if any) and the port (--port, sglops' state, 30000)."""
+    tree, tree_error = try_find_sglang(args.get("sglang_root"))
+    root = tree["root"] if tree else None
+    port, port_from = server_port(root, args.get("port"))
+    return SimpleNamespace(tree=tree, tree_error=tree_error, root=root, port=port, port_from=port_from)
+
+
+def _inspect(srv, args, interval):
+    """The server as found before measuring (healthy, or a UserError): what it is, its process and log, the
+    patches applied to its tree, the ids its model takes, and whether its /metrics can be scraped."""
+    port = srv.port
     check_health(port)
-    info = server_info(port)
-    model = args.get("model") or served_model(port, info)
-    proc = server_process(port, root)
+    srv.info = info = server_info(port)
+    srv.model = args.get("model") or served_model(port, info)
+    srv.proc = proc = server_process(port, srv.root)
     if proc and proc.get("python"):
         proc["env"] = python_env(proc["python"], proc.get("pythonpath"))
-    log_mark = log_size((proc or {}).get("log"))
-    space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
-                                                               args.get("vocab_size"), (proc or {}).get("hf_env"))
-    patches = applied_patches(root)
-    incremental = bool((info or {}).get("incremental_streaming_output"))
+    srv.log_mark = log_size((proc or {}).get("log"))
+    srv.space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
+                                                                  args.get("vocab_size"), (proc or {}).get("hf_env"))
+    srv.patches = applied_patches(srv.root)
+    srv.incremental = bool((info or {}).get("incremental_streaming_output"))
+    srv.metrics_off = (_bench_metrics.available(LOOPBACK, port) if interval > 0
+                       else "not asked (--metrics-interval 0)")
+    return srv
 
-    dataset = args.get("dataset") or {"kind": "random"}
-    duration = float(args["duration_s"]) if args.get("duration_s") else None
-    arrival, burstiness = args.get("arrival") or "poisson", float(args.get("burstiness") or 1.0)
-    interval = float(args.get("metrics_interval") or 0)
-    metrics_off = _bench_metrics.available(LOOPBACK, port) if interval > 0 else "not asked (--metrics-interval 0)"
-    seed = int(args.get("seed", 0))
 
-    def draw(s, n):
-        return prompt_ids(space, s, n)
-
-    for lv in levels:
+def _plan(s):
+    """The (repeat, level) steps, repeats interleaved across levels; sets each level's request count (None:
+    bounded by --duration; by default one per stream, or 10 s of arrivals of an open loop)."""
+    for lv in s.levels:
         c, rate = int(lv["concurrency"]), lv.get("rate")
-        lv["requests"] = None if duration else max(1, int(per_run or (round(rate * 10) if rate else c)))
-    plan = [(rep, lv) for rep in range(runs) for lv in levels]  # repeats interleaved across levels
-    sizes = {lv["concurrency"]: lv["requests"] for lv in levels if not lv.get("rate")}
-    total_req = None if duration else sum(lv["requests"] for _, lv in plan)
-    counter = Counter()
-    stop = threading.Event()
-    state = {"phase": "warm-up", "k": 0, "t0": None, "item_t0": None}
+        lv["requests"] = None if s.duration else max(1, int(s.per_run or (round(rate * 10) if rate else c)))
+    return [(rep, lv) for rep in range(s.runs) for lv in s.levels]
 
-    def eta():
+
+class _Progress:
+    """Live progress for the laptop every 0.5 s: the phase, requests done, the step of the plan, the time left."""
+
+    def __init__(self, plan, s, counter):
+        self.plan, self.runs, self.duration, self.counter = plan, s.runs, s.duration, counter
+        self.total = None if s.duration else sum(lv["requests"] for _, lv in plan)
+        self.phase, self.k, self.t0, self.item_t0 = "warm-up", 0, None, None
+        self._stop = threading.Event()
+
+    def start(self):
+        threading.Thread(target=self._report, daemon=True).start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+
+    def measuring(self):
+        self.phase, self.t0 = "measuring", time.perf_counter()
+        self.say()
+
+    def step(self, k):
+        self.k, self.item_t0 = k, time.perf_counter()
+
+    def eta(self):
         """Seconds left: by requests done (a count) or by the clock (a duration per level)."""
-        if state["t0"] is None:
+        if self.t0 is None:
             return None
-        now = time.perf_counter()
-        if duration:
-            in_item = min(1.0, (now - state["item_t0"]) / duration) if state["item_t0"] else 0.0
-            return round(max(0.0, (len(plan) - state["k"] - in_item) * duration), 1)
-        if not counter.done:
+        now, done = time.perf_counter(), self.counter.done
+        if self.duration:
+            in_item = min(1.0, (now - self.item_t0) / self.duration) if self.item_t0 else 0.0
+            return round(max(0.0, (len(self.plan) - self.k - in_item) * self.duration), 1)
+        if not done:
             return None
-        return round((now - state["t0"]) * (total_req - counter.done) / counter.done, 1)
+        return round((now - self.t0) * (self.total - done) / done, 1)
 
-    def say():
-        rep, lv = plan[min(state["k"], len(plan) - 1)]
-        _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed, eta_s=eta(),
-             step=state["k"] + 1, steps=len(plan), repeat=rep + 1, runs=runs, concurrency=lv["concurrency"],
+    def say(self):
+        rep, lv = self.plan[min(self.k, len(self.plan) - 1)]
+        _say(phase=self.phase, done=self.counter.done, total=self.total, failed=self.counter.failed, eta_s=self.eta(),
+             step=self.k + 1, steps=len(self.plan), repeat=rep + 1, runs=self.runs, concurrency=lv["concurrency"],
              request_rate=lv.get("rate"))
 
-    def reporter():
-        while not stop.wait(0.5):
-            if state["phase"] == "measuring":
-                say()
+    def _report(self):
+        while not self._stop.wait(0.5):
+            if self.phase == "measuring":
+                self.say()
             else:
-                _say(phase=state["phase"], done=counter.done, total=total_req, failed=counter.failed)
+                _say(phase=self.phase, done=self.counter.done, total=self.total, failed=self.counter.failed)
 
-    threading.Thread(target=reporter, daemon=True).start()
-    warm, repeats, down = [], [], None
-    cpu, tokens = 0.0, 0
-    try:
-        for lv in levels:
-            c = max(1, int(lv["concurrency"]))
-            for w in range(warmup):
-                prompts = [prompt_ids(space, -(seed * 7919 + c * 131 + w * 17 + i + 1), in_len) for i in range(c)]
-                recs, _ = run_batch(port, api, model, prompts, min(out_len, 32), c, timeout, Counter(), None,
-                                    logprobs, incremental)
-                if any(r["outcome"] != "ok" for r in recs):
-                    gone = server_down(port, proc, log_mark)
-                    if gone:
-                        raise UserError("warm-up: " + down_line(port, gone))
-                for rec in recs:
-                    if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
-                        raise UserError(f"warm-up request to {LOOPBACK}:{port} failed: {rec['error']}")
-                warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
-        state.update(phase="measuring", t0=time.perf_counter())
-        say()
-        cpu0 = time.process_time()
-        for k, (rep, lv) in enumerate(plan):
-            state.update(k=k, item_t0=time.perf_counter())
-            c, rate, n = int(lv["concurrency"]), lv.get("rate"), lv["requests"]
-            prompts = Prompts(dataset, draw, seed, seed * 1000003 + k * 1009, in_len, out_len)
 
-            def prompt_at(i, n=n, prompts=prompts):
-                return None if n is not None and i >= n else prompts.prompt_at(i)
+def _warm_up(s, srv):
+    """Per level, `warmup` waves of C requests at once (up to 32 tokens each), not counted; a server that is
+    down, or a request that got nothing, ends the run here with one line."""
+    warm = []
+    for lv in s.levels:
+        c = max(1, int(lv["concurrency"]))
+        for w in range(s.warmup):
+            prompts = [prompt_ids(srv.space, -(s.seed * 7919 + c * 131 + w * 17 + i + 1), s.in_len) for i in range(c)]
+            recs, _ = run_batch(srv.port, s.api, srv.model, prompts, min(s.out_len, 32), c, s.timeout, Counter(),
+                                None, s.logprobs, srv.incremental)
+            _warm_failed(recs, srv)
+            warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
+    return warm
 
-            deadline = time.perf_counter() + duration if duration else None
-            scraper = _bench_metrics.Scraper(LOOPBACK, port, interval).start() if not metrics_off else None
-            started = time.time()
-            if rate:
-                recs, wall = run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed * 7 + k, timeout,
-                                      counter, logprobs, incremental, deadline, c if c > 0 else 0)
-            else:
-                recs, wall = run_closed(port, api, model, prompt_at, c, timeout, counter, override, logprobs,
-                                        incremental, deadline)
-            samples = scraper.stop() if scraper else None
-            tokens += sum(r["tokens"] for r in recs)
-            entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
-            if rate:
-                entry.update(request_rate=rate, arrival=arrival, burstiness=burstiness)
-            if duration:
-                entry["duration_s"] = duration
-            if samples is not None:
-                entry["metrics"] = samples
-            repeats.append(entry)
-            say()
-            if any(r["outcome"] not in ("ok", "wrong_length") for r in recs):
-                down = server_down(port, proc, log_mark)
-                if down:  # nothing more to measure: the rest of the plan is not sent
-                    down["after_requests"] = counter.done
-                    down["line"] = down_line(port, down)
-                    break
-        cpu = time.process_time() - cpu0
-    finally:
-        stop.set()
-    changed = None if down else config_changed(port, info, proc)
-    space_out = space if isinstance(space, dict) else {"test_range": space}
+
+def _warm_failed(recs, srv):
+    """Raise when a warm-up wave shows the server down or a request that got no token at all."""
+    if any(r["outcome"] != "ok" for r in recs):
+        gone = server_down(srv.port, srv.proc, srv.log_mark)
+        if gone:
+            raise UserError("warm-up: " + down_line(srv.port, gone))
+    for rec in recs:
+        if rec["outcome"] in ("http_error", "error", "timeout") and rec["tokens"] == 0:
+            raise UserError(f"warm-up request to {LOOPBACK}:{srv.port} failed: {rec['error']}")
+
+
+def _level(s, srv, k, rep, lv, counter):
+    """One step of the plan: a level's requests (open loop at its rate, else closed at its concurrency), with
+    the server's /metrics scraped beside them; the repeat's raw entry."""
+    c, rate, n = int(lv["concurrency"]), lv.get("rate"), lv["requests"]
+    prompts = Prompts(s.dataset, lambda seed, m: prompt_ids(srv.space, seed, m), s.seed, s.seed * 1000003 + k * 1009,
+                      s.in_len, s.out_len)
+
+    def prompt_at(i):
+        return None if n is not None and i >= n else prompts.prompt_at(i)
+
+    deadline = time.perf_counter() + s.duration if s.duration else None
+    scraper = _bench_metrics.Scraper(LOOPBACK, srv.port, s.interval).start() if not srv.metrics_off else None
+    started = time.time()
+    if rate:
+        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, rate, s.arrival, s.burstiness, s.seed * 7 + k,
+                              s.timeout, counter, s.logprobs, srv.incremental, deadline, c if c > 0 else 0)
+    else:
+        recs, wall = run_closed(srv.port, s.api, srv.model, prompt_at, c, s.timeout, counter, s.override,
+                                s.logprobs, srv.incremental, deadline)
+    samples = scraper.stop() if scraper else None
+    entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
+    if rate:
+        entry.update(request_rate=rate, arrival=s.arrival, burstiness=s.burstiness)
+    if s.duration:
+        entry["duration_s"] = s.duration
+    if samples is not None:
+        entry["metrics"] = samples
+    return entry
+
+
+def _measure(s, srv, plan, progress, counter):
+    """Every step of the plan in order; a server found down after a step with failures ends the run (the rest
+    is not sent). Returns (repeats, how the server went down or None, client CPU seconds while measuring)."""
+    repeats, down = [], None
+    progress.measuring()
+    cpu0 = time.process_time()
+    for k, (rep, lv) in enumerate(plan):
+        progress.step(k)
+        entry = _level(s, srv, k, rep, lv, counter)
+        repeats.append(entry)
+        progress.say()
+        if any(r["outcome"] not in ("ok", "wrong_length") for r in entry["requests"]):
+            down = server_down(srv.port, srv.proc, srv.log_mark)
+            if down:
+                down["after_requests"] = counter.done
+                down["line"] = down_line(srv.port, down)
+                break
+    return repeats, down, time.process_time() - cpu0
+
+
+def _answer(s, srv, warm, repeats, down, cpu):
+    """The JSON the laptop reads (sglops.bench.run): raw records, the server as found, what changed since."""
+    changed = None if down else config_changed(srv.port, srv.info, srv.proc)
+    space = srv.space if isinstance(srv.space, dict) else {"test_range": srv.space}
     return {
-        "api": api, "port": port, "port_from": port_from, "model": model, "input_len": in_len, "output_len": out_len,
-        "runs": runs, "concurrency": [lv["concurrency"] for lv in levels], "requests_per_run": sizes,
-        "levels": levels, "dataset": dataset, "duration_s": duration, "server_metrics": metrics_off or "scraped",
-        "metrics_interval": interval, "warmup": warm,
-        "server_info": info, "server_version": (info or {}).get("version"), "server_process": proc,
-        "token_space": {**{k: v for k, v in space_out.items() if k != "special"},
-                        "special_ids": len(space_out.get("special") or [])},
-        "sglang": tree, "sglang_error": tree_error, "patches": patches, "server_down": down,
-        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": tokens, "logprobs": logprobs,
-        "incremental_streaming": incremental, "server_changed": changed,
+        "api": s.api, "port": srv.port, "port_from": srv.port_from, "model": srv.model, "input_len": s.in_len,
+        "output_len": s.out_len, "runs": s.runs, "concurrency": [lv["concurrency"] for lv in s.levels],
+        "requests_per_run": {lv["concurrency"]: lv["requests"] for lv in s.levels if not lv.get("rate")},
+        "levels": s.levels, "dataset": s.dataset, "duration_s": s.duration,
+        "server_metrics": srv.metrics_off or "scraped", "metrics_interval": s.interval, "warmup": warm,
+        "server_info": srv.info, "server_version": (srv.info or {}).get("version"), "server_process": srv.proc,
+        "token_space": {**{k: v for k, v in space.items() if k != "special"},
+                        "special_ids": len(space.get("special") or [])},
+        "sglang": srv.tree, "sglang_error": srv.tree_error, "patches": srv.patches, "server_down": down,
+        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": sum(r["tokens"] for e in repeats
+                                                                       for r in e["requests"]),
+        "logprobs": s.logprobs, "incremental_streaming": srv.incremental, "server_changed": changed,
     }
+
+
+def main(args):
+    """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records."""
+    srv = _server(args)
+    s = _settings(args)
+    _inspect(srv, args, s.interval)
+    plan = _plan(s)
+    counter = Counter()
+    progress = _Progress(plan, s, counter).start()
+    try:
+        warm = _warm_up(s, srv)
+        repeats, down, cpu = _measure(s, srv, plan, progress, counter)
+    finally:
+        progress.stop()
+    return _answer(s, srv, warm, repeats, down, cpu)

@@ -570,6 +570,16 @@ class Handler(BaseHTTPRequestHandler):
 
 
 # -- start-up ------------------------------------------------------------------------------------
+LISTEN_BACKLOG = 2048  # uvicorn's default; socketserver's 5 reset connections above ~250 new ones per second
+
+
+class StandinHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with a server's listen backlog, so bursts of new connections queue, not reset."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(sys.argv[1:] if argv is None else argv)
     pkg = served_tree()
@@ -590,14 +600,13 @@ def main(argv: list[str] | None = None) -> int:
         f"set by the stand-in ({state.model['set_by']}; whole-pool cast: {state.model['whole_pool_cast']})")
     Handler.state = state
     try:
-        httpd = ThreadingHTTPServer((args["host"], args["port"]), Handler)
+        httpd = StandinHTTPServer((args["host"], args["port"]), Handler)
     except OSError as exc:
         log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
             f"('{args['host']}', {args['port']}): {(exc.strerror or str(exc)).lower()}")
         sys.stderr.write(f"OSError: [Errno {exc.errno}] {exc.strerror}: port {args['port']} is already in use\n"
                          if exc.errno == 98 else f"OSError: {exc}\n")
         return 1
-    httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     log(f"Load weight begin. (stand-in loading for {os.environ.get('SGLOPS_STANDIN_STARTUP_S') or 0.3} s)")
     time.sleep(float(os.environ.get("SGLOPS_STANDIN_STARTUP_S") or 0.3))
