@@ -18,6 +18,7 @@ import uuid
 import pytest
 import yaml
 from conftest import require_real_server_env
+from real_server_host import cheaper_starts
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -38,6 +39,7 @@ def world(tmp_path_factory, dockerd):
     profiles = base / "profiles"
     profiles.mkdir()
     shutil.copy(REPO / "playbooks" / "profiles" / f"{PROFILE}.yaml", profiles)
+    cheaper_starts(profiles / f"{PROFILE}.yaml")
     image = docker.ensure_image(dockerd, serve=True)
     sb = Sandbox(base, [{"name": "gpu-host", "sglang_env": "cpu"}]).start()
     docker.docker_wrapper(dockerd, sb.host("gpu-host").bin)

@@ -106,3 +106,17 @@ def test_the_time_summary_ranks_modules_and_totals_each_worker():
     assert not any("test_c.py" in line for line in lines)  # beyond top
     assert lines[3] == "per worker: gw0 41 s, gw1 50 s"
     assert times.to_json()["test_a.py"] == {"seconds": 40.0, "tests": 2, "workers": ["gw0"]}
+
+
+def test_cheaper_starts_skip_every_model_module_but_the_llamas(tmp_path):
+    from sglops.sandbox import sglang_cpu
+
+    models = tmp_path / "srt" / "models"
+    models.mkdir(parents=True)
+    for name in ("llama.py", "deepseek_v2.py", "qwen3.py", "__init__.py", "_private.py", "notes.txt"):
+        (models / name).write_text("")
+    (models / "subpkg").mkdir()
+    assert sglang_cpu.start_env(tmp_path) == {"SGLANG_DISABLED_MODEL_ARCHS": "deepseek_v2,qwen3"}
+    (models / "deepseek_v2.py").unlink()
+    (models / "qwen3.py").unlink()
+    assert sglang_cpu.start_env(tmp_path) == {}  # nothing to skip: no variable at all
