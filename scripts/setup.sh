@@ -67,7 +67,7 @@ trees_pid=$!
 trap 'kill -- -"$env_pid" 2>/dev/null || true; kill -- -"$trees_pid" 2>/dev/null || true' EXIT
 
 t=$SECONDS
-"$PY" -m uv pip install -q --python "$PY" -e ".[test]" || {
+"$PY" -m uv pip install -q --compile-bytecode --python "$PY" -e ".[test]" || {  # .pyc files as pip writes them
   echo "setup: uv could not install sglops' packages; pip instead" >&2
   "${PIP[@]}" -e ".[test]"
 }
