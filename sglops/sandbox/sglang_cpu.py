@@ -275,7 +275,10 @@ if __name__ == "__main__":  # python -m sglops.sandbox.sglang_cpu: build the ven
         print(ensure_model())
         t2 = time.monotonic()
         if fresh:  # a venv built just now has no .pyc files (uv compiles none here): one start writes them
-            warm_start(env_root() / "warm-start.log")
+            try:
+                warm_start(env_root() / "warm-start.log")
+            except SglopsError as exc:  # the environment is built all the same; the tests' starts will say more
+                print(f"sglang_cpu: the first start failed ({exc}); the environment is built", file=sys.stderr)
         print(f"sglang_cpu: took venv + packages {t1 - t0:.0f} s, tiny model {t2 - t1:.0f} s, first start "
               f"{time.monotonic() - t2:.0f} s" + ("" if fresh else " (none: built before)"), file=sys.stderr)
     except (SglopsError, OSError, subprocess.SubprocessError) as exc:
