@@ -135,6 +135,7 @@ def create_server_container(world, name: str, profile: str) -> None:
     assert r.returncode == 0, r.stderr
     argv = json.loads(r.stdout)["argv"]
     args = ["create", "--init", "--name", name, "--network", "none", "-e", "SGLANG_USE_CPU_ENGINE=1"]
+    args += [a for k, v in sglang_cpu.start_env().items() for a in ("-e", f"{k}={v}")]  # as the profile (cheaper_starts)
     for src, dst in docker.serve_mounts():
         args += ["-v", f"{src}:{dst}:ro"]
     world["dockerd"].docker(*args, world["image"], *argv)
