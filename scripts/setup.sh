@@ -5,8 +5,10 @@
 # venv with sglang 0.5.23 and a tiny model made offline; ~7 GB, built once per machine and cached
 # in ~/.cache/sglops/server-env, or $SGLOPS_CACHE/server-env).
 # The SGLang environment is the long step (~4 GB of wheels): uv (pinned in pyproject.toml's test extra) installs
-# it with parallel downloads, and it builds in the background while sglops' own packages install and the release
-# wheels the sandbox hosts are made from download. Each step's seconds go to stderr.
+# it with parallel downloads, and it builds in the background while sglops' own packages install (with uv too:
+# pip fetches torch's ~3 GB of wheels one at a time; pip remains the fallback) and the release wheels the sandbox
+# hosts are made from download (in the background as well: they need only the standard library and pip). Each
+# step's seconds go to stderr, so a CI log says where set-up's time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t_all=$SECONDS
@@ -28,30 +30,28 @@ if [ "$need_apt" = 1 ]; then
 fi
 . scripts/python.sh
 if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
+  t=$SECONDS
   python3 -m venv .venv 2>/dev/null || {
     $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     python3 -m venv .venv
   }
+  took ".venv made" $t
 fi
 PIP=("$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore)
 UV_PIN=$(grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')
-"$PY" -c "import uv" 2>/dev/null || "${PIP[@]}" "$UV_PIN"
+t=$SECONDS
+"$PY" -c "import uv" 2>/dev/null || { "${PIP[@]}" "$UV_PIN"; took "uv installed" $t; }
 
 # the SGLang environment, in the background (python -m from the repo root: sglops needs no install for this step)
 mkdir -p .cache
 t_env=$SECONDS
 setsid "$PY" -m sglops.sandbox.sglang_cpu >.cache/setup-sglang-env.log 2>&1 &
 env_pid=$!
-trap 'kill -- -"$env_pid" 2>/dev/null || true' EXIT  # a failed step below stops the build too (it resumes next time)
 
-t=$SECONDS
-"${PIP[@]}" -e ".[test]"
-"$PY" -c "import sglops, fabric, invoke, torch, xdist" # fail here, not in the middle of a test run
-took "sglops and its test packages" $t
-
-# the release wheels the sandbox hosts and the decision tests are made from, all at once (else one by one, mid-run)
-t=$SECONDS
-"$PY" - <<'EOF' || echo "setup: some release wheels could not be fetched now; the tests fetch them when they need them" >&2
+# the release wheels the sandbox hosts and the decision tests are made from, all at once (else one by one, mid-run),
+# in the background too (standard library, sglops from the repo root and pip: nothing the next step installs)
+t_trees=$SECONDS
+setsid "$PY" - >.cache/setup-release-trees.log 2>&1 <<'EOF' &
 from concurrent.futures import ThreadPoolExecutor
 
 from sglops.sandbox import trees
@@ -62,7 +62,25 @@ with ThreadPoolExecutor(len(jobs)) as pool:
     for f in [pool.submit(fn, v) for fn, v in jobs]:
         f.result()
 EOF
-took "release trees" $t
+trees_pid=$!
+# a failed step below stops both builds too (they resume next time)
+trap 'kill -- -"$env_pid" 2>/dev/null || true; kill -- -"$trees_pid" 2>/dev/null || true' EXIT
+
+t=$SECONDS
+"$PY" -m uv pip install -q --compile-bytecode --python "$PY" -e ".[test]" || {  # .pyc files as pip writes them
+  echo "setup: uv could not install sglops' packages; pip instead" >&2
+  "${PIP[@]}" -e ".[test]"
+}
+"$PY" -c "import sglops, fabric, invoke, torch, xdist" # fail here, not in the middle of a test run
+took "sglops and its test packages" $t
+
+t=$SECONDS
+if wait "$trees_pid"; then
+  took "release trees ($(( SECONDS - t_trees )) s since they started), waited" $t
+else
+  tail -n 1 .cache/setup-release-trees.log >&2
+  echo "setup: some release wheels could not be fetched now; the tests fetch them when they need them" >&2
+fi
 
 env_ok=0
 t_wait=$SECONDS
@@ -76,6 +94,7 @@ if [ "$env_ok" != 0 ]; then
   fi
   echo "setup: the real SGLang environment could not be built (no network?): the real-server tests will skip" >&2
 else
+  grep -h '^sglang_cpu: took' .cache/setup-sglang-env.log >&2 || true  # its own phases (a fresh build only)
   echo "setup: real SGLang environment ready ($(( SECONDS - t_wait )) s waited for it after the steps above;" \
     "$(( SECONDS - t_env )) s since it started)" >&2
 fi

@@ -18,6 +18,9 @@ if [ -z "${SGLOPS_TEST_WORKERS:-}" ]; then
   [ "$SGLOPS_TEST_WORKERS" -lt 1 ] && SGLOPS_TEST_WORKERS=1
 fi
 rc=0
+# the run ends with the slowest modules and each worker's total (tests/suite_timing.py); the same as JSON here
+export SGLOPS_SUITE_TIMES="${SGLOPS_SUITE_TIMES:-.cache/suite-times.json}"
+mkdir -p "$(dirname "$SGLOPS_SUITE_TIMES")"
 "$PY" -m pytest -n "$SGLOPS_TEST_WORKERS" "$@" || rc=$?
 echo "test.sh: set-up $(( t1 - t0 )) s, tests $(( SECONDS - t1 )) s, total $(( SECONDS - t0 )) s" \
   "(pytest -n $SGLOPS_TEST_WORKERS, exit $rc)" >&2

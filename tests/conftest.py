@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import suite_schedule
+import suite_timing
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -176,3 +177,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     return suite_schedule.make_scheduler(config, log)
+
+
+# -- where the time goes: seconds per module and per worker at the end of the run (tests/suite_timing.py) -------------
+def pytest_runtest_logreport(report):
+    suite_timing.record(report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    suite_timing.summary(config, terminalreporter.write_line)

@@ -16,10 +16,15 @@ import os
 GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_real.py": "cpu-server"}
 GROUP_RANK = {"test_profile_real.py": 0, "test_bench_real.py": 1}
 # seconds per module (setup + call + teardown of its tests): one `-n 3` run on the shared 2-core machine while it
-# was ~6x slower than idle (2026-12-03, 2,925 s wall, 8,397 s of tests), divided by 6; only their order matters
+# was ~6x slower than idle (2026-12-03, 2,925 s wall, 8,397 s of tests), divided by 6; only their order matters.
+# test_real_server.py was 312 (995 s alone at load 8-12 the same day); split in two, the halves took 525 s and
+# 489 s side by side on 2 workers (load 6-11), in these units 165 and 153 (at load 2-4: 259 s alone; halves
+# 206 s and 183 s side by side). Every run prints its own table now
+# (tests/suite_timing.py; scripts/test.sh keeps it in .cache/suite-times.json): update from there.
 WEIGHTS: dict[str, float] = {
-    "test_real_server.py": 312,
     "test_ab_real.py": 240,
+    "test_real_server.py": 165,
+    "test_real_server_crashes.py": 153,
     "test_container_server.py": 145,
     "test_bench_real.py": 88,
     "test_gather_cast_numeric.py": 81,

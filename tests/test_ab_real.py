@@ -58,7 +58,7 @@ def real_ab(tmp_path_factory):
     profiles.mkdir()
     doc = yaml.safe_load((REPO / "playbooks" / "profiles" / "sandbox-sglang-cpu.yaml").read_text())
     doc.update(port=free_port(), per_host={})
-    doc["env"] = {**doc.get("env", {}), "PYTHONPATH": str(site)}
+    doc["env"] = {**doc.get("env", {}), "PYTHONPATH": str(site), **sglang_cpu.start_env()}  # cheaper starts
     (profiles / "cpu.yaml").write_text(yaml.safe_dump(doc))
     (profiles / "cpu-kv-bf16.yaml").write_text(yaml.safe_dump({"extends": "cpu", "kv_cache_dtype": "bf16"}))
     patch_root = base / "patches"

@@ -18,6 +18,7 @@ import uuid
 import pytest
 import yaml
 from conftest import require_real_server_env
+from real_server_host import cheaper_starts
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -38,6 +39,7 @@ def world(tmp_path_factory, dockerd):
     profiles = base / "profiles"
     profiles.mkdir()
     shutil.copy(REPO / "playbooks" / "profiles" / f"{PROFILE}.yaml", profiles)
+    cheaper_starts(profiles / f"{PROFILE}.yaml")
     image = docker.ensure_image(dockerd, serve=True)
     sb = Sandbox(base, [{"name": "gpu-host", "sglang_env": "cpu"}]).start()
     docker.docker_wrapper(dockerd, sb.host("gpu-host").bin)
@@ -133,6 +135,7 @@ def create_server_container(world, name: str, profile: str) -> None:
     assert r.returncode == 0, r.stderr
     argv = json.loads(r.stdout)["argv"]
     args = ["create", "--init", "--name", name, "--network", "none", "-e", "SGLANG_USE_CPU_ENGINE=1"]
+    args += [a for k, v in sglang_cpu.start_env().items() for a in ("-e", f"{k}={v}")]  # as the profile (cheaper_starts)
     for src, dst in docker.serve_mounts():
         args += ["-v", f"{src}:{dst}:ro"]
     world["dockerd"].docker(*args, world["image"], *argv)

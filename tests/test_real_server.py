@@ -1,104 +1,43 @@
 """The launch workflow against a REAL SGLang 0.5.23 server on a sandbox host (sglang_env: cpu).
 
 The host's python is the server venv's and its SGLang tree is the venv's pip-installed site-packages/sglang; the
-profile is the repo's playbooks/profiles/sandbox-sglang-cpu.yaml. One host and one server for the whole module
-(a real start takes 20-60 s here); a crash dies in seconds. Needs the environment scripts/setup.sh builds
+profile is the repo's playbooks/profiles/sandbox-sglang-cpu.yaml. One host and one server for the module (a real
+start takes 20-60 s here): render, facts, restart, status, logs, stop, some crash classes, rollback. The other
+crash classes and a port taken run on a host of their own in tests/test_real_server_crashes.py (another xdist
+worker); the host and helpers of both are tests/real_server_host.py. Needs the environment scripts/setup.sh builds
 (`python -m sglops.sandbox.sglang_cpu`): without it these tests skip with that reason, except on CI, where they fail.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import time
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import require_real_server_env
+from real_server_host import (
+    PROFILE,
+    WORKFLOW_CRASHES,
+    port_free,
+    real_host,
+    server_processes,
+    start_up_failure_is_named_and_leaves_nothing,
+    variant,
+)
 
 from sglops.core.errors import ConfigError
-from sglops.core.hosts import load_inventory
-from sglops.core.remote import connect
 from sglops.launch import server as launch
 from sglops.sandbox import sglang_cpu
-from sglops.sandbox.sshd import Sandbox, free_port
-from tests.conftest import REPO, inv_cmd
+from sglops.sandbox.sshd import free_port
+from tests.conftest import inv_cmd
 
-PROFILE = "sandbox-sglang-cpu"
 pytestmark = pytest.mark.real_server
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     """(sandbox, remote): one sshd host whose SGLang is the real pip-installed 0.5.23, sglops pointed at it."""
-    require_real_server_env()
-    base = tmp_path_factory.mktemp("real")
-    profiles = base / "profiles"
-    profiles.mkdir()
-    shutil.copy(REPO / "playbooks" / "profiles" / f"{PROFILE}.yaml", profiles)
-    sb = Sandbox(base, [{"name": "cpu-a", "sglang_env": "cpu", "tags": ["sandbox", "cpu"]}]).start()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SGLOPS_INVENTORY", str(sb.inventory))
-        mp.setenv("SGLOPS_ARTIFACTS", str(base / "artifacts"))
-        mp.setenv("SGLOPS_PROFILES", str(profiles))
-        inv = load_inventory(sb.inventory)
-        try:
-            with connect(inv.get("cpu-a"), inventory=inv) as remote:
-                yield sb, remote
-                launch.stop(remote, grace_s=15)
-        finally:
-            sb.stop()
-
-
-def variant(name: str, **changes) -> str:
-    """A profile beside the repo's real one with some fields changed (None removes one)."""
-    folder = Path(os.environ["SGLOPS_PROFILES"])
-    doc = yaml.safe_load((folder / f"{PROFILE}.yaml").read_text())
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    doc["per_host"] = {}
-    (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
-    return name
-
-
-def server_processes(pid: int) -> dict[int, str]:
-    """{pid: name} of the server's process group and every descendant of pid, from /proc (no name matching)."""
-    stats = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                head, rest = (entry / "stat").read_text().rsplit(")", 1)
-            except OSError:
-                continue
-            fields = rest.split()
-            if fields[0] != "Z":
-                stats[int(entry.name)] = (int(fields[1]), int(fields[2]), head.split("(", 1)[1])
-    found, todo = set(), [pid]
-    found |= {p for p, (_, pgid, _) in stats.items() if pgid == pid}
-    while todo:
-        p = todo.pop()
-        kids = [c for c, (ppid, _, _) in stats.items() if ppid == p and c not in found]
-        found |= set(kids) | ({p} if p in stats else set())
-        todo += kids
-    return {p: _cmdline(p) or stats[p][2] for p in found if p in stats}
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
-    except OSError:
-        return ""
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+    yield from real_host(tmp_path_factory, "real")
 
 
 # -- the host and the script -----------------------------------------------------------------------
@@ -189,42 +128,11 @@ def test_stop_ends_the_whole_process_tree(real):
     assert port_free(port) and not launch.status(remote).running
 
 
-# -- crash classes, end to end ------------------------------------------------------------------------
-CRASHES = {  # case: (class, profile changes, text the cause line shows)
-    "unknown-backend": ("unknown_backend", {"attention_backend": None,
-                                            "extra_args": ["--attention-backend", "bogus_attn"]},
-                        "invalid choice: 'bogus_attn'"),
-    "model-path-missing": ("model_missing", {"model_path": "/nonexistent/tiny-model"}, "Repo id must be in the form"),
-    "bad-kv-cache-dtype": ("bad_argument", {"extra_args": ["--kv-cache-dtype", "fp9_e9m9"]},
-                           "invalid choice: 'fp9_e9m9'"),
-    # valid choices this CPU host cannot run; the scheduler fails and the launcher hangs until sglops stops it
-    "flashinfer-on-cpu": ("unsupported", {"attention_backend": "flashinfer"}, "NameError"),
-    "fp8-kv-without-amx": ("unsupported", {"kv_cache_dtype": "fp8_e4m3"}, "requires Intel AMX support"),
-    "no-cpu-engine": ("import_error", {"env": {"SGLANG_USE_CPU_ENGINE": "0"}}, "No module named 'vllm'"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(CRASHES))
+# -- crash classes, end to end (the others: tests/test_real_server_crashes.py) ------------------------------------
+@pytest.mark.parametrize("case", WORKFLOW_CRASHES)
 def test_a_real_start_up_failure_is_named_and_leaves_nothing(real, case):
     sb, remote = real
-    cls, changes, cause = CRASHES[case]
-    res = launch.restart(remote, variant(f"crash-{case}", **changes), port=free_port(), timeout=600)
-    assert not res.ok and res.state == "died", res.log_tail
-    assert res.failure == cls and cause in (res.failure_detail or ""), (res.failure, res.failure_detail)
-    assert res.hint and cause in res.failure_line()
-    print(f"\n{case}: {cls} after {res.waited_s:.1f}s: {res.failure_detail}")
-    assert not server_processes(res.pid) and not launch.status(remote).running
-
-
-def test_a_port_taken_by_a_socket_that_does_not_answer(real):
-    """sglops' own check finds no listener; SGLang itself then fails to bind, and says so."""
-    sb, remote = real
-    port = free_port()
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", port))
-        res = launch.restart(remote, PROFILE, port=port, timeout=600)
-    assert not res.ok and res.failure == "port_in_use", (res.failure, res.failure_detail, res.log_tail)
-    assert not server_processes(res.pid)
+    start_up_failure_is_named_and_leaves_nothing(remote, case)
 
 
 def test_rollback_brings_back_the_last_healthy_server(real):

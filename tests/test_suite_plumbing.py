@@ -89,3 +89,34 @@ def test_a_dockerd_left_by_a_killed_run_is_found_and_stopped(tmp_path):
 
 def _find(root: Path):
     return next((d for d in dockerd_leaks.ours() if d.root == root), None)
+
+
+def test_the_time_summary_ranks_modules_and_totals_each_worker():
+    import suite_timing
+
+    times = suite_timing.SuiteTimes()
+    for nodeid, when, s, w in [("tests/test_a.py::one", "setup", 30.0, "gw0"), ("tests/test_a.py::one", "call", 2.0, "gw0"),
+                               ("tests/test_a.py::two", "call", 3.0, "gw0"), ("tests/test_a.py::two", "teardown", 5.0, "gw0"),
+                               ("tests/test_b.py::x[p::q]", "call", 50.0, "gw1"), ("tests/test_c.py::y", "call", 1.0, "gw0")]:
+        times.add(nodeid, when, s, w)
+    lines = times.lines(top=2)
+    assert lines[0].startswith("slowest modules") and "3 modules, 91 s" in lines[0]
+    assert "50.0 s" in lines[1] and "1 tests  test_b.py  [gw1]" in lines[1]  # slowest first
+    assert "40.0 s" in lines[2] and "2 tests  test_a.py  [gw0]" in lines[2]  # setup + calls + teardown
+    assert not any("test_c.py" in line for line in lines)  # beyond top
+    assert lines[3] == "per worker: gw0 41 s, gw1 50 s"
+    assert times.to_json()["test_a.py"] == {"seconds": 40.0, "tests": 2, "workers": ["gw0"]}
+
+
+def test_cheaper_starts_skip_every_model_module_but_the_llamas(tmp_path):
+    from sglops.sandbox import sglang_cpu
+
+    models = tmp_path / "srt" / "models"
+    models.mkdir(parents=True)
+    for name in ("llama.py", "deepseek_v2.py", "qwen3.py", "__init__.py", "_private.py", "notes.txt"):
+        (models / name).write_text("")
+    (models / "subpkg").mkdir()
+    assert sglang_cpu.start_env(tmp_path) == {"SGLANG_DISABLED_MODEL_ARCHS": "deepseek_v2,qwen3"}
+    (models / "deepseek_v2.py").unlink()
+    (models / "qwen3.py").unlink()
+    assert sglang_cpu.start_env(tmp_path) == {}  # nothing to skip: no variable at all
