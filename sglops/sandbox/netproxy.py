@@ -243,7 +243,9 @@ class NetProxy:
                 for piece in self._pieces(data):
                     if budget is not None:
                         if budget[0] < len(piece):
-                            self.stats.dropped += 1
+                            if budget[0] >= 0:  # once per connection: the other direction may cut it too
+                                self.stats.dropped += 1
+                                budget[0] = -1
                             for w in both:
                                 w.transport.abort()
                             return

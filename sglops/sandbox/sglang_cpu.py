@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
+from sglops.sandbox.ports import free_port
 from sglops.sandbox.trees import cache_dir
 
 SGLANG_VERSION = "0.5.23"
@@ -256,8 +257,6 @@ def warm_start(log: Path) -> None:
     """One start of the server with bytecode writing on, stopped once healthy: the launcher, scheduler and
     detokenizer write the .pyc files of every module a start imports (a few thousand of the venv's ~34,000), so a
     later start with PYTHONDONTWRITEBYTECODE still finds them; and the page cache is warm for the first test."""
-    from sglops.sandbox.sshd import free_port
-
     start_server(free_port(), log, timeout=900, env=WRITE_BYTECODE).stop()
 
 

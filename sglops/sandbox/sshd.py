@@ -26,18 +26,12 @@ import yaml
 from sglops.core.errors import SglopsError
 from sglops.sandbox import sglang_cpu, trees
 from sglops.sandbox.netproxy import NetProfile, NetProxy
+from sglops.sandbox.ports import LOOPBACK, free_port
 
 HERE = Path(__file__).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SGLANG_ENVS = ("cpu",)  # real server environments a sandbox host can have (sglops.sandbox.sglang_cpu)
-LOOPBACK = "127.0.0.1"
 HOST_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # a stdlib-only python, like a GPU host's
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 GPU_KEYS = {"count": "COUNT", "name": "NAME", "compute_cap": "CC", "memory_mib": "MEM", "driver": "DRIVER",
