@@ -269,76 +269,95 @@ def _fast(path: str, cols: _Columns) -> dict:
     """Events in ~1 MB batches parsed by orjson; each batch is cut at an element boundary that
     orjson itself validates (a cut inside an event cannot parse as a list). Returns top-level
     metadata. Anything unexpected (one-line JSON, odd layout, a broken file) raises _NotFast."""
+    with open_trace(path) as fh:
+        meta, buf, _ = _head(fh)
+        buf = _batches(fh, buf, cols)
+        return {**meta, **_tail(bytes(buf[1:]), cols)}
+
+
+def _head(fh) -> tuple[dict, bytearray, int]:
+    """The top-level keys before traceEvents, the text read past its '[' (as a batch buffer opening with '['),
+    and the offset in the JSON text where the array's elements start. _NotFast for any other layout."""
     import orjson
 
-    with open_trace(path) as fh:
-        buf = b""
-        while True:
-            chunk = fh.read(CHUNK)
-            if not chunk:
-                raise _NotFast
-            buf += chunk
-            i = buf.find(b'"traceEvents"')
-            j = buf.find(b"[", i) if i >= 0 else -1
-            if j >= 0:
-                break
-            if len(buf) > 4 * CHUNK:
-                raise _NotFast
-        try:
-            meta = orjson.loads(buf[:i] + b'"traceEvents": []}')
-        except orjson.JSONDecodeError:
-            raise _NotFast from None
-        if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
+    buf = b""
+    while True:
+        chunk = fh.read(CHUNK)
+        if not chunk:
             raise _NotFast
-        # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
-        # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
-        # copies on a 1 GB trace, before)
-        buf = bytearray(b"[") + buf[j + 1:]
-        scanned = 0  # the head of buf already searched for a boundary (none that parsed)
-        while True:
-            chunk = fh.read(CHUNK)
-            buf += chunk
-            if not chunk:
-                break
-            cut, tries, lo = len(buf), 0, max(0, scanned - len(BOUNDARY))
-            while tries < 4:
-                cut = buf.rfind(BOUNDARY, lo, cut)
-                if cut < 0:
-                    break
-                buf[cut + 1] = CLOSE
-                view = memoryview(buf)[:cut + 2]
-                try:
-                    events = orjson.loads(view)
-                except orjson.JSONDecodeError:
-                    buf[cut + 1] = COMMA
-                    tries += 1
-                    continue
-                finally:
-                    view.release()
-                cols.take(events)
-                del buf[:cut + 1]
-                buf[0] = OPEN  # the ',' after the batch opens the next one
-                break
-            scanned = len(buf)
-            if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
-                raise _NotFast
-        buf = bytes(buf[1:])
-        # the end: the last events, the array's ']', then simple trailing keys and '}'
-        end = len(buf)
-        for _ in range(8):
-            end = buf.rfind(b"]", 0, end)
-            if end < 0:
-                break
-            tail = buf[end + 1:].strip()
-            try:
-                events = orjson.loads(b"[" + buf[:end] + b"]")
-                extra = {} if tail == b"}" else orjson.loads(b"{" + tail[1:]) if tail[:1] == b"," else None
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(extra, dict):
-                cols.take(events)
-                return {**meta, **extra}
+        buf += chunk
+        i = buf.find(b'"traceEvents"')
+        j = buf.find(b"[", i) if i >= 0 else -1
+        if j >= 0:
+            break
+        if len(buf) > 4 * CHUNK:
+            raise _NotFast
+    try:
+        meta = orjson.loads(buf[:i] + b'"traceEvents": []}')
+    except orjson.JSONDecodeError:
+        raise _NotFast from None
+    if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
         raise _NotFast
+    # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
+    # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
+    # copies on a 1 GB trace, before)
+    return meta, bytearray(b"[") + buf[j + 1:], j + 1
+
+
+def _batches(fh, buf: bytearray, cols: _Columns) -> bytearray:
+    """Parse and take every batch that ends at a validated boundary until `fh` ends; returns the rest (opening
+    with '['): the last events, and whatever follows them in the text read."""
+    import orjson
+
+    scanned = 0  # the head of buf already searched for a boundary (none that parsed)
+    while True:
+        chunk = fh.read(CHUNK)
+        buf += chunk
+        if not chunk:
+            return buf
+        cut, tries, lo = len(buf), 0, max(0, scanned - len(BOUNDARY))
+        while tries < 4:
+            cut = buf.rfind(BOUNDARY, lo, cut)
+            if cut < 0:
+                break
+            buf[cut + 1] = CLOSE
+            view = memoryview(buf)[:cut + 2]
+            try:
+                events = orjson.loads(view)
+            except orjson.JSONDecodeError:
+                buf[cut + 1] = COMMA
+                tries += 1
+                continue
+            finally:
+                view.release()
+            cols.take(events)
+            del buf[:cut + 1]
+            buf[0] = OPEN  # the ',' after the batch opens the next one
+            break
+        scanned = len(buf)
+        if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
+            raise _NotFast
+
+
+def _tail(buf: bytes, cols: _Columns) -> dict:
+    """The end: the last events, the array's ']', then simple trailing keys and '}' (returned)."""
+    import orjson
+
+    end = len(buf)
+    for _ in range(8):
+        end = buf.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        tail = buf[end + 1:].strip()
+        try:
+            events = orjson.loads(b"[" + buf[:end] + b"]")
+            extra = {} if tail == b"}" else orjson.loads(b"{" + tail[1:]) if tail[:1] == b"," else None
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(extra, dict):
+            cols.take(events)
+            return extra
+    raise _NotFast
 
 
 def _map_large_blocks() -> None:
@@ -380,11 +399,16 @@ def read(path: str | os.PathLike) -> RawTrace:
     gc.disable()
     try:
         try:
-            raw.meta = _fast(path, cols)
-        except Exception:  # _NotFast, or a broken file: the ijson pass says precisely where
-            raw = RawTrace(path=path, stage=stage, meta=_header(path))
+            raw.meta = _parallel(path, cols)
+        except Exception:  # a file the ranges cannot vouch for, or no workers: the sequential reader, afresh
+            raw = RawTrace(path=path, stage=stage)
             cols = _Columns(raw)
-            _slow(path, cols)
+            try:
+                raw.meta = _fast(path, cols)
+            except Exception:  # _NotFast, or a broken file: the ijson pass says precisely where
+                raw = RawTrace(path=path, stage=stage, meta=_header(path))
+                cols = _Columns(raw)
+                _slow(path, cols)
     finally:
         if gc_was_on:
             gc.enable()
@@ -394,6 +418,16 @@ def read(path: str | os.PathLike) -> RawTrace:
     raw.rank = rank_of(path, raw.meta)
     raw.names = list(cols.names)
     return raw
+
+
+def _parallel(path: str, cols: _Columns) -> dict:
+    """Large plain files in worker processes (sglops/trace/parallel_read.py); _NotFast for the rest, so that
+    small, gzipped and unusual files take the sequential path with no pool started."""
+    from sglops.trace import parallel_read
+
+    if not parallel_read.eligible(path):
+        raise _NotFast
+    return parallel_read.read_into(path, cols)
 
 
 def _slow(path: str, cols: _Columns) -> None:

@@ -1,0 +1,198 @@
+"""Read a large plain-JSON trace in parallel worker processes, into the same RawTrace as the sequential reader.
+
+Why: orjson's dicts of every event and the per-event loop that keeps a few numbers are ~20 s of CPU on a 1 GB
+trace, one core's work; the file splits into independent ranges. The parent cuts the event array at candidate
+element boundaries (`},` + newline + `{`), workers `pread` a range each, parse it in ~1 MB batches exactly as the
+sequential reader does and send back compact columns (typed arrays, the range's own name and thread tables),
+never event dicts; the parent maps the range's ids to the trace's interned ids in file order, so names and
+threads get the very ids the sequential reader gives them.
+
+Why a cut the parent guesses is safe: every range must parse completely, its last batch ending exactly at the
+next range's start. The first range starts at a true element boundary (just after '['), and a JSON text that
+starts at an element and parses as a list up to a '}' ends at an element boundary (objects end at their matching
+brace); so each range proves the next one's start. A guess inside an event makes the range before it fail, and
+the caller then reads the file sequentially: a wrong guess costs time, never a wrong column.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import fields
+
+from sglops.trace import parse
+from sglops.trace.parse import RawTrace, _Columns, _fill
+
+WORKERS_ENV = "SGLOPS_TRACE_WORKERS"  # 1: always the sequential reader; N: at most N worker processes
+MIN_BYTES = 48 << 20  # below this a trace reads sequentially (a pool's start-up is not worth it)
+RANGE_BYTES = 16 << 20  # text per task: small results, and a bounded number of them in flight
+CANDIDATE = re.compile(rb"\},\n[ \t\r\n]*\{")  # '},' newline '{': an element boundary in both layouts we meet
+COLUMNS = tuple(f.name for f in fields(RawTrace) if f.name[:2] in ("k_", "l_", "o_", "g_", "p_"))
+NAME_COLUMNS = {"k_name": "i", "o_name": "i", "g_name": "i", "p_name": "i"}  # column: its wide typecode
+THREAD_COLUMNS = {"l_thread": "i", "o_thread": "i", "p_thread": "i"}
+WIDE = {"o_ext": "q"}
+
+
+def workers() -> int:
+    """Worker processes to use: SGLOPS_TRACE_WORKERS if set, else the cores this process may run on, at least 2."""
+    env = os.environ.get(WORKERS_ENV, "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(2, cores)
+
+
+def eligible(path: str, min_bytes: int | None = None) -> bool:
+    """Large, plain (not gzipped) files only, and only when more than one worker is allowed."""
+    min_bytes = MIN_BYTES if min_bytes is None else min_bytes
+    if workers() < 2:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) == b"\x1f\x8b":
+                return False
+            return os.fstat(fh.fileno()).st_size >= min_bytes
+    except OSError:
+        return False
+
+
+def ranges(path: str, range_bytes: int | None = None) -> tuple[dict, list[tuple[int, int]]]:
+    """The top-level metadata and the byte ranges of the event array, each (but the first) starting just after
+    the ',' of a candidate boundary; the last range runs to the end of the file. _NotFast for another layout."""
+    range_bytes = max(1, RANGE_BYTES if range_bytes is None else range_bytes)
+    with open(path, "rb") as fh:
+        meta, _, start = parse._head(fh)
+        size = os.fstat(fh.fileno()).st_size
+        fd = fh.fileno()
+        cuts = [start]
+        pos = start + range_bytes
+        while pos < size:
+            window = os.pread(fd, 1 << 20, pos)
+            m = CANDIDATE.search(window)
+            if m is None:  # no candidate in 1 MB: the range grows to the next one that has one
+                pos += len(window) - 64 if len(window) > 128 else len(window) + 1
+                continue
+            cuts.append(pos + m.start() + 2)
+            pos = cuts[-1] + range_bytes
+    bounds = cuts + [size]
+    return meta, [(bounds[k], bounds[k + 1]) for k in range(len(cuts))]
+
+
+class _Range:
+    """A read()-able view of [lo, hi) of a file, by pread (workers share nothing but the path)."""
+
+    def __init__(self, fd: int, lo: int, hi: int) -> None:
+        self.fd, self.pos, self.hi = fd, lo, hi
+
+    def read(self, n: int) -> bytes:
+        n = min(n, self.hi - self.pos)
+        if n <= 0:
+            return b""
+        data = os.pread(self.fd, n, self.pos)
+        self.pos += len(data)
+        return data
+
+
+def _start() -> None:
+    """Worker start-up: the parser's allocator setting, and no cyclic GC (millions of short-lived dicts)."""
+    parse._map_large_blocks()
+    gc.disable()
+
+
+def read_range(path: str, lo: int, hi: int, last: bool) -> tuple:
+    """One range's compact columns: (events, names, threads, {column: array}, trailing metadata or None).
+    Raises when the range does not parse completely (the caller falls back to the sequential reader)."""
+    import orjson
+
+    raw = RawTrace(path=path)
+    cols = _Columns(raw)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = parse._batches(_Range(fd, lo, hi), bytearray(b"["), cols)
+    finally:
+        os.close(fd)
+    extra = None
+    if last:
+        extra = parse._tail(bytes(buf[1:]), cols)
+    elif len(buf) > 1:
+        if buf[-1] != parse.COMMA:
+            raise parse._NotFast
+        buf[-1] = parse.CLOSE
+        cols.take(orjson.loads(buf))  # a JSONDecodeError here: the next range's start was inside an event
+    return raw.events, list(cols.names), list(cols.threads), {c: getattr(raw, c) for c in COLUMNS}, extra
+
+
+def _context():
+    """'fork' (no start-up cost) while this process has one thread; 'forkserver' otherwise (fork copies other
+    threads' locks in whatever state they are)."""
+    import multiprocessing
+
+    return multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
+
+
+def merge(cols: _Columns, part: tuple) -> dict | None:
+    """Append one range's columns, its names and threads interned in the order the range met them."""
+    import numpy as np
+
+    events, names, threads, columns, extra = part
+    raw = cols.raw
+    name_map = np.array([cols.names[n] for n in names], dtype=np.int64)
+    thread_map = np.array([cols.threads[t] for t in threads], dtype=np.int64)
+    for column, values in columns.items():
+        if not len(values):
+            continue
+        table = name_map if column in NAME_COLUMNS else thread_map if column in THREAD_COLUMNS else None
+        if table is not None:
+            local = np.frombuffer(values, dtype=values.typecode)
+            _fill(raw, column, table[local].tolist(), NAME_COLUMNS.get(column) or THREAD_COLUMNS[column])
+            continue
+        col = getattr(raw, column)
+        if col.typecode == values.typecode:
+            col.extend(values)
+        else:  # one side was widened: a value of this range does not fit the trace's column so far
+            _fill(raw, column, values.tolist(), WIDE.get(column, values.typecode))
+    raw.events += events
+    return extra
+
+
+def read_into(path: str, cols: _Columns, range_bytes: int | None = None, n: int | None = None) -> dict:
+    """Fill cols from the file's ranges read by n workers, in file order; returns the top-level metadata.
+    Any failure (a layout the ranges cannot vouch for, a broken file, a worker that cannot start) raises:
+    the caller discards cols and reads sequentially."""
+    meta, spans = ranges(path, range_bytes)
+    n = n or workers()
+    extra = None
+    with ProcessPoolExecutor(max_workers=min(n, len(spans)), mp_context=_context(), initializer=_start) as pool:
+        pending = []
+        try:
+            for k, (lo, hi) in enumerate(spans):
+                pending.append(pool.submit(read_range, path, lo, hi, k == len(spans) - 1))
+                while len(pending) > 2 * n or (k == len(spans) - 1 and pending):  # in order, a bounded window
+                    got = merge(cols, pending.pop(0).result())
+                    extra = got if got is not None else extra
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+    if extra is None:
+        raise parse._NotFast
+    return {**meta, **extra}
+
+
+def read_parallel(path: str, raw: RawTrace, range_bytes: int | None = None, n: int | None = None) -> _Columns:
+    """A convenience for tests and benchmarks: the columns of `path` read in parallel into `raw`."""
+    cols = _Columns(raw)
+    raw.meta = read_into(path, cols, range_bytes, n)
+    return cols
+
+
+__all__ = ["eligible", "read_into", "read_parallel", "workers"]
