@@ -262,9 +262,35 @@ def diff(size_gb: float) -> dict:
             "earlier_children_peak_mb": before / 1024, "headline": doc.get("headline") or doc.get("line")}
 
 
+def parallel(size_gb: float, trace: str | None = None) -> dict:
+    """The reader sequential (SGLOPS_TRACE_WORKERS=1) then parallel (default workers), one fresh process each, on
+    the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and whether the
+    two analyses are byte-identical (sha256 of analysis JSON, the path left out). Notes the load average."""
+    path = Path(trace) if trace else make_big(size_gb)[0]
+    code = ("import hashlib, json, resource, sys, time\nfrom sglops.trace import analyze\nt = time.perf_counter()\n"
+            "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\ndoc = a.to_json()\n"
+            "[f.pop('path', None) for f in doc['files']]\n"
+            "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "print(json.dumps({'s': round(s, 2), 'cpu_s': round(me.ru_utime + me.ru_stime + kids.ru_utime + "
+            "kids.ru_stime, 2), 'parent_peak_mb': round(me.ru_maxrss / 1024, 1), 'workers_peak_mb': "
+            "round(kids.ru_maxrss / 1024, 1), 'events': a.files[0].events, 'sha256': hashlib.sha256(json.dumps("
+            "doc, sort_keys=True).encode()).hexdigest()}))")
+    out: dict = {"trace": str(path), "bytes": path.stat().st_size, "load_before": os.getloadavg()}
+    for label, workers in (("sequential", "1"), ("parallel", "")):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SGLOPS_TRACE_WORKERS": workers}
+        proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
+                              env=env)
+        if proc.returncode != 0:
+            raise SystemExit(proc.stderr[-2000:])
+        out[label] = json.loads(proc.stdout)
+    out["identical"] = out["sequential"]["sha256"] == out["parallel"]["sha256"]
+    out["load_after"] = os.getloadavg()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff"])
+    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff", "parallel"])
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
@@ -279,6 +305,8 @@ def main() -> None:
         res = speed(args.repeats or 5)
     elif args.part == "diff":
         res = diff(args.size_gb)
+    elif args.part == "parallel":
+        res = parallel(args.size_gb, args.trace[0] if args.trace else None)
     else:
         res = memory(args.size_gb, args.gzip)
     print(json.dumps(res, indent=1))
