@@ -262,6 +262,39 @@ def diff(size_gb: float) -> dict:
             "earlier_children_peak_mb": before / 1024, "headline": doc.get("headline") or doc.get("line")}
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants, from /proc (Linux)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def _sample_tree(proc: subprocess.Popen, every: float = 0.05) -> dict:
+    """The largest sum, over one analysis' processes (parent + workers) alive at once, of RSS and of PSS (shared
+    pages counted once across them), sampled every 50 ms until it exits."""
+    top_rss = top_pss = 0
+    while proc.poll() is None:
+        rss = pss = 0
+        for p in _tree(proc.pid):
+            try:
+                fields = dict(line.split(":", 1) for line in Path(f"/proc/{p}/smaps_rollup").read_text()
+                              .splitlines()[1:])
+            except (OSError, ValueError):
+                continue
+            rss += int(fields.get("Rss", "0 kB").split()[0])
+            pss += int(fields.get("Pss", "0 kB").split()[0])
+        top_rss, top_pss = max(top_rss, rss), max(top_pss, pss)
+        time.sleep(every)
+    return {"together_rss_mb": round(top_rss / 1024, 1), "together_pss_mb": round(top_pss / 1024, 1)}
+
+
 def parallel(size_gb: float, trace: str | None = None) -> dict:
     """The reader sequential (SGLOPS_TRACE_WORKERS=1) then parallel (default workers), one fresh process each, on
     the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and whether the
@@ -278,11 +311,13 @@ def parallel(size_gb: float, trace: str | None = None) -> dict:
     out: dict = {"trace": str(path), "bytes": path.stat().st_size, "load_before": os.getloadavg()}
     for label, workers in (("sequential", "1"), ("parallel", "")):
         env = {**os.environ, "PYTHONPATH": str(REPO), "SGLOPS_TRACE_WORKERS": workers}
-        proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
-                              env=env)
+        proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        together = _sample_tree(proc)
+        stdout, stderr = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit(proc.stderr[-2000:])
-        out[label] = json.loads(proc.stdout)
+            raise SystemExit(stderr[-2000:])
+        out[label] = {**json.loads(stdout), **together}
     out["identical"] = out["sequential"]["sha256"] == out["parallel"]["sha256"]
     out["load_after"] = os.getloadavg()
     return out

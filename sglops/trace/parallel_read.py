@@ -20,7 +20,6 @@ import gc
 import os
 import re
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import fields
 
 from sglops.trace import parse
@@ -168,6 +167,8 @@ def read_into(path: str, cols: _Columns, range_bytes: int | None = None, n: int 
     """Fill cols from the file's ranges read by n workers, in file order; returns the top-level metadata.
     Any failure (a layout the ranges cannot vouch for, a broken file, a worker that cannot start) raises:
     the caller discards cols and reads sequentially."""
+    from concurrent.futures import ProcessPoolExecutor  # here: a small trace never pays for the import
+
     meta, spans = ranges(path, range_bytes)
     n = n or workers()
     extra = None
