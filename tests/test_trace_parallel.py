@@ -103,7 +103,7 @@ def _analysis_with(path: Path, monkeypatch, parallel: bool) -> bytes:
 
     with monkeypatch.context() as m:
         m.setenv(parallel_read.WORKERS_ENV, "2" if parallel else "1")
-        m.setattr(parallel_read, "MIN_BYTES", 0)
+        m.setattr(parse, "PARALLEL_MIN_BYTES", 0)
         m.setattr(parallel_read, "RANGE_BYTES", 32 << 10)
         m.setattr(parallel_read, "read_into", spy)
         doc = _analysis(path)
@@ -134,7 +134,7 @@ def test_cut_inside_an_event_falls_back(tmp_path: Path, monkeypatch) -> None:
     seq = _sequential(path, monkeypatch)
     with monkeypatch.context() as m:
         m.setenv(parallel_read.WORKERS_ENV, "2")
-        m.setattr(parallel_read, "MIN_BYTES", 0)
+        m.setattr(parse, "PARALLEL_MIN_BYTES", 0)
         m.setattr(parallel_read, "RANGE_BYTES", 4 << 10)
         got = parse.read(path)
     assert _columns(got) == _columns(seq)
@@ -146,7 +146,7 @@ def test_truncated_file_one_clear_line(tmp_path: Path, monkeypatch) -> None:
     cut = tmp_path / "cut.trace.json"
     cut.write_bytes(whole[: len(whole) * 2 // 3])
     monkeypatch.setenv(parallel_read.WORKERS_ENV, "2")
-    monkeypatch.setattr(parallel_read, "MIN_BYTES", 0)
+    monkeypatch.setattr(parse, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(parallel_read, "RANGE_BYTES", 32 << 10)
     with pytest.raises(TraceError) as exc:
         parse.read(cut)
@@ -158,7 +158,7 @@ def test_gzip_and_small_files_stay_sequential(tmp_path: Path, monkeypatch) -> No
     gz = DATA / "sglang-cpu-nostack-TP-0.trace.json.gz"
     assert not parallel_read.eligible(str(gz), min_bytes=0)  # gzip: one stream, no ranges
     plain = _plain(gz, tmp_path)
-    assert not parallel_read.eligible(str(plain))  # a few MB: below MIN_BYTES
+    assert not parallel_read.eligible(str(plain))  # a few MB: below parse.PARALLEL_MIN_BYTES
     assert parallel_read.eligible(str(plain), min_bytes=0)
     monkeypatch.setenv(parallel_read.WORKERS_ENV, "1")
     assert not parallel_read.eligible(str(plain), min_bytes=0)

@@ -26,17 +26,18 @@ from sglops.trace import parse
 from sglops.trace.parse import RawTrace, _Columns, _fill
 
 WORKERS_ENV = "SGLOPS_TRACE_WORKERS"  # 1: always the sequential reader; N: at most N worker processes
-MIN_BYTES = 48 << 20  # below this a trace reads sequentially (a pool's start-up is not worth it)
 RANGE_BYTES = 16 << 20  # text per task: small results, and a bounded number of them in flight
 CANDIDATE = re.compile(rb"\},\n[ \t\r\n]*\{")  # '},' newline '{': an element boundary in both layouts we meet
 COLUMNS = tuple(f.name for f in fields(RawTrace) if f.name[:2] in ("k_", "l_", "o_", "g_", "p_"))
 NAME_COLUMNS = {"k_name": "i", "o_name": "i", "g_name": "i", "p_name": "i"}  # column: its wide typecode
 THREAD_COLUMNS = {"l_thread": "i", "o_thread": "i", "p_thread": "i"}
 WIDE = {"o_ext": "q"}
+MAX_WORKERS = 8  # ~35 MB RSS each (~15 MB not shared): past 8, memory grows and the parent's merge is the limit
 
 
 def workers() -> int:
-    """Worker processes to use: SGLOPS_TRACE_WORKERS if set, else the cores this process may run on, at least 2."""
+    """Worker processes to use: SGLOPS_TRACE_WORKERS if set, else the cores this process may run on, at least 2
+    and at most MAX_WORKERS."""
     env = os.environ.get(WORKERS_ENV, "").strip()
     if env:
         try:
@@ -47,12 +48,13 @@ def workers() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    return max(2, cores)
+    return max(2, min(cores, MAX_WORKERS))
 
 
 def eligible(path: str, min_bytes: int | None = None) -> bool:
-    """Large, plain (not gzipped) files only, and only when more than one worker is allowed."""
-    min_bytes = MIN_BYTES if min_bytes is None else min_bytes
+    """Large (parse.PARALLEL_MIN_BYTES), plain (not gzipped) files only, and only when more than one worker is
+    allowed."""
+    min_bytes = parse.PARALLEL_MIN_BYTES if min_bytes is None else min_bytes
     if workers() < 2:
         return False
     try:

@@ -45,6 +45,7 @@ RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
 HEAD_BYTES = 1 << 20
 SLOW_BATCH = 4096  # events per batch on the ijson path
+PARALLEL_MIN_BYTES = 48 << 20  # smaller files read sequentially: no pool start-up, not even its module's import
 
 
 class TraceError(SglopsError):
@@ -423,6 +424,8 @@ def read(path: str | os.PathLike) -> RawTrace:
 def _parallel(path: str, cols: _Columns) -> dict:
     """Large plain files in worker processes (sglops/trace/parallel_read.py); _NotFast for the rest, so that
     small, gzipped and unusual files take the sequential path with no pool started."""
+    if os.path.getsize(path) < PARALLEL_MIN_BYTES:
+        raise _NotFast
     from sglops.trace import parallel_read
 
     if not parallel_read.eligible(path):
