@@ -323,9 +323,35 @@ def parallel(size_gb: float, trace: str | None = None) -> dict:
     return out
 
 
+def small(before: str, repeats: int) -> dict:
+    """What a small trace pays for the parallel reader's checks: `analyze` of a test-data CPU trace (gzipped as
+    kept, and gunzipped) in fresh processes, this checkout vs `before` (another checkout), interleaved; medians
+    (ms, imports included)."""
+    src = TRACES / "sglang-cpu-nostack-TP-0.trace.json.gz"
+    plain = Path(tempfile.gettempdir()) / "sglops-bench-small.trace.json"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    code = ("import sys, time\nt, c = time.perf_counter(), time.process_time()\nfrom sglops.trace import analyze\n"
+            "analyze([sys.argv[1]])\nprint(time.perf_counter() - t, time.process_time() - c)")
+    runs: dict[str, list[list[float]]] = {}
+    out: dict = {"load_before": os.getloadavg()}
+    for _ in range(repeats):
+        for label, tree in (("before", before), ("after", str(REPO))):
+            for kind, path in (("gz", src), ("plain", plain)):
+                proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                                      env={**os.environ, "PYTHONPATH": tree}, check=True)
+                runs.setdefault(f"{label}_{kind}", []).append([float(x) * 1000 for x in proc.stdout.split()])
+    for key, rows in runs.items():
+        out[key] = {"wall_ms": round(statistics.median(r[0] for r in rows), 1),
+                    "cpu_ms": round(statistics.median(r[1] for r in rows), 1),
+                    "wall_ms_range": [round(min(r[0] for r in rows), 1), round(max(r[0] for r in rows), 1)]}
+    out["load_after"] = os.getloadavg()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff", "parallel"])
+    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff", "parallel", "small"])
+    ap.add_argument("--before", help="small: the checkout to compare with (e.g. a worktree of main)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
@@ -340,6 +366,10 @@ def main() -> None:
         res = speed(args.repeats or 5)
     elif args.part == "diff":
         res = diff(args.size_gb)
+    elif args.part == "small":
+        if not args.before:
+            raise SystemExit("small: --before CHECKOUT is required (the tree to compare this one with)")
+        res = small(args.before, args.repeats or 15)
     elif args.part == "parallel":
         res = parallel(args.size_gb, args.trace[0] if args.trace else None)
     else:
