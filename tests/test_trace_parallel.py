@@ -55,7 +55,7 @@ def _replicate(src: Path, out: Path, copies: int, indent: int | None = None, nes
 
 
 def _columns(raw: RawTrace) -> dict:
-    cols = {c: (getattr(raw, c).typecode, getattr(raw, c).tobytes()) for c in parallel_read.COLUMNS}
+    cols = {c: (getattr(raw, c).typecode, getattr(raw, c).tobytes()) for c in parse.COLUMNS}
     return {**cols, "names": raw.names, "events": raw.events, "meta": raw.meta}
 
 
@@ -67,10 +67,7 @@ def _sequential(path: Path, monkeypatch) -> RawTrace:
 
 def _parallel(path: Path, range_bytes: int) -> RawTrace:
     """The parallel reader alone (no sequential fallback): raises if it cannot vouch for the file."""
-    raw = RawTrace(path=str(path), stage=None)
-    cols = parallel_read.read_parallel(str(path), raw, range_bytes=range_bytes, n=2)
-    raw.names = list(cols.names)
-    return raw
+    return parse.read_parallel(path, range_bytes=range_bytes, n=2)
 
 
 def _analysis(path: Path) -> bytes:
@@ -81,7 +78,7 @@ def _analysis(path: Path) -> bytes:
 @pytest.mark.parametrize("src", TRACES, ids=lambda p: p.name.split(".")[0])
 def test_every_test_trace_reads_identically(src: Path, tmp_path: Path, monkeypatch) -> None:
     plain = _plain(src, tmp_path)
-    spans = parallel_read.ranges(str(plain), 32 << 10)[1]
+    spans = parallel_read.ranges(str(plain), parse._head, 32 << 10)[1]
     assert len(spans) > 1 or plain.stat().st_size < 64 << 10  # the file really splits
     seq = _sequential(plain, monkeypatch)
     par = _parallel(plain, 32 << 10)
@@ -116,7 +113,7 @@ def test_multi_batch_replica_identical(indent, tmp_path: Path, monkeypatch) -> N
     """Ranges of several ~1 MB batches each, both layouts: the same columns, names in the same order."""
     src = DATA / "h200_gathercast_small.trace.json.gz"
     path = _replicate(src, tmp_path / "big.trace.json", 6, indent=indent)
-    assert len(parallel_read.ranges(str(path), 3 << 20)[1]) >= 2
+    assert len(parallel_read.ranges(str(path), parse._head, 3 << 20)[1]) >= 2
     seq = _sequential(path, monkeypatch)
     par = _parallel(path, 3 << 20)
     assert par.meta["traceName"] == "replica"
@@ -156,9 +153,9 @@ def test_truncated_file_one_clear_line(tmp_path: Path, monkeypatch) -> None:
 def test_gzip_and_small_files_stay_sequential(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(parallel_read.WORKERS_ENV, raising=False)
     gz = DATA / "sglang-cpu-nostack-TP-0.trace.json.gz"
-    assert not parallel_read.eligible(str(gz), min_bytes=0)  # gzip: one stream, no ranges
+    assert not parallel_read.eligible(str(gz), 0)  # gzip: one stream, no ranges
     plain = _plain(gz, tmp_path)
-    assert not parallel_read.eligible(str(plain))  # a few MB: below parse.PARALLEL_MIN_BYTES
-    assert parallel_read.eligible(str(plain), min_bytes=0)
+    assert not parallel_read.eligible(str(plain), parse.PARALLEL_MIN_BYTES)  # a few MB: sequential
+    assert parallel_read.eligible(str(plain), 0)
     monkeypatch.setenv(parallel_read.WORKERS_ENV, "1")
-    assert not parallel_read.eligible(str(plain), min_bytes=0)
+    assert not parallel_read.eligible(str(plain), 0)

@@ -20,19 +20,25 @@ import gc
 import os
 import re
 import threading
-from dataclasses import fields
-
-from sglops.trace import parse
-from sglops.trace.parse import RawTrace, _Columns, _fill
+from typing import Any, NamedTuple
 
 WORKERS_ENV = "SGLOPS_TRACE_WORKERS"  # 1: always the sequential reader; N: at most N worker processes
 RANGE_BYTES = 16 << 20  # text per task: small results, and a bounded number of them in flight
 CANDIDATE = re.compile(rb"\},\n[ \t\r\n]*\{")  # '},' newline '{': an element boundary in both layouts we meet
-COLUMNS = tuple(f.name for f in fields(RawTrace) if f.name[:2] in ("k_", "l_", "o_", "g_", "p_"))
 NAME_COLUMNS = {"k_name": "i", "o_name": "i", "g_name": "i", "p_name": "i"}  # column: its wide typecode
 THREAD_COLUMNS = {"l_thread": "i", "o_thread": "i", "p_thread": "i"}
 WIDE = {"o_ext": "q"}
 MAX_WORKERS = 8  # ~35 MB RSS each (~15 MB not shared): past 8, memory grows and the parent's merge is the limit
+
+
+class Kit(NamedTuple):
+    """What this module needs of the sequential reader (sglops/trace/parse.py), handed in by it: parse imports this
+    module, never the reverse. work and setup run in the workers (module-level functions: pickled by name)."""
+
+    head: Any  # fh -> (metadata, rest, offset where the array's elements start); raises for another layout
+    work: Any  # (path, lo, hi, last) -> (events, names, threads, {column: array}, trailing metadata or None)
+    fill: Any  # (raw, column, values, wide): append, widening a narrow column
+    setup: Any  # () -> None, once per worker
 
 
 def workers() -> int:
@@ -51,10 +57,8 @@ def workers() -> int:
     return max(2, min(cores, MAX_WORKERS))
 
 
-def eligible(path: str, min_bytes: int | None = None) -> bool:
-    """Large (parse.PARALLEL_MIN_BYTES), plain (not gzipped) files only, and only when more than one worker is
-    allowed."""
-    min_bytes = parse.PARALLEL_MIN_BYTES if min_bytes is None else min_bytes
+def eligible(path: str, min_bytes: int) -> bool:
+    """Plain (not gzipped) files of min_bytes or more only, and only when more than one worker is allowed."""
     if workers() < 2:
         return False
     try:
@@ -66,12 +70,13 @@ def eligible(path: str, min_bytes: int | None = None) -> bool:
         return False
 
 
-def ranges(path: str, range_bytes: int | None = None) -> tuple[dict, list[tuple[int, int]]]:
+def ranges(path: str, head, range_bytes: int | None = None) -> tuple[dict, list[tuple[int, int]]]:
     """The top-level metadata and the byte ranges of the event array, each (but the first) starting just after
-    the ',' of a candidate boundary; the last range runs to the end of the file. _NotFast for another layout."""
+    the ',' of a candidate boundary; the last range runs to the end of the file. `head` raises for another
+    layout."""
     range_bytes = max(1, RANGE_BYTES if range_bytes is None else range_bytes)
     with open(path, "rb") as fh:
-        meta, _, start = parse._head(fh)
+        meta, _, start = head(fh)
         size = os.fstat(fh.fileno()).st_size
         fd = fh.fileno()
         cuts = [start]
@@ -88,48 +93,10 @@ def ranges(path: str, range_bytes: int | None = None) -> tuple[dict, list[tuple[
     return meta, [(bounds[k], bounds[k + 1]) for k in range(len(cuts))]
 
 
-class _Range:
-    """A read()-able view of [lo, hi) of a file, by pread (workers share nothing but the path)."""
-
-    def __init__(self, fd: int, lo: int, hi: int) -> None:
-        self.fd, self.pos, self.hi = fd, lo, hi
-
-    def read(self, n: int) -> bytes:
-        n = min(n, self.hi - self.pos)
-        if n <= 0:
-            return b""
-        data = os.pread(self.fd, n, self.pos)
-        self.pos += len(data)
-        return data
-
-
-def _start() -> None:
-    """Worker start-up: the parser's allocator setting, and no cyclic GC (millions of short-lived dicts)."""
-    parse._map_large_blocks()
+def _start(setup) -> None:
+    """Worker start-up: the reader's allocator setting, and no cyclic GC (millions of short-lived dicts)."""
+    setup()
     gc.disable()
-
-
-def read_range(path: str, lo: int, hi: int, last: bool) -> tuple:
-    """One range's compact columns: (events, names, threads, {column: array}, trailing metadata or None).
-    Raises when the range does not parse completely (the caller falls back to the sequential reader)."""
-    import orjson
-
-    raw = RawTrace(path=path)
-    cols = _Columns(raw)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        buf = parse._batches(_Range(fd, lo, hi), bytearray(b"["), cols)
-    finally:
-        os.close(fd)
-    extra = None
-    if last:
-        extra = parse._tail(bytes(buf[1:]), cols)
-    elif len(buf) > 1:
-        if buf[-1] != parse.COMMA:
-            raise parse._NotFast
-        buf[-1] = parse.CLOSE
-        cols.take(orjson.loads(buf))  # a JSONDecodeError here: the next range's start was inside an event
-    return raw.events, list(cols.names), list(cols.threads), {c: getattr(raw, c) for c in COLUMNS}, extra
 
 
 def _context():
@@ -140,7 +107,7 @@ def _context():
     return multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
 
 
-def merge(cols: _Columns, part: tuple) -> dict | None:
+def merge(cols, part: tuple, fill) -> dict | None:
     """Append one range's columns, its names and threads interned in the order the range met them."""
     import numpy as np
 
@@ -154,48 +121,42 @@ def merge(cols: _Columns, part: tuple) -> dict | None:
         table = name_map if column in NAME_COLUMNS else thread_map if column in THREAD_COLUMNS else None
         if table is not None:
             local = np.frombuffer(values, dtype=values.typecode)
-            _fill(raw, column, table[local].tolist(), NAME_COLUMNS.get(column) or THREAD_COLUMNS[column])
+            fill(raw, column, table[local].tolist(), NAME_COLUMNS.get(column) or THREAD_COLUMNS[column])
             continue
         col = getattr(raw, column)
         if col.typecode == values.typecode:
             col.extend(values)
         else:  # one side was widened: a value of this range does not fit the trace's column so far
-            _fill(raw, column, values.tolist(), WIDE.get(column, values.typecode))
+            fill(raw, column, values.tolist(), WIDE.get(column, values.typecode))
     raw.events += events
     return extra
 
 
-def read_into(path: str, cols: _Columns, range_bytes: int | None = None, n: int | None = None) -> dict:
+def read_into(path: str, cols, kit: Kit, range_bytes: int | None = None, n: int | None = None) -> dict:
     """Fill cols from the file's ranges read by n workers, in file order; returns the top-level metadata.
     Any failure (a layout the ranges cannot vouch for, a broken file, a worker that cannot start) raises:
     the caller discards cols and reads sequentially."""
     from concurrent.futures import ProcessPoolExecutor  # here: a small trace never pays for the import
 
-    meta, spans = ranges(path, range_bytes)
+    meta, spans = ranges(path, kit.head, range_bytes)
     n = n or workers()
     extra = None
-    with ProcessPoolExecutor(max_workers=min(n, len(spans)), mp_context=_context(), initializer=_start) as pool:
+    with ProcessPoolExecutor(max_workers=min(n, len(spans)), mp_context=_context(), initializer=_start,
+                             initargs=(kit.setup,)) as pool:
         pending = []
         try:
             for k, (lo, hi) in enumerate(spans):
-                pending.append(pool.submit(read_range, path, lo, hi, k == len(spans) - 1))
+                pending.append(pool.submit(kit.work, path, lo, hi, k == len(spans) - 1))
                 while len(pending) > 2 * n or (k == len(spans) - 1 and pending):  # in order, a bounded window
-                    got = merge(cols, pending.pop(0).result())
+                    got = merge(cols, pending.pop(0).result(), kit.fill)
                     extra = got if got is not None else extra
         except BaseException:
             for f in pending:
                 f.cancel()
             raise
     if extra is None:
-        raise parse._NotFast
+        raise ValueError(f"{path}: no range reached the end of the event array")
     return {**meta, **extra}
 
 
-def read_parallel(path: str, raw: RawTrace, range_bytes: int | None = None, n: int | None = None) -> _Columns:
-    """A convenience for tests and benchmarks: the columns of `path` read in parallel into `raw`."""
-    cols = _Columns(raw)
-    raw.meta = read_into(path, cols, range_bytes, n)
-    return cols
-
-
-__all__ = ["eligible", "read_into", "read_parallel", "workers"]
+__all__ = ["Kit", "eligible", "merge", "ranges", "read_into", "workers"]

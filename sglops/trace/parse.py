@@ -111,6 +111,9 @@ class RawTrace:
     p_thread: array = field(default_factory=lambda: array("i"))
 
 
+COLUMNS = tuple(f for f in RawTrace.__dataclass_fields__ if f[:2] in ("k_", "l_", "o_", "g_", "p_"))
+
+
 def ids(column: array):
     """A numpy view of an id column at least 4 bytes wide (a copy only for a narrow one): arithmetic on 2-byte
     ids would wrap."""
@@ -421,16 +424,70 @@ def read(path: str | os.PathLike) -> RawTrace:
     return raw
 
 
-def _parallel(path: str, cols: _Columns) -> dict:
+def _parallel(path: str, cols: _Columns, range_bytes: int | None = None, n: int | None = None,
+              min_bytes: int | None = None) -> dict:
     """Large plain files in worker processes (sglops/trace/parallel_read.py); _NotFast for the rest, so that
     small, gzipped and unusual files take the sequential path with no pool started."""
-    if os.path.getsize(path) < PARALLEL_MIN_BYTES:
+    min_bytes = PARALLEL_MIN_BYTES if min_bytes is None else min_bytes
+    if os.path.getsize(path) < min_bytes:
         raise _NotFast
-    from sglops.trace import parallel_read
+    from sglops.trace.parallel_read import Kit, eligible, read_into
 
-    if not parallel_read.eligible(path):
+    if not eligible(path, min_bytes):
         raise _NotFast
-    return parallel_read.read_into(path, cols)
+    return read_into(path, cols, Kit(head=_head, work=_read_range, fill=_fill, setup=_map_large_blocks), range_bytes, n)
+
+
+def read_parallel(path: str | os.PathLike, range_bytes: int | None = None, n: int | None = None) -> RawTrace:
+    """The parallel reader alone, whatever the file's size, with no sequential fallback: for tests and
+    benchmarks that must know it was this path (raises where read() would fall back)."""
+    path = str(path)
+    _map_large_blocks()
+    raw = RawTrace(path=path)
+    cols = _Columns(raw)
+    raw.meta = _parallel(path, cols, range_bytes, n, min_bytes=0)
+    raw.rank = rank_of(path, raw.meta)
+    raw.names = list(cols.names)
+    return raw
+
+
+class _Range:
+    """A read()-able view of [lo, hi) of a file, by pread (workers share nothing but the path)."""
+
+    def __init__(self, fd: int, lo: int, hi: int) -> None:
+        self.fd, self.pos, self.hi = fd, lo, hi
+
+    def read(self, n: int) -> bytes:
+        n = min(n, self.hi - self.pos)
+        if n <= 0:
+            return b""
+        data = os.pread(self.fd, n, self.pos)
+        self.pos += len(data)
+        return data
+
+
+def _read_range(path: str, lo: int, hi: int, last: bool) -> tuple:
+    """A parallel worker's part: one byte range's compact columns, (events, names, threads, {column: array},
+    trailing metadata or None), parsed in batches exactly as _fast does. Raises when the range does not parse
+    to its very end (the caller then reads the file sequentially)."""
+    import orjson
+
+    raw = RawTrace(path=path)
+    cols = _Columns(raw)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = _batches(_Range(fd, lo, hi), bytearray(b"["), cols)
+    finally:
+        os.close(fd)
+    extra = None
+    if last:
+        extra = _tail(bytes(buf[1:]), cols)
+    elif len(buf) > 1:
+        if buf[-1] != COMMA:
+            raise _NotFast
+        buf[-1] = CLOSE
+        cols.take(orjson.loads(buf))  # a JSONDecodeError here: the next range's start was inside an event
+    return raw.events, list(cols.names), list(cols.threads), {c: getattr(raw, c) for c in COLUMNS}, extra
 
 
 def _slow(path: str, cols: _Columns) -> None:
