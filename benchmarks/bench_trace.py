@@ -279,7 +279,7 @@ def _tree(pid: int) -> list[int]:
 def _sample_tree(proc: subprocess.Popen, every: float = 0.05) -> dict:
     """The largest sum, over one analysis' processes (parent + workers) alive at once, of RSS and of PSS (shared
     pages counted once across them), sampled every 50 ms until it exits."""
-    top_rss = top_pss = 0
+    top_rss = top_pss = top_private = 0
     while proc.poll() is None:
         rss = pss = 0
         for p in _tree(proc.pid):
@@ -288,11 +288,15 @@ def _sample_tree(proc: subprocess.Popen, every: float = 0.05) -> dict:
                               .splitlines()[1:])
             except (OSError, ValueError):
                 continue
-            rss += int(fields.get("Rss", "0 kB").split()[0])
-            pss += int(fields.get("Pss", "0 kB").split()[0])
+            kb = {k: int(v.split()[0]) for k, v in fields.items()}
+            rss += kb.get("Rss", 0)
+            pss += kb.get("Pss", 0)
+            if p != proc.pid:  # a worker: the memory only it holds (what each more worker adds)
+                top_private = max(top_private, kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0))
         top_rss, top_pss = max(top_rss, rss), max(top_pss, pss)
         time.sleep(every)
-    return {"together_rss_mb": round(top_rss / 1024, 1), "together_pss_mb": round(top_pss / 1024, 1)}
+    return {"together_rss_mb": round(top_rss / 1024, 1), "together_pss_mb": round(top_pss / 1024, 1),
+            "worker_private_mb": round(top_private / 1024, 1)}
 
 
 def parallel(size_gb: float, trace: str | None = None) -> dict:
