@@ -159,3 +159,19 @@ def test_gzip_and_small_files_stay_sequential(tmp_path: Path, monkeypatch) -> No
     assert parallel_read.eligible(str(plain), 0)
     monkeypatch.setenv(parallel_read.WORKERS_ENV, "1")
     assert not parallel_read.eligible(str(plain), 0)
+
+
+def test_pool_that_cannot_start_falls_back(tmp_path: Path, monkeypatch) -> None:
+    """No worker process (a daemonic parent, no fork): read() gives the sequential columns, no error."""
+    plain = _plain(DATA / "sglang-cpu-nostack-TP-0.trace.json.gz", tmp_path)
+    seq = _sequential(plain, monkeypatch)
+
+    def refuse():
+        raise OSError("no processes here")
+
+    monkeypatch.setenv(parallel_read.WORKERS_ENV, "2")
+    monkeypatch.setattr(parse, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel_read, "_context", refuse)
+    with pytest.raises(OSError):
+        parse.read_parallel(plain, range_bytes=32 << 10, n=2)
+    assert _columns(parse.read(plain)) == _columns(seq)
