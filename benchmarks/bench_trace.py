@@ -299,7 +299,7 @@ def _sample_tree(proc: subprocess.Popen, every: float = 0.05) -> dict:
             "worker_private_mb": round(top_private / 1024, 1)}
 
 
-def parallel(size_gb: float, trace: str | None = None) -> dict:
+def parallel(size_gb: float, trace: str | None = None, force: bool = False) -> dict:
     """The reader sequential (SGLOPS_TRACE_WORKERS=1) then parallel (default workers), one fresh process each, on
     the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and whether the
     two analyses are byte-identical (sha256 of analysis JSON, the path left out). Notes the load average."""
@@ -312,6 +312,8 @@ def parallel(size_gb: float, trace: str | None = None) -> dict:
             "kids.ru_stime, 2), 'parent_peak_mb': round(me.ru_maxrss / 1024, 1), 'workers_peak_mb': "
             "round(kids.ru_maxrss / 1024, 1), 'events': a.files[0].events, 'sha256': hashlib.sha256(json.dumps("
             "doc, sort_keys=True).encode()).hexdigest()}))")
+    if force:  # files under the size threshold read in parallel too (identity checks on small replicas)
+        code = "import sglops.trace.parse as P\nP.PARALLEL_MIN_BYTES = 0\n" + code
     out: dict = {"trace": str(path), "bytes": path.stat().st_size, "load_before": os.getloadavg()}
     for label, workers in (("sequential", "1"), ("parallel", "")):
         env = {**os.environ, "PYTHONPATH": str(REPO), "SGLOPS_TRACE_WORKERS": workers}
@@ -355,6 +357,7 @@ def small(before: str, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff", "parallel", "small"])
+    ap.add_argument("--force", action="store_true", help="parallel: below the size threshold too")
     ap.add_argument("--before", help="small: the checkout to compare with (e.g. a worktree of main)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
@@ -375,7 +378,7 @@ def main() -> None:
             raise SystemExit("small: --before CHECKOUT is required (the tree to compare this one with)")
         res = small(args.before, args.repeats or 15)
     elif args.part == "parallel":
-        res = parallel(args.size_gb, args.trace[0] if args.trace else None)
+        res = parallel(args.size_gb, args.trace[0] if args.trace else None, args.force)
     else:
         res = memory(args.size_gb, args.gzip)
     print(json.dumps(res, indent=1))
