@@ -175,3 +175,14 @@ def test_pool_that_cannot_start_falls_back(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(OSError):
         parse.read_parallel(plain, range_bytes=32 << 10, n=2)
     assert _columns(parse.read(plain)) == _columns(seq)
+
+
+def test_forkserver_workers_read_identically(tmp_path: Path, monkeypatch) -> None:
+    """With other threads alive the pool starts by forkserver (fresh interpreters that import the reader's pieces by
+    name): the same columns."""
+    import multiprocessing
+
+    plain = _plain(DATA / "sglang-cpu-nostack-TP-0.trace.json.gz", tmp_path)
+    seq = _sequential(plain, monkeypatch)
+    monkeypatch.setattr(parallel_read, "_context", lambda: multiprocessing.get_context("forkserver"))
+    assert _columns(parse.read_parallel(plain, range_bytes=32 << 10, n=2)) == _columns(seq)
