@@ -192,13 +192,19 @@ def stages(path: Path) -> dict:
 
     out, state = {}, {}
 
+    def kids() -> float:  # the parallel reader's workers, once it has waited for them
+        u = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return u.ru_utime + u.ru_stime
+
     def stage(name, fn):
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
-        c = time.process_time()
+        c, k, w = time.process_time(), kids(), time.perf_counter()
         state[name] = fn()
         rss, peak = mem()
-        out[name] = {"rss_mb": rss, "peak_mb": peak, "cpu_s": round(time.process_time() - c, 2)}
+        out[name] = {"rss_mb": rss, "peak_mb": peak, "cpu_s": round(time.process_time() - c, 2),
+                     "workers_cpu_s": round(kids() - k, 2), "wall_s": round(time.perf_counter() - w, 2),
+                     "workers_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024}
 
     out["start"] = dict(zip(("rss_mb", "peak_mb"), mem(), strict=True))
     stage("read", lambda: read(path))
