@@ -262,9 +262,103 @@ def diff(size_gb: float) -> dict:
             "earlier_children_peak_mb": before / 1024, "headline": doc.get("headline") or doc.get("line")}
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants, from /proc (Linux)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def _sample_tree(proc: subprocess.Popen, every: float = 0.05) -> dict:
+    """The largest sum, over one analysis' processes (parent + workers) alive at once, of RSS and of PSS (shared
+    pages counted once across them), sampled every 50 ms until it exits."""
+    top_rss = top_pss = top_private = 0
+    while proc.poll() is None:
+        rss = pss = 0
+        for p in _tree(proc.pid):
+            try:
+                fields = dict(line.split(":", 1) for line in Path(f"/proc/{p}/smaps_rollup").read_text()
+                              .splitlines()[1:])
+            except (OSError, ValueError):
+                continue
+            kb = {k: int(v.split()[0]) for k, v in fields.items()}
+            rss += kb.get("Rss", 0)
+            pss += kb.get("Pss", 0)
+            if p != proc.pid:  # a worker: the memory only it holds (what each more worker adds)
+                top_private = max(top_private, kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0))
+        top_rss, top_pss = max(top_rss, rss), max(top_pss, pss)
+        time.sleep(every)
+    return {"together_rss_mb": round(top_rss / 1024, 1), "together_pss_mb": round(top_pss / 1024, 1),
+            "worker_private_mb": round(top_private / 1024, 1)}
+
+
+def parallel(size_gb: float, trace: str | None = None, force: bool = False) -> dict:
+    """The reader sequential (SGLOPS_TRACE_WORKERS=1) then parallel (default workers), one fresh process each, on
+    the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and whether the
+    two analyses are byte-identical (sha256 of analysis JSON, the path left out). Notes the load average."""
+    path = Path(trace) if trace else make_big(size_gb)[0]
+    code = ("import hashlib, json, resource, sys, time\nfrom sglops.trace import analyze\nt = time.perf_counter()\n"
+            "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\ndoc = a.to_json()\n"
+            "[f.pop('path', None) for f in doc['files']]\n"
+            "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "print(json.dumps({'s': round(s, 2), 'cpu_s': round(me.ru_utime + me.ru_stime + kids.ru_utime + "
+            "kids.ru_stime, 2), 'parent_peak_mb': round(me.ru_maxrss / 1024, 1), 'workers_peak_mb': "
+            "round(kids.ru_maxrss / 1024, 1), 'events': a.files[0].events, 'sha256': hashlib.sha256(json.dumps("
+            "doc, sort_keys=True).encode()).hexdigest()}))")
+    if force:  # files under the size threshold read in parallel too (identity checks on small replicas)
+        code = "import sglops.trace.parse as P\nP.PARALLEL_MIN_BYTES = 0\n" + code
+    out: dict = {"trace": str(path), "bytes": path.stat().st_size, "load_before": os.getloadavg()}
+    for label, workers in (("sequential", "1"), ("parallel", "")):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SGLOPS_TRACE_WORKERS": workers}
+        proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        together = _sample_tree(proc)
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(stderr[-2000:])
+        out[label] = {**json.loads(stdout), **together}
+    out["identical"] = out["sequential"]["sha256"] == out["parallel"]["sha256"]
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def small(before: str, repeats: int) -> dict:
+    """What a small trace pays for the parallel reader's checks: `analyze` of a test-data CPU trace (gzipped as
+    kept, and gunzipped) in fresh processes, this checkout vs `before` (another checkout), interleaved; medians
+    (ms, imports included)."""
+    src = TRACES / "sglang-cpu-nostack-TP-0.trace.json.gz"
+    plain = Path(tempfile.gettempdir()) / "sglops-bench-small.trace.json"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    code = ("import sys, time\nt, c = time.perf_counter(), time.process_time()\nfrom sglops.trace import analyze\n"
+            "analyze([sys.argv[1]])\nprint(time.perf_counter() - t, time.process_time() - c)")
+    runs: dict[str, list[list[float]]] = {}
+    out: dict = {"load_before": os.getloadavg()}
+    for _ in range(repeats):
+        for label, tree in (("before", before), ("after", str(REPO))):
+            for kind, path in (("gz", src), ("plain", plain)):
+                proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                                      env={**os.environ, "PYTHONPATH": tree}, check=True)
+                runs.setdefault(f"{label}_{kind}", []).append([float(x) * 1000 for x in proc.stdout.split()])
+    for key, rows in runs.items():
+        out[key] = {"wall_ms": round(statistics.median(r[0] for r in rows), 1),
+                    "cpu_ms": round(statistics.median(r[1] for r in rows), 1),
+                    "wall_ms_range": [round(min(r[0] for r in rows), 1), round(max(r[0] for r in rows), 1)]}
+    out["load_after"] = os.getloadavg()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff"])
+    ap.add_argument("part", choices=["command", "cpu", "speed", "memory", "diff", "parallel", "small"])
+    ap.add_argument("--force", action="store_true", help="parallel: below the size threshold too")
+    ap.add_argument("--before", help="small: the checkout to compare with (e.g. a worktree of main)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
@@ -279,6 +373,12 @@ def main() -> None:
         res = speed(args.repeats or 5)
     elif args.part == "diff":
         res = diff(args.size_gb)
+    elif args.part == "small":
+        if not args.before:
+            raise SystemExit("small: --before CHECKOUT is required (the tree to compare this one with)")
+        res = small(args.before, args.repeats or 15)
+    elif args.part == "parallel":
+        res = parallel(args.size_gb, args.trace[0] if args.trace else None, args.force)
     else:
         res = memory(args.size_gb, args.gzip)
     print(json.dumps(res, indent=1))

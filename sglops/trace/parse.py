@@ -45,6 +45,7 @@ RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
 HEAD_BYTES = 1 << 20
 SLOW_BATCH = 4096  # events per batch on the ijson path
+PARALLEL_MIN_BYTES = 48 << 20  # smaller files read sequentially: no pool start-up, not even its module's import
 
 
 class TraceError(SglopsError):
@@ -108,6 +109,9 @@ class RawTrace:
     p_dur: array = field(default_factory=lambda: array("d"))
     p_name: array = field(default_factory=lambda: array("i"))
     p_thread: array = field(default_factory=lambda: array("i"))
+
+
+COLUMNS = tuple(f for f in RawTrace.__dataclass_fields__ if f[:2] in ("k_", "l_", "o_", "g_", "p_"))
 
 
 def ids(column: array):
@@ -269,76 +273,95 @@ def _fast(path: str, cols: _Columns) -> dict:
     """Events in ~1 MB batches parsed by orjson; each batch is cut at an element boundary that
     orjson itself validates (a cut inside an event cannot parse as a list). Returns top-level
     metadata. Anything unexpected (one-line JSON, odd layout, a broken file) raises _NotFast."""
+    with open_trace(path) as fh:
+        meta, buf, _ = _head(fh)
+        buf = _batches(fh, buf, cols)
+        return {**meta, **_tail(bytes(buf[1:]), cols)}
+
+
+def _head(fh) -> tuple[dict, bytearray, int]:
+    """The top-level keys before traceEvents, the text read past its '[' (as a batch buffer opening with '['),
+    and the offset in the JSON text where the array's elements start. _NotFast for any other layout."""
     import orjson
 
-    with open_trace(path) as fh:
-        buf = b""
-        while True:
-            chunk = fh.read(CHUNK)
-            if not chunk:
-                raise _NotFast
-            buf += chunk
-            i = buf.find(b'"traceEvents"')
-            j = buf.find(b"[", i) if i >= 0 else -1
-            if j >= 0:
-                break
-            if len(buf) > 4 * CHUNK:
-                raise _NotFast
-        try:
-            meta = orjson.loads(buf[:i] + b'"traceEvents": []}')
-        except orjson.JSONDecodeError:
-            raise _NotFast from None
-        if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
+    buf = b""
+    while True:
+        chunk = fh.read(CHUNK)
+        if not chunk:
             raise _NotFast
-        # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
-        # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
-        # copies on a 1 GB trace, before)
-        buf = bytearray(b"[") + buf[j + 1:]
-        scanned = 0  # the head of buf already searched for a boundary (none that parsed)
-        while True:
-            chunk = fh.read(CHUNK)
-            buf += chunk
-            if not chunk:
-                break
-            cut, tries, lo = len(buf), 0, max(0, scanned - len(BOUNDARY))
-            while tries < 4:
-                cut = buf.rfind(BOUNDARY, lo, cut)
-                if cut < 0:
-                    break
-                buf[cut + 1] = CLOSE
-                view = memoryview(buf)[:cut + 2]
-                try:
-                    events = orjson.loads(view)
-                except orjson.JSONDecodeError:
-                    buf[cut + 1] = COMMA
-                    tries += 1
-                    continue
-                finally:
-                    view.release()
-                cols.take(events)
-                del buf[:cut + 1]
-                buf[0] = OPEN  # the ',' after the batch opens the next one
-                break
-            scanned = len(buf)
-            if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
-                raise _NotFast
-        buf = bytes(buf[1:])
-        # the end: the last events, the array's ']', then simple trailing keys and '}'
-        end = len(buf)
-        for _ in range(8):
-            end = buf.rfind(b"]", 0, end)
-            if end < 0:
-                break
-            tail = buf[end + 1:].strip()
-            try:
-                events = orjson.loads(b"[" + buf[:end] + b"]")
-                extra = {} if tail == b"}" else orjson.loads(b"{" + tail[1:]) if tail[:1] == b"," else None
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(extra, dict):
-                cols.take(events)
-                return {**meta, **extra}
+        buf += chunk
+        i = buf.find(b'"traceEvents"')
+        j = buf.find(b"[", i) if i >= 0 else -1
+        if j >= 0:
+            break
+        if len(buf) > 4 * CHUNK:
+            raise _NotFast
+    try:
+        meta = orjson.loads(buf[:i] + b'"traceEvents": []}')
+    except orjson.JSONDecodeError:
+        raise _NotFast from None
+    if not isinstance(meta, dict) or meta.pop("traceEvents", None) != []:
         raise _NotFast
+    # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
+    # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
+    # copies on a 1 GB trace, before)
+    return meta, bytearray(b"[") + buf[j + 1:], j + 1
+
+
+def _batches(fh, buf: bytearray, cols: _Columns) -> bytearray:
+    """Parse and take every batch that ends at a validated boundary until `fh` ends; returns the rest (opening
+    with '['): the last events, and whatever follows them in the text read."""
+    import orjson
+
+    scanned = 0  # the head of buf already searched for a boundary (none that parsed)
+    while True:
+        chunk = fh.read(CHUNK)
+        buf += chunk
+        if not chunk:
+            return buf
+        cut, tries, lo = len(buf), 0, max(0, scanned - len(BOUNDARY))
+        while tries < 4:
+            cut = buf.rfind(BOUNDARY, lo, cut)
+            if cut < 0:
+                break
+            buf[cut + 1] = CLOSE
+            view = memoryview(buf)[:cut + 2]
+            try:
+                events = orjson.loads(view)
+            except orjson.JSONDecodeError:
+                buf[cut + 1] = COMMA
+                tries += 1
+                continue
+            finally:
+                view.release()
+            cols.take(events)
+            del buf[:cut + 1]
+            buf[0] = OPEN  # the ',' after the batch opens the next one
+            break
+        scanned = len(buf)
+        if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
+            raise _NotFast
+
+
+def _tail(buf: bytes, cols: _Columns) -> dict:
+    """The end: the last events, the array's ']', then simple trailing keys and '}' (returned)."""
+    import orjson
+
+    end = len(buf)
+    for _ in range(8):
+        end = buf.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        tail = buf[end + 1:].strip()
+        try:
+            events = orjson.loads(b"[" + buf[:end] + b"]")
+            extra = {} if tail == b"}" else orjson.loads(b"{" + tail[1:]) if tail[:1] == b"," else None
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(extra, dict):
+            cols.take(events)
+            return extra
+    raise _NotFast
 
 
 def _map_large_blocks() -> None:
@@ -380,11 +403,16 @@ def read(path: str | os.PathLike) -> RawTrace:
     gc.disable()
     try:
         try:
-            raw.meta = _fast(path, cols)
-        except Exception:  # _NotFast, or a broken file: the ijson pass says precisely where
-            raw = RawTrace(path=path, stage=stage, meta=_header(path))
+            raw.meta = _parallel(path, cols)
+        except Exception:  # a file the ranges cannot vouch for, or no workers: the sequential reader, afresh
+            raw = RawTrace(path=path, stage=stage)
             cols = _Columns(raw)
-            _slow(path, cols)
+            try:
+                raw.meta = _fast(path, cols)
+            except Exception:  # _NotFast, or a broken file: the ijson pass says precisely where
+                raw = RawTrace(path=path, stage=stage, meta=_header(path))
+                cols = _Columns(raw)
+                _slow(path, cols)
     finally:
         if gc_was_on:
             gc.enable()
@@ -394,6 +422,72 @@ def read(path: str | os.PathLike) -> RawTrace:
     raw.rank = rank_of(path, raw.meta)
     raw.names = list(cols.names)
     return raw
+
+
+def _parallel(path: str, cols: _Columns, range_bytes: int | None = None, n: int | None = None,
+              min_bytes: int | None = None) -> dict:
+    """Large plain files in worker processes (sglops/trace/parallel_read.py); _NotFast for the rest, so that
+    small, gzipped and unusual files take the sequential path with no pool started."""
+    min_bytes = PARALLEL_MIN_BYTES if min_bytes is None else min_bytes
+    if os.path.getsize(path) < min_bytes:
+        raise _NotFast
+    from sglops.trace.parallel_read import Kit, eligible, read_into
+
+    if not eligible(path, min_bytes):
+        raise _NotFast
+    return read_into(path, cols, Kit(head=_head, work=_read_range, fill=_fill, setup=_map_large_blocks), range_bytes, n)
+
+
+def read_parallel(path: str | os.PathLike, range_bytes: int | None = None, n: int | None = None) -> RawTrace:
+    """The parallel reader alone, whatever the file's size, with no sequential fallback: for tests and
+    benchmarks that must know it was this path (raises where read() would fall back)."""
+    path = str(path)
+    _map_large_blocks()
+    raw = RawTrace(path=path)
+    cols = _Columns(raw)
+    raw.meta = _parallel(path, cols, range_bytes, n, min_bytes=0)
+    raw.rank = rank_of(path, raw.meta)
+    raw.names = list(cols.names)
+    return raw
+
+
+class _Range:
+    """A read()-able view of [lo, hi) of a file, by pread (workers share nothing but the path)."""
+
+    def __init__(self, fd: int, lo: int, hi: int) -> None:
+        self.fd, self.pos, self.hi = fd, lo, hi
+
+    def read(self, n: int) -> bytes:
+        n = min(n, self.hi - self.pos)
+        if n <= 0:
+            return b""
+        data = os.pread(self.fd, n, self.pos)
+        self.pos += len(data)
+        return data
+
+
+def _read_range(path: str, lo: int, hi: int, last: bool) -> tuple:
+    """A parallel worker's part: one byte range's compact columns, (events, names, threads, {column: array},
+    trailing metadata or None), parsed in batches exactly as _fast does. Raises when the range does not parse
+    to its very end (the caller then reads the file sequentially)."""
+    import orjson
+
+    raw = RawTrace(path=path)
+    cols = _Columns(raw)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = _batches(_Range(fd, lo, hi), bytearray(b"["), cols)
+    finally:
+        os.close(fd)
+    extra = None
+    if last:
+        extra = _tail(bytes(buf[1:]), cols)
+    elif len(buf) > 1:
+        if buf[-1] != COMMA:
+            raise _NotFast
+        buf[-1] = CLOSE
+        cols.take(orjson.loads(buf))  # a JSONDecodeError here: the next range's start was inside an event
+    return raw.events, list(cols.names), list(cols.threads), {c: getattr(raw, c) for c in COLUMNS}, extra
 
 
 def _slow(path: str, cols: _Columns) -> None:
