@@ -41,7 +41,10 @@ def test_open_loop_shared_prefix_with_the_servers_cache_and_metrics(metrics_serv
     assert 0.5 < lv.prompt["cached_share"] < 1
     # the open loop: 12 arrivals, sent when due, whatever the server did
     assert lv.request_rate == 6 and lv.outcomes == {"ok": 12} and lv.send_lag_ms["n"] == 12
-    assert lv.goodput["share"] == 1
+    # goodput: every request whose figures are sound meets a 60 s SLO; a suspect one (impossible figures, e.g. a
+    # stall on a machine whose cores the server shares) never counts as good: share = sound / all
+    sound = 12 - sum(lv.suspect.values())
+    assert sound >= 6 and lv.goodput["share"] == sound / 12, (lv.suspect, lv.suspect_examples)
     # the server's own figures beside the client's
     srv = lv.server
     assert srv["samples"] >= 5 and srv["running"]["max"] >= 1
