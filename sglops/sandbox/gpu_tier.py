@@ -166,7 +166,7 @@ def build(dest: Path | None = None) -> dict:
 
 
 def build_bench(dest: Path | None = None) -> int:
-    """.gpu-bench/bench.tar.xz: what sglang.benchmark.serving needs beyond the server (7.4 MiB). Carried by a call
+    """.gpu-bench/bench.tar.xz: what sglang.benchmark.serving needs beyond the server (7.9 MiB). Carried by a call
     of its own: with .gpu (57 MiB) and the repo it would pass the 64 MiB a call carries."""
     dest = dest or tier_dir().with_name(".gpu-bench")
     dest.mkdir(parents=True, exist_ok=True)
