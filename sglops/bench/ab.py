@@ -162,22 +162,15 @@ def run_ab(
     result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
     rounds_run = _Rounds(ctx, result, {"runs": 1, **opts}, say)
     with ab_signals.guarded_ab() as guard:
-        try:
+        def rounds() -> None:
             ab_journal.begin(remote, result.run_id, result.found, result.managed, result.earlier)
             rounds_run.run([s for s in result.plan if s.round])  # the plan the dry run prints, step by step
-        except SglopsError as exc:
-            result.failure = str(exc)
-        except (KeyboardInterrupt, ab_signals.Interrupted) as exc:
-            guard.restoring()
-            result.interrupted = ab_signals.signal_name(exc)[0]
-            result.failure = f"interrupted by {result.interrupted} during {rounds_run.where or 'the set-up'}"
-        finally:  # whatever stopped the rounds: the host goes back to how it was found, signals deferred
-            guard.restoring()
+
+        def restore() -> None:
             _finish(remote, result, rounds_run, variable, tolerance, ctx.draw, say)
             result.wall_s = round(time.monotonic() - t_start, 1)
-        late = guard.first_deferred()
-    if late is not None and result.interrupted is None:
-        result.interrupted = ab_signals.signal.Signals(late).name
+
+        guard.run_then_restore(rounds, restore, result, lambda: rounds_run.where)
     return result
 
 

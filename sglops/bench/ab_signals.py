@@ -16,9 +16,18 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
+
+from sglops.core.errors import SglopsError
 
 EXIT_BASE = 128  # a shell's exit status for a process stopped by signal N is 128 + N (130 for Ctrl-C)
-WAIT_LINE = "restoring, please wait (the host is being put back as ab found it)"
+
+
+def wait_line(who: str = "ab") -> str:
+    return f"restoring, please wait (the host is being put back as {who} found it)"
+
+
+WAIT_LINE = wait_line()
 
 
 class Interrupted(BaseException):
@@ -46,8 +55,9 @@ def _to_stderr(text: str) -> None:
 class Guard:
     """The handlers of one ab: `rounds` (interrupts raise) until `restoring()` (interrupts are deferred)."""
 
-    def __init__(self, say: Callable[[str], None] | None = None) -> None:
+    def __init__(self, say: Callable[[str], None] | None = None, who: str = "ab") -> None:
         self.say = say or _to_stderr
+        self.wait_line = wait_line(who)
         self.deferred: list[int] = []
         self.phase = "rounds"
 
@@ -57,7 +67,7 @@ class Guard:
                 raise KeyboardInterrupt
             raise Interrupted(signum)
         if not self.deferred:
-            self.say(WAIT_LINE)
+            self.say(self.wait_line)
         self.deferred.append(signum)
 
     def restoring(self) -> None:
@@ -67,11 +77,31 @@ class Guard:
     def first_deferred(self) -> int | None:
         return self.deferred[0] if self.deferred else None
 
+    def run_then_restore(self, work: Callable[[], None], restore: Callable[[], None], result: Any,
+                         where: Callable[[], str | None]) -> None:
+        """ab's and sweep's shape: run the changes; a domain error or an interrupt ends them (said in
+        `result.failure` / `result.interrupted`); the restore always runs, with signals deferred; a signal that
+        arrived during it is recorded too."""
+        try:
+            work()
+        except SglopsError as exc:
+            result.failure = str(exc)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            self.restoring()
+            result.interrupted = signal_name(exc)[0]
+            result.failure = f"interrupted by {result.interrupted} during {where() or 'the set-up'}"
+        finally:  # whatever stopped the changes: the host goes back to how it was found, signals deferred
+            self.restoring()
+            restore()
+        late = self.first_deferred()
+        if late is not None and result.interrupted is None:
+            result.interrupted = signal.Signals(late).name
+
 
 @contextmanager
-def guarded_ab(say: Callable[[str], None] | None = None) -> Iterator[Guard]:
+def guarded_ab(say: Callable[[str], None] | None = None, who: str = "ab") -> Iterator[Guard]:
     """Install the ab's handlers for SIGINT and SIGTERM (main thread only); the old ones come back after."""
-    guard = Guard(say)
+    guard = Guard(say, who)
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return

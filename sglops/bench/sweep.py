@@ -12,7 +12,6 @@ itself is the runner's record (sweep.json). The host goes back to what it ran be
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,30 +92,10 @@ def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool
         return result
     result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
     steps = _Steps(ctx, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say)
-    with ab_signals.guarded_ab(_wait_line) as guard:
-        try:
-            steps.run_all()
-        except SglopsError as exc:
-            result.failure = str(exc)
-        except (KeyboardInterrupt, ab_signals.Interrupted) as exc:
-            guard.restoring()
-            result.interrupted = ab_signals.signal_name(exc)[0]
-            result.failure = f"interrupted by {result.interrupted} during {steps.where or 'the set-up'}"
-        finally:  # whatever stopped the candidates: the host goes back to how it was found, signals deferred
-            guard.restoring()
-            _finish(ctx.remote, result, tolerance, ctx.draw, say, t_start)
-        late = guard.first_deferred()
-    if late is not None and result.interrupted is None:
-        result.interrupted = ab_signals.signal.Signals(late).name
+    with ab_signals.guarded_ab(who="the sweep") as guard:
+        guard.run_then_restore(steps.run_all, lambda: _finish(ctx.remote, result, tolerance, ctx.draw, say, t_start),
+                               result, lambda: steps.where)
     return result
-
-
-def _wait_line(text: str) -> None:
-    """ab's "restoring, please wait" in the sweep's words, written raw to fd 2 (it runs inside a signal handler)."""
-    try:
-        os.write(2, (text.replace("as ab found it", "as the sweep found it") + "\n").encode())
-    except OSError:
-        pass
 
 
 def plan(remote: Remote, profile: str, cands: list[Candidate], *, force: bool, profile_trace: bool,
