@@ -77,8 +77,12 @@ def cheaper_starts(profile: Path) -> None:
 
 
 def variant(name: str, **changes) -> str:
-    """A profile beside the repo's real one with some fields changed (None removes one)."""
-    folder = Path(os.environ["SGLOPS_PROFILES"])
+    """A profile beside the repo's real one (in SGLOPS_PROFILES) with some fields changed (None removes one)."""
+    return variant_in(Path(os.environ["SGLOPS_PROFILES"]), name, **changes)
+
+
+def variant_in(folder: Path, name: str, **changes) -> str:
+    """A profile beside the real one in `folder` with some fields changed (None removes one)."""
     doc = yaml.safe_load((folder / f"{PROFILE}.yaml").read_text())
     for key, value in changes.items():
         if value is None:

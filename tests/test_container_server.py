@@ -16,9 +16,8 @@ import shutil
 import uuid
 
 import pytest
-import yaml
 from conftest import require_real_server_env
-from real_server_host import cheaper_starts
+from real_server_host import PROFILE, cheaper_starts, variant_in
 
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
@@ -27,7 +26,6 @@ from sglops.sandbox import docker, sglang_cpu
 from sglops.sandbox.sshd import Sandbox
 from tests.conftest import REPO, inv_cmd
 
-PROFILE = "sandbox-sglang-cpu"
 pytestmark = pytest.mark.real_server
 
 
@@ -60,15 +58,7 @@ def world(tmp_path_factory, dockerd):
 
 def variant(world, name: str, **changes) -> str:
     """A profile beside the repo's real one with some fields changed (None removes one)."""
-    doc = yaml.safe_load((world["profiles"] / f"{PROFILE}.yaml").read_text())
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    doc["per_host"] = {}
-    (world["profiles"] / f"{name}.yaml").write_text(yaml.safe_dump(doc))
-    return name
+    return variant_in(world["profiles"], name, **changes)
 
 
 def processes(dockerd, name: str) -> list[str]:
