@@ -81,6 +81,12 @@ def load_harness():
 def cfg_for(name: str, heads: int) -> dict | None:
     from sglops_kernels.fp8_mla_decode import _variants as V
 
+    if name.startswith("cu_"):  # the CUDA kernel (sglops_kernels/fp8_mla_decode/fp8_mla_decode.cu): 16-head CTAs at any head count
+        from sglops_kernels.fp8_mla_decode import _cuda
+
+        key, min_rows = (name[3:-4], 64) if name.endswith("_m64") else (name[3:], 256)  # _m64: shorter splits
+        block_n, _, per_sm = _cuda.KERNELS[key]
+        return {"kernel": key, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": min_rows}
     cls = 16 if heads <= 16 else 128
     if name == "base":
         return dict(PICKED[cls])
@@ -95,6 +101,11 @@ def shim(name: str):
     (its configuration is resolved from the config the harness passes in)."""
     from sglops_kernels.fp8_mla_decode import _triton as base
     from sglops_kernels.fp8_mla_decode import _variants as V
+
+    if name.startswith("cu_"):
+        from sglops_kernels.fp8_mla_decode import _cuda
+
+        return types.SimpleNamespace(mla_decode=_cuda.mla_decode, workspace=base.workspace)
 
     def mla_decode(q, pool, indptr, ids, sm_scale, kv_scale, splits, out, ws=None, config=None, **kw):
         return V.mla_decode_variant(name, q, pool, indptr, ids, sm_scale, kv_scale, splits, out, ws,
@@ -124,7 +135,9 @@ for line in sys.argv[1:]:
 
 def precompile(names, heads_list) -> None:
     jobs = [json.dumps({"name": n, "heads": h, "cfg": base_cfg_of(n, h)}) for h in heads_list for n in names
-            if cfg_for(n, h) is not None]
+            if cfg_for(n, h) is not None and not n.startswith("cu_")]
+    if not jobs:
+        return
     nproc = max(1, min(16, len(jobs)))  # one job each: the slowest (f16pf_t64, spilling) sets the pace
     procs = [subprocess.Popen([sys.executable, "-c", PRECOMPILE, *jobs[i::nproc]], env=os.environ.copy())
              for i in range(nproc)]
@@ -134,6 +147,8 @@ def precompile(names, heads_list) -> None:
 
 def base_cfg_of(name: str, heads: int) -> dict:
     """What to pass as `config` to mla_decode_variant (the variant applies its own overrides)."""
+    if name.startswith("cu_"):
+        return cfg_for(name, heads)
     cls = 16 if heads <= 16 else 128
     return dict(PICKED[cls], **(OVERRIDES[cls].get(name) or {})) if name != "base" else dict(PICKED[cls])
 
@@ -141,7 +156,6 @@ def base_cfg_of(name: str, heads: int) -> dict:
 def correctness(H, fi, names, out, gen) -> None:
     import torch
     from flashinfer.mla import BatchMLAPagedAttentionWrapper
-    from sglops_kernels.fp8_mla_decode import _variants as V
     from sglops_kernels.fp8_mla_decode import reference, splits_for, workspace
 
     pool = (torch.randn(H.POOL_ROWS, 1, H.CKV + H.KPE, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
@@ -183,14 +197,14 @@ def correctness(H, fi, names, out, gen) -> None:
                     for label, s in (("split", splits), ("one", 1)):
                         got = torch.full_like(fi_out, float("nan"))
                         wsp = workspace(bs, heads, s, "cuda") if s > 1 else None
-                        V.mla_decode_variant(name, q, pool, indptr, idbuf, H.SM_SCALE, 1.0, s, got, wsp,
-                                             config=base_cfg_of(name, heads))
+                        shim(name).mla_decode(q, pool, indptr, idbuf, H.SM_SCALE, 1.0, s, got, wsp,
+                                              config=base_cfg_of(name, heads))
                         torch.cuda.synchronize()
                         errs[label] = float("nan") if torch.isnan(got).any() else float((got.float() - r32).abs().max())
                     got = torch.full_like(fi_out, float("nan"))
-                    V.mla_decode_variant(name, q, pool_pages, pind, pids, H.SM_SCALE, 1.0, splits, got,
-                                         workspace(bs, heads, splits, "cuda") if splits > 1 else None,
-                                         page_size=page, kv_lens=lens, config=base_cfg_of(name, heads))
+                    shim(name).mla_decode(q, pool_pages, pind, pids, H.SM_SCALE, 1.0, splits, got,
+                                          workspace(bs, heads, splits, "cuda") if splits > 1 else None,
+                                          page_size=page, kv_lens=lens, config=base_cfg_of(name, heads))
                     torch.cuda.synchronize()
                     errs["page64"] = float("nan") if torch.isnan(got).any() else float((got.float() - q_ref64).abs().max())
                     bound = max(2 * fi_err, float(r32.abs().max()) * 2 ** -7)
@@ -278,12 +292,14 @@ def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
         raise SystemExit(f"error: --heads takes comma-separated integers, not {heads!r}") from None
     if not heads_list or any(h not in (16, 128) for h in heads_list):
         raise SystemExit(f"error: --heads takes 16 and/or 128, not {heads!r}")
+    from sglops_kernels.fp8_mla_decode import _cuda
     from sglops_kernels.fp8_mla_decode import _variants as V
 
+    known = list(V.VARIANTS) + [f"cu_{k}{m}" for k in _cuda.KERNELS for m in ("", "_m64")]
     names = [n for n in variants.split(",") if n]
-    unknown = [n for n in names if n not in V.VARIANTS]
+    unknown = [n for n in names if n not in known]
     if not names or unknown:
-        raise SystemExit(f"error: unknown variant(s) {','.join(unknown) or '(none given)'}; known: {','.join(V.VARIANTS)}")
+        raise SystemExit(f"error: unknown variant(s) {','.join(unknown) or '(none given)'}; known: {','.join(known)}")
     return names, heads_list
 
 

@@ -10,6 +10,10 @@ mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi
 export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
     FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda)
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,driver_version --format=csv > $OUT/gpu.csv
-timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1
+# the CUDA kernel's resource report per target, from this machine's nvcc
+for a in 90a 120; do nvcc -cubin -gencode=arch=compute_$a,code=sm_$a -O3 -Xptxas -v -o /tmp/fp8mla_$a.cubin \
+  kernels/fp8_mla_decode/sglops_kernels/fp8_mla_decode/fp8_mla_decode.cu > $OUT/ptxas_sm_$a.txt 2>&1; done
+timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget ${BUDGET:-190} \
+  ${VARIANTS:+--variants $VARIANTS} ${HEADS:+--heads $HEADS} > $OUT/variants.txt 2>&1
 echo "variants rc=$?" >> $OUT/variants.txt
 tail -60 $OUT/variants.txt

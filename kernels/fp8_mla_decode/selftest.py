@@ -9,6 +9,7 @@ and BF16 MMA operands; FlashInfer's BF16 path measures the same order, BENCH.md)
 the first failure with one `error:` line.
 """
 
+import os
 import sys
 
 import torch
@@ -45,6 +46,18 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to test here (tests/test_fp8_mla_decode.py runs the interpreter)", flush=True)
         return
+    from sglops_kernels.fp8_mla_decode import _cuda, implementation
+
+    # every implementation this GPU can run, each over every case (16 and 128 heads alike), then the default pick
+    impls = ["cuda", "triton"] if _cuda.available() else ["triton"]
+    for impl in impls:
+        os.environ["SGLOPS_FP8_MLA_IMPL"] = impl
+        run_checks(impl)
+    os.environ.pop("SGLOPS_FP8_MLA_IMPL")
+    print("picked:", {h: implementation(h).__name__.rsplit(".", 1)[-1] for h in (16, 128)}, flush=True)
+
+
+def run_checks(impl: str) -> None:
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(11)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -102,7 +115,8 @@ def main() -> None:
         torch.cuda.synchronize()
         worst = max(worst, check("graph replay", out, reference(qv, pool, ind.cpu(), ids, 0.0721, 1.0)))
         cases += 1
-    print(f"selftest ok: {cases} cases on {torch.cuda.get_device_name()} (max abs err {worst:.3g})", flush=True)
+    print(f"selftest ok ({impl}): {cases} cases on {torch.cuda.get_device_name()} (max abs err {worst:.3g})",
+          flush=True)
 
 
 if __name__ == "__main__":

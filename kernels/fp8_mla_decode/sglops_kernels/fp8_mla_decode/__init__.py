@@ -1,7 +1,12 @@
 """Zero-copy FP8 MLA decode: attention that reads the FP8 KV pool itself (`mla_decode`).
 
 Why: a cast of any kind (whole pool, or the live rows) writes 2 bytes and reads them back for every
-element the attention reads; this reads 1. CUDA (Triton; TRITON_INTERPRET=1 on the CPU for tests),
+element the attention reads; this reads 1. Two implementations with one contract: CUDA C++
+(fp8_mla_decode.cu, `_cuda`: sm_90+, 16 heads per CTA, built by build.py for the host's SM) and Triton
+(`_triton`: any head block, TRITON_INTERPRET=1 on the CPU for tests). `implementation(heads)` picks one:
+SGLOPS_FP8_MLA_IMPL=cuda|triton, else CUDA wherever it can run (on an H200 faster than the Triton kernel at
+every cell measured, 16 and 128 heads: kernels/fp8_mla_decode/BENCH.md), Triton elsewhere. At 128 heads the
+work is bound by the MMA rate and neither beats FlashInfer's BF16 kernel on gather-cast rows.
 BF16 q [B, H, 576], pool [rows, 1, 576] FP8 e4m3 (or its uint8 view; [pages, P, 576] for pages),
 kv_indptr/kv_indices as FlashInfer's CSR plan takes them (int32, on the device), a per-tensor
 kv_scale, page size 1 or P. Matches fp32 attention over the dequantised rows to BF16 rounding (not
@@ -10,9 +15,11 @@ bit-equal to FlashInfer).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-__all__ = ["mla_decode", "reference", "rows_of", "splits_for", "workspace"]
+__all__ = ["implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
 __version__ = "0.2.0"
 
 
@@ -24,16 +31,38 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     ids (row = page * P + offset), kv_indptr counts pages, kv_lens (device) the tokens. n_splits is
     the grid's split count (static under CUDA graphs: `splits_for` with the longest context);
     workspace = `workspace(batch, heads, n_splits, device)` to reuse the partials' buffers."""
-    from sglops_kernels.fp8_mla_decode import _triton
+    impl = implementation(q.shape[1]) if config is None else _impl_of_config(config)
+    return impl.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
+                           page_size, kv_lens, config)
 
-    return _triton.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
-                              page_size, kv_lens, config)
+
+def implementation(heads: int):
+    """The module (`_cuda` or `_triton`) that runs `heads` heads here; see the module docstring."""
+    from sglops_kernels.fp8_mla_decode import _cuda, _triton
+
+    choice = os.environ.get("SGLOPS_FP8_MLA_IMPL", "auto")
+    if choice not in ("auto", "cuda", "triton"):
+        raise ValueError(f"SGLOPS_FP8_MLA_IMPL must be auto, cuda or triton, not {choice!r}")
+    if choice == "triton" or (choice == "auto" and not _cuda.available()):
+        return _triton
+    return _cuda
+
+
+def _impl_of_config(config: dict):
+    from sglops_kernels.fp8_mla_decode import _cuda, _triton
+
+    return _cuda if "kernel" in config else _triton
 
 
 def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict | None = None) -> int:
-    from sglops_kernels.fp8_mla_decode import _triton
+    """Splits per request for the implementation that will run (its tile and CTAs per SM)."""
+    from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
-    return _triton.splits_for(batch, heads, max_len, sm_count, config)
+    impl = implementation(heads) if config is None else _impl_of_config(config)
+    cfg = config or impl.config_for(heads)
+    if impl is _cuda and config is None:
+        cfg = dict(cfg, min_rows=_cuda.min_rows_for(max_len))
+    return _triton.splits_for(batch, heads, max_len, sm_count, cfg)
 
 
 def workspace(batch: int, heads: int, n_splits: int, device):

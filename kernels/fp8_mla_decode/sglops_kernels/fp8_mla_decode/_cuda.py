@@ -1,0 +1,295 @@
+"""The CUDA C++ FP8 MLA decode (fp8_mla_decode.cu beside this file): built with the host's nvcc for its SM, loaded and
+launched through the CUDA driver API (cuda-python, which SGLang installs), on PyTorch's current stream so
+that a CUDA graph captures it like any PyTorch kernel.
+
+Why CUDA beside the Triton kernel: Triton converted each FP8 byte three times (twice through a scalar
+f16 -> bf16 step), staged the transposed operand one byte at a time and left the tile load synchronous
+(NOTES.md). Here each byte is converted once per product by one packed instruction, every fragment read is
+a conflict-free 4- or 16-byte shared load of the FP8 row, and rows arrive by cp.async into a ring.
+The split partials use the Triton kernel's layout, so its merge kernel combines them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "fp8_mla_decode.cu"
+ROW_BYTES = 592  # the padded shared-memory row of the .cu file
+# kernel name -> rows per tile, ring depth, CTAs per SM its registers are bounded for (the .cu's DEFINE_KERNEL)
+KERNELS = {
+    "n64_s2_b2": (64, 2, 2),  # cp.async (16 B per thread and copy), the first version
+    # rows by the bulk-copy (TMA) engine, one instruction per 576-byte row
+    "n64_s2_b2_tma": (64, 2, 2),
+    "n32_s3_b3_tma": (32, 3, 3),
+    "n32_s2_b3_tma": (32, 2, 3),
+    "n32_s2_b2_tma": (32, 2, 2),  # sm_120: two CTAs fit its ~100 KB of shared memory; no register cap to spill
+    # _qs: q fragments in shared memory (fewer registers); _lz: the O rescale skipped when no maximum moved
+    "n32_s2_b3_tma_qs_lz": (32, 2, 3),
+    "n16_s3_b4_tma_qs_lz": (16, 3, 4),
+    # timing only (wrong results), to place time inside the kernel (METHOD.md): no products / no loads / no P V
+    "n32_s3_b3_tma_load": (32, 3, 3),
+    "n32_s3_b3_tma_compute": (32, 3, 3),
+    "n32_s3_b3_tma_noPV": (32, 3, 3),
+}
+# per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/): 16 heads
+# 32-row tiles and 3 CTAs per SM; 128 heads (8 CTAs per split, reading each tile through L2) 16-row tiles, q in
+# shared memory, 4 CTAs per SM (fastest of all at every 128-head cell, Triton's included). sm_120 has ~100 KB
+# of shared memory per SM: two-stage 32-row rings (48 KB per CTA) so that two CTAs fit, registers uncapped for
+# two (the three-CTA cap spills 8 bytes there); not timed on an SM120 GPU.
+DEFAULT = {"sm90": {16: "n32_s3_b3_tma", 128: "n16_s3_b4_tma_qs_lz"},
+           "sm120": {16: "n32_s2_b2_tma", 128: "n32_s2_b2_tma"}}
+
+
+def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False) -> int:
+    """Dynamic shared memory of one CTA: the ring of padded rows, four partial S tiles, the stages'
+    mbarriers, and (_qs kernels) the q fragments."""
+    return stages * block_n * ROW_BYTES + 4 * 16 * (block_n + 8) * 4 + 64 + (4 * 9 * 32 * 16 if q_in_smem else 0)
+
+
+def kernel_smem(name: str) -> int:
+    block_n, stages, _ = KERNELS[name]
+    return smem_bytes(block_n, stages, "_qs" in name)
+
+
+def arch_of(cc: tuple[int, int]) -> str:
+    """The nvcc target for a compute capability: wgmma-capable Hopper gets sm_90a (this kernel uses only
+    mma.sync, but the 'a' target is what the rest of the host's kernels are built for)."""
+    major, minor = cc
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+def find_nvcc() -> str:
+    """nvcc from PATH, else CUDA_HOME's (FlashInfer's JIT needs the same toolkit on a serving host)."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    cand = Path(home) / "bin" / "nvcc"
+    if cand.exists():
+        return str(cand)
+    raise RuntimeError("nvcc not found (PATH, CUDA_HOME): the CUDA FP8 MLA kernel is built on the host")
+
+
+def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
+    """nvcc the .cu into `dest` for `arch` (sm_90a, sm_120, ...), atomically; returns ptxas's -v report."""
+    num = arch.removeprefix("sm_")
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    proc = subprocess.run([nvcc or find_nvcc(), "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3",
+                           "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"nvcc failed for {arch}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
+    os.replace(tmp, dest)
+    return proc.stderr
+
+
+def build(arch: str, dest_dir: Path, nvcc: str | None = None) -> tuple[Path, str]:
+    """A cubin for `arch` in a cache folder, keyed by the source's hash; returns it and ptxas's report."""
+    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode()).hexdigest()[:16]
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    cubin = dest_dir / f"fp8_mla_decode_{arch}_{tag}.cubin"
+    report = cubin.with_suffix(".ptxas.txt")
+    if cubin.exists() and report.exists():
+        return cubin, report.read_text()
+    text = compile_cubin(arch, cubin, nvcc)
+    report.write_text(text)
+    return cubin, text
+
+
+# per target: shared memory per SM and per block (bytes), per-CTA reservation, registers per SM
+LIMITS = {"sm_90a": {"smem_sm": 233472, "smem_block": 232448, "reserved": 1024, "regs_sm": 65536},
+          "sm_120": {"smem_sm": 102400, "smem_block": 101376, "reserved": 1024, "regs_sm": 65536}}
+
+
+def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
+    """Per kernel of the .cu: registers, spills, stack (ptxas -v), dynamic shared memory, and how many CTAs of
+    128 threads fit on one SM of `arch` by registers and by shared memory."""
+    import re
+
+    lim = LIMITS[arch]
+    out: dict[str, dict] = {}
+    current = None
+    for line in ptxas_text.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = m.group(1).removeprefix("fp8_mla_")
+            out[current] = {}
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            out[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            out[current]["registers"] = int(m.group(1))
+    for name, r in out.items():
+        if name not in KERNELS or "registers" not in r:
+            continue
+        smem = kernel_smem(name)
+        regs_per_cta = ((r["registers"] + 7) // 8 * 8) * 128
+        r.update(smem=smem, ctas_by_regs=lim["regs_sm"] // regs_per_cta,
+                 ctas_by_smem=lim["smem_sm"] // (smem + lim["reserved"]) if smem <= lim["smem_block"] else 0,
+                 wanted_ctas=KERNELS[name][2])
+        r["fits"] = (r.get("spill_stores", 0) == 0 and r["ctas_by_smem"] >= 1)
+        r["ctas_per_sm"] = min(r["ctas_by_regs"], r["ctas_by_smem"])
+    return out
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # cuda-python < 12.6
+        from cuda import cuda as driver
+    return driver
+
+
+def _check(res):
+    err, *rest = res if isinstance(res, tuple) else (res,)
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA driver call failed: {err}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+class Module:
+    """One loaded cubin: its kernels with their dynamic shared memory limits raised."""
+
+    def __init__(self, cubin: Path):
+        cu = _driver()
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # makes PyTorch's primary context current on this thread
+        self._cu = cu
+        self._image = cubin.read_bytes()
+        self._module = _check(cu.cuModuleLoadData(self._image))
+        self.functions = {}
+        for name in KERNELS:
+            fn = _check(cu.cuModuleGetFunction(self._module, f"fp8_mla_{name}".encode()))
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(cu.cuFuncSetAttribute(fn, attr, kernel_smem(name)))
+            self.functions[name] = fn
+
+    def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple) -> None:
+        stream = self._cu.CUstream(torch.cuda.current_stream().cuda_stream)
+        _check(self._cu.cuLaunchKernel(self.functions[name], *grid, 128, 1, 1, kernel_smem(name), stream,
+                                       (args, types), 0))
+
+
+_MODULES: dict[str, Module] = {}
+_AVAILABLE: dict[str, bool] = {}
+
+
+def packaged_cubin(arch: str) -> Path:
+    """Where build.py leaves the cubin for `arch` inside the package (installed with it)."""
+    return HERE / f"fp8_mla_decode_{arch}.cubin"
+
+
+def available() -> bool:
+    """Whether this GPU can run the CUDA kernel: a cubin was built for its arch (build-kernel), or one can
+    be built here (nvcc)."""
+    try:
+        cc = torch.cuda.get_device_capability()
+    except Exception:
+        return False
+    arch = arch_of(cc)
+    if arch not in _AVAILABLE:
+        ok = cc >= (9, 0) and (arch in _MODULES or packaged_cubin(arch).exists()
+                               or bool(os.environ.get("SGLOPS_FP8_MLA_CUBIN")))
+        if cc >= (9, 0) and not ok:
+            try:
+                find_nvcc()
+                ok = True
+            except RuntimeError:
+                ok = False
+        _AVAILABLE[arch] = ok
+    return _AVAILABLE[arch]
+
+
+def module(cache_dir: Path | None = None) -> Module:
+    """The kernel module for this GPU: SGLOPS_FP8_MLA_CUBIN, else the packaged cubin for its arch, else built
+    on first use into a cache folder."""
+    arch = arch_of(torch.cuda.get_device_capability())
+    if arch not in _MODULES:
+        pre = os.environ.get("SGLOPS_FP8_MLA_CUBIN")
+        if pre:
+            cubin = Path(pre)
+        elif packaged_cubin(arch).exists():
+            cubin = packaged_cubin(arch)
+        else:
+            cache = cache_dir or Path(os.environ.get("SGLOPS_KERNEL_CACHE", Path.home() / ".cache" / "sglops-kernels"))
+            cubin, _ = build(arch, cache)
+        _MODULES[arch] = Module(cubin)
+    return _MODULES[arch]
+
+
+def config_for(heads: int, family: str | None = None) -> dict:
+    fam = family or ("sm120" if torch.cuda.get_device_capability()[0] >= 12 else "sm90")
+    name = DEFAULT[fam][16 if heads <= 16 else 128]
+    block_n, _, per_sm = KERNELS[name]
+    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": 256}
+
+
+def min_rows_for(max_len: int) -> int:
+    """Rows per split at least: 256 (a merge reads and writes 16 x 512 fp32 per split and head block, so long
+    contexts want few, long splits), down to 64 for short contexts, whose grid would otherwise be a handful
+    of CTAs (H200, 16 heads, ctx 4K bs1: 19.5 us with 64, 27.4 with 256; ctx 32K bs1: 42 with 256, 56 with 64)."""
+    return max(64, min(256, -(-max_len // 64)))
+
+
+def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
+               page_size=1, kv_lens=None, config=None):
+    """The same contract as the Triton kernel's mla_decode (q [B, H, 576] BF16, pool FP8 [N, 1, 576] or
+    [pages, P, 576], kv_indptr/kv_indices as SGLang plans FlashInfer MLA, out [B, H, 512] BF16)."""
+    from . import _triton
+
+    batch, heads, d = q.shape
+    if d != 576:
+        raise ValueError(f"q's last dim is {d}; this kernel is for MLA's 512 + 64")
+    if q.dtype != torch.bfloat16:
+        raise ValueError(f"q is {q.dtype}; the kernel takes BF16 q")
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    raw = pool.view(torch.uint8)
+    if raw.dim() == 3 and raw.shape[1] != 1:
+        raw = raw.reshape(-1, 1, d)
+    if raw.stride(0) % 16:
+        raise ValueError("pool rows must be 16-byte aligned")
+    if out is None:
+        out = torch.empty(batch, heads, 512, dtype=q.dtype, device=q.device)
+    if out.stride(-1) != 1 or out.dtype != torch.bfloat16:
+        raise ValueError("out must be BF16 with contiguous rows")
+    if kv_indptr.dtype != torch.int32 or kv_indices.dtype != torch.int32:
+        raise ValueError("kv_indptr and kv_indices must be int32")
+    if page_size > 1 and kv_lens is None:
+        raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
+    cfg = config or config_for(heads)
+    name = cfg.get("kernel") or config_for(heads)["kernel"]
+    n_splits = max(1, min(int(n_splits), _triton.MAX_SPLITS))
+    direct = n_splits == 1
+    if direct:
+        part = lse = out
+    elif workspace is None:
+        part, lse = _triton.workspace(batch, heads, n_splits, q.device)
+    else:
+        part, lse = workspace
+        if part.numel() < batch * heads * n_splits * 512 or lse.numel() < batch * heads * n_splits:
+            raise ValueError("workspace smaller than batch x heads x n_splits")
+    lens = kv_lens if kv_lens is not None else kv_indptr
+    qk_scale = float(sm_scale) * float(kv_scale) * 1.4426950408889634
+    vp, f32, i32, i64 = ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_longlong
+    args = (q.data_ptr(), raw.data_ptr(), kv_indptr.data_ptr(), kv_indices.data_ptr(), lens.data_ptr(),
+            part.data_ptr(), lse.data_ptr(), out.data_ptr(), qk_scale, float(kv_scale), heads, raw.stride(0),
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits, int(page_size), int(direct))
+    types = (vp, vp, vp, vp, vp, vp, vp, vp, f32, f32, i32, i64, i64, i64, i64, i64, i32, i32, i32)
+    module().launch(name, ((heads + 15) // 16, n_splits, batch), args, types)
+    if not direct:
+        _triton._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits,
+                                                CKV=512, SPLITS=_triton.MAX_SPLITS, num_warps=4)
+    return out

@@ -1,0 +1,427 @@
+// Split-KV MLA decode reading the FP8 (e4m3) KV pool directly: BF16 q, FP8 KV rows [N, 576]
+// (512 latent + 64 rope), per-tensor scale, BF16 output. No header, no library: nvcc or NVRTC, sm_89+
+// (cvt e4m3x2 -> f16x2), mma.sync m16n8k16 only, so one source serves sm_90a and sm_120.
+//
+// One CTA = 16 heads x one split of one request, 4 warps. Per tile of BLOCK_N rows:
+//   * the rows are gathered by cp.async (16 B each) into a STAGES-deep ring of padded rows (592 B:
+//     every fragment read below is free of bank conflicts);
+//   * S = Q K^T is split over the 576 dims: warp w owns dims [144w, 144w+144) (its q fragments sit in
+//     36 registers for the whole kernel, pre-scaled by sm_scale * kv_scale * log2(e) and held as fp16),
+//     the four partial S tiles are summed through shared memory;
+//   * O += P V is split over the 512 output dims: warp w owns [128w, 128w+128) (64 fp32 accumulators);
+//   * each FP8 byte is converted once for S and once for P V (cvt.rn.f16x2.e4m3x2: exact), in
+//     registers, straight from the padded FP8 rows: no BF16 copy of any row anywhere.
+// Operand orders are permuted so that each thread's fragment is 4 (S) or 16 (P V) contiguous bytes
+// of one row; the same permutation is applied to q (S) and undone on the output (P V).
+// Lengths are read on the device (kv_indptr, or kv_lens for pages), so a CUDA graph replays for any.
+
+#define DQK 576
+#define DV 512
+#define ROW 592            // padded shared-memory row (bytes): 576 + 16
+#define NWARPS 4
+#define SDIMS 144          // S dims per warp (576 / 4)
+#define VDIMS 128          // output dims per warp (512 / 4)
+#define NEG_INF __int_as_float(0xff800000)
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+
+__device__ __forceinline__ u32 f8x2_to_f16x2(u32 two_bytes) {
+  u32 r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(r) : "r"(two_bytes));
+  return r;
+}
+
+__device__ __forceinline__ u32 f8x2_hi_to_f16x2(u32 four_bytes) {
+  u32 r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(r) : "r"(four_bytes));
+  return r;
+}
+
+// Two e4m3 bytes sitting in the high bytes of a word's halves (low bytes any) -> f16x2 on the integer pipe:
+// sign stays, exponent and mantissa move down one bit. Exact, scaled by 2^-8 (the bias difference), which
+// the caller folds into the output scale. Lets the conversion work share two pipes (cvt is 16/clk/SM).
+__device__ __forceinline__ u32 f8hi_to_f16x2_alu(u32 x) {
+  return (x & 0x80008000u) | ((x & 0x7F007F00u) >> 1);
+}
+
+__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  u32 d = (u32)__cvta_generic_to_shared(smem_dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem_src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// The TMA engine's 1-D bulk copy (sm_90+): one instruction moves a whole 576-byte row into shared memory
+// and counts its bytes on the stage's mbarrier.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
+  u32 done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ void bulk_row(void* dst, const void* src, u32 bytes, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ float bf16_to_f32(u32 bits16) { return __int_as_float((int)(bits16 << 16)); }
+
+// The pool row of token `tok` (0-based within the request): page 1 -> kv_indices are token slots;
+// page P -> kv_indices are page ids.
+__device__ __forceinline__ i64 slot_of(const int* ids, i64 start, i64 tok, int page) {
+  if (page == 1) return (i64)__ldg(ids + start + tok);
+  return (i64)__ldg(ids + start + tok / page) * page + tok % page;
+}
+
+// the factor undoing the integer-pipe conversion's 2^-8 on n-block j (byte i = j % 4 of a word)
+template <int VALU>
+__device__ __forceinline__ float vscale(int j) {
+  return (VALU == 1 || (VALU == 2 && (j & 3) < 2)) ? 256.f : 1.f;
+}
+
+// VALU: how the P V operand is converted: 0 all by cvt, 1 all on the integer pipe, 2 half each.
+// SKIP (timing only, wrong results): bit 0 leaves out the S products, bit 1 the P V products, bit 2 the
+// loads (the products then run on whatever the ring holds).
+// LOADER: 0 cp.async (16 B per thread and copy; any sm_80+), 1 one bulk copy per row (TMA engine, sm_90+).
+// QS: q fragments kept in shared memory (18 KB) instead of 36 registers, for more CTAs per SM.
+// LAZY: the O rescale is skipped when no row maximum of the warp moved (exact: the factor is then 1).
+template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY>
+__device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* __restrict__ pool,
+                                           const int* __restrict__ indptr, const int* __restrict__ ids,
+                                           const int* __restrict__ lens, float* __restrict__ part,
+                                           float* __restrict__ lse, u16* __restrict__ out, float qk_scale,
+                                           float out_scale, int heads, i64 pool_stride, i64 q_sb, i64 q_sh,
+                                           i64 o_sb, i64 o_sh, int n_splits, int page, int direct) {
+  constexpr int NB = BLOCK_N / 8;            // 8-row blocks of S per tile
+  constexpr int TPR = 128 / BLOCK_N;         // threads gathering one row
+  constexpr int CHUNKS = DQK / 16 / TPR;     // 16-byte copies per thread per tile
+  constexpr int SX = BLOCK_N + 8;            // partial-S row stride (floats): conflict-free
+  extern __shared__ __align__(128) u8 smem[];
+  u8* ring = smem;
+  float* sx = (float*)(smem + STAGES * BLOCK_N * ROW);
+
+  const int s = blockIdx.y, b = blockIdx.z, h0 = blockIdx.x * 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const i64 start = indptr[b];
+  const i64 length = page == 1 ? (i64)indptr[b + 1] - start : (i64)lens[b];
+  const i64 per = ((length + n_splits - 1) / n_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+  const i64 lo = (i64)s * per;
+  const i64 hi = lo + per < length ? lo + per : length;
+  const int ntiles = hi > lo ? (int)((hi - lo + BLOCK_N - 1) / BLOCK_N) : 0;
+
+  // q fragments for this warp's 144 dims, in the permuted k order (see the header)
+  u32 qf[SDIMS / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < SDIMS / 16; ++kk) {
+    const int d = warp * SDIMS + kk * 16 + 4 * t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = h0 + g + 8 * r;
+      uint2 v = make_uint2(0u, 0u);
+      if (h < heads) v = *(const uint2*)(q + b * q_sb + h * q_sh + d);
+      qf[kk][r] = pack_f16(bf16_to_f32(v.x & 0xffff) * qk_scale, bf16_to_f32(v.x >> 16) * qk_scale);
+      qf[kk][2 + r] = pack_f16(bf16_to_f32(v.y & 0xffff) * qk_scale, bf16_to_f32(v.y >> 16) * qk_scale);
+    }
+  }
+
+  uint4* sq = (uint4*)(smem + STAGES * BLOCK_N * ROW + NWARPS * 16 * SX * 4 + 64);
+  if (QS) {
+#pragma unroll
+    for (int kk = 0; kk < SDIMS / 16; ++kk)
+      sq[(warp * (SDIMS / 16) + kk) * 32 + lane] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+    __syncwarp();
+  }
+
+  // The gather. A row past the split's end copies the split's first row instead (finite, and masked out of
+  // S below), so every stage always receives BLOCK_N whole rows. Slots are loaded one tile ahead.
+  // LOADER 0: every thread copies part of one row; LOADER 1: warp 0's lanes each issue whole rows.
+  unsigned long long* bars = (unsigned long long*)(smem + STAGES * BLOCK_N * ROW + NWARPS * 16 * SX * 4);
+  if (LOADER == 1) {
+    if (tid == 0)
+      for (int st = 0; st < STAGES; ++st) mbar_init(&bars[st], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncthreads();
+  }
+  constexpr int RPL = LOADER == 1 ? (BLOCK_N + 31) / 32 : 1;  // rows per issuing lane
+  const int my_row = tid / TPR, my_part = tid % TPR;
+  const bool issuer = LOADER == 0 || warp == 0;
+  i64 nslot[RPL];
+  auto load_slots = [&](int tile) {
+#pragma unroll
+    for (int k = 0; k < RPL; ++k) {
+      const int row = LOADER == 1 ? lane + 32 * k : my_row;
+      i64 tok = lo + (i64)tile * BLOCK_N + row;
+      if (tok >= hi) tok = lo;
+      nslot[k] = (tile < ntiles && row < BLOCK_N) ? slot_of(ids, start, tok, page) : 0;
+    }
+  };
+  auto issue = [&](int tile) {
+    u8* stage = ring + (tile % STAGES) * BLOCK_N * ROW;
+    if (LOADER == 0) {
+      const u8* src = pool + nslot[0] * pool_stride + my_part * CHUNKS * 16;
+      u8* dst = stage + my_row * ROW + my_part * CHUNKS * 16;
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) cp_async16(dst + 16 * c, src + 16 * c, 16);
+    } else {
+      if (lane == 0) mbar_expect_tx(&bars[tile % STAGES], BLOCK_N * DQK);
+      __syncwarp();
+#pragma unroll
+      for (int k = 0; k < RPL; ++k) {
+        const int row = lane + 32 * k;
+        if (row < BLOCK_N) bulk_row(stage + row * ROW, pool + nslot[k] * pool_stride, DQK, &bars[tile % STAGES]);
+      }
+    }
+  };
+
+  if (issuer) load_slots(0);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (issuer && !(SKIP & 4)) {
+      if (st < ntiles) issue(st);
+      load_slots(st + 1);
+    }
+    if (LOADER == 0) cp_async_commit();
+  }
+
+  float o[VDIMS / 8][4];
+#pragma unroll
+  for (int j = 0; j < VDIMS / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+
+  for (int i = 0; i < ntiles; ++i) {
+    if (LOADER == 0) cp_async_wait<STAGES - 2>();
+    else if (!(SKIP & 4)) mbar_wait(&bars[i % STAGES], (i / STAGES) & 1);
+    __syncthreads();  // tile i visible to all; every warp is done with tile i-1's stage and partials
+    if (issuer && !(SKIP & 4)) {
+      if (i + STAGES - 1 < ntiles) issue(i + STAGES - 1);
+      load_slots(i + STAGES);
+    }
+    if (LOADER == 0) cp_async_commit();
+    const u8* tile = ring + (i % STAGES) * BLOCK_N * ROW;
+
+    // partial S over this warp's dims
+    float sacc[NB][4];
+#pragma unroll
+    for (int j = 0; j < NB; ++j) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < SDIMS / 16; ++kk) {
+      u32 qa[4] = {qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]};
+      if (QS) {
+        const uint4 v = sq[(warp * (SDIMS / 16) + kk) * 32 + lane];
+        qa[0] = v.x; qa[1] = v.y; qa[2] = v.z; qa[3] = v.w;
+      }
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        if (SKIP & 1) continue;
+        const u32 w = *(const u32*)(tile + (8 * j + g) * ROW + warp * SDIMS + kk * 16 + 4 * t);
+        mma16816(sacc[j], qa, f8x2_to_f16x2(w), f8x2_hi_to_f16x2(w));
+      }
+    }
+    float* mine = sx + warp * 16 * SX;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      *(float2*)(mine + g * SX + 8 * j + 2 * t) = make_float2(sacc[j][0], sacc[j][1]);
+      *(float2*)(mine + (g + 8) * SX + 8 * j + 2 * t) = make_float2(sacc[j][2], sacc[j][3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w2 = 1; w2 < NWARPS; ++w2) {
+      const float* other = sx + ((warp + w2) % NWARPS) * 16 * SX;
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        const float2 a = *(const float2*)(other + g * SX + 8 * j + 2 * t);
+        const float2 c = *(const float2*)(other + (g + 8) * SX + 8 * j + 2 * t);
+        sacc[j][0] += a.x; sacc[j][1] += a.y; sacc[j][2] += c.x; sacc[j][3] += c.y;
+      }
+    }
+    // online softmax (log2 domain: q carries log2(e)); rows g and g+8; the last tile may be cut
+    const i64 base_tok = lo + (i64)i * BLOCK_N;
+    float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (base_tok + 8 * j + 2 * t + e >= hi) { sacc[j][e] = NEG_INF; sacc[j][2 + e] = NEG_INF; }
+        mx0 = fmaxf(mx0, sacc[j][e]);
+        mx1 = fmaxf(mx1, sacc[j][2 + e]);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float a0 = ex2(m0 - mn0), a1 = ex2(m1 - mn1);
+    m0 = mn0; m1 = mn1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      sacc[j][0] = ex2(sacc[j][0] - mn0); sacc[j][1] = ex2(sacc[j][1] - mn0);
+      sacc[j][2] = ex2(sacc[j][2] - mn1); sacc[j][3] = ex2(sacc[j][3] - mn1);
+      ps0 += sacc[j][0] + sacc[j][1];
+      ps1 += sacc[j][2] + sacc[j][3];
+    }
+    l0 = l0 * a0 + ps0;
+    l1 = l1 * a1 + ps1;
+#pragma unroll
+    if (!LAZY || __any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < VDIMS / 8; ++j) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
+    }
+
+    // O += P V over this warp's 128 output dims; P's k order is S's column order (16kp + 2t + e, +8)
+#pragma unroll
+    for (int kp = 0; kp < BLOCK_N / 16; ++kp) {
+      u32 pa[4];
+      pa[0] = pack_f16(sacc[2 * kp][0], sacc[2 * kp][1]);
+      pa[1] = pack_f16(sacc[2 * kp][2], sacc[2 * kp][3]);
+      pa[2] = pack_f16(sacc[2 * kp + 1][0], sacc[2 * kp + 1][1]);
+      pa[3] = pack_f16(sacc[2 * kp + 1][2], sacc[2 * kp + 1][3]);
+      const u8* r0 = tile + (16 * kp + 2 * t) * ROW + warp * VDIMS + 16 * g;
+      const uint4 w0 = *(const uint4*)(r0);
+      const uint4 w1 = *(const uint4*)(r0 + ROW);
+      const uint4 w2 = *(const uint4*)(r0 + 8 * ROW);
+      const uint4 w3 = *(const uint4*)(r0 + 9 * ROW);
+      const u32 x0[4] = {w0.x, w0.y, w0.z, w0.w}, x1[4] = {w1.x, w1.y, w1.z, w1.w};
+      const u32 x2[4] = {w2.x, w2.y, w2.z, w2.w}, x3[4] = {w3.x, w3.y, w3.z, w3.w};
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        if (SKIP & 2) continue;
+        // byte i of word a of a row is output dim 128 w + 16 g + 4 a + i, i.e. n-block 4 a + i, column g
+        if (VALU == 0) {
+          const u32 lo01 = prmt(x0[a], x1[a], 0x5140), hi01 = prmt(x0[a], x1[a], 0x7362);
+          const u32 lo23 = prmt(x2[a], x3[a], 0x5140), hi23 = prmt(x2[a], x3[a], 0x7362);
+          mma16816(o[4 * a + 0], pa, f8x2_to_f16x2(lo01), f8x2_to_f16x2(lo23));
+          mma16816(o[4 * a + 1], pa, f8x2_hi_to_f16x2(lo01), f8x2_hi_to_f16x2(lo23));
+          mma16816(o[4 * a + 2], pa, f8x2_to_f16x2(hi01), f8x2_to_f16x2(hi23));
+          mma16816(o[4 * a + 3], pa, f8x2_hi_to_f16x2(hi01), f8x2_hi_to_f16x2(hi23));
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if (VALU == 2 && i >= 2) continue;
+            const u32 sel = 0x4400u + 0x1111u * i;  // byte i of each row into the high byte of a half
+            mma16816(o[4 * a + i], pa, f8hi_to_f16x2_alu(prmt(x0[a], x1[a], sel)),
+                     f8hi_to_f16x2_alu(prmt(x2[a], x3[a], sel)));
+          }
+          if (VALU == 2) {
+            const u32 hi01 = prmt(x0[a], x1[a], 0x7362), hi23 = prmt(x2[a], x3[a], 0x7362);
+            mma16816(o[4 * a + 2], pa, f8x2_to_f16x2(hi01), f8x2_to_f16x2(hi23));
+            mma16816(o[4 * a + 3], pa, f8x2_hi_to_f16x2(hi01), f8x2_hi_to_f16x2(hi23));
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // rows g (half 0) and g + 8 (half 1): the thread holds output dims 128 w + 32 t + 16 e + j, j = 0..15
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int h = h0 + g + 8 * half;
+    if (h >= heads) continue;
+    const float l = half ? l1 : l0, m = half ? m1 : m0;
+    const bool empty = ntiles == 0 || !(l > 0.f);
+    const float inv = empty ? 0.f : out_scale / l;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int d = warp * VDIMS + 32 * t + 16 * e;
+      if (direct) {
+        u32 pk[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          pk[j] = pack_bf16(o[2 * j][2 * half + e] * inv * vscale<VALU>(2 * j),
+                            o[2 * j + 1][2 * half + e] * inv * vscale<VALU>(2 * j + 1));
+        uint4* dst = (uint4*)(out + b * o_sb + h * o_sh + d);
+        dst[0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+        dst[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
+      } else if (!empty) {
+        float4* dst = (float4*)(part + ((i64)(b * heads + h) * n_splits + s) * DV + d);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          dst[j] = make_float4(o[4 * j][2 * half + e] * inv * vscale<VALU>(4 * j),
+                               o[4 * j + 1][2 * half + e] * inv * vscale<VALU>(4 * j + 1),
+                               o[4 * j + 2][2 * half + e] * inv * vscale<VALU>(4 * j + 2),
+                               o[4 * j + 3][2 * half + e] * inv * vscale<VALU>(4 * j + 3));
+      }
+    }
+    if (!direct && warp == 0 && t == 0)
+      lse[(i64)(b * heads + h) * n_splits + s] = empty ? NEG_INF : m + __log2f(l);
+  }
+}
+
+#define DEFINE_KERNEL(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY)                                                                  \
+  extern "C" __global__ void __launch_bounds__(128, MINB)                                                \
+      NAME(const u16* q, const u8* pool, const int* indptr, const int* ids, const int* lens, float* part, \
+           float* lse, u16* out, float qk_scale, float out_scale, int heads, i64 pool_stride, i64 q_sb,   \
+           i64 q_sh, i64 o_sb, i64 o_sh, int n_splits, int page, int direct) {                            \
+    split_body<BN, ST, VALU, SKIP, LOADER, QS, LAZY>(q, pool, indptr, ids, lens, part, lse, out, qk_scale, out_scale, heads,            \
+                       pool_stride, q_sb, q_sh, o_sb, o_sh, n_splits, page, direct);                      \
+  }
+
+// name: rows per tile (n), ring depth (s), CTAs per SM the registers are held to (b); _tma: rows by the
+// bulk-copy engine; _mix: half the P V conversion on the integer pipe; _qs: q in shared memory; _lz: lazy
+// rescale; _load: timing only, both products left out (wrong results), to place time (METHOD.md)
+DEFINE_KERNEL(fp8_mla_n64_s2_b2, 64, 2, 2, 0, 0, 0, 0, 0)
+DEFINE_KERNEL(fp8_mla_n64_s2_b2_tma, 64, 2, 2, 0, 0, 1, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma, 32, 3, 3, 0, 0, 1, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s2_b3_tma, 32, 2, 3, 0, 0, 1, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s2_b2_tma, 32, 2, 2, 0, 0, 1, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s2_b3_tma_qs_lz, 32, 2, 3, 0, 0, 1, 1, 1)
+DEFINE_KERNEL(fp8_mla_n16_s3_b4_tma_qs_lz, 16, 3, 4, 0, 0, 1, 1, 1)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_load, 32, 3, 3, 0, 3, 1, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_compute, 32, 3, 3, 0, 4, 1, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_noPV, 32, 3, 3, 0, 2, 1, 0, 0)
