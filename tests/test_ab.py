@@ -3,7 +3,14 @@
 The host is a real sshd with a real sglang 0.5.23 tree; the server is the STAND-IN, whose decode rate follows the
 tree it serves (whole-pool cast vs gather-cast), so the rounds really apply and revert gather-cast and restart on
 it. Its rates are set by the stand-in, not measured: these tests check the workflow (plan, ledger checks, records,
-restore, exit codes), never a figure. The real-server proofs are in tests/test_ab_real.py.
+restore, exit codes), never a figure. The real-server proofs are in tests/test_ab_real.py and
+tests/test_ab_real_interrupt.py.
+
+Why the profiles here run the stand-in 10x faster (SGLOPS_STANDIN_SPEEDUP, which keeps every ratio) and load it in
+0.3 s, and why a test restarts `sbx` only when the previous test's ab did not leave it running: the stand-in's
+whole-pool-cast side decodes at 10.5 tok/s, so the module spent most of its time waiting on benches and restarts
+(187 s idle, 336 s in a loaded suite). The one test whose signal must land inside a bench (SIGKILL) keeps the
+stand-in's own rate (`sbx-1x`).
 """
 
 from __future__ import annotations
@@ -24,15 +31,20 @@ from sglops.launch import server as launch
 from sglops.patch import apply as patches
 from sglops.sandbox.sshd import free_port
 
+# the stand-in 10x faster (ratios kept: every rate is multiplied) and loaded in 0.3 s instead of the profile's 1.0
+FAST = {"SGLOPS_STANDIN_SPEEDUP": "10", "SGLOPS_STANDIN_STARTUP_S": "0.3"}
 
 @pytest.fixture(scope="module")
 def ab_host(make_sandbox, tmp_path_factory):
-    """(sandbox, env): one stand-in host, profiles `sbx` (its own port) and `sbx-crash` (dies at start-up)."""
+    """(sandbox, env): one stand-in host, profiles `sbx` (its own port, FAST), `sbx-1x` (the stand-in's own rate)
+    and `sbx-crash` (dies at start-up)."""
     sb = make_sandbox([{"name": "ab-1", "sglang": "0.5.23", "flashinfer": "0.7.2"}], name="ab")
     profiles = tmp_path_factory.mktemp("ab-profiles")
     doc = yaml.safe_load((REPO / "playbooks" / "profiles" / "sandbox.yaml").read_text())
     doc.update(port=free_port(), per_host={})
+    doc["env"] = {**doc.get("env", {}), **FAST}
     (profiles / "sbx.yaml").write_text(yaml.safe_dump(doc))
+    (profiles / "sbx-1x.yaml").write_text(yaml.safe_dump({"extends": "sbx", "env": {"SGLOPS_STANDIN_SPEEDUP": "1"}}))
     (profiles / "sbx-crash.yaml").write_text(yaml.safe_dump({"extends": "sbx", "env": {
         "SGLOPS_STANDIN_FAIL": "static_assert", "SGLOPS_STANDIN_STARTUP_S": "0.2"}}))
     env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_PROFILES": str(profiles)}
@@ -48,6 +60,15 @@ def env(ab_host, tmp_path, monkeypatch):
     for k, v in out.items():
         monkeypatch.setenv(k, v)
     return out
+
+
+def _serving_sbx(sb) -> None:
+    """`sbx` serving on its port, as every test here starts: the previous test's ab restored it, so it is restarted
+    only when it is not (a test run alone, or one that failed)."""
+    with open_remote(sb, "ab-1") as remote:
+        st = launch.status(remote)
+        if not (st.running and st.profile == "sbx" and st.health == 200):
+            assert launch.restart(remote, "sbx").ok
 
 
 def _host_state(sb) -> tuple[str, list[str], dict | None]:
@@ -102,8 +123,7 @@ def test_the_plan_interleaves_rounds_and_restores_the_found_state():
 # -- on the host ---------------------------------------------------------------------------------------------
 def test_dry_run_prints_the_whole_plan_and_changes_nothing(ab_host, env):
     sb, _ = ab_host
-    with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
+    _serving_sbx(sb)
     before = _host_state(sb)
     r = inv_cmd("ab", "--host", "ab-1", "--patch", "gather-cast", "--rounds", "2", "--dry-run", env=env)
     assert r.returncode == 0, r.stderr
@@ -124,8 +144,7 @@ def test_dry_run_prints_the_whole_plan_and_changes_nothing(ab_host, env):
 
 def test_ab_rounds_are_bench_runs_with_a_paired_verdict_and_the_host_is_restored(ab_host, env):
     sb, _ = ab_host
-    with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
+    _serving_sbx(sb)
     before = _host_state(sb)
     assert before[1] == [] and before[2]["profile"] == "sbx"
     r = inv_cmd("ab", "--host", "ab-1", "-a", "sbx", "-b", "sbx+gather-cast", "--rounds", "3", "--input-len", "16",
@@ -162,8 +181,7 @@ def test_ab_rounds_are_bench_runs_with_a_paired_verdict_and_the_host_is_restored
 
 def test_a_failed_round_keeps_what_was_measured_and_restores_the_host(ab_host, env):
     sb, _ = ab_host
-    with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
+    _serving_sbx(sb)
     before = _host_state(sb)
     r = inv_cmd("ab", "--host", "ab-1", "-a", "sbx", "-b", "sbx-crash+gather-cast", "--rounds", "2",
                 "--output-len", "16", env=env)
@@ -227,8 +245,7 @@ def _ab_record(env) -> dict:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_one_interrupt_restores_the_host_and_exits_128_plus_the_signal_with_one_line(ab_host, env, sig):
     sb, _ = ab_host
-    with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
+    _serving_sbx(sb)
     before = _host_state(sb)
     ab_run = _Ab(env, "--patch", "gather-cast", "--rounds", "3", "--output-len", "16")
     ab_run.wait_for("round 1/3 B: restart")  # gather-cast is applied on the host now
@@ -245,8 +262,7 @@ def test_one_interrupt_restores_the_host_and_exits_128_plus_the_signal_with_one_
 
 def test_repeated_ctrl_c_during_the_restore_waits_for_it_and_says_so_once(ab_host, env):
     sb, _ = ab_host
-    with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
+    _serving_sbx(sb)
     before = _host_state(sb)
     ab_run = _Ab(env, "--patch", "gather-cast", "--rounds", "3", "--output-len", "16")
     ab_run.wait_for("round 1/3 B: restart")
@@ -265,11 +281,10 @@ def test_repeated_ctrl_c_during_the_restore_waits_for_it_and_says_so_once(ab_hos
 
 def test_after_sigkill_the_journal_names_the_state_to_restore_and_the_next_ab_restores_it(ab_host, env):
     sb, _ = ab_host
-    with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
+    _serving_sbx(sb)
     before = _host_state(sb)
-    ab_run = _Ab(env, "-a", "sbx", "-b", "sbx+gather-cast", "--rounds", "3", "--output-len", "16")
-    ab_run.wait_for("round 1/3 B: bench")  # patched, the patched server running
+    ab_run = _Ab(env, "-a", "sbx-1x", "-b", "sbx-1x+gather-cast", "--rounds", "3", "--output-len", "16")
+    ab_run.wait_for("round 1/3 B: bench")  # patched, the patched server running (a 1x bench: ~1.5 s to land in)
     ab_run.proc.kill()  # SIGKILL: nothing on the laptop can restore
     ab_run.finish()
     assert _host_state(sb)[1] == ["gather-cast"]
@@ -301,8 +316,8 @@ def test_an_ab_alive_on_this_machine_is_refused(ab_host, env):
     from sglops.bench import ab_journal
 
     sb, _ = ab_host
+    _serving_sbx(sb)
     with open_remote(sb, "ab-1") as remote:
-        assert launch.restart(remote, "sbx").ok
         ab_journal.begin(remote, "live-ab", ab.Found(True, "sbx", None, []), [], None)
     before = _host_state(sb)
     try:
