@@ -77,11 +77,32 @@ def group_alive(pgid):
         pass
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return _live_member_in(pgid)
+
+
+def _live_member_in(pgid):
+    """Whether a process of the group has not exited: a zombie (exited, waiting for whoever reaps it: on a
+    container's or sandbox's init that can take seconds) holds no GPU memory, port or file, so a stop that
+    counted it alive would wait for the reap. Without /proc (not Linux) the group counts as alive."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def our_server(paths):

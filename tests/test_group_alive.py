@@ -1,0 +1,58 @@
+"""A stopped server's process group counts as gone once every member has exited, even while exited members wait
+to be reaped: a zombie holds no GPU memory, port or file. Why it matters: on a container's or sandbox's init
+(this machine's reaps about every 1.5 s) every stop used to wait for the reap (23 stops cost 30 s of test_ab.py).
+The zombies here belong to a subreaper that never reaps, so the test does not depend on any init's timing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from sglops.host import server_common
+
+# R: a child subreaper that never reaps. P: R's child in a new session (the "server" group). C: P's child, exits
+# at once (a zombie: P never waits). P exits after HOLD s: both group members are then unreaped zombies of R.
+HOLD = 1.5
+SUBREAPER = f"""
+import ctypes, os, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os._exit(0)
+    time.sleep({HOLD})
+    os._exit(0)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+def states(pgid: int) -> list[str]:
+    out = []
+    for stat in __import__("pathlib").Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[2] == str(pgid):
+            out.append(fields[0])
+    return out
+
+
+def test_a_group_of_unreaped_zombies_is_not_alive_and_a_live_member_is():
+    reaper = subprocess.Popen([sys.executable, "-c", SUBREAPER], stdout=subprocess.PIPE, text=True)
+    try:
+        pgid = int(reaper.stdout.readline())
+        time.sleep(0.3)
+        assert "Z" in states(pgid) and any(s != "Z" for s in states(pgid)), states(pgid)
+        assert server_common.group_alive(pgid) is True  # P still runs
+        deadline = time.monotonic() + HOLD + 5
+        while any(s != "Z" for s in states(pgid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert states(pgid) and set(states(pgid)) == {"Z"}, states(pgid)  # both exited, neither reaped
+        assert server_common.group_alive(pgid) is False
+    finally:
+        reaper.kill()
+        reaper.wait()
