@@ -192,14 +192,19 @@ def packaged_cubin(arch: str) -> Path:
 
 
 def available() -> bool:
-    """Whether this GPU can run the CUDA kernel: a cubin was built for its arch (build-kernel), or one can
-    be built here (nvcc)."""
+    """Whether this GPU can run the CUDA kernel: cuda-python imports, and a cubin was built for its arch
+    (build-kernel) or one can be built here (nvcc)."""
     try:
         cc = torch.cuda.get_device_capability()
     except Exception:
         return False
     arch = arch_of(cc)
     if arch not in _AVAILABLE:
+        try:
+            _driver()  # cuda-python launches it: without it the Triton kernel serves
+        except ImportError:
+            _AVAILABLE[arch] = False
+            return False
         ok = cc >= (9, 0) and (arch in _MODULES or packaged_cubin(arch).exists()
                                or bool(os.environ.get("SGLOPS_FP8_MLA_CUBIN")))
         if cc >= (9, 0) and not ok:
