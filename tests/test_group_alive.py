@@ -56,3 +56,36 @@ def test_a_group_of_unreaped_zombies_is_not_alive_and_a_live_member_is():
     finally:
         reaper.kill()
         reaper.wait()
+
+
+# P: a new session whose main thread ends (pthread_exit) while a second thread keeps the process, and its files,
+# alive: the leader shows Z, the process has not exited.
+LEADER_GONE = """
+import ctypes, os, threading, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    threading.Thread(target=lambda: (time.sleep(30), os._exit(0))).start()
+    time.sleep(0.1)
+    ctypes.CDLL(None).pthread_exit(None)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_zombie_leader_whose_other_thread_still_runs_is_alive():
+    parent = subprocess.Popen([sys.executable, "-c", LEADER_GONE], stdout=subprocess.PIPE, text=True)
+    pgid = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 5
+        while states(pgid) != ["Z"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert states(pgid) == ["Z"], states(pgid)  # the leader alone, as a zombie
+        assert server_common.group_alive(pgid) is True
+    finally:
+        import os
+        import signal
+
+        os.killpg(pgid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()

@@ -85,9 +85,11 @@ def group_alive(pgid):
 
 
 def _live_member_in(pgid):
-    """Whether a process of the group has not exited: a zombie (exited, waiting for whoever reaps it: on a
+    """Whether a process of the group has not exited: an exited process waiting for whoever reaps it (on a
     container's or sandbox's init that can take seconds) holds no GPU memory, port or file, so a stop that
-    counted it alive would wait for the reap. Without /proc (not Linux) the group counts as alive."""
+    counted it alive would wait for the reap. "Exited" is every thread, not the leader alone: a leader shows Z
+    while its other threads still run or still hold the process's files (a listening port; seen: the next start
+    found the port taken). Without /proc (not Linux) the group counts as alive."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -95,14 +97,33 @@ def _live_member_in(pgid):
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        state = _stat_fields(f"/proc/{name}/stat")
+        if state is None or len(state) < 3 or state[2] != str(pgid):
             continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+        if state[0] != "Z" or not _all_threads_exited(name):
             return True
     return False
+
+
+def _stat_fields(path):
+    try:
+        with open(path) as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _all_threads_exited(pid):
+    """A zombie leader's threads: gone, or zombies themselves (a thread still exiting may hold the files)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if fields is not None and fields[0] not in ("Z", "X"):
+            return False
+    return len(tasks) <= 1
 
 
 def our_server(paths):
