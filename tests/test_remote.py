@@ -66,11 +66,14 @@ def test_put_and_get_are_atomic_copies(remote_a, tmp_path):
     src.write_bytes(os.urandom(300_000))
     dest = f"{remote_a.host.sglang_root}/.sglops-test/launch.sh"
     remote_a.run(["mkdir", "-p", os.path.dirname(dest)])
-    remote_a.put(src, dest)
-    back = tmp_path / "back.sh"
-    remote_a.get(dest, back)
-    assert back.read_bytes() == src.read_bytes()
-    assert not list(tmp_path.glob("*.part"))
+    try:
+        remote_a.put(src, dest)
+        back = tmp_path / "back.sh"
+        remote_a.get(dest, back)
+        assert back.read_bytes() == src.read_bytes()
+        assert not list(tmp_path.glob("*.part"))
+    finally:  # the tree is the session's shared sandbox tree: later tests check it is clean (git status)
+        remote_a.run(["rm", "-rf", os.path.dirname(dest)])
 
 
 def _host(sandbox, name, **changes):
