@@ -59,9 +59,12 @@ def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict
     from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
     impl = implementation(heads) if config is None else _impl_of_config(config)
-    cfg = config or impl.config_for(heads)
-    if impl is _cuda and config is None:
-        cfg = dict(cfg, min_rows=_cuda.min_rows_for(max_len))
+    if config is not None:
+        cfg = config
+    elif impl is _cuda:
+        cfg = dict(_cuda.config_for(heads, batch=batch), min_rows=_cuda.min_rows_for(max_len))
+    else:
+        cfg = impl.config_for(heads)
     return _triton.splits_for(batch, heads, max_len, sm_count, cfg)
 
 

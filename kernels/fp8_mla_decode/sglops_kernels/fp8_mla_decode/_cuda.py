@@ -34,18 +34,24 @@ KERNELS = {
     # _qs: q fragments in shared memory (fewer registers); _lz: the O rescale skipped when no maximum moved
     "n32_s2_b3_tma_qs_lz": (32, 2, 3),
     "n16_s3_b4_tma_qs_lz": (16, 3, 4),
+    # _tma4: the bulk copies issued by all four warps, a quarter of the rows each
+    "n32_s3_b3_tma4": (32, 3, 3),
+    "n32_s2_b2_tma4": (32, 2, 2),
+    "n16_s3_b4_tma4_qs_lz": (16, 3, 4),
     # timing only (wrong results), to place time inside the kernel (METHOD.md): no products / no loads / no P V
     "n32_s3_b3_tma_load": (32, 3, 3),
     "n32_s3_b3_tma_compute": (32, 3, 3),
     "n32_s3_b3_tma_noPV": (32, 3, 3),
 }
-# per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/): 16 heads
-# 32-row tiles and 3 CTAs per SM; 128 heads (8 CTAs per split, reading each tile through L2) 16-row tiles, q in
-# shared memory, 4 CTAs per SM (fastest of all at every 128-head cell, Triton's included). sm_120 has ~100 KB
-# of shared memory per SM: two-stage 32-row rings (48 KB per CTA) so that two CTAs fit, registers uncapped for
-# two (the three-CTA cap spills 8 bytes there); not timed on an SM120 GPU.
-DEFAULT = {"sm90": {16: "n32_s3_b3_tma", 128: "n16_s3_b4_tma_qs_lz"},
-           "sm120": {16: "n32_s2_b2_tma", 128: "n32_s2_b2_tma"}}
+# per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/ round 5):
+# 16 heads 32-row tiles, 3 CTAs per SM, the bulk copies issued by all four warps (68% of copy at 8.4M rows);
+# 128 heads (8 CTAs per split, reading each tile through L2): batches up to 16 the 16-head pick (10-20% faster
+# there), larger ones 16-row tiles with q in shared memory at 4 CTAs per SM (10-20% faster at bs 64). sm_120 has ~100 KB of
+# shared memory per SM: two-stage 32-row rings (48 KB per CTA) so that two CTAs fit, registers uncapped for two
+# (the three-CTA cap spills 8 bytes there); not timed on an SM120 GPU.
+DEFAULT = {"sm90": {16: "n32_s3_b3_tma4", 128: "n16_s3_b4_tma4_qs_lz"},
+           "sm120": {16: "n32_s2_b2_tma4", 128: "n32_s2_b2_tma4"}}
+SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
 
 
 def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False) -> int:
@@ -234,9 +240,10 @@ def module(cache_dir: Path | None = None) -> Module:
     return _MODULES[arch]
 
 
-def config_for(heads: int, family: str | None = None) -> dict:
+def config_for(heads: int, family: str | None = None, batch: int | None = None) -> dict:
     fam = family or ("sm120" if torch.cuda.get_device_capability()[0] >= 12 else "sm90")
-    name = DEFAULT[fam][16 if heads <= 16 else 128]
+    small = heads <= 16 or (batch is not None and batch <= SMALL_BATCH)
+    name = DEFAULT[fam][16 if small else 128]
     block_n, _, per_sm = KERNELS[name]
     return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": 256}
 
@@ -274,8 +281,8 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
         raise ValueError("kv_indptr and kv_indices must be int32")
     if page_size > 1 and kv_lens is None:
         raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
-    cfg = config or config_for(heads)
-    name = cfg.get("kernel") or config_for(heads)["kernel"]
+    cfg = config or config_for(heads, batch=batch)
+    name = cfg.get("kernel") or config_for(heads, batch=batch)["kernel"]
     n_splits = max(1, min(int(n_splits), _triton.MAX_SPLITS))
     direct = n_splits == 1
     if direct:

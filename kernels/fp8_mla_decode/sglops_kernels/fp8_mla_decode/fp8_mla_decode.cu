@@ -132,7 +132,9 @@ __device__ __forceinline__ float vscale(int j) {
 // VALU: how the P V operand is converted: 0 all by cvt, 1 all on the integer pipe, 2 half each.
 // SKIP (timing only, wrong results): bit 0 leaves out the S products, bit 1 the P V products, bit 2 the
 // loads (the products then run on whatever the ring holds).
-// LOADER: 0 cp.async (16 B per thread and copy; any sm_80+), 1 one bulk copy per row (TMA engine, sm_90+).
+// LOADER: 0 cp.async (16 B per thread and copy; any sm_80+), 1 one bulk copy per row (TMA engine, sm_90+) issued
+// by warp 0, 2 the same issued by all four warps (a quarter of the rows each: no warp carries extra work into
+// the CTA barriers, where Nsight Compute found 44% of the warps' stall cycles with LOADER 1).
 // QS: q fragments kept in shared memory (18 KB) instead of 36 registers, for more CTAs per SM.
 // LAZY: the O rescale is skipped when no row maximum of the warp moved (exact: the factor is then 1).
 template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY>
@@ -184,25 +186,28 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 
   // The gather. A row past the split's end copies the split's first row instead (finite, and masked out of
   // S below), so every stage always receives BLOCK_N whole rows. Slots are loaded one tile ahead.
-  // LOADER 0: every thread copies part of one row; LOADER 1: warp 0's lanes each issue whole rows.
+  // LOADER 0: every thread copies part of one row; LOADER 1: warp 0's lanes each issue whole rows; LOADER 2:
+  // lane l < BLOCK_N / 4 of warp w issues row w * BLOCK_N / 4 + l.
   unsigned long long* bars = (unsigned long long*)(smem + STAGES * BLOCK_N * ROW + NWARPS * 16 * SX * 4);
-  if (LOADER == 1) {
+  if (LOADER >= 1) {
     if (tid == 0)
       for (int st = 0; st < STAGES; ++st) mbar_init(&bars[st], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
   }
   constexpr int RPL = LOADER == 1 ? (BLOCK_N + 31) / 32 : 1;  // rows per issuing lane
+  constexpr int QROWS = BLOCK_N / NWARPS;                     // LOADER 2: rows per warp
   const int my_row = tid / TPR, my_part = tid % TPR;
-  const bool issuer = LOADER == 0 || warp == 0;
+  const bool issuer = LOADER != 1 || warp == 0;
   i64 nslot[RPL];
   auto load_slots = [&](int tile) {
 #pragma unroll
     for (int k = 0; k < RPL; ++k) {
-      const int row = LOADER == 1 ? lane + 32 * k : my_row;
+      const int row = LOADER == 1 ? lane + 32 * k : LOADER == 2 ? warp * QROWS + lane : my_row;
       i64 tok = lo + (i64)tile * BLOCK_N + row;
       if (tok >= hi) tok = lo;
-      nslot[k] = (tile < ntiles && row < BLOCK_N) ? slot_of(ids, start, tok, page) : 0;
+      const bool mine = LOADER == 2 ? lane < QROWS : row < BLOCK_N;
+      nslot[k] = (tile < ntiles && mine) ? slot_of(ids, start, tok, page) : 0;
     }
   };
   auto issue = [&](int tile) {
@@ -212,6 +217,10 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       u8* dst = stage + my_row * ROW + my_part * CHUNKS * 16;
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) cp_async16(dst + 16 * c, src + 16 * c, 16);
+    } else if (LOADER == 2) {
+      if (tid == 0) mbar_expect_tx(&bars[tile % STAGES], BLOCK_N * DQK);
+      if (lane < QROWS)
+        bulk_row(stage + (warp * QROWS + lane) * ROW, pool + nslot[0] * pool_stride, DQK, &bars[tile % STAGES]);
     } else {
       if (lane == 0) mbar_expect_tx(&bars[tile % STAGES], BLOCK_N * DQK);
       __syncwarp();
@@ -422,6 +431,9 @@ DEFINE_KERNEL(fp8_mla_n32_s2_b3_tma, 32, 2, 3, 0, 0, 1, 0, 0)
 DEFINE_KERNEL(fp8_mla_n32_s2_b2_tma, 32, 2, 2, 0, 0, 1, 0, 0)
 DEFINE_KERNEL(fp8_mla_n32_s2_b3_tma_qs_lz, 32, 2, 3, 0, 0, 1, 1, 1)
 DEFINE_KERNEL(fp8_mla_n16_s3_b4_tma_qs_lz, 16, 3, 4, 0, 0, 1, 1, 1)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma4, 32, 3, 3, 0, 0, 2, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s2_b2_tma4, 32, 2, 2, 0, 0, 2, 0, 0)
+DEFINE_KERNEL(fp8_mla_n16_s3_b4_tma4_qs_lz, 16, 3, 4, 0, 0, 2, 1, 1)
 DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_load, 32, 3, 3, 0, 3, 1, 0, 0)
 DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_compute, 32, 3, 3, 0, 4, 1, 0, 0)
 DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_noPV, 32, 3, 3, 0, 2, 1, 0, 0)
