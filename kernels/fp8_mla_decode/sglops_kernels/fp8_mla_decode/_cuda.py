@@ -283,16 +283,7 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
         raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
     cfg = config or config_for(heads, batch=batch)
     name = cfg.get("kernel") or config_for(heads, batch=batch)["kernel"]
-    n_splits = max(1, min(int(n_splits), _triton.MAX_SPLITS))
-    direct = n_splits == 1
-    if direct:
-        part = lse = out
-    elif workspace is None:
-        part, lse = _triton.workspace(batch, heads, n_splits, q.device)
-    else:
-        part, lse = workspace
-        if part.numel() < batch * heads * n_splits * 512 or lse.numel() < batch * heads * n_splits:
-            raise ValueError("workspace smaller than batch x heads x n_splits")
+    n_splits, direct, part, lse = _triton.split_buffers(batch, heads, n_splits, out, workspace)
     lens = kv_lens if kv_lens is not None else kv_indptr
     qk_scale = float(sm_scale) * float(kv_scale) * 1.4426950408889634
     vp, f32, i32, i64 = ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_longlong

@@ -211,6 +211,22 @@ def workspace(batch: int, heads: int, n_splits: int, device) -> tuple[torch.Tens
             torch.empty(batch * heads * n_splits, dtype=torch.float32, device=device))
 
 
+def split_buffers(batch: int, heads: int, n_splits: int, out, buffers=None):
+    """(n_splits clamped to 1..MAX_SPLITS, direct, partials, log-sum-exps): one split writes `out` directly (the
+    buffers are then unused); several need `buffers` (a `workspace(...)`, checked for size) or fresh ones.
+    Shared by every implementation, whose partials all use this layout and this module's merge kernel."""
+    n_splits = max(1, min(int(n_splits), MAX_SPLITS))
+    if n_splits == 1:
+        return n_splits, True, out, out
+    if buffers is None:
+        part, lse = workspace(batch, heads, n_splits, out.device)
+    else:
+        part, lse = buffers
+        if part.numel() < batch * heads * n_splits * 512 or lse.numel() < batch * heads * n_splits:
+            raise ValueError("workspace smaller than batch x heads x n_splits")
+    return n_splits, False, part, lse
+
+
 def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
                page_size=1, kv_lens=None, config=None):
     batch, heads, d = q.shape
@@ -225,17 +241,7 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     if page_size > 1 and kv_lens is None:
         raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
     cfg = config or config_for(heads)
-    n_splits = max(1, min(int(n_splits), MAX_SPLITS))
-    direct = n_splits == 1
-    if direct:
-        part = lse = out  # unused
-    elif workspace is None:
-        part, lse = (torch.empty(batch * heads * n_splits * ckv, dtype=torch.float32, device=q.device),
-                     torch.empty(batch * heads * n_splits, dtype=torch.float32, device=q.device))
-    else:
-        part, lse = workspace
-        if part.numel() < batch * heads * n_splits * ckv or lse.numel() < batch * heads * n_splits:
-            raise ValueError("workspace smaller than batch x heads x n_splits")
+    n_splits, direct, part, lse = split_buffers(batch, heads, n_splits, out, workspace)
     bh = cfg["block_h"]
     lens = kv_lens if kv_lens is not None else kv_indptr
     _split_kernel[(triton.cdiv(heads, bh), n_splits, batch)](

@@ -339,16 +339,7 @@ def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=
         out = torch.empty(batch, heads, ckv, dtype=q.dtype, device=q.device)
     if page_size > 1 and kv_lens is None:
         raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
-    n_splits = max(1, min(int(n_splits), base.MAX_SPLITS))
-    direct = n_splits == 1
-    if direct:
-        part = lse = out
-    elif workspace is None:
-        part, lse = base.workspace(batch, heads, n_splits, q.device)
-    else:
-        part, lse = workspace
-        if part.numel() < batch * heads * n_splits * ckv or lse.numel() < batch * heads * n_splits:
-            raise ValueError("workspace smaller than batch x heads x n_splits")
+    n_splits, direct, part, lse = base.split_buffers(batch, heads, n_splits, out, workspace)
     bh = cfg["block_h"]
     lens = kv_lens if kv_lens is not None else kv_indptr
     kdt = tl.float16 if cfg["f16"] else tl.bfloat16
