@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")  # the kernel package imports it (the subprocesses below use this interpreter)
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = ROOT / "kernels" / "fp8_mla_decode"
 SOURCE = KERNEL / "sglops_kernels" / "fp8_mla_decode" / "fp8_mla_decode.cu"
