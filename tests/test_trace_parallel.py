@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from trace_replica import replicate
 
 from sglops.trace import TraceError, analyze, parallel_read, parse
 from sglops.trace.parse import RawTrace
@@ -23,34 +24,6 @@ TRACES = sorted(DATA.glob("*.trace.json.gz"))
 def _plain(src: Path, tmp_path: Path) -> Path:
     out = tmp_path / src.name[:-3]
     out.write_bytes(gzip.decompress(src.read_bytes()))
-    return out
-
-
-def _replicate(src: Path, out: Path, copies: int, indent: int | None = None, nested: bool = False) -> Path:
-    """copies of a real trace's events (times shifted, ids offset), one event per line or indented; nested: each
-    event's args also carry a list of objects, so '},' newline '{' occurs inside events too."""
-    doc = json.loads(gzip.decompress(src.read_bytes()))
-    events = doc.pop("traceEvents")
-    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
-    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
-    top = 1 + max(int((e.get("args") or {}).get(k, 0) or 0) for e in events for k in ("correlation", "External id"))
-    rows = []
-    for c in range(copies):
-        for e in events:
-            e2 = dict(e)
-            if isinstance(e2.get("ts"), int | float):
-                e2["ts"] = e2["ts"] + c * span
-            args = e2["args"] = dict(e2.get("args") or {})
-            for k in ("correlation", "External id"):
-                if isinstance(args.get(k), int) and args[k] > 0:
-                    args[k] += c * top
-            if nested:
-                args["shapes"] = [{"dim": i} for i in range(4)]
-            rows.append(json.dumps(e2, indent=indent))
-    with open(out, "w") as fh:
-        fh.write(json.dumps(doc)[:-1] + ', "traceEvents": [\n')
-        fh.write(",\n".join(rows))
-        fh.write('\n], "traceName": "replica"}\n')
     return out
 
 
@@ -112,7 +85,7 @@ def _analysis_with(path: Path, monkeypatch, parallel: bool) -> bytes:
 def test_multi_batch_replica_identical(indent, tmp_path: Path, monkeypatch) -> None:
     """Ranges of several ~1 MB batches each, both layouts: the same columns, names in the same order."""
     src = DATA / "h200_gathercast_small.trace.json.gz"
-    path = _replicate(src, tmp_path / "big.trace.json", 6, indent=indent)
+    path = replicate(src, tmp_path / "big.trace.json", 6, indent=indent)
     assert len(parallel_read.ranges(str(path), parse._head, 3 << 20)[1]) >= 2
     seq = _sequential(path, monkeypatch)
     par = _parallel(path, 3 << 20)
@@ -125,7 +98,7 @@ def test_cut_inside_an_event_falls_back(tmp_path: Path, monkeypatch) -> None:
     """'},' newline '{' inside events (a list of objects in args, indented): a range cut there cannot parse to its
     end, the parallel reader refuses, and read() gives the sequential columns all the same."""
     src = DATA / "sglang-cpu-nostack-TP-0.trace.json.gz"
-    path = _replicate(src, tmp_path / "nested.trace.json", 1, indent=1, nested=True)
+    path = replicate(src, tmp_path / "nested.trace.json", 1, nested=True)
     with pytest.raises(Exception):  # noqa: B017 - any refusal; read() must then fall back
         _parallel(path, 4 << 10)
     seq = _sequential(path, monkeypatch)

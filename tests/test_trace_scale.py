@@ -9,13 +9,13 @@ tmp_path with shifted times and ids (as the benchmark does, smaller); nothing bi
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 from array import array
 from pathlib import Path
 
 import pytest
+from trace_replica import replicate
 
 from sglops.trace import analyze, parse, stacks
 from sglops.trace.analysis import TraceAnalysis
@@ -24,37 +24,6 @@ DATA = Path(__file__).parent / "data" / "traces"
 STACK = DATA / "sglang-cpu-stack-TP-0.trace.json.gz"
 NOSTACK = DATA / "sglang-cpu-nostack-TP-0.trace.json.gz"
 GPU = DATA / "h200_gathercast_small.trace.json.gz"
-
-
-def _replicate(source: Path, out: Path, copies: int, *, shuffle: bool = False, id_offset: int = 0) -> Path:
-    """`copies` copies of a real trace's events, times shifted past the previous copy, ids offset, written in the
-    layout torch uses (`},` then a newline between events). shuffle: the events in a random order instead."""
-    doc = json.loads(gzip.decompress(source.read_bytes()))
-    events = doc.pop("traceEvents")
-    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
-    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
-    top = 1 + max(int((e.get("args") or {}).get(k, 0) or 0) for e in events for k in ("correlation", "External id"))
-    rows = []
-    for c in range(copies):
-        for e in events:
-            if e.get("ph") == "M" and c:
-                continue
-            e2 = dict(e)
-            if isinstance(e2.get("ts"), int | float):
-                e2["ts"] = e2["ts"] + c * span
-            if e2.get("args"):
-                e2["args"] = dict(e2["args"])
-                for k in ("correlation", "External id"):
-                    if isinstance(e2["args"].get(k), int) and e2["args"][k] > 0:
-                        e2["args"][k] += c * top + id_offset
-            rows.append(e2)
-    if shuffle:
-        random.Random(7).shuffle(rows)
-    with open(out, "w") as fh:
-        fh.write(json.dumps(doc)[:-1] + ', "traceEvents": [\n')
-        fh.write(",\n".join(json.dumps(r, indent=1) for r in rows))
-        fh.write("\n]}\n")
-    return out
 
 
 def _payload(a: TraceAnalysis) -> dict:
@@ -89,7 +58,7 @@ def _close(a, b, path="") -> None:
 def test_streamed_parse_of_a_generated_trace_is_the_reference_analysis(tmp_path, monkeypatch, source, copies):
     """The fast path (orjson batches, file order, numpy) gives exactly what the ijson path and Python's sorts give,
     and the copies add up: op counts, frames and steps are `copies` times the real trace's."""
-    path = _replicate(source, tmp_path / "big.trace.json", copies)
+    path = replicate(source, tmp_path / "big.trace.json", copies)
     monkeypatch.setattr(stacks, "LARGE", 0)  # numpy and the file-order shortcut even at this size
     fast = _payload(analyze([path]))
     monkeypatch.setattr(stacks, "LARGE", 10**12)  # Python's sorts: the order the shortcut must reproduce
@@ -111,8 +80,8 @@ def test_a_file_out_of_order_is_sorted_and_analysed_the_same(tmp_path, monkeypat
     """Events in a random order: the per-thread order check fails and the lexsort runs; same analysis (to the
     last bits where only the summation order differs)."""
     monkeypatch.setattr(stacks, "LARGE", 0)
-    in_order = _payload(analyze([_replicate(source, tmp_path / "a.trace.json", 2)]))
-    shuffled = _payload(analyze([_replicate(source, tmp_path / "b.trace.json", 2, shuffle=True)]))
+    in_order = _payload(analyze([replicate(source, tmp_path / "a.trace.json", 2)]))
+    shuffled = _payload(analyze([replicate(source, tmp_path / "b.trace.json", 2, shuffle=True)]))
     _close(shuffled, in_order)
 
 
@@ -139,12 +108,12 @@ def test_thread_order_is_the_stable_sort():
 def test_external_ids_take_four_bytes_until_one_needs_eight(tmp_path):
     """A CPU op's External id in 4 bytes (real traces stay far below 2**31); an id past it widens the column
     without losing a value, and the fallback link by External id still finds the op."""
-    small = parse.read(_replicate(NOSTACK, tmp_path / "a.trace.json", 1))
+    small = parse.read(replicate(NOSTACK, tmp_path / "a.trace.json", 1))
     assert small.o_ext.itemsize == 4
-    wide = parse.read(_replicate(GPU, tmp_path / "b.trace.json", 2, id_offset=2**33))
+    wide = parse.read(replicate(GPU, tmp_path / "b.trace.json", 2, id_offset=2**33))
     assert wide.o_ext.itemsize == 8
     assert max(wide.o_ext) > 2**33
-    base = parse.read(_replicate(GPU, tmp_path / "c.trace.json", 2))
+    base = parse.read(replicate(GPU, tmp_path / "c.trace.json", 2))
     assert [x - 2**33 if x > 2**32 else x for x in wide.o_ext] == list(base.o_ext)
 
 
