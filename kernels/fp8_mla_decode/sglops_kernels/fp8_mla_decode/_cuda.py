@@ -5,7 +5,7 @@ that a CUDA graph captures it like any PyTorch kernel.
 Why CUDA beside the Triton kernel: Triton converted each FP8 byte three times (twice through a scalar
 f16 -> bf16 step), staged the transposed operand one byte at a time and left the tile load synchronous
 (NOTES.md). Here each byte is converted once per product by one packed instruction, every fragment read is
-a conflict-free 4- or 16-byte shared load of the FP8 row, and rows arrive by cp.async into a ring.
+a conflict-free 4- or 16-byte shared load of the FP8 row, and rows arrive by TMA bulk copies into a ring.
 The split partials use the Triton kernel's layout, so its merge kernel combines them.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -118,8 +119,6 @@ LIMITS = {"sm_90a": {"smem_sm": 233472, "smem_block": 232448, "reserved": 1024, 
 def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
     """Per kernel of the .cu: registers, spills, stack (ptxas -v), dynamic shared memory, and how many CTAs of
     128 threads fit on one SM of `arch` by registers and by shared memory."""
-    import re
-
     lim = LIMITS[arch]
     out: dict[str, dict] = {}
     current = None

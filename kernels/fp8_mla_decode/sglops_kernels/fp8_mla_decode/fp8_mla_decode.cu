@@ -1,10 +1,10 @@
 // Split-KV MLA decode reading the FP8 (e4m3) KV pool directly: BF16 q, FP8 KV rows [N, 576]
-// (512 latent + 64 rope), per-tensor scale, BF16 output. No header, no library: nvcc or NVRTC, sm_89+
-// (cvt e4m3x2 -> f16x2), mma.sync m16n8k16 only, so one source serves sm_90a and sm_120.
+// (512 latent + 64 rope), per-tensor scale, BF16 output. No header, no library: nvcc or NVRTC, sm_90+
+// (TMA bulk copies; cvt e4m3x2 -> f16x2), mma.sync m16n8k16 only, so one source serves sm_90a and sm_120.
 //
 // One CTA = 16 heads x one split of one request, 4 warps. Per tile of BLOCK_N rows:
-//   * the rows are gathered by cp.async (16 B each) into a STAGES-deep ring of padded rows (592 B:
-//     every fragment read below is free of bank conflicts);
+//   * the rows are gathered into a STAGES-deep ring of padded rows (592 B: every fragment read below is
+//     free of bank conflicts), by TMA bulk copies (one per row, LOADER 1/2) or cp.async (LOADER 0);
 //   * S = Q K^T is split over the 576 dims: warp w owns dims [144w, 144w+144) (its q fragments sit in
 //     36 registers for the whole kernel, pre-scaled by sm_scale * kv_scale * log2(e) and held as fp16),
 //     the four partial S tiles are summed through shared memory;
