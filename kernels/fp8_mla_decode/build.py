@@ -52,8 +52,8 @@ def main() -> None:
     pool = torch.randint(0, 256, (8192, 1, 576), dtype=torch.uint8, device="cuda")
     from sglops_kernels.fp8_mla_decode import implementation
 
+    impl = implementation()
     for heads in (16, 128):
-        impl = implementation(heads)
         q = torch.randn(2, heads, 576, device="cuda").to(torch.bfloat16)
         for page in (1, 64):
             if page == 1:

@@ -3,7 +3,7 @@
 Why: a cast of any kind (whole pool, or the live rows) writes 2 bytes and reads them back for every
 element the attention reads; this reads 1. Two implementations with one contract: CUDA C++
 (fp8_mla_decode.cu, `_cuda`: sm_90+, 16 heads per CTA, built by build.py for the host's SM) and Triton
-(`_triton`: any head block, TRITON_INTERPRET=1 on the CPU for tests). `implementation(heads)` picks one:
+(`_triton`: any head block, TRITON_INTERPRET=1 on the CPU for tests). `implementation()` picks one:
 SGLOPS_FP8_MLA_IMPL=cuda|triton, else CUDA wherever it can run (on an H200 faster than the Triton kernel at
 every cell measured, 16 and 128 heads: kernels/fp8_mla_decode/BENCH.md), Triton elsewhere. At 128 heads the
 work is bound by the MMA rate and neither beats FlashInfer's BF16 kernel on gather-cast rows.
@@ -20,7 +20,7 @@ import os
 import torch
 
 __all__ = ["implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
@@ -31,13 +31,13 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     ids (row = page * P + offset), kv_indptr counts pages, kv_lens (device) the tokens. n_splits is
     the grid's split count (static under CUDA graphs: `splits_for` with the longest context);
     workspace = `workspace(batch, heads, n_splits, device)` to reuse the partials' buffers."""
-    impl = implementation(q.shape[1]) if config is None else _impl_of_config(config)
+    impl = implementation() if config is None else _impl_of_config(config)
     return impl.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
                            page_size, kv_lens, config)
 
 
-def implementation(heads: int):
-    """The module (`_cuda` or `_triton`) that runs `heads` heads here; see the module docstring."""
+def implementation():
+    """The module (`_cuda` or `_triton`) that runs here, at any head count; see the module docstring."""
     from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
     choice = os.environ.get("SGLOPS_FP8_MLA_IMPL", "auto")
@@ -58,14 +58,9 @@ def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict
     """Splits per request for the implementation that will run (its tile and CTAs per SM)."""
     from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
-    impl = implementation(heads) if config is None else _impl_of_config(config)
-    if config is not None:
-        cfg = config
-    elif impl is _cuda:
-        cfg = dict(_cuda.config_for(heads, batch=batch), min_rows=_cuda.min_rows_for(max_len))
-    else:
-        cfg = impl.config_for(heads)
-    return _triton.splits_for(batch, heads, max_len, sm_count, cfg)
+    if config is None and implementation() is _cuda:
+        config = dict(_cuda.config_for(heads, batch=batch), min_rows=_cuda.min_rows_for(max_len))
+    return _triton.splits_for(batch, heads, max_len, sm_count, config)
 
 
 def workspace(batch: int, heads: int, n_splits: int, device):
