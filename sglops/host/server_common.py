@@ -62,10 +62,10 @@ def read_json_file(path):
 
 def start_ticks(pid):
     """The process's start time in clock ticks (field 22 of /proc/PID/stat): tells a reused pid apart."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
+        return int(fields[19]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 
@@ -97,20 +97,26 @@ def _live_member_in(pgid):
     for name in names:
         if not name.isdigit():
             continue
-        state = _stat_fields(f"/proc/{name}/stat")
-        if state is None or len(state) < 3 or state[2] != str(pgid):
+        fields = _stat_fields(f"/proc/{name}/stat")
+        if fields is None or len(fields) < 3 or fields[2] != str(pgid):
             continue
-        if state[0] != "Z" or not _all_threads_exited(name):
+        if not _has_exited(fields, name):
             return True
     return False
 
 
 def _stat_fields(path):
+    """The fields of a /proc stat file after the command name (state first), or None if it cannot be read."""
     try:
         with open(path) as fh:
             return fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _has_exited(fields, pid):
+    """Whether the process whose stat fields these are has exited: a zombie whose threads have all gone."""
+    return fields[0] == "Z" and _all_threads_exited(pid)
 
 
 def _all_threads_exited(pid):
@@ -134,11 +140,8 @@ def our_server(paths):
     ticks = start_ticks(info["pid"])
     if ticks is None or ticks != info.get("start_ticks"):
         return None
-    try:
-        with open(f"/proc/{info['pid']}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
-    except OSError:
+    fields = _stat_fields(f"/proc/{info['pid']}/stat")
+    if fields is None or _has_exited(fields, info["pid"]):
         return None
     return info
 
@@ -149,12 +152,9 @@ def _children_map():
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        kids.setdefault(ppid, []).append(int(name))
+        ppid = _ppid(name)
+        if ppid is not None:
+            kids.setdefault(ppid, []).append(int(name))
     return kids
 
 
@@ -171,16 +171,13 @@ def process_tree(pid):
 
 
 def alive_of(tree):
-    """The processes of a process_tree() snapshot that still run (same pid AND start time; zombies are gone)."""
+    """The processes of a process_tree() snapshot that still run (same pid AND start time; exited ones are gone)."""
     left = []
     for pid, ticks in tree:
         if start_ticks(pid) != ticks:
             continue
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
+        fields = _stat_fields(f"/proc/{pid}/stat")
+        if fields is None or _has_exited(fields, pid):
             continue
         left.append(pid)
     return left
@@ -350,8 +347,8 @@ def entrypoint_server():
 
 
 def _ppid(pid):
+    fields = _stat_fields(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
+        return int(fields[1]) if fields else None
+    except (ValueError, IndexError):
         return None
