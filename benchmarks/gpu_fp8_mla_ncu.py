@@ -26,8 +26,7 @@ def main() -> None:
     ids = torch.randint(0, rows, (bs * ctx,), generator=gen, device="cuda", dtype=torch.int32)
     indptr = torch.arange(0, bs * ctx + 1, ctx, dtype=torch.int32, device="cuda")
     q = torch.randn(bs, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    block_n, _, per_sm = _cuda.KERNELS[kernel]
-    cfg = {"kernel": kernel, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": 256}
+    cfg = _cuda.config_of(kernel)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     splits = splits_for(bs, heads, ctx, sms, cfg)
     out = torch.empty(bs, heads, 512, dtype=torch.bfloat16, device="cuda")

@@ -85,8 +85,7 @@ def cfg_for(name: str, heads: int) -> dict | None:
         from sglops_kernels.fp8_mla_decode import _cuda
 
         key, min_rows = (name[3:-4], 64) if name.endswith("_m64") else (name[3:], 256)  # _m64: shorter splits
-        block_n, _, per_sm = _cuda.KERNELS[key]
-        return {"kernel": key, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": min_rows}
+        return _cuda.config_of(key, min_rows)
     cls = 16 if heads <= 16 else 128
     if name == "base":
         return dict(PICKED[cls])

@@ -242,9 +242,13 @@ def module(cache_dir: Path | None = None) -> Module:
 def config_for(heads: int, family: str | None = None, batch: int | None = None) -> dict:
     fam = family or ("sm120" if torch.cuda.get_device_capability()[0] >= 12 else "sm90")
     small = heads <= 16 or (batch is not None and batch <= SMALL_BATCH)
-    name = DEFAULT[fam][16 if small else 128]
+    return config_of(DEFAULT[fam][16 if small else 128])
+
+
+def config_of(name: str, min_rows: int = 256) -> dict:
+    """The launch config of kernel `name`, in the shape splits_for reads (16 heads per CTA at any head count)."""
     block_n, _, per_sm = KERNELS[name]
-    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": 256}
+    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": min_rows}
 
 
 def min_rows_for(max_len: int) -> int:
