@@ -188,6 +188,24 @@ def _wait_gone(pgid, tree, deadline):
         time.sleep(0.05)
 
 
+def kill_group(pgid, tree=()):
+    """SIGKILL the process group and every process of a process_tree() snapshot still running (one may have left
+    the group), then wait until all have exited: a KILLed process with a few GB mapped can take seconds to go on a
+    loaded host (seen: a scheduler still listed right after a hung start was stopped, and after a launcher that
+    died of a failed start), and what comes next (a start on the same port, a check for leftovers) must not meet
+    it. Gives up waiting after KILL_WAIT_S."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in alive_of(tree):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _wait_gone(pgid, tree, time.monotonic() + KILL_WAIT_S)
+
+
 def stop_server(paths, grace_s=20.0):
     """TERM the server's process group, wait, then KILL; then KILL any descendant that left the group.
     Never matches processes by name: the group and the tree come from the pid we started."""
@@ -206,18 +224,7 @@ def stop_server(paths, grace_s=20.0):
     stray = alive_of(tree)
     if group_alive(pgid) or stray:
         sent = "KILL"
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for pid in stray:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        # a KILLed process with a few GB mapped can take seconds to go on a loaded host (seen: a scheduler still
-        # listed right after a hung start was stopped); answer only when the tree is gone, or after 20 s
-        _wait_gone(pgid, tree, time.monotonic() + KILL_WAIT_S)
+        kill_group(pgid, tree)
     for name in ("server.pid", "server.json"):
         if os.path.exists(paths[name]):
             os.unlink(paths[name])

@@ -8,7 +8,6 @@ import fcntl
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 
@@ -19,6 +18,7 @@ from .server_common import (
     entrypoint_server,
     group_alive,
     http_get,
+    kill_group,
     local_url,
     our_server,
     read_since,
@@ -239,7 +239,7 @@ def main(args):
             f"no /health within {float(args['timeout_s']):g}s" if waited["state"] == "timeout" else "exited"), evidence
         if waited["state"] == "died":
             if group_alive(info["pgid"]):  # the launcher died; its workers must not outlive it
-                os.killpg(info["pgid"], signal.SIGKILL)
+                kill_group(info["pgid"])
             for name in ("server.pid", "server.json"):
                 if os.path.exists(paths[name]):
                     os.unlink(paths[name])
