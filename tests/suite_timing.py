@@ -15,6 +15,26 @@ from dataclasses import dataclass, field
 TOP = 15
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of the whole machine since boot, from /proc/stat (None without it)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def cpu_line(start: tuple[int, int] | None, end: tuple[int, int] | None) -> str | None:
+    """How busy the machine's cores were over the run: near 100% the suite is CPU-bound (only less work makes it
+    shorter); well below, it waits (more workers or less waiting would)."""
+    if not start or not end or end[1] <= start[1]:
+        return None
+    busy = (end[0] - start[0]) / (end[1] - start[1])
+    return f"cpu: {100 * busy:.0f}% busy over the run ({os.cpu_count()} cores, the whole machine)"
+
+
 @dataclass
 class ModuleTime:
     """One module's summed durations, its test count and the worker(s) that ran it."""
@@ -29,6 +49,7 @@ class SuiteTimes:
 
     def __init__(self) -> None:
         self.modules: dict[str, ModuleTime] = {}
+        self.cpu_at_start = cpu_ticks()
 
     def add(self, nodeid: str, when: str, duration: float, worker: str = "main") -> None:
         mod = self.modules.setdefault(os.path.basename(nodeid.split("::", 1)[0]), ModuleTime())
@@ -58,7 +79,8 @@ class SuiteTimes:
         per_worker = sorted(self.workers().items())
         if len(per_worker) > 1:
             out.append("per worker: " + ", ".join(f"{w} {s:.0f} s" for w, s in per_worker))
-        return out
+        cpu = cpu_line(self.cpu_at_start, cpu_ticks())
+        return out + ([cpu] if cpu else [])
 
     def to_json(self) -> dict:
         return {name: {"seconds": round(m.seconds, 2), "tests": m.tests, "workers": sorted(m.workers)}

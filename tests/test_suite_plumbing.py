@@ -95,6 +95,7 @@ def test_the_time_summary_ranks_modules_and_totals_each_worker():
     import suite_timing
 
     times = suite_timing.SuiteTimes()
+    times.cpu_at_start = (0, 1)  # a reading at boot: the machine's ticks have advanced since
     for nodeid, when, s, w in [("tests/test_a.py::one", "setup", 30.0, "gw0"), ("tests/test_a.py::one", "call", 2.0, "gw0"),
                                ("tests/test_a.py::two", "call", 3.0, "gw0"), ("tests/test_a.py::two", "teardown", 5.0, "gw0"),
                                ("tests/test_b.py::x[p::q]", "call", 50.0, "gw1"), ("tests/test_c.py::y", "call", 1.0, "gw0")]:
@@ -106,6 +107,17 @@ def test_the_time_summary_ranks_modules_and_totals_each_worker():
     assert not any("test_c.py" in line for line in lines)  # beyond top
     assert lines[3] == "per worker: gw0 41 s, gw1 50 s"
     assert times.to_json()["test_a.py"] == {"seconds": 40.0, "tests": 2, "workers": ["gw0"]}
+    assert lines[4].startswith("cpu: ") and "% busy over the run" in lines[4]
+
+
+def test_the_cpu_line_is_the_busy_share_of_the_ticks_between_two_readings():
+    import suite_timing
+
+    assert suite_timing.cpu_line((100, 1000), (400, 1400)) == (
+        f"cpu: 75% busy over the run ({__import__('os').cpu_count()} cores, the whole machine)")
+    assert suite_timing.cpu_line(None, (1, 2)) is None and suite_timing.cpu_line((5, 10), (5, 10)) is None
+    busy, total = suite_timing.cpu_ticks()
+    assert 0 <= busy <= total
 
 
 def test_cheaper_starts_skip_every_model_module_but_the_llamas(tmp_path):
