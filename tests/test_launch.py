@@ -81,6 +81,14 @@ def test_real_profiles_render_python_launch_server():
     assert out.argv[1:3] == ["-m", "sglang.launch_server"] and "--attention-backend trtllm_mla" in out.script
 
 
+def test_the_sandbox_profile_asks_sglang_to_sleep_when_idle():
+    """An idle SGLang scheduler polls its sockets in a busy loop (a whole core each); the CPU sandbox says
+    `--sleep-on-idle` (a flag of the release's own), and a profile that does not ask gets no flag."""
+    out = launch.render_for(None, load_profile("sandbox-sglang-cpu"))
+    assert out.argv.count("--sleep-on-idle") == 1
+    assert "--sleep-on-idle" not in launch.render_for(None, load_profile("glm5-nvfp4-sm120-trtllm_mla")).argv
+
+
 # -- restart ----------------------------------------------------------------------------------
 def test_clean_restart_waits_for_health_confirms_args_and_replaces_the_old_server(clean_a, profiles):
     name = profiles("clean", kv_cache_dtype="fp8_e4m3", tp_size=2)

@@ -29,7 +29,7 @@ SCALARS = {
     "mem_fraction_static": float, "context_length": int, "max_running_requests": int, "max_total_tokens": int,
     "device": str, "grammar_backend": str,
     "chunked_prefill_size": int, "quantization": str, "moe_runner_backend": str,
-    "trust_remote_code": bool, "enable_metrics": bool,
+    "trust_remote_code": bool, "enable_metrics": bool, "sleep_on_idle": bool,
     "nnodes": int, "node_rank": int, "dist_init_addr": str,
 }
 # Numbers SGLang would reject at start-up (minutes later, on the GPU host) or silently misread: refused here in

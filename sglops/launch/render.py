@@ -38,7 +38,7 @@ ORDER = ["model_path", "served_model_name", "tokenizer_path", "host", "port", "d
          "prefill_attention_backend", "decode_attention_backend", "dsa_prefill_backend", "dsa_decode_backend",
          "kv_cache_dtype", "grammar_backend", "mem_fraction_static", "context_length", "max_running_requests",
          "max_total_tokens", "chunked_prefill_size", "quantization", "moe_runner_backend"]
-BOOLS = ["trust_remote_code", "enable_metrics"]
+BOOLS = ["trust_remote_code", "enable_metrics", "sleep_on_idle"]
 
 
 class Quoted(str):
