@@ -521,8 +521,8 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   }
 
 // name: rows per tile (n), ring depth (s), CTAs per SM the registers are held to (b); _tma: rows by the
-// bulk-copy engine; _mix: half the P V conversion on the integer pipe; _qs: q in shared memory; _lz: lazy
-// rescale; _load: timing only, both products left out (wrong results), to place time (METHOD.md);
+// bulk-copy engine; _mix: half the P V conversion on the integer pipe (_alu: all of it); _qs: q in shared
+// memory; _lz: lazy rescale; _load: timing only, both products left out (wrong results), to place time (METHOD.md);
 // _1b: one CTA barrier per tile (PIPE 1); _ws: warp specialised, a producer warp and 160 threads (PIPE 2)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2, 64, 2, 2, 0, 0, 0, 0, 0, 0)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2_tma, 64, 2, 2, 0, 0, 1, 0, 0, 0)
@@ -541,5 +541,7 @@ DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma_noPV, 32, 3, 3, 0, 2, 1, 0, 0, 0)
 DEFINE_KERNEL(fp8_mla_n32_s3_b3_1b, 32, 3, 3, 0, 0, 2, 0, 0, 1)
 DEFINE_KERNEL(fp8_mla_n32_s4_b2_1b, 32, 4, 2, 0, 0, 2, 0, 0, 1)
 DEFINE_KERNEL(fp8_mla_n32_s4_b2_ws, 32, 4, 2, 0, 0, 1, 0, 0, 2)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_1b_mix, 32, 3, 3, 2, 0, 2, 0, 0, 1)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_1b_alu, 32, 3, 3, 1, 0, 2, 0, 0, 1)
 DEFINE_KERNEL(fp8_mla_n32_s4_b2_ws_load, 32, 4, 2, 0, 3, 1, 0, 0, 2)
 DEFINE_KERNEL(fp8_mla_n32_s4_b2_ws_compute, 32, 4, 2, 0, 4, 1, 0, 0, 2)
