@@ -108,12 +108,19 @@ def find_nvcc() -> str:
     raise RuntimeError("nvcc not found (PATH, CUDA_HOME): the CUDA FP8 MLA kernel is built on the host")
 
 
+def _extra_flags() -> list[str]:
+    """SGLOPS_FP8_MLA_LINEINFO=1 adds -lineinfo (same code, source lines kept), so that Nsight Compute's
+    SourceCounters section can name the line each stall sits on (benchmarks/gpu_fp8_mla_ncu.py)."""
+    return ["-lineinfo"] if os.environ.get("SGLOPS_FP8_MLA_LINEINFO") else []
+
+
 def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
     """nvcc the .cu into `dest` for `arch` (sm_90a, sm_120, ...), atomically; returns ptxas's -v report."""
     num = arch.removeprefix("sm_")
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     proc = subprocess.run([nvcc or find_nvcc(), "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3",
-                           "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+                           *_extra_flags(), "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"nvcc failed for {arch}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
@@ -123,7 +130,7 @@ def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
 
 def build(arch: str, dest_dir: Path, nvcc: str | None = None) -> tuple[Path, str]:
     """A cubin for `arch` in a cache folder, keyed by the source's hash; returns it and ptxas's report."""
-    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode()).hexdigest()[:16]
+    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode() + " ".join(_extra_flags()).encode()).hexdigest()[:16]
     dest_dir.mkdir(parents=True, exist_ok=True)
     cubin = dest_dir / f"fp8_mla_decode_{arch}_{tag}.cubin"
     report = cubin.with_suffix(".ptxas.txt")
