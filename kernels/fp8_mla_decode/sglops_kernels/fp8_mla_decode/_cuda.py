@@ -51,7 +51,9 @@ KERNELS = {
     # _mix / _alu: half / all of the P V conversion on the integer pipes (tests whether F2FP bounds the tile)
     "n32_s3_b3_1b_mix": (32, 3, 3),
     "n32_s3_b3_1b_alu": (32, 3, 3),
+    "n32_s4_b2_ws_alu": (32, 4, 2),
     "n32_s3_b3_1b_compute": (32, 3, 3),  # timing only, as the _load/_compute kernels above
+    "n32_s3_b3_1b_alu_compute": (32, 3, 3),
     "n32_s4_b2_ws_load": (32, 4, 2),
     "n32_s4_b2_ws_compute": (32, 4, 2),
 }
