@@ -48,13 +48,16 @@ def cuobjdump() -> str:
 
 
 def loop_counts(sass: str) -> dict:
-    """Opcode groups inside the longest backward branch of one function's SASS, and that body's length."""
+    """Opcode groups inside the longest backward branch of one function's main code, and that body's length."""
     ins = [(int(m.group(1), 16), m.group(2)) for m in
            re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)[^\n]*", sass, re.M)]
+    # out-of-line code (an mbarrier wait's retry loop, which jumps back into the tile loop) sits after the first
+    # unpredicated EXIT: its branches back would make the "loop" span the epilogue too
+    end = min((a for a, op in ins if op == "EXIT" and not re.search(rf"/\*{a:04x}\*/\s+@", sass)), default=1 << 62)
     best = None
     for m in re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(?:`\(\S+\)\s*)?0x([0-9a-f]+)", sass, re.M):
         src, dst = int(m.group(1), 16), int(m.group(2), 16)
-        if dst < src and (best is None or src - dst > best[1] - best[0]):
+        if dst < src < end and (best is None or src - dst > best[1] - best[0]):
             best = (dst, src)
     if best is None:
         return {}
