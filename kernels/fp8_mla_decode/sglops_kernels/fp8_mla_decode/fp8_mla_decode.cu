@@ -172,6 +172,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   constexpr int BARB = PIPE ? 128 : 64;
   static_assert(PIPE == 0 || 2 * STAGES * 8 <= BARB, "mbarrier area");
   static_assert(PIPE != 2 || LOADER == 1, "PIPE 2: the producer warp issues every row");
+  static_assert(PIPE != 1 || LOADER >= 1, "PIPE 1: the tile is waited for on its mbarrier, not by cp.async groups");
   extern __shared__ __align__(128) u8 smem[];
   u8* ring = smem;
   float* sx = (float*)(smem + STAGES * BLOCK_N * ROW);
