@@ -7,6 +7,11 @@ Run on the device machine (repo root, `export PATH=/usr/local/cuda/bin:$PATH`):
         --launch-count 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section Occupancy python3 benchmarks/gpu_fp8_mla_ncu.py [KERNEL]
 It runs the kernel twice (the first launch loads the module), checks nothing, prints the time of a third.
+Which line stalls (round 6 on, NOTES.md): build with source lines kept and add the SourceCounters section,
+    SGLOPS_FP8_MLA_LINEINFO=1 PYTHONPATH=kernels/fp8_mla_decode ncu --clock-control none --kernel-name regex:fp8_mla_ \
+        --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters \
+        --import-source yes -o $OUT/ncu python3 benchmarks/gpu_fp8_mla_ncu.py n32_s3_b3_1b
+    ncu --import $OUT/ncu.ncu-rep --page source --csv --print-source sass > $OUT/ncu_source.csv   # not yet run here
 """
 
 from __future__ import annotations

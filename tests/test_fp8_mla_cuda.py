@@ -106,3 +106,135 @@ print(json.dumps({
     assert got["128_bs64"] == "n16_s3_b4_tma4_qs_lz"
     assert got["120"] == "n32_s2_b2_tma4"
     assert got["min_rows"] == [64, 64, 128, 256, 256]
+
+
+def _waits() -> tuple[str, str]:
+    """The parity expressions of the warp-specialised pipeline's two waits, as the .cu writes them."""
+    text = SOURCE.read_text()
+    producer = re.search(r"if \(tl >= STAGES\) mbar_wait\(&empty\[st\], (.+?)\);", text)
+    consumer = re.search(r"mbar_wait\(&bars\[i % STAGES\], (.+?)\);", text)
+    assert producer and consumer, "the PIPE 2 waits moved: update this test"
+    return producer[1], consumer[1]
+
+
+def _run_pipeline(producer_parity: str, consumer_parity: str, stages: int, ntiles: int, seed: int) -> str:
+    """Runs the .cu's PIPE 2 protocol (one producer, four consumer warps, a full and an empty mbarrier per stage,
+    bulk copies that land at random later times) under a random interleaving; returns "ok", "deadlock" or
+    what went wrong. An mbarrier here: a phase completes when its pending arrivals and bytes reach zero;
+    try_wait.parity(P) succeeds once the phase of parity P has completed (the current phase's parity is not P)."""
+    import random
+
+    rnd = random.Random(seed)
+    # the .cu's own expressions; every operand is non-negative, so C's integer division is Python's //
+    par_p = eval("lambda tl, STAGES: " + producer_parity.replace("/", "//"))  # noqa: S307
+    par_c = eval("lambda i, STAGES: " + consumer_parity.replace("/", "//"))  # noqa: S307
+    full = [{"phase": 0, "pending": 1, "tx": 0} for _ in range(stages)]
+    empty = [{"phase": 0, "pending": 4} for _ in range(stages)]
+    stage_tile = [None] * stages  # which tile's rows a stage holds (None: being written)
+    readers = [set() for _ in range(stages)]
+    in_flight = []  # (stage, tile) copies issued, not landed
+    prod = {"tl": 0, "step": "wait"}
+    cons = [{"i": 0, "step": "wait"} for _ in range(4)]
+
+    def complete(bar, count):
+        bar["pending"] -= 1
+        if bar["pending"] == 0 and bar.get("tx", 0) == 0:
+            bar["phase"] += 1
+            bar["pending"] = count
+
+    def passed(bar, parity):
+        return (bar["phase"] & 1) != parity
+
+    for _ in range(200000):
+        actors = []
+        if prod["tl"] < ntiles:
+            actors.append("p")
+        actors += [w for w in range(4) if cons[w]["i"] < ntiles]
+        if in_flight:
+            actors.append("land")
+        if not actors:
+            return "ok"
+        progress = False
+        for a in rnd.sample(actors, len(actors)):
+            if a == "land":
+                st, tile = in_flight.pop(rnd.randrange(len(in_flight)))
+                if readers[st]:
+                    return f"tile {tile} landed in stage {st} while warps {sorted(readers[st])} read it"
+                stage_tile[st] = tile
+                full[st]["tx"] -= 1
+                if full[st]["tx"] == 0 and full[st]["pending"] == 0:
+                    full[st]["phase"] += 1
+                    full[st]["pending"] = 1
+                progress = True
+                break
+            if a == "p":
+                tl = prod["tl"]
+                st = tl % stages
+                if tl >= stages and not passed(empty[st], par_p(tl, stages)):
+                    continue
+                if readers[st] or any(s2 == st for s2, _ in in_flight):
+                    return f"tile {tl} issued into stage {st} while it is read or still being written"
+                full[st]["tx"] += 1  # expect_tx then the copy: one unit per tile
+                complete(full[st], 1)
+                stage_tile[st] = None
+                in_flight.append((st, tl))
+                prod["tl"] += 1
+                progress = True
+                break
+            c = cons[a]
+            st = c["i"] % stages
+            if c["step"] == "wait":
+                if not passed(full[st], par_c(c["i"], stages)):
+                    continue
+                if stage_tile[st] != c["i"]:
+                    return f"warp {a} passed the wait for tile {c['i']} but stage {st} holds {stage_tile[st]}"
+                readers[st].add(a)
+                c["step"] = "read"
+            else:
+                readers[st].discard(a)
+                complete(empty[st], 4)
+                c["i"] += 1
+                c["step"] = "wait"
+            progress = True
+            break
+        if not progress:
+            return "deadlock"
+    return "too long"
+
+
+def test_the_warp_specialised_pipeline_never_refills_a_stage_in_use_nor_stalls():
+    producer, consumer = _waits()
+    for stages in (2, 3, 4):
+        for ntiles in (0, 1, stages, 2 * stages + 1, 13):
+            for seed in range(20):
+                assert _run_pipeline(producer, consumer, stages, ntiles, seed) == "ok", (stages, ntiles, seed)
+
+
+def test_the_pipeline_model_catches_a_wrong_parity():
+    # the producer waiting on the phase one round late (no wait at all in effect) or the consumers on the wrong
+    # phase must show up as an overwrite, a stale read or a deadlock
+    _, consumer = _waits()
+    results = {_run_pipeline("(tl / STAGES) & 1", consumer, 3, 13, seed) for seed in range(20)}
+    assert results != {"ok"}
+    producer, _ = _waits()
+    results = {_run_pipeline(producer, "((i / STAGES) + 1) & 1", 3, 13, seed) for seed in range(20)}
+    assert results != {"ok"}
+
+
+def test_a_five_warp_ctas_registers_are_counted_per_quarter_sm_and_round6_kernels_fit_their_bounds():
+    res = run("""import json
+from sglops_kernels.fp8_mla_decode import _cuda
+text = "\\n".join(f"ptxas info    : Compiling entry function 'fp8_mla_{n}' for 'sm_90a'\\n"
+                  f"ptxas info    : Function properties for fp8_mla_{n}\\n"
+                  f"    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\\n"
+                  f"ptxas info    : Used {r} registers, used 2 barriers" for n, r in
+                  (("n32_s4_b2_ws", 168), ("n32_s3_b3_1b", 168), ("n32_s4_b2_1b", 202)))
+r = _cuda.resources(text, "sm_90a")
+print(json.dumps({n: [v["ctas_by_regs"], v["ctas_by_smem"], v["smem"], _cuda.threads_of(n)] for n, v in r.items()}))""")
+    # 168 registers: four 4-warp CTAs would need 4 warps on each SM quarter (21,504 > 16,384 registers); two
+    # 5-warp CTAs put 3 warps on one quarter (16,128: fits), three would put 4 there
+    assert res["n32_s4_b2_ws"][:1] == [2] and res["n32_s4_b2_ws"][3] == 160
+    assert res["n32_s3_b3_1b"][:2] == [3, 3] and res["n32_s3_b3_1b"][3] == 128
+    # the double-buffered partial S (2 x 8 KB) and 128 B of mbarriers beside a 3- or 4-deep ring of 592-byte rows
+    assert res["n32_s3_b3_1b"][2] == 3 * 32 * 592 + 2 * 8192 + 128
+    assert res["n32_s4_b2_1b"][:2] == [2, 2] and res["n32_s4_b2_ws"][1] == 2

@@ -235,6 +235,22 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
         assert proc.returncode != 0 and why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_the_next_device_call_in_notes_names_only_kernels_the_harness_knows():
+    """NOTES.md's round-6 device call is run verbatim by whoever next has device time: every variant it names
+    resolves in the harness on a CPU, with the CTAs per SM the kernel catalogue gives."""
+    import json
+    import re as _re
+
+    notes = (KERNEL / "NOTES.md").read_text()
+    m = _re.search(r"VARIANTS=(cu_[\w,]+)", notes[notes.index("### Round 6"):])
+    assert m, "NOTES.md round 6 lost its device call"
+    proc = _variants_script("--list", "--heads", "16", "--variants", m[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfgs = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])["16"] for line in proc.stdout.splitlines()}
+    assert set(cfgs) == set(m[1].split(","))
+    assert cfgs["cu_n32_s4_b2_ws"]["programs_per_sm"] == 2 and cfgs["cu_n32_s3_b3_1b"]["programs_per_sm"] == 3
+
+
 def _run_ptx(asm: str, word: int) -> tuple[int, int]:
     """Execute the straight-line PTX of _variants._e4m3_f16_int (prmt.b32, shr.b32, and.b32, add.u32 on
     32-bit registers) for one packed input word; returns ($0, $1)."""

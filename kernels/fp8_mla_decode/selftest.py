@@ -7,6 +7,8 @@ kv_indptr's range, outputs poisoned with NaN first; and a CUDA graph captured on
 new lengths, ids and q written in place. Bound: max abs error <= 2^-7 x max |ref| + 1e-3 (BF16 out
 and BF16 MMA operands; FlashInfer's BF16 path measures the same order, BENCH.md). Exits non-zero at
 the first failure with one `error:` line.
+SGLOPS_FP8_MLA_KERNELS=name,name (CUDA kernels of `_cuda.KERNELS`) runs the same cases with each named kernel
+instead, so that a candidate is checked before it becomes a pick (NOTES.md "Round 6").
 """
 
 import os
@@ -48,6 +50,14 @@ def main() -> None:
         return
     from sglops_kernels.fp8_mla_decode import _cuda, implementation
 
+    named = [n for n in os.environ.get("SGLOPS_FP8_MLA_KERNELS", "").split(",") if n]
+    if named:
+        unknown = [n for n in named if n not in _cuda.KERNELS]
+        if unknown:
+            fail(f"unknown CUDA kernel(s) {','.join(unknown)}; known: {','.join(_cuda.KERNELS)}")
+        for name in named:
+            run_checks(f"cuda {name}", _cuda.config_of(name))
+        return
     # every implementation this GPU can run, each over every case (16 and 128 heads alike), then the default pick
     impls = ["cuda", "triton"] if _cuda.available() else ["triton"]
     for impl in impls:
@@ -57,7 +67,13 @@ def main() -> None:
     print("picked:", implementation().__name__.rsplit(".", 1)[-1], flush=True)
 
 
-def run_checks(impl: str) -> None:
+def run_checks(impl: str, config: dict | None = None) -> None:
+    """All cases with the implementation the environment picks, or with the CUDA kernel `config` names."""
+    from sglops_kernels.fp8_mla_decode import _cuda
+
+    def cfg(max_len: int) -> dict | None:
+        return None if config is None else dict(config, min_rows=_cuda.min_rows_for(max_len))
+
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(11)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -69,9 +85,9 @@ def run_checks(impl: str) -> None:
             q = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
             indptr, buf, ids = batch(gen, bs, rows, max_len, dev)
             ref = reference(q, pool, indptr.cpu(), ids, 0.0721, 1.0)
-            for splits in (1, 3, splits_for(bs, heads, max_len, sms)):
+            for splits in (1, 3, splits_for(bs, heads, max_len, sms, cfg(max_len))):
                 out = torch.full((bs, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
-                mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out)
+                mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, config=cfg(max_len))
                 torch.cuda.synchronize()
                 worst = max(worst, check(f"heads={heads} bs={bs} splits={splits}", out, ref))
                 cases += 1
@@ -86,23 +102,23 @@ def run_checks(impl: str) -> None:
             pref = reference(q, pp, pind, pids, 0.0721, 1.0, page_size=64, kv_lens=lens)
             out = torch.full((bs, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
             mla_decode(q, pp, pind.to(dev), pids.to(dev), 0.0721, 1.0, 3, out, page_size=64,
-                       kv_lens=lens.to(torch.int32).to(dev))
+                       kv_lens=lens.to(torch.int32).to(dev), config=cfg(max_len))
             torch.cuda.synchronize()
             worst = max(worst, check(f"page64 heads={heads} bs={bs}", out, pref))
             cases += 1
     # a graph captured once, replayed with new batches written in place
     bs, heads, max_len = 4, 16, 4000
-    splits = splits_for(bs, heads, max_len, sms)
+    splits = splits_for(bs, heads, max_len, sms, cfg(max_len))
     q = torch.zeros(bs, heads, 576, dtype=torch.bfloat16, device=dev)
     indptr = torch.zeros(bs + 1, dtype=torch.int32, device=dev)
     buf = torch.zeros(bs * max_len + 4096, dtype=torch.int32, device=dev)
     out = torch.empty(bs, heads, 512, dtype=torch.bfloat16, device=dev)
     ws = workspace(bs, heads, splits, dev)
-    mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, ws)
+    mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, ws, config=cfg(max_len))
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, ws)
+        mla_decode(q, pool, indptr, buf, 0.0721, 1.0, splits, out, ws, config=cfg(max_len))
     for _ in range(4):
         ind, b2, ids = batch(gen, bs, rows, max_len, dev)
         qv = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)

@@ -43,6 +43,19 @@ KERNELS = {
     "n32_s3_b3_tma_load": (32, 3, 3),
     "n32_s3_b3_tma_compute": (32, 3, 3),
     "n32_s3_b3_tma_noPV": (32, 3, 3),
+    # round 6 (NOTES.md "Round 6"): _1b one CTA barrier per tile (partial S double-buffered, the refill issued
+    # after it); _ws a producer warp (160 threads) refilling each stage as soon as the consumers release it
+    "n32_s3_b3_1b": (32, 3, 3),
+    "n32_s4_b2_1b": (32, 4, 2),
+    "n32_s4_b2_ws": (32, 4, 2),
+    # _mix / _alu: half / all of the P V conversion on the integer pipes (tests whether F2FP bounds the tile)
+    "n32_s3_b3_1b_mix": (32, 3, 3),
+    "n32_s3_b3_1b_alu": (32, 3, 3),
+    "n32_s4_b2_ws_alu": (32, 4, 2),
+    "n32_s3_b3_1b_compute": (32, 3, 3),  # timing only, as the _load/_compute kernels above
+    "n32_s3_b3_1b_alu_compute": (32, 3, 3),
+    "n32_s4_b2_ws_load": (32, 4, 2),
+    "n32_s4_b2_ws_compute": (32, 4, 2),
 }
 # per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/ round 5):
 # 16 heads 32-row tiles, 3 CTAs per SM, the bulk copies issued by all four warps (68% of copy at 8.4M rows);
@@ -55,15 +68,28 @@ DEFAULT = {"sm90": {16: "n32_s3_b3_tma4", 128: "n16_s3_b4_tma4_qs_lz"},
 SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
 
 
-def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False) -> int:
-    """Dynamic shared memory of one CTA: the ring of padded rows, four partial S tiles, the stages'
-    mbarriers, and (_qs kernels) the q fragments."""
-    return stages * block_n * ROW_BYTES + 4 * 16 * (block_n + 8) * 4 + 64 + (4 * 9 * 32 * 16 if q_in_smem else 0)
+def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False, pipe: int = 0) -> int:
+    """Dynamic shared memory of one CTA: the ring of padded rows, the partial S tiles (pipe 0: one padded
+    [4 warps][16][block_n + 8] fp32 buffer; pipes 1-2: two [4 warps][block_n / 8][32 lanes] float4 buffers), the
+    stages' mbarriers (64 B; pipes 1-2 128 B: full and empty per stage), and (_qs kernels) the q fragments."""
+    sx = 4 * 16 * (block_n + 8) * 4 + 64 if pipe == 0 else 2 * 4 * (block_n // 8) * 32 * 16 + 128
+    return stages * block_n * ROW_BYTES + sx + (4 * 9 * 32 * 16 if q_in_smem else 0)
+
+
+def pipe_of(name: str) -> int:
+    """How the kernel's warps meet per tile (the .cu's PIPE): 0 two CTA barriers, 1 one (_1b), 2 warp
+    specialised (_ws)."""
+    return 2 if "_ws" in name else 1 if "_1b" in name else 0
+
+
+def threads_of(name: str) -> int:
+    """Threads per CTA: four consumer warps, and the producer warp of the _ws kernels."""
+    return 160 if pipe_of(name) == 2 else 128
 
 
 def kernel_smem(name: str) -> int:
     block_n, stages, _ = KERNELS[name]
-    return smem_bytes(block_n, stages, "_qs" in name)
+    return smem_bytes(block_n, stages, "_qs" in name, pipe_of(name))
 
 
 def arch_of(cc: tuple[int, int]) -> str:
@@ -85,12 +111,19 @@ def find_nvcc() -> str:
     raise RuntimeError("nvcc not found (PATH, CUDA_HOME): the CUDA FP8 MLA kernel is built on the host")
 
 
+def _extra_flags() -> list[str]:
+    """SGLOPS_FP8_MLA_LINEINFO=1 adds -lineinfo (same code, source lines kept), so that Nsight Compute's
+    SourceCounters section can name the line each stall sits on (benchmarks/gpu_fp8_mla_ncu.py)."""
+    return ["-lineinfo"] if os.environ.get("SGLOPS_FP8_MLA_LINEINFO") else []
+
+
 def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
     """nvcc the .cu into `dest` for `arch` (sm_90a, sm_120, ...), atomically; returns ptxas's -v report."""
     num = arch.removeprefix("sm_")
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     proc = subprocess.run([nvcc or find_nvcc(), "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3",
-                           "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+                           *_extra_flags(), "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"nvcc failed for {arch}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
@@ -100,7 +133,7 @@ def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
 
 def build(arch: str, dest_dir: Path, nvcc: str | None = None) -> tuple[Path, str]:
     """A cubin for `arch` in a cache folder, keyed by the source's hash; returns it and ptxas's report."""
-    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode()).hexdigest()[:16]
+    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode() + " ".join(_extra_flags()).encode()).hexdigest()[:16]
     dest_dir.mkdir(parents=True, exist_ok=True)
     cubin = dest_dir / f"fp8_mla_decode_{arch}_{tag}.cubin"
     report = cubin.with_suffix(".ptxas.txt")
@@ -117,8 +150,10 @@ LIMITS = {"sm_90a": {"smem_sm": 233472, "smem_block": 232448, "reserved": 1024, 
 
 
 def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
-    """Per kernel of the .cu: registers, spills, stack (ptxas -v), dynamic shared memory, and how many CTAs of
-    128 threads fit on one SM of `arch` by registers and by shared memory."""
+    """Per kernel of the .cu: registers, spills, stack (ptxas -v), dynamic shared memory, and how many CTAs
+    fit on one SM of `arch` by registers and by shared memory. Registers are held per quarter of the SM (16 K
+    each, warps dealt round-robin), so a 5-warp CTA fits by the fullest quarter: two such CTAs put 3 warps on
+    one quarter (ptxas caps a 160-thread kernel bounded for 2 CTAs at 168 registers, not 204)."""
     lim = LIMITS[arch]
     out: dict[str, dict] = {}
     current = None
@@ -140,8 +175,11 @@ def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
         if name not in KERNELS or "registers" not in r:
             continue
         smem = kernel_smem(name)
-        regs_per_cta = ((r["registers"] + 7) // 8 * 8) * 128
-        r.update(smem=smem, ctas_by_regs=lim["regs_sm"] // regs_per_cta,
+        per_warp, warps = (r["registers"] + 7) // 8 * 8 * 32, threads_of(name) // 32
+        by_regs = 0
+        while -(-(by_regs + 1) * warps // 4) * per_warp <= lim["regs_sm"] // 4:
+            by_regs += 1
+        r.update(smem=smem, ctas_by_regs=by_regs,
                  ctas_by_smem=lim["smem_sm"] // (smem + lim["reserved"]) if smem <= lim["smem_block"] else 0,
                  wanted_ctas=KERNELS[name][2])
         r["fits"] = (r.get("spill_stores", 0) == 0 and r["ctas_by_smem"] >= 1)
@@ -183,7 +221,7 @@ class Module:
 
     def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple) -> None:
         stream = self._cu.CUstream(torch.cuda.current_stream().cuda_stream)
-        _check(self._cu.cuLaunchKernel(self.functions[name], *grid, 128, 1, 1, kernel_smem(name), stream,
+        _check(self._cu.cuLaunchKernel(self.functions[name], *grid, threads_of(name), 1, 1, kernel_smem(name), stream,
                                        (args, types), 0))
 
 
