@@ -39,7 +39,9 @@ class SharedServer:
             return self.server
         self.stop()
         self.starts += 1
-        self.server = start_server(free_port(), self.folder / f"server-{self.starts}.log", timeout=600)
+        # busy-polling (no --sleep-on-idle): test_bench_real asserts on stream timing (sglang_cpu.IDLE_FLAGS)
+        self.server = start_server(free_port(), self.folder / f"server-{self.starts}.log", timeout=600,
+                                   sleep_on_idle=False)
         return self.server
 
     def stop(self) -> None:

@@ -35,7 +35,7 @@ def _bf16_kv_start(tmp_path_factory):
     logs = tmp_path_factory.mktemp("real-bench")
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(start_server, free_port(), logs / "server-bf16-kv.log",
-                             extra=("--kv-cache-dtype", "bf16"), timeout=600)
+                             extra=("--kv-cache-dtype", "bf16"), timeout=600, sleep_on_idle=False)  # as the shared one
         try:
             yield future
         finally:

@@ -256,6 +256,7 @@ def test_the_real_cpu_profile_is_the_servers_own_flags_and_takes_the_model_from_
     flags = sglang_cpu.SERVER_FLAGS
     for flag, value in zip(flags[::2], flags[1::2], strict=True):
         assert r.argv[r.argv.index(flag) + 1] == value, flag
+    assert all(flag in r.argv for flag in sglang_cpu.IDLE_FLAGS)
     assert r.argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
     assert r.argv[r.argv.index("--model-path") + 1] == "/models/tiny"
     for name, value in sglang_cpu.SERVER_ENV.items():

@@ -100,6 +100,9 @@ def make_sglang_checkout(version: str, dest: Path) -> Path:
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     _git("clone", "-q", "--local", str(template), str(dest), cwd=dest.parent)
+    # git's untracked cache: `git status` (the tests' "nothing written" check) walks 5,771 files' folders for
+    # new files in 0.39 s without it, 0.02 s with it; the suite ran ~900 of them. What status reports is the same.
+    _git("config", "core.untrackedCache", "true", cwd=dest)
     return dest
 
 
