@@ -5,6 +5,8 @@ The zombies here belong to a subreaper that never reaps, so the test does not de
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,9 +85,6 @@ def test_a_zombie_leader_whose_other_thread_still_runs_is_alive():
         assert states(pgid) == ["Z"], states(pgid)  # the leader alone, as a zombie
         assert server_common.group_alive(pgid) is True
     finally:
-        import os
-        import signal
-
         os.killpg(pgid, signal.SIGKILL)
         parent.kill()
         parent.wait()
@@ -124,9 +123,6 @@ def test_kill_group_returns_only_when_no_member_is_left():
         assert [s for s in states(pgid) if s != "Z"] == [], states(pgid)
         assert server_common.group_alive(pgid) is False and took < server_common.KILL_WAIT_S
     finally:
-        import os
-        import signal
-
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
