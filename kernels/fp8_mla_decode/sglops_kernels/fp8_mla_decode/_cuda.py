@@ -56,6 +56,20 @@ KERNELS = {
     "n32_s3_b3_1b_alu_compute": (32, 3, 3),
     "n32_s4_b2_ws_load": (32, 4, 2),
     "n32_s4_b2_ws_compute": (32, 4, 2),
+    # round 7 (loader study, NOTES.md): the pick's loads alone; the 16-byte cp.async loader at the pick's shape
+    "n32_s3_b3_tma4_load": (32, 3, 3),
+    "n32_s3_b3_cpa": (32, 3, 3),
+    "n32_s3_b3_cpa_load": (32, 3, 3),
+    "n32_s3_b3_tma4_lz": (32, 3, 3),
+    "n32_s3_b3_1b_lz": (32, 3, 3),
+    "n32_s4_b2_1b_lz": (32, 4, 2),
+    # _cpf: cp.async in the order of the bytes, slots passed by shuffles (LOADER 3)
+    "n32_s3_b3_cpf": (32, 3, 3),
+    "n32_s3_b3_cpf_lz": (32, 3, 3),
+    "n32_s3_b3_cpf_load": (32, 3, 3),
+    # _s2: two accumulator sets for the S product (8 independent HMMA chains per warp instead of 4)
+    "n32_s3_b3_tma4_lz_s2": (32, 3, 3),
+    "n32_s3_b3_1b_lz_s2": (32, 3, 3),
 }
 # per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/ round 5):
 # 16 heads 32-row tiles, 3 CTAs per SM, the bulk copies issued by all four warps (68% of copy at 8.4M rows);

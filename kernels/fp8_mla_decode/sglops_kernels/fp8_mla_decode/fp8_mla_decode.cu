@@ -127,12 +127,28 @@ __device__ __forceinline__ void bulk_row(void* dst, const void* src, u32 bytes, 
 
 __device__ __forceinline__ float bf16_to_f32(u32 bits16) { return __int_as_float((int)(bits16 << 16)); }
 
-// The pool row of token `tok` (0-based within the request): page 1 -> kv_indices are token slots;
-// page P -> kv_indices are page ids.
-__device__ __forceinline__ i64 slot_of(const int* ids, i64 start, i64 tok, int page) {
-  if (page == 1) return (i64)__ldg(ids + start + tok);
-  return (i64)__ldg(ids + start + tok / page) * page + tok % page;
+// The same row in two parts, for the loaders: the loaded id (a page id for page > 1) and the offset in the page.
+// Kept apart so that nothing consumes the loaded id until its copy is issued a tile later. Round 7's Nsight
+// Compute source counters (H200) found 18% of all warp stall samples on one instruction: the i64 sign extension
+// right after the id's load, which made every issuing warp wait out a DRAM latency in every tile.
+struct Slot {
+  int id, sub;
+};
+
+__device__ __forceinline__ Slot slot_load(const int* ids, i64 start, i64 tok, int page, bool valid) {
+  Slot r = {0, 0};
+  if (valid) {
+    if (page == 1) {
+      r.id = __ldg(ids + start + tok);
+    } else {
+      r.id = __ldg(ids + start + tok / page);
+      r.sub = (int)(tok % page);
+    }
+  }
+  return r;
 }
+
+__device__ __forceinline__ i64 slot_row(Slot s, int page) { return (i64)s.id * page + s.sub; }
 
 // the factor undoing the integer-pipe conversion's 2^-8 on n-block j (byte i = j % 4 of a word)
 template <int VALU>
@@ -145,7 +161,11 @@ __device__ __forceinline__ float vscale(int j) {
 // loads (the products then run on whatever the ring holds).
 // LOADER: 0 cp.async (16 B per thread and copy; any sm_80+), 1 one bulk copy per row (TMA engine, sm_90+) issued
 // by warp 0, 2 the same issued by all four warps (a quarter of the rows each: no warp carries extra work into
-// the CTA barriers, where Nsight Compute found 44% of the warps' stall cycles with LOADER 1).
+// the CTA barriers, where Nsight Compute found 44% of the warps' stall cycles with LOADER 1), 3 cp.async in the
+// order of the bytes (thread t copies 16-byte chunks t, t + 128, ... of the tile's rows laid end to end, so a warp's
+// copies are 512 contiguous bytes of at most two rows; each warp holds the tile's 32 slots, one per lane, and
+// passes them round by shuffles): ~9 instructions per tile and thread where a bulk copy costs ~9 per row
+// (ELECT / R2UR / UBLKCP, serialised over the issuing lanes), PIPE 0 only.
 // QS: q fragments kept in shared memory (18 KB) instead of 36 registers, for more CTAs per SM.
 // LAZY: the O rescale is skipped when no row maximum of the warp moved (exact: the factor is then 1).
 // PIPE: how the warps meet per tile. 0: two CTA barriers (one before the tile, which also frees the stage
@@ -155,7 +175,9 @@ __device__ __forceinline__ float vscale(int j) {
 // 2: warp specialised: a fifth warp (the producer) issues every bulk copy (one row per lane) as soon as the
 // four consumer warps release the stage (an "empty" mbarrier per stage, one arrival per consumer warp);
 // the consumers meet once per tile at a named barrier of 128 threads (bar.sync 1, 128), as in PIPE 1.
-template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY, int PIPE>
+// SACC: accumulator sets of the S product (2: even and odd k-steps into separate registers, summed after, so that
+// each HMMA waits on the one two steps back: 8 independent chains per warp instead of 4).
+template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY, int PIPE, int SACC>
 __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* __restrict__ pool,
                                            const int* __restrict__ indptr, const int* __restrict__ ids,
                                            const int* __restrict__ lens, float* __restrict__ part,
@@ -172,7 +194,9 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   constexpr int BARB = PIPE ? 128 : 64;
   static_assert(PIPE == 0 || 2 * STAGES * 8 <= BARB, "mbarrier area");
   static_assert(PIPE != 2 || LOADER == 1, "PIPE 2: the producer warp issues every row");
-  static_assert(PIPE != 1 || LOADER >= 1, "PIPE 1: the tile is waited for on its mbarrier, not by cp.async groups");
+  static_assert(PIPE != 1 || LOADER == 1 || LOADER == 2, "PIPE 1: the tile is waited for on its mbarrier, not by cp.async groups");
+  static_assert(LOADER != 3 || (BLOCK_N == 32 && PIPE == 0), "LOADER 3: one slot per lane, cp.async groups");
+  constexpr bool CPA = LOADER == 0 || LOADER == 3;  // completion by cp.async groups, not mbarriers
   extern __shared__ __align__(128) u8 smem[];
   u8* ring = smem;
   float* sx = (float*)(smem + STAGES * BLOCK_N * ROW);
@@ -198,18 +222,18 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       // the producer: lane l gathers row l (and l + 32, ...) of every tile; the slots of tile t + 1 are looked
       // up before waiting for tile t's stage, so the index load's latency is off the critical path
       constexpr int PR = (BLOCK_N + 31) / 32;
-      auto slot_at = [&](int tile, int k) -> i64 {
+      auto slot_at = [&](int tile, int k) -> Slot {
         const int row = lane + 32 * k;
         i64 tok = lo + (i64)tile * BLOCK_N + row;
         if (tok >= hi) tok = lo;  // past the split's end: the split's first row (finite, masked out of S)
-        return (tile < ntiles && row < BLOCK_N) ? slot_of(ids, start, tok, page) : 0;
+        return slot_load(ids, start, tok, page, tile < ntiles && row < BLOCK_N);
       };
-      i64 cur[PR];
+      Slot cur[PR];
 #pragma unroll
       for (int k = 0; k < PR; ++k) cur[k] = slot_at(0, k);
       for (int tl = 0; tl < ntiles && !(SKIP & 4); ++tl) {
         const int st = tl % STAGES;
-        i64 nxt[PR];
+        Slot nxt[PR];
 #pragma unroll
         for (int k = 0; k < PR; ++k) nxt[k] = slot_at(tl + 1, k);
         if (tl >= STAGES) mbar_wait(&empty[st], ((tl / STAGES) - 1) & 1);  // tile tl - STAGES released
@@ -219,7 +243,8 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
         for (int k = 0; k < PR; ++k) {
           const int row = lane + 32 * k;
           if (row < BLOCK_N)
-            bulk_row(ring + st * BLOCK_N * ROW + row * ROW, pool + cur[k] * pool_stride, DQK, &bars[st]);
+            bulk_row(ring + st * BLOCK_N * ROW + row * ROW, pool + slot_row(cur[k], page) * pool_stride, DQK,
+                     &bars[st]);
           cur[k] = nxt[k];
         }
       }
@@ -254,7 +279,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   // S below), so every stage always receives BLOCK_N whole rows. Slots are loaded one tile ahead.
   // LOADER 0: every thread copies part of one row; LOADER 1: warp 0's lanes each issue whole rows; LOADER 2:
   // lane l < BLOCK_N / 4 of warp w issues row w * BLOCK_N / 4 + l.
-  if (LOADER >= 1 && PIPE != 2) {
+  if ((LOADER == 1 || LOADER == 2) && PIPE != 2) {
     if (tid == 0)
       for (int st = 0; st < STAGES; ++st) mbar_init(&bars[st], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -264,35 +289,46 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   constexpr int QROWS = BLOCK_N / NWARPS;                     // LOADER 2: rows per warp
   const int my_row = tid / TPR, my_part = tid % TPR;
   const bool issuer = LOADER != 1 || warp == 0;
-  i64 nslot[RPL];
+  Slot nslot[RPL];
   auto load_slots = [&](int tile) {
 #pragma unroll
     for (int k = 0; k < RPL; ++k) {
-      const int row = LOADER == 1 ? lane + 32 * k : LOADER == 2 ? warp * QROWS + lane : my_row;
+      const int row = LOADER == 1 || LOADER == 3 ? lane + 32 * k : LOADER == 2 ? warp * QROWS + lane : my_row;
       i64 tok = lo + (i64)tile * BLOCK_N + row;
       if (tok >= hi) tok = lo;
       const bool mine = LOADER == 2 ? lane < QROWS : row < BLOCK_N;
-      nslot[k] = (tile < ntiles && mine) ? slot_of(ids, start, tok, page) : 0;
+      nslot[k] = slot_load(ids, start, tok, page, tile < ntiles && mine);
     }
   };
   auto issue = [&](int tile) {
     u8* stage = ring + (tile % STAGES) * BLOCK_N * ROW;
     if (LOADER == 0) {
-      const u8* src = pool + nslot[0] * pool_stride + my_part * CHUNKS * 16;
+      const u8* src = pool + slot_row(nslot[0], page) * pool_stride + my_part * CHUNKS * 16;
       u8* dst = stage + my_row * ROW + my_part * CHUNKS * 16;
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) cp_async16(dst + 16 * c, src + 16 * c, 16);
+    } else if (LOADER == 3) {
+#pragma unroll
+      for (int k = 0; k < BLOCK_N * (DQK / 16) / 128; ++k) {
+        const int e = tid + 128 * k, row = e / (DQK / 16), chunk = e - row * (DQK / 16);
+        Slot sl;
+        sl.id = __shfl_sync(0xffffffffu, nslot[0].id, row);
+        sl.sub = page == 1 ? 0 : __shfl_sync(0xffffffffu, nslot[0].sub, row);
+        cp_async16(stage + row * ROW + chunk * 16, pool + slot_row(sl, page) * pool_stride + chunk * 16, 16);
+      }
     } else if (LOADER == 2) {
       if (tid == 0) mbar_expect_tx(&bars[tile % STAGES], BLOCK_N * DQK);
       if (lane < QROWS)
-        bulk_row(stage + (warp * QROWS + lane) * ROW, pool + nslot[0] * pool_stride, DQK, &bars[tile % STAGES]);
+        bulk_row(stage + (warp * QROWS + lane) * ROW, pool + slot_row(nslot[0], page) * pool_stride, DQK,
+                 &bars[tile % STAGES]);
     } else {
       if (lane == 0) mbar_expect_tx(&bars[tile % STAGES], BLOCK_N * DQK);
       __syncwarp();
 #pragma unroll
       for (int k = 0; k < RPL; ++k) {
         const int row = lane + 32 * k;
-        if (row < BLOCK_N) bulk_row(stage + row * ROW, pool + nslot[k] * pool_stride, DQK, &bars[tile % STAGES]);
+        if (row < BLOCK_N)
+          bulk_row(stage + row * ROW, pool + slot_row(nslot[k], page) * pool_stride, DQK, &bars[tile % STAGES]);
       }
     }
   };
@@ -304,7 +340,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       if (st < ntiles) issue(st);
       load_slots(st + 1);
     }
-    if (LOADER == 0) cp_async_commit();
+    if (CPA) cp_async_commit();
   }
 
   float o[VDIMS / 8][4];
@@ -313,7 +349,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
 
   for (int i = 0; i < ntiles; ++i) {
-    if (LOADER == 0) cp_async_wait<STAGES - 2>();
+    if (CPA) cp_async_wait<STAGES - 2>();
     else if (!(SKIP & 4)) mbar_wait(&bars[i % STAGES], (i / STAGES) & 1);
     if (PIPE == 0) {
       __syncthreads();  // tile i visible to all; every warp is done with tile i-1's stage and partials
@@ -322,13 +358,15 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
         load_slots(i + STAGES);
       }
     }
-    if (LOADER == 0) cp_async_commit();
+    if (CPA) cp_async_commit();
     const u8* tile = ring + (i % STAGES) * BLOCK_N * ROW;
 
     // partial S over this warp's dims
-    float sacc[NB][4];
+    float sacc[NB][4], sacc2[SACC == 2 ? NB : 1][4];
 #pragma unroll
     for (int j = 0; j < NB; ++j) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < (SACC == 2 ? NB : 1); ++j) sacc2[j][0] = sacc2[j][1] = sacc2[j][2] = sacc2[j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < SDIMS / 16; ++kk) {
       u32 qa[4] = {qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]};
@@ -340,8 +378,15 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       for (int j = 0; j < NB; ++j) {
         if (SKIP & 1) continue;
         const u32 w = *(const u32*)(tile + (8 * j + g) * ROW + warp * SDIMS + kk * 16 + 4 * t);
-        mma16816(sacc[j], qa, f8x2_to_f16x2(w), f8x2_hi_to_f16x2(w));
+        mma16816(SACC == 2 && (kk & 1) ? sacc2[j % (SACC == 2 ? NB : 1)] : sacc[j], qa, f8x2_to_f16x2(w),
+                 f8x2_hi_to_f16x2(w));
       }
+    }
+    if (SACC == 2) {
+#pragma unroll
+      for (int j = 0; j < NB; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[j][e] += sacc2[j % (SACC == 2 ? NB : 1)][e];
     }
     if (PIPE == 0) {
       float* mine = sx + warp * 16 * SX;
@@ -389,8 +434,9 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
     // online softmax (log2 domain: q carries log2(e)); rows g and g+8; the last tile may be cut
     const i64 base_tok = lo + (i64)i * BLOCK_N;
     float mx0 = NEG_INF, mx1 = NEG_INF;
-    // PIPE 1/2: only the split's last tile can be cut, so the masking (64-bit compares) runs there alone
-    const bool cut = PIPE == 0 || base_tok + BLOCK_N > hi;
+    // only the split's last tile can be cut (tiles start at lo + i * BLOCK_N, and per is a multiple of BLOCK_N),
+    // so the masking (64-bit compares) runs there alone
+    const bool cut = base_tok + BLOCK_N > hi;
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
 #pragma unroll
@@ -511,15 +557,17 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   }
 }
 
-#define DEFINE_KERNEL(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE)                                \
+#define DEFINE_KERNEL_S(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC)                                \
   extern "C" __global__ void __launch_bounds__(PIPE == 2 ? 160 : 128, MINB)                                \
       NAME(const u16* q, const u8* pool, const int* indptr, const int* ids, const int* lens, float* part,   \
            float* lse, u16* out, float qk_scale, float out_scale, int heads, i64 pool_stride, i64 q_sb,     \
            i64 q_sh, i64 o_sb, i64 o_sh, int n_splits, int page, int direct) {                              \
-    split_body<BN, ST, VALU, SKIP, LOADER, QS, LAZY, PIPE>(q, pool, indptr, ids, lens, part, lse, out, qk_scale, \
+    split_body<BN, ST, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC>(q, pool, indptr, ids, lens, part, lse, out, qk_scale, \
                                                            out_scale, heads, pool_stride, q_sb, q_sh, o_sb, o_sh, \
                                                            n_splits, page, direct);                          \
   }
+#define DEFINE_KERNEL(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE) \
+  DEFINE_KERNEL_S(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE, 1)
 
 // name: rows per tile (n), ring depth (s), CTAs per SM the registers are held to (b); _tma: rows by the
 // bulk-copy engine; _mix: half the P V conversion on the integer pipe (_alu: all of it); _qs: q in shared
@@ -549,3 +597,19 @@ DEFINE_KERNEL(fp8_mla_n32_s3_b3_1b_compute, 32, 3, 3, 0, 4, 2, 0, 0, 1)
 DEFINE_KERNEL(fp8_mla_n32_s3_b3_1b_alu_compute, 32, 3, 3, 1, 4, 2, 0, 0, 1)
 DEFINE_KERNEL(fp8_mla_n32_s4_b2_ws_load, 32, 4, 2, 0, 3, 1, 0, 0, 2)
 DEFINE_KERNEL(fp8_mla_n32_s4_b2_ws_compute, 32, 4, 2, 0, 4, 1, 0, 0, 2)
+// round 7 (loader study): the pick's loads alone, and the 16-byte cp.async loader at the pick's shape (3 CTAs/SM)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma4_load, 32, 3, 3, 0, 3, 2, 0, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_cpa, 32, 3, 3, 0, 0, 0, 0, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_cpa_load, 32, 3, 3, 0, 3, 0, 0, 0, 0)
+// round 7, after the slot fix: the lazy O rescale again (its 64 FMUL per warp and tile were half of the kernel's
+// FMUL; +1% when the index wait hid everything, round 5), on the two 16-head candidates and the 128-head one
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_tma4_lz, 32, 3, 3, 0, 0, 2, 0, 1, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_1b_lz, 32, 3, 3, 0, 0, 2, 0, 1, 1)
+DEFINE_KERNEL(fp8_mla_n32_s4_b2_1b_lz, 32, 4, 2, 0, 0, 2, 0, 1, 1)
+// round 7: the cp.async loader in byte order (LOADER 3), with and without the lazy rescale
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_cpf, 32, 3, 3, 0, 0, 3, 0, 0, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_cpf_lz, 32, 3, 3, 0, 0, 3, 0, 1, 0)
+DEFINE_KERNEL(fp8_mla_n32_s3_b3_cpf_load, 32, 3, 3, 0, 3, 3, 0, 0, 0)
+// round 7: two accumulator sets for S (SACC 2)
+DEFINE_KERNEL_S(fp8_mla_n32_s3_b3_tma4_lz_s2, 32, 3, 3, 0, 0, 2, 0, 1, 0, 2)
+DEFINE_KERNEL_S(fp8_mla_n32_s3_b3_1b_lz_s2, 32, 3, 3, 0, 0, 2, 0, 1, 1, 2)
