@@ -1,0 +1,104 @@
+"""The FP8 MLA decode table of record (kernels/fp8_mla_decode/BENCH.md, docs/patches.md) from one H200 variants run.
+
+Why: BENCH.md's table is what the issue's goals are judged on; it must come from a results JSON by a rule, not be
+typed. Per cell it takes the kernel the package would launch (`_cuda.DEFAULT` on sm90: the 16-head pick, and at 128
+heads the 16-head pick up to `_cuda.SMALL_BATCH` requests, the 128-head pick above) unless --pick names one per head
+class, and prints (f) us, TB/s of FP8 read, % of the copy ceiling measured in the same run, (f)/(e), (f)/(c), and
+the goals: >= 80% of copy and <= 0.6x (e) at cells with >= 1M live rows, never slower than (c).
+
+    python3 benchmarks/fp8_mla_table.py benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7b-fp8_mla_variants.json
+    python3 benchmarks/fp8_mla_table.py RUN.json --pick 16=n32_s3_b3_1b,128=n32_s4_b2_1b
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA_PY = ROOT / "kernels" / "fp8_mla_decode" / "sglops_kernels" / "fp8_mla_decode" / "_cuda.py"
+MIN_ROWS = 1 << 20  # the goals apply at cells with at least this many live rows
+GOAL_PCT, GOAL_E = 80.0, 0.6
+
+
+def package_picks() -> tuple[dict[int, str], int]:
+    """The sm90 picks and the small-batch bound of the package in this checkout, read from _cuda.py's source (its
+    import needs torch, which this table does not)."""
+    tree = ast.parse(CUDA_PY.read_text())
+    found = {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name) and t.id in ("DEFAULT", "SMALL_BATCH")}
+    return dict(found["DEFAULT"]["sm90"]), int(found["SMALL_BATCH"])
+
+
+def kernel_for(heads: int, bs: int, picks: dict[int, str], small_batch: int) -> str:
+    if heads <= 16 or bs <= small_batch:
+        return picks[16]
+    return picks[128]
+
+
+def rows(run: dict, picks: dict[int, str], small_batch: int) -> list[dict]:
+    copy = run["copy"]["TBps"]
+    out = []
+    for cell in run["table"]:
+        name = "cu_" + kernel_for(cell["heads"], cell["bs"], picks, small_batch)
+        if name not in cell["us"]:
+            raise SystemExit(f"error: {name} was not timed in this run (timed: {', '.join(cell['us'])})")
+        us = cell["us"][name]
+        tbps = cell["live_rows"] * 576 / (us * 1e-6) / 1e12
+        out.append(dict(heads=cell["heads"], ctx=cell["ctx"], bs=cell["bs"], rows=cell["live_rows"], kernel=name[3:],
+                        us=us, c=cell["c_us"], e=cell["e_us"], tbps=tbps, pct=100 * tbps / copy,
+                        fe=us / cell["e_us"], fc=us / cell["c_us"]))
+    return out
+
+
+def markdown(table: list[dict], copy: float) -> str:
+    lines = [f"copy ceiling in the same run: {copy:.2f} TB/s; goals at >= 1M live rows: >= {GOAL_PCT:.0f}% of copy, "
+             f"(f)/(e) <= {GOAL_E}; everywhere (f)/(c) <= 1",
+             "",
+             "| heads | ctx | bs | live rows | kernel | (f) µs | (c) µs | (e) µs | TB/s FP8 read | % of copy | (f)/(e) "
+             "| (f)/(c) |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in table:
+        big = r["rows"] >= MIN_ROWS
+        pct = f"{r['pct']:.1f}%" + (" *" if big and r["pct"] < GOAL_PCT else "")
+        fe = f"{r['fe']:.2f}" + (" *" if big and r["fe"] > GOAL_E else "")
+        fc = f"{r['fc']:.2f}" + (" *" if r["fc"] > 1 else "")
+        lines.append(f"| {r['heads']} | {r['ctx'] // 1024}K | {r['bs']} | {r['rows'] / 1e6:.2f}M | {r['kernel']} | "
+                     f"**{r['us']:.1f}** | {r['c']:.1f} | {r['e']:.1f} | {r['tbps']:.2f} | {pct} | {fe} | {fc} |")
+    lines.append("")
+    lines.append("`*`: the goal is missed at that cell.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="fp8_mla_variants.json of benchmarks/gpu_fp8_mla_variants.py")
+    ap.add_argument("--pick", default="", help="16=KERNEL,128=KERNEL (default: the package's sm90 picks)")
+    ap.add_argument("--heads", default="", help="only these head counts, comma-separated")
+    args = ap.parse_args(argv)
+    try:
+        run = json.loads(args.run.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.run}: {exc}", file=sys.stderr)
+        return 2
+    picks, small_batch = package_picks()
+    for part in filter(None, args.pick.split(",")):
+        heads, _, name = part.partition("=")
+        if heads not in ("16", "128") or not name:
+            print(f"error: --pick {part!r}: expected 16=KERNEL or 128=KERNEL", file=sys.stderr)
+            return 2
+        picks[int(heads)] = name
+    if "table" not in run or "copy" not in run:
+        print(f"error: {args.run}: not a variants run (no 'table' / 'copy')", file=sys.stderr)
+        return 2
+    if args.heads:
+        run = dict(run, table=[c for c in run["table"] if str(c["heads"]) in args.heads.split(",")])
+    print(markdown(rows(run, picks, small_batch), run["copy"]["TBps"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

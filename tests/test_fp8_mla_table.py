@@ -1,0 +1,46 @@
+"""The FP8 MLA decode table of record is derived from an H200 run's JSON by a rule (benchmarks/fp8_mla_table.py):
+the kernel the package would launch per cell, % of the copy ceiling of the same run, and the issue's goals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "fp8_mla_table.py"
+RUN = ROOT / "benchmarks" / "results" / "fp8-mla-decode-h200" / "cuda-2026-12-03" / "round7b-fp8_mla_variants.json"
+
+
+def table(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+
+
+def cells(out: str) -> dict[tuple[str, str, str], list[str]]:
+    rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("| ") and "**" in line]
+    return {(r[0].strip(), r[1].strip(), r[2].strip()): [c.strip() for c in r] for r in rows}
+
+
+def test_each_cell_names_the_kernel_the_package_would_launch_and_derives_its_figures():
+    out = table(str(RUN))
+    assert out.returncode == 0, out.stderr
+    got = cells(out.stdout)
+    assert len(got) == 18
+    big = got[("16", "128K", "64")]
+    # 8,388,608 rows x 576 B in 1,538.3 us = 3.14 TB/s; the run's copy ceiling 4.15 TB/s -> 75.7%, a missed goal
+    assert big[4] == "n32_s3_b3_tma4" and big[5] == "**1538.3**" and big[8] == "3.14" and big[9] == "75.7% *"
+    # 128 heads: the 16-head pick up to 16 requests, the 128-head pick above
+    assert got[("128", "32K", "16")][4] == "n32_s3_b3_tma4"
+    assert got[("128", "32K", "64")][4] == "n16_s3_b4_tma4_qs_lz"
+    # a cell under 1M rows is never marked on the bandwidth goals, only on (f)/(c)
+    assert "*" not in got[("16", "4K", "64")][9]
+
+
+def test_a_pick_that_was_not_timed_or_a_bad_pick_gets_one_line_and_exit_2(tmp_path):
+    untimed = table(str(RUN), "--pick", "16=n32_s3_b3_cpf")
+    assert untimed.returncode != 0 and "was not timed in this run" in untimed.stderr
+    bad = table(str(RUN), "--pick", "64=x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    junk = tmp_path / "r.json"
+    junk.write_text("{}")
+    assert table(str(junk)).returncode == 2
