@@ -70,6 +70,9 @@ KERNELS = {
     # _s2: two accumulator sets for the S product (8 independent HMMA chains per warp instead of 4)
     "n32_s3_b3_tma4_lz_s2": (32, 3, 3),
     "n32_s3_b3_1b_lz_s2": (32, 3, 3),
+    # 64-row tiles, 2 CTAs per SM: half the per-row exchange / softmax / rescale instructions
+    "n64_s2_b2_tma4_lz": (64, 2, 2),
+    "n64_s2_b2_1b_lz": (64, 2, 2),
 }
 # per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/ round 5):
 # 16 heads 32-row tiles, 3 CTAs per SM, the bulk copies issued by all four warps (68% of copy at 8.4M rows);
