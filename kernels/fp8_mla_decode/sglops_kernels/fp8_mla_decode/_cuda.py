@@ -74,13 +74,13 @@ KERNELS = {
     "n64_s2_b2_tma4_lz": (64, 2, 2),
     "n64_s2_b2_1b_lz": (64, 2, 2),
 }
-# per family and head class. H200 (2026-12-03, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/ round 5):
-# 16 heads 32-row tiles, 3 CTAs per SM, the bulk copies issued by all four warps (68% of copy at 8.4M rows);
-# 128 heads (8 CTAs per split, reading each tile through L2): batches up to 16 the 16-head pick (10-20% faster
-# there), larger ones 16-row tiles with q in shared memory at 4 CTAs per SM (10-20% faster at bs 64). sm_120 has ~100 KB of
-# shared memory per SM: two-stage 32-row rings (48 KB per CTA) so that two CTAs fit, registers uncapped for two
-# (the three-CTA cap spills 8 bytes there); not timed on an SM120 GPU.
-DEFAULT = {"sm90": {16: "n32_s3_b3_tma4", 128: "n16_s3_b4_tma4_qs_lz"},
+# per family and head class. H200 (2026-12-03 night, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-*,
+# benchmarks/fp8_mla_table.py): 64-row tiles, one CTA barrier per tile, lazy rescale, 2 CTAs per SM - faster than the
+# 32-row 3-CTA kernels at every 16-head cell (1-10%) and 10-12% faster than them at 128 heads x bs 64 (8 CTAs per
+# split, each tile read through L2). sm_120 has ~100 KB of shared memory per SM: two-stage 32-row rings (48 KB per
+# CTA) so that two CTAs fit, registers uncapped for two (the three-CTA cap spills 8 bytes there); not timed on an
+# SM120 GPU.
+DEFAULT = {"sm90": {16: "n64_s2_b2_1b_lz", 128: "n64_s2_b2_1b_lz"},
            "sm120": {16: "n32_s2_b2_tma4", 128: "n32_s2_b2_tma4"}}
 SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
 
