@@ -73,6 +73,8 @@ KERNELS = {
     # 64-row tiles, 2 CTAs per SM: half the per-row exchange / softmax / rescale instructions
     "n64_s2_b2_tma4_lz": (64, 2, 2),
     "n64_s2_b2_1b_lz": (64, 2, 2),
+    "n64_s2_b2_1b": (64, 2, 2),
+    "n64_s2_b2_tma4": (64, 2, 2),
 }
 # per family and head class. H200 (2026-12-03 night, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-*,
 # benchmarks/fp8_mla_table.py): 64-row tiles, one CTA barrier per tile, lazy rescale, 2 CTAs per SM - faster than the
