@@ -463,7 +463,6 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
     }
     l0 = l0 * a0 + ps0;
     l1 = l1 * a1 + ps1;
-#pragma unroll
     if (!LAZY || __any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
 #pragma unroll
       for (int j = 0; j < VDIMS / 8; ++j) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
