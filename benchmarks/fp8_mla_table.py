@@ -1,49 +1,44 @@
 """The FP8 MLA decode table of record (kernels/fp8_mla_decode/BENCH.md, docs/patches.md) from one H200 variants run.
 
 Why: BENCH.md's table is what the issue's goals are judged on; it must come from a results JSON by a rule, not be
-typed. Per cell it takes the kernel the package would launch (`_cuda.DEFAULT` on sm90: the 16-head pick, and at 128
-heads the 16-head pick up to `_cuda.SMALL_BATCH` requests, the 128-head pick above) unless --pick names one per head
-class, and prints (f) us, TB/s of FP8 read, % of the copy ceiling measured in the same run, (f)/(e), (f)/(c), and
+typed. Per cell it takes the kernel the package would launch on sm90 (its own rule, `_picks.kernel_name`: the
+16-head pick, and at 128 heads the 16-head pick up to `SMALL_BATCH` requests, the 128-head pick above) unless --pick
+names one per head class, and prints (f) us, TB/s of FP8 read, % of the copy ceiling measured in the same run, (f)/(e), (f)/(c), and
 the goals: >= 80% of copy and <= 0.6x (e) at cells with >= 1M live rows, never slower than (c).
 
-    python3 benchmarks/fp8_mla_table.py benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7b-fp8_mla_variants.json
+    python3 benchmarks/fp8_mla_table.py benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-fp8_mla_variants.json
     python3 benchmarks/fp8_mla_table.py RUN.json --pick 16=n32_s3_b3_1b,128=n32_s4_b2_1b
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
+import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-CUDA_PY = ROOT / "kernels" / "fp8_mla_decode" / "sglops_kernels" / "fp8_mla_decode" / "_cuda.py"
+PICKS_PY = ROOT / "kernels" / "fp8_mla_decode" / "sglops_kernels" / "fp8_mla_decode" / "_picks.py"
 MIN_ROWS = 1 << 20  # the goals apply at cells with at least this many live rows
 GOAL_PCT, GOAL_E = 80.0, 0.6
 
 
-def package_picks() -> tuple[dict[int, str], int]:
-    """The sm90 picks and the small-batch bound of the package in this checkout, read from _cuda.py's source (its
-    import needs torch, which this table does not)."""
-    tree = ast.parse(CUDA_PY.read_text())
-    found = {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-             for t in node.targets if isinstance(t, ast.Name) and t.id in ("DEFAULT", "SMALL_BATCH")}
-    return dict(found["DEFAULT"]["sm90"]), int(found["SMALL_BATCH"])
+def load_picks() -> ModuleType:
+    """The package's pick rule and picks (`_picks.py`, loaded alone: the package itself imports torch)."""
+    spec = importlib.util.spec_from_file_location("fp8_mla_picks", PICKS_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def kernel_for(heads: int, bs: int, picks: dict[int, str], small_batch: int) -> str:
-    if heads <= 16 or bs <= small_batch:
-        return picks[16]
-    return picks[128]
-
-
-def rows(run: dict, picks: dict[int, str], small_batch: int) -> list[dict]:
+def rows(run: dict, kernel_for: Callable[[int, int], str]) -> list[dict]:
     copy = run["copy"]["TBps"]
     out = []
     for cell in run["table"]:
-        name = "cu_" + kernel_for(cell["heads"], cell["bs"], picks, small_batch)
+        name = "cu_" + kernel_for(cell["heads"], cell["bs"])
         if name not in cell["us"]:
             raise SystemExit(f"error: {name} was not timed in this run (timed: {', '.join(cell['us'])})")
         us = cell["us"][name]
@@ -84,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {args.run}: {exc}", file=sys.stderr)
         return 2
-    picks, small_batch = package_picks()
+    rule = load_picks()
+    picks = dict(rule.DEFAULT["sm90"])
     for part in filter(None, args.pick.split(",")):
         heads, _, name = part.partition("=")
         if heads not in ("16", "128") or not name:
@@ -96,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.heads:
         run = dict(run, table=[c for c in run["table"] if str(c["heads"]) in args.heads.split(",")])
-    print(markdown(rows(run, picks, small_batch), run["copy"]["TBps"]))
+    print(markdown(rows(run, lambda heads, bs: rule.kernel_name(heads, "sm90", bs, picks)), run["copy"]["TBps"]))
     return 0
 
 

@@ -31,13 +31,13 @@ def run(code: str) -> dict:
 
 
 def test_every_kernel_the_source_defines_is_catalogued_and_every_catalogued_one_is_defined():
-    defined = set(re.findall(r"^DEFINE_KERNEL(?:_S)?\(fp8_mla_(\w+),", SOURCE.read_text(), re.M))
-    catalogued = set(run("import json; from sglops_kernels.fp8_mla_decode import _cuda; print(json.dumps(list(_cuda.KERNELS)))"))
-    assert defined == catalogued
+    # DEFINE_KERNEL / DEFINE_KERNEL_S (SACC): name, rows per tile, ring depth, CTAs per SM
+    defined = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in
+               re.finditer(r"^DEFINE_KERNEL(?:_S)?\(fp8_mla_(\w+), (\d+), (\d+), (\d+),", SOURCE.read_text(), re.M)}
     shapes = run("import json; from sglops_kernels.fp8_mla_decode import _cuda; print(json.dumps(_cuda.KERNELS))")
-    for name, (block_n, stages, per_sm) in shapes.items():
-        line = re.search(rf"^DEFINE_KERNEL(?:_S)?\(fp8_mla_{name}, (\d+), (\d+), (\d+),", SOURCE.read_text(), re.M)
-        assert (int(line[1]), int(line[2]), int(line[3])) == (block_n, stages, per_sm), name
+    assert set(defined) == set(shapes)
+    for name, shape in shapes.items():
+        assert defined[name] == tuple(shape), name
 
 
 CHECK_PICKS = """

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from ._picks import DEFAULT, SMALL_BATCH, kernel_name  # noqa: F401 (DEFAULT, SMALL_BATCH: the package's API)
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fp8_mla_decode.cu"
 ROW_BYTES = 592  # the padded shared-memory row of the .cu file
@@ -76,15 +78,6 @@ KERNELS = {
     "n64_s2_b2_1b": (64, 2, 2),
     "n64_s2_b2_tma4": (64, 2, 2),
 }
-# per family and head class. H200 (2026-12-03 night, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-*,
-# benchmarks/fp8_mla_table.py): 64-row tiles, one CTA barrier per tile, lazy rescale, 2 CTAs per SM - faster than the
-# 32-row 3-CTA kernels at every 16-head cell (1-10%) and 10-12% faster than them at 128 heads x bs 64 (8 CTAs per
-# split, each tile read through L2). sm_120 has ~100 KB of shared memory per SM: two-stage 32-row rings (48 KB per
-# CTA) so that two CTAs fit, registers uncapped for two (the three-CTA cap spills 8 bytes there); not timed on an
-# SM120 GPU.
-DEFAULT = {"sm90": {16: "n64_s2_b2_1b_lz", 128: "n64_s2_b2_1b_lz"},
-           "sm120": {16: "n32_s2_b2_tma4", 128: "n32_s2_b2_tma4"}}
-SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
 
 
 def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False, pipe: int = 0) -> int:
@@ -298,8 +291,7 @@ def module(cache_dir: Path | None = None) -> Module:
 
 def config_for(heads: int, family: str | None = None, batch: int | None = None) -> dict:
     fam = family or ("sm120" if torch.cuda.get_device_capability()[0] >= 12 else "sm90")
-    small = heads <= 16 or (batch is not None and batch <= SMALL_BATCH)
-    return config_of(DEFAULT[fam][16 if small else 128])
+    return config_of(kernel_name(heads, fam, batch))
 
 
 def config_of(name: str, min_rows: int = 256) -> dict:

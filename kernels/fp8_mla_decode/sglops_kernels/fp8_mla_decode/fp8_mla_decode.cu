@@ -362,11 +362,12 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
     const u8* tile = ring + (i % STAGES) * BLOCK_N * ROW;
 
     // partial S over this warp's dims
-    float sacc[NB][4], sacc2[SACC == 2 ? NB : 1][4];
+    float sacc[NB][4], sacc2[NB][4];  // sacc2: the odd k-steps (SACC 2; unused, and compiled away, otherwise)
 #pragma unroll
-    for (int j = 0; j < NB; ++j) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
-#pragma unroll
-    for (int j = 0; j < (SACC == 2 ? NB : 1); ++j) sacc2[j][0] = sacc2[j][1] = sacc2[j][2] = sacc2[j][3] = 0.f;
+    for (int j = 0; j < NB; ++j) {
+      sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
+      sacc2[j][0] = sacc2[j][1] = sacc2[j][2] = sacc2[j][3] = 0.f;
+    }
 #pragma unroll
     for (int kk = 0; kk < SDIMS / 16; ++kk) {
       u32 qa[4] = {qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]};
@@ -378,15 +379,14 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       for (int j = 0; j < NB; ++j) {
         if (SKIP & 1) continue;
         const u32 w = *(const u32*)(tile + (8 * j + g) * ROW + warp * SDIMS + kk * 16 + 4 * t);
-        mma16816(SACC == 2 && (kk & 1) ? sacc2[j % (SACC == 2 ? NB : 1)] : sacc[j], qa, f8x2_to_f16x2(w),
-                 f8x2_hi_to_f16x2(w));
+        mma16816(SACC == 2 && (kk & 1) ? sacc2[j] : sacc[j], qa, f8x2_to_f16x2(w), f8x2_hi_to_f16x2(w));
       }
     }
     if (SACC == 2) {
 #pragma unroll
       for (int j = 0; j < NB; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sacc[j][e] += sacc2[j % (SACC == 2 ? NB : 1)][e];
+        for (int e = 0; e < 4; ++e) sacc[j][e] += sacc2[j][e];
     }
     if (PIPE == 0) {
       float* mine = sx + warp * 16 * SX;

@@ -1,0 +1,27 @@
+"""Which CUDA kernel the package launches, per GPU family, head count and batch.
+
+Why a module of its own: it imports nothing, so a script without torch or a GPU (benchmarks/fp8_mla_table.py,
+which derives the table of record from a run) applies the same rule by loading this file alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# per family and head class. H200 (2026-12-03 night, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-*,
+# benchmarks/fp8_mla_table.py): 64-row tiles, one CTA barrier per tile, lazy rescale, 2 CTAs per SM - faster than the
+# 32-row 3-CTA kernels at every 16-head cell (1-10%) and 10-12% faster than them at 128 heads x bs 64 (8 CTAs per
+# split, each tile read through L2). sm_120 has ~100 KB of shared memory per SM: two-stage 32-row rings (48 KB per
+# CTA) so that two CTAs fit, registers uncapped for two (the three-CTA cap spills 8 bytes there); not timed on an
+# SM120 GPU.
+DEFAULT = {"sm90": {16: "n64_s2_b2_1b_lz", 128: "n64_s2_b2_1b_lz"},
+           "sm120": {16: "n32_s2_b2_tma4", 128: "n32_s2_b2_tma4"}}
+SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
+
+
+def kernel_name(heads: int, family: str, batch: int | None = None, picks: Mapping[int, str] | None = None) -> str:
+    """The kernel for `heads` query heads per GPU: the 16-head pick up to 16 heads, and at more heads for batches up
+    to SMALL_BATCH (where it is faster); the 128-head pick otherwise. `picks` replaces the family's DEFAULT."""
+    chosen = DEFAULT[family] if picks is None else picks
+    small = heads <= 16 or (batch is not None and batch <= SMALL_BATCH)
+    return chosen[16 if small else 128]
