@@ -16,12 +16,14 @@ Which line stalls (round 6 on, NOTES.md): build with source lines kept and add t
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
 
 
 def main() -> None:
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # any kernel of the catalogue, not the picks alone
     from sglops_kernels.fp8_mla_decode import _cuda, splits_for
 
     kernel = sys.argv[1] if len(sys.argv) > 1 else _cuda.DEFAULT["sm90"][16]

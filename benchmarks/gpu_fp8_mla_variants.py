@@ -303,6 +303,7 @@ def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
 
 
 def main() -> None:
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # cu_ variants name experiment kernels (not the picks)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit")

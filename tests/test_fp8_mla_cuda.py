@@ -32,12 +32,18 @@ def run(code: str) -> dict:
 
 def test_every_kernel_the_source_defines_is_catalogued_and_every_catalogued_one_is_defined():
     # DEFINE_KERNEL / DEFINE_KERNEL_S (SACC): name, rows per tile, ring depth, CTAs per SM
-    defined = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in
-               re.finditer(r"^DEFINE_KERNEL(?:_S)?\(fp8_mla_(\w+), (\d+), (\d+), (\d+),", SOURCE.read_text(), re.M)}
-    shapes = run("import json; from sglops_kernels.fp8_mla_decode import _cuda; print(json.dumps(_cuda.KERNELS))")
+    text = SOURCE.read_text()
+    found = list(re.finditer(r"^DEFINE_KERNEL(?:_S)?\(fp8_mla_(\w+), (\d+), (\d+), (\d+),", text, re.M))
+    defined = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in found}
+    got = run("import json; from sglops_kernels.fp8_mla_decode import _cuda; "
+              "print(json.dumps([_cuda.KERNELS, sorted(_cuda.SHIPPED)]))")
+    shapes, shipped = got
     assert set(defined) == set(shapes)
     for name, shape in shapes.items():
         assert defined[name] == tuple(shape), name
+    # the picks are compiled always, every other kernel only with FP8_MLA_VARIANTS (a host builds the picks alone)
+    gate = text.index("#ifdef FP8_MLA_VARIANTS")
+    assert {m[1] for m in found if m.start() < gate} == set(shipped) and text.count("#ifdef FP8_MLA_VARIANTS") == 1
 
 
 CHECK_PICKS = """
@@ -82,17 +88,38 @@ print(json.dumps(r))""")
     assert res["n32_s2_b3_tma"]["spill_stores"] > 0
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine (CI): the recorded reports are checked above")
+NEEDS_NVCC = pytest.mark.skipif(shutil.which("nvcc") is None,
+                                reason="no nvcc on this machine (CI): the recorded reports are checked above")
+
+
+def nvcc_entries(tmp_path: Path, arch: str, *flags: str) -> tuple[str, set[str]]:
+    """ptxas's -v report of the .cu compiled for arch, and the kernels the cubin holds."""
+    num = arch.removeprefix("sm_")
+    proc = subprocess.run(["nvcc", "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3", *flags, "-Xptxas",
+                           "-v", "-o", str(tmp_path / f"{arch}.cubin"), str(SOURCE)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr, set(re.findall(r"Compiling entry function 'fp8_mla_(\w+)'", proc.stderr))
+
+
+@NEEDS_NVCC
 def test_the_source_compiles_for_both_targets_and_the_picks_fit(tmp_path):
+    shipped = set(run("import json; from sglops_kernels.fp8_mla_decode import _cuda; "
+                      "print(json.dumps(sorted(_cuda.SHIPPED)))"))
     reports = []
     for family, arch in (("sm90", "sm_90a"), ("sm120", "sm_120")):
-        num = arch.removeprefix("sm_")
-        proc = subprocess.run(["nvcc", "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3", "-Xptxas", "-v",
-                               "-o", str(tmp_path / f"{arch}.cubin"), str(SOURCE)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        (tmp_path / f"{arch}.txt").write_text(proc.stderr)
+        text, built = nvcc_entries(tmp_path, arch)
+        assert built == shipped  # a host's build-kernel compiles the picks alone (1 s of nvcc, not 13)
+        (tmp_path / f"{arch}.txt").write_text(text)
         reports.append((family, arch, str(tmp_path / f"{arch}.txt")))
     check_picks(reports)
+
+
+@NEEDS_NVCC
+def test_the_experiment_variants_compile_where_asked_for(tmp_path):
+    # the variants harness on the GPU machine (SGLOPS_FP8_MLA_VARIANTS=1) needs every catalogued kernel
+    text, built = nvcc_entries(tmp_path, "sm_90a", "-DFP8_MLA_VARIANTS")
+    catalogue = run("import json; from sglops_kernels.fp8_mla_decode import _cuda; print(json.dumps(list(_cuda.KERNELS)))")
+    assert built == set(catalogue) and "spill" in text
 
 
 def test_the_pick_follows_heads_and_batch_and_short_contexts_get_shorter_splits():

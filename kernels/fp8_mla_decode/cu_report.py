@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -68,6 +69,7 @@ def loop_counts(sass: str) -> dict:
 
 
 def main() -> None:
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # every kernel of the catalogue, not the picks alone
     from sglops_kernels.fp8_mla_decode import _cuda
 
     ap = argparse.ArgumentParser()

@@ -51,6 +51,8 @@ def main() -> None:
     from sglops_kernels.fp8_mla_decode import _cuda, implementation
 
     named = [n for n in os.environ.get("SGLOPS_FP8_MLA_KERNELS", "").split(",") if n]
+    if any(n not in _cuda.SHIPPED for n in named):
+        os.environ["SGLOPS_FP8_MLA_VARIANTS"] = "1"  # before the first launch builds the module
     if named:
         unknown = [n for n in named if n not in _cuda.KERNELS]
         if unknown:

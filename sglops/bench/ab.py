@@ -287,8 +287,12 @@ class _Rounds:
             raise AbFailed(f"{when}: the bench recorded patches {sorted(got)} of the managed ones, "
                            f"side {side.label} needs {sorted(side.patches)}")
         if res.status != "ok":
-            raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: "
-                           + ("; ".join(res.problems()) or "not a clean figure"))
+            problems = "; ".join(res.problems()) or "not a clean figure"
+            if not res.outputs_whole:  # failed requests or another server: a finding, the rounds stop
+                raise AbFailed(f"{when}: bench run {rnd.run_id} is {res.status}: {problems}")
+            # every request answered but the timings are not clean: the outputs still count, the speed does not
+            rnd.status, rnd.error = "partial", f"timings not clean, left out of the speed figure: {problems}"
+            self.say(f"{when}: {rnd.error}")
 
     def profile(self, step: Step, side: Side, rnd: Round, when: str) -> None:
         from sglops.trace.profile import run_profile

@@ -84,10 +84,18 @@ class AbResult(Result):
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and self.interrupted is None and all(r.status == "ok" for r in self.rounds)
+        """Every round ran and the host was restored; a round whose timings were not clean ("partial": every
+        request answered, its outputs compared, its speed left out) does not fail the ab."""
+        return self.failure is None and self.interrupted is None and all(
+            r.status in ("ok", "partial") for r in self.rounds)
+
+    @property
+    def unclean(self) -> list[Round]:
+        return [r for r in self.rounds if r.status == "partial"]
 
     def run_manifest(self) -> dict:
-        return {"status": "interrupted" if self.interrupted else ("ok" if self.ok else "failed"), "ab": {
+        status = "interrupted" if self.interrupted else ("failed" if not self.ok else "partial" if self.unclean else "ok")
+        return {"status": status, "ab": {
             "a": self.a.name, "b": self.b.name, "rounds": [x.run_id for x in self.rounds], "verdict": self.verdict()}}
 
     def restore_line(self) -> str:
@@ -109,7 +117,8 @@ class AbResult(Result):
             speed = f"{speed} (decode tok/s x{self.ratio:.3f}{ci}, paired over {n} round{'s' * (n != 1)})"
         else:
             speed = self.speed_verdict
-        parts = [speed, *(self.identity_lines or ["outputs not compared"])]
+        parts = [speed, *(f"round {r.round} {r.side}: {r.error}" for r in self.unclean),
+                 *(self.identity_lines or ["outputs not compared"])]
         if self.config is not None:
             parts.append(self.config.get("line") or "")
         out = "; ".join(p for p in parts if p)

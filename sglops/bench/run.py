@@ -324,6 +324,13 @@ class BenchResult(Observation):
             return "partial" if self.server_changed else "ok"
         return "failed" if states == {"failed"} else "partial"
 
+    @property
+    def outputs_whole(self) -> bool:
+        """Every request answered, by one server that stayed the same: the outputs compare in full even where the
+        timings are not a clean figure (suspect requests kept out of the figures, e.g. a starved host's bursts)."""
+        return bool(self.levels) and not self.server_down and not self.server_changed and all(
+            lv.ok == lv.requests_total for lv in self.levels)
+
     def headline(self) -> dict | None:
         """The figure `inv runs` lists: decode tok/s at the lowest concurrency."""
         lv = min(self.levels, key=lambda x: x.concurrency) if self.levels else None

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ._picks import DEFAULT, SMALL_BATCH, kernel_name  # noqa: F401 (DEFAULT, SMALL_BATCH: the package's API)
+# DEFAULT, SMALL_BATCH: the package's API; SHIPPED: the kernels every cubin holds
+from ._picks import DEFAULT, SHIPPED, SMALL_BATCH, kernel_name  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fp8_mla_decode.cu"
@@ -123,10 +124,18 @@ def find_nvcc() -> str:
     raise RuntimeError("nvcc not found (PATH, CUDA_HOME): the CUDA FP8 MLA kernel is built on the host")
 
 
+def variants_wanted() -> bool:
+    """SGLOPS_FP8_MLA_VARIANTS=1: compile every kernel of KERNELS, not only the shipped picks (the variants
+    harness, Nsight Compute, cu_report.py). A host's build-kernel compiles the picks alone: 2 of the 38."""
+    return os.environ.get("SGLOPS_FP8_MLA_VARIANTS", "") not in ("", "0")
+
+
 def _extra_flags() -> list[str]:
     """SGLOPS_FP8_MLA_LINEINFO=1 adds -lineinfo (same code, source lines kept), so that Nsight Compute's
-    SourceCounters section can name the line each stall sits on (benchmarks/gpu_fp8_mla_ncu.py)."""
-    return ["-lineinfo"] if os.environ.get("SGLOPS_FP8_MLA_LINEINFO") else []
+    SourceCounters section can name the line each stall sits on (benchmarks/gpu_fp8_mla_ncu.py);
+    SGLOPS_FP8_MLA_VARIANTS=1 defines FP8_MLA_VARIANTS (every experiment kernel of the .cu)."""
+    return (["-lineinfo"] if os.environ.get("SGLOPS_FP8_MLA_LINEINFO") else []) + (
+        ["-DFP8_MLA_VARIANTS"] if variants_wanted() else [])
 
 
 def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
@@ -225,13 +234,21 @@ class Module:
         self._image = cubin.read_bytes()
         self._module = _check(cu.cuModuleLoadData(self._image))
         self.functions = {}
-        for name in KERNELS:
-            fn = _check(cu.cuModuleGetFunction(self._module, f"fp8_mla_{name}".encode()))
+        for name in KERNELS:  # the picks always; the experiment variants where built with FP8_MLA_VARIANTS
+            err, fn = cu.cuModuleGetFunction(self._module, f"fp8_mla_{name}".encode())
+            if int(err) != 0:
+                continue
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(cu.cuFuncSetAttribute(fn, attr, kernel_smem(name)))
             self.functions[name] = fn
+        missing = [n for n in SHIPPED if n not in self.functions]
+        if missing:
+            raise RuntimeError(f"{cubin} lacks the shipped kernel(s) {', '.join(missing)}: built from another source?")
 
     def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple) -> None:
+        if name not in self.functions:
+            raise RuntimeError(f"kernel {name} is not in this cubin: experiment variants are compiled only with "
+                               "SGLOPS_FP8_MLA_VARIANTS=1")
         stream = self._cu.CUstream(torch.cuda.current_stream().cuda_stream)
         _check(self._cu.cuLaunchKernel(self.functions[name], *grid, threads_of(name), 1, 1, kernel_smem(name), stream,
                                        (args, types), 0))
@@ -280,7 +297,7 @@ def module(cache_dir: Path | None = None) -> Module:
         pre = os.environ.get("SGLOPS_FP8_MLA_CUBIN")
         if pre:
             cubin = Path(pre)
-        elif packaged_cubin(arch).exists():
+        elif packaged_cubin(arch).exists() and not variants_wanted():  # the packaged cubin holds the picks alone
             cubin = packaged_cubin(arch)
         else:
             cache = cache_dir or Path(os.environ.get("SGLOPS_KERNEL_CACHE", Path.home() / ".cache" / "sglops-kernels"))

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 # SM120 GPU.
 DEFAULT = {"sm90": {16: "n64_s2_b2_1b_lz", 128: "n64_s2_b2_1b_lz"},
            "sm120": {16: "n32_s2_b2_tma4", 128: "n32_s2_b2_tma4"}}
+SHIPPED = frozenset(name for family in DEFAULT.values() for name in family.values())  # the .cu compiles these always
 SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
 
 
