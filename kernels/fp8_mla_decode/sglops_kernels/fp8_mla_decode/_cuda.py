@@ -78,6 +78,11 @@ KERNELS = {
     "n64_s2_b2_1b_lz": (64, 2, 2),
     "n64_s2_b2_1b": (64, 2, 2),
     "n64_s2_b2_tma4": (64, 2, 2),
+    # round 8 (NOTES.md): _wg a producer warpgroup issues every copy and index load, setmaxnreg gives the consumers
+    # its registers (256 threads; sm_90a only: the sm_120 cubin has none of these)
+    "n64_s2_b2_wg_lz": (64, 2, 2),
+    "n64_s2_b2_wg": (64, 2, 2),
+    "n64_s2_b2_wg_lz_s2": (64, 2, 2),  # and two S accumulator sets (the consumers have registers to spare)
 }
 
 
@@ -91,13 +96,13 @@ def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False, pipe: int = 0
 
 def pipe_of(name: str) -> int:
     """How the kernel's warps meet per tile (the .cu's PIPE): 0 two CTA barriers, 1 one (_1b), 2 warp
-    specialised (_ws)."""
-    return 2 if "_ws" in name else 1 if "_1b" in name else 0
+    specialised (_ws), 3 a producer warpgroup (_wg)."""
+    return 3 if "_wg" in name else 2 if "_ws" in name else 1 if "_1b" in name else 0
 
 
 def threads_of(name: str) -> int:
-    """Threads per CTA: four consumer warps, and the producer warp of the _ws kernels."""
-    return 160 if pipe_of(name) == 2 else 128
+    """Threads per CTA: four consumer warps, and the producer warp (_ws) or warpgroup (_wg)."""
+    return {2: 160, 3: 256}.get(pipe_of(name), 128)
 
 
 def kernel_smem(name: str) -> int:

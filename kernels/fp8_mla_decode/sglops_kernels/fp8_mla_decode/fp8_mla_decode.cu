@@ -22,6 +22,8 @@
 #define SDIMS 144          // S dims per warp (576 / 4)
 #define VDIMS 128          // output dims per warp (512 / 4)
 #define NEG_INF __int_as_float(0xff800000)
+#define PRODUCER_REGS 32   // PIPE 3: registers per producer thread after setmaxnreg
+#define CONSUMER_REGS 224  // PIPE 3: per consumer thread; (32 + 224) x 128 threads x 2 CTAs = the SM's 65,536
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -120,6 +122,21 @@ __device__ __forceinline__ void named_bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Hopper's register hand-over between warpgroups (sm_90a only; PIPE 3): the producer warpgroup gives registers
+// back, the consumers take them. Elsewhere a no-op (PIPE 3 kernels are built for sm_90a alone, see the end).
+template <int N>
+__device__ __forceinline__ void regs_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void regs_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 __device__ __forceinline__ void bulk_row(void* dst, const void* src, u32 bytes, unsigned long long* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
@@ -175,6 +192,11 @@ __device__ __forceinline__ float vscale(int j) {
 // 2: warp specialised: a fifth warp (the producer) issues every bulk copy (one row per lane) as soon as the
 // four consumer warps release the stage (an "empty" mbarrier per stage, one arrival per consumer warp);
 // the consumers meet once per tile at a named barrier of 128 threads (bar.sync 1, 128), as in PIPE 1.
+// 3: PIPE 2 with a producer WARPGROUP (256 threads): warp 4 + w issues rows w * BLOCK_N / 4 + lane (LOADER 2's
+// split), so no consumer warp spends an instruction on a copy or an index load (round 7's Nsight Compute: the
+// copy loop, ELECT / R2UR / UBLKCP serialised over the issuing lanes, ~20% of the pick's stall samples), and
+// setmaxnreg hands the producers' registers to the consumers (PRODUCER_REGS + CONSUMER_REGS = 2 x 128: two CTAs
+// of 256 threads per SM, the consumers at up to 224 registers). sm_90a only.
 // SACC: accumulator sets of the S product (2: even and odd k-steps into separate registers, summed after, so that
 // each HMMA waits on the one two steps back: 8 independent chains per warp instead of 4).
 template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY, int PIPE, int SACC>
@@ -194,6 +216,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   constexpr int BARB = PIPE ? 128 : 64;
   static_assert(PIPE == 0 || 2 * STAGES * 8 <= BARB, "mbarrier area");
   static_assert(PIPE != 2 || LOADER == 1, "PIPE 2: the producer warp issues every row");
+  static_assert(PIPE != 3 || LOADER == 2, "PIPE 3: each producer warp issues a quarter of the rows");
   static_assert(PIPE != 1 || LOADER == 1 || LOADER == 2, "PIPE 1: the tile is waited for on its mbarrier, not by cp.async groups");
   static_assert(LOADER != 3 || (BLOCK_N == 32 && PIPE == 0), "LOADER 3: one slot per lane, cp.async groups");
   constexpr bool CPA = LOADER == 0 || LOADER == 3;  // completion by cp.async groups, not mbarriers
@@ -212,7 +235,35 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   const int ntiles = hi > lo ? (int)((hi - lo + BLOCK_N - 1) / BLOCK_N) : 0;
 
   unsigned long long* bars = (unsigned long long*)(smem + STAGES * BLOCK_N * ROW + SXB);
-  unsigned long long* empty = bars + STAGES;  // PIPE 2
+  unsigned long long* empty = bars + STAGES;  // PIPE 2 and 3
+  if (PIPE == 3) {
+    if (tid == 0)
+      for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], 1); mbar_init(&empty[st], NWARPS); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncthreads();  // the only CTA-wide barrier: the warpgroups part here
+    if (warp >= NWARPS) {
+      regs_dec<PRODUCER_REGS>();
+      constexpr int QR = BLOCK_N / NWARPS;  // rows per producer warp
+      const int row = (warp - NWARPS) * QR + lane;
+      auto slot_at = [&](int tile) -> Slot {
+        i64 tok = lo + (i64)tile * BLOCK_N + row;
+        if (tok >= hi) tok = lo;  // past the split's end: the split's first row (finite, masked out of S)
+        return slot_load(ids, start, tok, page, tile < ntiles && lane < QR);
+      };
+      Slot cur = slot_at(0);
+      for (int tl = 0; tl < ntiles && !(SKIP & 4); ++tl) {
+        const int st = tl % STAGES;
+        const Slot nxt = slot_at(tl + 1);  // looked up before the wait: its latency hides behind it
+        if (tl >= STAGES) mbar_wait(&empty[st], ((tl / STAGES) - 1) & 1);  // tile tl - STAGES released
+        if (warp == NWARPS && lane == 0) mbar_expect_tx(&bars[st], BLOCK_N * DQK);
+        if (lane < QR)
+          bulk_row(ring + st * BLOCK_N * ROW + row * ROW, pool + slot_row(cur, page) * pool_stride, DQK, &bars[st]);
+        cur = nxt;
+      }
+      return;
+    }
+    regs_inc<CONSUMER_REGS>();
+  }
   if (PIPE == 2) {
     if (tid == 0)
       for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], 1); mbar_init(&empty[st], NWARPS); }
@@ -279,7 +330,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   // S below), so every stage always receives BLOCK_N whole rows. Slots are loaded one tile ahead.
   // LOADER 0: every thread copies part of one row; LOADER 1: warp 0's lanes each issue whole rows; LOADER 2:
   // lane l < BLOCK_N / 4 of warp w issues row w * BLOCK_N / 4 + l.
-  if ((LOADER == 1 || LOADER == 2) && PIPE != 2) {
+  if ((LOADER == 1 || LOADER == 2) && PIPE < 2) {
     if (tid == 0)
       for (int st = 0; st < STAGES; ++st) mbar_init(&bars[st], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -333,9 +384,9 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
     }
   };
 
-  if (issuer && PIPE != 2) load_slots(0);
+  if (issuer && PIPE < 2) load_slots(0);
 #pragma unroll
-  for (int st = 0; st < STAGES - 1 && PIPE != 2; ++st) {
+  for (int st = 0; st < STAGES - 1 && PIPE < 2; ++st) {
     if (issuer && !(SKIP & 4)) {
       if (st < ntiles) issue(st);
       load_slots(st + 1);
@@ -510,7 +561,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
         }
       }
     }
-    if (PIPE == 2) {  // this warp is done with the stage: the producer may refill it
+    if (PIPE >= 2) {  // this warp is done with the stage: the producer may refill it
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[i % STAGES]);
     }
@@ -557,7 +608,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 }
 
 #define DEFINE_KERNEL_S(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC)                                \
-  extern "C" __global__ void __launch_bounds__(PIPE == 2 ? 160 : 128, MINB)                                \
+  extern "C" __global__ void __launch_bounds__(PIPE == 3 ? 256 : PIPE == 2 ? 160 : 128, MINB)                                \
       NAME(const u16* q, const u8* pool, const int* indptr, const int* ids, const int* lens, float* part,   \
            float* lse, u16* out, float qk_scale, float out_scale, int heads, i64 pool_stride, i64 q_sb,     \
            i64 q_sh, i64 o_sb, i64 o_sh, int n_splits, int page, int direct) {                              \
@@ -622,4 +673,10 @@ DEFINE_KERNEL_S(fp8_mla_n32_s3_b3_1b_lz_s2, 32, 3, 3, 0, 0, 2, 0, 1, 1, 2)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2_tma4_lz, 64, 2, 2, 0, 0, 2, 0, 1, 0)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2_1b, 64, 2, 2, 0, 0, 2, 0, 0, 1)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2_tma4, 64, 2, 2, 0, 0, 2, 0, 0, 0)
+// round 8: the producer warpgroup (PIPE 3, 256 threads, setmaxnreg; sm_90a alone: sm_120 has no setmaxnreg)
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+DEFINE_KERNEL(fp8_mla_n64_s2_b2_wg_lz, 64, 2, 2, 0, 0, 2, 0, 1, 3)
+DEFINE_KERNEL(fp8_mla_n64_s2_b2_wg, 64, 2, 2, 0, 0, 2, 0, 0, 3)
+DEFINE_KERNEL_S(fp8_mla_n64_s2_b2_wg_lz_s2, 64, 2, 2, 0, 0, 2, 0, 1, 3, 2)
+#endif
 #endif  // FP8_MLA_VARIANTS
