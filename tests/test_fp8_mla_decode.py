@@ -236,19 +236,22 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
 
 
 def test_the_next_device_call_in_notes_names_only_kernels_the_harness_knows():
-    """NOTES.md's round-6 device call is run verbatim by whoever next has device time: every variant it names
-    resolves in the harness on a CPU, with the CTAs per SM the kernel catalogue gives."""
+    """NOTES.md's round-8 device call ("Next call") is run verbatim by whoever next has device time: every variant
+    and self-tested kernel it names resolves in the harness on a CPU, with the CTAs per SM the catalogue gives."""
     import json
     import re as _re
 
     notes = (KERNEL / "NOTES.md").read_text()
-    m = _re.search(r"VARIANTS=(cu_[\w,]+)", notes[notes.index("### Round 6"):])
-    assert m, "NOTES.md round 6 lost its device call"
+    call = notes[notes.index("### Round 8"):]
+    call = call[call.index("Next call"):]
+    m, selftest = _re.search(r"VARIANTS=(cu_[\w,]+)", call), _re.search(r"SELFTEST=([\w,]+)", call)
+    assert m and selftest, "NOTES.md round 8 lost its device call"
     proc = _variants_script("--list", "--heads", "16", "--variants", m[1])
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfgs = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])["16"] for line in proc.stdout.splitlines()}
     assert set(cfgs) == set(m[1].split(","))
-    assert cfgs["cu_n32_s4_b2_ws"]["programs_per_sm"] == 2 and cfgs["cu_n32_s3_b3_1b"]["programs_per_sm"] == 3
+    assert {f"cu_{k}" for k in selftest[1].split(",")} <= set(cfgs)
+    assert cfgs["cu_n64_s2_b2_wg_lz"]["programs_per_sm"] == 2 and cfgs["cu_n64_s2_b2_1b_lz"]["block_n"] == 64
 
 
 def _run_ptx(asm: str, word: int) -> tuple[int, int]:

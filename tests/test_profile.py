@@ -210,6 +210,22 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path, monkeypatch):
     assert ns["_post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")
 
 
+def test_a_native_crash_is_named_by_its_fatal_signal_and_frame(tmp_path):
+    # a REAL SGLang 0.5.23 CPU server's log (verbatim): the torch profiler segfaulted stopping a by-stage DECODE
+    # profile (a busy suite, 2026-12-04). A native crash prints no exception line; the fatal signal and the
+    # crashing thread's innermost Python frame are what a person would quote.
+    ns = _host_script()
+    log = Path(__file__).parent / "data" / "runtime_logs" / "profiler_segfault--by-stage-decode-stop.log"
+    base = f"http://127.0.0.1:{free_port()}"
+    line = ns["explain_failure"](base, "/generate during profiling", None, "RemoteDisconnected", str(log))
+    assert ("and the server died: Fatal Python error: Segmentation fault (in torch/autograd/profiler.py:442 "
+            "__exit__) (from ") in line and line.endswith("restart it (inv restart) before profiling again")
+    # an exception after a fatal line would be the later cause: the last of either wins
+    later = tmp_path / "later.log"
+    later.write_text(log.read_text() + "[2026-12-04 03:18:00] RuntimeError: a later failure\n")
+    assert ns["death_cause"](str(later)) == "RuntimeError: a later failure"
+
+
 def test_runs_table_shows_a_profiles_own_status():
     """`inv runs` shows a profile run's status (ok / failed) though it has no bench headline."""
     from rich.console import Console

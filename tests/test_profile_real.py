@@ -21,12 +21,16 @@ def real_server(cpu_server):
     return cpu_server
 
 
+# torch's profiler itself can segfault when SGLang stops a by-stage DECODE profile right after the EXTEND one on a
+# busy machine (tests/data/runtime_logs/profiler_segfault--*.log; `inv profile` then names the crash in one line
+# and exits 5). Only that upstream crash earns a second try, on a fresh server (cpu_server restarts a dead one).
+@pytest.mark.flaky(reruns=1, only_rerun=[r"Fatal Python error: Segmentation fault \(in torch/"])
 def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path):
     sb = make_sandbox([{"name": "cpu-host", "tags": ["sandbox"]}], name="real-profile")
     env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art")}
     r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--steps", "8",
                 "--output-len", "16", "--json", env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["ok"] and not doc["standin"] and doc["sglang_version"] == "0.5.23" and doc["device"] == "cpu"
     req = doc["request"]
@@ -55,7 +59,7 @@ def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path)
     # SGLang's per-stage naming: one EXTEND and one DECODE file for the one rank
     r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--steps", "4",
                 "--output-len", "12", "--by-stage", "--json", env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert sorted(os.path.basename(p) for p in doc["traces"]) == [
         f"sglops-{doc['profile_id']}-TP-0-{stage}.trace.json.gz" for stage in ("DECODE", "EXTEND")]
@@ -71,10 +75,10 @@ def test_profile_with_stack_names_the_source_lines(make_sandbox, real_server, tm
     env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art")}
     tree = str(site_packages() / "sglang")
     r = inv_cmd("probe-backends", "--host", "cpu-host", "--sglang-root", tree, "--json", env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     r = inv_cmd("profile", "--host", "cpu-host", "--port", str(real_server.port), "--steps", "4",
                 "--output-len", "12", "--stack", "--json", env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["request"]["with_stack"] is True
     (trace,) = doc["traces"]

@@ -149,9 +149,26 @@ def server_process(port, root=None):
 _EXC_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$")
 
 
+_FATAL = re.compile(r"^Fatal Python error: (.+)$")
+_FRAME = re.compile(r'^File "([^"]+)", line (\d+) in (\w+)')
+
+
+def _fatal_line(lines, at):
+    """`Fatal Python error: Segmentation fault (in torch/profiler/profiler.py:467 stop_trace)`: the fatal line at
+    index `at` and the crashing thread's innermost Python frame (faulthandler prints it first under "Current
+    thread"), shortened to its path below site-packages."""
+    text = f"Fatal Python error: {_FATAL.match(lines[at].strip()).group(1)}"
+    current = next((j for j in range(at + 1, min(len(lines), at + 200)) if lines[j].startswith("Current thread")), None)
+    frame = _FRAME.match(lines[current + 1].strip()) if current is not None and current + 1 < len(lines) else None
+    if frame:
+        text += f" (in {frame.group(1).split('site-packages/')[-1]}:{frame.group(2)} {frame.group(3)})"
+    return text[:300]
+
+
 def death_cause(log_path, since=None):
     """The last exception line a server log gained since offset `since` (`IndexError: index out of range in
-    self`), or None when it shows none."""
+    self`), or the last fatal signal (`Fatal Python error: Segmentation fault (in torch/profiler/profiler.py:467
+    stop_trace)`: a crash in native code leaves no exception line), or None when it shows neither."""
     if not log_path:
         return None
     try:
@@ -164,8 +181,11 @@ def death_cause(log_path, since=None):
     except OSError:
         return None
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        m = _EXC_LINE.match(line.strip())
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if _FATAL.match(line):
+            return _fatal_line(lines, i)
+        m = _EXC_LINE.match(line)
         if m and not m.group(1).startswith(("UserWarning", "FutureWarning", "DeprecationWarning")):
             return m.group(1)[:300]
     return None

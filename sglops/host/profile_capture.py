@@ -12,15 +12,13 @@ import tempfile
 import time
 
 from ._common import UserError, find_sglang, http, progress, server_port, sglops_dir
+from ._server_proc import death_cause
 from ._vocab import draw_prompt_ids, model_token_space
-from .server_common import http_get, local_url, read_json_file, tail
+from .server_common import http_get, local_url, read_json_file
 
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"
 PROMPT_LEN = 32
-_EXC_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$")
-
-
 def _post(url, body, timeout):
     """(status, text), or (None, what broke) also when the connection dies mid-answer (IncompleteRead is
     not an OSError): a server that dies during the request is then asked about, not a traceback."""
@@ -155,16 +153,6 @@ def _log_of(root):
     return None
 
 
-def last_error(log_path):
-    """The last exception line of a log (`IndexError: index out of range in self`), or None."""
-    lines = tail(log_path, 400) if log_path else []
-    for line in reversed(lines):
-        m = _EXC_LINE.match(line.strip())
-        if m and not m.group(1).startswith(("UserWarning", "FutureWarning", "DeprecationWarning")):
-            return m.group(1)[:300]
-    return None
-
-
 def explain_failure(base, what, status, text, log_path):
     """One line for a failed request: the server died (and why, from its log), stopped answering, or refused."""
     time.sleep(0.5)  # a dying server closes its socket a moment after the connection drops
@@ -172,7 +160,7 @@ def explain_failure(base, what, status, text, log_path):
     got = f"{status or ''} {str(text).strip()[:160]}".strip()
     if health == 200:
         return f"{what} failed while the server stays healthy: {got}"
-    cause = last_error(log_path)
+    cause = death_cause(log_path)  # the last exception line, or the fatal signal of a native crash
     state = "died" if health is None else f"is unhealthy (/health answered {health})"
     return (f"{what} failed ({got}) and the server {state}"
             + (f": {cause} (from {log_path})" if cause else "; its log says why")
