@@ -220,6 +220,10 @@ def test_a_native_crash_is_named_by_its_fatal_signal_and_frame(tmp_path):
     line = ns["explain_failure"](base, "/generate during profiling", None, "RemoteDisconnected", str(log))
     assert ("and the server died: Fatal Python error: Segmentation fault (in torch/autograd/profiler.py:442 "
             "__exit__) (from ") in line and line.endswith("restart it (inv restart) before profiling again")
+    # the same crash caught while the garbage collector ran: the first frame under "Current thread" still names it
+    gc = log.with_name("profiler_segfault--by-stage-decode-stop-while-collecting.log")
+    assert ns["death_cause"](str(gc)) == ("Fatal Python error: Segmentation fault (in sglang/srt/managers/"
+                                          "scheduler_components/profiler_manager.py:405 _stop_profile)")
     # an exception after a fatal line would be the later cause: the last of either wins
     later = tmp_path / "later.log"
     later.write_text(log.read_text() + "[2026-12-04 03:18:00] RuntimeError: a later failure\n")

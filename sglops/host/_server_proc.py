@@ -159,7 +159,11 @@ def _fatal_line(lines, at):
     thread"), shortened to its path below site-packages."""
     text = f"Fatal Python error: {_FATAL.match(lines[at].strip()).group(1)}"
     current = next((j for j in range(at + 1, min(len(lines), at + 200)) if lines[j].startswith("Current thread")), None)
-    frame = _FRAME.match(lines[current + 1].strip()) if current is not None and current + 1 < len(lines) else None
+    frame = None  # the first frame line under it ("Garbage-collecting" may come first)
+    for line in lines[current + 1:current + 4] if current is not None else []:
+        frame = _FRAME.match(line.strip())
+        if frame:
+            break
     if frame:
         text += f" (in {frame.group(1).split('site-packages/')[-1]}:{frame.group(2)} {frame.group(3)})"
     return text[:300]
