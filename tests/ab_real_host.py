@@ -88,13 +88,12 @@ def run_ab(env: dict, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     return proc, json.loads(proc.stdout)
 
 
-def why(proc: subprocess.CompletedProcess, doc: dict) -> str:
-    """A failed `inv ab --json`'s own account: its one-line error (it goes to the JSON, not stderr), the server
-    log tail the error names, and stderr's tail."""
-    lines = [f"exit {proc.returncode}: {doc.get('error')}"]
-    log = Path(doc.get("folder") or "/nonexistent")
-    for tail in sorted(log.rglob("server*.log"))[-2:] if log.is_dir() else []:
-        lines.append(f"--- {tail}:\n" + tail.read_text(errors="replace")[-2000:])
+def why(proc: subprocess.CompletedProcess, doc: dict, env: dict) -> str:
+    """A failed `inv ab --json`'s own account: its one-line error (it goes to the JSON, not stderr), the tail of
+    the sandbox host's server log, and stderr's tail."""
+    lines = [f"exit {proc.returncode}: {doc.get('error') or doc.get('verdict')}"]
+    for log in sorted(Path(env["SGLOPS_ARTIFACTS"]).parent.glob("hosts/**/server.log"))[-1:]:
+        lines.append(f"--- {log}:\n" + log.read_text(errors="replace")[-2000:])
     return "\n".join([*lines, proc.stderr[-3000:]])
 
 

@@ -37,7 +37,7 @@ def test_a_patch_that_perturbs_the_logits_is_caught_and_reverted(real_ab):
     shared = sglang_cpu.sglang_tree() / "srt" / "layers" / "sampler.py"
     assert sampler.stat().st_ino == shared.stat().st_ino  # hard-linked until the patch replaces it
     proc, doc = run_ab(env, "-a", "cpu", "--patch", PATCH, "--rounds", "1", "--require-identical")
-    assert proc.returncode == 8, why(proc, doc)  # --require-identical: a difference is a failure
+    assert proc.returncode == 8, why(proc, doc, env)  # --require-identical: a difference is a failure
     assert doc["kind"] == "differ" and "OUTPUTS DIFFER" in doc["error"] and "Traceback" not in proc.stderr
     print(f"\nab perturbed, 1 round: {doc['wall_s']} s; {doc['verdict']}")
     assert doc["rounds"][1]["patches"] == [PATCH] and doc["rounds"][0]["patches"] == []
@@ -60,7 +60,7 @@ def test_a_patch_that_perturbs_the_logits_is_caught_and_reverted(real_ab):
 def test_a_kv_dtype_profile_change_is_an_unintended_config_difference(real_ab):
     sb, env, site = real_ab
     proc, doc = run_ab(env, "-a", "cpu", "-b", "cpu-kv-bf16", "--rounds", "1", "--require-same-config")
-    assert proc.returncode == 8 and "UNINTENDED" in doc["error"], why(proc, doc)
+    assert proc.returncode == 8 and "UNINTENDED" in doc["error"], why(proc, doc, env)
     print(f"\nab kv dtype, 1 round: {doc['wall_s']} s; {doc['verdict']}")
     assert doc["unintended"] == ["kv_cache_dtype"]
     A_ROUNDS.append(doc["rounds"][0]["run_id"])
@@ -85,7 +85,7 @@ def test_two_runs_of_the_same_profile_are_identical(real_ab):
     runs = A_ROUNDS[:2]
     if len(runs) < 2:
         proc, doc = run_ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "1", "--require-identical")
-        assert proc.returncode == 0, why(proc, doc)
+        assert proc.returncode == 0, why(proc, doc, env)
         assert "outputs identical (2 prompts, logprobs equal)" in doc["verdict"]
         assert "too few rounds for a speed verdict (1 < 3)" in doc["verdict"]  # honest with 1 round
         assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")  # none ran before

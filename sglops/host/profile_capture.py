@@ -19,6 +19,8 @@ from .server_common import http_get, local_url, read_json_file
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"
 PROMPT_LEN = 32
+
+
 def _post(url, body, timeout):
     """(status, text), or (None, what broke) also when the connection dies mid-answer (IncompleteRead is
     not an OSError): a server that dies during the request is then asked about, not a traceback."""
