@@ -173,6 +173,37 @@ ns["_sglops_native_record"](d, indptr, ids, 140, 16, False)
 for label, wr, p in (("untagged graph", u, pool), ("disabled", d, pool), ("bf16 pool", w, pool.to(torch.bfloat16))):
     if ns["_sglops_native_decode"](wr, q[:, :, :512], q[:, :, 512:], p, layer, out) is not None:
         bad.append(label + ": took the kernel")
+    if ns["_sglops_native_kv_buffer"](p, wr, torch.bfloat16).dtype != torch.bfloat16:
+        bad.append(label + ": stock buffer not bf16")
+# 16 heads: no live-row buffer, the stock run (if ever taken) casts the whole pool
+if ns["_sglops_native_kv_buffer"](pool, w, torch.bfloat16).shape != pool.shape or w._sglops_native_rows is not None:
+    bad.append("16 heads: a live-row buffer")
+# more than 16 heads per GPU: gather-cast measured faster, so the plan records its rows and the stock run reads a
+# pool-shaped buffer whose live rows hold exactly the whole-pool cast's bytes (eager, and a graph's tagged buffer)
+whole = pool.to(torch.bfloat16)
+q128 = torch.randn(3, 128, 576).to(torch.bfloat16)
+old = torch.randint(0, 300, (4096,), dtype=torch.int32)  # a graph's stale tail: older slot ids (cast, never read)
+old[:140] = ids
+for label, wr, live_ids in (("eager 128", types.SimpleNamespace(), ids), ("graph 128", None, ids)):
+    if wr is None:
+        wr = types.SimpleNamespace(_use_cuda_graph=True)
+        wr._sglops_native_graph = ns["_sglops_native_graph"](old, 1024)
+        ns["_sglops_native_record"](wr, indptr, torch.zeros(140, dtype=torch.int32), 140, 128, True)
+    else:
+        ns["_sglops_native_record"](wr, indptr, ids, 140, 128, True)
+    if ns["_sglops_native_decode"](wr, q128[:, :, :512], q128[:, :, 512:], pool, layer,
+                                   torch.empty(3, 128, 512, dtype=torch.bfloat16)) is not None:
+        bad.append(label + ": took the kernel where gather-cast is faster")
+    kv = ns["_sglops_native_kv_buffer"](pool, wr, torch.bfloat16)
+    rows = live_ids.long()
+    if kv.shape != pool.shape or not torch.equal(kv[rows].view(torch.int16), whole[rows].view(torch.int16)):
+        bad.append(label + ": live rows differ from the whole-pool cast")
+# without gather-cast's package the kernel serves at 128 heads too (better than the whole-pool cast)
+ns["_sglops_cast_live_rows"] = None
+n = types.SimpleNamespace()
+ns["_sglops_native_record"](n, indptr, ids, 140, 128, True)
+if n._sglops_native is None or n._sglops_native_rows is not None:
+    bad.append("128 heads, no gather-cast package: kernel not recorded")
 print("\n".join(bad) if bad else "ok")
 """
 
@@ -199,7 +230,9 @@ def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path
             or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).startswith("_SGLOPS"))]
     helpers = tmp_path / "helpers.py"
     helpers.write_text(ast.unparse(ast.Module(keep, [])))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    gather = KERNEL.parent / "gather_cast"  # the live-row cast the patch falls back to above 16 heads
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(KERNEL), str(gather), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", PATCH_SCRIPT, str(helpers)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])

@@ -19,7 +19,9 @@ import os
 
 import torch
 
-__all__ = ["implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
+from ._picks import beats_gather_cast
+
+__all__ = ["beats_gather_cast", "implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
 __version__ = "0.3.0"
 
 

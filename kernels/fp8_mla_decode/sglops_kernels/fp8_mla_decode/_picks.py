@@ -26,3 +26,14 @@ def kernel_name(heads: int, family: str, batch: int | None = None, picks: Mappin
     chosen = DEFAULT[family] if picks is None else picks
     small = heads <= 16 or (batch is not None and batch <= SMALL_BATCH)
     return chosen[16 if small else 128]
+
+
+# H200 (BENCH.md v0.4, benchmarks/fp8_mla_table.py): (f)/(c) 0.28-0.87 at every 16-head cell; at 128 heads 1.10-2.47
+# at every cell but 4K x bs 1 (0.93), the kernel MMA-bound there (each 16-head block converts every tile again)
+NATIVE_MAX_HEADS = 16
+
+
+def beats_gather_cast(heads: int) -> bool:
+    """Whether this kernel is the faster decode for `heads` query heads per GPU than gather-cast + FlashInfer's
+    BF16 kernel (the patch then runs gather-cast's live-row cast instead: never slower than gather-cast)."""
+    return heads <= NATIVE_MAX_HEADS
