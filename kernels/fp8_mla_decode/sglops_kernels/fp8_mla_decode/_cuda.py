@@ -131,7 +131,7 @@ def find_nvcc() -> str:
 
 def variants_wanted() -> bool:
     """SGLOPS_FP8_MLA_VARIANTS=1: compile every kernel of KERNELS, not only the shipped picks (the variants
-    harness, Nsight Compute, cu_report.py). A host's build-kernel compiles the picks alone: 2 of the 38."""
+    harness, Nsight Compute, cu_report.py). A host's build-kernel compiles the picks alone (SHIPPED)."""
     return os.environ.get("SGLOPS_FP8_MLA_VARIANTS", "") not in ("", "0")
 
 

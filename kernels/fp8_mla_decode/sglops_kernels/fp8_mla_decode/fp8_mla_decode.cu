@@ -236,48 +236,25 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 
   unsigned long long* bars = (unsigned long long*)(smem + STAGES * BLOCK_N * ROW + SXB);
   unsigned long long* empty = bars + STAGES;  // PIPE 2 and 3
-  if (PIPE == 3) {
+  if (PIPE >= 2) {
     if (tid == 0)
       for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], 1); mbar_init(&empty[st], NWARPS); }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    __syncthreads();  // the only CTA-wide barrier: the warpgroups part here
+    __syncthreads();  // the only CTA-wide barrier of PIPE 2 and 3: the roles split below
     if (warp >= NWARPS) {
-      regs_dec<PRODUCER_REGS>();
-      constexpr int QR = BLOCK_N / NWARPS;  // rows per producer warp
-      const int row = (warp - NWARPS) * QR + lane;
-      auto slot_at = [&](int tile) -> Slot {
-        i64 tok = lo + (i64)tile * BLOCK_N + row;
-        if (tok >= hi) tok = lo;  // past the split's end: the split's first row (finite, masked out of S)
-        return slot_load(ids, start, tok, page, tile < ntiles && lane < QR);
-      };
-      Slot cur = slot_at(0);
-      for (int tl = 0; tl < ntiles && !(SKIP & 4); ++tl) {
-        const int st = tl % STAGES;
-        const Slot nxt = slot_at(tl + 1);  // looked up before the wait: its latency hides behind it
-        if (tl >= STAGES) mbar_wait(&empty[st], ((tl / STAGES) - 1) & 1);  // tile tl - STAGES released
-        if (warp == NWARPS && lane == 0) mbar_expect_tx(&bars[st], BLOCK_N * DQK);
-        if (lane < QR)
-          bulk_row(ring + st * BLOCK_N * ROW + row * ROW, pool + slot_row(cur, page) * pool_stride, DQK, &bars[st]);
-        cur = nxt;
-      }
-      return;
-    }
-    regs_inc<CONSUMER_REGS>();
-  }
-  if (PIPE == 2) {
-    if (tid == 0)
-      for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], 1); mbar_init(&empty[st], NWARPS); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    __syncthreads();  // the only CTA-wide barrier of PIPE 2: the roles split below
-    if (warp == NWARPS) {
-      // the producer: lane l gathers row l (and l + 32, ...) of every tile; the slots of tile t + 1 are looked
-      // up before waiting for tile t's stage, so the index load's latency is off the critical path
-      constexpr int PR = (BLOCK_N + 31) / 32;
+      // the producers. PIPE 2, one warp: lane l gathers row l (and l + 32, ...) of every tile. PIPE 3, a warpgroup
+      // that first gives its registers to the consumers: warp 4 + w gathers rows w * BLOCK_N / 4 + lane. The slots
+      // of tile t + 1 are looked up before waiting for tile t's stage, so the index load's latency is off the
+      // critical path.
+      if (PIPE == 3) regs_dec<PRODUCER_REGS>();
+      constexpr int PR = PIPE == 3 ? 1 : (BLOCK_N + 31) / 32;          // rows per lane
+      constexpr int QR = PIPE == 3 ? BLOCK_N / NWARPS : BLOCK_N;       // rows per producer warp
+      auto row_of = [&](int k) { return PIPE == 3 ? (warp - NWARPS) * QR + lane : lane + 32 * k; };
+      auto mine = [&](int k) { return PIPE == 3 ? lane < QR : lane + 32 * k < BLOCK_N; };
       auto slot_at = [&](int tile, int k) -> Slot {
-        const int row = lane + 32 * k;
-        i64 tok = lo + (i64)tile * BLOCK_N + row;
+        i64 tok = lo + (i64)tile * BLOCK_N + row_of(k);
         if (tok >= hi) tok = lo;  // past the split's end: the split's first row (finite, masked out of S)
-        return slot_load(ids, start, tok, page, tile < ntiles && row < BLOCK_N);
+        return slot_load(ids, start, tok, page, tile < ntiles && mine(k));
       };
       Slot cur[PR];
 #pragma unroll
@@ -288,19 +265,19 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 #pragma unroll
         for (int k = 0; k < PR; ++k) nxt[k] = slot_at(tl + 1, k);
         if (tl >= STAGES) mbar_wait(&empty[st], ((tl / STAGES) - 1) & 1);  // tile tl - STAGES released
-        if (lane == 0) mbar_expect_tx(&bars[st], BLOCK_N * DQK);
+        if ((PIPE == 2 || warp == NWARPS) && lane == 0) mbar_expect_tx(&bars[st], BLOCK_N * DQK);
         __syncwarp();
 #pragma unroll
         for (int k = 0; k < PR; ++k) {
-          const int row = lane + 32 * k;
-          if (row < BLOCK_N)
-            bulk_row(ring + st * BLOCK_N * ROW + row * ROW, pool + slot_row(cur[k], page) * pool_stride, DQK,
+          if (mine(k))
+            bulk_row(ring + st * BLOCK_N * ROW + row_of(k) * ROW, pool + slot_row(cur[k], page) * pool_stride, DQK,
                      &bars[st]);
           cur[k] = nxt[k];
         }
       }
       return;
     }
+    if (PIPE == 3) regs_inc<CONSUMER_REGS>();
   }
 
   // q fragments for this warp's 144 dims, in the permuted k order (see the header)
