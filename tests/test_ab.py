@@ -216,13 +216,8 @@ def test_a_round_whose_timings_are_not_clean_still_compares_outputs_and_the_ab_g
     assert "suspect request" in doc["rounds"][1]["error"]
     assert doc["identical"] is True and doc["speed"]["ratio"] is None
     assert "no speed figure" in doc["verdict"] and "round 1 B: timings not clean" in doc["verdict"]
-    assert _ab_record_of(env, doc["run_id"])["status"] == "partial" and doc["restore"]["ok"]
+    assert _ab_record(env)["status"] == "partial" and doc["restore"]["ok"]
     assert _host_state(sb) == before
-
-
-def _ab_record_of(env, run_id: str) -> dict:
-    (abrun,) = [m for m in _runs(env) if m["task"] == "ab" and m["run_id"] == run_id]
-    return abrun
 
 
 # -- interrupts (red team F11): real signals to a real `inv ab` process against the sandbox host -----------------
