@@ -21,7 +21,7 @@ if [ -n "${MICRO:-}" ]; then nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -o /
 # named CUDA kernel before any timing -> $OUT/selftest.txt
 if [ -n "${SELFTEST:-}" ]; then (cd kernels/fp8_mla_decode && SGLOPS_FP8_MLA_KERNELS=$SELFTEST timeout 150 \
   python3 selftest.py) > $OUT/selftest.txt 2>&1; echo "selftest rc=$?" >> $OUT/selftest.txt; cat $OUT/selftest.txt; fi
-timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget ${BUDGET:-190} \
+timeout $((${BUDGET:-190} + 40)) python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget ${BUDGET:-190} \
   ${VARIANTS:+--variants $VARIANTS} ${HEADS:+--heads $HEADS} > $OUT/variants.txt 2>&1
 echo "variants rc=$?" >> $OUT/variants.txt
 tail -60 $OUT/variants.txt

@@ -139,15 +139,20 @@ def build_site(pins: tuple[str, ...], archive: Path, *, trim: bool) -> int:
     return archive.stat().st_size
 
 
-def build_model(dest: Path) -> None:
-    """The tiny MLA model's config and tokenizer, made in the SGLang CPU venv (it has transformers/tokenizers)."""
+# The tiny MLA models the tier carries: 16 heads (the fp8-mla-native kernel's side of its dispatch) and 128
+# (DeepSeek-V3's count at TP 1: the patch dispatches to gather-cast's cast there). Each is a config and a tokenizer.
+MODELS = {"tiny-mla": 16, "tiny-mla-h128": 128}
+
+
+def build_model(dest: Path, heads: int = 16) -> None:
+    """A tiny MLA model's config and tokenizer, made in the SGLang CPU venv (it has transformers/tokenizers)."""
     from sglops.sandbox import sglang_cpu
 
     python = sglang_cpu.venv_python()
     if not python.exists():
         raise SystemExit("gpu-tier: the SGLang CPU venv is missing: run `python -m sglops.sandbox.sglang_cpu` first")
     maker = Path(__file__).with_name("make_tiny_mla.py")
-    subprocess.run([str(python), str(maker), str(dest)], check=True)
+    subprocess.run([str(python), str(maker), str(dest), "--heads", str(heads)], check=True)
 
 
 def build(dest: Path | None = None) -> dict:
@@ -156,8 +161,9 @@ def build(dest: Path | None = None) -> dict:
     t0 = time.monotonic()
     sizes = {"site.tar.xz": build_site(SERVER_PINS, dest / "site.tar.xz", trim=True),
              "tools.tar.xz": build_site(TOOL_PINS, dest / "tools.tar.xz", trim=False)}
-    build_model(dest / "tiny-mla")
-    total = sum(sizes.values()) + sum(p.stat().st_size for p in (dest / "tiny-mla").iterdir())
+    for name, heads in MODELS.items():
+        build_model(dest / name, heads)
+    total = sum(sizes.values()) + sum(p.stat().st_size for name in MODELS for p in (dest / name).iterdir())
     info = {"sglang": SGLANG_VERSION, "bytes": sizes, "total_bytes": total, "seconds": round(time.monotonic() - t0, 1)}
     (dest / "tier.json").write_text(json.dumps(info, indent=1) + "\n")
     if total > CARRY_LIMIT - 8 * 2**20:
@@ -246,9 +252,10 @@ def up(src: Path, root: Path) -> dict:
     if not (tools / "fabric").is_dir():
         _unpack(src / "tools.tar.xz", tools)
     bench = root / "bench"  # filled by `up-bench` from a later call (the carry limit: see build_bench)
-    model = root / "tiny-mla"
-    if not model.is_dir():
-        shutil.copytree(src / "tiny-mla", model)
+    model = root / "tiny-mla"  # the others lie beside it: profiles name them as {vars.model_dir}-h128
+    for name in MODELS:
+        if not (root / name).is_dir() and (src / name).is_dir():
+            shutil.copytree(src / name, root / name)
     repo = Path(__file__).resolve().parents[2]
     env = {
         "PYTHONPATH": os.pathsep.join([str(site), str(tools), str(repo), str(bench)]),

@@ -3,9 +3,10 @@
 No weights: the GPU server loads it with `--load-format dummy` (SGLang fills every tensor from a fixed seed,
 so two starts of one build give the same weights and greedy outputs can be compared across restarts).
 The shape is what makes SGLang take its MLA paths: kv_lora_rank 512 + qk_rope_head_dim 64 = the 576-wide
-latent KV row of DeepSeek-V2/V3, R1 and GLM-5, 16 heads; every layer dense (`first_k_dense_replace` =
+latent KV row of DeepSeek-V2/V3, R1 and GLM-5, 16 heads (or 128: `--heads 128`, DeepSeek-V3's count at
+TP 1, where the fp8-mla-native patch dispatches to gather-cast's cast); every layer dense (`first_k_dense_replace` =
 layers), so no MoE kernels are needed; transformers 5 still wants `n_routed_experts` to be an int.
-Runs in the SGLang CPU venv (tokenizers + transformers): `python make_tiny_mla.py DEST`.
+Runs in the SGLang CPU venv (tokenizers + transformers): `python make_tiny_mla.py DEST [--heads N]`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ VOCAB = 4096
 LAYERS = 4
 
 
-def config() -> dict:
+def config(heads: int = 16) -> dict:
     return {
         "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "torch_dtype": "bfloat16",
         "vocab_size": VOCAB, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": LAYERS,
-        "num_attention_heads": 16, "num_key_value_heads": 16,
+        "num_attention_heads": heads, "num_key_value_heads": heads,
         # MLA: a 512-wide latent + 64 rope dims per token = the 576-wide KV row; no q LoRA
         "q_lora_rank": None, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
         "v_head_dim": 128,
@@ -36,18 +37,24 @@ def config() -> dict:
     }
 
 
-def main(dest: str) -> None:
+def main(dest: str, heads: int = 16) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from make_tiny_model import make_tokenizer  # the CPU sandbox's tokenizer recipe, at this vocabulary
 
     path = Path(dest)
     path.mkdir(parents=True, exist_ok=True)
     make_tokenizer(path, VOCAB)
-    (path / "config.json").write_text(json.dumps(config(), indent=1) + "\n")
+    (path / "config.json").write_text(json.dumps(config(heads), indent=1) + "\n")
     (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
     (path / "sglops-model.json").write_text(json.dumps({"made_by": "sglops gpu tier", "vocab_size": VOCAB,
                                                         "weights": "--load-format dummy"}) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dest")
+    ap.add_argument("--heads", type=int, default=16, help="attention heads (16: the tier's model; 128: DeepSeek-V3's)")
+    args = ap.parse_args()
+    main(args.dest, args.heads)
