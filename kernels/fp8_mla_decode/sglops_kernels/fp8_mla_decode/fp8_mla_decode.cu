@@ -24,6 +24,15 @@
 #define NEG_INF __int_as_float(0xff800000)
 #define PRODUCER_REGS 32   // PIPE 3: registers per producer thread after setmaxnreg
 #define CONSUMER_REGS 224  // PIPE 3: per consumer thread; (32 + 224) x 128 threads x 2 CTAs = the SM's 65,536
+// PIPE 3: how many producer warps arm a stage's "full" mbarrier. Each warp, for its own rows (one arrival and
+// expect_tx each, before its copies): no copy can complete on a stage before its own bytes are expected.
+// -DFP8_MLA_PIPE3_ONE_ARM: warp 4 alone arms the whole tile (round 8 as first timed: wrong outputs whenever two
+// CTAs shared an SM, NOTES.md "Round 8, timed"), so the other warps' bytes could land before the expect_tx.
+#ifdef FP8_MLA_PIPE3_ONE_ARM
+#define PIPE3_ARMS 1
+#else
+#define PIPE3_ARMS NWARPS
+#endif
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -238,7 +247,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   unsigned long long* empty = bars + STAGES;  // PIPE 2 and 3
   if (PIPE >= 2) {
     if (tid == 0)
-      for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], 1); mbar_init(&empty[st], NWARPS); }
+      for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], PIPE == 3 ? PIPE3_ARMS : 1); mbar_init(&empty[st], NWARPS); }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();  // the only CTA-wide barrier of PIPE 2 and 3: the roles split below
     if (warp >= NWARPS) {
@@ -265,7 +274,8 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 #pragma unroll
         for (int k = 0; k < PR; ++k) nxt[k] = slot_at(tl + 1, k);
         if (tl >= STAGES) mbar_wait(&empty[st], ((tl / STAGES) - 1) & 1);  // tile tl - STAGES released
-        if ((PIPE == 2 || warp == NWARPS) && lane == 0) mbar_expect_tx(&bars[st], BLOCK_N * DQK);
+        if ((PIPE == 2 || PIPE3_ARMS == NWARPS || warp == NWARPS) && lane == 0)
+          mbar_expect_tx(&bars[st], PIPE == 3 ? BLOCK_N / PIPE3_ARMS * DQK : BLOCK_N * DQK);
         __syncwarp();
 #pragma unroll
         for (int k = 0; k < PR; ++k) {
