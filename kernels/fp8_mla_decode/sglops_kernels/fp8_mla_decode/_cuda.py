@@ -83,6 +83,11 @@ KERNELS = {
     "n64_s2_b2_wg_lz": (64, 2, 2),
     "n64_s2_b2_wg": (64, 2, 2),
     "n64_s2_b2_wg_lz_s2": (64, 2, 2),  # and two S accumulator sets (the consumers have registers to spare)
+    # round 8b (NOTES.md): the _wg kernels measured wrong whenever two CTAs shared an SM (setmaxnreg); _wg2 is the
+    # same producer warpgroup at one CTA per SM, serving two consumer warpgroups (384 threads, two work items each)
+    "n64_s2_b1_wg2": (64, 2, 1),
+    "n64_s2_b1_wg2_lz": (64, 2, 1),
+    "n64_s2_b1_wg2_lz_s2": (64, 2, 1),
 }
 
 
@@ -91,18 +96,24 @@ def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False, pipe: int = 0
     [4 warps][16][block_n + 8] fp32 buffer; pipes 1-2: two [4 warps][block_n / 8][32 lanes] float4 buffers), the
     stages' mbarriers (64 B; pipes 1-2 128 B: full and empty per stage), and (_qs kernels) the q fragments."""
     sx = 4 * 16 * (block_n + 8) * 4 + 64 if pipe == 0 else 2 * 4 * (block_n // 8) * 32 * 16 + 128
-    return stages * block_n * ROW_BYTES + sx + (4 * 9 * 32 * 16 if q_in_smem else 0)
+    one = stages * block_n * ROW_BYTES + sx + (4 * 9 * 32 * 16 if q_in_smem else 0)
+    return 2 * one if pipe == 4 else one  # pipe 4: each consumer warpgroup its own slice
 
 
 def pipe_of(name: str) -> int:
     """How the kernel's warps meet per tile (the .cu's PIPE): 0 two CTA barriers, 1 one (_1b), 2 warp
     specialised (_ws), 3 a producer warpgroup (_wg)."""
-    return 3 if "_wg" in name else 2 if "_ws" in name else 1 if "_1b" in name else 0
+    return 4 if "_wg2" in name else 3 if "_wg" in name else 2 if "_ws" in name else 1 if "_1b" in name else 0
 
 
 def threads_of(name: str) -> int:
     """Threads per CTA: four consumer warps, and the producer warp (_ws) or warpgroup (_wg)."""
-    return {2: 160, 3: 256}.get(pipe_of(name), 128)
+    return {2: 160, 3: 256, 4: 384}.get(pipe_of(name), 128)
+
+
+def items_of(name: str) -> int:
+    """Work items (one request's split of 16 heads) per CTA: two for _wg2 (one per consumer warpgroup), else one."""
+    return 2 if pipe_of(name) == 4 else 1
 
 
 def kernel_smem(name: str) -> int:
@@ -319,7 +330,8 @@ def config_for(heads: int, family: str | None = None, batch: int | None = None) 
 def config_of(name: str, min_rows: int = 256) -> dict:
     """The launch config of kernel `name`, in the shape splits_for reads (16 heads per CTA at any head count)."""
     block_n, _, per_sm = KERNELS[name]
-    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": min_rows}
+    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm * items_of(name),
+            "min_rows": min_rows}
 
 
 def min_rows_for(max_len: int) -> int:
@@ -365,7 +377,7 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
             part.data_ptr(), lse.data_ptr(), out.data_ptr(), qk_scale, float(kv_scale), heads, raw.stride(0),
             q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits, int(page_size), int(direct))
     types = (vp, vp, vp, vp, vp, vp, vp, vp, f32, f32, i32, i64, i64, i64, i64, i64, i32, i32, i32)
-    module().launch(name, ((heads + 15) // 16, n_splits, batch), args, types)
+    module().launch(name, ((heads + 15) // 16, -(-n_splits // items_of(name)), batch), args, types)
     if not direct:
         _triton._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits,
                                                 CKV=512, SPLITS=_triton.MAX_SPLITS, num_warps=4)

@@ -24,6 +24,8 @@
 #define NEG_INF __int_as_float(0xff800000)
 #define PRODUCER_REGS 32   // PIPE 3: registers per producer thread after setmaxnreg
 #define CONSUMER_REGS 224  // PIPE 3: per consumer thread; (32 + 224) x 128 threads x 2 CTAs = the SM's 65,536
+#define PRODUCER_REGS_1 40   // PIPE 4 (one CTA per SM): producers give back to 40 registers per thread ...
+#define CONSUMER_REGS_1 232  // ... and the two consumer warpgroups take 232: (2 x 232 + 40) x 128 = 64,512
 // PIPE 3: how many producer warps arm a stage's "full" mbarrier. Each warp, for its own rows (one arrival and
 // expect_tx each, before its copies): no copy can complete on a stage before its own bytes are expected.
 // -DFP8_MLA_PIPE3_ONE_ARM: warp 4 alone arms the whole tile (round 8 as first timed: wrong outputs whenever two
@@ -132,16 +134,20 @@ __device__ __forceinline__ void named_bar_sync(int id, int count) {
 }
 
 // Hopper's register hand-over between warpgroups (sm_90a only; PIPE 3): the producer warpgroup gives registers
-// back, the consumers take them. Elsewhere a no-op (PIPE 3 kernels are built for sm_90a alone, see the end).
+// back, the consumers take them. Elsewhere a no-op (PIPE 3 kernels are built for sm_90a alone, see the end), and
+// with -DFP8_MLA_PIPE3_NO_SETMAXNREG (a diagnostic build: the consumers then spill under the 128-register cap).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(FP8_MLA_PIPE3_NO_SETMAXNREG)
+#define FP8_MLA_SETMAXNREG 1
+#endif
 template <int N>
 __device__ __forceinline__ void regs_dec() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(FP8_MLA_SETMAXNREG)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
 }
 template <int N>
 __device__ __forceinline__ void regs_inc() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(FP8_MLA_SETMAXNREG)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
 }
@@ -205,7 +211,13 @@ __device__ __forceinline__ float vscale(int j) {
 // split), so no consumer warp spends an instruction on a copy or an index load (round 7's Nsight Compute: the
 // copy loop, ELECT / R2UR / UBLKCP serialised over the issuing lanes, ~20% of the pick's stall samples), and
 // setmaxnreg hands the producers' registers to the consumers (PRODUCER_REGS + CONSUMER_REGS = 2 x 128: two CTAs
-// of 256 threads per SM, the consumers at up to 224 registers). sm_90a only.
+// of 256 threads per SM, the consumers at up to 224 registers). sm_90a only. MEASURED WRONG on the H200: outputs
+// off whenever two such CTAs share an SM (right with one CTA per SM, and right without setmaxnreg): kept as the
+// record of it (NOTES.md "Round 8, timed"); PIPE 4 is the design that holds.
+// 4: PIPE 3 at one CTA per SM (384 threads, the register hand-over FA3 and FlashMLA use): two consumer warpgroups,
+// each the four consumer warps of its own work item (split 2 x blockIdx.y + group of request blockIdx.z) with its
+// own ring, partial-S buffers, mbarriers and named barrier; warps 8-11 the producers, two per group, each issuing
+// 32 rows of every tile and arming the stage for them. sm_90a only.
 // SACC: accumulator sets of the S product (2: even and odd k-steps into separate registers, summed after, so that
 // each HMMA waits on the one two steps back: 8 independent chains per warp instead of 4).
 template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY, int PIPE, int SACC>
@@ -226,28 +238,38 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   static_assert(PIPE == 0 || 2 * STAGES * 8 <= BARB, "mbarrier area");
   static_assert(PIPE != 2 || LOADER == 1, "PIPE 2: the producer warp issues every row");
   static_assert(PIPE != 3 || LOADER == 2, "PIPE 3: each producer warp issues a quarter of the rows");
+  static_assert(PIPE != 4 || (LOADER == 2 && BLOCK_N == 64), "PIPE 4: two producer warps per group, 32 rows each");
   static_assert(PIPE != 1 || LOADER == 1 || LOADER == 2, "PIPE 1: the tile is waited for on its mbarrier, not by cp.async groups");
   static_assert(LOADER != 3 || (BLOCK_N == 32 && PIPE == 0), "LOADER 3: one slot per lane, cp.async groups");
   constexpr bool CPA = LOADER == 0 || LOADER == 3;  // completion by cp.async groups, not mbarriers
-  extern __shared__ __align__(128) u8 smem[];
+  extern __shared__ __align__(128) u8 smem_all[];
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  // PIPE 4: warps 0-7 consume (group tid / 128, warp within it tid / 32 % 4), warps 8-11 produce (group
+  // (warp - 8) / 2); each group owns one slice of shared memory and one work item. Elsewhere one group.
+  const int raw_warp = tid >> 5;
+  const int grp = PIPE == 4 ? (raw_warp < 2 * NWARPS ? raw_warp / NWARPS : (raw_warp - 2 * NWARPS) / 2) : 0;
+  const int warp = PIPE == 4 && raw_warp < 2 * NWARPS ? raw_warp % NWARPS : raw_warp;
+  u8* smem = smem_all + grp * (STAGES * BLOCK_N * ROW + SXB + BARB + (QS ? NWARPS * (SDIMS / 16) * 32 * 16 : 0));
   u8* ring = smem;
   float* sx = (float*)(smem + STAGES * BLOCK_N * ROW);
   float4* sxf = (float4*)(smem + STAGES * BLOCK_N * ROW);
 
-  const int s = blockIdx.y, b = blockIdx.z, h0 = blockIdx.x * 16;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int s = PIPE == 4 ? 2 * blockIdx.y + grp : blockIdx.y, b = blockIdx.z, h0 = blockIdx.x * 16;
   const i64 start = indptr[b];
   const i64 length = page == 1 ? (i64)indptr[b + 1] - start : (i64)lens[b];
   const i64 per = ((length + n_splits - 1) / n_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
-  const i64 lo = (i64)s * per;
+  const i64 lo = (i64)s * per;  // PIPE 4: a group past n_splits gets lo >= length, no tiles, and writes nothing
   const i64 hi = lo + per < length ? lo + per : length;
   const int ntiles = hi > lo ? (int)((hi - lo + BLOCK_N - 1) / BLOCK_N) : 0;
 
   unsigned long long* bars = (unsigned long long*)(smem + STAGES * BLOCK_N * ROW + SXB);
   unsigned long long* empty = bars + STAGES;  // PIPE 2 and 3
   if (PIPE >= 2) {
-    if (tid == 0)
-      for (int st = 0; st < STAGES; ++st) { mbar_init(&bars[st], PIPE == 3 ? PIPE3_ARMS : 1); mbar_init(&empty[st], NWARPS); }
+    if (PIPE == 4 ? tid % (32 * NWARPS) == 0 && tid < 64 * NWARPS : tid == 0)  // each group's own
+      for (int st = 0; st < STAGES; ++st) {
+        mbar_init(&bars[st], PIPE == 4 ? 2 : PIPE == 3 ? PIPE3_ARMS : 1);
+        mbar_init(&empty[st], NWARPS);
+      }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();  // the only CTA-wide barrier of PIPE 2 and 3: the roles split below
     if (warp >= NWARPS) {
@@ -256,10 +278,13 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       // of tile t + 1 are looked up before waiting for tile t's stage, so the index load's latency is off the
       // critical path.
       if (PIPE == 3) regs_dec<PRODUCER_REGS>();
-      constexpr int PR = PIPE == 3 ? 1 : (BLOCK_N + 31) / 32;          // rows per lane
-      constexpr int QR = PIPE == 3 ? BLOCK_N / NWARPS : BLOCK_N;       // rows per producer warp
-      auto row_of = [&](int k) { return PIPE == 3 ? (warp - NWARPS) * QR + lane : lane + 32 * k; };
-      auto mine = [&](int k) { return PIPE == 3 ? lane < QR : lane + 32 * k < BLOCK_N; };
+      if (PIPE == 4) regs_dec<PRODUCER_REGS_1>();
+      constexpr int PR = PIPE >= 3 ? 1 : (BLOCK_N + 31) / 32;          // rows per lane
+      constexpr int QR = PIPE == 3 ? BLOCK_N / NWARPS : PIPE == 4 ? BLOCK_N / 2 : BLOCK_N;  // rows per producer warp
+      auto row_of = [&](int k) {
+        return PIPE == 3 ? (warp - NWARPS) * QR + lane : PIPE == 4 ? (warp & 1) * QR + lane : lane + 32 * k;
+      };
+      auto mine = [&](int k) { return PIPE >= 3 ? lane < QR : lane + 32 * k < BLOCK_N; };
       auto slot_at = [&](int tile, int k) -> Slot {
         i64 tok = lo + (i64)tile * BLOCK_N + row_of(k);
         if (tok >= hi) tok = lo;  // past the split's end: the split's first row (finite, masked out of S)
@@ -274,8 +299,8 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 #pragma unroll
         for (int k = 0; k < PR; ++k) nxt[k] = slot_at(tl + 1, k);
         if (tl >= STAGES) mbar_wait(&empty[st], ((tl / STAGES) - 1) & 1);  // tile tl - STAGES released
-        if ((PIPE == 2 || PIPE3_ARMS == NWARPS || warp == NWARPS) && lane == 0)
-          mbar_expect_tx(&bars[st], PIPE == 3 ? BLOCK_N / PIPE3_ARMS * DQK : BLOCK_N * DQK);
+        if ((PIPE != 3 || PIPE3_ARMS == NWARPS || warp == NWARPS) && lane == 0)
+          mbar_expect_tx(&bars[st], PIPE == 4 ? QR * DQK : PIPE == 3 ? BLOCK_N / PIPE3_ARMS * DQK : BLOCK_N * DQK);
         __syncwarp();
 #pragma unroll
         for (int k = 0; k < PR; ++k) {
@@ -288,6 +313,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       return;
     }
     if (PIPE == 3) regs_inc<CONSUMER_REGS>();
+    if (PIPE == 4) regs_inc<CONSUMER_REGS_1>();
   }
 
   // q fragments for this warp's 144 dims, in the permuted k order (see the header)
@@ -457,7 +483,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
           load_slots(i + STAGES);
         }
       } else {
-        named_bar_sync(1, NWARPS * 32);
+        named_bar_sync(1 + grp, NWARPS * 32);
       }
 #pragma unroll
       for (int w2 = 1; w2 < NWARPS; ++w2) {
@@ -554,6 +580,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
     }
   }
   cp_async_wait<0>();
+  if (PIPE == 4 && s >= n_splits) return;  // the second group of an odd split count's last CTA: no work item
 
   // rows g (half 0) and g + 8 (half 1): the thread holds output dims 128 w + 32 t + 16 e + j, j = 0..15
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -595,7 +622,7 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 }
 
 #define DEFINE_KERNEL_S(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC)                                \
-  extern "C" __global__ void __launch_bounds__(PIPE == 3 ? 256 : PIPE == 2 ? 160 : 128, MINB)                                \
+  extern "C" __global__ void __launch_bounds__(PIPE == 4 ? 384 : PIPE == 3 ? 256 : PIPE == 2 ? 160 : 128, MINB)     \
       NAME(const u16* q, const u8* pool, const int* indptr, const int* ids, const int* lens, float* part,   \
            float* lse, u16* out, float qk_scale, float out_scale, int heads, i64 pool_stride, i64 q_sb,     \
            i64 q_sh, i64 o_sb, i64 o_sh, int n_splits, int page, int direct) {                              \
@@ -665,5 +692,9 @@ DEFINE_KERNEL(fp8_mla_n64_s2_b2_tma4, 64, 2, 2, 0, 0, 2, 0, 0, 0)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2_wg_lz, 64, 2, 2, 0, 0, 2, 0, 1, 3)
 DEFINE_KERNEL(fp8_mla_n64_s2_b2_wg, 64, 2, 2, 0, 0, 2, 0, 0, 3)
 DEFINE_KERNEL_S(fp8_mla_n64_s2_b2_wg_lz_s2, 64, 2, 2, 0, 0, 2, 0, 1, 3, 2)
+// round 8b: PIPE 3's producer warpgroup at one CTA per SM (PIPE 4: two consumer warpgroups, 384 threads)
+DEFINE_KERNEL(fp8_mla_n64_s2_b1_wg2, 64, 2, 1, 0, 0, 2, 0, 0, 4)
+DEFINE_KERNEL(fp8_mla_n64_s2_b1_wg2_lz, 64, 2, 1, 0, 0, 2, 0, 1, 4)
+DEFINE_KERNEL_S(fp8_mla_n64_s2_b1_wg2_lz_s2, 64, 2, 1, 0, 0, 2, 0, 1, 4, 2)
 #endif
 #endif  // FP8_MLA_VARIANTS
