@@ -269,8 +269,9 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
 
 
 def test_the_next_device_call_in_notes_names_only_kernels_the_harness_knows():
-    """NOTES.md's round-8 device call ("Next call") is run verbatim by whoever next has device time: every variant
-    and self-tested kernel it names resolves in the harness on a CPU, with the CTAs per SM the catalogue gives."""
+    """NOTES.md's newest device call (the first "Next call" of its round-8 sections) is run verbatim by whoever next
+    has device time: every variant and self-tested kernel it names resolves in the harness on a CPU, with the work
+    items per SM the catalogue gives (_wg2: one CTA per SM, two items each)."""
     import json
     import re as _re
 
@@ -284,7 +285,7 @@ def test_the_next_device_call_in_notes_names_only_kernels_the_harness_knows():
     cfgs = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])["16"] for line in proc.stdout.splitlines()}
     assert set(cfgs) == set(m[1].split(","))
     assert {f"cu_{k}" for k in selftest[1].split(",")} <= set(cfgs)
-    assert cfgs["cu_n64_s2_b2_wg_lz"]["programs_per_sm"] == 2 and cfgs["cu_n64_s2_b2_1b_lz"]["block_n"] == 64
+    assert cfgs["cu_n64_s2_b1_wg2"]["programs_per_sm"] == 2 and cfgs["cu_n64_s2_b2_1b_lz"]["block_n"] == 64
 
 
 def _run_ptx(asm: str, word: int) -> tuple[int, int]:
