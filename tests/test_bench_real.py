@@ -140,7 +140,9 @@ def test_two_runs_are_identical_and_a_kv_dtype_difference_is_flagged(real_server
     def run(port: int, api: str = "sglang") -> str:
         res = bench.run_bench(remote_a, runs=1, input_len=IN, output_len=OUT, concurrency="1,2", port=port, api=api,
                               with_facts=False, test_options={"seed": 14})
-        assert res.status == "ok", res.problems()
+        # outputs are what this test compares: a starved 2-core host may leave a request's timing out of the
+        # figures (status partial, "suspect"), never its tokens
+        assert res.status == "ok" or res.outputs_whole, res.problems()
         return bench.record(res, new_run_id()).run_id
 
     a, b, oai, kv = run(real_server.port), run(real_server.port), run(real_server.port, "openai"), \

@@ -83,3 +83,42 @@ def test_a_server_that_says_it_failed_but_hangs_is_recognised(host_side):
     assert host_side["FATAL"].search(port.read_text(errors="replace").split("Waiting for application shutdown")[0])
     healthy = "[2026-12-02 17:00:30] The server is fired up and ready to roll!\n"
     assert not host_side["FATAL"].search(healthy)
+
+
+def test_a_health_answer_cut_short_reads_as_no_answer_not_as_a_crash_of_the_wait(host_side):
+    """A server dying while it answers /health (seen under load: the restart step failed with http.client's
+    IncompleteRead, which is not an OSError) is "not up yet" to the health wait, which goes on until the process
+    dies or the timeout passes."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+
+    def answer_half():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n")  # then dies: no body
+            conn.close()
+
+    threading.Thread(target=answer_half, daemon=True).start()
+    try:
+        status, err = host_side["http_get"](f"http://127.0.0.1:{port}/health", timeout=2)
+        assert status is None and "IncompleteRead" in err
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            res = host_side["wait_healthy"](alive, "127.0.0.1", port, 0.5, "/nonexistent.log")
+        finally:
+            alive.kill()
+            alive.wait()
+        assert res["state"] == "timeout"
+    finally:
+        srv.close()

@@ -28,8 +28,9 @@ def tier(tmp_path_factory):
         (stage / "__init__.py").write_text("")
         with tarfile.open(src / archive, "w:xz") as tar:
             tar.add(stage, arcname=member)
-    (src / "tiny-mla").mkdir()
-    (src / "tiny-mla" / "config.json").write_text(json.dumps(make_tiny_mla.config()))
+    for name, heads in gpu_tier.MODELS.items():
+        (src / name).mkdir()
+        (src / name / "config.json").write_text(json.dumps(make_tiny_mla.config(heads)))
     root = tmp_path_factory.mktemp("gpu-root")
     env = gpu_tier.up(src, root)
     site = tmp_path_factory.mktemp("site-0.5.17")
@@ -59,6 +60,18 @@ def test_the_h200_profile_renders_for_the_real_0517_tree(tier):
     assert f"export PYTHONPATH={tier['env']['PYTHONPATH']}" in proc.stdout
     assert "validated against sglang 0.5.17" in proc.stdout + proc.stderr
     assert "casts the whole KV pool" in proc.stdout + proc.stderr
+
+
+def test_the_128_head_profile_serves_the_128_head_model_that_up_put_beside_the_16_head_one(tier):
+    """Above 16 heads per GPU the fp8-mla-native patch dispatches to gather-cast: the tier carries a 128-head model
+    (DeepSeek-V3's count at TP 1) so that branch runs end to end on the real server (docs/gpu.md)."""
+    heads = {name: json.loads((tier["root"] / name / "config.json").read_text())["num_attention_heads"]
+             for name in gpu_tier.MODELS}
+    assert heads == {"tiny-mla": 16, "tiny-mla-h128": 128}
+    proc = inv_cmd("render", "h200-tiny-mla-fp8-h128", "--host", "local", "--sglang-root", str(tier["site"]),
+                   env=tier["run_env"])
+    assert proc.returncode == 0, proc.stderr
+    assert str(tier["root"] / "tiny-mla-h128") in proc.stdout and "--kv-cache-dtype fp8_e4m3" in proc.stdout
 
 
 def test_the_play_plans_every_step_and_ab_against_the_0517_tree(tier):

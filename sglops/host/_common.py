@@ -54,10 +54,12 @@ def sha256_file(path):
 
 def http(url, body=None, timeout=2.0):
     """(status, body text) of a GET, or of a JSON POST when body is given, to the host's own server;
-    (None, error) when nothing answers. HTTP errors are answers too (their status and body)."""
+    (None, error) when nothing answers, or an answer is cut short (a server dying mid-response: http.client's
+    IncompleteRead / RemoteDisconnected are not OSErrors). HTTP errors are answers too (their status and body)."""
     import json
     import urllib.error
     import urllib.request
+    from http.client import HTTPException
 
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
@@ -67,8 +69,8 @@ def http(url, body=None, timeout=2.0):
             return resp.status, resp.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace")
-    except (OSError, ValueError) as exc:
-        return None, str(getattr(exc, "reason", exc))
+    except (OSError, ValueError, HTTPException) as exc:
+        return None, str(getattr(exc, "reason", exc)) or type(exc).__name__
 
 
 PRIVATE_DIR = 0o700  # state holds launch scripts with env secrets (HF_TOKEN, API keys): owner only
