@@ -88,6 +88,10 @@ KERNELS = {
     "n64_s2_b1_wg2": (64, 2, 1),
     "n64_s2_b1_wg2_lz": (64, 2, 1),
     "n64_s2_b1_wg2_lz_s2": (64, 2, 1),
+    # round 9 (NOTES.md): the pick with the partial-S exchange as reduce-scatter + all-gather (_x1), or with each warp's
+    # softmax on its own 16 rows and P exchanged (_x2): fewer LDS / FADD / ex2 per tile, one or two more CTA barriers
+    "n64_s2_b2_1b_lz_x1": (64, 2, 2),
+    "n64_s2_b2_1b_lz_x2": (64, 2, 2),
 }
 
 
@@ -118,7 +122,16 @@ def items_of(name: str) -> int:
 
 def kernel_smem(name: str) -> int:
     block_n, stages, _ = KERNELS[name]
-    return smem_bytes(block_n, stages, "_qs" in name, pipe_of(name))
+    return smem_bytes(block_n, stages, "_qs" in name, pipe_of(name)) + (XCH_BYTES if xch_of(name) else 0)
+
+
+XCH_BYTES = 4096  # the .cu's XCH area: the summed S rows (_x1), or row maxima and P fragments (_x2)
+
+
+def xch_of(name: str) -> int:
+    """The .cu's XCH: how the partial S tiles are combined (0 all-reduce, 1 reduce-scatter + all-gather, 2 own rows)."""
+    m = re.search(r"_x(\d)$", name)
+    return int(m.group(1)) if m else 0
 
 
 def arch_of(cc: tuple[int, int]) -> str:

@@ -220,7 +220,14 @@ __device__ __forceinline__ float vscale(int j) {
 // 32 rows of every tile and arming the stage for them. sm_90a only.
 // SACC: accumulator sets of the S product (2: even and odd k-steps into separate registers, summed after, so that
 // each HMMA waits on the one two steps back: 8 independent chains per warp instead of 4).
-template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY, int PIPE, int SACC>
+// XCH (PIPE 1, 64-row tiles): how the four warps' partial S tiles become S. 0: every warp sums all four for every
+// row (24 LDS.128 + 96 FADD per thread and tile). 1: reduce-scatter then all-gather: warp w sums rows 16w..16w+15
+// of the four partials (8 LDS.128, 24 FADD) and writes them, a second CTA barrier, every warp reads the 64 summed
+// rows (8 LDS.128). 2: warp w keeps its 16 summed rows and runs the softmax on them alone (8 ex2 instead of 32):
+// the row maxima cross warps through shared memory (a second barrier), each warp writes its P fragment (kp = w)
+// and reads the other three after a third barrier; each warp's running sum covers its own rows and the four are
+// added at the end.
+template <int BLOCK_N, int STAGES, int VALU, int SKIP, int LOADER, int QS, int LAZY, int PIPE, int SACC, int XCH = 0>
 __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* __restrict__ pool,
                                            const int* __restrict__ indptr, const int* __restrict__ ids,
                                            const int* __restrict__ lens, float* __restrict__ part,
@@ -239,6 +246,8 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   static_assert(PIPE != 2 || LOADER == 1, "PIPE 2: the producer warp issues every row");
   static_assert(PIPE != 3 || LOADER == 2, "PIPE 3: each producer warp issues a quarter of the rows");
   static_assert(PIPE != 4 || (LOADER == 2 && BLOCK_N == 64), "PIPE 4: two producer warps per group, 32 rows each");
+  static_assert(XCH == 0 || (PIPE == 1 && BLOCK_N == 64), "XCH: CTA barriers (PIPE 1), one kp of rows per warp");
+  constexpr int QJ = NB / NWARPS;  // XCH: 8-row blocks of S each warp sums
   static_assert(PIPE != 1 || LOADER == 1 || LOADER == 2, "PIPE 1: the tile is waited for on its mbarrier, not by cp.async groups");
   static_assert(LOADER != 3 || (BLOCK_N == 32 && PIPE == 0), "LOADER 3: one slot per lane, cp.async groups");
   constexpr bool CPA = LOADER == 0 || LOADER == 3;  // completion by cp.async groups, not mbarriers
@@ -332,6 +341,12 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   }
 
   uint4* sq = (uint4*)(smem + STAGES * BLOCK_N * ROW + SXB + BARB);
+  // XCH's area after q's: the summed S rows [NB][32 lanes] float4 (1), or the row maxima / sums [4 warps][16 heads]
+  // then the P fragments [4 warps][32 lanes] uint4 (2)
+  u8* xarea = smem + STAGES * BLOCK_N * ROW + SXB + BARB + (QS ? NWARPS * (SDIMS / 16) * 32 * 16 : 0);
+  float4* xred = (float4*)xarea;
+  float* xmax = (float*)xarea;
+  uint4* xp = (uint4*)(xarea + NWARPS * 16 * 4);
   if (QS) {
 #pragma unroll
     for (int kk = 0; kk < SDIMS / 16; ++kk)
@@ -485,13 +500,36 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
       } else {
         named_bar_sync(1 + grp, NWARPS * 32);
       }
+      if (XCH) {  // this warp's rows, summed over the four partials (its own read back: no register indexing)
 #pragma unroll
-      for (int w2 = 1; w2 < NWARPS; ++w2) {
-        const float4* other = buf + ((warp + w2) % NWARPS) * NB * 32;
+        for (int q = 0; q < QJ; ++q) {
+          const int j = warp * QJ + q;
+          float4 acc = buf[j * 32 + lane];
 #pragma unroll
-        for (int j = 0; j < NB; ++j) {
-          const float4 a = other[j * 32 + lane];
-          sacc[j][0] += a.x; sacc[j][1] += a.y; sacc[j][2] += a.z; sacc[j][3] += a.w;
+          for (int w2 = 1; w2 < NWARPS; ++w2) {
+            const float4 a = buf[(w2 * NB + j) * 32 + lane];
+            acc.x += a.x; acc.y += a.y; acc.z += a.z; acc.w += a.w;
+          }
+          if (XCH == 1) xred[j * 32 + lane] = acc;
+          sacc[q][0] = acc.x; sacc[q][1] = acc.y; sacc[q][2] = acc.z; sacc[q][3] = acc.w;  // XCH 2: rows in [0, QJ)
+        }
+        if (XCH == 1) {
+          __syncthreads();  // every warp's rows summed (this buffer's last readers passed this tile's first barrier)
+#pragma unroll
+          for (int j = 0; j < NB; ++j) {
+            const float4 a = xred[j * 32 + lane];
+            sacc[j][0] = a.x; sacc[j][1] = a.y; sacc[j][2] = a.z; sacc[j][3] = a.w;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int w2 = 1; w2 < NWARPS; ++w2) {
+          const float4* other = buf + ((warp + w2) % NWARPS) * NB * 32;
+#pragma unroll
+          for (int j = 0; j < NB; ++j) {
+            const float4 a = other[j * 32 + lane];
+            sacc[j][0] += a.x; sacc[j][1] += a.y; sacc[j][2] += a.z; sacc[j][3] += a.w;
+          }
         }
       }
     }
@@ -501,6 +539,47 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
     // only the split's last tile can be cut (tiles start at lo + i * BLOCK_N, and per is a multiple of BLOCK_N),
     // so the masking (64-bit compares) runs there alone
     const bool cut = base_tok + BLOCK_N > hi;
+    if (XCH == 2) {
+      // this warp's rows 8 (w QJ + q) + 2t + e: their maxima per head, across the four warps
+      float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+      for (int q = 0; q < QJ; ++q) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (cut && base_tok + 8 * (warp * QJ + q) + 2 * t + e >= hi) { sacc[q][e] = NEG_INF; sacc[q][2 + e] = NEG_INF; }
+          mx0 = fmaxf(mx0, sacc[q][e]);
+          mx1 = fmaxf(mx1, sacc[q][2 + e]);
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      if (t == 0) { xmax[warp * 16 + g] = mx0; xmax[warp * 16 + g + 8] = mx1; }
+      __syncthreads();  // the four warps' maxima (last read before the previous tile's third barrier)
+#pragma unroll
+      for (int w2 = 0; w2 < NWARPS; ++w2) { mx0 = fmaxf(mx0, xmax[w2 * 16 + g]); mx1 = fmaxf(mx1, xmax[w2 * 16 + g + 8]); }
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float a0 = ex2(m0 - mn0), a1 = ex2(m1 - mn1);
+      m0 = mn0; m1 = mn1;
+      float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+      for (int q = 0; q < QJ; ++q) {
+        sacc[q][0] = ex2(sacc[q][0] - mn0); sacc[q][1] = ex2(sacc[q][1] - mn0);
+        sacc[q][2] = ex2(sacc[q][2] - mn1); sacc[q][3] = ex2(sacc[q][3] - mn1);
+        ps0 += sacc[q][0] + sacc[q][1];
+        ps1 += sacc[q][2] + sacc[q][3];
+      }
+      l0 = l0 * a0 + ps0;  // this warp's rows only: the four are added after the loop
+      l1 = l1 * a1 + ps1;
+      if (!LAZY || __any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#pragma unroll
+        for (int j = 0; j < VDIMS / 8; ++j) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
+      }
+      xp[warp * 32 + lane] = make_uint4(pack_f16(sacc[0][0], sacc[0][1]), pack_f16(sacc[0][2], sacc[0][3]),
+                                        pack_f16(sacc[1][0], sacc[1][1]), pack_f16(sacc[1][2], sacc[1][3]));
+      __syncthreads();  // every warp's P fragment (kp = its rows)
+    } else {
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
 #pragma unroll
@@ -531,15 +610,21 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
 #pragma unroll
       for (int j = 0; j < VDIMS / 8; ++j) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
     }
+    }  // XCH != 2
 
     // O += P V over this warp's 128 output dims; P's k order is S's column order (16kp + 2t + e, +8)
 #pragma unroll
     for (int kp = 0; kp < BLOCK_N / 16; ++kp) {
       u32 pa[4];
-      pa[0] = pack_f16(sacc[2 * kp][0], sacc[2 * kp][1]);
-      pa[1] = pack_f16(sacc[2 * kp][2], sacc[2 * kp][3]);
-      pa[2] = pack_f16(sacc[2 * kp + 1][0], sacc[2 * kp + 1][1]);
-      pa[3] = pack_f16(sacc[2 * kp + 1][2], sacc[2 * kp + 1][3]);
+      if (XCH == 2) {
+        const uint4 v = xp[kp * 32 + lane];
+        pa[0] = v.x; pa[1] = v.y; pa[2] = v.z; pa[3] = v.w;
+      } else {
+        pa[0] = pack_f16(sacc[2 * kp][0], sacc[2 * kp][1]);
+        pa[1] = pack_f16(sacc[2 * kp][2], sacc[2 * kp][3]);
+        pa[2] = pack_f16(sacc[2 * kp + 1][0], sacc[2 * kp + 1][1]);
+        pa[3] = pack_f16(sacc[2 * kp + 1][2], sacc[2 * kp + 1][3]);
+      }
       const u8* r0 = tile + (16 * kp + 2 * t) * ROW + warp * VDIMS + 16 * g;
       const uint4 w0 = *(const uint4*)(r0);
       const uint4 w1 = *(const uint4*)(r0 + ROW);
@@ -587,6 +672,12 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (XCH == 2) {  // each warp summed its own rows: add the four (every warp passed the last tile's reads of xmax)
+    if (t == 0) { xmax[warp * 16 + g] = l0; xmax[warp * 16 + g + 8] = l1; }
+    __syncthreads();
+    l0 = xmax[g] + xmax[16 + g] + xmax[32 + g] + xmax[48 + g];
+    l1 = xmax[8 + g] + xmax[24 + g] + xmax[40 + g] + xmax[56 + g];
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int h = h0 + g + 8 * half;
@@ -621,6 +712,15 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
   }
 }
 
+#define DEFINE_KERNEL_X(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC, XCH)                           \
+  extern "C" __global__ void __launch_bounds__(PIPE == 4 ? 384 : PIPE == 3 ? 256 : PIPE == 2 ? 160 : 128, MINB)     \
+      NAME(const u16* q, const u8* pool, const int* indptr, const int* ids, const int* lens, float* part,   \
+           float* lse, u16* out, float qk_scale, float out_scale, int heads, i64 pool_stride, i64 q_sb,     \
+           i64 q_sh, i64 o_sb, i64 o_sh, int n_splits, int page, int direct) {                              \
+    split_body<BN, ST, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC, XCH>(q, pool, indptr, ids, lens, part, lse, out,   \
+                                                                qk_scale, out_scale, heads, pool_stride, q_sb, \
+                                                                q_sh, o_sb, o_sh, n_splits, page, direct);     \
+  }
 #define DEFINE_KERNEL_S(NAME, BN, ST, MINB, VALU, SKIP, LOADER, QS, LAZY, PIPE, SACC)                                \
   extern "C" __global__ void __launch_bounds__(PIPE == 4 ? 384 : PIPE == 3 ? 256 : PIPE == 2 ? 160 : 128, MINB)     \
       NAME(const u16* q, const u8* pool, const int* indptr, const int* ids, const int* lens, float* part,   \
@@ -697,4 +797,8 @@ DEFINE_KERNEL(fp8_mla_n64_s2_b1_wg2, 64, 2, 1, 0, 0, 2, 0, 0, 4)
 DEFINE_KERNEL(fp8_mla_n64_s2_b1_wg2_lz, 64, 2, 1, 0, 0, 2, 0, 1, 4)
 DEFINE_KERNEL_S(fp8_mla_n64_s2_b1_wg2_lz_s2, 64, 2, 1, 0, 0, 2, 0, 1, 4, 2)
 #endif
+// round 9: the pick with the partial-S exchange as reduce-scatter + all-gather (_x1) or with the softmax on each
+// warp's own rows and P exchanged (_x2)
+DEFINE_KERNEL_X(fp8_mla_n64_s2_b2_1b_lz_x1, 64, 2, 2, 0, 0, 2, 0, 1, 1, 1, 1)
+DEFINE_KERNEL_X(fp8_mla_n64_s2_b2_1b_lz_x2, 64, 2, 2, 0, 0, 2, 0, 1, 1, 1, 2)
 #endif  // FP8_MLA_VARIANTS
