@@ -269,15 +269,14 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
 
 
 def test_the_next_device_call_in_notes_names_only_kernels_the_harness_knows():
-    """NOTES.md's newest device call (the first "Next call" of its round-8 sections) is run verbatim by whoever next
-    has device time: every variant and self-tested kernel it names resolves in the harness on a CPU, with the work
-    items per SM the catalogue gives (_wg2: one CTA per SM, two items each)."""
+    """NOTES.md's newest device call (its first "Next call") is run verbatim by whoever next has device time: every
+    variant and self-tested kernel it names resolves in the harness on a CPU, with the work items per SM the
+    catalogue gives."""
     import json
     import re as _re
 
     notes = (KERNEL / "NOTES.md").read_text()
-    call = notes[notes.index("### Round 8"):]
-    call = call[call.index("Next call"):]
+    call = notes[notes.index("Next call"):]  # the newest round comes first
     m, selftest = _re.search(r"VARIANTS=(cu_[\w,]+)", call), _re.search(r"SELFTEST=([\w,]+)", call)
     assert m and selftest, "NOTES.md round 8 lost its device call"
     proc = _variants_script("--list", "--heads", "16", "--variants", m[1])
@@ -285,7 +284,7 @@ def test_the_next_device_call_in_notes_names_only_kernels_the_harness_knows():
     cfgs = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])["16"] for line in proc.stdout.splitlines()}
     assert set(cfgs) == set(m[1].split(","))
     assert {f"cu_{k}" for k in selftest[1].split(",")} <= set(cfgs)
-    assert cfgs["cu_n64_s2_b1_wg2"]["programs_per_sm"] == 2 and cfgs["cu_n64_s2_b2_1b_lz"]["block_n"] == 64
+    assert cfgs["cu_n64_s2_b2_1b_lz_x2"]["programs_per_sm"] == 2 and cfgs["cu_n64_s2_b2_1b_lz"]["block_n"] == 64
 
 
 def _run_ptx(asm: str, word: int) -> tuple[int, int]:

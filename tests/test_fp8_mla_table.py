@@ -10,6 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "fp8_mla_table.py"
 RUN = ROOT / "benchmarks" / "results" / "fp8-mla-decode-h200" / "cuda-2026-12-03" / "round7c-fp8_mla_variants.json"
+RUN9 = ROOT / "benchmarks" / "results" / "fp8-mla-round9-2026-12-04" / "round9-fp8_mla_variants.json"
+ROUND7_PICK = "16=n64_s2_b2_1b_lz,128=n64_s2_b2_1b_lz"  # the package's pick when round 7c ran
 
 
 def table(*args: str) -> subprocess.CompletedProcess:
@@ -22,7 +24,7 @@ def cells(out: str) -> dict[tuple[str, str, str], list[str]]:
 
 
 def test_each_cell_names_the_kernel_the_package_would_launch_and_derives_its_figures():
-    out = table(str(RUN))
+    out = table(str(RUN), "--pick", ROUND7_PICK)
     assert out.returncode == 0, out.stderr
     got = cells(out.stdout)
     assert len(got) == 18
@@ -32,6 +34,18 @@ def test_each_cell_names_the_kernel_the_package_would_launch_and_derives_its_fig
     # a cell under 1M rows is never marked on the bandwidth goals, only on (f)/(c)
     assert "*" not in got[("16", "4K", "64")][9]
     assert got[("128", "4K", "16")][11] == "1.31 *"
+
+
+def test_the_round9_table_of_record_meets_the_16_head_goals_with_the_package_pick():
+    out = table(str(RUN9))  # no --pick: the package's own DEFAULT
+    assert out.returncode == 0, out.stderr
+    got = cells(out.stdout)
+    # 8,388,608 rows x 576 B in 1,376.3 us = 3.51 TB/s; that run's copy ceiling 4.14 TB/s -> 84.7%; (e) 2,505.6 us
+    big = got[("16", "128K", "64")]
+    assert big[4] == "n64_s2_b2_1b_lz_x2" and big[5] == "**1376.3**" and big[8] == "3.51" and big[9] == "84.7%"
+    assert big[10] == "0.55"
+    million = [c for k, c in got.items() if k[0] == "16" and float(c[3].rstrip("M")) >= 1.0]
+    assert len(million) == 3 and not any("*" in c[9] or "*" in c[10] for c in million)
 
 
 def test_128_heads_take_the_16_head_pick_up_to_16_requests_and_the_128_head_pick_above():

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# per family and head class. H200 (2026-12-03 night, benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-*,
-# benchmarks/fp8_mla_table.py): 64-row tiles, one CTA barrier per tile, lazy rescale, 2 CTAs per SM - faster than the
-# 32-row 3-CTA kernels at every 16-head cell (1-10%) and 10-12% faster than them at 128 heads x bs 64 (8 CTAs per
-# split, each tile read through L2). sm_120 has ~100 KB of shared memory per SM: two-stage 32-row rings (48 KB per
+# per family and head class. H200 (2026-12-04, benchmarks/results/fp8-mla-round9-2026-12-04/, benchmarks/fp8_mla_table.py):
+# round 7's 64-row, one-barrier, lazy-rescale kernel at 2 CTAs per SM with each warp's softmax on its own 16 rows of
+# a tile and P exchanged through shared memory (XCH 2: 927 static instructions per tile instead of 1,201; MUFU 35 ->
+# 11) - 5-9% faster than round 7's pick at the >= 1M-row 16-head cells (80-85% of copy there) and 4-14% at 128
+# heads; round 7 (2026-12-03 night): 64-row tiles beat the 32-row 3-CTA kernels at every 16-head cell (1-10%). sm_120 has ~100 KB of shared memory per SM: two-stage 32-row rings (48 KB per
 # CTA) so that two CTAs fit, registers uncapped for two (the three-CTA cap spills 8 bytes there); not timed on an
 # SM120 GPU.
-DEFAULT = {"sm90": {16: "n64_s2_b2_1b_lz", 128: "n64_s2_b2_1b_lz"},
+DEFAULT = {"sm90": {16: "n64_s2_b2_1b_lz_x2", 128: "n64_s2_b2_1b_lz_x2"},
            "sm120": {16: "n32_s2_b2_tma4", 128: "n32_s2_b2_tma4"}}
 SHIPPED = frozenset(name for family in DEFAULT.values() for name in family.values())  # the .cu compiles these always
 SMALL_BATCH = 16  # 128 heads at batches up to this take the 16-head pick
