@@ -77,6 +77,18 @@ def test_the_picked_kernels_fit_each_target_by_recorded_ptxas_reports():
                  ("sm120", "sm_120", str(REPORTS / "round7-ptxas-cpu-machine-nvcc13.0-sm_120.txt"))])
 
 
+def test_an_sm120_gpu_loads_its_own_picks_and_leaves_out_kernels_too_big_for_its_blocks():
+    """Every cubin holds both families' picks; the sm90 pick's shared memory (112,768 B) is more than an sm_120 block
+    may have (101,376), and raising its limit there would fail the whole module on the seeds' GPUs (RTX PRO 6000)."""
+    got = run("""import json
+from sglops_kernels.fp8_mla_decode import _cuda
+print(json.dumps({a: {"required": _cuda.required_kernels(a), "fits": {n: _cuda.fits_block(n, a) for n in _cuda.SHIPPED},
+                      "family": _cuda.family_of(a)} for a in ("sm_90a", "sm_120")}))""")
+    assert got["sm_120"]["required"] == ["n32_s2_b2_tma4"] and got["sm_90a"]["required"] == ["n64_s2_b2_1b_lz_x2"]
+    assert got["sm_120"]["fits"] == {"n32_s2_b2_tma4": True, "n64_s2_b2_1b_lz_x2": False}
+    assert all(got["sm_90a"]["fits"].values()) and [got[a]["family"] for a in got] == ["sm90", "sm120"]
+
+
 def test_a_kernel_that_would_spill_or_not_fit_is_caught():
     res = run(f"""import json
 from pathlib import Path

@@ -252,10 +252,28 @@ def _check(res):
     return rest[0] if len(rest) == 1 else rest
 
 
-class Module:
-    """One loaded cubin: its kernels with their dynamic shared memory limits raised."""
+def family_of(arch: str) -> str:
+    """The picks' family of an nvcc target (_picks.DEFAULT's keys)."""
+    return "sm120" if arch.startswith("sm_12") else "sm90"
 
-    def __init__(self, cubin: Path):
+
+def fits_block(name: str, arch: str) -> bool:
+    """Whether kernel `name`'s dynamic shared memory fits one block of `arch` (unknown targets: assumed to). Every
+    cubin holds both families' picks, and the sm90 pick's 112,768 B exceed sm_120's 101,376: raising that kernel's
+    limit fails on an SM120 GPU, so it is left unloaded there instead of failing the whole module."""
+    limit = LIMITS.get(arch, {}).get("smem_block")
+    return limit is None or kernel_smem(name) <= limit
+
+
+def required_kernels(arch: str) -> list[str]:
+    """The kernels a cubin for `arch` must hold: its family's picks."""
+    return sorted(set(DEFAULT[family_of(arch)].values()))
+
+
+class Module:
+    """One loaded cubin: its kernels with their dynamic shared memory limits raised (those that fit this GPU)."""
+
+    def __init__(self, cubin: Path, arch: str | None = None):
         cu = _driver()
         torch.cuda.init()
         torch.empty(1, device="cuda")  # makes PyTorch's primary context current on this thread
@@ -263,21 +281,23 @@ class Module:
         self._image = cubin.read_bytes()
         self._module = _check(cu.cuModuleLoadData(self._image))
         self.functions = {}
+        arch = arch or arch_of(torch.cuda.get_device_capability())
         for name in KERNELS:  # the picks always; the experiment variants where built with FP8_MLA_VARIANTS
             err, fn = cu.cuModuleGetFunction(self._module, f"fp8_mla_{name}".encode())
-            if int(err) != 0:
+            if int(err) != 0 or not fits_block(name, arch):
                 continue
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(cu.cuFuncSetAttribute(fn, attr, kernel_smem(name)))
             self.functions[name] = fn
-        missing = [n for n in SHIPPED if n not in self.functions]
+        missing = [n for n in required_kernels(arch) if n not in self.functions]
         if missing:
             raise RuntimeError(f"{cubin} lacks the shipped kernel(s) {', '.join(missing)}: built from another source?")
 
     def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple) -> None:
         if name not in self.functions:
-            raise RuntimeError(f"kernel {name} is not in this cubin: experiment variants are compiled only with "
-                               "SGLOPS_FP8_MLA_VARIANTS=1")
+            raise RuntimeError(f"kernel {name} is not loaded: experiment variants are compiled only with "
+                               "SGLOPS_FP8_MLA_VARIANTS=1, and a kernel whose shared memory exceeds this GPU's "
+                               f"block ({kernel_smem(name)} B) is left out")
         stream = self._cu.CUstream(torch.cuda.current_stream().cuda_stream)
         _check(self._cu.cuLaunchKernel(self.functions[name], *grid, threads_of(name), 1, 1, kernel_smem(name), stream,
                                        (args, types), 0))
@@ -331,7 +351,7 @@ def module(cache_dir: Path | None = None) -> Module:
         else:
             cache = cache_dir or Path(os.environ.get("SGLOPS_KERNEL_CACHE", Path.home() / ".cache" / "sglops-kernels"))
             cubin, _ = build(arch, cache)
-        _MODULES[arch] = Module(cubin)
+        _MODULES[arch] = Module(cubin, arch)
     return _MODULES[arch]
 
 
