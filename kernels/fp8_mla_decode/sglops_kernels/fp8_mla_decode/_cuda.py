@@ -230,7 +230,7 @@ def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
         while -(-(by_regs + 1) * warps // 4) * per_warp <= lim["regs_sm"] // 4:
             by_regs += 1
         r.update(smem=smem, ctas_by_regs=by_regs,
-                 ctas_by_smem=lim["smem_sm"] // (smem + lim["reserved"]) if smem <= lim["smem_block"] else 0,
+                 ctas_by_smem=lim["smem_sm"] // (smem + lim["reserved"]) if fits_block(name, arch) else 0,
                  wanted_ctas=KERNELS[name][2])
         r["fits"] = (r.get("spill_stores", 0) == 0 and r["ctas_by_smem"] >= 1)
         r["ctas_per_sm"] = min(r["ctas_by_regs"], r["ctas_by_smem"])
