@@ -9,13 +9,14 @@ finds the whole-pool cast at 0.5.17's lines, and `up` still writes an inventory 
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 
 import pytest
 
 from sglops.core.hosts import load_inventory, resolve_one
 from sglops.sandbox import gpu_tier, make_tiny_mla, trees
-from tests.conftest import inv_cmd
+from tests.conftest import REPO, inv_cmd, require_real_server_env
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +29,9 @@ def tier(tmp_path_factory):
         (stage / "__init__.py").write_text("")
         with tarfile.open(src / archive, "w:xz") as tar:
             tar.add(stage, arcname=member)
-    for name, heads in gpu_tier.MODELS.items():
+    for name, (heads, layers) in gpu_tier.MODELS.items():
         (src / name).mkdir()
-        (src / name / "config.json").write_text(json.dumps(make_tiny_mla.config(heads)))
+        (src / name / "config.json").write_text(json.dumps(make_tiny_mla.config(heads, layers)))
     root = tmp_path_factory.mktemp("gpu-root")
     env = gpu_tier.up(src, root)
     site = tmp_path_factory.mktemp("site-0.5.17")
@@ -65,13 +66,17 @@ def test_the_h200_profile_renders_for_the_real_0517_tree(tier):
 def test_the_128_head_profile_serves_the_128_head_model_that_up_put_beside_the_16_head_one(tier):
     """Above 16 heads per GPU the fp8-mla-native patch dispatches to gather-cast: the tier carries a 128-head model
     (DeepSeek-V3's count at TP 1) so that branch runs end to end on the real server (docs/gpu.md)."""
-    heads = {name: json.loads((tier["root"] / name / "config.json").read_text())["num_attention_heads"]
-             for name in gpu_tier.MODELS}
-    assert heads == {"tiny-mla": 16, "tiny-mla-h128": 128}
+    configs = {name: json.loads((tier["root"] / name / "config.json").read_text()) for name in gpu_tier.MODELS}
+    shapes = {name: (c["num_attention_heads"], c["num_hidden_layers"]) for name, c in configs.items()}
+    assert shapes == {"tiny-mla": (16, 4), "tiny-mla-h128": (128, 4), "tiny-mla-l32": (16, 32)}
     proc = inv_cmd("render", "h200-tiny-mla-fp8-h128", "--host", "local", "--sglang-root", str(tier["site"]),
                    env=tier["run_env"])
     assert proc.returncode == 0, proc.stderr
     assert str(tier["root"] / "tiny-mla-h128") in proc.stdout and "--kv-cache-dtype fp8_e4m3" in proc.stdout
+    made = inv_cmd("render", "h200-tiny-mla-fp8-rw", "--host", "local", "--sglang-root", str(tier["site"]),
+                   env=tier["run_env"])  # the made weights are loaded, not replaced by dummy ones
+    assert made.returncode == 0, made.stderr
+    assert str(tier["root"] / "tiny-mla-rw") in made.stdout and "--load-format" not in made.stdout
 
 
 def test_the_play_plans_every_step_and_ab_against_the_0517_tree(tier):
@@ -140,8 +145,8 @@ def test_the_native_play_dry_run_counts_the_kernel_its_earlier_step_would_build(
     proc = inv_cmd("play", "gpu-fp8-native", "--host", "local", "--sglang-root", str(tier["site"]), "--dry-run",
                    env=tier["run_env"])
     out = proc.stdout + proc.stderr
-    assert "[2/12] kernel-native (build-kernel) ok" in out and "would-build" in out
-    assert "[6/12] gather-unpatch (revert-patch) ok" in out
+    assert "[2/13] kernel-native (build-kernel) ok" in out and "would-build" in out
+    assert "[7/13] gather-unpatch (revert-patch) ok" in out
     assert "native-patch" in out and "gpu_sm is None, needs in ['sm90', 'sm120']" in out
     assert "kernel_fp8_mla_decode_for_this_gpu is False" in out and "unknown on this host" not in out
 
@@ -178,3 +183,74 @@ def test_kept_jit_modules_are_recompressed_as_xz_and_still_seed(tmp_path):
     with tarfile.open(kept, "r:xz") as tar:
         assert [m.name.rsplit("/", 1)[-1] for m in tar.getmembers()] == ["norm.so"]
     assert gpu_tier.seed_jit_modules(gpu_tier.jit_archive(carry), site) == ["norm"]
+
+
+def test_the_tiny_models_weights_name_every_tensor_deepseek_v2_lite_checkpoints_do():
+    """SGLang's loader maps checkpoint names; these are transformers' DeepseekV2ForCausalLM state-dict keys for this
+    config (checked once against transformers 5.19 on the meta device), so a real (non-dummy) load finds each."""
+    from sglops.sandbox import tiny_mla_weights
+
+    shapes = tiny_mla_weights.tensor_shapes(make_tiny_mla.config(16, 4))
+    layer0 = {k[len("model.layers.0."):]: v for k, v in shapes.items() if k.startswith("model.layers.0.")}
+    assert layer0 == {
+        "self_attn.q_proj.weight": (3072, 2048), "self_attn.kv_a_proj_with_mqa.weight": (576, 2048),
+        "self_attn.kv_a_layernorm.weight": (512,), "self_attn.kv_b_proj.weight": (4096, 512),
+        "self_attn.o_proj.weight": (2048, 2048), "mlp.gate_proj.weight": (5632, 2048),
+        "mlp.up_proj.weight": (5632, 2048), "mlp.down_proj.weight": (2048, 5632),
+        "input_layernorm.weight": (2048,), "post_attention_layernorm.weight": (2048,)}
+    assert len(shapes) == 4 * 10 + 3 and shapes["lm_head.weight"] == (4096, 2048)
+
+
+_KV_ROWS = """
+import json, sys, torch
+from safetensors.torch import load_file
+d = sys.argv[1]; c = json.load(open(d + "/config.json")); w = load_file(d + "/model.safetensors")
+def rms(x, g): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+def kv_row(get):  # embedding -> input_layernorm -> kv_a_proj_with_mqa -> kv_a_layernorm on the latent, as FP8
+    h = rms(get("model.embed_tokens.weight")[:64], get("model.layers.0.input_layernorm.weight"))
+    kv = h @ get("model.layers.0.self_attn.kv_a_proj_with_mqa.weight").T
+    r = c["kv_lora_rank"]
+    lat = rms(kv[:, :r], get("model.layers.0.self_attn.kv_a_layernorm.weight"))
+    return torch.cat([lat, kv[:, r:]], -1).to(torch.float8_e4m3fn).float()
+g = torch.Generator().manual_seed(0)
+dummy = lambda name: torch.empty(w[name].shape).uniform_(-1e-3, 1e-3, generator=g)  # --load-format dummy
+ours, zeros = kv_row(lambda name: w[name].float()), kv_row(dummy)
+print(json.dumps({"ours_zero_share": (ours == 0).float().mean().item(), "ours_rms": ours.pow(2).mean().sqrt().item(),
+                  "dummy_zero_share": (zeros == 0).float().mean().item(), "dtypes": sorted({str(t.dtype) for t in w.values()}),
+                  "norm_gains": w["model.norm.weight"].float().unique().tolist(),
+                  "std": w["model.layers.0.mlp.up_proj.weight"].float().std().item(), "names": len(w)}))
+"""
+
+
+def test_the_made_weights_fill_the_fp8_kv_pool_where_dummy_weights_leave_only_zeros(tmp_path):
+    """Why the tier makes weights at all: through the real layer-0 path to a KV row (norm, kv_a_proj, kv_a_layernorm,
+    FP8), SGLang's dummy U(-1e-3, 1e-3) gives an all-zero FP8 row (no attention kernel can then differ from another),
+    the made N(0, 0.02) weights with unit norm gains give rows of RMS ~1. Runs the module as on the GPU machine (its
+    CLI, torch on the CPU) in the SGLang CPU venv, on a small config of the same layout."""
+    import subprocess
+
+    from sglops.sandbox import sglang_cpu, tiny_mla_weights
+
+    require_real_server_env()
+    python = str(sglang_cpu.venv_python())
+    src = tmp_path / "tiny"
+    src.mkdir()
+    cfg = dict(make_tiny_mla.config(16, 2), hidden_size=256, intermediate_size=512, vocab_size=256)
+    (src / "config.json").write_text(json.dumps(cfg))
+    (src / "tokenizer.json").write_text("{}")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    made = subprocess.run([python, "-m", "sglops.sandbox.tiny_mla_weights", str(src), str(tmp_path / "rw"),
+                           "--seed", "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "rw" / "tokenizer.json").is_file() and not (tmp_path / "rw.part").exists()
+    probe = subprocess.run([python, "-c", _KV_ROWS, str(tmp_path / "rw")], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert probe.returncode == 0, probe.stderr
+    doc = json.loads(probe.stdout)
+    assert doc["dummy_zero_share"] == 1.0
+    assert doc["ours_zero_share"] < 0.05 and 0.3 < doc["ours_rms"] < 3
+    assert doc["dtypes"] == ["torch.bfloat16"] and doc["norm_gains"] == [1.0] and 0.015 < doc["std"] < 0.025
+    assert doc["names"] == len(tiny_mla_weights.tensor_shapes(cfg))
+    bad = subprocess.run([python, "-m", "sglops.sandbox.tiny_mla_weights", str(tmp_path / "none"), str(tmp_path / "x")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x").exists()

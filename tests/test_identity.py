@@ -244,3 +244,21 @@ def test_a_setting_sglang_derives_from_the_named_change_is_intended_and_says_so(
     assert [d.key for d in config_diff(a, alone).unintended] == ["page_size"]
     bare = _run(tmp_path, "e", {**LAUNCH, "attention_backend": "flashmla", "page_size": 64})
     assert [d.key for d in config_diff(a, bare, variable="attention_backend").unintended] == ["page_size"]
+
+
+def test_a_divergence_between_near_tied_tokens_is_told_from_one_between_unlike_ones():
+    """Two attention kernels that round differently part greedy outputs where two tokens were nearly tied (an
+    untrained model's flat distributions: the GPU tier's FP8 MLA E2E, docs/patches.md); a real defect parts them
+    where the runs disagree on what is likely. The gap of the runs' own tokens' logprobs at the divergence, against
+    the logprob noise before it, tells the two apart."""
+    a = [entry(0, [5, 6, 7, 8], [-5.60, -5.51, -5.632, -5.4]), entry(1, [1, 2, 3], [-5.2, -5.3, -5.1])]
+    tie = [entry(0, [5, 6, 9, 8], [-5.61, -5.52, -5.633, -5.4]), entry(1, [1, 2, 3], [-5.21, -5.3, -5.1])]
+    v = compare_entries(a, tie)
+    assert v.status == "differ" and v.divergence_gap == pytest.approx(0.001) and v.near_ties_only
+    assert v.line().endswith("; each divergence a near tie (the runs' tokens there within 0.001 in logprob)")
+    unlike = [entry(0, [5, 6, 9, 8], [-5.61, -5.52, -0.2, -5.4]), entry(1, [1, 2, 3], [-5.21, -5.3, -5.1])]
+    w = compare_entries(a, unlike)
+    assert w.divergence_gap == pytest.approx(5.432) and not w.near_ties_only
+    assert "; logprob gap at a divergence up to 5.43" in w.line() and w.to_json()["near_ties_only"] is False
+    shorter = compare_entries(a, [entry(0, [5, 6], [-5.6, -5.51]), entry(1, [1, 2, 3], [-5.2, -5.3, -5.1])])
+    assert shorter.divergence_gap is None and "near tie" not in shorter.line()  # an output that ended: no gap

@@ -127,6 +127,17 @@ class OutputsVerdict:
     source: str = OUTPUTS_FILE  # outputs.json (token by token) or manifest hashes (prompt by prompt)
     differing: list[int] = field(default_factory=list)  # prompt indices whose ids differ (first 20)
     limit: int | None = None  # only the first `limit` tokens compared (the runs asked for different lengths)
+    # the largest |logprob A - logprob B| of the two runs' own tokens at a divergence: A chose its token over B's and
+    # B the other way, so when both runs' logprobs agree within d elsewhere, a gap within ~d means both tokens were
+    # near-tied and the runs parted on rounding; a large gap means they disagree on what is likely
+    divergence_gap: float | None = None
+
+    @property
+    def near_ties_only(self) -> bool:
+        """Every divergence (with logprobs on both sides) parted two tokens no further apart than twice the largest
+        logprob difference seen on the tokens both runs chose alike."""
+        d = self.max_logprob_diff
+        return self.divergence_gap is not None and d is not None and self.divergence_gap <= 2 * d
 
     @property
     def tokens_identical(self) -> bool:
@@ -183,7 +194,12 @@ class OutputsVerdict:
         where = (f" at token {d.token_index} of prompt {d.prompt_index}" if d and d.token_index >= 0 else
                  f" for prompt {d.prompt_index}" if d else "")
         detail = f" ({d.a_id} vs {d.b_id})" if d and d.token_index >= 0 else ""
-        return f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}{self._limit()}"
+        gap = ""
+        if self.divergence_gap is not None:
+            gap = (f"; each divergence a near tie (the runs' tokens there within {self.divergence_gap:.3g} in logprob)"
+                   if self.near_ties_only else f"; logprob gap at a divergence up to {self.divergence_gap:.3g}")
+        return (f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}{gap}"
+                f"{self._limit()}")
 
     def _limit(self) -> str:
         return f" (first {self.limit} tokens: the runs asked for different lengths)" if self.limit else ""
@@ -197,7 +213,7 @@ class OutputsVerdict:
                 "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
                 "differing_prompts": self.differing, "source": self.source,
                 "tolerance": self.tolerance.to_json() if self.tolerance else None, "limit": self.limit,
-                "line": self.line()}
+                "divergence_gap": self.divergence_gap, "near_ties_only": self.near_ties_only, "line": self.line()}
 
 
 # -- reading a run's outputs -------------------------------------------------------------------------
@@ -290,6 +306,9 @@ def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = 
         la, lb = ea.get("logprobs"), eb.get("logprobs")
         if la is not None and lb is not None and ia is not None:
             upto = len(ia) if same else at
+            if not same and at < min(len(la), len(lb)) and la[at] is not None and lb[at] is not None:
+                gap = abs(la[at] - lb[at])
+                verdict.divergence_gap = gap if verdict.divergence_gap is None else max(verdict.divergence_gap, gap)
             for x, y in zip(la[:upto], lb[:upto], strict=False):
                 if x is not None and y is not None:
                     worst = max(worst, abs(x - y))

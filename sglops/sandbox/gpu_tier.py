@@ -139,12 +139,14 @@ def build_site(pins: tuple[str, ...], archive: Path, *, trim: bool) -> int:
     return archive.stat().st_size
 
 
-# The tiny MLA models the tier carries: 16 heads (the fp8-mla-native kernel's side of its dispatch) and 128
-# (DeepSeek-V3's count at TP 1: the patch dispatches to gather-cast's cast there). Each is a config and a tokenizer.
-MODELS = {"tiny-mla": 16, "tiny-mla-h128": 128}
+# The tiny MLA models the tier carries, name: (heads, layers). 16 heads: the fp8-mla-native kernel's side of its
+# dispatch; 128 (DeepSeek-V3's count at TP 1): the patch dispatches to gather-cast's cast there; 32 layers: enough
+# attention per decode step that long contexts make the step GPU-bound (4 layers leave it host-bound). Each is a
+# config and a tokenizer (dummy weights).
+MODELS = {"tiny-mla": (16, 4), "tiny-mla-h128": (128, 4), "tiny-mla-l32": (16, 32)}
 
 
-def build_model(dest: Path, heads: int = 16) -> None:
+def build_model(dest: Path, heads: int = 16, layers: int = 4) -> None:
     """A tiny MLA model's config and tokenizer, made in the SGLang CPU venv (it has transformers/tokenizers)."""
     from sglops.sandbox import sglang_cpu
 
@@ -152,7 +154,7 @@ def build_model(dest: Path, heads: int = 16) -> None:
     if not python.exists():
         raise SystemExit("gpu-tier: the SGLang CPU venv is missing: run `python -m sglops.sandbox.sglang_cpu` first")
     maker = Path(__file__).with_name("make_tiny_mla.py")
-    subprocess.run([str(python), str(maker), str(dest), "--heads", str(heads)], check=True)
+    subprocess.run([str(python), str(maker), str(dest), "--heads", str(heads), "--layers", str(layers)], check=True)
 
 
 def build(dest: Path | None = None) -> dict:
@@ -161,8 +163,8 @@ def build(dest: Path | None = None) -> dict:
     t0 = time.monotonic()
     sizes = {"site.tar.xz": build_site(SERVER_PINS, dest / "site.tar.xz", trim=True),
              "tools.tar.xz": build_site(TOOL_PINS, dest / "tools.tar.xz", trim=False)}
-    for name, heads in MODELS.items():
-        build_model(dest / name, heads)
+    for name, (heads, layers) in MODELS.items():
+        build_model(dest / name, heads, layers)
     total = sum(sizes.values()) + sum(p.stat().st_size for name in MODELS for p in (dest / name).iterdir())
     info = {"sglang": SGLANG_VERSION, "bytes": sizes, "total_bytes": total, "seconds": round(time.monotonic() - t0, 1)}
     (dest / "tier.json").write_text(json.dumps(info, indent=1) + "\n")
