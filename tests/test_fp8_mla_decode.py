@@ -64,6 +64,12 @@ for heads, bh in ((16, 16), (128, 64)):
                 mla_decode(q, pool.view(torch.uint8), *args, 0.07, 0.5, n_splits=splits, out=out, workspace=ws,
                            config=cfg, **kw)
                 check(f"heads={heads} page={page} trans={trans} splits={splits}", out, ref, 2e-5)
+# a graph captured for a long context: far more splits than rows (most of them empty), over several merge chunks
+q = torch.randn(3, 16, 576, generator=torch.Generator().manual_seed(37)).to(torch.bfloat16)  # leaves the global draw
+out = torch.full((3, 16, 512), float("nan"), dtype=torch.float32)
+mla_decode(q, pool.view(torch.uint8), indptr, ids, 0.07, 0.5, n_splits=37, out=out, workspace=workspace(3, 16, 37, "cpu"),
+           config=dict(impl.config_for(16), block_h=16, block_n=32, trans=0))
+check("heads=16 splits=37 (mostly empty)", out, reference(q, pool, indptr, ids, 0.07, 0.5), 2e-5)
 # BF16 output (the production dtype): within bf16 rounding of fp32
 q = torch.randn(3, 16, 576).to(torch.bfloat16)
 out = mla_decode(q, pool, indptr, ids, 0.07, 1.0, n_splits=2)
