@@ -204,8 +204,26 @@ for label, wr, live_ids in (("eager 128", types.SimpleNamespace(), ids), ("graph
     rows = live_ids.long()
     if kv.shape != pool.shape or not torch.equal(kv[rows].view(torch.int16), whole[rows].view(torch.int16)):
         bad.append(label + ": live rows differ from the whole-pool cast")
+# a paged prefill (an extend with a prefix): FlashInfer's BF16 prefill reads the pool, so only the plan's rows are
+# cast; a disabled plan (speculative, DCP, a BF16 pool) and a graph-captured prefill keep the stock whole-pool cast
+ext_ids = torch.randint(0, 300, (90,), dtype=torch.int32)
+for label, wr, enable, whole_pool in (("extend", types.SimpleNamespace(), True, False),
+                                      ("extend disabled", types.SimpleNamespace(), False, True),
+                                      ("extend in a graph", types.SimpleNamespace(_use_cuda_graph=True), True, True)):
+    wr._sglops_native_rows = ("stale", 1, 1)  # a wrapper's earlier plan
+    ns["_sglops_native_record_extend"](wr, ext_ids, enable)
+    kv = ns["_sglops_native_kv_buffer"](pool, wr, torch.bfloat16)
+    rows = ext_ids.long()
+    if kv.shape != pool.shape or not torch.equal(kv[rows].view(torch.int16), whole[rows].view(torch.int16)):
+        bad.append(label + ": plan rows differ from the whole-pool cast")
+    if whole_pool != torch.equal(kv.view(torch.int16), whole.view(torch.int16)):
+        bad.append(label + (": not the whole-pool cast" if whole_pool else ": cast the whole pool"))
 # without gather-cast's package the kernel serves at 128 heads too (better than the whole-pool cast)
 ns["_sglops_cast_live_rows"] = None
+x = types.SimpleNamespace()
+ns["_sglops_native_record_extend"](x, ext_ids, True)
+if x._sglops_native_rows is not None:
+    bad.append("extend, no gather-cast package: rows recorded")
 n = types.SimpleNamespace()
 ns["_sglops_native_record"](n, indptr, ids, 140, 128, True)
 if n._sglops_native is None or n._sglops_native_rows is not None:
@@ -219,7 +237,8 @@ def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path
     """patches/fp8-mla-native applied to the real release file: its helper block, driven as the
     patched forward_decode / decode updater drive it, gives fp32 attention to BF16 rounding (eager,
     q as halves and as two tensors, a graph wrapper reading its tagged buffer past a stale tail) and
-    leaves untagged graphs, disabled plans and BF16 pools on the stock path."""
+    leaves untagged graphs, disabled plans and BF16 pools on the stock path; a paged prefill casts its
+    plan's rows alone (the rows equal to the whole-pool cast's bytes)."""
     import ast
 
     from sglops.patch import diff as patch_diff
