@@ -533,84 +533,58 @@ __device__ __forceinline__ void split_body(const u16* __restrict__ q, const u8* 
         }
       }
     }
-    // online softmax (log2 domain: q carries log2(e)); rows g and g+8; the last tile may be cut
+    // online softmax (log2 domain: q carries log2(e)); rows g and g+8; the last tile may be cut. Over S's row
+    // blocks r0 .. r0 + NR - 1, held in sacc[0, NR): all NB, or (XCH 2) this warp's QJ (rows 8 (w QJ + q) + 2t + e)
+    constexpr int NR = XCH == 2 ? QJ : NB;
+    const int r0 = XCH == 2 ? warp * QJ : 0;
     const i64 base_tok = lo + (i64)i * BLOCK_N;
     float mx0 = NEG_INF, mx1 = NEG_INF;
     // only the split's last tile can be cut (tiles start at lo + i * BLOCK_N, and per is a multiple of BLOCK_N),
     // so the masking (64-bit compares) runs there alone
     const bool cut = base_tok + BLOCK_N > hi;
-    if (XCH == 2) {
-      // this warp's rows 8 (w QJ + q) + 2t + e: their maxima per head, across the four warps
-      float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
-      for (int q = 0; q < QJ; ++q) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (cut && base_tok + 8 * (warp * QJ + q) + 2 * t + e >= hi) { sacc[q][e] = NEG_INF; sacc[q][2 + e] = NEG_INF; }
-          mx0 = fmaxf(mx0, sacc[q][e]);
-          mx1 = fmaxf(mx1, sacc[q][2 + e]);
-        }
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      if (t == 0) { xmax[warp * 16 + g] = mx0; xmax[warp * 16 + g + 8] = mx1; }
-      __syncthreads();  // the four warps' maxima (last read before the previous tile's third barrier)
-#pragma unroll
-      for (int w2 = 0; w2 < NWARPS; ++w2) { mx0 = fmaxf(mx0, xmax[w2 * 16 + g]); mx1 = fmaxf(mx1, xmax[w2 * 16 + g + 8]); }
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float a0 = ex2(m0 - mn0), a1 = ex2(m1 - mn1);
-      m0 = mn0; m1 = mn1;
-      float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-      for (int q = 0; q < QJ; ++q) {
-        sacc[q][0] = ex2(sacc[q][0] - mn0); sacc[q][1] = ex2(sacc[q][1] - mn0);
-        sacc[q][2] = ex2(sacc[q][2] - mn1); sacc[q][3] = ex2(sacc[q][3] - mn1);
-        ps0 += sacc[q][0] + sacc[q][1];
-        ps1 += sacc[q][2] + sacc[q][3];
-      }
-      l0 = l0 * a0 + ps0;  // this warp's rows only: the four are added after the loop
-      l1 = l1 * a1 + ps1;
-      if (!LAZY || __any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
-#pragma unroll
-        for (int j = 0; j < VDIMS / 8; ++j) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
-      }
-      xp[warp * 32 + lane] = make_uint4(pack_f16(sacc[0][0], sacc[0][1]), pack_f16(sacc[0][2], sacc[0][3]),
-                                        pack_f16(sacc[1][0], sacc[1][1]), pack_f16(sacc[1][2], sacc[1][3]));
-      __syncthreads();  // every warp's P fragment (kp = its rows)
-    } else {
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
+    for (int j = 0; j < NR; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        if (cut && base_tok + 8 * j + 2 * t + e >= hi) { sacc[j][e] = NEG_INF; sacc[j][2 + e] = NEG_INF; }
+        if (cut && base_tok + 8 * (r0 + j) + 2 * t + e >= hi) { sacc[j][e] = NEG_INF; sacc[j][2 + e] = NEG_INF; }
         mx0 = fmaxf(mx0, sacc[j][e]);
         mx1 = fmaxf(mx1, sacc[j][2 + e]);
       }
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // over the row's four lanes. As loops: their two counters keep cicc's order of the tile loop's m0..l1 phis,
+    // hence the SASS, as it was with the softmax written twice (NOTES.md "The online softmax written once")
+#pragma unroll
+    for (int d = 1; d < 4; d *= 2) mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+#pragma unroll
+    for (int d = 1; d < 4; d *= 2) mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+    if (XCH == 2) {  // the maxima per head across the four warps
+      if (t == 0) { xmax[warp * 16 + g] = mx0; xmax[warp * 16 + g + 8] = mx1; }
+      __syncthreads();  // the four warps' maxima (last read before the previous tile's third barrier)
+#pragma unroll
+      for (int w2 = 0; w2 < NWARPS; ++w2) { mx0 = fmaxf(mx0, xmax[w2 * 16 + g]); mx1 = fmaxf(mx1, xmax[w2 * 16 + g + 8]); }
+    }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float a0 = ex2(m0 - mn0), a1 = ex2(m1 - mn1);
     m0 = mn0; m1 = mn1;
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
-    for (int j = 0; j < NB; ++j) {
+    for (int j = 0; j < NR; ++j) {
       sacc[j][0] = ex2(sacc[j][0] - mn0); sacc[j][1] = ex2(sacc[j][1] - mn0);
       sacc[j][2] = ex2(sacc[j][2] - mn1); sacc[j][3] = ex2(sacc[j][3] - mn1);
       ps0 += sacc[j][0] + sacc[j][1];
       ps1 += sacc[j][2] + sacc[j][3];
     }
-    l0 = l0 * a0 + ps0;
+    l0 = l0 * a0 + ps0;  // XCH 2: this warp's rows only, the four are added after the loop
     l1 = l1 * a1 + ps1;
     if (!LAZY || __any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
 #pragma unroll
       for (int j = 0; j < VDIMS / 8; ++j) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
     }
-    }  // XCH != 2
+    if (XCH == 2) {
+      xp[warp * 32 + lane] = make_uint4(pack_f16(sacc[0][0], sacc[0][1]), pack_f16(sacc[0][2], sacc[0][3]),
+                                        pack_f16(sacc[1][0], sacc[1][1]), pack_f16(sacc[1][2], sacc[1][3]));
+      __syncthreads();  // every warp's P fragment (kp = its rows)
+    }
 
     // O += P V over this warp's 128 output dims; P's k order is S's column order (16kp + 2t + e, +8)
 #pragma unroll
