@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tarfile
 
 import pytest
@@ -254,3 +255,48 @@ def test_the_made_weights_fill_the_fp8_kv_pool_where_dummy_weights_leave_only_ze
     bad = subprocess.run([python, "-m", "sglops.sandbox.tiny_mla_weights", str(tmp_path / "none"), str(tmp_path / "x")],
                          capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x").exists()
+
+
+def test_the_identity_play_plans_four_servers_and_the_bf16_yardstick_renders(tier):
+    """gpu-fp8-identity benches the same shared-prefix prompts on a BF16 pool, stock FP8, gather-cast and
+    fp8-mla-native; the BF16 profile differs from the FP8 one in the KV dtype alone."""
+    proc = inv_cmd("play", "gpu-fp8-identity", "--host", "local", "--sglang-root", str(tier["site"]), "--dry-run",
+                   env=tier["run_env"])
+    out = proc.stdout + proc.stderr
+    assert "[3/15] bf16-restart (restart) ok" in out and "[10/15] gather-unpatch (revert-patch) ok" in out, out[-3000:]
+    flags = {}
+    for name in ("h200-tiny-mla-bf16-rw", "h200-tiny-mla-fp8-rw"):
+        made = inv_cmd("render", name, "--host", "local", "--sglang-root", str(tier["site"]), env=tier["run_env"])
+        assert made.returncode == 0, made.stderr
+        flags[name] = set(re.findall(r"(--[a-z0-9-]+)(?: ([^\s\\-][^\s\\]*))?", made.stdout))
+    assert flags["h200-tiny-mla-bf16-rw"] ^ flags["h200-tiny-mla-fp8-rw"] == {
+        ("--kv-cache-dtype", "auto"), ("--kv-cache-dtype", "fp8_e4m3")}
+
+
+def test_the_yardstick_table_reads_a_plays_records(tmp_path):
+    """The table of gpu-fp8-identity from records shaped as the play leaves them: here the rw model's real
+    gather-cast and fp8-mla-native benches of 2026-12-04 (17/18 prompts parted at near ties)."""
+    import shutil
+    import subprocess
+    import sys
+
+    src = REPO / "benchmarks/results/gpu-fp8-native-cuda/v05-rw-2026-12-04/records.tar.xz"
+    with tarfile.open(src) as tar:
+        tar.extractall(tmp_path / "in", filter="data")
+    runs = {p.name.split("-", 3)[-1]: p for p in (tmp_path / "in").iterdir() if (p / "outputs.json").exists()}
+    local = tmp_path / "artifacts" / "local"
+    steps = []
+    for step, run in (("gather-bench", "gather-bench"), ("stock-bench", "gather-bench"),
+                      ("native-bench", "native-bench"), ("bf16-bench", "native-bench")):
+        shutil.copytree(runs[run], local / f"p-{step}")
+        steps.append({"id": step, "do": "bench", "result": {"run_id": f"p-{step}"}})
+    (local / "p").mkdir()
+    (local / "p" / "play.json").write_text(json.dumps({"play": "gpu-fp8-identity", "steps": steps}))
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/gpu_identity_yardstick.py"), str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    identity_table = proc.stdout.split("\n\n")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in identity_table.splitlines()}
+    assert "| 0/18 |" in rows["stock"] and "| 0 | 0 (2304 tokens) | - | - |" in rows["stock"]
+    assert "| 17/18 | token 43 | 0.015 | 0.0319 (694 tokens) | 0.0306 |" in rows["native"]
+    assert "| gather | 8 | " in proc.stdout and "| native | 1 | " in proc.stdout

@@ -255,10 +255,26 @@ def test_a_divergence_between_near_tied_tokens_is_told_from_one_between_unlike_o
     tie = [entry(0, [5, 6, 9, 8], [-5.61, -5.52, -5.633, -5.4]), entry(1, [1, 2, 3], [-5.21, -5.3, -5.1])]
     v = compare_entries(a, tie)
     assert v.status == "differ" and v.divergence_gap == pytest.approx(0.001) and v.near_ties_only
-    assert v.line().endswith("; each divergence a near tie (the runs' tokens there within 0.001 in logprob)")
+    assert "; each divergence a near tie (the runs' tokens there within 0.001 in logprob);" in v.line()
     unlike = [entry(0, [5, 6, 9, 8], [-5.61, -5.52, -0.2, -5.4]), entry(1, [1, 2, 3], [-5.21, -5.3, -5.1])]
     w = compare_entries(a, unlike)
     assert w.divergence_gap == pytest.approx(5.432) and not w.near_ties_only
     assert "; logprob gap at a divergence up to 5.43" in w.line() and w.to_json()["near_ties_only"] is False
     shorter = compare_entries(a, [entry(0, [5, 6], [-5.6, -5.51]), entry(1, [1, 2, 3], [-5.2, -5.3, -5.1])])
     assert shorter.divergence_gap is None and "near tie" not in shorter.line()  # an output that ended: no gap
+
+
+def test_first_tokens_tell_a_prefill_difference_from_a_decode_one():
+    """The first output token is the prefill's alone: bit-equal first tokens with later tokens apart put a
+    difference in decode (an attention patch of the decode path); unequal ones in the prefill."""
+    a = [entry(0, [5, 6, 7, 8], [-1.0, -2.0, -3.0, -4.0]), entry(1, [1, 2, 3], [-0.5, -0.6, -0.7])]
+    decode_only = [entry(0, [5, 6, 9, 8], [-1.0, -2.01, -3.0, -4.0]), entry(1, [1, 2, 3], [-0.5, -0.61, -0.71])]
+    v = compare_entries(a, decode_only)
+    assert (v.first_token_equal, v.first_token_compared) == (2, 2)
+    assert v.line().endswith("; first tokens (prefill) bit-equal on all 2")
+    assert v.median_logprob_diff == pytest.approx(0.01) and v.logprob_tokens == 5  # 0, .01 | 0, .01, .01
+    prefill = [entry(0, [5, 6, 7, 8], [-1.0 + 2 ** -20, -2.0, -3.0, -4.0]), entry(1, [4, 2, 3], [-0.4, -0.6, -0.7])]
+    w = compare_entries(a, prefill)
+    assert (w.first_token_equal, w.first_token_compared) == (0, 2)
+    assert "; first tokens (prefill) differ on 2/2" in w.line() and w.to_json()["first_token_equal"] == 0
+    assert compare_entries(a, a).line() == "outputs identical (2 prompts, logprobs equal)"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,11 @@ class OutputsVerdict:
     # B the other way, so when both runs' logprobs agree within d elsewhere, a gap within ~d means both tokens were
     # near-tied and the runs parted on rounding; a large gap means they disagree on what is likely
     divergence_gap: float | None = None
+    median_logprob_diff: float | None = None  # the typical |dlogprob| on tokens chosen alike (the max is one token)
+    # the first output token comes from the prefill alone: prompts whose first token (id and logprob) is bit-equal,
+    # of those compared with logprobs; all equal with later tokens apart puts a difference in decode
+    first_token_equal: int = 0
+    first_token_compared: int = 0
 
     @property
     def near_ties_only(self) -> bool:
@@ -199,7 +205,16 @@ class OutputsVerdict:
             gap = (f"; each divergence a near tie (the runs' tokens there within {self.divergence_gap:.3g} in logprob)"
                    if self.near_ties_only else f"; logprob gap at a divergence up to {self.divergence_gap:.3g}")
         return (f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}{gap}"
-                f"{self._limit()}")
+                f"{self._first_tokens()}{self._limit()}")
+
+    def _first_tokens(self) -> str:
+        k, m = self.first_token_equal, self.first_token_compared
+        if not m:
+            return ""
+        if k == m:
+            return f"; first tokens (prefill) bit-equal on all {m}"
+        return f"; first tokens (prefill) differ on {m - k}/{m}"
+
 
     def _limit(self) -> str:
         return f" (first {self.limit} tokens: the runs asked for different lengths)" if self.limit else ""
@@ -213,7 +228,9 @@ class OutputsVerdict:
                 "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
                 "differing_prompts": self.differing, "source": self.source,
                 "tolerance": self.tolerance.to_json() if self.tolerance else None, "limit": self.limit,
-                "divergence_gap": self.divergence_gap, "near_ties_only": self.near_ties_only, "line": self.line()}
+                "divergence_gap": self.divergence_gap, "near_ties_only": self.near_ties_only,
+                "median_logprob_diff": self.median_logprob_diff, "first_token_equal": self.first_token_equal,
+                "first_token_compared": self.first_token_compared, "line": self.line()}
 
 
 # -- reading a run's outputs -------------------------------------------------------------------------
@@ -285,7 +302,7 @@ def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = 
                              only_b=len(set(mb) - set(ma)), tolerance=tolerance, source=source, limit=limit)
     with_lp = [p for p in common if ma[p].get("logprobs") is not None and mb[p].get("logprobs") is not None]
     verdict.logprobs = bool(common) and len(with_lp) == len(common)
-    worst, tokens = 0.0, 0
+    diffs: list[float] = []
     for p in common:
         ea, eb = ma[p], mb[p]
         ia, ib = ea.get("ids"), eb.get("ids")
@@ -304,6 +321,9 @@ def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = 
             if len(verdict.differing) < 20:
                 verdict.differing.append(ea.get("n", 0))
         la, lb = ea.get("logprobs"), eb.get("logprobs")
+        if la and lb and ia and ib and la[0] is not None and lb[0] is not None:
+            verdict.first_token_compared += 1
+            verdict.first_token_equal += ia[0] == ib[0] and la[0] == lb[0]
         if la is not None and lb is not None and ia is not None:
             upto = len(ia) if same else at
             if not same and at < min(len(la), len(lb)) and la[at] is not None and lb[at] is not None:
@@ -311,10 +331,10 @@ def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = 
                 verdict.divergence_gap = gap if verdict.divergence_gap is None else max(verdict.divergence_gap, gap)
             for x, y in zip(la[:upto], lb[:upto], strict=False):
                 if x is not None and y is not None:
-                    worst = max(worst, abs(x - y))
-                    tokens += 1
+                    diffs.append(abs(x - y))
     if with_lp:
-        verdict.max_logprob_diff, verdict.logprob_tokens = worst, tokens
+        verdict.max_logprob_diff, verdict.logprob_tokens = max(diffs, default=0.0), len(diffs)
+        verdict.median_logprob_diff = statistics.median(diffs) if diffs else None
     return verdict
 
 
