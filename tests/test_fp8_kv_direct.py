@@ -16,6 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from sglops.patch.names import parse as parse_python
+
 torch = pytest.importorskip("torch")
 
 from sglops.patch import diff as patch_diff  # noqa: E402
@@ -41,7 +43,7 @@ def patched_text(variant: str) -> str:
 
 
 def helpers(text: str) -> dict:
-    tree = ast.parse(text)
+    tree = parse_python(text)
     keep = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_sglops_fp8_")]
     ns: dict = {"torch": torch, "partial": partial}
     exec(compile(ast.Module(keep, []), "fp8-helpers", "exec"), ns)
@@ -83,7 +85,7 @@ def test_plans_and_runs_carry_the_fp8_terms(variant):
     fp8 = torch.zeros(2, 1, 576, dtype=torch.float8_e4m3fn)
     assert ns["_sglops_fp8_run_kwargs"](fp8) == {"ckv_scale": 1.0, "kpe_scale": 1.0}
     assert ns["_sglops_fp8_run_kwargs"](fp8.to(torch.bfloat16)) == {}
-    tree = ast.parse(text)
+    tree = parse_python(text)
     calls = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)]
     plans = [c for c in calls if c.startswith(("wrapper.plan(", "wrapper_paged.plan("))]
     runs = [c for c in calls if c.startswith(("decode_wrapper.run(", "prefill_wrapper_paged.run("))]

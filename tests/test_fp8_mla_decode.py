@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from sglops.patch.names import parse as parse_python
+
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
@@ -249,7 +251,7 @@ def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path
     (fp,) = v.files()
     new, conflicts = patch_diff.apply([fp], {fp.path: (trees.sglang_template(v.sglang[0]) / fp.path).read_text()})
     assert not conflicts
-    tree = ast.parse(new[fp.path])
+    tree = parse_python(new[fp.path])
     keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name.startswith("_sglops_native"))
             or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
             or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).startswith("_SGLOPS"))]

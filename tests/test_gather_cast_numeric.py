@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from sglops.patch.names import parse as parse_python
+
 torch = pytest.importorskip("torch")
 
 from sglops.patch import diff as patch_diff  # noqa: E402
@@ -45,7 +47,7 @@ def patched_text(variant: str) -> str:
 
 
 def helper_block(text: str) -> ast.Module:
-    tree = ast.parse(text)
+    tree = parse_python(text)
     keep = [n for n in tree.body
             if (isinstance(n, ast.FunctionDef) and n.name in HELPERS)
             or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))]
@@ -293,7 +295,7 @@ def test_patched_backend_wires_the_graph_rows_as_simulated(variant):
     kv_indices buffer and is tagged with _sglops_graph_rows before its plan; plans record rows with
     the updater's kv_indptr; the replay plan records nothing; forward casts through _sglops_cast_kv."""
     text = patched_text(variant)
-    tree = ast.parse(text)
+    tree = parse_python(text)
     cap = _method(tree, "FlashInferMLAAttnBackend",
                   ("init_forward_metadata_out_graph", "init_forward_metadata_capture_cuda_graph"))
     ctors = [n for n in ast.walk(cap) if isinstance(n, ast.Call) and ast.unparse(n.func) == "BatchMLAPagedAttentionWrapper"]

@@ -1,8 +1,8 @@
 """The hostile-network proxy itself: connections it cuts, or that die under it, leave nothing behind.
 
-A task it left pending or failed was logged later by the garbage collector in any thread, and on
-Python 3.11 that logging (a traceback formatted with ast.parse) broke an ast.parse running in the
-test thread at that moment: a CI run lost a patch test to "AST constructor recursion depth mismatch".
+A task it left pending or failed was logged later by the garbage collector, possibly in the middle of an
+ast.parse (the finalizer formats a traceback, which on Python 3.11 parses with ast too): a CI run lost a patch
+test to "AST constructor recursion depth mismatch".
 """
 
 from __future__ import annotations

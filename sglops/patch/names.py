@@ -21,7 +21,8 @@ import threading
 _PARSE = threading.Lock()
 
 
-def _parse(text: str) -> ast.AST:
+def parse(text: str) -> ast.Module:
+    """ast.parse, safe from a collector's finalizer running in its middle (tests parse patched files with it)."""
     with _PARSE:
         was = gc.isenabled()
         gc.disable()
@@ -64,7 +65,7 @@ def _bound(tree: ast.AST) -> set[str] | None:
 def unbound(text: str) -> dict[str, int] | None:
     """{name: first line} of names loaded but bound nowhere; None when the text does not parse or has `import *`."""
     try:
-        tree = _parse(text)
+        tree = parse(text)
     except (SyntaxError, RecursionError):
         return None
     bound = _bound(tree)

@@ -285,11 +285,10 @@ class NetProxy:
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel and await every task left on the proxy's loop, connections accepted late included.
 
-    A task left pending (or failed and never awaited) is logged later from the garbage collector, in
-    whatever thread it runs; Python 3.11 formats that traceback with ast.parse, whose depth counter is
-    per interpreter, so an ast.parse in another thread at that moment fails with "AST constructor
-    recursion depth mismatch" (CPython gh-106905, pytest-dev/pytest#10874): a CI run lost a patch test
-    to it."""
+    A task left pending (or failed and never awaited) is logged by the garbage collector whenever it collects it,
+    which may be in the middle of an ast.parse in any thread: the finalizer formats a traceback (itself parsing
+    with ast on Python 3.11), and CPython 3.11's AST constructor then fails with "AST constructor recursion depth
+    mismatch" (pytest-dev/pytest#10874; sglops/patch/names.py met it first). A CI run lost a patch test to it."""
     for _ in range(5):
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
         if not tasks:
