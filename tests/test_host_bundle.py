@@ -21,6 +21,7 @@ from sglops.core import host_bundle
 from sglops.core.errors import RemoteError
 from sglops.core.hosts import LOCAL, Host
 from sglops.core.remote import connect
+from sglops.patch.names import parse as parse_python
 from sglops.sandbox.sshd import HOST_PYTHON
 
 MODULES = sorted(p.stem for p in host_bundle.SCRIPTS.glob("*.py"))
@@ -30,7 +31,7 @@ PY38 = next((str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.8*/bin/p
 
 def _tree(name: str) -> ast.Module:
     path = host_bundle.SCRIPTS / f"{name}.py"
-    return ast.parse(path.read_text(), str(path), feature_version=(3, 8))  # SyntaxError: too new for a host
+    return parse_python(path.read_text(), str(path), feature_version=(3, 8))  # SyntaxError: too new for a host
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sglops.patch.names import parse as parse_python
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "sglops"
 DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox"}
@@ -63,7 +65,7 @@ def imports(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
     module = _module(path, root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse_python(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -22,6 +22,7 @@ from conftest import inv_cmd
 
 from sglops.core.hosts import Host
 from sglops.core.remote import LocalRemote
+from sglops.patch.names import parse as parse_python
 from sglops.trace import analyze
 from sglops.trace import sources as src
 from sglops.trace.stacks import package_path, parse_frame
@@ -95,7 +96,7 @@ def test_frame_lines_are_the_functions_first_lines_in_the_real_tree():
     a = analyze([STACK])
     for r in a.sources:
         f = parse_frame(r["frame"])
-        tree = ast.parse((pkg / package_path(f.file)).read_text())
+        tree = parse_python((pkg / package_path(f.file)).read_text())
         starts = {min([n.lineno, *[d.lineno for d in n.decorator_list]]) for n in ast.walk(tree)
                   if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == f.func}
         assert f.line in starts, (r["frame"], sorted(starts))
@@ -122,7 +123,7 @@ def _probe_doc(root: Path, probes: Path | None = None) -> dict:
 
 
 def _def_line(path: Path, func: str) -> int:
-    tree = ast.parse(path.read_text())
+    tree = parse_python(path.read_text())
     return min(min([n.lineno, *[d.lineno for d in n.decorator_list]]) for n in ast.walk(tree)
                if isinstance(n, ast.FunctionDef) and n.name == func)
 
@@ -194,7 +195,7 @@ def test_the_join_needs_the_same_file_and_function(tmp_path):
     backend = root / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
     rel = "srt/layers/attention/flashinfer_mla_backend.py"
     hit_funcs = {h["func"] for p in doc["probes"] for h in p["hits"] if h["file"].endswith(rel)}
-    quiet = next(n.name for n in ast.walk(ast.parse(backend.read_text()))
+    quiet = next(n.name for n in ast.walk(parse_python(backend.read_text()))
                  if isinstance(n, ast.FunctionDef) and n.name not in hit_funcs)
     other = f"sglang/{rel}({_def_line(backend, quiet)}): {quiet}"
     a = analyze([_gpu_trace(tmp_path / "t.json", other)], probe=src.load(probe_json))

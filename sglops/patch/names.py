@@ -13,6 +13,7 @@ import ast
 import builtins
 import gc
 import threading
+from typing import Any
 
 # CPython 3.11's AST constructor checks that the thread's recursion depth is the same after as before; a garbage
 # collection that runs a finalizer with Python code in the middle (an asyncio task's __del__ logging "Task was
@@ -21,16 +22,18 @@ import threading
 _PARSE = threading.Lock()
 
 
-def parse(text: str) -> ast.Module:
-    """ast.parse, safe from a collector's finalizer running in its middle (tests parse patched files with it)."""
+def parse(text: str, filename: str = "<unknown>", **options: Any) -> ast.Module:
+    """ast.parse (same arguments), safe from a collector's finalizer running in its middle; the tests parse
+    patched SGLang files and sglops' own sources with it."""
     with _PARSE:
         was = gc.isenabled()
         gc.disable()
         try:
-            return ast.parse(text)
+            return ast.parse(text, filename, **options)
         finally:
             if was:
                 gc.enable()
+
 
 MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__",
                 "__path__", "__annotations__", "__dict__", "__class__", "__qualname__", "__module__"}
