@@ -46,16 +46,16 @@ def run_dir(art: Path, play: dict, step: str) -> Path:
     return found[0]
 
 
-def entries(run: Path, cached_only: bool = False) -> list[dict]:
-    reqs = json.loads((run / OUTPUTS_FILE).read_text())["requests"]
-    return [e for e in reqs if not cached_only or (e.get("cached_tokens") or 0) > 0]
+def entries(run: Path) -> list[dict]:
+    return json.loads((run / OUTPUTS_FILE).read_text())["requests"]
 
 
-def prefill_on_cached(base: Path, run: Path) -> str:
-    """First tokens bit-equal on the prompts both servers answered from a cached prefix."""
-    hit_a = {e["prompt"] for e in entries(base, True)}
-    both = [e for e in entries(run, True) if e["prompt"] in hit_a]
-    v = compare_entries(entries(base, True), both)
+def cached(reqs: list[dict]) -> list[dict]:
+    """The requests the server answered from a cached prefix (its paged prefill over cached FP8 rows)."""
+    return [e for e in reqs if (e.get("cached_tokens") or 0) > 0]
+
+
+def first_tokens(v: OutputsVerdict) -> str:
     return f"{v.first_token_equal}/{v.first_token_compared}" if v.first_token_compared else "-"
 
 
@@ -77,17 +77,19 @@ def levels(run: Path) -> dict[int, dict]:
 def markdown(root: Path) -> str:
     art = root / "artifacts" if (root / "artifacts").is_dir() else root
     play = play_doc(art)
-    base = run_dir(art, play, BASE)
+    runs = {step: run_dir(art, play, step) for step in (BASE, *(step for _, step, _ in RUNS))}
+    outputs = {step: entries(run) for step, run in runs.items()}
+    base = outputs[BASE]
     out = ["| run vs gather-cast | pool / path | prompts parted | first parting | median \\|dlogprob\\| | max "
            "\\|dlogprob\\| | gap at a parting | first token bit-equal (cached prefix) |",
            "|---|---|---:|---|---:|---:|---:|---:|"]
     for name, step, what in RUNS:
-        run = run_dir(art, play, step)
-        out.append(row(name, what, compare_entries(entries(base), entries(run)), prefill_on_cached(base, run)))
+        on_cached = compare_entries(cached(base), cached(outputs[step]))  # prompts cached on both servers
+        out.append(row(name, what, compare_entries(base, outputs[step]), first_tokens(on_cached)))
     out += ["", "| run | C | decode tok/s | TTFT median ms | prompt tokens from the prefix cache |",
             "|---|---:|---:|---:|---:|"]
     for name, step in (("gather", BASE), *((n, s) for n, s, _ in RUNS)):
-        for c, lv in sorted(levels(run_dir(art, play, step)).items()):
+        for c, lv in sorted(levels(runs[step]).items()):
             out.append(f"| {name} | {c} | {lv['decode_tok_s']['median']:.1f} | "
                        f"{lv['ttft_ms']['median']:.2f} | {lv['prompt'].get('cached_share', 0):.0%} |")
     return "\n".join(out)

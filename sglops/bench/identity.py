@@ -215,7 +215,6 @@ class OutputsVerdict:
             return f"; first tokens (prefill) bit-equal on all {m}"
         return f"; first tokens (prefill) differ on {m - k}/{m}"
 
-
     def _limit(self) -> str:
         return f" (first {self.limit} tokens: the runs asked for different lengths)" if self.limit else ""
 
