@@ -75,6 +75,7 @@ def per_host(
     artifact: str | None = None,
     show: Callable[[Any], None] | None = None,
     check: Callable[[Any], None] | None = None,
+    max_workers: int | None = None,
 ) -> list[Any]:
     """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
@@ -84,7 +85,8 @@ def per_host(
     others' results are still saved and printed, and the exit code follows errors.combined_exit.
     """
     inventory, targets = hosts
-    outcomes = on_hosts(targets, step, accept_new_host_key=accept_new_host_key, inventory=inventory)
+    outcomes = on_hosts(targets, step, accept_new_host_key=accept_new_host_key, inventory=inventory,
+                        **({"max_workers": max_workers} if max_workers else {}))
     documents = []
     many = len(outcomes) > 1
     for out in outcomes:

@@ -103,7 +103,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
         def step(remote: Any) -> Any:
             remote.run_id = run_id  # the one run id of this invocation, also for the host answers it keeps
             with watch(remote.name) as sink:
-                ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw)
+                ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw, peers=tuple(hosts))
                 try:
                     return op.run(ctx, **args)
                 except SglopsError as exc:
@@ -117,7 +117,8 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 
         per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key, run_id=run_id,
                  json=json, artifact=op.record, show=show,
-                 check=(lambda r: op.check(r, opts)) if op.check else None)
+                 check=(lambda r: op.check(r, opts)) if op.check else None,
+                 max_workers=len(hosts) if op.together else None)
 
 
 def _show(op: Op, opts: dict) -> Any:

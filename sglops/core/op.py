@@ -83,6 +83,7 @@ class Op:
     check: Callable[[Any, dict], None] | None = None  # raises for a kept result that still fails (exit code)
     step_summary: Callable[[dict], str] | None = None  # result JSON -> the play's one-line recap
     hostless: bool = False  # without --host it runs here, on no host (render: the script, not checked)
+    together: bool = False  # every host's step runs at once (the nodes of one server meet: sglops.launch.deployment)
     task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
 
     def result_type(self) -> type | None:
@@ -124,6 +125,7 @@ class Context:
     on_event: Callable[[dict], None] | None = None
     live: bool = False  # this host is the invocation's only one and a terminal shows it (a play's step lines)
     draw: Draw | None = None  # report files (markdown, charts), drawn by the runner's views
+    peers: tuple = ()  # every host of this invocation (sglops.core.hosts.Host), this one included
 
     @property
     def host(self) -> str:

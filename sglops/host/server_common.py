@@ -30,6 +30,15 @@ FAILURE_CLASSES = [
      r"not supported for this model|Invalid attention backend|NotImplementedError: .*backend|"
      r", in create_\w+_backend$"),
     ("import_error", "import failed", r"^(?:ModuleNotFoundError|ImportError): "),
+    # multi-rank and multi-node starts (tests/data/server_logs/, docs/launch.md "Multi-rank")
+    ("thread_binding", "CPU thread binding missing for the ranks", r"SGLANG_CPU_OMP_THREADS_BIND is not set"),
+    ("nccl_on_cpu", "NCCL library loaded on a host without a GPU", r"Expected a cuda device, but got: cpu"),
+    ("dist_init_timeout", "not every node joined the distributed init in time",
+     r"DistStoreError: Timed out after \d+ seconds waiting for clients|clients joined|"
+     r"DistNetworkError: .*(?:timed out|Connection refused)"),
+    ("peer_lost", "another rank or node went away",
+     r"gloo/transport/tcp/pair\.cc.*(?:Connection reset by peer|Connection closed by peer)|"
+     r"Connection closed by peer \[|NCCL (?:communicator was aborted|watchdog)"),
     ("python_traceback", "Python traceback", r"Traceback \(most recent call last\)"),
 ]
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
@@ -40,7 +49,7 @@ SINCE_CAP = 16 * 1024 * 1024  # bytes of log read for classifying one start (a c
 def state_paths(root, create=True):
     d = sglops_dir(root, create)
     names = ["server.pid", "server.json", "launch.sh", "launch.last-good.sh", "launch.last-good.json", "server.log",
-             "restarts.jsonl", "server.lock"]
+             "restarts.jsonl", "server.lock", "server.abort"]
     return {n: os.path.join(d, n) for n in names}
 
 
@@ -188,6 +197,51 @@ def _wait_gone(pgid, tree, deadline):
         time.sleep(0.05)
 
 
+SERVER_ID_VAR = "SGLOPS_SERVER_ID"  # exported to the server: every process of it inherits the mark
+
+
+def marked_processes(server_id):
+    """Processes of this user whose environment carries this server's mark AND whose command line is a server's
+    (the launcher or an `sglang::` worker): found even when one left the process group and its parent died."""
+    if not server_id:
+        return []
+    mark = f"{SERVER_ID_VAR}={server_id}".encode()
+    me, found = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        argv = _cmdline(name)
+        fields = _stat_fields(f"/proc/{name}/stat")
+        if fields is None or _has_exited(fields, name):
+            continue
+        if argv and (argv[0].startswith("sglang::") or is_server_argv(argv)):
+            found.append(int(name))
+    return found
+
+
+def process_role(argv):
+    """(role, rank words) of a server process from its command line: `sglang::scheduler_DP0_TP1` is
+    ("scheduler", {"dp": 0, "tp": 1}), `sglang::detokenizer` ("detokenizer", {}), the launch command "launcher"."""
+    first = argv[0] if argv else ""
+    if first.startswith("sglang::"):
+        name, *parts = first[len("sglang::"):].split()[0].split("_")
+        ranks = {}
+        for part in parts:
+            m = re.fullmatch(r"([A-Z]+(?:_[A-Z]+)?)(\d+)", part)
+            if m:
+                ranks[m.group(1).lower()] = int(m.group(2))
+        return name, ranks
+    if is_server_argv(argv):
+        return "launcher", {}
+    return "other", {}
+
+
 def kill_group(pgid, tree=()):
     """SIGKILL the process group and every process of a process_tree() snapshot still running (one may have left
     the group), then wait until all have exited: a KILLed process with a few GB mapped can take seconds to go on a
@@ -218,7 +272,14 @@ def stop_server(paths, grace_s=20.0):
     t0 = time.monotonic()
     pgid = info.get("pgid") or info["pid"]
     tree = process_tree(info["pid"])
+    seen = {p for p, _ in tree}
+    tree += [(p, start_ticks(p)) for p in marked_processes(info.get("server_id")) if p not in seen]
     os.killpg(pgid, signal.SIGTERM)
+    for pid in [p for p, _ in tree if p not in seen]:
+        try:  # a worker outside the group (it left it): TERM it too, it has the same grace
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     sent = "TERM"
     _wait_gone(pgid, tree, time.monotonic() + grace_s)
     stray = alive_of(tree)
@@ -228,8 +289,9 @@ def stop_server(paths, grace_s=20.0):
     for name in ("server.pid", "server.json"):
         if os.path.exists(paths[name]):
             os.unlink(paths[name])
-    return {"stopped": True, "pid": info["pid"], "signal": sent, "processes": len(tree), "left": alive_of(tree),
-            "took_s": round(time.monotonic() - t0, 3)}
+    left = sorted(set(alive_of(tree)) | set(marked_processes(info.get("server_id"))))
+    return {"stopped": True, "pid": info["pid"], "signal": sent, "processes": len(tree), "left": left,
+            "took_s": round(time.monotonic() - t0, 3), "outside_group": len(tree) - len(seen)}
 
 
 def tail(path, lines=40):

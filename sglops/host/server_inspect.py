@@ -2,6 +2,8 @@
 # host python may have no torch), plus the server sglops started there, in one round trip.
 import ast
 import os
+import re
+import sys
 
 from ._common import UserError, find_sglang
 from .server_common import entrypoint_server, our_server, read_json_file, state_paths
@@ -121,6 +123,34 @@ def tree_facts(pkg):
             "whole_pool_cast": "get_key_buffer(layer.layer_id).to(q.dtype)" in text}
 
 
+def launch_host():
+    """What a multi-rank launch on this host depends on: the CPUs this user may run on (thread binding per rank),
+    the NUMA node count (SGLang's CPU engine binds one rank per node unless told) and whether this python finds
+    an NCCL library (a CUDA torch build ships one; on a host with no GPU SGLang then loads it and fails)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    try:
+        numa = len([n for n in os.listdir("/sys/devices/system/node") if re.fullmatch(r"node\d+", n)])
+    except OSError:
+        numa = None
+    nccl = None
+    for entry in sys.path:
+        for rel in ("nvidia/nccl/lib", "torch/lib"):
+            folder = os.path.join(entry or ".", rel)
+            try:
+                hit = next((n for n in sorted(os.listdir(folder)) if n.startswith("libnccl.so")), None)
+            except OSError:
+                continue
+            if hit:
+                nccl = os.path.join(folder, hit)
+                break
+        if nccl:
+            break
+    return {"cpus": cpus, "numa_nodes": numa, "nccl_library": nccl, "gpus_visible": os.path.exists("/dev/nvidia0")}
+
+
 def current(root):
     paths = state_paths(root, create=False)
     info = our_server(paths)
@@ -136,4 +166,4 @@ def main(args):
         raise UserError("no launch arguments found in " + os.path.join(tree["package_dir"], "srt", "server_args.py"))
     return {"sglang": {k: tree[k] for k in ("version", "root", "package_dir", "kind", "commit", "dirty")},
             "flags": flags, "choices": choices, "tree": tree_facts(tree["package_dir"]),
-            "current": current(tree["root"])}
+            "current": current(tree["root"]), "host": launch_host()}

@@ -8,11 +8,13 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import subprocess
 import time
 
 from ._common import PRIVATE_SCRIPT, UserError, is_checkout, open_private, progress
 from .server_common import (
+    SERVER_ID_VAR,
     append_record,
     classify,
     entrypoint_server,
@@ -32,15 +34,19 @@ from .server_common import (
 
 
 def start(paths, script_path, cwd):
-    """Start the script detached; (process, info) where info["log_offset"] is where this start's log begins."""
+    """Start the script detached; (process, info) where info["log_offset"] is where this start's log begins.
+    Every process of the server inherits SERVER_ID_VAR: a worker that leaves the process group is still ours."""
+    server_id = secrets.token_hex(8)
     with open_private(paths["server.log"], "ab") as log, open(os.devnull, "rb") as null:
         log.seek(0, 2)
         offset = log.tell()
         log.write(f"\n===== sglops restart {time.strftime('%Y-%m-%dT%H:%M:%S')} =====\n".encode())
         log.flush()
         proc = subprocess.Popen(["nohup", "bash", script_path], cwd=cwd, stdin=null, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    info = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": None, "started": time.time(), "log_offset": offset}
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                env={**os.environ, SERVER_ID_VAR: server_id})
+    info = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": None, "started": time.time(), "log_offset": offset,
+            "server_id": server_id}
     for _ in range(100):
         info["start_ticks"] = start_ticks(proc.pid)
         if info["start_ticks"] is not None:
@@ -57,9 +63,21 @@ FATAL = re.compile(r"Received sigquit from a child process|Scheduler hit an exce
 FATAL_GRACE_S = 5.0
 
 
-def wait_healthy(proc, host, port, timeout_s, log_path, log_offset=0):
-    """Poll /health until 200, the process dies (or says it failed and hangs), or the timeout passes;
-    report progress meanwhile (elapsed, /health, the log's last line)."""
+def aborted(path, token):
+    """Whether the laptop asked this start to give up (another node of its deployment failed): the abort file
+    names this start's token, so an old request never stops a new start."""
+    if not token:
+        return False
+    try:
+        with open(path) as fh:
+            return fh.read().strip() == token
+    except OSError:
+        return False
+
+
+def wait_healthy(proc, host, port, timeout_s, log_path, log_offset=0, abort=None):
+    """Poll /health until 200, the process dies (or says it failed and hangs), the timeout passes or the laptop
+    aborts the start (abort: (path, token)); report progress meanwhile (elapsed, /health, the log's last line)."""
     t0 = time.monotonic()
     last_report = 0.0
     fatal_at = None
@@ -74,6 +92,8 @@ def wait_healthy(proc, host, port, timeout_s, log_path, log_offset=0):
             return {"state": "healthy", "exit_code": None, "waited_s": round(elapsed, 3), "hung": False}
         if elapsed > timeout_s:
             return {"state": "timeout", "exit_code": None, "waited_s": round(elapsed, 3), "hung": False}
+        if abort and aborted(*abort):
+            return {"state": "aborted", "exit_code": None, "waited_s": round(elapsed, 3), "hung": False}
         if fatal_at is None:
             seen, fresh = _read_from(log_path, seen)
             if FATAL.search(fresh):
@@ -214,11 +234,13 @@ def main(args):
     # A checkout's launch script cds into it; an installed tree is never a working folder (state dir instead).
     proc, info = start(paths, paths["launch.sh"], root if is_checkout(root) else os.path.dirname(paths["server.log"]))
     info.update({"profile": args.get("profile"), "port": args["port"], "host": args["host"],
-                 "log": paths["server.log"], "script": paths["launch.sh"], "rollback": bool(args.get("rollback"))})
+                 "log": paths["server.log"], "script": paths["launch.sh"], "rollback": bool(args.get("rollback")),
+                 "nnodes": int(args.get("nnodes") or 1), "node_rank": args.get("node_rank")})
     write_atomic(paths["server.json"], json.dumps(info))
     write_atomic(paths["server.pid"], f"{proc.pid}\n")
+    abort = (paths["server.abort"], args["abort_token"]) if args.get("abort_token") else None
     waited = wait_healthy(proc, args["host"], args["port"], float(args["timeout_s"]), paths["server.log"],
-                          info["log_offset"])
+                          info["log_offset"], abort)
     result = {"stopped": stopped, "pid": proc.pid, "log_path": paths["server.log"], "state_dir": os.path.dirname(
         paths["server.log"]), **waited, "server_info": None, "server_info_endpoint": None, "log_tail": [], "failure": None,
         "failure_label": None, "failure_detail": None}
@@ -227,14 +249,17 @@ def main(args):
         write_atomic(paths["launch.last-good.sh"], script, PRIVATE_SCRIPT)
         write_atomic(paths["launch.last-good.json"], json.dumps(
             {"profile": args.get("profile"), "host": args["host"], "port": args["port"],
-             "timeout_s": args["timeout_s"], "grace_s": args.get("grace_s", 20), "at": time.time()}))
+             "timeout_s": args["timeout_s"], "grace_s": args.get("grace_s", 20), "at": time.time(),
+             "nnodes": info["nnodes"], "node_rank": info["node_rank"]}))
     else:
-        if waited["state"] == "timeout" or waited["hung"]:
+        if waited["state"] in ("timeout", "aborted") or waited["hung"]:
             stop_server(paths, float(args.get("grace_s", 20)))  # do not leave a half-started server behind
         time.sleep(0.1)
         since = read_since(paths["server.log"], info["log_offset"])
         result["log_tail"] = since[-int(args.get("tail", 30)):]
         cls, label, evidence = classify(since)
+        if waited["state"] == "aborted":  # its own log is not why it stopped: the laptop names the node that failed
+            cls, label = "aborted", "stopped: another node of this server failed to come up"
         result["failure"], result["failure_label"], result["failure_detail"] = cls or waited["state"], label or (
             f"no /health within {float(args['timeout_s']):g}s" if waited["state"] == "timeout" else "exited"), evidence
         if waited["state"] == "died":
@@ -246,5 +271,6 @@ def main(args):
     append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "profile": args.get("profile"),
                           "rollback": bool(args.get("rollback")), "state": waited["state"], "pid": proc.pid,
                           "waited_s": waited["waited_s"], "failure": result["failure"],
-                          "stopped_pid": stopped["pid"], "operator": args.get("operator")})
+                          "stopped_pid": stopped["pid"], "operator": args.get("operator"),
+                          **({"nnodes": info["nnodes"], "node_rank": info["node_rank"]} if info["nnodes"] > 1 else {})})
     return result

@@ -6,7 +6,38 @@ import os
 import time
 
 from ._common import UserError, progress
-from .server_common import entrypoint_server, http_get, local_url, our_server, server_info, state_paths, tail
+from .server_common import (
+    _cmdline,
+    entrypoint_server,
+    http_get,
+    local_url,
+    marked_processes,
+    our_server,
+    process_role,
+    process_tree,
+    server_info,
+    state_paths,
+    tail,
+)
+
+
+def server_processes(info):
+    """Every process of the server (its tree, and any carrying its mark outside it) with its role and ranks:
+    the launcher, each scheduler with its TP/PP/DP rank, the detokenizer."""
+    if not info:
+        return []
+    pids = [p for p, _ in process_tree(info["pid"])]
+    pids += [p for p in marked_processes(info.get("server_id")) if p not in pids]
+    out = []
+    for pid in pids:
+        argv = _cmdline(pid)
+        if not argv:
+            continue
+        role, ranks = process_role(argv)
+        if role == "other" and pid != info["pid"]:
+            role = os.path.basename(argv[0])  # a helper of the launch script (bash, nohup): named, not hidden
+        out.append({"pid": pid, "role": role, **ranks, "command": " ".join(argv)[:160]})
+    return out
 
 
 def last_restarts(path, n):
@@ -55,7 +86,7 @@ def main(args):
     out = {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
            "health": None, "server_info": None, "restarts": last_restarts(paths["restarts.jsonl"], 5),
            "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20))),
-           "entrypoint": entry}
+           "entrypoint": entry, "processes": server_processes(info)}
     if port:
         out["health"], _ = http_get(local_url(host, port, "/health"), timeout=3)
         if args.get("server_info", True) and out["health"] is not None:

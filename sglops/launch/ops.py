@@ -18,12 +18,27 @@ def render(ctx: Context, profile: str, port: int | None = None):
     return server.render_for(ctx.remote, profile, port=port)
 
 
+def _spans_nodes(ctx: Context, profile: str | None, rollback: bool) -> bool:
+    """Whether this restart is one node's part of a server over several hosts (a profile with nnodes > 1, or a
+    rollback of several hosts at once: each goes back to its own last good script, together)."""
+    from sglops.launch.profiles import load_profile
+
+    if rollback:
+        return len(ctx.peers) > 1
+    return profile is not None and int(load_profile(profile).args.get("nnodes", 1)) > 1
+
+
 def restart(ctx: Context, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
             port: int | None = None):
     """A failed start raises LaunchFailed carrying its result: the runner keeps and shows it, then fails."""
     from sglops.launch import server
     from sglops.launch.results import LaunchFailed
 
+    if _spans_nodes(ctx, profile, rollback):
+        from sglops.launch import deployment
+
+        return deployment.restart_node(ctx, profile, rollback=rollback, timeout=timeout, port=port,
+                                       dry_run=ctx.dry_run)
     res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
                          on_progress=ctx.event)
     if res.ok or res.dry_run:
@@ -56,9 +71,31 @@ def stop(ctx: Context, grace: float = 20.0):
 
 
 def server_status(ctx: Context, port: int | None = None):
+    """With several hosts, every node of a server over several of them is judged with the others."""
     from sglops.launch import server
 
-    return server.status(ctx.remote, port=port)
+    if len(ctx.peers) <= 1:
+        return server.status(ctx.remote, port=port)
+    from sglops.launch import deployment
+
+    try:
+        st = server.status(ctx.remote, port=port)
+    except BaseException:
+        deployment.Deployment.of(deployment._key(ctx, "status", [h.name for h in ctx.peers]),
+                                 [h.name for h in ctx.peers]).leave()
+        raise
+    return deployment.status_node(ctx, st)
+
+
+def _whole_server(st, _opts: dict) -> None:
+    """A server over several nodes with a node down is not healthy, whatever node 0 answers."""
+    from sglops.core.errors import Failed
+
+    if st.deployment_healthy is False:
+        down = [f"{n['host']} (node_rank {n['node_rank']})" for n in st.deployment
+                if not (n.get("running") and n.get("health") == 200)]
+        raise Failed(f"{st.host}: the server over {st.nnodes} nodes is not healthy: {', '.join(down)} "
+                     "not running or not answering")
 
 
 def logs(ctx: Context, lines: int = 50, follow: bool = False):
@@ -82,17 +119,17 @@ OPS = [
        (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",
                                 flag=False), RESTART_DRY, TIMEOUT, PORT, JSON_),
        step="restart", prepare=_check_profile, record="restart.json", live="restart",
-       result="sglops.launch.results:RestartResult"),
+       result="sglops.launch.results:RestartResult", together=True),
     Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
        (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live="restart",
-       result="sglops.launch.results:RestartResult"),
+       result="sglops.launch.results:RestartResult", together=True),
     Op("stop", stop, "Stop the server sglops started (process group and tree), or the container whose command is "
        "the server.",
        (TARGETS, DRY_RUN.again(help="show what would be stopped; change nothing"),
         Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), JSON_),
        result="sglops.launch.results:StopResult"),
     Op("server-status", server_status, "The server sglops started: process, /health, effective args, recent restarts.",
-       (TARGETS, PORT, JSON_), result="sglops.launch.results:ServerStatus"),
+       (TARGETS, PORT, JSON_), result="sglops.launch.results:ServerStatus", check=_whole_server, together=True),
     Op("logs", logs, "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
        "installed tree).",
        (TARGET, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),

@@ -21,6 +21,7 @@ from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
 from sglops.core.paths import REPO_ROOT
 from sglops.core.result import Observation
+from sglops.launch import ranks
 from sglops.launch.profiles import Profile
 
 if TYPE_CHECKING:
@@ -78,11 +79,13 @@ class TreeArgs:
     choices: dict[str, list[str]]
     facts: dict[str, bool] = field(default_factory=dict)
     kind: str = "git"  # git: a checkout (cd into it, its python/ on PYTHONPATH) | installed: a site-packages
+    host_facts: dict[str, Any] = field(default_factory=dict)  # CPUs, NUMA nodes, NCCL library (sglops.launch.ranks)
 
     @classmethod
     def from_inspect(cls, doc: dict) -> TreeArgs:
         sg = doc["sglang"]
-        return cls(sg["version"], sg["root"], set(doc["flags"]), doc["choices"], doc["tree"], sg.get("kind") or "git")
+        return cls(sg["version"], sg["root"], set(doc["flags"]), doc["choices"], doc["tree"], sg.get("kind") or "git",
+                   doc.get("host") or {})
 
 
 @dataclass
@@ -100,6 +103,8 @@ class Rendered(Observation):
     warnings: list[str]
     sglang_version: str | None
     validated: bool
+    derived_env: list[dict] = field(default_factory=list)  # variables this host needs (sglops.launch.ranks), why
+    node_rank: int | None = None  # of a server over several nodes (nnodes > 1)
 
     def payload(self) -> dict:
         from dataclasses import asdict
@@ -240,6 +245,8 @@ def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -
     # A pip-installed tree (site-packages) is neither a working folder nor a PYTHONPATH entry: the python finds it.
     checkout = root if root and (tree is None or tree.kind == "git") else None
     env = dict(p.env)
+    derived = ranks.derived_env(effective, env, tree.host_facts if tree else None) if p.engine == "sglang" else []
+    env.update({d.name: d.value for d in derived})
     lines = [launcher_argv(p, host)] + _pairs(argv)
     script = environment().get_template(f"{p.engine}.sh.j2").render(
         profile=p.name, host=host.name if host else "(no host: not validated)", engine=p.engine,
@@ -248,8 +255,10 @@ def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -
     )
     expected = (expected_args(argv) if p.engine == "sglang"
                 else {k: v for k, v in effective.items() if k in ORDER + BOOLS})
+    node_rank = effective.get("node_rank") if int(effective.get("nnodes", 1)) > 1 else None
     return Rendered(p.name, host.name if host else None, p.engine, command, script, port, bind, expected, warnings,
-                    tree.version if tree else None, tree is not None)
+                    tree.version if tree else None, tree is not None,
+                    [{"name": d.name, "value": d.value, "why": d.why} for d in derived], node_rank)
 
 
 def expected_args(argv: list[str]) -> dict[str, Any]:

@@ -27,6 +27,14 @@ HINTS = {
     "import_error": "SGLang failed while importing: a missing or broken package in the server's Python",
     "python_traceback": "the server raised during start-up: read the traceback above",
     "timeout": "no /health in time: raise startup_timeout, or read the log (`inv logs`)",
+    "thread_binding": "more ranks than NUMA nodes on a CPU host: set SGLANG_CPU_OMP_THREADS_BIND (one CPU group per "
+                      "rank, `|`-separated), or leave it out of the profile's env and sglops derives it from the host",
+    "nccl_on_cpu": "the CUDA torch build's NCCL was loaded with no GPU: leave SGLANG_NCCL_SO_PATH out of the "
+                   "profile's env (sglops points it at nothing on such a host) and the ranks use gloo",
+    "dist_init_timeout": "a node did not join node 0's dist-init in time: start every node together (`inv restart "
+                         "PROFILE --hosts n0,n1,...`), check dist_init_addr is reachable from every node",
+    "peer_lost": "another rank or node died and took this one down: read that node's log (`inv logs --hosts ...`)",
+    "aborted": "sglops stopped this node because another node of the server failed: that node's line says why",
     "died": "the server exited during start-up: read the log above",
 }
 # Rendered arguments /server_info reports under another name (0.5.23 renamed nsa_* to dsa_*).
@@ -80,6 +88,9 @@ class RestartResult(Result):
     argv: list[str] = field(default_factory=list)
     script: str = ""
     shape: str = "exec"  # exec: sglops starts the server process | entrypoint: the container's command is the server
+    node_rank: int | None = None  # a node of a server over several hosts (nnodes > 1)
+    deployment: list[dict] = field(default_factory=list)  # every node's outcome, when this host was one of them
+    derived_env: list[dict] = field(default_factory=list)  # variables the script exports for this host, and why
 
     @property
     def changed(self) -> bool:
@@ -112,9 +123,20 @@ class ServerStatus(Observation):
     log_path: str
     log_tail: list[str]
     container: dict | None = None  # restart shape (b): the engine's view of the container whose command it is
+    processes: list[dict] = field(default_factory=list)  # launcher, schedulers (with their ranks), detokenizer
+    nnodes: int = 1
+    node_rank: int | None = None
+    deployment: list[dict] = field(default_factory=list)  # every node's state, when several nodes were asked
+
+    @property
+    def deployment_healthy(self) -> bool | None:
+        """Every node of the server alive and answering (None: not a server over several nodes)."""
+        if not self.deployment:
+            return None
+        return all(n.get("running") and n.get("health") == 200 for n in self.deployment)
 
     def payload(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "deployment_healthy": self.deployment_healthy}
 
 
 @dataclass

@@ -62,9 +62,11 @@ def restart(
     port: int | None = None,
     on_progress: Callable[[dict], None] | None = None,
     lock_wait_s: float = 0,
+    abort_token: str | None = None,
 ) -> RestartResult:
     """Stop the running server, start the profile's (or the last good) script, wait for /health. lock_wait_s: how
-    long to wait for another restart holding the host's server lock (default: refuse at once)."""
+    long to wait for another restart holding the host's server lock (default: refuse at once). abort_token: the
+    start gives up when `abort(remote, token)` asks it to (a node of a deployment whose peer failed)."""
     if not rollback and profile is not None:
         chosen = _with_port(_profile(profile).for_host(remote.name), port)
         if chosen.container_restart == "entrypoint":  # shape (b): the engine restarts the container's command
@@ -85,6 +87,7 @@ def restart(
                               f"{good.get('profile')!r}, not {_profile(profile).name!r} (`inv rollback` takes it anyway)")
         prof_name, bind, use_port = good.get("profile"), good.get("host") or "127.0.0.1", int(good["port"])
         grace, wait = float(good.get("grace_s") or 20), float(timeout or good.get("timeout_s") or 600)
+        nodes = {"nnodes": int(good.get("nnodes") or 1), "node_rank": good.get("node_rank")}
     else:
         if profile is None:
             raise SglopsError("give a profile to restart (or --rollback)")
@@ -92,13 +95,15 @@ def restart(
         rendered = render(p, remote.host, tree if p.engine == "sglang" else None)
         prof_name, bind, use_port = p.name, rendered.bind, rendered.port
         grace, wait = p.stop_grace, float(timeout or p.startup_timeout)
+        nodes = {"nnodes": int(p.args.get("nnodes", 1)), "node_rank": rendered.node_rank}
     result = RestartResult(host=remote.name, profile=prof_name, ok=False, state="dry-run", port=use_port,
                            rollback=rollback, sglang_version=tree.version,
                            warnings=list(rendered.warnings) if rendered else [],
-                           argv=rendered.argv if rendered else [], script=rendered.script if rendered else "")
+                           argv=rendered.argv if rendered else [], script=rendered.script if rendered else "",
+                           node_rank=nodes["node_rank"], derived_env=list(rendered.derived_env) if rendered else [])
     args = {"root": tree.root, "script": result.script, "rollback": rollback, "profile": prof_name,
             "host": bind, "port": use_port, "timeout_s": wait, "grace_s": grace, "operator": getpass.getuser(),
-            "lock_wait_s": lock_wait_s}
+            "lock_wait_s": lock_wait_s, **nodes, "abort_token": abort_token}
     if dry_run:  # the host script's own plan, from the host's own state: nothing changes there
         result.dry_run = True
         result.plan = remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}))["plan"]
@@ -122,6 +127,12 @@ def restart(
     if result.server_info and rendered:
         _confirm(result, rendered.expected, result.server_info)
     return result
+
+
+def abort(remote: Remote, token: str) -> bool:
+    """Ask the restart running on the host under `token` to stop what it started and give up (its own lock
+    stays held: the restart does the stopping). True when the request was written."""
+    return bool(remote.run_py("server_abort", {"root": _root(remote), "token": token}, timeout=30)["asked"])
 
 
 def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wait_s: float = 0) -> dict:
@@ -152,9 +163,12 @@ def status(remote: Remote, *, port: int | None = None, tail: int = 20) -> Server
     if "container" in doc:
         return _entrypoint_status(remote, doc)
     srv = doc["server"] or {}
+    last = next((r for r in reversed(doc["restarts"]) if r.get("profile")), {})
     return ServerStatus(host=remote.name, running=doc["running"], pid=srv.get("pid"), profile=srv.get("profile"),
                         port=port or srv.get("port"), health=doc["health"], server_info=doc["server_info"],
-                        restarts=doc["restarts"], log_path=doc["log_path"], log_tail=doc["log_tail"])
+                        restarts=doc["restarts"], log_path=doc["log_path"], log_tail=doc["log_tail"],
+                        processes=doc.get("processes") or [], nnodes=int(srv.get("nnodes") or last.get("nnodes") or 1),
+                        node_rank=srv.get("node_rank", last.get("node_rank")))
 
 
 def _state_or_entrypoint(remote: Remote, *, port: int | None = None, tail: int = 20, follow_s: float = 0,

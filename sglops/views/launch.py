@@ -53,6 +53,15 @@ def restart_table(r: RestartResult) -> RenderableType:
         t.add_row("hint", r.hint or "")
     for w in r.warnings:
         t.add_row("warning", Text(w, style="yellow"))
+    for d in r.derived_env:
+        t.add_row("from the host", f"{d['name']}={d['value']} ({d['why']})")
+    if r.node_rank is not None:
+        t.add_row("node_rank", str(r.node_rank))
+    for n in r.deployment:
+        t.add_row(f"  node {n['node_rank']}", Text(f"{n['host']}: {n['state']}" + (
+            f" after {n['waited_s']:.1f}s" if n.get("waited_s") is not None else "") + (
+            f" [{n['failure']}] {n['failure_detail'] or n['failure_label'] or ''}" if n.get("failure") else ""),
+            style="green" if n["ok"] else "red"))
     for step in r.plan:
         t.add_row("would", step)
     parts: list[Any] = [t]
@@ -79,6 +88,21 @@ def status_table(r: ServerStatus) -> RenderableType:
     t.add_row("profile", str(r.profile or "-"))
     t.add_row("port", str(r.port or "-"))
     t.add_row("/health", Text(str(r.health or "no answer"), style="green" if r.health == 200 else "red"))
+    if r.nnodes > 1:
+        t.add_row("node", f"node_rank {r.node_rank} of {r.nnodes}"
+                  + (" (node 1+ serves only a health port)" if r.node_rank else ""))
+    for p in r.processes:
+        ranks = " ".join(f"{k.upper()}{v}" for k, v in p.items() if k not in ("pid", "role", "command"))
+        t.add_row(f"  {p['role']}", f"pid {p['pid']}" + (f"  {ranks}" if ranks else ""))
+    for n in r.deployment:
+        alive = n.get("running") and n.get("health") == 200
+        t.add_row(f"  node {n['node_rank']}", Text(f"{n['host']}: " + (
+            "running, /health 200" if alive else n.get("note") or
+            f"{'running' if n.get('running') else 'NOT running'}, /health {n.get('health') or 'no answer'}"),
+            style="green" if alive else "bold red"))
+    if r.deployment_healthy is not None:
+        t.add_row("server", Text("healthy: every node up" if r.deployment_healthy else "NOT healthy: a node is down",
+                                 style="green" if r.deployment_healthy else "bold red"))
     info = r.server_info or {}
     for k in ("version", "model_path", "tp_size", "attention_backend", "kv_cache_dtype", "last_gen_throughput"):
         if k in info:
@@ -116,6 +140,8 @@ def show_script(rendered: Rendered) -> None:
          "# not validated against a host's SGLang tree (pass --host)")
     for w in rendered.warnings:
         err_console.print(Text("warning: " + w, style="yellow"), soft_wrap=True)
+    for d in rendered.derived_env:
+        err_console.print(Text(f"# from the host: {d['name']}={d['value']}: {d['why']}", style="dim"), soft_wrap=True)
     print_raw(rendered.script)
 
 
@@ -134,6 +160,7 @@ def rendered_view(r: Rendered) -> RenderableType:
     head = f"# validated against sglang {r.sglang_version} on {r.host}" if r.validated else \
         "# not validated against a host's SGLang tree (pass --host)"
     return Group(Text(head, style="dim"), *[Text("warning: " + w, style="yellow") for w in r.warnings],
+                 *[Text(f"# from the host: {d['name']}={d['value']}: {d['why']}", style="dim") for d in r.derived_env],
                  Text(r.script, no_wrap=True, overflow="ignore"))
 
 
