@@ -26,6 +26,7 @@ def host_side() -> dict:
 def test_every_class_has_a_real_log():
     named = {p.name.split("--")[0] for p in REAL_LOGS}
     assert {"unknown_backend", "model_missing", "bad_argument", "unsupported", "import_error", "port_in_use"} <= named
+    assert {"thread_binding", "nccl_on_cpu", "dist_init_timeout", "peer_lost"} <= named  # multi-rank and multi-node
 
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.stem)
@@ -53,6 +54,11 @@ def test_the_cause_is_the_line_a_person_would_quote(host_side):
     assert cause("unsupported--fp8") == "ValueError: CPU FP8 KV cache requires Intel AMX support."
     assert cause("import_error") == "ModuleNotFoundError: No module named 'vllm'"
     assert "[Errno 98] error while attempting to bind on address" in cause("port_in_use")
+    assert cause("thread_binding").startswith("AssertionError: SGLANG_CPU_OMP_THREADS_BIND is not set")
+    assert cause("nccl_on_cpu") == "ValueError: Expected a cuda device, but got: cpu"
+    assert cause("dist_init_timeout") == ("torch.distributed.DistStoreError: Timed out after 41 seconds waiting for "
+                                          "clients. 1/2 clients joined.")
+    assert "gloo/transport/tcp/pair.cc" in cause("peer_lost") and "Connection closed by peer" in cause("peer_lost")
 
 
 def test_the_last_30_lines_are_not_enough(host_side):

@@ -92,16 +92,33 @@ def _whole_server(st, _opts: dict) -> None:
     from sglops.core.errors import Failed
 
     if st.deployment_healthy is False:
-        down = [f"{n['host']} (node_rank {n['node_rank']})" for n in st.deployment
-                if not (n.get("running") and n.get("health") == 200)]
-        raise Failed(f"{st.host}: the server over {st.nnodes} nodes is not healthy: {', '.join(down)} "
-                     "not running or not answering")
+        down = [f"{n['host']} (node_rank {n['node_rank']}): " + (
+                    n.get("note") or "not running" if not n.get("running") else f"/health {n.get('health') or 'no answer'}")
+                for n in st.deployment if not (n.get("running") and n.get("health") == 200)]
+        raise Failed(f"{st.host}: the server over {st.nnodes} nodes is not healthy: {'; '.join(down)}")
 
 
-def logs(ctx: Context, lines: int = 50, follow: bool = False):
+def logs(ctx: Context, lines: int = 50, follow: bool = False, rank: int | None = None):
+    """Every rank's lines are in its node's one log; --rank keeps one TP rank's (SGLang tags them `TP1]`)."""
+    from sglops.core.errors import ConfigError
     from sglops.launch import server
 
-    return server.logs(ctx.remote, lines=lines, follow=follow, on_line=lambda line: ctx.event({"line": line}))
+    if follow and len(ctx.peers) > 1:
+        raise ConfigError("--follow streams one host's log: give --host (without --follow, --hosts shows each)")
+    keep = _rank_filter(rank)
+    out = server.logs(ctx.remote, lines=lines, follow=follow,
+                      on_line=lambda line: ctx.event({"line": line}) if keep(line) else None)
+    out.lines = [ln for ln in out.lines if keep(ln)]
+    return out
+
+
+def _rank_filter(rank: int | None):
+    import re
+
+    if rank is None:
+        return lambda line: True
+    tag = re.compile(rf"[ _]TP{rank}\]")
+    return lambda line: bool(tag.search(line))
 
 
 def _check_profile(o: dict) -> None:
@@ -132,8 +149,9 @@ OPS = [
        (TARGETS, PORT, JSON_), result="sglops.launch.results:ServerStatus", check=_whole_server, together=True),
     Op("logs", logs, "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
        "installed tree).",
-       (TARGET, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
-        Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False), JSON_),
+       (TARGETS, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
+        Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False),
+        Param("rank", Int(0, 100_000), "only this TP rank's lines (SGLang tags them `TP1]`)"), JSON_),
        view="sglops.views.launch:print_logs", view_options=("follow",), live="lines",
        result="sglops.launch.results:LogLines"),
 ]
