@@ -29,6 +29,8 @@ WEIGHTS: dict[str, float] = {
     "test_real_server.py": 165,
     "test_real_server_crashes.py": 153,
     "test_container_server.py": 145,
+    "test_multinode_real.py": 85,  # 120 s alone at load 1-3 (2026-12-04): two real starts, two crash starts
+    "test_multirank_real.py": 70,  # 98 s alone at load 1: two real TP=2 starts
     "test_ab_real_interrupt.py": 107,
     "test_ab.py": 105,
     "test_bench_real.py": 88,

@@ -64,6 +64,22 @@ def test_the_h200_profile_renders_for_the_real_0517_tree(tier):
     assert "casts the whole KV pool" in proc.stdout + proc.stderr
 
 
+def test_the_tp2_profile_renders_and_dry_runs_for_two_gpus_of_one_machine(tier):
+    """The seeds' loop at TP=2 (a multi-GPU device run): the profile renders for the 0.5.17 tree with --tp-size 2,
+    keeps NVLink multicast off, derives nothing a GPU host does not need, and its restart dry-run plans."""
+    proc = inv_cmd("render", "h200-tiny-mla-fp8-tp2", "--host", "local", "--sglang-root", str(tier["site"]),
+                   "--json", env=tier["run_env"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "--tp-size 2" in out["script"] and "--kv-cache-dtype fp8_e4m3" in out["script"]
+    assert "export NCCL_NVLS_ENABLE=0\n" in out["script"] and out["derived_env"] == []
+    proc = inv_cmd("restart", "h200-tiny-mla-fp8-tp2", "--host", "local", "--sglang-root", str(tier["site"]),
+                   "--dry-run", "--json", env=tier["run_env"])
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["dry_run"] and any("wait up to" in step for step in plan["plan"]), plan["plan"]
+
+
 def test_the_128_head_profile_serves_the_128_head_model_that_up_put_beside_the_16_head_one(tier):
     """Above 16 heads per GPU the fp8-mla-native patch dispatches to gather-cast: the tier carries a 128-head model
     (DeepSeek-V3's count at TP 1) so that branch runs end to end on the real server (docs/gpu.md)."""

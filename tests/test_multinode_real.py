@@ -53,8 +53,8 @@ def pair(tmp_path_factory):
     doc["dist_init_addr"] = f"127.0.0.1:{free_port()}"
     doc["per_host"] = {n: {"port": free_port()} for n in NODES}
     (profiles / f"{BASE}-2node.yaml").write_text(yaml.safe_dump(doc))
-    sb = Sandbox(base, [{"name": n, "sglang_env": "cpu", "tags": ["sandbox", "cpu", "two-nodes"]}
-                        for n in NODES]).start()
+    sb = Sandbox(base, [{"name": n, "sglang_env": "cpu", "tags": ["sandbox", "cpu", "two-nodes"], "node_rank": i}
+                        for i, n in enumerate(NODES)]).start()
     env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(base / "artifacts"),
            "SGLOPS_PROFILES": str(profiles)}
     old = {k: os.environ.get(k) for k in env}

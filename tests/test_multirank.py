@@ -16,6 +16,7 @@ import pytest
 
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.hosts import Host
+from sglops.core.meet import Meeting, one_server
 from sglops.host import server_common
 from sglops.launch import deployment, ranks
 from sglops.launch.profiles import load_profile
@@ -98,7 +99,7 @@ def test_nodes_that_differ_are_named_with_each_nodes_value():
 
 
 def test_nodes_meet_at_each_stage_and_one_that_leaves_releases_the_others_with_one_line():
-    dep = deployment.Deployment(["a", "b"])
+    dep = Meeting(["a", "b"])
     got = {}
 
     def node(name):
@@ -121,8 +122,14 @@ def test_nodes_meet_at_each_stage_and_one_that_leaves_releases_the_others_with_o
     time.sleep(0.2)
     dep.leave()  # node b failed before it got there
     t.join(10)
-    assert errors == ["a: the deployment stopped before 'started': node(s) b did not get there (unreachable, "
-                      "or failed first: see their lines)"]
+    assert errors == ["a: the nodes stopped before 'started': b did not get there (unreachable, or failed first: "
+                      "see their lines)"]
+
+
+def test_hosts_are_one_server_only_when_their_inventory_node_ranks_say_so():
+    a, b, c = (Host(n, "127.0.0.1", node_rank=r) for n, r in (("a", 0), ("b", 1), ("c", 2)))
+    assert one_server([a, b]) and one_server([b, a, c])
+    assert not one_server([a]) and not one_server([b, c]) and not one_server([a, Host("x", "127.0.0.1")])
 
 
 # -- the processes of a server, found by group and by mark --------------------------------------------------------

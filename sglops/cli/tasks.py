@@ -115,10 +115,15 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
                         show(kept)
                     raise exc.recorded(path) from None
 
-        per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key, run_id=run_id,
-                 json=json, artifact=op.record, show=show,
-                 check=(lambda r: op.check(r, opts)) if op.check else None,
-                 max_workers=len(hosts) if op.together else None)
+        try:
+            per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key,
+                     run_id=run_id, json=json, artifact=op.record, show=show,
+                     check=(lambda r: op.check(r, opts)) if op.check else None,
+                     max_workers=len(hosts) if op.together else None)
+        finally:
+            from sglops.core import meet
+
+            meet.forget(run_id)
 
 
 def _show(op: Op, opts: dict) -> Any:

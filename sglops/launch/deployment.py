@@ -19,56 +19,26 @@ from typing import Any
 
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.hosts import Host
+from sglops.core.meet import Meeting
 from sglops.core.remote import Remote
 from sglops.launch.profiles import Profile, load_profile
 from sglops.launch.results import LaunchFailed, RestartResult, ServerStatus
 
-MEET_S = 120.0  # how long a node waits for the others at a stage that involves no server start
-_registry: dict[tuple, Deployment] = {}
-_registry_lock = threading.Lock()
 
-
-class Deployment:
-    """The nodes of one server in one invocation, meeting at named stages."""
+class Deployment(Meeting):
+    """The nodes of one server in one invocation: a meeting, plus the start's abort token and the first failure."""
 
     def __init__(self, names: list[str]) -> None:
-        self.names = names
+        super().__init__(names)
         self.token = secrets.token_hex(8)  # this start's abort token (sglops.launch.server.abort)
         self.remotes: dict[str, Remote] = {}
         self.failed: tuple[str, RestartResult] | None = None
         self.failed_at: float | None = None
-        self._stages: dict[str, dict[str, Any]] = {}
-        self._barrier = threading.Barrier(len(names))
-        self._lock = threading.Lock()
-
-    @classmethod
-    def of(cls, key: tuple, names: list[str]) -> Deployment:
-        """The one coordinator of these nodes in this invocation (the first node's thread makes it)."""
-        with _registry_lock:
-            dep = _registry.get(key)
-            if dep is None:
-                dep = _registry[key] = cls(names)
-            return dep
-
-    def gather(self, stage: str, host: str, value: Any, timeout: float = MEET_S) -> dict[str, Any]:
-        """Every node's value at this stage: each node's thread gives its own and waits for the rest."""
-        with self._lock:
-            self._stages.setdefault(stage, {})[host] = value
-        try:
-            self._barrier.wait(timeout)
-        except threading.BrokenBarrierError:
-            missing = [n for n in self.names if n not in self._stages.get(stage, {})]
-            raise SglopsError(f"{host}: the deployment stopped before '{stage}': node(s) {', '.join(missing) or '?'} "
-                              "did not get there (unreachable, or failed first: see their lines)") from None
-        return dict(self._stages[stage])
-
-    def leave(self) -> None:
-        """This node fails outside a stage: nobody waits for it."""
-        self._barrier.abort()
+        self._first = threading.Lock()
 
     def fail(self, host: str, result: RestartResult, on_abort: Callable[[str], None]) -> bool:
         """Record the first node that failed and abort every other node's start; False if one failed before."""
-        with self._lock:
+        with self._first:
             if self.failed is not None:
                 return False
             self.failed, self.failed_at = (host, result), time.monotonic()
@@ -100,10 +70,6 @@ def node_ranks(profile: Profile, hosts: list[Host]) -> dict[str, int]:
         raise ConfigError(f"profile {profile.name} is one server over nnodes={nnodes}: restart its nodes together, "
                           f"one host per node_rank 0..{nnodes - 1} (--hosts n0,n1,...); got {said}")
     return ranks
-
-
-def _key(ctx: Any, what: str, names: list[str]) -> tuple:
-    return (ctx.run_id, what, tuple(sorted(names)))
 
 
 def node_facts(remote: Remote, model_path: str | None) -> dict:
@@ -163,14 +129,14 @@ def restart_node(ctx: Any, profile: str | None, *, rollback: bool, timeout: floa
         p = load_profile(profile)
         node_ranks(p, list(ctx.peers))  # one whole server, or refused before anything is asked of a host
         what = p.name
-    dep = Deployment.of(_key(ctx, what, names), names)
+    dep = Deployment.of(ctx.run_id, f"restart {what}", names)
     try:
         model = None
         if not rollback:
             model = server.render_for(remote, profile, port=port).expected.get("model_path")
         facts = node_facts(remote, model)
     except BaseException:
-        dep.leave()
+        dep.leave(remote.name)
         raise
     every = dep.gather("facts", remote.name, facts)
     differ = differences(every)
@@ -218,8 +184,7 @@ def status_node(ctx: Any, st: ServerStatus) -> ServerStatus:
     """This node's status, with every node's when several hosts were asked at once (a node that is dead
     makes the whole server unhealthy, whatever node 0 answers)."""
     names = [h.name for h in ctx.peers]
-    dep = Deployment.of(_key(ctx, "status", names), names)
-    every = dep.gather("status", ctx.remote.name, {"host": st.host, "node_rank": st.node_rank, "nnodes": st.nnodes,
+    every = Meeting.of(ctx.run_id, "status", names).gather("status", ctx.remote.name, {"host": st.host, "node_rank": st.node_rank, "nnodes": st.nnodes,
                                                    "profile": st.profile or _last_profile(st), "running": st.running,
                                                    "health": st.health, "pid": st.pid})
     mine = _last_profile(st)
@@ -234,10 +199,3 @@ def status_node(ctx: Any, st: ServerStatus) -> ServerStatus:
 
 def _last_profile(st: ServerStatus) -> str | None:
     return st.profile or next((r.get("profile") for r in reversed(st.restarts) if r.get("profile")), None)
-
-
-def forget(run_id: str) -> None:
-    """Drop the coordinators of a finished invocation."""
-    with _registry_lock:
-        for key in [k for k in _registry if k[0] == run_id]:
-            del _registry[key]

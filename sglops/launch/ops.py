@@ -24,7 +24,9 @@ def _spans_nodes(ctx: Context, profile: str | None, rollback: bool) -> bool:
     from sglops.launch.profiles import load_profile
 
     if rollback:
-        return len(ctx.peers) > 1
+        from sglops.core.meet import one_server
+
+        return one_server(ctx.peers)
     return profile is not None and int(load_profile(profile).args.get("nnodes", 1)) > 1
 
 
@@ -72,17 +74,17 @@ def stop(ctx: Context, grace: float = 20.0):
 
 def server_status(ctx: Context, port: int | None = None):
     """With several hosts, every node of a server over several of them is judged with the others."""
+    from sglops.core.meet import Meeting, one_server
     from sglops.launch import server
 
-    if len(ctx.peers) <= 1:
+    if not one_server(ctx.peers):
         return server.status(ctx.remote, port=port)
     from sglops.launch import deployment
 
     try:
         st = server.status(ctx.remote, port=port)
     except BaseException:
-        deployment.Deployment.of(deployment._key(ctx, "status", [h.name for h in ctx.peers]),
-                                 [h.name for h in ctx.peers]).leave()
+        Meeting.of(ctx.run_id, "status", [h.name for h in ctx.peers]).leave(ctx.remote.name)
         raise
     return deployment.status_node(ctx, st)
 

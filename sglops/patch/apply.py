@@ -274,10 +274,11 @@ class PatchList(Observation):
     rows: list[PatchStatus]
     recovery_needed: dict | None = None
     ab: dict | None = None  # the journal of an `inv ab` in progress or cut short (sglops.bench.ab_journal), "live"
+    differs: bool = False  # a node of a server over several hosts whose patches are not the other nodes'
 
     def payload(self) -> dict:
         return {"host": self.host, "sglang": self.sglang, "recovery_needed": self.recovery_needed, "ab": self.ab,
-                "patches": [vars(r) for r in self.rows]}
+                "patches": [vars(r) for r in self.rows], "differs": self.differs}
 
 
 # -- operations ------------------------------------------------------------------------------

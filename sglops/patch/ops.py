@@ -12,23 +12,35 @@ VARIANT = Param("variant", Name("variant"), "use this variant (default: by versi
 
 
 def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool = False):
-    from sglops.patch import apply
+    """On the nodes of one server (sglops.core.meet.one_server), all of them or none."""
+    from sglops.patch import across_nodes, apply
     from sglops.patch.kernel_facts import planned_kernels, planning
 
-    with planning(planned_kernels(ctx.dry_run, ctx.records)):
-        return apply.apply_patch(ctx.remote, name, dry_run=ctx.dry_run, variant=variant, force=force)
+    def here():
+        with planning(planned_kernels(ctx.dry_run, ctx.records)):
+            return apply.apply_patch(ctx.remote, name, dry_run=ctx.dry_run, variant=variant, force=force)
+
+    return across_nodes.all_or_none(ctx, f"apply-patch {name}", here,
+                                    undo=lambda applied: apply.revert_patch(ctx.remote, name))
 
 
 def revert_patch(ctx: Context, name: str, force: bool = False):
-    from sglops.patch import apply
+    """On the nodes of one server, all of them or none (a node taken back is re-applied if another fails)."""
+    from sglops.patch import across_nodes, apply
 
-    return apply.revert_patch(ctx.remote, name, dry_run=ctx.dry_run, force=force)
+    def redo(reverted):
+        return apply.apply_patch(ctx.remote, name, variant=reverted.variant, force=True)
+
+    return across_nodes.all_or_none(ctx, f"revert-patch {name}",
+                                    lambda: apply.revert_patch(ctx.remote, name, dry_run=ctx.dry_run, force=force),
+                                    undo=redo)
 
 
 def patches(ctx: Context):
-    from sglops.patch import apply
+    """On the nodes of one server, each node's list also names what differs from the other nodes."""
+    from sglops.patch import across_nodes, apply
 
-    return apply.status(ctx.remote)
+    return across_nodes.compared(ctx, apply.status(ctx.remote))
 
 
 def capture_patch(ctx: Context, name: str, against: str = "commit", variant: str | None = None,
@@ -47,12 +59,12 @@ def _load(o: dict) -> None:
 OPS = [
     Op("apply-patch", apply_patch, "Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's "
        "ledger, idempotent.", (NAME, TARGETS, DRY, VARIANT, FORCE, JSON), step="apply-patch", prepare=_load,
-       record="patch.json", result="sglops.patch.apply:PatchResult"),
+       record="patch.json", result="sglops.patch.apply:PatchResult", together=True),
     Op("revert-patch", revert_patch, "Take patches/NAME back off the host, only if its files are as the patch left "
        "them (else --force).", (NAME, TARGETS, DRY, FORCE, JSON), step="revert-patch", prepare=_load,
-       record="patch.json", result="sglops.patch.apply:PatchResult"),
+       record="patch.json", result="sglops.patch.apply:PatchResult", together=True),
     Op("patches", patches, "Each patch on the host: available / applicable / applied / conflicting / drifted.",
-       (TARGETS, JSON), result="sglops.patch.apply:PatchList"),
+       (TARGETS, JSON), result="sglops.patch.apply:PatchList", together=True),
     Op("capture-patch", capture_patch, "Turn hand edits on the host into a new variant under patches/NAME/ with its "
        "patch.yaml entry.",
        (NAME, TARGET, Param("against", Choice(("commit", "release"), "commit"), "commit (git HEAD) or release (the "

@@ -70,6 +70,7 @@ class SandboxHost:
     vars: dict = field(default_factory=dict)
     network: NetProfile | None = None  # set: clients reach sshd only through a hostile-network proxy
     rekey_limit: str | None = None  # sshd's RekeyLimit, e.g. "2M": key re-exchanges every 2 MB
+    node_rank: int | None = None  # a node of a server over several hosts (the inventory's node_rank)
     proc: subprocess.Popen | None = None
     proxy: NetProxy | None = None
 
@@ -200,7 +201,7 @@ class Sandbox:
                 gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
                 sglang_env=h.get("sglang_env"), vars=dict(h.get("vars") or {}),
                 network=NetProfile.from_dict(h["network"]) if h.get("network") not in (None, False) else None,
-                rekey_limit=h.get("rekey_limit"),
+                rekey_limit=h.get("rekey_limit"), node_rank=h.get("node_rank"),
             )
             for h in hosts
         ]
@@ -225,9 +226,10 @@ class Sandbox:
             "default": self.hosts[0].name,
             "hosts": [
                 {"name": h.name, "address": LOOPBACK, "port": h.client_port, "sglang_root": str(h.sglang_root),
-                 "tags": h.tags, "node_rank": i, **({"python": h.python} if h.python != HOST_PYTHON else {}),
+                 "tags": h.tags, **({"node_rank": h.node_rank} if h.node_rank is not None else {}),
+                 **({"python": h.python} if h.python != HOST_PYTHON else {}),
                  **({"vars": dict(h.vars)} if h.vars else {})}
-                for i, h in enumerate(self.hosts)
+                for h in self.hosts
             ] + list(extra or []),
         }
         self.inventory.write_text("# written by the sglops sandbox (loopback only)\n" + yaml.safe_dump(doc, sort_keys=False))
