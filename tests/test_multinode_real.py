@@ -134,6 +134,23 @@ def test_two_nodes_come_up_as_one_server_and_every_node_is_checked(pair):
     assert any(" TP0]" in ln for ln in logs["cpu-n0"]["lines"]) and any(" TP1]" in ln for ln in logs["cpu-n1"]["lines"])
 
 
+def test_a_profile_of_the_two_node_server_pulls_each_ranks_trace_from_its_own_node(pair):
+    t0 = time.monotonic()
+    r = inv("profile", "--hosts", ",".join(NODES), "--steps", "4", "--output-len", "8", "--json")
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = by_host(r.stdout)
+    mine = {n: [os.path.basename(t) for t in out[n]["traces"]] for n in NODES}
+    assert [name.split("-TP-")[1] for name in mine["cpu-n0"]] == ["0.trace.json.gz"]
+    assert [name.split("-TP-")[1] for name in mine["cpu-n1"]] == ["1.trace.json.gz"]
+    assert out["cpu-n1"]["port_from"] == "node 0 of the server"
+    a = out["cpu-n0"]["analysis"]  # node 0's analysis covers every rank of the server
+    assert [f["rank"] for f in a["files"]] == [0, 1] and a["across_ranks"]["slowest_rank"] in (0, 1)
+    assert [f["rank"] for f in out["cpu-n1"]["analysis"]["files"]] == [1]
+    sizes = {os.path.basename(t): os.path.getsize(t) for n in NODES for t in out[n]["traces"]}
+    print(f"\ntwo-node profile in {took:.1f}s: {sizes}; across ranks {a['across_ranks']}")
+
+
 def test_a_dead_node_is_named_at_once_and_takes_node_0_down(pair):
     n0, n1 = node_status(pair, "cpu-n0"), node_status(pair, "cpu-n1")
     assert n0.running and n1.running, "the two-node server of the test before is gone"

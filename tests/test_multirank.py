@@ -170,3 +170,29 @@ def test_stop_finds_a_scheduler_that_left_the_group_by_its_mark_and_command_line
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(5)
+
+
+# -- real traces of both shapes: per rank and across ranks -----------------------------------------------------
+@pytest.mark.parametrize("shape", ["tp2", "2node"])
+def test_a_real_multi_rank_trace_is_analysed_per_rank_and_across_ranks(shape):
+    from pathlib import Path
+
+    from sglops.trace import analyze
+    from sglops.trace.analysis import across_ranks
+    from sglops.views.trace import across_line
+
+    folder = Path(__file__).parent / "data" / "traces"
+    t0 = time.monotonic()
+    a = analyze(sorted(folder.glob(f"sglang-cpu-{shape}-TP-*.trace.json.gz")))
+    took = time.monotonic() - t0
+    assert [f.rank for f in a.files] == [0, 1] and all(f.busy_us > 0 and f.collective_us > 0 for f in a.files)
+    x = across_ranks(a.files)
+    assert x["slowest_rank"] != x["fastest_rank"] and 0 < x["spread"] < 1
+    most_own = max(a.files, key=lambda f: f.busy_us - f.collective_us)  # the one the others wait for
+    waits_most = max(a.files, key=lambda f: f.collective_us / f.busy_us)
+    assert x["slowest_rank"] == most_own.rank and x["fastest_rank"] == waits_most.rank
+    assert all(0 < r["collective_share"] < 1 for r in x["ranks"])  # all-reduce waits: part of, not all of, a rank
+    line = across_line(a)
+    assert line.startswith(f"across ranks: slowest rank {x['slowest_rank']} (") and "waits for it" in line
+    assert took < 10, took
+    print(f"\n{shape}: {line} (analysed in {took:.2f}s)")

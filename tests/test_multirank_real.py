@@ -91,6 +91,10 @@ def test_a_profile_of_tp2_collects_and_analyses_each_ranks_trace(real, tmp_path)
         assert json.loads(gzip.decompress(Path(t).read_bytes()))["traceEvents"]
     a = doc["analysis"]
     assert [f["rank"] for f in a["files"]] == [0, 1]
+    x = a["across_ranks"]
+    assert [r["rank"] for r in x["ranks"]] == [0, 1] and all(r["busy_us"] > 0 for r in x["ranks"])
+    assert any(r["collective_us"] > 0 for r in x["ranks"]), x  # TP=2 all-reduces over gloo every layer
+    assert x["slowest_rank"] in (0, 1) and 0 <= x["spread"] < 1
     print(f"\nTP=2 profile: {sizes} bytes, {time.monotonic() - t0:.1f}s in all")
 
 

@@ -14,7 +14,7 @@ import time
 from ._common import UserError, find_sglang, http, progress, server_port, sglops_dir
 from ._server_proc import death_cause
 from ._vocab import draw_prompt_ids, model_token_space
-from .server_common import http_get, local_url, read_json_file
+from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
 
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"
@@ -30,6 +30,59 @@ def _post(url, body, timeout):
         return http(url, body, timeout)
     except HTTPException as exc:
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def own_ranks(root):
+    """The TP ranks the server sglops started here runs (its launch command): all of them on one host, this
+    node's share of a server over several (node_rank k of n holds ranks k*tp/n .. (k+1)*tp/n - 1)."""
+    info = our_server(state_paths(root, create=False)) if root else None
+    argv = _cmdline(info["pid"]) if info else []
+    if not argv:
+        raise UserError("no server sglops started runs on this host: nothing to collect traces of")
+
+    def num(flags, default):
+        for flag in flags:
+            val = flag_value(argv, flag)
+            if val is not None:
+                return int(val)
+        return default
+
+    tp = num(("--tp-size", "--tp", "--tensor-parallel-size"), 1)
+    nodes, rank = num(("--nnodes",), 1), num(("--node-rank",), 0)
+    per = max(1, tp // max(1, nodes))
+    return list(range(rank * per, (rank + 1) * per))
+
+
+def collect(args, root):
+    """A node of a server over several hosts that does not serve HTTP: wait for its own ranks' trace files of
+    the profile node 0 started (same profile id and folder), then hand them over like a full capture."""
+    ranks = own_ranks(root)
+    out_dir = args["output_dir"]
+    profile_id = args["profile_id"]
+    pattern = _pattern(profile_id, PREFIX)
+    expected = len(ranks) * (2 if args.get("by_stage") else 1)
+    started = time.monotonic()
+    while not os.path.isdir(out_dir):  # the rank makes it when it writes its first trace
+        if time.monotonic() - started > float(args.get("wait_s", 120)):
+            raise UserError(f"no trace folder {out_dir} on this node after {float(args.get('wait_s', 120)):g} s: its "
+                            f"ranks {ranks} wrote nothing (is node 0 profiling this server?)")
+        time.sleep(0.25)
+    names = _wait(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
+    return {"profile_id": profile_id, "output_dir": out_dir, "ranks": ranks, "files": _finish(out_dir, names, pattern),
+            "waited_s": round(time.monotonic() - started, 3)}
+
+
+def _finish(out_dir, names, pattern):
+    files = []
+    for n in names:
+        path = os.path.join(out_dir, n)
+        if not n.endswith(".gz"):
+            progress(phase="compress", file=n)
+            path = _compress(path)
+        m = pattern.match(os.path.basename(path))
+        files.append({"path": path, "size": os.path.getsize(path), "rank": int(m.group(1)) if m else None,
+                      "stage": m.group(3) if m else None})
+    return files
 
 
 def _where(args):
@@ -169,14 +222,16 @@ def explain_failure(base, what, status, text, log_path):
             + ("" if health is not None else "; restart it (inv restart) before profiling again"))
 
 
-def _wait(out_dir, pattern, expected, wait_s, started):
-    """Poll until the expected files (or, not knowing how many, a set stable for 3 s) are complete."""
+def _wait(out_dir, pattern, expected, wait_s, started, ranks=None):
+    """Poll until the expected files (or, not knowing how many, a set stable for 3 s) are complete; with ranks,
+    only the files of those ranks count (a node's own share of a server over several hosts)."""
     sizes = {}
     done = {}
     stable_since = None
     last_report = 0.0
     while True:
-        names = sorted(n for n in os.listdir(out_dir) if pattern.match(n))
+        names = sorted(n for n in os.listdir(out_dir) if pattern.match(n)
+                       and (ranks is None or int(pattern.match(n).group(1)) in ranks))
         now = time.monotonic()
         for n in names:
             p = os.path.join(out_dir, n)
@@ -225,6 +280,8 @@ def start_request(args, info, out_dir, profile_id):
 
 def main(args):
     root, host, port, port_from = _where(args)
+    if args.get("collect_only"):
+        return collect(args, root)
     base = local_url(host, port, "")
     status, info = _server_info(base)
     if status != 200:
@@ -234,7 +291,10 @@ def main(args):
     output_len = max(int(args["output_len"]), steps + 4)  # the profile stops itself after `steps` steps
     ids = prompt_ids(info, PROMPT_LEN, args.get("vocab_size"), base)
     profile_id = args.get("profile_id") or (time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
-    out_dir = _out_dir(root, profile_id)
+    out_dir = args.get("output_dir") or _out_dir(root, profile_id)
+    if args.get("output_dir"):
+        os.makedirs(out_dir, exist_ok=True)
+    ranks = own_ranks(root) if args.get("own_ranks_only") else None
     log_path = _log_of(root)
     req = start_request(args, info, out_dir, profile_id)
     status, text = _post(base + "/start_profile", req, timeout=60)
@@ -257,29 +317,24 @@ def main(args):
         meta = {}
     pattern = _pattern(profile_id, PREFIX)
     expected = _expected(info, bool(args.get("by_stage")))
+    if ranks is not None:
+        expected = len(ranks) * (2 if args.get("by_stage") else 1)
     # num_steps normally stops the profiler; if the request ran fewer steps, stop it ourselves
     started = time.monotonic()
     stopped_by = "num_steps"
     deadline = started + 2.0
 
     def present():
-        return [n for n in os.listdir(out_dir) if pattern.match(n)]
+        return [n for n in os.listdir(out_dir) if pattern.match(n)
+                and (ranks is None or int(pattern.match(n).group(1)) in ranks)]
 
     while time.monotonic() < deadline and len(present()) < (expected or 1):
         time.sleep(0.1)
     if len(present()) < (expected or 1):
         s, _ = _post(base + "/stop_profile", {}, timeout=120)
         stopped_by = "stop_profile" if s == 200 else "num_steps"
-    names = _wait(out_dir, pattern, expected, float(args.get("wait_s", 120)), started)
-    files = []
-    for n in names:
-        path = os.path.join(out_dir, n)
-        if not n.endswith(".gz"):
-            progress(phase="compress", file=n)
-            path = _compress(path)
-        m = pattern.match(os.path.basename(path))
-        files.append({"path": path, "size": os.path.getsize(path), "rank": int(m.group(1)) if m else None,
-                      "stage": m.group(3) if m else None})
+    names = _wait(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
+    files = _finish(out_dir, names, pattern)
     return {"host": host, "port": port, "port_from": port_from, "profile_id": profile_id, "output_dir": out_dir,
             "steps": steps, "output_len": output_len, "stopped_by": stopped_by, "decode_s": round(decode_s, 3),
             "waited_s": round(time.monotonic() - started, 3), "completion_tokens": meta.get("completion_tokens"),

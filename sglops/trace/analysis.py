@@ -37,6 +37,8 @@ class RankSummary:
     gpu_us: float
     idle_share: float
     steps: int
+    busy_us: float = 0.0  # GPU activity, or on a CPU-only trace the launching thread's busy time
+    collective_us: float = 0.0  # of it, in collectives (NCCL/gloo all-reduce, all-gather, broadcast, barrier...)
 
     def to_json(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -131,6 +133,7 @@ class TraceAnalysis(Observation):
         return ({"report": self.report} if self.report is not None else {}) | {
             "files": [f.to_json() for f in self.files],
             "ranks": len({f.rank for f in self.files}),
+            "across_ranks": across_ranks(self.files),
             "gpu_us": round(self.gpu_us, 3),
             "window_us": round(self.window_us, 3),
             "idle_share": round(self.idle_share, 4),
@@ -148,6 +151,30 @@ class TraceAnalysis(Observation):
             "stacks": {"frames": self.frames, "probe": self.probe_source, "verdict": self.source_verdict(),
                        "top": [{**r, "us": round(r["us"], 3), "share": round(r["share"], 5)} for r in self.sources]},
         }
+
+
+COLLECTIVE = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|barrier|c10d::|"
+                        r"gloo|record_param_comms|cross_device_reduce", re.I)
+
+
+def across_ranks(files: list[RankSummary]) -> dict | None:
+    """Over the ranks of one profile: each rank's busy time, the part it spent in collectives and its own work
+    (busy minus collectives). The slowest rank is the one with the most own work: the others wait for it inside
+    their collectives. spread: (slowest - fastest) / slowest own work."""
+    rows = [f for f in files if f.rank is not None]
+    if len({f.rank for f in rows}) < 2:
+        return None
+    by_rank: dict[int, list[float]] = {}
+    for f in rows:
+        cur = by_rank.setdefault(f.rank, [0.0, 0.0])
+        cur[0] += f.busy_us
+        cur[1] += f.collective_us
+    own = {r: max(0.0, b - c) for r, (b, c) in by_rank.items()}
+    slowest, fastest = max(own, key=own.get), min(own, key=own.get)
+    return {"ranks": [{"rank": r, "busy_us": round(b, 3), "collective_us": round(c, 3), "own_us": round(own[r], 3),
+                       "collective_share": round(c / b, 4) if b else 0.0} for r, (b, c) in sorted(by_rank.items())],
+            "slowest_rank": slowest, "fastest_rank": fastest,
+            "spread": round((own[slowest] - own[fastest]) / own[slowest], 4) if own[slowest] else 0.0}
 
 
 def _add(into: dict, src: dict) -> None:
@@ -211,8 +238,9 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
     findings = [] if cpu_only else _diagnose(facts, rules_path)
     files = [RankSummary(path=b.path, rank=b.rank, stage=b.stage, gpu=b.gpu_name, events=b.events,
                          kernels=b.kernels, linked=b.linked, gpu_us=b.gpu_us,
-                         idle_share=(b.idle_us / b.window_us if b.window_us > 0 else 0.0), steps=len(b.steps))
-             for b in parts]
+                         idle_share=(b.idle_us / b.window_us if b.window_us > 0 else 0.0), steps=len(b.steps),
+                         **_rank_time(b, v, cpu_only))
+             for b, (_r, v) in zip(parts, views, strict=True)]
     files.sort(key=lambda f: (f.rank is None, f.rank or 0, f.stage or ""))
     frames = sum(b.frames for b in parts)
     a = TraceAnalysis(files=files, gpu_us=gpu_us, window_us=window, idle_us=idle, by_kernel=by_kernel,
@@ -224,6 +252,16 @@ def analyze(paths: Iterable[str | os.PathLike], rules_path: str | os.PathLike | 
         a.sources = source_rows(a.source_pairs, a.source_total_us, SOURCE_ROWS, probe)
         a.probe_source = probe.source if probe else None
     return a
+
+
+def _rank_time(b: Breakdown, v: CpuView, cpu_only: bool) -> dict:
+    """One file's busy time and its part in collectives: GPU kernels on a GPU trace, else the CPU ops' self
+    time on the launching thread (a gloo all-reduce that waits for a slower rank is self time of its op)."""
+    if not cpu_only:
+        return {"busy_us": b.gpu_us,
+                "collective_us": sum(us for name, (us, _c) in b.by_kernel.items() if COLLECTIVE.search(name))}
+    return {"busy_us": v.main_thread_busy_us,
+            "collective_us": sum(row[0] for name, row in v.by_self.items() if COLLECTIVE.search(name))}
 
 
 def _diagnose(facts: dict, rules_path: str | os.PathLike | None) -> list[Finding]:

@@ -9,12 +9,31 @@ from sglops.core.values import MAX_TOKENS, Flag, Float, Int, Port, Str
 def profile(ctx: Context, steps: int, output_len: int, port: int | None, wait: float, activities: str | None = None,
             with_stack: bool = False, record_shapes: bool = False, by_stage: bool = False, chart: bool = True,
             vocab_size: int | None = None, stack: bool = False, probe: str | None = None):
+    """On the nodes of one server (--hosts n0,n1), node 0 profiles, every node pulls its own ranks' traces and
+    the analysis covers every rank."""
+    from sglops.core.meet import Meeting, one_server
     from sglops.trace.profile import run_profile
 
-    return run_profile(ctx.remote, steps=steps, output_len=output_len, port=port, wait_s=wait,
-                       on_progress=ctx.event, activities=activities, with_stack=with_stack or stack,
-                       record_shapes=record_shapes, by_stage=by_stage, chart=chart, vocab_size=vocab_size,
-                       run_id=ctx.own_run_id, draw=ctx.draw, probe=probe)
+    kw = {"steps": steps, "output_len": output_len, "port": port, "wait_s": wait, "on_progress": ctx.event,
+          "activities": activities, "with_stack": with_stack or stack, "record_shapes": record_shapes,
+          "by_stage": by_stage, "chart": chart, "vocab_size": vocab_size, "run_id": ctx.own_run_id, "draw": ctx.draw,
+          "probe": probe}
+    if not one_server(ctx.peers):
+        return run_profile(ctx.remote, **kw)
+    meeting = Meeting.of(ctx.run_id, "profile", [h.name for h in ctx.peers])
+    first = ctx.remote.host.node_rank == 0
+    node = {"profile_id": ctx.own_run_id, "output_dir": f"/tmp/sglops-profiles/{ctx.own_run_id}",
+            **({"own_ranks_only": True} if first else {"collect_only": True})}
+
+    def together(mine: list[str]) -> list[str]:
+        every = meeting.gather("traces", ctx.remote.name, mine, timeout=wait + 600)
+        return sorted(p for paths in every.values() for p in paths) if first else mine
+
+    try:
+        return run_profile(ctx.remote, **kw, node=node, together=together)
+    except BaseException:
+        meeting.leave(ctx.remote.name)
+        raise
 
 
 def _profile_plan(ctx: Context, steps: int, output_len: int, **_: object) -> str:
@@ -91,5 +110,5 @@ OPS = [
               "source line of each hot kernel", flag=False),
         PROBE),
        step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary,
-       record="profile.json", own_run=True),
+       record="profile.json", own_run=True, together=True),
 ]

@@ -78,13 +78,17 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
                 wait_s: float = 120, on_progress: Callable[[dict], None] | None = None, run_id: str,
                 activities: str | list[str] | None = None, with_stack: bool = False, record_shapes: bool = False,
                 by_stage: bool = False, vocab_size: int | None = None, chart: bool = False,
-                draw: Draw | None = None, probe: str | None = None) -> ProfileResult:
+                draw: Draw | None = None, probe: str | None = None, node: dict | None = None,
+                together: Callable[[list[str]], list[str]] | None = None) -> ProfileResult:
     """Profile `steps` forward steps of a single-stream request on the host's server, then analyse.
 
     activities: default CPU+GPU, CPU alone when the server runs on the CPU; with_stack (Python stacks: most
     of the trace's events) and record_shapes are off unless asked; by_stage: SGLang's profile_by_stage, one
     file per rank for EXTEND and one for DECODE; probe: the probe record (probe.json, folder or run id) whose
-    findings the stack's source lines are joined with, by default this host's newest of the server's version."""
+    findings the stack's source lines are joined with, by default this host's newest of the server's version.
+    node: this host is a node of a server over several hosts (profile_id, output_dir, and collect_only for a node
+    that serves no HTTP: it only collects its own ranks' files); together(mine) -> every node's trace files, so
+    the analysis covers every rank."""
     from sglops.trace import sources
 
     if steps < 1 or output_len < 1:
@@ -96,8 +100,11 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
     say({"phase": "profiling", "steps": steps})
     args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
             "wait_s": wait_s, "activities": _activities(activities), "with_stack": with_stack,
-            "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size}
+            "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size, **(node or {})}
     doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=say)
+    if doc.get("ranks") is not None and "port" not in doc:  # a node that only collected its ranks' files
+        doc = {"port": 0, "port_from": "node 0 of the server", "steps": steps, "output_len": output_len,
+               "stopped_by": "node 0", "decode_s": 0.0, **doc}
 
     folder = artifacts.run_dir(remote.name, run_id)  # the traces are downloaded into the run the runner records
     local, download_s = _download(remote, doc["files"], folder / "traces", say)
@@ -110,7 +117,8 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
     if probe_path is None:
         probe_path = sources.latest_for(remote.name, doc.get("sglang_version"))
     try:
-        analysis = analyze(local, probe=sources.load(probe_path) if probe_path else None)
+        every = together(local) if together else local
+        analysis = analyze(every, probe=sources.load(probe_path) if probe_path else None)
     except TraceError as exc:  # the traces are kept and the run recorded (by the runner); the line says what broke
         exc.kept = ProfileResult(**record, analysis=None, report={}, error=str(exc))
         raise

@@ -172,12 +172,16 @@ def _rank_and_notes(a: TraceAnalysis) -> list:
     parts: list = []
     if len(a.files) > 1:
         rt = Table(title="per rank", title_justify="left")
-        for col in ("rank", "file", "GPU ms", "idle", "kernels", "steps"):
+        for col in ("rank", "file", "GPU ms", "idle", "kernels", "steps", "busy ms", "collectives"):
             rt.add_column(col, justify="left" if col == "file" else "right")
         for f in a.files:
             rt.add_row(str(f.rank) if f.rank is not None else "?", Text(cell(os.path.basename(f.path))),
-                       f"{f.gpu_us / 1000:.3f}", f"{f.idle_share:.0%}", str(f.kernels), str(f.steps))
+                       f"{f.gpu_us / 1000:.3f}", f"{f.idle_share:.0%}", str(f.kernels), str(f.steps),
+                       f"{f.busy_us / 1000:.3f}", f"{f.collective_us / f.busy_us:.0%}" if f.busy_us else "-")
         parts.append(rt)
+        line = across_line(a)
+        if line:
+            parts.append(Text(line))
     for w in a.warnings:
         parts.append(Text(f"note: {cell(w, 1000)}", style="yellow"))
     return parts
@@ -268,11 +272,30 @@ def _cpu_markdown(a: TraceAnalysis, top: int) -> list[str]:
     return out
 
 
+def across_line(a: TraceAnalysis) -> str | None:
+    """`across ranks: slowest rank 1 (112.6 ms of its own work, 45% ...); rank 0 waits for it (60% ...); spread 25%`."""
+    from sglops.trace.analysis import across_ranks
+
+    x = across_ranks(a.files)
+    if not x:
+        return None
+    slow = next(r for r in x["ranks"] if r["rank"] == x["slowest_rank"])
+    fast = next(r for r in x["ranks"] if r["rank"] == x["fastest_rank"])
+    return (f"across ranks: slowest rank {x['slowest_rank']} ({slow['own_us'] / 1000:.3f} ms of its own work, "
+            f"{slow['collective_share']:.0%} of its busy time in collectives); rank {x['fastest_rank']} waits for it "
+            f"({fast['collective_share']:.0%} in collectives); spread {x['spread']:.0%}")
+
+
 def _files_markdown(a: TraceAnalysis) -> list[str]:
-    out = ["", "## Files", "", "| rank | stage | file | GPU ms | idle | kernels |", "|---:|---|---|---:|---:|---:|"]
+    out = ["", "## Files", "", "| rank | stage | file | GPU ms | idle | kernels | busy ms | in collectives |",
+           "|---:|---|---|---:|---:|---:|---:|---:|"]
     for f in a.files:
         out.append(f"| {f.rank if f.rank is not None else '?'} | {f.stage or '-'} | `{os.path.basename(f.path)}` | "
-                   f"{f.gpu_us / 1000:.3f} | {f.idle_share:.0%} | {f.kernels} |")
+                   f"{f.gpu_us / 1000:.3f} | {f.idle_share:.0%} | {f.kernels} | {f.busy_us / 1000:.3f} | "
+                   + (f"{f.collective_us / f.busy_us:.0%} |" if f.busy_us else "- |"))
+    line = across_line(a)
+    if line:
+        out += ["", line]
     if a.warnings:
         out += ["", "## Notes", ""] + [f"- {w}" for w in a.warnings]
     return out
