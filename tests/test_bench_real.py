@@ -124,7 +124,9 @@ def test_a_request_that_stops_short_makes_the_run_partial(real_server, remote_a,
     (lv,) = result.levels
     assert lv.outcomes == {"ok": 2, "wrong_length": 2} and result.status == "partial"
     assert f"{OUT - 5} tokens, {OUT} asked" in lv.errors[0]
-    assert len(lv.per_request["tpot_ms"]) == 2  # only the full-length requests are in the figures
+    # only the full-length requests are in the figures; one whose tokens a starved host delivered in one chunk is
+    # kept out and counted as suspect (seen in a loaded suite: 1 figure + 1 suspect)
+    assert len(lv.per_request["tpot_ms"]) + lv.suspects == 2 and lv.per_request["tpot_ms"]
     bench.record(result, new_run_id())
     manifest = artifacts.read_json(artifacts.find_run(result.run_id) / "manifest.json")
     assert manifest["bench"]["status"] == "partial"

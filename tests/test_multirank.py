@@ -196,3 +196,15 @@ def test_a_real_multi_rank_trace_is_analysed_per_rank_and_across_ranks(shape):
     assert line.startswith(f"across ranks: slowest rank {x['slowest_rank']} (") and "waits for it" in line
     assert took < 10, took
     print(f"\n{shape}: {line} (analysed in {took:.2f}s)")
+
+
+def test_no_single_host_restart_starts_one_node_of_a_multi_node_server_alone():
+    """ab, sweep and play steps restart one host: with a profile over several nodes that is refused in one line."""
+    from sglops.core.hosts import load_inventory, local_host
+    from sglops.core.remote import connect
+    from sglops.launch import server
+
+    with connect(local_host(load_inventory())) as remote:
+        with pytest.raises(ConfigError, match=r"one server over nnodes=2: restart its nodes together \(`inv restart "
+                                              r"sandbox-sglang-cpu-2node --hosts n0,n1,...`\)"):
+            server.restart(remote, "sandbox-sglang-cpu-2node")

@@ -144,7 +144,8 @@ def restart_node(ctx: Any, profile: str | None, *, rollback: bool, timeout: floa
         raise ConfigError(f"{remote.name}: the nodes of {what} differ; nothing was stopped or started: "
                           + " | ".join(differ))
     if dry_run:
-        return server.restart(remote, profile, rollback=rollback, dry_run=True, timeout=timeout, port=port)
+        return server.restart(remote, profile, rollback=rollback, dry_run=True, timeout=timeout, port=port,
+                              as_node=True)
     dep.remotes[remote.name] = remote
     dep.gather("connected", remote.name, True)
 
@@ -153,7 +154,7 @@ def restart_node(ctx: Any, profile: str | None, *, rollback: bool, timeout: floa
 
     try:
         res = server.restart(remote, profile, rollback=rollback, timeout=timeout, port=port, on_progress=ctx.event,
-                             abort_token=dep.token)
+                             abort_token=dep.token, as_node=True)
     except SglopsError as exc:  # no answer from this node's restart: the others must not wait for it
         res = RestartResult(host=remote.name, profile=what, ok=False, state="error", port=port or 0,
                             failure="error", failure_label=str(exc))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import getpass
 from collections.abc import Callable
 
-from sglops.core.errors import RemoteError, SglopsError
+from sglops.core.errors import ConfigError, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.launch import container as launch_container
 from sglops.launch.profiles import Profile, list_profiles, load_profile
@@ -63,12 +63,19 @@ def restart(
     on_progress: Callable[[dict], None] | None = None,
     lock_wait_s: float = 0,
     abort_token: str | None = None,
+    as_node: bool = False,
 ) -> RestartResult:
     """Stop the running server, start the profile's (or the last good) script, wait for /health. lock_wait_s: how
     long to wait for another restart holding the host's server lock (default: refuse at once). abort_token: the
-    start gives up when `abort(remote, token)` asks it to (a node of a deployment whose peer failed)."""
+    start gives up when `abort(remote, token)` asks it to (a node of a deployment whose peer failed). as_node: this
+    is one node's part of restarting a server over several hosts (sglops.launch.deployment); a profile with
+    nnodes > 1 is refused otherwise, so that no caller (ab, sweep, a play) starts one node alone."""
     if not rollback and profile is not None:
         chosen = _with_port(_profile(profile).for_host(remote.name), port)
+        if int(chosen.args.get("nnodes", 1)) > 1 and not as_node:
+            raise ConfigError(f"profile {chosen.name} is one server over nnodes={chosen.args['nnodes']}: restart its "
+                              f"nodes together (`inv restart {chosen.name} --hosts n0,n1,...`); a single host's "
+                              "restart (ab, sweep, a play step) would start one node alone")
         if chosen.container_restart == "entrypoint":  # shape (b): the engine restarts the container's command
             return launch_container.restart(remote, chosen, dry_run=dry_run, timeout=timeout, on_progress=on_progress)
     doc = inspect(remote)
