@@ -25,7 +25,7 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops.bench import ab
+from sglops.bench import ab, ab_plan
 from sglops.core.errors import ConfigError
 from sglops.launch import server as launch
 from sglops.patch import apply as patches
@@ -90,27 +90,27 @@ def _runs(env) -> list[dict]:
 
 # -- sides and plans, no host ------------------------------------------------------------------------------
 def test_side_spelling():
-    assert ab.parse_side("sandbox-sglang-cpu") == ("sandbox-sglang-cpu", ())
-    assert ab.parse_side("glm5+gather-cast+fp8-kv-direct") == ("glm5", ("gather-cast", "fp8-kv-direct"))
-    assert ab.parse_side("+gather-cast") == (None, ("gather-cast",))
-    assert ab.parse_side("+") == (None, ())
-    assert ab.sides_from(None, None, "gather-cast") == ("+", "+gather-cast")
-    assert ab.sides_from("glm5", None, "gather-cast") == ("glm5", "glm5+gather-cast")
+    assert ab_plan.parse_side("sandbox-sglang-cpu") == ("sandbox-sglang-cpu", ())
+    assert ab_plan.parse_side("glm5+gather-cast+fp8-kv-direct") == ("glm5", ("gather-cast", "fp8-kv-direct"))
+    assert ab_plan.parse_side("+gather-cast") == (None, ("gather-cast",))
+    assert ab_plan.parse_side("+") == (None, ())
+    assert ab_plan.sides_from(None, None, "gather-cast") == ("+", "+gather-cast")
+    assert ab_plan.sides_from("glm5", None, "gather-cast") == ("glm5", "glm5+gather-cast")
     for bad, why in (("glm5++x", "empty patch name"), ("glm5+x+x", "names a patch twice"), ("", "empty side"),
                      ("a/b", "not a path"), ("glm5+../x", "not a path")):
         with pytest.raises(ConfigError, match=why):
-            ab.parse_side(bad)
+            ab_plan.parse_side(bad)
     with pytest.raises(ConfigError, match="give both sides"):
-        ab.sides_from("glm5", None, None)
+        ab_plan.sides_from("glm5", None, None)
     with pytest.raises(ConfigError, match="not --b"):
-        ab.sides_from("glm5", "x", "p")
+        ab_plan.sides_from("glm5", "x", "p")
 
 
 def test_the_plan_interleaves_rounds_and_restores_the_found_state():
-    a = ab.Side("A", "p", "p", ())
-    b = ab.Side("B", "p+x", "p", ("x",))
-    found = ab.Found(running=True, profile="q", port=31000, patches=["x", "other"])
-    lines = [s.line() for s in ab.plan_steps(a, b, 2, found, ["x"], profile_sides=True, bench_what="1 repeat")]
+    a = ab_plan.Side("A", "p", "p", ())
+    b = ab_plan.Side("B", "p+x", "p", ("x",))
+    found = ab_plan.Found(running=True, profile="q", port=31000, patches=["x", "other"])
+    lines = [s.line() for s in ab_plan.plan_steps(a, b, 2, found, ["x"], profile_sides=True, bench_what="1 repeat")]
     assert lines == [
         "round 1 A: revert x", "round 1 A: restart p", "round 1 A: bench 1 repeat",
         "round 1 A: profile one single-stream decode (torch profiler)",
@@ -317,7 +317,7 @@ def test_after_sigkill_the_journal_names_the_state_to_restore_and_the_next_ab_re
     r = inv_cmd("patches", "--host", "ab-1", env={**env, "COLUMNS": "300"})
     assert r.returncode == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert f"ab {journal.run_id} was cut short" in text and "patches none: the next `inv ab` restores it" in text
+    assert f"ab {journal.run_id} was cut short" in text and "patches none: the next `inv ab` or `inv sweep` restores it" in text
     doc = json.loads(inv_cmd("patches", "--host", "ab-1", "--json", env=env).stdout)
     assert doc["ab"]["run_id"] == journal.run_id and doc["ab"]["live"] is False
     # the next ab's plan restores the journal's state, not the patched one it finds
@@ -341,7 +341,7 @@ def test_an_ab_alive_on_this_machine_is_refused(ab_host, env):
     sb, _ = ab_host
     _serving_sbx(sb)
     with open_remote(sb, "ab-1") as remote:
-        ab_journal.begin(remote, "live-ab", ab.Found(True, "sbx", None, []), [], None)
+        ab_journal.begin(remote, "live-ab", ab_plan.Found(True, "sbx", None, []), [], None)
     before = _host_state(sb)
     try:
         r = inv_cmd("ab", "--host", "ab-1", "--patch", "gather-cast", "--dry-run", env=env)

@@ -18,18 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench import ab_journal, ab_signals
-from sglops.bench.ab_plan import (
-    Found,
-    Side,
-    SideSpec,
-    Step,
-    parse_side,
-    parse_sides,
-    plan_steps,
-    restore_steps,
-    sides_from,
-)
+from sglops.bench import ab_journal, ab_signals, as_found
+from sglops.bench.ab_plan import Found, Side, SideSpec, Step, plan_steps
 from sglops.bench.ab_result import (
     MIN_ROUNDS,
     AbFailed,
@@ -39,27 +29,13 @@ from sglops.bench.ab_result import (
     add_trace_diff,
     analyze,
 )
+from sglops.bench.server_nodes import ServerNodes
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.op import Context, Draw
-from sglops.core.remote import Remote
 from sglops.launch import server as launch
-
-# the plan and the record live in sglops.bench.ab_plan and sglops.bench.ab_result; their names are used through here too
-__all__ = ["MIN_ROUNDS", "AbFailed", "AbResult", "Found", "Round", "Side", "Step", "parse_side", "parse_sides",
-           "plan_steps", "run_ab", "run_checked", "sides_from"]
 
 
 # -- running it ---------------------------------------------------------------------------------------
-def _found(remote: Remote) -> Found:
-    from sglops.patch import apply as patches
-
-    cur = launch.inspect(remote)["current"]
-    srv = cur.get("server") or {}
-    return Found(running=bool(cur.get("running")), profile=srv.get("profile"),
-                 port=int(srv["port"]) if srv.get("port") else None,
-                 patches=[e["patch"] for e in patches.applied(remote)])
-
-
 def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side, Side, list[str]]:
     """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches."""
     from sglops.launch.profiles import load_profile
@@ -81,55 +57,11 @@ def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side,
     return sides[0], sides[1], managed
 
 
-def _ledger_check(remote: Remote, managed: list[str], want: set[str], when: str) -> list[str]:
-    """The ledger must say exactly `want` of the managed patches, each file still as its patch left it."""
-    from sglops.patch import apply as patches
-    from sglops.patch import spec as patch_spec
-
-    files = sorted({f for p in managed for f in patch_spec.load(p).files})
-    state = patches.host_state(remote, files, contents=False)
-    entries = {e["patch"]: e for e in state["ledger"].get("applied", [])}
-    have = {p for p in managed if p in entries}
-    if have != want:
-        raise AbFailed(f"{remote.name}: {when}: the host ledger has {sorted(have) or 'none'} of the managed patches, "
-                       f"this step needs {sorted(want) or 'none'}")
-    for p in want:
-        drift = [rel for rel, h in entries[p]["files"].items() if state["files"].get(rel, {}).get("sha256") != h["after"]]
-        if drift:
-            raise AbFailed(f"{remote.name}: {when}: {p} is in the ledger but {', '.join(drift)} changed since it "
-                           "was applied")
-    return sorted(entries)
-
-
-def _precheck_patches(remote: Remote, managed: list[str], now: Found) -> None:
-    """Each managed patch's own dry run (apply if absent, revert if applied): a conflict, an unmet requirement or
-    drift refuses here, before round 1 changes anything."""
-    from sglops.patch import apply as patches
-
-    for p in managed:
-        if p in now.patches:
-            patches.revert_patch(remote, p, dry_run=True)
-        else:
-            patches.apply_patch(remote, p, dry_run=True)
-
-
-RESTORE_LOCK_WAIT_S = 900.0  # an interrupted round's restart may still run on the host: the restore waits for it
-
-
-def _restart(remote: Remote, profile: str, port: int | None, when: str, say: Callable[[str], None],
-             lock_wait_s: float = 0) -> float:
-    say(f"{when}: restart {profile}")
-    t0 = time.monotonic()
-    res = launch.restart(remote, profile, port=port, lock_wait_s=lock_wait_s)
-    if not res.ok:
-        raise AbFailed(res.failure_line(when))
-    return time.monotonic() - t0
-
-
 def run_ab(
     ctx: Context,
     sides: tuple[SideSpec, SideSpec],
     *,
+    nodes: ServerNodes | None = None,
     rounds: int = MIN_ROUNDS,
     bench: dict[str, Any] | None = None,
     profile_sides: bool = False,
@@ -143,16 +75,18 @@ def run_ab(
     carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
     recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
     rounds and restores (signals deferred meanwhile: sglops.bench.ab_signals); the host's journal
-    (sglops.bench.ab_journal) says what to restore until the restore is done.
+    (sglops.bench.ab_journal) says what to restore until the restore is done. nodes: every node of the server
+    when it runs over several hosts (each round restarts every node; node 0 serves the benches).
     """
-    remote = ctx.remote
+    nodes = nodes or ServerNodes([ctx.remote])
+    remote = nodes.lead
     say = lambda text: ctx.event({"note": text})  # noqa: E731
     opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
     rounds = int(rounds)
     if rounds < 1:
         raise ConfigError(f"--rounds must be at least 1 (got {rounds})")
     try:
-        result = plan(remote, sides, rounds, opts, profile_sides, ctx.dry_run)
+        result = plan(nodes, sides, rounds, opts, profile_sides, ctx.dry_run)
     except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
         raise AbInterrupted(f"{remote.name}: ab interrupted (SIGINT) while reading the host; nothing was changed",
                             ab_signals.signal.SIGINT) from None
@@ -160,55 +94,93 @@ def run_ab(
         return result
     t_start = time.monotonic()
     result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
-    rounds_run = _Rounds(ctx, result, {"runs": 1, **opts}, say)
+    begin_journals(nodes, result.run_id, result.managed, result.earlier_by_node, "ab")
+    rounds_run = _Rounds(ctx, nodes, result, {"runs": 1, **opts}, say)
     with ab_signals.guarded_ab() as guard:
         def rounds() -> None:
-            ab_journal.begin(remote, result.run_id, result.found, result.managed, result.earlier)
+            if result.apart:
+                as_found.align(nodes, result.managed, set(result.found.patches) & set(result.managed), say)
             rounds_run.run([s for s in result.plan if s.round])  # the plan the dry run prints, step by step
 
         def restore() -> None:
-            _finish(remote, result, rounds_run, variable, tolerance, ctx.draw, say)
+            _finish(nodes, result, rounds_run, variable, tolerance, ctx.draw, say)
             result.wall_s = round(time.monotonic() - t_start, 1)
 
         guard.run_then_restore(rounds, restore, result, lambda: rounds_run.where)
     return result
 
 
-def plan(remote: Remote, sides: tuple[SideSpec, SideSpec], rounds: int, opts: dict[str, Any], profile_sides: bool,
-         dry_run: bool) -> AbResult:
+def read_journals(nodes: ServerNodes) -> dict[str, ab_journal.Journal | None]:
+    """Every node's journal; one of a run alive on this machine is refused (sglops.bench.ab_journal)."""
+    earlier = {r.name: ab_journal.read(r) for r in nodes.remotes}
+    for name, j in earlier.items():
+        ab_journal.check_not_live(j, name)
+    return earlier
+
+
+def begin_journals(nodes: ServerNodes, run_id: str, managed: list[str],
+                   earlier: dict[str, ab_journal.Journal | None], what: str) -> None:
+    """Every node's journal written before the first change (each its own found state, each naming every node);
+    a node where another run began meanwhile refuses, and the journals already written are taken back."""
+    done = []
+    for r in nodes.remotes:
+        try:
+            ab_journal.begin(r, run_id, nodes.found_by_node[r.name], managed, earlier.get(r.name), what=what,
+                             nodes=nodes.describe() if nodes.several else [])
+        except SglopsError:
+            for other in done:
+                ab_journal.end(other, run_id)
+            raise
+        done.append(r)
+
+
+def found_state(nodes: ServerNodes) -> tuple[dict[str, ab_journal.Journal | None], dict[str, Found]]:
+    """(every node's earlier journal, every node's state now); the state to restore (`nodes.found_by_node`) is
+    each node's journal's where an earlier run was cut short there, else the state now."""
+    earlier = read_journals(nodes)
+    now = {r.name: as_found.found(r) for r in nodes.remotes}
+    nodes.found(lambda r: earlier[r.name].found if earlier[r.name] else now[r.name])
+    return earlier, now
+
+
+def plan(nodes: ServerNodes, sides: tuple[SideSpec, SideSpec], rounds: int, opts: dict[str, Any],
+         profile_sides: bool, dry_run: bool) -> AbResult:
     """Read the host (journal, server, ledger), resolve and check the sides, and plan every step: nothing changes.
 
     An earlier ab that was cut short (its journal still on the host) is taken over: the state to restore is the
     one IT found, and its managed patches are managed here too; one alive on this machine is refused."""
-    earlier = ab_journal.read(remote)
-    ab_journal.check_not_live(earlier, remote.name)
-    now = _found(remote)
-    found = earlier.found if earlier else now
+    if profile_sides and nodes.several:
+        raise ConfigError(f"{nodes.name}: --profile on a server over several nodes: profile it on its own "
+                          f"(`inv profile --hosts {','.join(nodes.names())}`) before or after the ab")
+    earlier_by, now_by = found_state(nodes)
+    earlier = next((j for j in earlier_by.values() if j), None)
+    found = nodes.found_by_node[nodes.name]
+    now = now_by[nodes.name]
     side_a, side_b, managed = resolve_sides(sides, found)
-    managed += [p for p in (earlier.managed if earlier else []) if p not in managed]
+    managed += [p for j in earlier_by.values() if j for p in j.managed if p not in managed]
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
-        launch.render_for(remote, prof)  # a profile this host cannot run fails here, before anything changes
-    _precheck_patches(remote, managed, now)
+        nodes.check_profile(prof, "ab")
+        nodes.each(lambda r, prof=prof: launch.render_for(r, prof))  # a profile a node cannot run fails here
+    as_found.precheck_patches(nodes, managed, now_by)
+    apart = len({repr(sorted(set(f.patches) & set(managed))) for f in now_by.values()}) > 1
     from sglops.bench.params import DEFAULTS
 
     what = (f"{opts.get('runs', 1)} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / out "
             f"{opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
     steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what,
-                       now=now.patches)
-    return AbResult(host=remote.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
+                       now=found.patches if apart else now.patches)
+    return AbResult(host=nodes.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
                     plan=steps, bench=opts, dry_run=dry_run, earlier=earlier,
-                    earlier_line=earlier.line() if earlier else None)
+                    earlier_line=earlier.line() if earlier else None, nodes=nodes.describe() if nodes.several else [],
+                    earlier_by_node=earlier_by, apart=apart)
 
 
-def _finish(remote: Remote, result: AbResult, rounds_run: _Rounds, variable: Any, tolerance: Any,
+def _finish(nodes: ServerNodes, result: AbResult, rounds_run: _Rounds, variable: Any, tolerance: Any,
             draw: Draw | None, say: Callable[[str], None]) -> None:
     """The restore, the journal dropped once it holds, then the analysis (the rounds are kept whatever it says)."""
-    result.restore = _restore(remote, result.found, result.managed, say)
+    result.restore = as_found.restore(nodes, nodes.found_by_node, result.managed, say)
     if result.restore.get("ok"):
-        try:
-            ab_journal.end(remote, result.run_id or "")
-        except SglopsError as exc:
-            result.restore["journal"] = f"not removed: {exc}"
+        end_journals(nodes, result.run_id or "", result.restore)
     else:
         result.failure = "; ".join(x for x in (result.failure, "restore failed: " + str(result.restore.get("error")))
                                    if x)
@@ -221,11 +193,21 @@ def _finish(remote: Remote, result: AbResult, rounds_run: _Rounds, variable: Any
         result.identity_lines.append(f"analysis failed: {exc}")
 
 
+def end_journals(nodes: ServerNodes, run_id: str, restore: dict) -> None:
+    """Every node's journal dropped once the found state is back (a failure to drop one is said, not raised)."""
+    for r in nodes.remotes:
+        try:
+            ab_journal.end(r, run_id)
+        except SglopsError as exc:
+            restore["journal"] = f"not removed on {r.name}: {exc}"
+
+
 @dataclass
 class _Rounds:
     """Runs the rounds of an ab plan one step at a time: each kind of step is a method of the same name."""
 
     ctx: Context
+    nodes: ServerNodes
     result: AbResult
     bench_opts: dict[str, Any]
     say: Callable[[str], None]
@@ -233,8 +215,9 @@ class _Rounds:
     where: str | None = None  # the step in progress ("round 2/3 B: restart"), for an interruption's line
 
     @property
-    def remote(self) -> Remote:
-        return self.ctx.remote
+    def remote(self) -> Any:
+        """Node 0: where the benches and profiles go."""
+        return self.nodes.lead
 
     def run(self, steps: list[Step]) -> None:
         sides = {s.label: s for s in (self.result.a, self.result.b)}
@@ -246,6 +229,7 @@ class _Rounds:
                 self.result.rounds.append(rnd)
             when = f"round {step.round}/{self.result.rounds_asked} {side.label}"
             self.where = f"{when}: {step.kind}"
+            ab_signals.check_interrupt()
             try:
                 getattr(self, step.kind)(step, side, rnd, when)
             except SglopsError as exc:
@@ -254,20 +238,18 @@ class _Rounds:
                 raise
 
     def apply(self, step: Step, side: Side, rnd: Round, when: str) -> None:
-        from sglops.patch import apply as patches
-
         self.say(f"{when}: apply {step.what}")
-        patches.apply_patch(self.remote, step.what)
+        self.nodes.apply(step.what)
 
     def revert(self, step: Step, side: Side, rnd: Round, when: str) -> None:
-        from sglops.patch import apply as patches
-
         self.say(f"{when}: revert {step.what}")
-        patches.revert_patch(self.remote, step.what)
+        self.nodes.revert(step.what)
 
     def restart(self, step: Step, side: Side, rnd: Round, when: str) -> None:
-        _ledger_check(self.remote, self.result.managed, set(side.patches), when)
-        rnd.restart_s = round(_restart(self.remote, side.profile, None, when, self.say), 1)
+        as_found.ledger_check(self.nodes, self.result.managed, set(side.patches), when)
+        t0 = time.monotonic()
+        as_found.restart(self.nodes, side.profile, when, self.say)
+        rnd.restart_s = round(time.monotonic() - t0, 1)
 
     def bench(self, step: Step, side: Side, rnd: Round, when: str) -> None:
         from sglops.bench import run as bench_mod
@@ -309,44 +291,13 @@ class _Rounds:
         self.result.profiles[side.label] = self.profiled[side.label].run_id
 
 
-def _restore(remote: Remote, found: Found, managed: list[str], say: Callable[[str], None]) -> dict:
-    """The plan's last steps from wherever the rounds stopped (sglops.bench.ab_plan.restore_steps): the found patch
-    set and server back. Never raises: its outcome is recorded and shown."""
-    from sglops.patch import apply as patches
-
-    want = {p for p in found.patches if p in managed}
-    out: dict[str, Any] = {"ok": False, "patches": sorted(want)}
-    try:
-        have = {e["patch"] for e in patches.applied(remote)} & set(managed)
-        for step in restore_steps(have, found, managed):
-            if step.kind in ("apply", "revert"):
-                say(step.line())
-                (patches.apply_patch if step.kind == "apply" else patches.revert_patch)(remote, step.what)
-                continue
-            _ledger_check(remote, managed, want, "restore")
-            if step.kind == "restart":
-                _restart(remote, found.profile, found.port, "restore", say, RESTORE_LOCK_WAIT_S)
-                out["server"] = f"{found.profile} on port {found.port}"
-            else:
-                say(step.line())
-                launch.stop(remote, lock_wait_s=RESTORE_LOCK_WAIT_S)
-                out["server"] = "stopped (none was running before)"
-        out["ledger"] = [e["patch"] for e in patches.applied(remote)]
-        out["ok"] = sorted(out["ledger"]) == sorted(found.patches)
-        if not out["ok"]:
-            out["error"] = f"ledger has {out['ledger']}, found {found.patches}"
-    except (SglopsError, OSError) as exc:
-        out["error"] = str(exc)
-    return out
-
-
 # -- the operation's way in (sglops.bench.ops) -------------------------------------------------------
-def run_checked(ctx: Context, o: dict[str, Any]) -> AbResult:
+def run_checked(ctx: Context, o: dict[str, Any], nodes: ServerNodes | None = None) -> AbResult:
     """run_ab with the checked options of the `ab` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
     from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_ab(ctx, o["sides"], rounds=o["rounds"], bench=bench,  # sides: parsed once, by the prepare
+    return run_ab(ctx, o["sides"], nodes=nodes, rounds=o["rounds"], bench=bench,  # sides: parsed by the prepare
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
                   tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")))

@@ -81,6 +81,9 @@ class AbResult(Result):
     interrupted: str | None = None  # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
     earlier: Any = None  # the journal of an earlier ab cut short (sglops.bench.ab_journal.Journal): taken over
     earlier_line: str | None = None
+    nodes: list[dict] = field(default_factory=list)  # every node of the server ({host, node_rank}) when several
+    earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of an earlier run, or None
+    apart: bool = False  # the nodes' managed patches differed as found (an earlier run cut short between nodes)
 
     @property
     def ok(self) -> bool:
@@ -150,7 +153,7 @@ class AbResult(Result):
                 "variable": self.variable, "comparison": self.comparison, "chart": self.chart,
                 "profiles": self.profiles, "trace_diff": self.trace_diff, "restore": self.restore,
                 "failure": self.failure, "wall_s": self.wall_s, "interrupted": self.interrupted,
-                "took_over": self.earlier.to_json() if self.earlier else None}
+                "took_over": self.earlier.to_json() if self.earlier else None, "nodes": self.nodes}
 
     def found_line(self) -> str:
         """What the host ran when the A/B began (and what restore brings back)."""

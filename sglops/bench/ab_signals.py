@@ -4,8 +4,9 @@ During the rounds a SIGINT (KeyboardInterrupt) or SIGTERM (`Interrupted`, which 
 turn into an exit that runs no `finally`) stops the round in progress. From the moment the restore begins,
 both are deferred: noted, "restoring, please wait" said once, never raised, so a second (or tenth) Ctrl-C
 cannot leave a patch applied behind the operator's back. A SIGKILL cannot be deferred: the journal on the
-host (sglops.bench.ab_journal) covers that. Handlers can only be set from the main thread; elsewhere (a
-worker of a multi-host run) the default behaviour stays.
+host (sglops.bench.ab_journal) covers that. Handlers can only be set from the main thread; in a worker (an
+experiment on the nodes of one server) the main thread forwards the signals (sglops.core.interrupts) and the
+work stops at its next step (`check_interrupt`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from sglops.core import interrupts
 from sglops.core.errors import SglopsError
 
 EXIT_BASE = 128  # a shell's exit status for a process stopped by signal N is 128 + N (130 for Ctrl-C)
@@ -60,6 +62,29 @@ class Guard:
         self.wait_line = wait_line(who)
         self.deferred: list[int] = []
         self.phase = "rounds"
+        self.pending: int | None = None  # a signal forwarded to a worker's guard, raised at its next step
+        self._lock = threading.Lock()
+
+    def notify(self, signum: int) -> None:
+        """A signal forwarded from the main thread (this guard's work runs in a worker)."""
+        with self._lock:
+            if self.phase == "rounds":
+                if self.pending is None:
+                    self.say(f"{signal.Signals(signum).name}: stopping after the step in progress, then restoring")
+                    self.pending = signum
+                return
+        if not self.deferred:
+            self.say(self.wait_line)
+        self.deferred.append(signum)
+
+    def check(self) -> None:
+        """Raise a forwarded signal, as the main thread's handler would have, while the work may still stop."""
+        with self._lock:
+            signum, self.pending = (self.pending, None) if self.phase == "rounds" else (None, self.pending)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if signum is not None:
+            raise Interrupted(signum)
 
     def _handler(self, signum: int, _frame: FrameType | None) -> None:
         if self.phase == "rounds":
@@ -72,7 +97,11 @@ class Guard:
 
     def restoring(self) -> None:
         """From now on every SIGINT/SIGTERM waits for the restore."""
-        self.phase = "restoring"
+        with self._lock:
+            self.phase = "restoring"
+            if self.pending is not None:
+                self.deferred.append(self.pending)
+                self.pending = None
 
     def first_deferred(self) -> int | None:
         return self.deferred[0] if self.deferred else None
@@ -98,12 +127,28 @@ class Guard:
             result.interrupted = signal.Signals(late).name
 
 
+_local = threading.local()
+
+
+def check_interrupt() -> None:
+    """At a step boundary of guarded work in a worker thread: raise the signal the main thread forwarded."""
+    guard = getattr(_local, "guard", None)
+    if guard is not None:
+        guard.check()
+
+
 @contextmanager
 def guarded_ab(say: Callable[[str], None] | None = None, who: str = "ab") -> Iterator[Guard]:
     """Install the ab's handlers for SIGINT and SIGTERM (main thread only); the old ones come back after."""
     guard = Guard(say, who)
     if threading.current_thread() is not threading.main_thread():
-        yield guard
+        _local.guard = guard
+        interrupts.register(guard)
+        try:
+            yield guard
+        finally:
+            interrupts.unregister(guard)
+            _local.guard = None
         return
     sigs = (signal.SIGINT, signal.SIGTERM)
     old = {s: signal.getsignal(s) for s in sigs}

@@ -16,7 +16,7 @@ from sglops.bench.params import (
     VARIABLE,
 )
 from sglops.core.errors import ConfigError
-from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, Int, Name, Str, StrList
 
 
@@ -139,10 +139,13 @@ AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by
 
 
 def ab(ctx: Context, **o: Any):
-    """Interleaved A/B rounds (sglops.bench.ab): its dry run reads the host and plans; the real one restores it."""
+    """Interleaved A/B rounds (sglops.bench.ab): its dry run reads the host and plans; the real one restores it.
+    On the nodes of one server (--hosts n0,n1) every round restarts every node (sglops.core.meet.lead)."""
     from sglops.bench import ab as ab_mod
+    from sglops.bench.server_nodes import ServerNodes
+    from sglops.core.meet import lead
 
-    return ab_mod.run_checked(ctx, o)
+    return lead(ctx, "ab", lambda remotes: ab_mod.run_checked(ctx, o, ServerNodes(remotes)))
 
 
 def _ab_prepare(o: dict) -> dict:
@@ -174,9 +177,10 @@ OPS = [
         Param("runs", StrList(), cli=False), *COMPARE),
        step="compare", plan=_compare_plan, check=_required, result="sglops.bench.compare:Comparison",
        step_summary=_compare_summary),
-    Op("ab", ab, "Interleaved A/B on one host (ABAB rounds, restart + patches ledger-checked each round): paired "
-       "speed\nverdict, output identity, config differences; the host is left as it was found.",
-       (TARGET,
+    Op("ab", ab, "Interleaved A/B on one host or the nodes of one server (ABAB rounds, restart + patches "
+       "ledger-checked each\nround): paired speed verdict, output identity, config differences; the host is left as "
+       "it was found.",
+       (TARGETS,
         Param("a", Str(), "side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)"),
         Param("b", Str(), "side B, spelt the same way (patches named on either side are applied/reverted per round)"),
         Param("patch", Name("patch"), "this profile without vs with PATCH: A = --a (default: the current profile), "
@@ -190,7 +194,7 @@ OPS = [
         VARIABLE.again(help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"),
         DRY_RUN.again(help="print the whole round plan; change and record nothing"), JSON),
        step="ab", prepare=_ab_prepare, check=_required, live="notes", result="sglops.bench.ab_result:AbResult",
-       record="ab.json", own_run=True,
+       record="ab.json", own_run=True, together=True,
        step_summary=lambda doc: doc.get("verdict", ""), task={"auto_shortflags": False}),
     Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
        (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),

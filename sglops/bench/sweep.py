@@ -6,8 +6,10 @@ pool). The probe already knows most of that: candidates it rules out are shown a
 starts (sglops.bench.sweep_plan). The rest are rendered, restarted (a crash named by its class and log line), benched
 with the same work and optionally profiled; outputs are compared with the first candidate that started. Each bench
 is an ordinary run (`inv compare`, `inv report`), recorded through the runner's context like ab's rounds; the sweep
-itself is the runner's record (sweep.json). The host goes back to what it ran before, through ab's restore
-(sglops.bench.ab: the found server and the ledger's patch set), also when a step fails or on Ctrl-C.
+itself is the runner's record (sweep.json). The host goes back to what it ran before (sglops.bench.as_found: the
+found server and the ledger's patch set), also when a step fails, on Ctrl-C, and after a SIGKILL: the sweep keeps
+the same journal on the host as ab does, so the next ab or sweep restores what this one found. On a server over
+several nodes every candidate restarts every node.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglops.bench import ab_signals
-from sglops.bench.ab import _found, _ledger_check, _precheck_patches, _restore
+from sglops.bench import ab_signals, as_found
+from sglops.bench.ab import begin_journals, end_journals, found_state
 from sglops.bench.ab_plan import transitions
+from sglops.bench.server_nodes import ServerNodes
 from sglops.bench.sweep_plan import Candidate, candidates, screen
 from sglops.bench.sweep_result import FailedStart, Row, SweepInterrupted, SweepResult
 from sglops.core.errors import SglopsError
 from sglops.core.op import Context, Draw
-from sglops.core.remote import Remote
 
 
 def candidate_profile(base: Any, c: Candidate, host: str) -> Any:
@@ -70,7 +72,8 @@ def plan_lines(rows: list[Row], base: str, managed: list[str], found_line: str, 
 
 
 def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool = False,
-              profile_trace: bool = False, bench: dict[str, Any] | None = None, tolerance: Any = None) -> SweepResult:
+              profile_trace: bool = False, bench: dict[str, Any] | None = None, tolerance: Any = None,
+              nodes: ServerNodes | None = None) -> SweepResult:
     """Screen the candidates against the probe facts, then (unless a dry run) run each and restore the host.
 
     The sweep is a run of its own (`ctx.own_run_id`, recorded by the runner as sweep.json: `Op(record=...,
@@ -81,9 +84,10 @@ def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool
 
     say = lambda text: ctx.event({"note": text})  # noqa: E731
     t_start = time.monotonic()
+    nodes = nodes or ServerNodes([ctx.remote])
     opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
     try:
-        result, base = plan(ctx.remote, profile, cands, force=force, profile_trace=profile_trace, opts=opts,
+        result, base = plan(nodes, profile, cands, force=force, profile_trace=profile_trace, opts=opts,
                             dry_run=ctx.dry_run)
     except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
         raise SweepInterrupted(f"{ctx.host}: sweep interrupted (SIGINT) while reading the host; nothing was changed",
@@ -91,18 +95,21 @@ def run_sweep(ctx: Context, profile: str, cands: list[Candidate], *, force: bool
     if ctx.dry_run:
         return result
     result.run_id, result.folder = ctx.own_run_id, str(ctx.own_folder)
-    steps = _Steps(ctx, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say)
+    begin_journals(nodes, result.run_id, result.managed, result.earlier_by_node, "sweep")
+    steps = _Steps(ctx, nodes, result, base, {"runs": opts.get("runs", DEFAULTS["runs"]), **opts}, say)
     with ab_signals.guarded_ab(who="the sweep") as guard:
-        guard.run_then_restore(steps.run_all, lambda: _finish(ctx.remote, result, tolerance, ctx.draw, say, t_start),
+        guard.run_then_restore(steps.run_all, lambda: _finish(nodes, result, tolerance, ctx.draw, say, t_start),
                                result, lambda: steps.where)
     return result
 
 
-def plan(remote: Remote, profile: str, cands: list[Candidate], *, force: bool, profile_trace: bool,
+def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: bool, profile_trace: bool,
          opts: dict[str, Any], dry_run: bool) -> tuple[SweepResult, Any]:
-    """Read the host (server, ledger, facts, one probe scan), screen and render every candidate, and plan: nothing
-    changes. Returns the result (its rows and plan) and the base profile."""
+    """Read the host (journal, server, ledger, facts, one probe scan), screen and render every candidate, and plan:
+    nothing changes. Returns the result (its rows and plan) and the base profile. An earlier ab or sweep cut short
+    is taken over as ab does: the state to restore is the one it found."""
     from sglops.bench.params import DEFAULTS
+    from sglops.core.errors import ConfigError
     from sglops.launch import server as launch
     from sglops.launch.profiles import load_profile
     from sglops.patch import spec as patch_spec
@@ -110,12 +117,19 @@ def plan(remote: Remote, profile: str, cands: list[Candidate], *, force: bool, p
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
 
+    remote = nodes.lead
     base = load_profile(profile)
-    found = _found(remote)
+    nodes.check_profile(base, "sweep")
+    if profile_trace and nodes.several:
+        raise ConfigError(f"{nodes.name}: --profile-trace on a server over several nodes: profile the candidate you "
+                          f"pick on its own (`inv profile --hosts {','.join(nodes.names())}`)")
+    earlier_by, now_by = found_state(nodes)
+    found = nodes.found_by_node[nodes.name]
     host_facts = gather(remote)
     probe_set = load_probe_set()
     probe = scan(remote, probe_set)
-    managed = list(dict.fromkeys(p for c in cands for p in c.patches))
+    managed = list(dict.fromkeys([*(p for c in cands for p in c.patches),
+                                  *(p for j in earlier_by.values() if j for p in j.managed)]))
     files = {p: patch_spec.load(p).files for p in managed}
     base_args = base.for_host(remote.name).args
     rows = []
@@ -129,28 +143,36 @@ def plan(remote: Remote, profile: str, cands: list[Candidate], *, force: bool, p
     for row in rows:  # a candidate this host cannot render is refused here, before anything changes
         if row.status == "planned":
             try:
-                launch.render_for(remote, candidate_profile(base, row.candidate, remote.name))
+                nodes.each(lambda r, c=row.candidate: launch.render_for(r, candidate_profile(base, c, r.name)))
             except SglopsError as exc:
                 row.status, row.reasons = "skipped", [*row.reasons, f"refused before start: {exc}"]
-    _precheck_patches(remote, managed, found)
+    as_found.precheck_patches(nodes, managed, now_by)
     what = (f"{opts.get('runs', DEFAULTS['runs'])} repeat(s), in {opts.get('input_len', DEFAULTS['input_len'])} / "
             f"out {opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
     srv = f"restart {found.profile} (port {found.port})" if found.running else "stop the server (none ran before)"
     found_line = f"patches back to {'+'.join(found.patches) or 'none'}, {srv}"
     result = SweepResult(host=remote.name, profile=base.name, sglang_version=probe.facts.get("sglang_version"),
                          compute_capability=host_facts.compute_capability, found=found, rows=rows, bench=opts,
-                         managed=managed, force=force, profile_trace=profile_trace, dry_run=dry_run)
+                         managed=managed, force=force, profile_trace=profile_trace, dry_run=dry_run,
+                         nodes=nodes.describe() if nodes.several else [], earlier_by_node=earlier_by,
+                         now_patches={n: f.patches for n, f in now_by.items()})
+    earlier = next((j for j in earlier_by.values() if j), None)
+    if earlier is not None:
+        result.earlier_line = earlier.line()
     result.plan = plan_lines(rows, base.name, managed, found_line, profile_trace, what)
     return result, base
 
 
-def _finish(remote: Remote, result: SweepResult, tolerance: Any, draw: Draw | None, say: Callable[[str], None],
-            t_start: float) -> None:
+def _finish(nodes: ServerNodes, result: SweepResult, tolerance: Any, draw: Draw | None,
+            say: Callable[[str], None], t_start: float) -> None:
     """The restore (never raises), the output comparison, the wall-time split: the rows are kept whatever happens."""
     t0 = time.monotonic()
-    result.restore = _restore(remote, result.found, result.managed, say)
+    result.restore = as_found.restore(nodes, nodes.found_by_node, result.managed, say)
     restore_s = time.monotonic() - t0
-    if not result.restore.get("ok"):
+    if result.restore.get("ok"):
+        end_journals(nodes, result.run_id or "", result.restore)
+    else:
+        result.restore["journal"] = "kept on the host: the next `inv ab` or `inv sweep` restores the state it names"
         result.failure = "; ".join(x for x in (result.failure, f"restore failed: {result.restore.get('error')}") if x)
     try:
         compare_outputs(result, tolerance, draw)
@@ -168,17 +190,19 @@ class _Steps:
     """Runs the planned candidates one at a time: patches, restart, bench, optional profile. Each candidate's runs
     are recorded through the context (the runner's keep), as ab records its rounds."""
 
-    def __init__(self, ctx: Context, result: SweepResult, base: Any, bench_opts: dict[str, Any],
+    def __init__(self, ctx: Context, nodes: ServerNodes, result: SweepResult, base: Any, bench_opts: dict[str, Any],
                  say: Callable[[str], None]) -> None:
-        self.ctx, self.remote, self.result, self.base, self.bench_opts, self.say = (
-            ctx, ctx.remote, result, base, bench_opts, say)
+        self.ctx, self.nodes, self.remote, self.result, self.base, self.bench_opts, self.say = (
+            ctx, nodes, nodes.lead, result, base, bench_opts, say)
         self.where: str | None = None  # the step in progress, for an interruption's line
 
     def run_all(self) -> None:
-        from sglops.patch import apply as patches
-
         managed = self.result.managed
-        have = {p for p in self.result.found.patches if p in managed}
+        lead_now = set(self.result.now_patches.get(self.nodes.name, self.result.found.patches))
+        have = {p for p in lead_now if p in managed}
+        if len({repr(sorted(set(v) & set(managed))) for v in self.result.now_patches.values()}) > 1:
+            have = {p for p in self.result.found.patches if p in managed}
+            as_found.align(self.nodes, managed, have, self.say)
         todo = [r for r in self.result.rows if r.status == "planned"]
         for n, row in enumerate(todo, 1):
             c = row.candidate
@@ -186,22 +210,22 @@ class _Steps:
             row.run_id = f"{self.result.run_id}-c{c.index}"
             for kind, p in transitions(have, set(c.patches), managed):
                 self.where = f"{when}: {kind} {p}"
+                ab_signals.check_interrupt()
                 self.say(self.where)
-                (patches.apply_patch if kind == "apply" else patches.revert_patch)(self.remote, p)
+                (self.nodes.apply if kind == "apply" else self.nodes.revert)(p)
             have = set(c.patches)
-            _ledger_check(self.remote, managed, have, when)
+            ab_signals.check_interrupt()
+            as_found.ledger_check(self.nodes, managed, have, when)
             if self.restart(row, when):
                 self.bench(row, when)
                 if self.result.profile_trace and row.status == "started":
                     self.profile(row, when)
 
     def restart(self, row: Row, when: str) -> bool:
-        from sglops.launch import server as launch
-
         self.where = f"{when}: restart"
         self.say(self.where)
         t0 = time.monotonic()
-        res = launch.restart(self.remote, candidate_profile(self.base, row.candidate, self.remote.name))
+        res = self.nodes.restart(None, profile_for=lambda name: candidate_profile(self.base, row.candidate, name))
         row.restart_s = round(time.monotonic() - t0, 1)
         if res.ok:
             row.status = "started"
@@ -220,6 +244,7 @@ class _Steps:
         from sglops.bench import run as bench_mod
 
         self.where = f"{when}: bench"
+        ab_signals.check_interrupt()
         self.say(self.where)
         t0 = time.monotonic()
         try:
@@ -289,7 +314,7 @@ def compare_outputs(result: SweepResult, tolerance: Any, draw: Draw | None) -> N
         r.max_dlogprob = v.max_logprob_diff or None
 
 
-def run_checked(ctx: Context, o: dict[str, Any]) -> SweepResult:
+def run_checked(ctx: Context, o: dict[str, Any], nodes: ServerNodes | None = None) -> SweepResult:
     """run_sweep with the checked options of the `sweep` operation: the task's and the play step's way in."""
     from sglops.bench.identity import Tolerance
     from sglops.bench.params import BENCH
@@ -298,4 +323,5 @@ def run_checked(ctx: Context, o: dict[str, Any]) -> SweepResult:
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
     return run_sweep(ctx, o["profile"], cands, force=o.get("force", False),
                      profile_trace=o.get("profile_trace", False), bench=bench,
-                     tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")))
+                     tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
+                     nodes=nodes)

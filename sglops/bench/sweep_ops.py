@@ -7,7 +7,7 @@ from typing import Any
 
 from sglops.bench.ops import AB_BENCH
 from sglops.bench.params import BENCH, MIN_IDENTICAL_SHARE, TOLERANCE_LOGPROB
-from sglops.core.op import DRY_RUN, JSON, TARGET, Context, Op, Param
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, Int, Name, Required, StrList, Value
 
 SWEEP_BENCH = {**AB_BENCH, "runs": {"kind": Int(1, 1000, 3), "help": "bench repeats per candidate (default {default}: "
@@ -39,10 +39,12 @@ CANDIDATES = Items(";", "CANDIDATE;CANDIDATE... (a list in a play), e.g. attenti
 def sweep(ctx: Context, **o: Any):
     """Candidates screened by the probe facts, then restarted, benched (and profiled) one by one; the host restored."""
     from sglops.bench import sweep as sweep_mod
+    from sglops.bench.server_nodes import ServerNodes
+    from sglops.core.meet import lead
     from sglops.patch.kernel_facts import planned_kernels, planning
 
     with planning(planned_kernels(ctx.dry_run, ctx.records)):  # a play's dry run: kernels its earlier steps build
-        return sweep_mod.run_checked(ctx, o)
+        return lead(ctx, "sweep", lambda remotes: sweep_mod.run_checked(ctx, o, ServerNodes(remotes)))
 
 
 def _prepare(o: dict) -> None:
@@ -59,10 +61,10 @@ def _check(result: Any, _o: dict) -> None:
 
 
 OPS = [
-    Op("sweep", sweep, "Which configuration should this host run: candidates (--vary / --patches / --candidates) ruled "
-       "out by probe facts\nor restarted, benched and compared one by one (crash class, tok/s, output identity, "
-       "top cost); the host is restored.",
-       (TARGET,
+    Op("sweep", sweep, "Which configuration should this host (or the nodes of one server) run: candidates (--vary / "
+       "--patches /\n--candidates) ruled out by probe facts or restarted, benched and compared one by one (crash "
+       "class, tok/s,\noutput identity, top cost); the host is restored.",
+       (TARGETS,
         Param("profile", Required(Name("profile")), "the base server profile every candidate changes"),
         Param("vary", VARY, "KEY=a,b: a profile key and its values (repeatable; the candidates are the cross "
               "product), e.g. attention_backend=flashinfer,triton"),
@@ -76,7 +78,7 @@ OPS = [
         DRY_RUN.again(help="print the candidates, what rules each out and the plan; change and record nothing"),
         JSON),
        step="sweep", prepare=_prepare, check=_check, live="notes", result="sglops.bench.sweep_result:SweepResult",
-       record="sweep.json", own_run=True,
+       record="sweep.json", own_run=True, together=True,
        step_summary=lambda doc: doc.get("recommendation", ""), task={"auto_shortflags": False, "iterable": ["vary"]}),
 ]
 

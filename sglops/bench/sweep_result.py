@@ -129,6 +129,10 @@ class SweepResult(Result):
     wall_s: float | None = None
     split: dict[str, float] = field(default_factory=dict)  # restarts / benches / profiles / tool
     interrupted: str | None = None  # the signal that stopped the candidates (SIGINT, SIGTERM), or one the restore deferred
+    nodes: list[dict] = field(default_factory=list)  # every node of the server ({host, node_rank}) when several
+    earlier_line: str | None = None  # an earlier ab or sweep cut short on the host, taken over (its found state)
+    earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of that run, or None
+    now_patches: dict[str, list[str]] = field(default_factory=dict)  # each node's ledger as the sweep began
 
     @property
     def changed(self) -> bool:
@@ -205,7 +209,7 @@ class SweepResult(Result):
                 "folder": self.folder, "baseline": self.baseline, "rows": [r.to_json() for r in self.rows],
                 "recommendation": self.recommendation(), "comparison": self.comparison, "chart": self.chart, "restore": self.restore,
                 "failure": self.failure, "wall_s": self.wall_s, "split": self.split, "interrupted": self.interrupted,
-                "ok": self.ok}
+                "ok": self.ok, "nodes": self.nodes, "earlier_line": self.earlier_line}
 
     def check(self) -> None:
         """Exit non-zero when the sweep failed or the host was not restored (skips and crashes are results)."""

@@ -47,7 +47,7 @@ class Meeting:
                 found = _registry[key] = cls(names)
             return found
 
-    def gather(self, stage: str, host: str, value: Any, timeout: float = MEET_S) -> dict[str, Any]:
+    def gather(self, stage: str, host: str, value: Any, timeout: float | None = MEET_S) -> dict[str, Any]:
         """Every host's value at this stage: this host gives its own and waits for the rest."""
         with self._mine:
             self._stages.setdefault(stage, {})[host] = value
@@ -72,3 +72,34 @@ def forget(run_id: str) -> None:
     with _lock:
         for key in [k for k in _registry if k[1] == run_id]:
             del _registry[key]
+
+
+def lead(ctx: Any, what: str, work: Any) -> Any:
+    """An experiment on the nodes of one server: node 0's thread runs `work(remotes)` with every node's connection
+    (node 0 first) while the other nodes' threads lend theirs and wait for it to end; every node's result is node
+    0's (the experiment is the server's, not a host's). Hosts that are not one server are refused in one line."""
+    names = [h.name for h in ctx.peers]
+    if len(names) > 1 and not one_server(ctx.peers):
+        raise SglopsError(f"{what} runs on one host or on the nodes of one server (inventory node_rank 0..N-1 on "
+                          f"each of --hosts); {', '.join(names)} are not one server")
+    if len(names) <= 1:
+        return work([ctx.remote])
+    meeting = Meeting.of(ctx.run_id, f"lead {what}", names)
+    every = meeting.gather("connected", ctx.remote.name, ctx.remote)
+    remotes = sorted(every.values(), key=lambda r: r.host.node_rank or 0)
+    if ctx.remote.host.node_rank != 0:
+        result, failed = meeting.gather("done", ctx.remote.name, (None, None), timeout=None)[remotes[0].name]
+        if failed is not None:
+            err = SglopsError(f"{ctx.remote.name}: node of the server {what} ran on through {remotes[0].name}: {failed}")
+            err.exit_code = getattr(failed, "exit_code", err.exit_code)
+            raise err
+        return result
+    outcome: tuple[Any, BaseException | None] = (None, None)
+    try:
+        outcome = (work(remotes), None)
+        return outcome[0]
+    except BaseException as exc:
+        outcome = (None, exc)
+        raise
+    finally:
+        meeting.gather("done", ctx.remote.name, outcome, timeout=None)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from sglops.core import interrupts
 from sglops.core.errors import EXIT_BUG, EXIT_NAMES, EXIT_OK, SglopsError
 from sglops.core.hosts import Host
 from sglops.core.remote import Remote, connect
@@ -92,5 +93,5 @@ def on_hosts(
 
     if len(hosts) <= 1:
         return [guard(h, lambda h=h: work(h)) for h in hosts]
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(hosts))) as pool:
+    with interrupts.forwarding(), ThreadPoolExecutor(max_workers=min(max_workers, len(hosts))) as pool:
         return list(pool.map(lambda h: guard(h, lambda: work(h)), hosts))

@@ -5,11 +5,16 @@
 # nothing else saying so. The next `inv ab` reads it and restores X, not the patched state it finds;
 # `inv patches` reports it (patch_state.py reads the same file). Kept beside the patch ledger (0600).
 #
-# args: {"action": "write", "doc": {...}} | {"action": "clear", "run_id": ID} | {"action": "read"}
+# The journal is also the host's owner record: "begin" creates it only where none is, or where the one there is
+# the journal the caller takes over (an earlier run the laptop found dead), under the patch lock, so two operators
+# that both read "none" cannot both begin: the second is told who owns the host.
+#
+# args: {"action": "begin", "doc": {...}, "takes_over": ID|None} | {"action": "write", "doc": {...}}
+#     | {"action": "clear", "run_id": ID} | {"action": "read"}
 import os
 
 from ._common import UserError
-from .patch_lib import read_json, sglang_root, state_dir, write_json
+from .patch_lib import Lock, read_json, sglang_root, state_dir, write_json
 
 FILE = "ab.json"
 
@@ -23,6 +28,13 @@ def main(args):
     action = args.get("action")
     if action == "read":
         return {"journal": read_json(path(root), None)}
+    if action == "begin":
+        with Lock(root, wait_s=30.0, who="journal begin " + str(args["doc"].get("run_id"))):
+            now = read_json(path(root), None)
+            if now is not None and now.get("run_id") != args.get("takes_over"):
+                return {"begun": False, "journal": now}
+            write_json(path(root, create=True), args["doc"])
+        return {"begun": True, "journal": args["doc"]}
     if action == "write":
         write_json(path(root, create=True), args["doc"])
         return {"journal": args["doc"]}

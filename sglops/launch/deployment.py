@@ -200,3 +200,57 @@ def status_node(ctx: Any, st: ServerStatus) -> ServerStatus:
 
 def _last_profile(st: ServerStatus) -> str | None:
     return st.profile or next((r.get("profile") for r in reversed(st.restarts) if r.get("profile")), None)
+
+
+def restart_together(remotes: list[Remote], profile_for: Callable[[str], Any], *, ports: dict[str, int | None],
+                     lock_wait_s: float = 0, timeout: float | None = None,
+                     on_progress: Callable[[dict], None] | None = None) -> RestartResult:
+    """Restart every node of one server from ONE thread (an experiment's rounds: ab, sweep): checked alike, started
+    at once, every node stopped again when one fails. Returns node 0's result, its `deployment` naming every
+    node's outcome; a failed result names the node that failed first with its class and log line."""
+    from sglops.launch import server
+
+    names = [r.name for r in remotes]
+    profiles = {r.name: profile_for(r.name) for r in remotes}
+    model = server.render_for(remotes[0], profiles[names[0]], port=ports.get(names[0])).expected.get("model_path")
+    differ = differences({r.name: node_facts(r, model) for r in remotes})
+    if differ:
+        raise ConfigError(f"the nodes of {names[0]}'s server differ; nothing was stopped or started: "
+                          + " | ".join(differ))
+    dep = Deployment(names)
+    dep.remotes = {r.name: r for r in remotes}
+    results: dict[str, RestartResult] = {}
+
+    def one(remote: Remote) -> None:
+        try:
+            res = server.restart(remote, profiles[remote.name], port=ports.get(remote.name), timeout=timeout,
+                                 lock_wait_s=lock_wait_s, abort_token=dep.token, as_node=True,
+                                 on_progress=on_progress if remote is remotes[0] else None)
+        except SglopsError as exc:
+            res = RestartResult(host=remote.name, profile=str(getattr(profiles[remote.name], "name", "?")), ok=False,
+                                state="error", port=ports.get(remote.name) or 0, failure="error",
+                                failure_label=str(exc))
+        results[remote.name] = res
+        if not res.ok and res.failure != "aborted":
+            dep.fail(remote.name, res, lambda _name: None)
+
+    threads = [threading.Thread(target=one, args=(r,), name=f"restart-{r.name}") for r in remotes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lead = results[names[0]]
+    lead.deployment = [_outcome(n, results[n].node_rank, results[n]) for n in names]
+    if dep.failed is None:
+        return lead
+    bad_host, bad = dep.failed
+    for remote in remotes:  # a node that came up is no server without the others: stop it again
+        if results[remote.name].ok:
+            server.stop(remote, grace_s=20)
+    lead.ok, lead.state = False, bad.state
+    lead.failure, lead.failure_label, lead.failure_detail = bad.failure, (
+        f"node {bad_host} (node_rank {bad.node_rank}) failed first: {bad.failure_label}; every node was stopped"), \
+        bad.failure_detail
+    lead.log_path, lead.log_tail, lead.hint = bad.log_path, bad.log_tail, bad.hint
+    lead.waited_s = bad.waited_s
+    return lead

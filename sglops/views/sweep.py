@@ -45,7 +45,9 @@ def skipped_lines(r: SweepResult) -> list[str]:
 
 def title(r: SweepResult) -> str:
     gpu = f"sm{r.compute_capability.replace('.', '')}" if r.compute_capability else "no GPU"
-    return printable(f"sweep on {r.host}: profile {r.profile}, sglang {r.sglang_version or '?'}, {gpu}"
+    where = ("the server over nodes " + ", ".join(f"{n.get('host')} (node_rank {n.get('node_rank')})" for n in r.nodes)
+             if r.nodes else r.host)
+    return printable(f"sweep on {where}: profile {r.profile}, sglang {r.sglang_version or '?'}, {gpu}"
                      + (f"  run {r.run_id}" if r.run_id else ""))
 
 
@@ -56,7 +58,9 @@ def sweep_view(r: SweepResult) -> Group:
         for line in r.plan:
             t.add_row(Text("would", style="dim"), Text(printable(line)))
         notes = [Text(printable(f"  {row.candidate.label}: {n}"), style="dim") for row in r.rows for n in row.notes]
-        return Group(t, *notes, Text(printable(r.recommendation()), style="bold"))
+        took = [Text(printable(f"earlier: {r.earlier_line}; restored to its found state"), style="yellow")] \
+            if r.earlier_line else []
+        return Group(t, *notes, *took, Text(printable(r.recommendation()), style="bold"))
     t = Table(title=title(r), title_justify="left")
     for col in COLUMNS:
         t.add_column(col, overflow="fold", justify="right" if col in ("#", "decode tok/s [95% CI]") else "left")
@@ -66,6 +70,8 @@ def sweep_view(r: SweepResult) -> Group:
     good = r.ok and bool(r.measured())
     lines: list[Any] = [t, Text(printable(r.recommendation()), style="bold green" if good else "bold red")]
     lines += [Text(f"skipped before start: {s}", style="yellow") for s in skipped_lines(r)]
+    if r.earlier_line:
+        lines.append(Text(printable(f"took over: {r.earlier_line}"), style="yellow"))
     if r.split:
         lines.append(Text(r.split_line(), style="dim"))
     if r.restore:
