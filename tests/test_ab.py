@@ -25,7 +25,7 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops.bench import ab, ab_plan
+from sglops.bench import ab_plan
 from sglops.core.errors import ConfigError
 from sglops.launch import server as launch
 from sglops.patch import apply as patches
@@ -224,12 +224,12 @@ def test_a_round_whose_timings_are_not_clean_still_compares_outputs_and_the_ab_g
 class _Ab:
     """`inv ab ARGS` running in the background, its stderr read as it comes (the rounds' notes go there)."""
 
-    def __init__(self, env: dict, *args: str, host: str = "ab-1") -> None:
+    def __init__(self, env: dict, *args: str, host: str = "ab-1", task: str = "ab") -> None:
         import os
         import sys
         import threading
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "invoke", "ab", "--host", host, *args], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "invoke", task, "--host", host, *args], cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **env})
         self.err: list[str] = []
@@ -351,6 +351,91 @@ def test_an_ab_alive_on_this_machine_is_refused(ab_host, env):
     finally:
         with open_remote(sb, "ab-1") as remote:
             assert ab_journal.end(remote, "live-ab")["cleared"]
+    assert _host_state(sb) == before
+
+
+def test_a_sigkilled_sweep_leaves_its_journal_and_the_next_sweep_restores_what_it_found(ab_host, env):
+    """A sweep keeps the same journal as ab: killed with a candidate's patch applied and its server running, the
+    host says what to restore, and the next sweep puts back the server and patches the first one found."""
+    sb, _ = ab_host
+    _serving_sbx(sb)
+    before = _host_state(sb)
+    run = _Ab(env, "--profile", "sbx-1x", "--patches", "none,gather-cast", "--runs", "1", "--output-len", "16",
+              task="sweep")
+    run.wait_for("base profile+gather-cast: bench")  # the candidate's patch applied, its server up
+    run.proc.kill()
+    run.finish()
+    assert _host_state(sb)[1] == ["gather-cast"]
+    journal = _journal(sb)
+    assert journal is not None and journal.what == "sweep" and journal.found.profile == "sbx"
+    assert journal.found.patches == []
+    r = inv_cmd("patches", "--host", "ab-1", env={**env, "COLUMNS": "300"})
+    assert f"sweep {journal.run_id} was cut short" in " ".join(r.stdout.split())
+    r = inv_cmd("sweep", "--host", "ab-1", "--profile", "sbx", "--patches", "none,gather-cast", "--runs", "1",
+                "--output-len", "8", "--json", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["earlier_line"].startswith(f"sweep {journal.run_id} was cut short") and doc["restore"]["ok"]
+    assert _host_state(sb) == before and _journal(sb) is None
+
+
+def test_of_two_operators_who_both_found_the_host_free_the_second_is_refused(ab_host, env):
+    """The journal is written create-exclusive on the host: two runs that both read "no journal" cannot both
+    begin; and a sweep reads it as ab does (one alive here is refused with who holds the host, exit 6)."""
+    from sglops.bench import ab_journal
+
+    sb, _ = ab_host
+    _serving_sbx(sb)
+    before = _host_state(sb)
+    found = ab_plan.Found(True, "sbx", None, [])
+    with open_remote(sb, "ab-1") as remote:
+        ab_journal.begin(remote, "operator-1", found, [], None)
+        try:
+            with pytest.raises(ab_journal.AbInProgress, match="ab operator-1 .*nothing was changed"):
+                ab_journal.begin(remote, "operator-2", found, [], None)
+            r = inv_cmd("sweep", "--host", "ab-1", "--profile", "sbx", "--patches", "none,gather-cast", "--dry-run",
+                        env=env)
+            assert r.returncode == 6 and "ab operator-1 in progress" in r.stderr and "Traceback" not in r.stderr
+        finally:
+            assert ab_journal.end(remote, "operator-1")["cleared"]
+    assert _host_state(sb) == before
+
+
+def test_while_an_ab_owns_the_host_apply_restart_and_stop_are_refused_and_a_dead_owner_holds_nothing(ab_host, env):
+    """Another operator's apply-patch, revert-patch, restart or stop during an ab would be undone by its restore:
+    each is refused on the host with who owns it (exit 6), nothing changed. Once that ab is gone from this
+    machine (killed), its journal no longer holds the host (the next ab still restores what it found)."""
+    from sglops.bench import ab_journal
+    from sglops.core import owner
+
+    sb, _ = ab_host
+    _serving_sbx(sb)
+    before = _host_state(sb)
+    with open_remote(sb, "ab-1") as remote:
+        ab_journal.begin(remote, "live-ab", ab_plan.Found(True, "sbx", None, []), [], None)  # owner: this process
+    try:
+        for args in (("apply-patch", "gather-cast"), ("restart", "sbx"), ("stop",)):
+            r = inv_cmd(*args, "--host", "ab-1", env=env)
+            assert r.returncode == 6 and "Traceback" not in r.stderr, (args, r.stderr)
+            assert f"{args[0].split('-')[0]}" in r.stderr and "ab live-ab owns this host" in r.stderr, r.stderr
+        assert _host_state(sb) == before
+    finally:
+        with open_remote(sb, "ab-1") as remote:
+            assert ab_journal.end(remote, "live-ab")["cleared"]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with open_remote(sb, "ab-1") as remote:  # the same journal, its owner a process that has ended
+        doc = ab_journal.Journal("dead-ab", ab_plan.Found(True, "sbx", None, []), [],
+                                 {**owner.me(), "pid": gone.pid}, "2026-12-06T00:00:00Z", [])
+        remote.run_py("ab_journal", {"sglang_root": remote.host.sglang_root, "action": "write", "doc": doc.to_json()})
+    try:
+        r = inv_cmd("apply-patch", "gather-cast", "--host", "ab-1", env=env)
+        assert r.returncode == 0, r.stderr
+        r = inv_cmd("revert-patch", "gather-cast", "--host", "ab-1", env=env)
+        assert r.returncode == 0, r.stderr
+    finally:
+        with open_remote(sb, "ab-1") as remote:
+            assert ab_journal.end(remote, "dead-ab")["cleared"]
     assert _host_state(sb) == before
 
 

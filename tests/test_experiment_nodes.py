@@ -106,13 +106,7 @@ def test_a_sigkilled_ab_leaves_a_journal_on_every_node_and_the_next_sweep_runs_o
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "ab", "--hosts", ",".join(NODES), "-a", "two-1x",
                              "-b", "two-1x+gather-cast", "--rounds", "2", "--output-len", "16"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
-    deadline = time.monotonic() + 180
-    while True:  # B's bench: both nodes patched, the patched server running on both
-        assert time.monotonic() < deadline and proc.poll() is None, "the ab ended before round 1 B's bench"
-        if [p for p in state(sb).values() if p[0] == ["gather-cast"] and p[1] == "two-1x"] and \
-                len([1 for p in state(sb).values() if p[0] == ["gather-cast"]]) == 2:
-            break
-        time.sleep(0.3)
+    wait_patched_on_both(sb, proc, "two-1x")  # round 1 B: both nodes patched, the patched server on both
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     js = journals(sb)
@@ -135,6 +129,34 @@ def test_a_sigkilled_ab_leaves_a_journal_on_every_node_and_the_next_sweep_runs_o
     after = state(sb)
     assert [after[n][:2] for n in NODES] == [([], "two"), ([], "two")] and [before[n][:2] for n in NODES] == \
         [([], "two"), ([], "two")]
+    assert all(j is None for j in journals(sb).values())
+
+
+def wait_patched_on_both(sb, proc, profile: str) -> None:
+    deadline = time.monotonic() + 180
+    while True:
+        assert time.monotonic() < deadline and proc.poll() is None, "the ab ended before both nodes were patched"
+        now = state(sb)
+        if all(now[n][0] == ["gather-cast"] and now[n][1] == profile for n in NODES):
+            return
+        time.sleep(0.3)
+
+
+def test_ctrl_c_stops_the_rounds_on_every_node_and_restores_both(server, env):
+    """The rounds run in a worker thread (one per node): the main thread forwards Ctrl-C to them, the ab stops
+    after the step in progress and the restore puts both nodes back; 130, one line."""
+    sb, _ = server
+    before = state(sb)
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "ab", "--hosts", ",".join(NODES), "-a", "two",
+                             "-b", "two+gather-cast", "--rounds", "3", "--output-len", "16"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    wait_patched_on_both(sb, proc, "two")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130 and "Traceback" not in err, (out[-2000:], err[-3000:])
+    assert "interrupted by SIGINT" in out + err
+    after = state(sb)
+    assert [after[n][:2] for n in NODES] == [before[n][:2] for n in NODES] == [([], "two"), ([], "two")]
     assert all(j is None for j in journals(sb).values())
 
 

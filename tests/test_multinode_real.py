@@ -176,6 +176,32 @@ def test_a_dead_node_is_named_at_once_and_takes_node_0_down(pair):
     inv("stop", "--hosts", ",".join(NODES), timeout=300)
 
 
+def test_an_ab_on_the_two_node_server_restarts_both_nodes_each_round_and_leaves_them_as_found(pair):
+    """`inv ab --hosts n0,n1`: each side's restart starts both nodes together, node 0 serves the bench, and the
+    restore leaves the nodes as found (here: no server, as the test before left them)."""
+    (pair["profiles"] / "ab-b-2node.yaml").write_text(yaml.safe_dump({"extends": f"{BASE}-2node",
+                                                                      "max_running_requests": 4}))
+    for n in NODES:
+        assert not node_status(pair, n).running
+    t0 = time.monotonic()
+    r = inv("ab", "--hosts", ",".join(NODES), "-a", f"{BASE}-2node", "-b", "ab-b-2node", "--rounds", "1",
+            "--input-len", "16", "--output-len", "8", "--variable", "max_running_requests", "--json")
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(r.stdout)[0]
+    assert [n["host"] for n in doc["nodes"]] == list(NODES)
+    assert [(x["side"], x["status"]) for x in doc["rounds"]] == [("A", "ok"), ("B", "ok")]
+    assert all(x["decode_tok_s"] > 0 for x in doc["rounds"])
+    assert doc["restore"]["ok"] and doc["restore"]["server"] == "stopped (none was running before)"
+    for n in NODES:
+        st = node_status(pair, n)
+        assert not st.running and not st.processes and len(st.restarts) >= 2
+    print(f"
+ab over two nodes (1 round: 2 two-node restarts, 2 benches, the restore): {took:.1f}s; restarts "
+          f"{[x['restart_s'] for x in doc['rounds']]} s; decode tok/s {[x['decode_tok_s'] for x in doc['rounds']]}; "
+          f"load {os.getloadavg()[0]:.1f}")
+
+
 def test_a_node_that_fails_to_start_has_every_node_stopped_and_named(pair):
     """Node 1's port is taken by a process sglops did not start: node 1 refuses at once, node 0 (already
     starting) is aborted and stopped; the report names cpu-n1, its class and its line, and nothing is left."""

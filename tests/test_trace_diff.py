@@ -84,3 +84,32 @@ def test_inv_diff_trace_json_and_bad_input(tmp_path):
     res = inv_cmd("diff-trace", FULL, str(tmp_path / "missing.trace.json.gz"))
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_two_profiles_of_two_ranks_are_diffed_rank_by_rank():
+    """TP=2 on one host against the same TP=2 over two nodes (real SGLang 0.5.23 CPU traces): the sum says the
+    decode step got slower; each rank's row says where: rank 1's own work grew, rank 0 only waited longer in the
+    all-reduce for it."""
+    tp2 = [str(DATA / f"sglang-cpu-tp2-TP-{r}.trace.json.gz") for r in (0, 1)]
+    two_nodes = [str(DATA / f"sglang-cpu-2node-TP-{r}.trace.json.gz") for r in (0, 1)]
+    d = diff_files(tp2, two_nodes, labels=("one host", "two nodes"))
+    assert [r["rank"] for r in d.ranks] == [0, 1]
+    by = {r["rank"]: r for r in d.ranks}
+    own0, own1 = by[0]["own_us"], by[1]["own_us"]
+    assert own1[1] - own1[0] > 20_000 and abs(own0[1] - own0[0]) < 5_000  # rank 1's own work: +35.6 ms
+    assert by[0]["collective_us"][1] > by[0]["collective_us"][0] + 50_000  # rank 0 waits for it
+    assert by[0]["headline"].startswith("step[DECODE bs=1] CPU time") and "gloo:all_reduce" in by[0]["headline"]
+    for rank in (0, 1):  # each row is that rank's own diff: the same as diffing its files alone
+        alone = diff_files([tp2[rank]], [two_nodes[rank]], labels=("one host", "two nodes"))
+        assert alone.ranks == [] and by[rank]["headline"] == alone.headline()
+    assert diff_files(tp2[:1], two_nodes[:1]).ranks == []  # one rank a side: nothing per rank
+
+
+def test_inv_diff_trace_shows_each_rank(tmp_path):
+    a = ",".join(str(DATA / f"sglang-cpu-tp2-TP-{r}.trace.json.gz") for r in (0, 1))
+    b = ",".join(str(DATA / f"sglang-cpu-2node-TP-{r}.trace.json.gz") for r in (0, 1))
+    r = inv_cmd("diff-trace", a, b, "--json")
+    assert r.returncode == 0, r.stderr
+    assert [x["rank"] for x in json.loads(r.stdout)["ranks"]] == [0, 1]
+    r = inv_cmd("diff-trace", a, b, "--top", "2", env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "per rank: A: traces -> B: traces" in r.stdout, r.stdout[-2000:]

@@ -130,7 +130,9 @@ def begin_journals(nodes: ServerNodes, run_id: str, managed: list[str],
         except SglopsError:
             for other in done:
                 ab_journal.end(other, run_id)
+                other.experiment = None
             raise
+        r.experiment = run_id  # this connection's changes are the run's own (sglops.core.owner.honoured)
         done.append(r)
 
 
@@ -198,6 +200,7 @@ def end_journals(nodes: ServerNodes, run_id: str, restore: dict) -> None:
     for r in nodes.remotes:
         try:
             ab_journal.end(r, run_id)
+            r.experiment = None
         except SglopsError as exc:
             restore["journal"] = f"not removed on {r.name}: {exc}"
 

@@ -10,6 +10,14 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
+
+from sglops.core.errors import Refused
+
+
+class HostOwned(Refused):
+    """An ab or sweep owns the host (its journal is there): another change would be undone by its restore."""
 
 
 def me() -> dict:
@@ -39,3 +47,20 @@ def describe(owner: dict | None) -> str:
     if not owner:
         return "an unknown process"
     return f"{owner.get('user', '?')}@{owner.get('machine', '?')} pid {owner.get('pid', '?')}"
+
+
+def honoured(remote: Any, call: Callable[[dict], dict], what: str) -> dict:
+    """Run a mutating host step (apply, revert, restart, stop) that respects the host's owner: the step refuses on
+    the host while another run's journal is there (sglops/host/ab_journal.py `holder`), unless this connection is
+    that run's (`remote.experiment`). A journal whose owner is gone from this machine (an ab or sweep cut short)
+    does not hold the host: the step runs again, told so; the next ab or sweep still restores what that one found."""
+    extra = {"experiment": getattr(remote, "experiment", None)}
+    answer = call(extra)
+    held = answer.get("owned_by") if isinstance(answer, dict) else None
+    if not held:
+        return answer
+    if alive(held.get("owner")) is False:
+        return call({**extra, "owner_gone": held.get("run_id")})
+    raise HostOwned(f"{remote.name}: {what} refused: {held.get('what') or 'ab'} {held.get('run_id')} owns this host "
+                    f"(started {held.get('started', '?')} by {describe(held.get('owner'))}); its restore would undo "
+                    "this change: wait for it to end, or stop it (Ctrl-C restores the host)")

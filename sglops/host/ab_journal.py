@@ -23,6 +23,16 @@ def path(root, create=False):
     return os.path.join(state_dir(root, create), FILE)
 
 
+def holder(root, args):
+    """The journal of another run (an ab or sweep) that owns this host, or None: a mutating step (apply, revert,
+    restart, stop) refuses while there is one, unless the caller is that run (args["experiment"]) or the laptop
+    found its owner gone (args["owner_gone"]: an ab cut short on that machine)."""
+    doc = read_json(path(root), None)
+    if not doc or doc.get("run_id") in (args.get("experiment"), args.get("owner_gone")):
+        return None
+    return doc
+
+
 def main(args):
     root, _info = sglang_root(args.get("sglang_root"))
     action = args.get("action")

@@ -15,6 +15,7 @@ import tempfile
 import time
 
 from ._common import UserError, container_identity, sha256_file, tree_path
+from .ab_journal import holder
 from .patch_lib import (
     LEDGER,
     STAGED_SUFFIX,
@@ -114,6 +115,9 @@ def main(args):
     op, patch, files = args["op"], args["patch"], args["files"]
     with Lock(root, args.get("lock_wait_s", 30), args.get("operator", "") + " " + op + " " + patch):
         recovered = recover(root, list(files))
+        held = holder(root, args)
+        if held is not None:  # an ab or sweep owns the host: its restore would silently undo this change
+            return {"owned_by": held, "recovered": recovered}
         d = state_dir(root)
         book = ledger(root)
         done = _already(root, book, op, patch, files)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 from collections.abc import Callable
 
+from sglops.core import owner
 from sglops.core.errors import ConfigError, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.launch import container as launch_container
@@ -115,7 +116,9 @@ def restart(
         result.dry_run = True
         result.plan = remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}))["plan"]
         return result
-    answer = remote.run_py("server_restart", args, timeout=lock_wait_s + wait + 2 * grace + 60, on_progress=on_progress)
+    answer = owner.honoured(remote, lambda extra: remote.run_py(
+        "server_restart", {**args, **extra}, timeout=lock_wait_s + wait + 2 * grace + 60, on_progress=on_progress),
+        f"restart {prof_name}")
     result.state = answer["state"]
     result.pid = answer["pid"]
     result.stopped_pid = answer["stopped"]["pid"]
@@ -151,7 +154,8 @@ def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wai
     if dry_run:
         return remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}, timeout=grace_s + 30))
     try:
-        answer = remote.run_py("server_restart", args, timeout=lock_wait_s + grace_s + 30)
+        answer = owner.honoured(remote, lambda extra: remote.run_py(
+            "server_restart", {**args, **extra}, timeout=lock_wait_s + grace_s + 30), "stop")
     except RemoteError as exc:
         if not (remote.container and launch_container.NOT_RUNNING in str(exc)):
             raise

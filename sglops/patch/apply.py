@@ -445,8 +445,10 @@ def _txn(remote: Remote, name: str, op: str, args: dict, **kw: Any) -> dict:
 def _mutating(remote: Remote, script: str, args: dict, what: str, **kw: Any) -> dict:
     """Run a host step that may change the tree; a lost connection or a killed host process is
     explained as what it means for the tree (never half-way)."""
+    from sglops.core import owner
+
     try:
-        return remote.run_py(script, args, **kw)
+        return owner.honoured(remote, lambda extra: remote.run_py(script, {**args, **extra}, **kw), what)
     except (ConnectError, RemoteError) as exc:
         if isinstance(exc, ConnectError) or "gave no answer" in str(exc):
             raise ConnectError(f"{remote.name}: connection lost during {what}; the host never leaves it "

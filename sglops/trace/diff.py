@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sglops.core.result import Observation
-from sglops.trace.analysis import TraceAnalysis, analyze, short_kernel
+from sglops.trace.analysis import TraceAnalysis, across_ranks, analyze, short_kernel
 from sglops.trace.cpu import step_kind
 from sglops.trace.stacks import parse_frame
 
@@ -66,6 +66,7 @@ class TraceDiff(Observation):
     cpu_ops: list[Delta] = field(default_factory=list)    # CPU self time per op, per scheduler loop pass
     sources: list[Delta] = field(default_factory=list)    # per SGLang function (file, function): GPU time per step
     #                                                       (CPU self time per loop pass on CPU traces); stacks only
+    ranks: list[dict] = field(default_factory=list)       # per rank when both sides have the same ranks (>= 2)
 
     def headline(self, top: int = 3) -> str:
         """One line: the scope's step time and the biggest movers, e.g. the kernel that went away."""
@@ -90,6 +91,7 @@ class TraceDiff(Observation):
             "steps": [d.to_json() for d in self.steps], "kernels": [d.to_json() for d in self.kernels],
             "ops": [d.to_json() for d in self.ops], "phases": [d.to_json() for d in self.phases],
             "cpu_ops": [d.to_json() for d in self.cpu_ops], "sources": [d.to_json() for d in self.sources],
+            "ranks": self.ranks,
         }
 
 
@@ -228,7 +230,39 @@ def _source_deltas(a: TraceAnalysis, sa: Side, b: TraceAnalysis, sb: Side) -> li
 
 def diff_files(a_files: Iterable[str | os.PathLike], b_files: Iterable[str | os.PathLike],
                labels: tuple[str, str] = ("A", "B")) -> TraceDiff:
-    return diff(analyze(a_files), analyze(b_files), labels=labels)
+    """The two sides over all their ranks, and, where both profiled the same ranks (two or more), each rank's own
+    diff: a change that moves one rank (the slowest, which the others wait for) shows there and not in the sum."""
+    a, b = analyze(a_files), analyze(b_files)
+    out = diff(a, b, labels=labels)
+    out.ranks = per_rank(a, b, labels)
+    return out
+
+
+def _rank_files(an: TraceAnalysis) -> dict[int, list[str]]:
+    files: dict[int, list[str]] = {}
+    for f in an.files:
+        if f.rank is not None:
+            files.setdefault(f.rank, []).append(f.path)
+    return files
+
+
+def per_rank(a: TraceAnalysis, b: TraceAnalysis, labels: tuple[str, str]) -> list[dict]:
+    """Each rank's diff (its step time, its own work outside collectives, the biggest movers) when both sides have
+    the same two or more ranks; [] otherwise."""
+    fa, fb = _rank_files(a), _rank_files(b)
+    if len(fa) < 2 or sorted(fa) != sorted(fb):
+        return []
+    own = {side: {r["rank"]: r for r in ((across_ranks(an.files) or {}).get("ranks") or [])}
+           for side, an in (("a", a), ("b", b))}
+    rows = []
+    for rank in sorted(fa):
+        d = diff(analyze(fa[rank]), analyze(fb[rank]), labels=labels)
+        oa, ob = own["a"].get(rank, {}), own["b"].get(rank, {})
+        rows.append({"rank": rank, "headline": d.headline(), "steps": [s.to_json() for s in d.steps[:3]],
+                     "own_us": [oa.get("own_us"), ob.get("own_us")],
+                     "collective_us": [oa.get("collective_us"), ob.get("collective_us")],
+                     "top": [m.to_json() for m in (d.kernels if d.a.analysis.has_gpu else d.cpu_ops)[:5]]})
+    return rows
 
 
 def side_files(spec: str) -> tuple[list[str], str]:

@@ -50,7 +50,26 @@ def tables(diff: TraceDiff, top: int = 12) -> Group:
             style = "green" if d.delta_us < 0 else ("red" if d.delta_us > 0 else "")
             t.add_row(_name(key, d), _us(d.a_us), _us(d.b_us), Text(_us(d.delta_us, signed=True), style=style))
         parts.append(t)
+    if diff.ranks:
+        parts.append(rank_table(diff))
     return Group(*parts)
+
+
+def _pair(v: list, i: int) -> float | None:
+    return v[i] if v and len(v) > i else None
+
+
+def rank_table(diff: TraceDiff) -> Table:
+    """Each rank's own diff: its work outside collectives, its time in them, its biggest mover."""
+    t = Table(title=Text(cell(f"per rank: {diff.a.label} -> {diff.b.label}", 400)), title_justify="left")
+    for c in ("rank", "own work", "in collectives", "step and biggest movers"):
+        t.add_column(c, justify="right" if c != "step and biggest movers" else "left")
+    for r in diff.ranks:
+        own, coll = r.get("own_us") or [], r.get("collective_us") or []
+        cells = [f"{_us(a)} -> {_us(b)}" if a is not None and b is not None else "-"
+                 for a, b in ((_pair(own, 0), _pair(own, 1)), (_pair(coll, 0), _pair(coll, 1)))]
+        t.add_row(str(r["rank"]), *cells, Text(printable(cell(r.get("headline") or "", 200))))
+    return t
 
 
 def markdown(diff: TraceDiff, top: int = 15) -> str:
@@ -67,5 +86,13 @@ def markdown(diff: TraceDiff, top: int = 15) -> str:
             lines.append(f"| `{name}` | {_us(d.a_us)} | {_us(d.b_us)} | {_us(d.delta_us, signed=True)} |")
         if key == "kernels":
             lines += full_names_markdown([d.name for d in rows])
+        lines.append("")
+    if diff.ranks:
+        lines += ["### per rank", "", "| rank | own work | in collectives | step and biggest movers |",
+                  "| ---: | ---: | ---: | --- |"]
+        for r in diff.ranks:
+            own, coll = r.get("own_us") or [None, None], r.get("collective_us") or [None, None]
+            lines.append(f"| {r['rank']} | {_us(own[0] or 0)} -> {_us(own[1] or 0)} | {_us(coll[0] or 0)} -> "
+                         f"{_us(coll[1] or 0)} | {str(r.get('headline') or '').replace('|', '/')} |")
         lines.append("")
     return sep.join(printable(line) for line in lines)

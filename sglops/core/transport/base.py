@@ -42,6 +42,7 @@ class Remote:
     container: Any = None  # the container target (sglops/core/container.py) when steps run inside one
     round_trips: int = 0  # commands that reached the host (a transport counts them in `_exec`)
     run_id: str | None = None  # the invocation's run, set by the runner: the host answers it keeps are named by it
+    experiment: str | None = None  # the ab or sweep that owns the host through this connection (sglops.core.owner)
     answers_kept: int = 0
 
     def __init__(self, host: Host) -> None:
