@@ -196,8 +196,7 @@ def test_an_ab_on_the_two_node_server_restarts_both_nodes_each_round_and_leaves_
     for n in NODES:
         st = node_status(pair, n)
         assert not st.running and not st.processes and len(st.restarts) >= 2
-    print(f"
-ab over two nodes (1 round: 2 two-node restarts, 2 benches, the restore): {took:.1f}s; restarts "
+    print(f"\nab over two nodes (1 round: 2 two-node restarts, 2 benches, the restore): {took:.1f}s; restarts "
           f"{[x['restart_s'] for x in doc['rounds']]} s; decode tok/s {[x['decode_tok_s'] for x in doc['rounds']]}; "
           f"load {os.getloadavg()[0]:.1f}")
 
