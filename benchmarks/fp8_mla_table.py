@@ -8,6 +8,11 @@ the goals: >= 80% of copy and <= 0.6x (e) at cells with >= 1M live rows, never s
 
     python3 benchmarks/fp8_mla_table.py benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-fp8_mla_variants.json
     python3 benchmarks/fp8_mla_table.py RUN.json --pick 16=n32_s3_b3_1b,128=n32_s4_b2_1b
+
+Since v0.6 the harness of record is benchmarks/gpu_fp8_mla_record.py (distinct rows, NaN poison, ragged and small
+cells, vLLM TRITON_MLA, physical floors); its JSON ("cells") gives the issue-37 table:
+
+    python3 benchmarks/fp8_mla_table.py benchmarks/results/fp8-mla-v06-2026-12-06/record.json
 """
 
 from __future__ import annotations
@@ -68,6 +73,39 @@ def markdown(table: list[dict], copy: float) -> str:
     return "\n".join(lines)
 
 
+def record_markdown(run: dict) -> str:
+    """The table of a gpu_fp8_mla_record.py run: per cell (f) µs, % of copy (the FP8 bytes of the live rows at the
+    run's copy bandwidth over (f)), x vLLM TRITON_MLA (its time over (f)), (f) over the BF16 byte floor, (f) over the
+    launch floor (an empty kernel of the decode's grid + the merge, one graph) and over launch floor + FP8 byte floor,
+    max abs error vs fp32 of (f) and of vLLM, the sm120 pick run here, v0.5's launch in the same run. `*`: a missed
+    goal (16 heads: >= 80% of copy at >= 1M live rows; small cells: within 2x of the launch floor)."""
+    bw = run["copy_bytes_per_s"]
+    nan = float("nan")
+    lines = [f"{run['device']}, {run['sms']} SMs; copy {bw / 1e12:.2f} TB/s (bytes read + written per second) in the "
+             f"same run; package {run['package_version']}, pick {run['pick']} (sm120 pick {run['sm120_pick']} run "
+             "here as a proxy); µs per layer",
+             "",
+             "| cell | heads | live rows | (f) µs | % of copy | x vLLM | (f)/(BF16 floor) | launch floor µs | (f)/(launch) "
+             "| (f)/(launch + FP8) | err (f) | err vLLM | sm120 µs | v0.5 µs | vLLM µs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in run["cells"]:
+        f = c["f_us"]
+        pct = 100 * c["fp8_floor_us"] / f
+        miss_pct = c["heads"] == 16 and c["live_rows"] >= MIN_ROWS and pct < GOAL_PCT
+        lf = c.get("launch_floor_us", nan)
+        small = c["cell"].startswith("small")
+        vl = c.get("vllm_us", nan)
+        verr = c["vllm_err"]["max_abs_err"] if "vllm_err" in c else nan
+        lines.append(
+            f"| {c['cell']} | {c['heads']} | {c['live_rows'] / 1e6:.2f}M | **{f:.1f}** | {pct:.1f}%{' *' if miss_pct else ''}"
+            f" | {vl / f:.2f} | {f / c['bf16_floor_us']:.2f} | {lf:.1f} | {f / lf:.2f}{' *' if small and f > 2 * lf else ''}"
+            f" | {f / (lf + c['fp8_floor_us']):.2f} | {c['f_err']['max_abs_err']:.1e} | {verr:.1e} | {c['sm120_us']:.1f}"
+            f" | {c.get('v05_us', nan):.1f} | {vl:.1f} |")
+    lines.append("")
+    lines.append("`*`: the goal is missed at that cell.")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="fp8_mla_variants.json of benchmarks/gpu_fp8_mla_variants.py")
@@ -79,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {args.run}: {exc}", file=sys.stderr)
         return 2
+    if "cells" in run:
+        print(record_markdown(run))
+        return 0
     rule = load_picks()
     picks = dict(rule.DEFAULT["sm90"])
     for part in filter(None, args.pick.split(",")):

@@ -1,7 +1,7 @@
 """A/B of the split-stage variants of the FP8 MLA decode kernel (kernels/fp8_mla_decode,
-sglops_kernels/fp8_mla_decode/_variants.py) against the current kernel, on a GPU host (not in CI).
+lab/fp8_mla_decode/_variants.py) against the current kernel, on a GPU host (not in CI).
 
-One call (< 4 min; `OUT=$OUT bash kernels/fp8_mla_decode/h200_variants.sh` wraps the lines below):
+One call (< 4 min; `OUT=$OUT bash lab/fp8_mla_decode/h200_variants.sh` wraps the lines below):
 precompile every variant in parallel processes; per variant, correctness against
 fp32 attention (16 and 128 heads, page 1 and 64, several splits and one, a stale tail of wild ids)
 beside FlashInfer's BF16 error on the same case; then ctx 4K/32K/128K x bs 1/16/64 x heads 16/128:
@@ -36,6 +36,8 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "lab" / "fp8_mla_decode"  # the Triton split-stage variants (_variants.py) left the package in v0.6
+sys.path.insert(0, str(LAB))
 T0 = time.time()
 # the configurations the H200 sweep picked (benchmarks/results/fp8-mla-decode-h200/bench.txt, "picked")
 PICKED = {16: {"trans": 0, "block_h": 16, "block_n": 32, "warps": 4, "stages": 3, "programs_per_sm": 2,
@@ -79,7 +81,7 @@ def load_harness():
 
 
 def cfg_for(name: str, heads: int) -> dict | None:
-    from sglops_kernels.fp8_mla_decode import _variants as V
+    import _variants as V
 
     if name.startswith("cu_"):  # the CUDA kernel (sglops_kernels/fp8_mla_decode/fp8_mla_decode.cu): 16-head CTAs at any head count
         from sglops_kernels.fp8_mla_decode import _cuda
@@ -98,8 +100,8 @@ def cfg_for(name: str, heads: int) -> dict | None:
 def shim(name: str):
     """A module-like object with the harness's mla_decode/workspace calls, running variant `name`
     (its configuration is resolved from the config the harness passes in)."""
+    import _variants as V
     from sglops_kernels.fp8_mla_decode import _triton as base
-    from sglops_kernels.fp8_mla_decode import _variants as V
 
     if name.startswith("cu_"):
         from sglops_kernels.fp8_mla_decode import _cuda
@@ -114,7 +116,8 @@ def shim(name: str):
 
 PRECOMPILE = r"""
 import json, sys, torch
-from sglops_kernels.fp8_mla_decode import _variants as V
+sys.path.insert(0, "LABDIR")
+import _variants as V
 for line in sys.argv[1:]:
     j = json.loads(line)
     pool = torch.zeros(4096, 1, 576, dtype=torch.uint8, device="cuda")
@@ -138,7 +141,7 @@ def precompile(names, heads_list) -> None:
     if not jobs:
         return
     nproc = max(1, min(16, len(jobs)))  # one job each: the slowest (f16pf_t64, spilling) sets the pace
-    procs = [subprocess.Popen([sys.executable, "-c", PRECOMPILE, *jobs[i::nproc]], env=os.environ.copy())
+    procs = [subprocess.Popen([sys.executable, "-c", PRECOMPILE.replace("LABDIR", str(LAB)), *jobs[i::nproc]], env=os.environ.copy())
              for i in range(nproc)]
     for p in procs:
         p.wait()
@@ -291,8 +294,8 @@ def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
         raise SystemExit(f"error: --heads takes comma-separated integers, not {heads!r}") from None
     if not heads_list or any(h not in (16, 128) for h in heads_list):
         raise SystemExit(f"error: --heads takes 16 and/or 128, not {heads!r}")
+    import _variants as V
     from sglops_kernels.fp8_mla_decode import _cuda
-    from sglops_kernels.fp8_mla_decode import _variants as V
 
     known = list(V.VARIANTS) + [f"cu_{k}{m}" for k in _cuda.KERNELS for m in ("", "_m64")]
     names = [n for n in variants.split(",") if n]

@@ -9,7 +9,8 @@ every cell measured, 16 and 128 heads: kernels/fp8_mla_decode/BENCH.md), Triton 
 work is bound by the MMA rate and neither beats FlashInfer's BF16 kernel on gather-cast rows.
 BF16 q [B, H, 576], pool [rows, 1, 576] FP8 e4m3 (or its uint8 view; [pages, P, 576] for pages),
 kv_indptr/kv_indices as FlashInfer's CSR plan takes them (int32, on the device), a per-tensor
-kv_scale, page size 1 or P. Matches fp32 attention over the dequantised rows to BF16 rounding (not
+kv_scale, page size 1 or P. The CUDA kernel schedules by length on the device (every CTA of one static wave
+reads the same number of rows whatever the mix of lengths; graph-safe). Matches fp32 attention over the dequantised rows to BF16 rounding (not
 bit-equal to FlashInfer).
 """
 
@@ -22,7 +23,7 @@ import torch
 from ._picks import beats_gather_cast
 
 __all__ = ["beats_gather_cast", "implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
-__version__ = "0.3.0"
+__version__ = "0.6.0"
 
 
 def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
@@ -31,7 +32,8 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
 
     page_size 1: kv_indices are pool rows, kv_indptr counts them. page_size P: kv_indices are page
     ids (row = page * P + offset), kv_indptr counts pages, kv_lens (device) the tokens. n_splits is
-    the grid's split count (static under CUDA graphs: `splits_for` with the longest context);
+    the Triton kernel's split count (static under CUDA graphs: `splits_for` with the longest context; the
+    CUDA kernel schedules its own splits from kv_indptr on the device and ignores it);
     workspace = `workspace(batch, heads, n_splits, device)` to reuse the partials' buffers."""
     impl = implementation() if config is None else _impl_of_config(config)
     return impl.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
@@ -61,13 +63,21 @@ def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict
     from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
     if config is None and implementation() is _cuda:
-        config = dict(_cuda.config_for(heads, batch=batch), min_rows=_cuda.min_rows_for(max_len))
+        # the CUDA kernel splits by its own schedule (one wave of CTAs sharing the batch's rows); this count sizes
+        # the workspace a caller allocates as batch x heads x splits: the schedule's slots per head, at least
+        name = _cuda.config_for(heads, batch=batch)["kernel"]
+        return max(2, -(-_cuda.slots_for(batch, name, sm_count, heads) // max(1, batch)))
     return _triton.splits_for(batch, heads, max_len, sm_count, config)
 
 
 def workspace(batch: int, heads: int, n_splits: int, device):
-    from sglops_kernels.fp8_mla_decode import _triton
+    """Partials and log-sum-exps for either implementation: batch x heads x n_splits (the Triton kernel's
+    per-request splits), and at least the CUDA schedule's slots where it runs."""
+    from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
+    if implementation() is _cuda:
+        name = _cuda.config_for(heads, batch=batch)["kernel"]
+        n_splits = max(int(n_splits), -(-_cuda.slots_for(batch, name, _cuda.sm_count(device), heads) // max(1, batch)))
     return _triton.workspace(batch, heads, n_splits, device)
 
 

@@ -27,116 +27,56 @@ from ._picks import DEFAULT, SHIPPED, SMALL_BATCH, kernel_name  # noqa: F401
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fp8_mla_decode.cu"
 ROW_BYTES = 592  # the padded shared-memory row of the .cu file
-# kernel name -> rows per tile, ring depth, CTAs per SM its registers are bounded for (the .cu's DEFINE_KERNEL)
+# kernel name -> rows per tile, ring depth, CTAs per SM its registers are bounded for (the .cu's DEFINE_DECODE).
+# Only the kernels the package launches; the research variants and their record: lab/fp8_mla_decode/.
 KERNELS = {
-    "n64_s2_b2": (64, 2, 2),  # cp.async (16 B per thread and copy), the first version
-    # rows by the bulk-copy (TMA) engine, one instruction per 576-byte row
-    "n64_s2_b2_tma": (64, 2, 2),
-    "n32_s3_b3_tma": (32, 3, 3),
-    "n32_s2_b3_tma": (32, 2, 3),
-    "n32_s2_b2_tma": (32, 2, 2),  # sm_120: two CTAs fit its ~100 KB of shared memory; no register cap to spill
-    # _qs: q fragments in shared memory (fewer registers); _lz: the O rescale skipped when no maximum moved
-    "n32_s2_b3_tma_qs_lz": (32, 2, 3),
-    "n16_s3_b4_tma_qs_lz": (16, 3, 4),
-    # _tma4: the bulk copies issued by all four warps, a quarter of the rows each
-    "n32_s3_b3_tma4": (32, 3, 3),
-    "n32_s2_b2_tma4": (32, 2, 2),
-    "n16_s3_b4_tma4_qs_lz": (16, 3, 4),
-    # timing only (wrong results), to place time inside the kernel (METHOD.md): no products / no loads / no P V
-    "n32_s3_b3_tma_load": (32, 3, 3),
-    "n32_s3_b3_tma_compute": (32, 3, 3),
-    "n32_s3_b3_tma_noPV": (32, 3, 3),
-    # round 6 (NOTES.md "Round 6"): _1b one CTA barrier per tile (partial S double-buffered, the refill issued
-    # after it); _ws a producer warp (160 threads) refilling each stage as soon as the consumers release it
-    "n32_s3_b3_1b": (32, 3, 3),
-    "n32_s4_b2_1b": (32, 4, 2),
-    "n32_s4_b2_ws": (32, 4, 2),
-    # _mix / _alu: half / all of the P V conversion on the integer pipes (tests whether F2FP bounds the tile)
-    "n32_s3_b3_1b_mix": (32, 3, 3),
-    "n32_s3_b3_1b_alu": (32, 3, 3),
-    "n32_s4_b2_ws_alu": (32, 4, 2),
-    "n32_s3_b3_1b_compute": (32, 3, 3),  # timing only, as the _load/_compute kernels above
-    "n32_s3_b3_1b_alu_compute": (32, 3, 3),
-    "n32_s4_b2_ws_load": (32, 4, 2),
-    "n32_s4_b2_ws_compute": (32, 4, 2),
-    # round 7 (loader study, NOTES.md): the pick's loads alone; the 16-byte cp.async loader at the pick's shape
-    "n32_s3_b3_tma4_load": (32, 3, 3),
-    "n32_s3_b3_cpa": (32, 3, 3),
-    "n32_s3_b3_cpa_load": (32, 3, 3),
-    "n32_s3_b3_tma4_lz": (32, 3, 3),
-    "n32_s3_b3_1b_lz": (32, 3, 3),
-    "n32_s4_b2_1b_lz": (32, 4, 2),
-    # _cpf: cp.async in the order of the bytes, slots passed by shuffles (LOADER 3)
-    "n32_s3_b3_cpf": (32, 3, 3),
-    "n32_s3_b3_cpf_lz": (32, 3, 3),
-    "n32_s3_b3_cpf_load": (32, 3, 3),
-    # _s2: two accumulator sets for the S product (8 independent HMMA chains per warp instead of 4)
-    "n32_s3_b3_tma4_lz_s2": (32, 3, 3),
-    "n32_s3_b3_1b_lz_s2": (32, 3, 3),
-    # 64-row tiles, 2 CTAs per SM: half the per-row exchange / softmax / rescale instructions
-    "n64_s2_b2_tma4_lz": (64, 2, 2),
-    "n64_s2_b2_1b_lz": (64, 2, 2),
-    "n64_s2_b2_1b": (64, 2, 2),
-    "n64_s2_b2_tma4": (64, 2, 2),
-    # round 8 (NOTES.md): _wg a producer warpgroup issues every copy and index load, setmaxnreg gives the consumers
-    # its registers (256 threads; sm_90a only: the sm_120 cubin has none of these)
-    "n64_s2_b2_wg_lz": (64, 2, 2),
-    "n64_s2_b2_wg": (64, 2, 2),
-    "n64_s2_b2_wg_lz_s2": (64, 2, 2),  # and two S accumulator sets (the consumers have registers to spare)
-    # round 8b (NOTES.md): the _wg kernels measured wrong whenever two CTAs shared an SM (setmaxnreg); _wg2 is the
-    # same producer warpgroup at one CTA per SM, serving two consumer warpgroups (384 threads, two work items each)
-    "n64_s2_b1_wg2": (64, 2, 1),
-    "n64_s2_b1_wg2_lz": (64, 2, 1),
-    "n64_s2_b1_wg2_lz_s2": (64, 2, 1),
-    # round 9 (NOTES.md): the pick with the partial-S exchange as reduce-scatter + all-gather (_x1), or with each warp's
-    # softmax on its own 16 rows and P exchanged (_x2): fewer LDS / FADD / ex2 per tile, one or two more CTA barriers
-    "n64_s2_b2_1b_lz_x1": (64, 2, 2),
-    "n64_s2_b2_1b_lz_x2": (64, 2, 2),
+    "n64_s2_b2_1b_lz_x2": (64, 2, 2),  # sm90: one CTA barrier per tile, lazy rescale, each warp's softmax on its rows
+    "n32_s2_b2_tma4": (32, 2, 2),  # sm120: two CTAs fit its ~100 KB of shared memory, no register cap to spill
 }
+MERGE = "merge"  # the split merge (fp8_mla_merge), in every cubin
+THREADS = 128
+XCH_BYTES = 4096  # the .cu's XCH area: row maxima / sums and P fragments (_x2)
 
 
-def smem_bytes(block_n: int, stages: int, q_in_smem: bool = False, pipe: int = 0) -> int:
+def smem_bytes(block_n: int, stages: int, pipe: int = 0) -> int:
     """Dynamic shared memory of one CTA: the ring of padded rows, the partial S tiles (pipe 0: one padded
-    [4 warps][16][block_n + 8] fp32 buffer; pipes 1-2: two [4 warps][block_n / 8][32 lanes] float4 buffers), the
-    stages' mbarriers (64 B; pipes 1-2 128 B: full and empty per stage), and (_qs kernels) the q fragments."""
+    [4 warps][16][block_n + 8] fp32 buffer; pipe 1: two [4 warps][block_n / 8][32 lanes] float4 buffers) and the
+    stages' mbarriers (64 B; pipe 1: 128 B)."""
     sx = 4 * 16 * (block_n + 8) * 4 + 64 if pipe == 0 else 2 * 4 * (block_n // 8) * 32 * 16 + 128
-    one = stages * block_n * ROW_BYTES + sx + (4 * 9 * 32 * 16 if q_in_smem else 0)
-    return 2 * one if pipe == 4 else one  # pipe 4: each consumer warpgroup its own slice
+    return stages * block_n * ROW_BYTES + sx
 
 
 def pipe_of(name: str) -> int:
-    """How the kernel's warps meet per tile (the .cu's PIPE): 0 two CTA barriers, 1 one (_1b), 2 warp
-    specialised (_ws), 3 a producer warpgroup (_wg)."""
-    return 4 if "_wg2" in name else 3 if "_wg" in name else 2 if "_ws" in name else 1 if "_1b" in name else 0
+    """How the kernel's warps meet per tile (the .cu's PIPE): 0 two CTA barriers, 1 one (_1b)."""
+    return 1 if "_1b" in name else 0
 
 
 def threads_of(name: str) -> int:
-    """Threads per CTA: four consumer warps, and the producer warp (_ws) or warpgroup (_wg)."""
-    return {2: 160, 3: 256, 4: 384}.get(pipe_of(name), 128)
-
-
-def items_of(name: str) -> int:
-    """Work items (one request's split of 16 heads) per CTA: two for _wg2 (one per consumer warpgroup), else one."""
-    return 2 if pipe_of(name) == 4 else 1
-
-
-def kernel_smem(name: str) -> int:
-    block_n, stages, _ = KERNELS[name]
-    return smem_bytes(block_n, stages, "_qs" in name, pipe_of(name)) + (XCH_BYTES if xch_of(name) else 0)
-
-
-XCH_BYTES = 4096  # the .cu's XCH area: the summed S rows (_x1), or row maxima and P fragments (_x2)
+    return THREADS
 
 
 def xch_of(name: str) -> int:
-    """The .cu's XCH: how the partial S tiles are combined (0 all-reduce, 1 reduce-scatter + all-gather, 2 own rows)."""
+    """The .cu's XCH: how the partial S tiles are combined (0 all-reduce, 2 each warp's own rows)."""
     m = re.search(r"_x(\d)$", name)
     return int(m.group(1)) if m else 0
 
 
+def kernel_smem(name: str) -> int:
+    block_n, stages, _ = KERNELS[name]
+    return smem_bytes(block_n, stages, pipe_of(name)) + (XCH_BYTES if xch_of(name) else 0)
+
+
+def ctas_for(name: str, sm_count: int, heads: int = 16, batch: int = 0) -> int:
+    """The decode grid's CTAs per head block (static; the schedule inside the kernel shares any batch's rows among
+    them): one wave over the head blocks (the kernel's CTAs per SM on every SM, divided among the blocks of 16
+    heads), and at least one per request, so that the per-request form of the schedule can give every request a CTA
+    of its own (128 heads x 64 requests x 8K: 512 CTAs reading a request each, no merge, as v0.5 did)."""
+    return max(KERNELS[name][2] * sm_count // -(-heads // 16), batch, 1)
+
+
 def arch_of(cc: tuple[int, int]) -> str:
-    """The nvcc target for a compute capability: wgmma-capable Hopper gets sm_90a (this kernel uses only
-    mma.sync, but the 'a' target is what the rest of the host's kernels are built for)."""
+    """The nvcc target for a compute capability: Hopper gets sm_90a (this kernel uses only mma.sync, but the 'a'
+    target is what the rest of the host's kernels are built for)."""
     major, minor = cc
     return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
@@ -153,27 +93,12 @@ def find_nvcc() -> str:
     raise RuntimeError("nvcc not found (PATH, CUDA_HOME): the CUDA FP8 MLA kernel is built on the host")
 
 
-def variants_wanted() -> bool:
-    """SGLOPS_FP8_MLA_VARIANTS=1: compile every kernel of KERNELS, not only the shipped picks (the variants
-    harness, Nsight Compute, cu_report.py). A host's build-kernel compiles the picks alone (SHIPPED)."""
-    return os.environ.get("SGLOPS_FP8_MLA_VARIANTS", "") not in ("", "0")
-
-
-def _extra_flags() -> list[str]:
-    """SGLOPS_FP8_MLA_LINEINFO=1 adds -lineinfo (same code, source lines kept), so that Nsight Compute's
-    SourceCounters section can name the line each stall sits on (benchmarks/gpu_fp8_mla_ncu.py);
-    SGLOPS_FP8_MLA_VARIANTS=1 defines FP8_MLA_VARIANTS (every experiment kernel of the .cu)."""
-    return (["-lineinfo"] if os.environ.get("SGLOPS_FP8_MLA_LINEINFO") else []) + (
-        ["-DFP8_MLA_VARIANTS"] if variants_wanted() else [])
-
-
 def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
     """nvcc the .cu into `dest` for `arch` (sm_90a, sm_120, ...), atomically; returns ptxas's -v report."""
     num = arch.removeprefix("sm_")
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     proc = subprocess.run([nvcc or find_nvcc(), "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3",
-                           *_extra_flags(), "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True,
-                          text=True)
+                           "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"nvcc failed for {arch}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
@@ -183,7 +108,7 @@ def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
 
 def build(arch: str, dest_dir: Path, nvcc: str | None = None) -> tuple[Path, str]:
     """A cubin for `arch` in a cache folder, keyed by the source's hash; returns it and ptxas's report."""
-    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode() + " ".join(_extra_flags()).encode()).hexdigest()[:16]
+    tag = hashlib.sha256(SOURCE.read_bytes() + arch.encode()).hexdigest()[:16]
     dest_dir.mkdir(parents=True, exist_ok=True)
     cubin = dest_dir / f"fp8_mla_decode_{arch}_{tag}.cubin"
     report = cubin.with_suffix(".ptxas.txt")
@@ -271,7 +196,8 @@ def required_kernels(arch: str) -> list[str]:
 
 
 class Module:
-    """One loaded cubin: its kernels with their dynamic shared memory limits raised (those that fit this GPU)."""
+    """One loaded cubin: its decode kernels with their dynamic shared memory limits raised (those that fit this GPU)
+    and the merge."""
 
     def __init__(self, cubin: Path, arch: str | None = None):
         cu = _driver()
@@ -282,25 +208,25 @@ class Module:
         self._module = _check(cu.cuModuleLoadData(self._image))
         self.functions = {}
         arch = arch or arch_of(torch.cuda.get_device_capability())
-        for name in KERNELS:  # the picks always; the experiment variants where built with FP8_MLA_VARIANTS
+        for name in KERNELS:
             err, fn = cu.cuModuleGetFunction(self._module, f"fp8_mla_{name}".encode())
             if int(err) != 0 or not fits_block(name, arch):
                 continue
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(cu.cuFuncSetAttribute(fn, attr, kernel_smem(name)))
             self.functions[name] = fn
+        self.functions[MERGE] = _check(cu.cuModuleGetFunction(self._module, f"fp8_mla_{MERGE}".encode()))
         missing = [n for n in required_kernels(arch) if n not in self.functions]
         if missing:
             raise RuntimeError(f"{cubin} lacks the shipped kernel(s) {', '.join(missing)}: built from another source?")
 
     def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple) -> None:
         if name not in self.functions:
-            raise RuntimeError(f"kernel {name} is not loaded: experiment variants are compiled only with "
-                               "SGLOPS_FP8_MLA_VARIANTS=1, and a kernel whose shared memory exceeds this GPU's "
-                               f"block ({kernel_smem(name)} B) is left out")
+            raise RuntimeError(f"kernel {name} is not loaded: a kernel whose shared memory exceeds this GPU's block "
+                               f"({kernel_smem(name)} B) is left out")
         stream = self._cu.CUstream(torch.cuda.current_stream().cuda_stream)
-        _check(self._cu.cuLaunchKernel(self.functions[name], *grid, threads_of(name), 1, 1, kernel_smem(name), stream,
-                                       (args, types), 0))
+        smem = 0 if name == MERGE else kernel_smem(name)
+        _check(self._cu.cuLaunchKernel(self.functions[name], *grid, THREADS, 1, 1, smem, stream, (args, types), 0))
 
 
 _MODULES: dict[str, Module] = {}
@@ -346,7 +272,7 @@ def module(cache_dir: Path | None = None) -> Module:
         pre = os.environ.get("SGLOPS_FP8_MLA_CUBIN")
         if pre:
             cubin = Path(pre)
-        elif packaged_cubin(arch).exists() and not variants_wanted():  # the packaged cubin holds the picks alone
+        elif packaged_cubin(arch).exists():
             cubin = packaged_cubin(arch)
         else:
             cache = cache_dir or Path(os.environ.get("SGLOPS_KERNEL_CACHE", Path.home() / ".cache" / "sglops-kernels"))
@@ -363,23 +289,65 @@ def config_for(heads: int, family: str | None = None, batch: int | None = None) 
 def config_of(name: str, min_rows: int = 256) -> dict:
     """The launch config of kernel `name`, in the shape splits_for reads (16 heads per CTA at any head count)."""
     block_n, _, per_sm = KERNELS[name]
-    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm * items_of(name),
-            "min_rows": min_rows}
+    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": min_rows}
 
 
 def min_rows_for(max_len: int) -> int:
-    """Rows per split at least: 256 (a merge reads and writes 16 x 512 fp32 per split and head block, so long
-    contexts want few, long splits), down to 64 for short contexts, whose grid would otherwise be a handful
-    of CTAs (H200, 16 heads, ctx 4K bs1: 19.5 us with 64, 27.4 with 256; ctx 32K bs1: 42 with 256, 56 with 64)."""
+    """Rows per split at least for the Triton kernel's per-request splits (splits_for): 256, down to 64 for short
+    contexts."""
     return max(64, min(256, -(-max_len // 64)))
 
 
-def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
-               page_size=1, kv_lens=None, config=None):
-    """The same contract as the Triton kernel's mla_decode (q [B, H, 576] BF16, pool FP8 [N, 1, 576] or
-    [pages, P, 576], kv_indptr/kv_indices as SGLang plans FlashInfer MLA, out [B, H, 512] BF16)."""
-    from . import _triton
+# Rows per CTA at least, whatever the batch (the .cu's sched_chunk): each chunk costs a prologue (q, the ring's
+# fill) and a 32 KB partial per 16 heads that the merge reads back, so a small batch is cut into chunks of at least
+# this many rows rather than one per CTA of the wave. 128: H200/H100 sweep, BENCH.md v0.6.
+MIN_ROWS = 128
+# Rows each request is charged on top of its own (the .cu's ovh): a segment's fixed cost (q, the ring's fill, the
+# partial) in rows, so that CTAs meeting many short requests read fewer rows. H100 sweep, BENCH.md v0.6.
+OVH_ROWS = 256
+MAX_CTAS = 2048  # the merge's shared weights (MERGE_MAX_SLOTS)
 
+
+MERGE_CTAS = 2048  # the merge's grid, at most (merge_grid); H100 sweep, BENCH.md v0.6
+
+
+def merge_grid(batch: int, heads: int) -> tuple[int, int]:
+    """The merge's grid beyond the requests: (head groups, dim groups). A few requests: every head its own CTAs and
+    up to 8 per head (512 / 8 output dims each): a small batch's request has up to a CTA per slot to combine, and more
+    CTAs keep more loads in flight. Many requests: one CTA per request and group of heads, at most MERGE_CTAS in all
+    (most of them find their request written whole and return: launching more costs time)."""
+    z = 8
+    while z > 1 and batch * heads * z > MERGE_CTAS:
+        z //= 2
+    hy = heads
+    while hy > 1 and batch * hy > MERGE_CTAS:
+        hy = -(-hy // 2)
+    return hy, z
+
+
+_SMS: dict[int, int] = {}
+
+
+def sm_count(device=None) -> int:
+    idx = torch.cuda.current_device() if device is None else torch.device(device).index or 0
+    if idx not in _SMS:
+        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SMS[idx]
+
+
+def slots_for(batch: int, name: str, sms: int, heads: int = 16) -> int:
+    """Partial slots per head the workspace must hold: a CTA per slot plus one per request (slot c + b), and 4 more
+    for the schedule's form that the decode leaves for the merge (3 ints after the slots' log-sum-exps)."""
+    return ctas_for(name, sms, heads, batch) + batch + 4
+
+
+def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
+               page_size=1, kv_lens=None, config=None, min_rows=None, ovh=None):
+    """The same contract as the Triton kernel's mla_decode (q [B, H, 576] BF16, pool FP8 [N, 1, 576] or
+    [pages, P, 576], kv_indptr/kv_indices as SGLang plans FlashInfer MLA, out [B, H, 512] BF16). The split
+    count is the kernel's own (one wave of CTAs sharing the batch's rows evenly, on the device); n_splits is
+    accepted for the common contract and unused. workspace: (part, lse) of at least slots_for(...) x heads x 512 /
+    x heads fp32 (larger is fine; smaller, or none: fresh buffers)."""
     batch, heads, d = q.shape
     if d != 576:
         raise ValueError(f"q's last dim is {d}; this kernel is for MLA's 512 + 64")
@@ -400,18 +368,32 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
         raise ValueError("kv_indptr and kv_indices must be int32")
     if page_size > 1 and kv_lens is None:
         raise ValueError("page_size > 1 needs kv_lens (tokens per request, on the device)")
+    if batch == 0:
+        return out
     cfg = config or config_for(heads, batch=batch)
     name = cfg.get("kernel") or config_for(heads, batch=batch)["kernel"]
-    n_splits, direct, part, lse = _triton.split_buffers(batch, heads, n_splits, out, workspace)
+    ctas = int(cfg.get("ctas") or ctas_for(name, sm_count(q.device), heads, batch))
+    rows = int(min_rows if min_rows is not None else cfg.get("sched_min_rows", MIN_ROWS))
+    ovh = int(ovh if ovh is not None else cfg.get("sched_ovh", OVH_ROWS))
+    if not 1 <= ctas <= MAX_CTAS:
+        raise ValueError(f"{ctas} CTAs per head block: the merge takes 1 to {MAX_CTAS}")
+    need = (ctas + batch + 4) * heads  # slots_for: the slots, then the schedule's form (3 ints) in lse
+    if workspace is not None and workspace[0].numel() >= need * 512 and workspace[1].numel() >= need:
+        part, lse = workspace
+    else:
+        part = torch.empty(need * 512, dtype=torch.float32, device=q.device)
+        lse = torch.empty(need, dtype=torch.float32, device=q.device)
     lens = kv_lens if kv_lens is not None else kv_indptr
     qk_scale = float(sm_scale) * float(kv_scale) * 1.4426950408889634
     vp, f32, i32, i64 = ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_longlong
     args = (q.data_ptr(), raw.data_ptr(), kv_indptr.data_ptr(), kv_indices.data_ptr(), lens.data_ptr(),
             part.data_ptr(), lse.data_ptr(), out.data_ptr(), qk_scale, float(kv_scale), heads, raw.stride(0),
-            q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits, int(page_size), int(direct))
-    types = (vp, vp, vp, vp, vp, vp, vp, vp, f32, f32, i32, i64, i64, i64, i64, i64, i32, i32, i32)
-    module().launch(name, ((heads + 15) // 16, -(-n_splits // items_of(name)), batch), args, types)
-    if not direct:
-        _triton._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits,
-                                                CKV=512, SPLITS=_triton.MAX_SPLITS, num_warps=4)
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1), batch, int(page_size), rows, ovh)
+    types = (vp, vp, vp, vp, vp, vp, vp, vp, f32, f32, i32, i64, i64, i64, i64, i64, i32, i32, i32, i32)
+    mod = module()
+    mod.launch(name, ((heads + 15) // 16, ctas, 1), args, types)
+    margs = (kv_indptr.data_ptr(), part.data_ptr(), lse.data_ptr(), out.data_ptr(), heads, out.stride(0),
+             out.stride(1), batch, int(page_size), ctas, rows, KERNELS[name][0], ovh)
+    mtypes = (vp, vp, vp, vp, i32, i64, i64, i32, i32, i32, i32, i32, i32)
+    mod.launch(MERGE, (batch, *merge_grid(batch, heads)), margs, mtypes)
     return out
