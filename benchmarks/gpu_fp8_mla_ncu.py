@@ -23,7 +23,8 @@ import torch
 
 
 def main() -> None:
-    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # any kernel of the catalogue, not the picks alone
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # no-op since v0.6: the package's .cu holds the picks alone;
+    # a cu_ variant other than the picks needs the v0.5 tree (lab/fp8_mla_decode/README.md)
     from sglops_kernels.fp8_mla_decode import _cuda, splits_for
 
     kernel = sys.argv[1] if len(sys.argv) > 1 else _cuda.DEFAULT["sm90"][16]

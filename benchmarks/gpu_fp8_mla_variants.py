@@ -306,7 +306,8 @@ def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
 
 
 def main() -> None:
-    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # cu_ variants name experiment kernels (not the picks)
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # no-op since v0.6: the package's .cu holds the picks alone;
+    # a cu_ variant other than the picks needs the v0.5 tree (lab/fp8_mla_decode/README.md)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit")
