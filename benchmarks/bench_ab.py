@@ -21,12 +21,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglops.bench import ab, stats  # noqa: E402
+from sglops.bench import stats  # noqa: E402
 from sglops.core import artifacts  # noqa: E402
 from sglops.core.hosts import load_inventory
 from sglops.core.op import Context, new_run_id  # noqa: E402
 from sglops.core.paths import REPO_ROOT
 from sglops.core.remote import connect  # noqa: E402
+from sglops.experiment import ab  # noqa: E402
 from sglops.launch import server as launch  # noqa: E402
 from sglops.sandbox import sglang_cpu  # noqa: E402
 from sglops.sandbox.sshd import Sandbox, free_port  # noqa: E402

@@ -7,8 +7,8 @@ own operations (play, report, demo: runners of these) are in sglops.play.ops, wh
 from __future__ import annotations
 
 from sglops.bench import ops as bench
-from sglops.bench import sweep_ops as sweep
 from sglops.core.op import Op
+from sglops.experiment import ops as experiment
 from sglops.kernel import ops as kernel
 from sglops.launch import ops as launch
 from sglops.patch import ops as patch
@@ -16,5 +16,5 @@ from sglops.probe import ops as probe
 from sglops.sandbox import ops as sandbox
 from sglops.trace import ops as trace
 
-OPS: list[Op] = [*probe.OPS, *patch.OPS, *trace.OPS, *bench.OPS, *sweep.OPS, *launch.OPS, *kernel.OPS, *sandbox.OPS]
+OPS: list[Op] = [*probe.OPS, *patch.OPS, *trace.OPS, *bench.OPS, *experiment.OPS, *launch.OPS, *kernel.OPS, *sandbox.OPS]
 STEP_KINDS: dict[str, Op] = {op.step: op for op in OPS if op.step}

@@ -25,8 +25,8 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops.bench import ab_plan
 from sglops.core.errors import ConfigError
+from sglops.experiment import ab_plan
 from sglops.launch import server as launch
 from sglops.patch import apply as patches
 from sglops.sandbox.sshd import free_port
@@ -254,7 +254,7 @@ class _Ab:
 
 
 def _journal(sb):
-    from sglops.bench import ab_journal
+    from sglops.experiment import ab_journal
 
     with open_remote(sb, "ab-1") as remote:
         return ab_journal.read(remote)
@@ -336,7 +336,7 @@ def test_after_sigkill_the_journal_names_the_state_to_restore_and_the_next_ab_re
 
 def test_an_ab_alive_on_this_machine_is_refused(ab_host, env):
     """A journal whose owner is a live process here (this test) is an ab in progress: exit 6, nothing touched."""
-    from sglops.bench import ab_journal
+    from sglops.experiment import ab_journal
 
     sb, _ = ab_host
     _serving_sbx(sb)
@@ -382,7 +382,7 @@ def test_a_sigkilled_sweep_leaves_its_journal_and_the_next_sweep_restores_what_i
 def test_of_two_operators_who_both_found_the_host_free_the_second_is_refused(ab_host, env):
     """The journal is written create-exclusive on the host: two runs that both read "no journal" cannot both
     begin; and a sweep reads it as ab does (one alive here is refused with who holds the host, exit 6)."""
-    from sglops.bench import ab_journal
+    from sglops.experiment import ab_journal
 
     sb, _ = ab_host
     _serving_sbx(sb)
@@ -405,8 +405,8 @@ def test_while_an_ab_owns_the_host_apply_restart_and_stop_are_refused_and_a_dead
     """Another operator's apply-patch, revert-patch, restart or stop during an ab would be undone by its restore:
     each is refused on the host with who owns it (exit 6), nothing changed. Once that ab is gone from this
     machine (killed), its journal no longer holds the host (the next ab still restores what it found)."""
-    from sglops.bench import ab_journal
     from sglops.core import owner
+    from sglops.experiment import ab_journal
 
     sb, _ = ab_host
     _serving_sbx(sb)
@@ -443,7 +443,7 @@ def test_signals_are_deferred_while_restoring_and_raise_before():
     """The guard itself, with real signals to this process: raises during the rounds, defers during the restore."""
     import os
 
-    from sglops.bench import ab_signals
+    from sglops.experiment import ab_signals
 
     said: list[str] = []
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)  # an xdist worker ignores SIGINT

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops.bench import ab_journal
+from sglops.experiment import ab_journal
 from sglops.launch import server as launch
 from sglops.patch import apply as patches
 from sglops.sandbox.sshd import free_port

@@ -21,7 +21,7 @@ from sglops.patch.names import parse as parse_python
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "sglops"
-DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox"}
+DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox", "experiment"}
 
 # layer -> the layers it may import (besides its own); a domain's declared siblings are listed with it
 MAY_IMPORT: dict[str, set[str]] = {
@@ -33,7 +33,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "trace": {"core"},
     "kernel": {"core", "probe"},
     "patch": {"core", "probe"},
-    "bench": {"core", "launch", "patch", "probe", "trace"},  # ab: restarts, patches and profiles each round
+    "bench": {"core", "probe"},
+    "experiment": {"core", "bench", "launch", "patch", "probe", "trace"},  # ab, sweep: restarts, patches, profiles
     "ops": {"core", *DOMAINS},  # the catalogue: every domain's ops.py
     "views": {"core", *DOMAINS, "play.result"},  # results only
     "play": {"core", *DOMAINS, "ops", "views"},  # a runner: plays of the catalogue's operations

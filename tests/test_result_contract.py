@@ -14,12 +14,12 @@ import pkgutil
 import pytest
 
 import sglops
-from sglops.bench.ab_plan import Found, Side, Step
-from sglops.bench.ab_result import AbResult
 from sglops.bench.compare import RunList
 from sglops.core import errors
 from sglops.core.errors import SglopsError
 from sglops.core.result import Observation, Result
+from sglops.experiment.ab_plan import Found, Side, Step
+from sglops.experiment.ab_result import AbResult
 from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.server import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.ops import OPS
@@ -120,7 +120,7 @@ def _restart(**kw):
 
 def _ab(dry_run: bool, rounds: int = 0):
     side = Side("A", "default", "default", ())
-    from sglops.bench.ab_result import Round
+    from sglops.experiment.ab_result import Round
     return AbResult("h", side, Side("B", "default+x", "default", ("x",)), 2, Found(True, "default", 30000, []), [],
                     [Step("restart", "default", 1, "A"), Step("bench", "3 runs", 1, "A")], {}, dry_run=dry_run,
                     rounds=[Round(1, "A", None, "ok") for _ in range(rounds)] if rounds else [])

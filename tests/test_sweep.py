@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from sglops.bench.ab_plan import Found
-from sglops.bench.sweep_plan import candidates, parse_candidate, platform_majors, screen
-from sglops.bench.sweep_result import Row, SweepResult
 from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
 from sglops.core.remote import LocalRemote
+from sglops.experiment.ab_plan import Found
+from sglops.experiment.sweep_plan import candidates, parse_candidate, platform_majors, screen
+from sglops.experiment.sweep_result import Row, SweepResult
 from sglops.patch import spec as patch_spec
 from sglops.probe.scan import scan
 from sglops.probe.spec import load_probe_set

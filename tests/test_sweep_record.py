@@ -22,11 +22,11 @@ import pytest
 import yaml
 from conftest import REPO, inv_cmd, open_remote
 
-from sglops.bench.ab_plan import Found
-from sglops.bench.sweep_plan import parse_candidate
-from sglops.bench.sweep_result import FailedStart, Row, SweepResult
 from sglops.core import artifacts
 from sglops.core.console import json_text
+from sglops.experiment.ab_plan import Found
+from sglops.experiment.sweep_plan import parse_candidate
+from sglops.experiment.sweep_result import FailedStart, Row, SweepResult
 from sglops.launch import server as launch
 from sglops.launch.results import RestartResult
 from sglops.patch import apply as patches

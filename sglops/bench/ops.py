@@ -9,15 +9,10 @@ from sglops.bench.params import (
     BENCH,
     COMPARE,
     LOADS,
-    MIN_IDENTICAL_SHARE,
-    REQUIRE_IDENTICAL,
-    REQUIRE_SAME_CONFIG,
-    TOLERANCE_LOGPROB,
-    VARIABLE,
 )
 from sglops.core.errors import ConfigError
-from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
-from sglops.core.values import Flag, Int, Name, Str, StrList
+from sglops.core.op import JSON, TARGETS, Context, Op, Param
+from sglops.core.values import Flag, StrList
 
 
 def _required(result: Any, o: dict) -> None:
@@ -124,37 +119,6 @@ def _compare_summary(doc: dict) -> str:
     return "; ".join(parts)
 
 
-# -- ab -------------------------------------------------------------------------------------------------
-AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by default, help in ab's words
-    "runs": {"kind": Int(1, 1000, 1), "help": "bench repeats per round (default {default}: the rounds are the repeats)"},
-    "input_len": {"help": "prompt tokens (default {default})"},
-    "output_len": {"help": "tokens to generate (default {default})"},
-    "concurrency": {"help": "streams in flight, e.g. 1,4 (default 1)"},
-    "api": {"help": "sglang (default) or openai"},
-    "requests": {"help": "requests per repeat and level"},
-    "warmup": {"help": "warm-up rounds per level (default {default})"},
-    "vocab_size": {"help": "the model's vocabulary when the host cannot read its config.json"},
-    "no_logprobs": {"help": "do not ask the server for logprobs (token ids are still compared)"},
-}
-
-
-def ab(ctx: Context, **o: Any):
-    """Interleaved A/B rounds (sglops.bench.ab): its dry run reads the host and plans; the real one restores it.
-    On the nodes of one server (--hosts n0,n1) every round restarts every node (sglops.core.meet.lead)."""
-    from sglops.bench import ab as ab_mod
-    from sglops.bench.server_nodes import ServerNodes
-    from sglops.core.meet import lead
-
-    return lead(ctx, "ab", lambda remotes: ab_mod.run_checked(ctx, o, ServerNodes(remotes)))
-
-
-def _ab_prepare(o: dict) -> dict:
-    """The sides, parsed once here (a bad one is one line before any host is touched); run_ab takes them."""
-    from sglops.bench.ab_plan import parse_sides
-
-    return {**o, "sides": parse_sides(o.get("a"), o.get("b"), o.get("patch"))}
-
-
 # -- runs -----------------------------------------------------------------------------------------------
 def runs(ctx: Context, host: str | None = None, task: str | None = None):
     from sglops.bench.compare import list_runs
@@ -177,25 +141,6 @@ OPS = [
         Param("runs", StrList(), cli=False), *COMPARE),
        step="compare", plan=_compare_plan, check=_required, result="sglops.bench.compare:Comparison",
        step_summary=_compare_summary),
-    Op("ab", ab, "Interleaved A/B on one host or the nodes of one server (ABAB rounds, restart + patches "
-       "ledger-checked each\nround): paired speed verdict, output identity, config differences; the host is left as "
-       "it was found.",
-       (TARGETS,
-        Param("a", Str(), "side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)"),
-        Param("b", Str(), "side B, spelt the same way (patches named on either side are applied/reverted per round)"),
-        Param("patch", Name("patch"), "this profile without vs with PATCH: A = --a (default: the current profile), "
-              "B = A+PATCH"),
-        Param("rounds", Int(1, 100, 3), "ABAB rounds, a restart before every bench (default {default}, the fewest "
-              "for a speed verdict)"),
-        *[p.again(**AB_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],  # each round benches its own server
-        Param("profile", Flag(), "also profile one round of each side and rank the trace diff (A -> B)", flag=False),
-        REQUIRE_IDENTICAL.again(help="exit 8 unless B's outputs are identical to A's (or within the tolerance)"),
-        REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,
-        VARIABLE.again(help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"),
-        DRY_RUN.again(help="print the whole round plan; change and record nothing"), JSON),
-       step="ab", prepare=_ab_prepare, check=_required, live="notes", result="sglops.bench.ab_result:AbResult",
-       record="ab.json", own_run=True, together=True,
-       step_summary=lambda doc: doc.get("verdict", ""), task={"auto_shortflags": False}),
     Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
        (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),
         JSON.again(help="JSON")), result="sglops.bench.compare:RunList"),

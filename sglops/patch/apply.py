@@ -273,7 +273,7 @@ class PatchList(Observation):
     sglang: str
     rows: list[PatchStatus]
     recovery_needed: dict | None = None
-    ab: dict | None = None  # the journal of an `inv ab` in progress or cut short (sglops.bench.ab_journal), "live"
+    ab: dict | None = None  # the journal of an `inv ab` in progress or cut short (sglops.experiment.ab_journal), "live"
     differs: bool = False  # a node of a server over several hosts whose patches are not the other nodes'
 
     def payload(self) -> dict:

@@ -1,6 +1,6 @@
 """The view of an `inv ab` run: its plan on a dry run, else the rounds, the verdict and how the host was left.
 
-AbResult (sglops.bench.ab_result) keeps data and JSON; tasks and plays print it through sglops.views.show.
+AbResult (sglops.experiment.ab_result) keeps data and JSON; tasks and plays print it through sglops.views.show.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from sglops.bench.ab_result import AbResult
+    from sglops.experiment.ab_result import AbResult
 
 
 def ab_table(r: AbResult) -> Group:

@@ -55,7 +55,7 @@ def patch_list_table(pl: PatchList) -> Table:
 
 def _caption(pl: PatchList) -> Text | None:
     """A transaction cut short, and an ab in progress or cut short (its journal on the host), one line each."""
-    from sglops.bench.ab_journal import state_line
+    from sglops.experiment.ab_journal import state_line
 
     lines = [recovery_note(pl.recovery_needed)] if pl.recovery_needed else []
     if pl.ab:

@@ -229,7 +229,7 @@ def _ab(doc: dict, base: Path) -> list[str]:
 
 def _sweep(doc: dict, base: Path) -> list[str]:
     """An `inv sweep` run (or a play's sweep step): the table, recommendation, skips with why, split, restore."""
-    from sglops.bench.sweep_result import SweepResult
+    from sglops.experiment.sweep_result import SweepResult
     from sglops.views.sweep import sweep_report
 
     return sweep_report(SweepResult.from_json(doc), _rel(doc.get("chart"), base))
@@ -289,7 +289,7 @@ def print_written(path: Path) -> None:
 
     record = path.parent / "sweep.json"
     if path.name == "run-report.md" and record.is_file():
-        from sglops.bench.sweep_result import SweepResult
+        from sglops.experiment.sweep_result import SweepResult
         from sglops.views.sweep import sweep_view
 
         console.print(sweep_view(SweepResult.from_json(artifacts.read_json(record))))

@@ -12,11 +12,11 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from sglops.bench.ab_result import AbResult
 from sglops.bench.compare import Comparison, RunList
 from sglops.bench.run import BenchResult
-from sglops.bench.sweep_result import SweepResult
 from sglops.core.console import console
+from sglops.experiment.ab_result import AbResult
+from sglops.experiment.sweep_result import SweepResult
 from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult

@@ -2,7 +2,7 @@
 candidates ruled out before start with why, the wall-time split and how the host was left; the same as markdown
 for `inv report` (sglops.views.report) and docs/sweep.md.
 
-SweepResult (sglops.bench.sweep_result) keeps data and JSON; tasks and plays print it through sglops.views.show. A
+SweepResult (sglops.experiment.sweep_result) keeps data and JSON; tasks and plays print it through sglops.views.show. A
 crash line, a top cost or a reason comes from the host (its log, a trace's kernel names): every such string is
 shown with terminal control characters escaped (sglops.trace.names.printable), in the terminal and in markdown.
 """
@@ -18,7 +18,7 @@ from rich.text import Text
 from sglops.trace.names import printable
 
 if TYPE_CHECKING:
-    from sglops.bench.sweep_result import Row, SweepResult
+    from sglops.experiment.sweep_result import Row, SweepResult
 
 STYLE = {"started": "green", "skipped": "yellow", "crashed": "bold red", "bench failed": "red", "planned": ""}
 COLUMNS = ("#", "candidate", "started / crash", "decode tok/s [95% CI]", "outputs vs baseline", "top cost", "run")

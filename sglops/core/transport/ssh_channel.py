@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sglops.core.errors import ConnectError, RemoteError, RemoteTimeout
 from sglops.core.transport.base import Remote
 from sglops.core.transport.command import CommandResult
-from sglops.core.transport.ssh_connect import _close_all, _open_connection
+from sglops.core.transport.ssh_connect import close_all, open_connection
 
 if TYPE_CHECKING:
     from sglops.core.hosts import Host
@@ -37,13 +37,13 @@ class SSHRemote(Remote):
     # -- connection -----------------------------------------------------------------------
     def _connection(self):
         if self._conn is None:
-            self._conn, self._jumps = _open_connection(self.host, self.accept_new_host_key, self._inventory)
+            self._conn, self._jumps = open_connection(self.host, self.accept_new_host_key, self._inventory)
         return self._conn
 
     def _close(self) -> None:
         if self._conn is not None:
             conns, self._conn, self._jumps = [*self._jumps, self._conn], None, []
-            _close_all(conns)
+            close_all(conns)
 
     def _exec(self, command, stdin, timeout, on_output):
         from paramiko import SSHException  # loaded with the connection already

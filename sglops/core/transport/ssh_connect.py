@@ -176,7 +176,7 @@ def _config_jumps(conn: Any, host: Host, path: Path, accept_new: bool) -> list[_
     return out
 
 
-def _open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any, list[Any]]:
+def open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any, list[Any]]:
     """The opened connection to `host` and its opened jump hosts (first hop first), or one error line.
 
     Each hop is opened here in turn, the next one over a direct-tcpip channel of the one before, so an
@@ -199,14 +199,14 @@ def _open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any,
             _open_hop(hop)
             sock = None
     except BaseException:
-        _close_all(tried)  # a failed connect leaves paramiko's transport thread running: stop it first...
+        close_all(tried)  # a failed connect leaves paramiko's transport thread running: stop it first...
         if sock is not None:
             sock.close()  # ...then the socket it was reading (closing it under the thread makes it print EBADF)
         raise
     return tried[-1], tried[:-1]
 
 
-def _close_all(conns: list[Any]) -> None:
+def close_all(conns: list[Any]) -> None:
     """Close connections, the host first and then its jump hosts (Fabric never closes a gateway)."""
     for conn in reversed(conns):
         _stop_transport(conn.client.get_transport())

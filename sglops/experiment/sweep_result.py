@@ -11,10 +11,10 @@ import signal
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sglops.bench.ab_plan import Found
-from sglops.bench.sweep_plan import Candidate
 from sglops.core.errors import Failed, Interrupted
 from sglops.core.result import Result
+from sglops.experiment.ab_plan import Found
+from sglops.experiment.sweep_plan import Candidate
 
 
 class SweepFailed(Failed):
@@ -202,7 +202,7 @@ class SweepResult(Result):
         return [r for r in self.rows if r.status == "skipped"]
 
     def payload(self) -> dict:
-        return {"kind": "sglops.bench.sweep", "version": 1, "host": self.host, "profile": self.profile,
+        return {"kind": "sglops.experiment.sweep", "version": 1, "host": self.host, "profile": self.profile,
                 "sglang_version": self.sglang_version, "compute_capability": self.compute_capability,
                 "found": self.found.to_json(), "managed_patches": self.managed, "bench": self.bench,
                 "force": self.force, "profile_trace": self.profile_trace, "run_id": self.run_id,

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from sglops.bench import stats
-from sglops.bench.ab_plan import Found, Side, Step
 from sglops.core.errors import Failed, Interrupted, OutputsDiffer, SglopsError
 from sglops.core.op import Draw
 from sglops.core.result import Result
+from sglops.experiment.ab_plan import Found, Side, Step
 
 MIN_ROUNDS = 3  # a paired interval over fewer rounds is the two ratios seen: no speed verdict
 
@@ -79,7 +79,7 @@ class AbResult(Result):
     failure: str | None = None
     wall_s: float | None = None
     interrupted: str | None = None  # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
-    earlier: Any = None  # the journal of an earlier ab cut short (sglops.bench.ab_journal.Journal): taken over
+    earlier: Any = None  # the journal of an earlier ab cut short (sglops.experiment.ab_journal.Journal): taken over
     earlier_line: str | None = None
     nodes: list[dict] = field(default_factory=list)  # every node of the server ({host, node_rank}) when several
     earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of an earlier run, or None
@@ -138,7 +138,7 @@ class AbResult(Result):
         return [s.line() for s in self.plan]
 
     def payload(self) -> dict:
-        return {"kind": "sglops.bench.ab", "version": 1, "host": self.host, "run_id": self.run_id, "folder": self.folder,
+        return {"kind": "sglops.experiment.ab", "version": 1, "host": self.host, "run_id": self.run_id, "folder": self.folder,
                 "dry_run": self.dry_run, "ok": self.ok, "verdict": self.verdict(),
                 "a": self.a.to_json(), "b": self.b.to_json(), "rounds_asked": self.rounds_asked,
                 "order": "ABAB... (a restart before every bench)", "found": self.found.to_json(),

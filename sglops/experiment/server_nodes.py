@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglops.bench.ab_plan import Found
 from sglops.core.errors import ConfigError, SglopsError
 from sglops.core.remote import Remote
+from sglops.experiment.ab_plan import Found
 from sglops.launch import server as launch
 from sglops.launch.results import RestartResult
 

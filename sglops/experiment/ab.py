@@ -8,7 +8,7 @@ bootstrap, sglops.bench.stats.paired_ratio_ci). Each round is an ordinary bench 
 `inv runs`, `inv report` work on it); the ab run folder references them. The host is left as it
 was found (profile, port, patch set), also when a round fails.
 
-Sides and the round plan: sglops.bench.ab_plan; the record and its verdict: sglops.bench.ab_result.
+Sides and the round plan: sglops.experiment.ab_plan; the record and its verdict: sglops.experiment.ab_result.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench import ab_journal, ab_signals, as_found
-from sglops.bench.ab_plan import Found, Side, SideSpec, Step, plan_steps
-from sglops.bench.ab_result import (
+from sglops.core.errors import ConfigError, SglopsError
+from sglops.core.op import Context, Draw
+from sglops.experiment import ab_journal, ab_signals, as_found
+from sglops.experiment.ab_plan import Found, Side, SideSpec, Step, plan_steps
+from sglops.experiment.ab_result import (
     MIN_ROUNDS,
     AbFailed,
     AbInterrupted,
@@ -29,9 +31,7 @@ from sglops.bench.ab_result import (
     add_trace_diff,
     analyze,
 )
-from sglops.bench.server_nodes import ServerNodes
-from sglops.core.errors import ConfigError, SglopsError
-from sglops.core.op import Context, Draw
+from sglops.experiment.server_nodes import ServerNodes
 from sglops.launch import server as launch
 
 
@@ -74,8 +74,8 @@ def run_ab(
     options (runs per round, lengths, concurrency, api, ...). A failing round stops the rounds; the result then
     carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
     recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
-    rounds and restores (signals deferred meanwhile: sglops.bench.ab_signals); the host's journal
-    (sglops.bench.ab_journal) says what to restore until the restore is done. nodes: every node of the server
+    rounds and restores (signals deferred meanwhile: sglops.experiment.ab_signals); the host's journal
+    (sglops.experiment.ab_journal) says what to restore until the restore is done. nodes: every node of the server
     when it runs over several hosts (each round restarts every node; node 0 serves the benches).
     """
     nodes = nodes or ServerNodes([ctx.remote])
@@ -111,7 +111,7 @@ def run_ab(
 
 
 def read_journals(nodes: ServerNodes) -> dict[str, ab_journal.Journal | None]:
-    """Every node's journal; one of a run alive on this machine is refused (sglops.bench.ab_journal)."""
+    """Every node's journal; one of a run alive on this machine is refused (sglops.experiment.ab_journal)."""
     earlier = {r.name: ab_journal.read(r) for r in nodes.remotes}
     for name, j in earlier.items():
         ab_journal.check_not_live(j, name)

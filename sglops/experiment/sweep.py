@@ -3,10 +3,10 @@
 Why: "which attention backend should this host run?" took the original investigation restarts by hand (a backend
 that reads FP8 natively but is SM100-only, one that clashes with the sparse-attention path, one that casts the whole
 pool). The probe already knows most of that: candidates it rules out are shown as "skipped: why" before anything
-starts (sglops.bench.sweep_plan). The rest are rendered, restarted (a crash named by its class and log line), benched
+starts (sglops.experiment.sweep_plan). The rest are rendered, restarted (a crash named by its class and log line), benched
 with the same work and optionally profiled; outputs are compared with the first candidate that started. Each bench
 is an ordinary run (`inv compare`, `inv report`), recorded through the runner's context like ab's rounds; the sweep
-itself is the runner's record (sweep.json). The host goes back to what it ran before (sglops.bench.as_found: the
+itself is the runner's record (sweep.json). The host goes back to what it ran before (sglops.experiment.as_found: the
 found server and the ledger's patch set), also when a step fails, on Ctrl-C, and after a SIGKILL: the sweep keeps
 the same journal on the host as ab does, so the next ab or sweep restores what this one found. On a server over
 several nodes every candidate restarts every node.
@@ -19,14 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglops.bench import ab_signals, as_found
-from sglops.bench.ab import begin_journals, end_journals, found_state
-from sglops.bench.ab_plan import transitions
-from sglops.bench.server_nodes import ServerNodes
-from sglops.bench.sweep_plan import Candidate, candidates, screen
-from sglops.bench.sweep_result import FailedStart, Row, SweepInterrupted, SweepResult
 from sglops.core.errors import SglopsError
 from sglops.core.op import Context, Draw
+from sglops.experiment import ab_signals, as_found
+from sglops.experiment.ab import begin_journals, end_journals, found_state
+from sglops.experiment.ab_plan import transitions
+from sglops.experiment.server_nodes import ServerNodes
+from sglops.experiment.sweep_plan import Candidate, candidates, screen
+from sglops.experiment.sweep_result import FailedStart, Row, SweepInterrupted, SweepResult
 
 
 def candidate_profile(base: Any, c: Candidate, host: str) -> Any:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglops.bench.ab_plan import Found, restore_steps, transitions
-from sglops.bench.server_nodes import ServerNodes
 from sglops.core.errors import Failed, SglopsError
 from sglops.core.remote import Remote
+from sglops.experiment.ab_plan import Found, restore_steps, transitions
+from sglops.experiment.server_nodes import ServerNodes
 from sglops.launch import server as launch
 
 RESTORE_LOCK_WAIT_S = 900.0  # an interrupted round's restart may still run on the host: the restore waits for it

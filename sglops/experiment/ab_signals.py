@@ -4,7 +4,7 @@ During the rounds a SIGINT (KeyboardInterrupt) or SIGTERM (`Interrupted`, which 
 turn into an exit that runs no `finally`) stops the round in progress. From the moment the restore begins,
 both are deferred: noted, "restoring, please wait" said once, never raised, so a second (or tenth) Ctrl-C
 cannot leave a patch applied behind the operator's back. A SIGKILL cannot be deferred: the journal on the
-host (sglops.bench.ab_journal) covers that. Handlers can only be set from the main thread; in a worker (an
+host (sglops.experiment.ab_journal) covers that. Handlers can only be set from the main thread; in a worker (an
 experiment on the nodes of one server) the main thread forwards the signals (sglops.core.interrupts) and the
 work stops at its next step (`check_interrupt`).
 """

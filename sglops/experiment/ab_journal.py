@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench.ab_plan import Found
 from sglops.core import owner
 from sglops.core.errors import Refused
 from sglops.core.remote import Remote
+from sglops.experiment.ab_plan import Found
 
 VERSION = 1
 
