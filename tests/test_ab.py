@@ -417,7 +417,7 @@ def test_while_an_ab_owns_the_host_apply_restart_and_stop_are_refused_and_a_dead
         for args in (("apply-patch", "gather-cast"), ("restart", "sbx"), ("stop",)):
             r = inv_cmd(*args, "--host", "ab-1", env=env)
             assert r.returncode == 6 and "Traceback" not in r.stderr, (args, r.stderr)
-            assert f"{args[0].split('-')[0]}" in r.stderr and "ab live-ab owns this host" in r.stderr, r.stderr
+            assert "ab live-ab (started " in r.stderr and "owns this host" in r.stderr, r.stderr
         assert _host_state(sb) == before
     finally:
         with open_remote(sb, "ab-1") as remote:
@@ -437,6 +437,33 @@ def test_while_an_ab_owns_the_host_apply_restart_and_stop_are_refused_and_a_dead
         with open_remote(sb, "ab-1") as remote:
             assert ab_journal.end(remote, "dead-ab")["cleared"]
     assert _host_state(sb) == before
+
+
+def test_an_owner_on_another_machine_holds_the_host_until_taken_over_and_that_is_said(ab_host, env):
+    """Another machine's ab cannot be checked from here: restart and apply-patch are refused (exit 6) with the way
+    out; --take-over (apply/revert: --force) acts and the result says whose hold it passed."""
+    from sglops.experiment import ab_journal
+
+    sb, _ = ab_host
+    _serving_sbx(sb)
+    with open_remote(sb, "ab-1") as remote:
+        doc = ab_journal.Journal("far-ab", ab_plan.Found(True, "sbx", None, []), [],
+                                 {"user": "ops", "machine": "laptop-far-away", "pid": 4242}, "2026-12-06T01:00:00Z", [])
+        remote.run_py("ab_journal", {"sglang_root": remote.host.sglang_root, "action": "write", "doc": doc.to_json()})
+    try:
+        r = inv_cmd("restart", "sbx", "--host", "ab-1", env=env)
+        assert r.returncode == 6 and "ab far-ab (started 2026-12-06T01:00:00Z by ops@laptop-far-away pid 4242) " \
+            "owns this host" in r.stderr and "--take-over" in r.stderr, r.stderr
+        r = inv_cmd("restart", "sbx", "--host", "ab-1", "--take-over", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        assert any("taken over: its owner was not checked" in w for w in json.loads(r.stdout)["warnings"])
+        r = inv_cmd("apply-patch", "gather-cast", "--host", "ab-1", "--force", "--json", env=env)
+        assert r.returncode == 0 and any("ab far-ab" in n for n in json.loads(r.stdout)["notes"]), r.stdout
+        r = inv_cmd("revert-patch", "gather-cast", "--host", "ab-1", "--force", env=env)
+        assert r.returncode == 0, r.stderr
+    finally:
+        with open_remote(sb, "ab-1") as remote:
+            assert ab_journal.end(remote, "far-ab")["cleared"]
 
 
 def test_signals_are_deferred_while_restoring_and_raise_before():

@@ -31,7 +31,7 @@ def _spans_nodes(ctx: Context, profile: str | None, rollback: bool) -> bool:
 
 
 def restart(ctx: Context, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
-            port: int | None = None):
+            port: int | None = None, take_over: bool = False):
     """A failed start raises LaunchFailed carrying its result: the runner keeps and shows it, then fails."""
     from sglops.launch import server
     from sglops.launch.results import LaunchFailed
@@ -42,7 +42,7 @@ def restart(ctx: Context, profile: str | None = None, rollback: bool = False, ti
         return deployment.restart_node(ctx, profile, rollback=rollback, timeout=timeout, port=port,
                                        dry_run=ctx.dry_run)
     res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
-                         on_progress=ctx.event)
+                         on_progress=ctx.event, take_over=take_over)
     if res.ok or res.dry_run:
         return res
     raise LaunchFailed(res, [] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
@@ -52,7 +52,7 @@ def rollback(ctx: Context, timeout: float | None = None):
     return restart(ctx, None, rollback=True, timeout=timeout)
 
 
-def stop(ctx: Context, grace: float = 20.0):
+def stop(ctx: Context, grace: float = 20.0, take_over: bool = False):
     """The dry run reads the server's status and changes nothing."""
     from sglops.launch import server
     from sglops.launch.results import StopResult
@@ -67,7 +67,7 @@ def stop(ctx: Context, grace: float = 20.0):
                     f"{st.pid}), KILL after {grace:g}s"])
         ans = server.stop(remote, grace_s=grace, dry_run=True)
         return StopResult(remote.name, False, True, (ans.get("server") or {}).get("pid"), plan=ans["plan"])
-    ans = server.stop(remote, grace_s=grace)
+    ans = server.stop(remote, grace_s=grace, take_over=take_over)
     return StopResult(remote.name, bool(ans.get("stopped")), False, ans.get("pid"), ans.get("signal"),
                       {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})
 
@@ -129,6 +129,9 @@ def _check_profile(o: dict) -> None:
     server.check_restart_args(o.get("profile"), o.get("rollback", False))
 
 
+TAKE_OVER = Param("take_over", Flag(), "act although an ab or sweep holds the host whose owner cannot be checked from "
+                  "here (another machine's); said in the result", flag=False, play=False)
+
 OPS = [
     Op("render", render, "Print the launch script for PROFILE (with --host: checked against that host's SGLang "
        "release).", (PROFILE, TARGET, PORT, JSON_), view="sglops.views.launch:show_script", result="sglops.launch."
@@ -136,7 +139,7 @@ OPS = [
     Op("restart", restart, "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
        "explain crashes.",
        (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",
-                                flag=False), RESTART_DRY, TIMEOUT, PORT, JSON_),
+                                flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_),
        step="restart", prepare=_check_profile, record="restart.json", live="restart",
        result="sglops.launch.results:RestartResult", together=True),
     Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
@@ -145,7 +148,7 @@ OPS = [
     Op("stop", stop, "Stop the server sglops started (process group and tree), or the container whose command is "
        "the server.",
        (TARGETS, DRY_RUN.again(help="show what would be stopped; change nothing"),
-        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), JSON_),
+        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), TAKE_OVER, JSON_),
        result="sglops.launch.results:StopResult"),
     Op("server-status", server_status, "The server sglops started: process, /health, effective args, recent restarts.",
        (TARGETS, PORT, JSON_), result="sglops.launch.results:ServerStatus", check=_whole_server, together=True),

@@ -65,6 +65,7 @@ def restart(
     lock_wait_s: float = 0,
     abort_token: str | None = None,
     as_node: bool = False,
+    take_over: bool = False,
 ) -> RestartResult:
     """Stop the running server, start the profile's (or the last good) script, wait for /health. lock_wait_s: how
     long to wait for another restart holding the host's server lock (default: refuse at once). abort_token: the
@@ -118,7 +119,9 @@ def restart(
         return result
     answer = owner.honoured(remote, lambda extra: remote.run_py(
         "server_restart", {**args, **extra}, timeout=lock_wait_s + wait + 2 * grace + 60, on_progress=on_progress),
-        f"restart {prof_name}")
+        f"restart {prof_name}", take_over=take_over)
+    if answer.get("owner_note"):
+        result.warnings.append(answer["owner_note"])
     result.state = answer["state"]
     result.pid = answer["pid"]
     result.stopped_pid = answer["stopped"]["pid"]
@@ -145,7 +148,8 @@ def abort(remote: Remote, token: str) -> bool:
     return bool(remote.run_py("server_abort", {"root": _root(remote), "token": token}, timeout=30)["asked"])
 
 
-def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wait_s: float = 0) -> dict:
+def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wait_s: float = 0,
+         take_over: bool = False) -> dict:
     """Stop the server sglops started (pid file + process group); {stopped, pid, signal}. In a container whose
     command is the server (restart shape (b)) that is `ENGINE stop` of the container, on the host. dry_run: the
     host script's plan ({"plan": [...], "server", "entrypoint"}), nothing changed."""
@@ -155,7 +159,7 @@ def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wai
         return remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}, timeout=grace_s + 30))
     try:
         answer = owner.honoured(remote, lambda extra: remote.run_py(
-            "server_restart", {**args, **extra}, timeout=lock_wait_s + grace_s + 30), "stop")
+            "server_restart", {**args, **extra}, timeout=lock_wait_s + grace_s + 30), "stop", take_over=take_over)
     except RemoteError as exc:
         if not (remote.container and launch_container.NOT_RUNNING in str(exc)):
             raise

@@ -377,7 +377,9 @@ def apply_patch(remote: Remote, name: str, *, dry_run: bool = False, variant: st
     entry_in = {"variant": t.variant.name, "operator": operator()}
     done = _txn(remote, name, "apply", {"sglang_root": remote.host.sglang_root, "op": "apply", "patch": name,
                                        "files": payload, "entry": entry_in, "operator": operator(),
-                                       "lock_wait_s": lock_wait_s()}, timeout=300, on_progress=on_progress)
+                                       "lock_wait_s": lock_wait_s()}, timeout=300, on_progress=on_progress,
+                take_over=force)
+    notes = [*notes, *([done["owner_note"]] if done.get("owner_note") else [])]
     if done.get("already"):  # lost the race to an identical apply: its result, not an error
         won = done["already"]
         return PatchResult(**base, action="already applied", changed=False, variant=won.get("variant"),
@@ -430,25 +432,27 @@ def revert_patch(remote: Remote, name: str, *, dry_run: bool = False, force: boo
                      "from_backup": True} for rel in files}
     done = _txn(remote, name, "revert", {"sglang_root": remote.host.sglang_root, "op": "revert", "patch": name,
                                 "files": payload, "operator": operator(), "lock_wait_s": lock_wait_s()}, timeout=300,
-                  on_progress=on_progress)
+                  on_progress=on_progress, take_over=force)
+    notes = [*notes, *([done["owner_note"]] if done.get("owner_note") else [])]
     if done.get("already") is not None:  # an identical revert won the race for the lock
         return PatchResult(**base, action="not applied", changed=False, variant=variant, files=files,
                            notes=["reverted by another operator while this one waited for the lock"])
     return PatchResult(**base, action="reverted", changed=True, variant=variant, files=files, notes=notes)
 
 
-def _txn(remote: Remote, name: str, op: str, args: dict, **kw: Any) -> dict:
+def _txn(remote: Remote, name: str, op: str, args: dict, *, take_over: bool = False, **kw: Any) -> dict:
     """Run patch_txn; a lost connection is explained (the host finishes or rolls back on its own)."""
-    return _mutating(remote, "patch_txn", args, f"{op} of {name}", **kw)
+    return _mutating(remote, "patch_txn", args, f"{op} of {name}", take_over=take_over, **kw)
 
 
-def _mutating(remote: Remote, script: str, args: dict, what: str, **kw: Any) -> dict:
+def _mutating(remote: Remote, script: str, args: dict, what: str, *, take_over: bool = False, **kw: Any) -> dict:
     """Run a host step that may change the tree; a lost connection or a killed host process is
     explained as what it means for the tree (never half-way)."""
     from sglops.core import owner
 
     try:
-        return owner.honoured(remote, lambda extra: remote.run_py(script, {**args, **extra}, **kw), what)
+        return owner.honoured(remote, lambda extra: remote.run_py(script, {**args, **extra}, **kw), what,
+                              take_over=take_over)
     except (ConnectError, RemoteError) as exc:
         if isinstance(exc, ConnectError) or "gave no answer" in str(exc):
             raise ConnectError(f"{remote.name}: connection lost during {what}; the host never leaves it "
