@@ -142,6 +142,8 @@ class ProbeReport(Observation):
                     row.hits[fact] = [{**h, **applies_to(h)} for h in res.get("hits", [])
                                       if names & set(h.get("names", []))]
                 facts[fact] = bool(res.get("hits")) if res.get("files") else None
+            elif probe.kind in ("functions", "fields"):
+                continue  # source for the launch path (sglops/probe/launch_path.py), kept in results
             elif probe.kind == "choices":
                 defs = res.get("definitions") or []
                 primary = next((d for d in defs if d["choices"] is not None), None)

@@ -1,0 +1,575 @@
+"""Which attention path will THIS launch take: predicted from the host's release, not from a table.
+
+The `launch_*` probes (playbooks/probes.yaml) bring back the release's own selection functions in the probe's one
+round trip; this module evaluates them (sglops/probe/launch_eval.py) for one launch (model, KV dtype, compute
+capability, flags) with the bindings of playbooks/attention_rules.yaml, and joins the answer with the per-backend
+FP8 read modes the same probe run found. Every answer carries the file:line of the rule that decided it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sglops.core.errors import ConfigError
+from sglops.core.paths import REPO_ROOT
+from sglops.core.yamlio import load_yaml
+from sglops.probe.launch_eval import Evaluator, Func, Instance, Obj, Outcome, Step, Unknown, guards, is_unknown
+
+if TYPE_CHECKING:
+    from sglops.probe.report import ProbeReport
+
+RULES = REPO_ROOT / "playbooks" / "attention_rules.yaml"
+LAUNCH_PROBES = ("launch_helpers", "launch_default_backend", "launch_dsa_backends", "launch_sparse_switch",
+                 "launch_mla_arch", "launch_registry")
+STAGE_FLAGS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
+READ_MODE_WORDS = {
+    "whole_pool_cast": "casts the whole pool", "q_quantised": "quantises q (reads FP8 itself)",
+    "dequant_in_smem": "reads FP8 itself (kernel converts tiles)", "rows_cast": "casts live rows",
+    "native": "reads FP8 itself", "packed_fp8_inline_scales": "reads FP8 itself (packed pages, inline scales)",
+    "raw_fp8": "reads FP8 itself (raw FP8)", "refuses": "refuses FP8 KV", "unknown": "read mode unknown",
+}
+
+
+@dataclass(frozen=True)
+class Rules:
+    """playbooks/attention_rules.yaml, parsed."""
+
+    objects: dict[str, str]
+    bindings: list[tuple[re.Pattern, str]]
+    platform_map: str
+    watched: re.Pattern
+    assume: dict[str, Any]
+    sm_names: dict[str, tuple[int, int]]
+    models: dict[str, dict]
+    sparse_impl: dict[str, Any]
+    self_by_file: dict[str, str] = field(default_factory=dict)
+
+
+def load_rules(path: str | Path | None = None) -> Rules:
+    """Read the bindings file (default playbooks/attention_rules.yaml); a bad regex names the entry."""
+    path = Path(path) if path else RULES
+    d = load_yaml(path)
+    binds = []
+    for b in d.get("bindings") or []:
+        try:
+            binds.append((re.compile(b["expr"]), str(b["value"])))
+        except (re.error, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: binding {b!r}: {exc}") from None
+    return Rules(objects=dict(d.get("objects") or {}), bindings=binds, platform_map=str(d.get("platform_map", "")),
+                 watched=re.compile(d.get("watched", "attention_backend")), assume=dict(d.get("assume") or {}),
+                 sm_names={k: tuple(v) for k, v in (d.get("sm_names") or {}).items()},
+                 models={k: dict(v) for k, v in (d.get("models") or {}).items()},
+                 sparse_impl=dict(d.get("sparse_impl") or {}), self_by_file=dict(d.get("self_by_file") or {}))
+
+
+@dataclass
+class Launch:
+    """One launch's inputs: the model's config.json keys, KV dtype, compute capability, flags (server-arg names)."""
+
+    config: dict[str, Any]
+    kv_dtype: str
+    capability: tuple[int, int]
+    flags: dict[str, Any] = field(default_factory=dict)
+    cuda: tuple[int, int] = (12, 9)
+    config_source: str = "--arch"
+
+    @property
+    def arch(self) -> str:
+        return (self.config.get("architectures") or ["?"])[0]
+
+
+@dataclass
+class Choice:
+    """A backend the launch will use for one stage, and why."""
+
+    stage: str
+    value: str | None
+    rule: str  # file:line
+    because: list[str]  # the conditions taken, "file:line cond"
+    backend_file: str | None = None
+    read_mode: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LaunchPath:
+    """The answer: dense or sparse, the backend per stage, each with its rule and FP8 read mode."""
+
+    version: str | None
+    arch: str
+    kv_dtype: str
+    sm: str
+    flags: dict[str, Any]
+    mla: bool | None = None
+    mla_rule: str = ""
+    sparse: bool | None = None
+    sparse_rule: str = ""
+    choices: list[Choice] = field(default_factory=list)
+    undetermined: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
+
+    def choice(self, stage: str) -> Choice | None:
+        return next((c for c in self.choices if c.stage == stage), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{k: v for k, v in self.__dict__.items() if k != "choices"},
+                "choices": [c.to_json() for c in self.choices]}
+
+
+# -- sources from the probe report ------------------------------------------------------------------------
+def _functions(report: ProbeReport, probe_id: str) -> list[dict]:
+    return next((r.get("functions") or [] for r in report.results if r["id"] == probe_id), [])
+
+
+def _fields(report: ProbeReport) -> dict[str, list]:
+    return next((r.get("fields") or {} for r in report.results if r["id"] == "launch_fields"), {})
+
+
+def _parse_all(items: list[dict]) -> list[Func]:
+    return [f for f in (Func.parse(d) for d in items if not d.get("assign")) if f is not None]
+
+
+def _module_exprs(items: list[dict]) -> dict[str, ast.expr]:
+    """Module-level NAME = expr, from assign entries and each function's globals."""
+    out: dict[str, ast.expr] = {}
+
+    def add(name: str, source: str) -> None:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return
+        st = tree.body[0] if tree.body else None
+        if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
+            out.setdefault(name, st.value)
+    for d in items:
+        if d.get("assign"):
+            add(d["name"], d["source"])
+        for name, g in (d.get("globals") or {}).items():
+            add(name, g["source"])
+    return out
+
+
+# -- the evaluator for one launch -------------------------------------------------------------------------
+class _Ctx:
+    def __init__(self, report: ProbeReport, launch: Launch, rules: Rules, mla: Any = None) -> None:
+        self.report, self.launch, self.rules = report, launch, rules
+        self.defaults = _fields(report)
+        helper_items = _functions(report, "launch_helpers")
+        flat = [d for p in LAUNCH_PROBES for d in _functions(report, p)]
+        self.funcs: dict[str, Func] = {}
+        for f in _parse_all(helper_items):
+            self.funcs.setdefault(f.name, f)
+        self.module = _module_exprs(flat)
+        self.mla = mla
+        self.ev: Evaluator | None = None
+        self.build()
+
+    def build(self) -> None:
+        launch = self.launch
+        cfg = Obj("config", lambda a: launch.config.get(a))
+        model = Obj("model", self._model_attr)
+        args = Obj("args", self._arg)
+        runner = Obj("runner", lambda a: self.mla if a == "use_mla_backend" else
+                     model if a == "model_config" else args if a == "server_args" else Unknown("runner." + a))
+        objs = {"args": args, "config": cfg, "model": model, "runner": runner}
+        objects = {name: objs[kind] for name, kind in self.rules.objects.items() if kind in objs}
+        platform = Obj("platform", self._platform)
+        names = {"major": launch.capability[0], "minor": launch.capability[1],
+                 "sm": launch.capability[0] * 10 + launch.capability[1], "cuda": launch.cuda, "arch": launch.arch,
+                 "kv": launch.kv_dtype, **objs}
+
+        def value(text: str) -> Any:
+            def get(env: dict) -> Any:
+                if text == "mla":
+                    return self.mla if self.mla is not None else Unknown("use_mla_backend")
+                return _eval_small(text, names)
+            return get
+        binds: list[tuple[re.Pattern, Any]] = [(rx, value(v)) for rx, v in self.rules.bindings]
+        binds.append((re.compile(r"get_platform\(\)|current_platform"), platform))
+        self.objs = objs
+        self.ev = Evaluator(binds, self.funcs, self.rules.watched, objects, self.module)
+        self.ev.self_for = self.self_for
+
+    def self_for(self, fn: Func) -> dict[str, Any]:
+        """`self` of a method whose file says whose methods it holds (attention_rules.yaml self_by_file)."""
+        kind = self.rules.self_by_file.get(fn.file)
+        return {"self": self.objs[kind]} if kind in self.objs else {}
+
+    def _model_attr(self, a: str) -> Any:
+        if a in ("hf_config", "hf_text_config"):
+            return self.ev.objects.get("hf_config") if self.ev else None
+        if a == "attention_arch":
+            return "MLA" if self.mla else Unknown("attention_arch")
+        return Unknown("model_config." + a)
+
+    def _arg(self, a: str) -> Any:
+        flags = self.launch.flags
+        if a == "kv_cache_dtype":
+            return self.launch.kv_dtype
+        for name in _aliases(a):
+            if name in flags:
+                return flags[name]
+        for name in _aliases(a):
+            if name in self.defaults:
+                return self.defaults[name][0]
+        return Unknown("args." + a)
+
+    def _platform(self, a: str) -> Any:
+        table = self.ev.global_value(self.rules.platform_map) if self.ev and self.rules.platform_map else None
+        if isinstance(table, dict) and isinstance(table.get(a), str):
+            return self.ev.call_named(table[a])
+        if self.ev and (a in self.ev.funcs or a in self.ev.module):
+            return self.ev.call_named(a)
+        return Unknown("platform." + a)
+
+
+def _aliases(name: str) -> list[str]:
+    """`nsa_prefill_backend` and `dsa_prefill_backend` are one flag under two release names."""
+    m = re.fullmatch(r"(nsa|dsa)_(\w+)", name)
+    return [name, ("dsa_" if m.group(1) == "nsa" else "nsa_") + m.group(2)] if m else [name]
+
+
+def _eval_small(text: str, names: dict[str, Any]) -> Any:
+    """A binding's value expression over the inputs (names, tuples, lists, ==, in, and/or)."""
+    ev = Evaluator([], {}, re.compile("$^"), {})
+    return ev.expr(ast.parse(text, mode="eval").body, dict(names), 0)
+
+
+def _steps(path: list[Step]) -> list[str]:
+    return [str(s) for s in path]
+
+
+# -- the questions, in SGLang's order ---------------------------------------------------------------------
+def _is_mla(ctx: _Ctx, out: LaunchPath) -> bool | None:
+    fns = _parse_all(_functions(ctx.report, "launch_mla_arch"))
+    rx = re.compile(r"attention_arch\s*=\s*AttentionArch\.MLA")
+    unknown = None
+    for fn in fns:
+        for st, chain in guards(fn, rx):
+            ok = _chain(ctx, chain, fn)
+            if ok is True:
+                out.mla_rule = f"{fn.file}:{st.lineno} ({_last_cond(chain)})"
+                return True
+            if ok is None:
+                unknown = f"{fn.file}:{st.lineno}"
+    if unknown:
+        out.undetermined.append(f"MLA: a condition at {unknown} reads something the launch does not say")
+        return None
+    out.mla_rule = f"no MLA branch of {fns[0].file}:{fns[0].name} holds for {ctx.launch.arch}" if fns else "no MLA rule"
+    return False
+
+
+def _chain(ctx: _Ctx, chain: list, fn: Func) -> bool | None:
+    env = ctx.self_for(fn)
+    for node, branch in chain:
+        v = ctx.ev.truth(node.test, dict(env), 0)
+        if is_unknown(v):
+            return None
+        if bool(v) != branch:
+            return False
+    return True
+
+
+def _last_cond(chain: list) -> str:
+    if not chain:
+        return "always"
+    node, branch = chain[-1]
+    text = ast.unparse(node.test)
+    text = text if len(text) < 90 else text[:87] + "..."
+    return text if branch else f"not ({text})"
+
+
+def _sparse(ctx: _Ctx, out: LaunchPath) -> str | None:
+    """The nsa/dsa value a sparse model is switched to, or None (dense). Unknown: recorded, None."""
+    fns = _parse_all(_functions(ctx.report, "launch_sparse_switch"))
+    rx = re.compile(r"attention_backend(\"\])?\s*=\s*['\"](nsa|dsa)['\"]|\[['\"]attention_backend['\"]\]\s*=\s*['\"](nsa|dsa)")
+    for fn in fns:
+        for st, chain in guards(fn, rx):
+            value = ctx.ev.expr(st.value, ctx.self_for(fn), 0) if isinstance(st, ast.Assign) else None
+            ok = _chain(ctx, chain, fn)
+            where = f"{fn.file}:{st.lineno}"
+            if ok is True:
+                out.sparse_rule = f"{where} ({' and '.join(_conds(chain))})"
+                return value
+            if ok is None:
+                out.undetermined.append(f"sparse switch {where}: a condition reads something the launch does not say")
+                return None
+    out.sparse_rule = (f"{fns[0].file}:{fns[0].line} does not switch {ctx.launch.arch} to nsa/dsa" if fns
+                       else "this release has no nsa/dsa switch")
+    return None
+
+
+def _conds(chain: list) -> list[str]:
+    out = []
+    for node, branch in chain:
+        text = ast.unparse(node.test)
+        text = text if len(text) < 70 else text[:67] + "..."
+        out.append(text if branch else f"not ({text})")
+    return out
+
+
+def _registry(ctx: _Ctx) -> dict[str, Func]:
+    return {d: f for f in _parse_all(_functions(ctx.report, "launch_registry")) for d in f.decorators}
+
+
+def _backend_file(ctx: _Ctx, value: str | None) -> tuple[str | None, str]:
+    """The backend file an option value builds (the registry's own function), or why not."""
+    if value is None:
+        return None, ""
+    fn = _registry(ctx).get(value)
+    if fn is None:
+        return None, f"no registry entry for {value!r}"
+    res = ctx.ev.run(fn)
+    if res.raised:
+        return None, f"refused at {res.raised_at}: {res.raised}"
+    if isinstance(res.returned, Instance) and res.returned.module:
+        mod = res.returned.module.rsplit(".", 1)[-1]
+        return mod.removesuffix("_backend"), f"{res.returned_at}"
+    if res.undetermined:
+        return None, f"undetermined at {res.undetermined}"
+    return None, f"{fn.file}:{fn.line} builds {getattr(res.returned, 'cls', res.returned)!r}"
+
+
+def _dense(ctx: _Ctx, out: LaunchPath) -> None:
+    flags = ctx.launch.flags
+    default: Any = None
+    where, because = "", []
+    if not flags.get("attention_backend") and not all(flags.get(f) for f in STAGE_FLAGS.values()):
+        fns = _parse_all(_functions(ctx.report, "launch_default_backend"))
+        if not fns:
+            out.undetermined.append("no default attention backend rule in this release")
+        else:
+            fn = fns[0]
+            res = ctx.ev.run(fn, {"use_mla_backend": ctx.mla, "model_config": ctx.ev.objects.get("model_config")})
+            if res.undetermined:
+                out.undetermined.append(f"default backend: undetermined at {res.undetermined}")
+            default, where, because = res.returned, res.returned_at or "", _steps(res.path)
+    for stage, flag in STAGE_FLAGS.items():
+        if flags.get(flag):
+            ch = Choice(stage, flags[flag], f"--{flag.replace('_', '-')}", ["set by the launch"])
+        elif flags.get("attention_backend"):
+            ch = Choice(stage, flags["attention_backend"], "--attention-backend", ["set by the launch"])
+        else:
+            ch = Choice(stage, default if isinstance(default, str) else None, where, because)
+        out.choices.append(ch)
+
+
+def _sparse_backends(ctx: _Ctx, out: LaunchPath) -> None:
+    fns = [f for f in _parse_all(_functions(ctx.report, "launch_dsa_backends")) if _writes_stage(f)]
+    res: Outcome | None = None
+    fn = None
+    for fn in fns:
+        res = ctx.ev.run(fn, {"kv_cache_dtype": ctx.launch.kv_dtype, "major": ctx.launch.capability[0]})
+        break
+    for stage in ("prefill", "decode"):
+        flag = f"dsa_{stage}_backend"
+        user = next((ctx.launch.flags[a] for a in _aliases(flag) if ctx.launch.flags.get(a)), None)
+        if user:
+            out.choices.append(Choice(stage, user, f"--{flag.replace('_', '-')}", ["set by the launch"]))
+            continue
+        if res is None:
+            out.undetermined.append(f"{stage}: no NSA/DSA backend rule found")
+            continue
+        if res.raised:
+            out.refused.append(f"{res.raised_at}: {res.raised}")
+        write = next((res.writes[a] for a in _aliases(flag) if a in res.writes), None)
+        if write is not None and not is_unknown(write[0]):
+            out.choices.append(Choice(stage, write[0], write[1], _steps(write[2])))
+        elif res.undetermined:
+            out.undetermined.append(f"{stage}: undetermined at {res.undetermined}")
+        else:
+            dflt = next((ctx.defaults[a] for a in _aliases(flag) if a in ctx.defaults), None)
+            out.choices.append(Choice(stage, dflt[0] if dflt else None, dflt[1] if dflt else f"{fn.file}:{fn.line}",
+                                      ["the rule sets nothing: the field's default"]))
+
+
+def _writes_stage(fn: Func) -> bool:
+    for node in ast.walk(fn.node):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                name = t.attr if isinstance(t, ast.Attribute) else (
+                    t.slice.value if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) else None)
+                if isinstance(name, str) and re.fullmatch(r"(nsa|dsa)_(prefill|decode)_backend", name):
+                    return True
+    return False
+
+
+# -- FP8 read modes ---------------------------------------------------------------------------------------
+def sparse_impl_modes(report: ProbeReport, rules: Rules) -> dict[str, tuple[str, list[str]]]:
+    """How each NSA/DSA implementation reads FP8 KV: its `_forward_<impl>*` methods and the kernel functions they
+    import, first mode of attention_rules.yaml's sparse_impl whose regex hits."""
+    items = _functions(report, "launch_sparse_impls")
+    by_method: dict[str, list[dict]] = {}
+    for d in items:
+        by_method.setdefault(d.get("via") or d["name"], []).append(d)
+    modes = rules.sparse_impl.get("modes") or []
+    out: dict[str, tuple[str, list[str]]] = {}
+    for method, ds in by_method.items():
+        m = re.fullmatch(r"_forward_(\w+)", method)
+        if not m:
+            continue
+        for mode in modes:
+            rx = re.compile(mode["regex"])
+            ev = [f"{d['file']}:{d['line'] + i}" for d in ds for i, ln in enumerate(d["source"].splitlines())
+                  if rx.search(ln) and not ln.strip().startswith("#")]
+            if ev:
+                out[m.group(1)] = (mode["mode"], ev[:3])
+                break
+        else:
+            out[m.group(1)] = ("unknown", [])
+    return out
+
+
+def _read_mode(ctx: _Ctx, ch: Choice, sparse_modes: dict[str, tuple[str, list[str]]]) -> None:
+    if ch.backend_file in ("dsa", "nsa") and ch.value:
+        impl = ch.value
+        hit = sparse_modes.get(impl) or next((v for k, v in sparse_modes.items() if k.startswith(impl + "_")), None)
+        if hit:
+            ch.read_mode, ch.evidence = hit
+        else:
+            ch.read_mode, ch.note = "unknown", f"no _forward_{impl} method found in the sparse backend"
+        return
+    if ch.backend_file:
+        facts = ctx.report.facts
+        ch.read_mode = facts.get(f"backend.{ch.backend_file}.fp8_read_mode")
+        ch.evidence = list(facts.get(f"backend.{ch.backend_file}.fp8_read_evidence") or [])[:3]
+
+
+# -- the whole answer -------------------------------------------------------------------------------------
+def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> LaunchPath:
+    """The attention path this launch takes on the release the report read."""
+    rules = rules or load_rules()
+    sm = f"sm{launch.capability[0]}{launch.capability[1]}"
+    out = LaunchPath(report.facts.get("sglang_version"), launch.arch, launch.kv_dtype, sm, dict(launch.flags))
+    out.assumed.append(f"CUDA {launch.cuda[0]}.{launch.cuda[1]}, a CUDA host, no speculative decoding; model config "
+                       f"from {launch.config_source}")
+    ctx = _Ctx(report, launch, rules)
+    ctx.mla = out.mla = _is_mla(ctx, out)
+    _refuse_unknown_values(report, launch, out)
+    sparse_value = _sparse(ctx, out) if not launch.flags.get("attention_backend") else None
+    out.sparse = bool(sparse_value)
+    sparse_modes = sparse_impl_modes(report, rules)
+    if sparse_value:
+        file, _why = _backend_file(ctx, sparse_value)
+        _sparse_backends(ctx, out)
+        for ch in out.choices:
+            ch.backend_file = file or sparse_value
+    else:
+        _dense(ctx, out)
+        for ch in out.choices:
+            ch.backend_file, why = _backend_file(ctx, ch.value)
+            if ch.backend_file is None and why:
+                ch.note = why
+                if why.startswith("refused"):
+                    out.refused.append(f"--attention-backend {ch.value}: {why}")
+    for ch in out.choices:
+        _read_mode(ctx, ch, sparse_modes)
+        if ch.read_mode and launch.kv_dtype.startswith("fp8"):
+            ch.note = ch.note or READ_MODE_WORDS.get(ch.read_mode, ch.read_mode)
+    out.changes = _changes(ctx, out, sparse_modes)
+    return out
+
+
+def _refuse_unknown_values(report: ProbeReport, launch: Launch, out: LaunchPath) -> None:
+    from sglops.probe.backend_history import removed_note
+
+    facts = report.facts
+    for flag, fact in (("attention_backend", "attention_backends"), ("prefill_attention_backend", "attention_backends"),
+                       ("decode_attention_backend", "attention_backends"),
+                       ("dsa_prefill_backend", "dsa_prefill_backends"), ("dsa_decode_backend", "dsa_decode_backends")):
+        val = next((launch.flags[a] for a in _aliases(flag) if launch.flags.get(a)), None)
+        valid = facts.get(fact)
+        if val and valid and val not in valid:
+            out.refused.append(f"--{flag.replace('_', '-')} {val} is not a choice of sglang {out.version}"
+                               + removed_note(fact, val, out.version))
+
+
+def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """What the user can set to get another path: each other choice of the deciding flag with its read mode."""
+    facts = ctx.report.facts
+    lines = []
+    if out.sparse:
+        for stage in ("decode", "prefill"):
+            choices = facts.get(f"dsa_{stage}_backends") or []
+            flag = facts.get(f"dsa_{stage}_backends.flag") or f"--dsa-{stage}-backend"
+            cur = out.choice(stage)
+            others = [f"{c} ({READ_MODE_WORDS.get(_sparse_mode(c, sparse_modes), '?')})" for c in choices
+                      if not cur or c != cur.value]
+            if others:
+                lines.append(f"{flag}: " + ", ".join(others))
+        if ctx.launch.kv_dtype.startswith("fp8"):
+            alt = predict_with(ctx.report, ctx.launch, kv_dtype="bfloat16")
+            lines.append("--kv-cache-dtype bfloat16: " + ", ".join(f"{c.stage} {c.value}" for c in alt.choices))
+        lines.append("--attention-backend X: leaves the sparse path (the release switches to nsa/dsa only when no "
+                     "attention backend is set)")
+    else:
+        cur = out.choice("decode")
+        names = [c for c in (facts.get("attention_backends") or []) if c in _registry(ctx)]
+        alts = []
+        for c in names:
+            if cur and c == cur.value:
+                continue
+            file, why = _backend_file(ctx, c)
+            if file is None:
+                continue
+            mode = facts.get(f"backend.{file}.fp8_read_mode")
+            req = [r for r in facts.get(f"backend.{file}.arch_rules") or [] if r.get("kind") == "requirement"
+                   and c in r.get("values", [])]
+            guard = f", needs {req[0]['platform']} ({req[0]['where'].rsplit('/', 1)[-1]})" if req else ""
+            if ctx.mla and file in ("flashinfer", "triton", "flashattention", "flashinfer_mla", "trtllm_mla",
+                                    "flashmla", "cutlass_mla", "cutedsl_mla", "torch_native") or not ctx.mla:
+                alts.append(f"{c} -> {file}_backend.py ({READ_MODE_WORDS.get(mode or 'unknown', mode)}{guard})")
+        if alts:
+            lines.append("--attention-backend: " + "; ".join(alts[:8]) + (f" (+{len(alts) - 8})" if len(alts) > 8 else ""))
+    return lines
+
+
+def _sparse_mode(impl: str, modes: dict[str, tuple[str, list[str]]]) -> str:
+    hit = modes.get(impl) or next((v for k, v in modes.items() if k.startswith(impl + "_")), None)
+    return hit[0] if hit else "unknown"
+
+
+def predict_with(report: ProbeReport, launch: Launch, **changes: Any) -> LaunchPath:
+    """The same launch with some inputs changed (no `changes` list of its own)."""
+    new = Launch(**{**launch.__dict__, **changes})
+    rules = load_rules()
+    out = LaunchPath(report.facts.get("sglang_version"), new.arch, new.kv_dtype, "", dict(new.flags))
+    ctx = _Ctx(report, new, rules)
+    ctx.mla = out.mla = _is_mla(ctx, out)
+    if _sparse(ctx, out):
+        _sparse_backends(ctx, out)
+    else:
+        _dense(ctx, out)
+    return out
+
+
+def launch_for(rules: Rules, *, arch: str | None, config: dict | None, config_source: str, kv_dtype: str,
+               sm: str | None, flags: dict[str, Any]) -> Launch:
+    """The launch's inputs from the task's options: a config.json (host) or a seed model (--arch), an sm name."""
+    if config is None:
+        if not arch:
+            raise ConfigError("the launch question needs a model: --arch NAME or --model PATH (its config.json)")
+        config = rules.models.get(arch, {"architectures": [arch]})
+        config_source = f"--arch {arch} (" + ("seed config in playbooks/attention_rules.yaml" if arch in rules.models
+                                              else "architectures only") + ")"
+    if not sm:
+        raise ConfigError("the launch question needs the GPU: --sm sm120 (or a host whose facts name its GPUs)")
+    cap = rules.sm_names.get(sm)
+    if cap is None:
+        m = re.fullmatch(r"sm_?(\d+?)(\d)", sm.replace(".", ""))
+        if not m:
+            raise ConfigError(f"--sm {sm!r}: expected sm90, sm100, sm120 or a capability like 12.0")
+        cap = (int(m.group(1)), int(m.group(2)))
+    cuda = tuple(rules.assume.get("cuda", (12, 9)))
+    return Launch(config=config, kv_dtype=kv_dtype, capability=(int(cap[0]), int(cap[1])), flags=flags,
+                  cuda=(int(cuda[0]), int(cuda[1])), config_source=config_source)
