@@ -407,8 +407,8 @@ class Evaluator:
             if isinstance(base, dict) and isinstance(key, str):
                 return base.get(key, self.expr(node.args[1], env, depth) if len(node.args) > 1 else None)
         callee = env.get(name) if isinstance(func, ast.Name) else None
-        if isinstance(callee, Instance) or (callee is None and name and name[:1].isupper() and name in env):
-            return Instance(callee.cls, callee.module) if isinstance(callee, Instance) else Instance(name, None)
+        if isinstance(callee, Instance) and callee.cls[:1].isupper():  # an imported class, constructed
+            return Instance(callee.cls, callee.module)
         if isinstance(func, ast.Call):  # lru_cache(maxsize=1)(partial(...)): the decorated thing itself
             inner = func.func.id if isinstance(func.func, ast.Name) else getattr(func.func, "attr", None)
             if inner in ("lru_cache", "cache") and node.args:

@@ -405,39 +405,74 @@ def _writes_stage(fn: Func) -> bool:
 
 
 # -- FP8 read modes ---------------------------------------------------------------------------------------
-def sparse_impl_modes(report: ProbeReport, rules: Rules) -> dict[str, tuple[str, list[str]]]:
-    """How each NSA/DSA implementation reads FP8 KV: its `_forward_<impl>*` methods and the kernel functions they
-    import, first mode of attention_rules.yaml's sparse_impl whose regex hits."""
+STAGE_FORWARD = {"prefill": "forward_extend", "decode": "forward_decode"}
+
+
+def _impl_lines(report: ProbeReport) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """{impl: {stage: [(file:line, text)]}}: the lines of each `if <impl var> == "impl"` branch of the sparse
+    backend's forward_extend / forward_decode, with the `_forward_*` methods (and the kernel functions they
+    import) those branches call; an impl no branch names gets its `_forward_<impl>*` methods for both stages."""
     items = _functions(report, "launch_sparse_impls")
-    by_method: dict[str, list[dict]] = {}
+    text: dict[str, list[tuple[str, str]]] = {}
     for d in items:
-        by_method.setdefault(d.get("via") or d["name"], []).append(d)
-    modes = rules.sparse_impl.get("modes") or []
-    out: dict[str, tuple[str, list[str]]] = {}
-    for method, ds in by_method.items():
-        m = re.fullmatch(r"_forward_(\w+)", method)
-        if not m:
+        key = d.get("via") or d["name"]
+        text.setdefault(key, []).extend((f"{d['file']}:{d['line'] + i}", ln)
+                                        for i, ln in enumerate(d["source"].splitlines()))
+    by_name = {f.name: (f, d) for d in items if not d.get("via") for f in [Func.parse(d)] if f}
+    out: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for stage, fname in STAGE_FORWARD.items():
+        if fname not in by_name:
             continue
-        for mode in modes:
-            rx = re.compile(mode["regex"])
-            ev = [f"{d['file']}:{d['line'] + i}" for d in ds for i, ln in enumerate(d["source"].splitlines())
-                  if rx.search(ln) and not ln.strip().startswith("#")]
-            if ev:
-                out[m.group(1)] = (mode["mode"], ev[:3])
-                break
-        else:
-            out[m.group(1)] = ("unknown", [])
+        fn, d = by_name[fname]
+        src = d["source"].splitlines()
+        for node in ast.walk(fn.node):
+            if not isinstance(node, ast.If):
+                continue
+            names = {c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            if not names or not any(isinstance(n, ast.Name) and "impl" in n.id for n in ast.walk(node.test)):
+                continue
+            first, last = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
+            lines = [(f"{fn.file}:{n}", src[n - fn.line]) for n in range(first, last + 1) if 0 <= n - fn.line < len(src)]
+            called = {m.group(1) for _, ln in lines for m in re.finditer(r"self\.(_forward_\w+)\(", ln)}
+            for m in sorted(called):
+                lines += text.get(m, [])
+            for impl in names:
+                out.setdefault(impl, {}).setdefault(stage, []).extend(lines)
+    for key, lines in text.items():
+        m = re.fullmatch(r"_forward_(\w+)", key)
+        if m and m.group(1) not in out and not any(m.group(1).startswith(k + "_") for k in out):
+            out[m.group(1)] = {"prefill": lines, "decode": lines}
     return out
 
 
-def _read_mode(ctx: _Ctx, ch: Choice, sparse_modes: dict[str, tuple[str, list[str]]]) -> None:
+def sparse_impl_modes(report: ProbeReport, rules: Rules) -> dict[str, dict[str, tuple[str, list[str]]]]:
+    """How each NSA/DSA implementation reads FP8 KV, per stage: the first mode of attention_rules.yaml's
+    sparse_impl whose regex hits one of its lines (comments skipped), with up to three file:lines."""
+    modes = rules.sparse_impl.get("modes") or []
+    out: dict[str, dict[str, tuple[str, list[str]]]] = {}
+    for impl, stages in _impl_lines(report).items():
+        for stage, lines in stages.items():
+            for mode in modes:
+                rx = re.compile(mode["regex"])
+                ev = list(dict.fromkeys(w for w, ln in lines if rx.search(ln) and not ln.strip().startswith("#")))
+                if ev:
+                    out.setdefault(impl, {})[stage] = (mode["mode"], ev[:3])
+                    break
+            else:
+                out.setdefault(impl, {})[stage] = ("unknown", [])
+    return out
+
+
+def _sparse_mode(impl: str, modes: dict, stage: str = "decode") -> tuple[str, list[str]]:
+    hit = modes.get(impl) or next((v for k, v in modes.items() if k.startswith(impl + "_")), None)
+    return (hit.get(stage) or next(iter(hit.values()))) if hit else ("unknown", [])
+
+
+def _read_mode(ctx: _Ctx, ch: Choice, sparse_modes: dict) -> None:
     if ch.backend_file in ("dsa", "nsa") and ch.value:
-        impl = ch.value
-        hit = sparse_modes.get(impl) or next((v for k, v in sparse_modes.items() if k.startswith(impl + "_")), None)
-        if hit:
-            ch.read_mode, ch.evidence = hit
-        else:
-            ch.read_mode, ch.note = "unknown", f"no _forward_{impl} method found in the sparse backend"
+        ch.read_mode, ch.evidence = _sparse_mode(ch.value, sparse_modes, ch.stage)
+        if ch.read_mode == "unknown":
+            ch.note = f"no {ch.value} branch or _forward_{ch.value} method found in the sparse backend"
         return
     if ch.backend_file:
         facts = ctx.report.facts
@@ -503,7 +538,7 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
             choices = facts.get(f"dsa_{stage}_backends") or []
             flag = facts.get(f"dsa_{stage}_backends.flag") or f"--dsa-{stage}-backend"
             cur = out.choice(stage)
-            others = [f"{c} ({READ_MODE_WORDS.get(_sparse_mode(c, sparse_modes), '?')})" for c in choices
+            others = [f"{c} ({READ_MODE_WORDS.get(_sparse_mode(c, sparse_modes, stage)[0], '?')})" for c in choices
                       if not cur or c != cur.value]
             if others:
                 lines.append(f"{flag}: " + ", ".join(others))
@@ -532,11 +567,6 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
         if alts:
             lines.append("--attention-backend: " + "; ".join(alts[:8]) + (f" (+{len(alts) - 8})" if len(alts) > 8 else ""))
     return lines
-
-
-def _sparse_mode(impl: str, modes: dict[str, tuple[str, list[str]]]) -> str:
-    hit = modes.get(impl) or next((v for k, v in modes.items() if k.startswith(impl + "_")), None)
-    return hit[0] if hit else "unknown"
 
 
 def predict_with(report: ProbeReport, launch: Launch, **changes: Any) -> LaunchPath:
