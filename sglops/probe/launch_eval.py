@@ -202,7 +202,7 @@ class Evaluator:
                     out.path, out.done = list(path), True
                     raise _Stop
                 return
-            step = Step(self._where(fn, st), ast.unparse(st.test), bool(cond))
+            step = Step(self._where(fn, st), _cond_text(st.test, env), bool(cond))
             self._block(st.body if cond else st.orelse, env, fn, out, path + [step], depth)
         elif isinstance(st, (ast.Assign, ast.AnnAssign)):
             if st.value is None:
@@ -235,6 +235,8 @@ class Evaluator:
     def _assign(self, t: ast.AST, value: Any, env: dict, fn: Func, out: Outcome, path: list[Step], st: ast.stmt) -> None:
         if isinstance(t, ast.Name):
             env[t.id] = value
+            text = " ".join(ast.unparse(st.value).split())
+            env.setdefault("__src__", {})[t.id] = text if len(text) <= 160 else text[:157] + "..."
         elif isinstance(t, ast.Tuple):
             for i, elt in enumerate(t.elts):
                 v = value[i] if isinstance(value, (tuple, list)) and i < len(value) else Unknown(ast.unparse(elt))
@@ -431,6 +433,14 @@ class Evaluator:
         if isinstance(func, ast.Name) and name and name[:1].isupper():
             return Instance(name, None)
         return Unknown(text)
+
+
+def _cond_text(test: ast.expr, env: dict) -> str:
+    """A condition as written, with the definition of a local flag it tests (`is_glm_sm12_fp8 [= ...]`)."""
+    text = ast.unparse(test)
+    name = test.operand if isinstance(test, ast.UnaryOp) else test
+    src = env.get("__src__", {}).get(name.id) if isinstance(name, ast.Name) else None
+    return f"{text} [{name.id} = {src}]" if src else text
 
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {

@@ -17,7 +17,17 @@ from typing import TYPE_CHECKING, Any
 from sglops.core.errors import ConfigError
 from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import load_yaml
-from sglops.probe.launch_eval import Evaluator, Func, Instance, Obj, Outcome, Step, Unknown, guards, is_unknown
+from sglops.probe.launch_eval import (
+    Evaluator,
+    Func,
+    Instance,
+    Obj,
+    Outcome,
+    Step,
+    Unknown,
+    guards,
+    is_unknown,
+)
 
 if TYPE_CHECKING:
     from sglops.probe.report import ProbeReport
@@ -603,3 +613,66 @@ def launch_for(rules: Rules, *, arch: str | None, config: dict | None, config_so
     cuda = tuple(rules.assume.get("cuda", (12, 9)))
     return Launch(config=config, kv_dtype=kv_dtype, capability=(int(cap[0]), int(cap[1])), flags=flags,
                   cuda=(int(cuda[0]), int(cuda[1])), config_source=config_source)
+
+
+def _short(where: str) -> str:
+    return where.replace("srt/layers/attention/", "").replace("srt/arg_groups/", "arg_groups/")
+
+
+def launch_lines(lp: dict[str, Any]) -> list[str]:
+    """The answer as the task prints it (from LaunchPath.to_json(), so a recorded probe.json prints the same)."""
+    head = f"launch path: {lp['arch']}, --kv-cache-dtype {lp['kv_dtype']}, {lp['sm']} on sglang {lp['version']}"
+    out = [head]
+    mla = {True: "MLA", False: "not MLA", None: "MLA unknown"}[lp["mla"]]
+    out.append(f"  model: {mla} ({_short(lp['mla_rule'])})")
+    kind = "SPARSE (DSA/NSA)" if lp["sparse"] else "dense"
+    out.append(f"  path: {kind} ({_short(lp['sparse_rule'])})")
+    for c in lp["choices"]:
+        file = f"{c['backend_file']}_backend.py" if c["backend_file"] else "no backend file"
+        out.append(f"  {c['stage']}: {c['value']} -> {file}, chosen at {_short(c['rule'])}")
+        for b in c["because"]:
+            out.append(f"      because {_short(b)}")
+        if lp["kv_dtype"].startswith("fp8") or c["read_mode"]:
+            ev = ", ".join(_short(e) for e in c["evidence"])
+            mode = READ_MODE_WORDS.get(c["read_mode"] or "unknown", c["read_mode"])
+            out.append(f"      FP8 KV: {mode}" + (f" [{ev}]" if ev else "") + (f"; {c['note']}" if c["note"]
+                                                                               and c["note"] != mode else ""))
+    for r in lp["refused"]:
+        out.append(f"  REFUSED: {_short(r)}")
+    for u in lp["undetermined"]:
+        out.append(f"  undetermined: {_short(u)}")
+    for ch in lp["changes"]:
+        out.append(f"  you can change: {ch}")
+    for a in lp["assumed"]:
+        out.append(f"  assumed: {a}")
+    return out
+
+
+LAUNCH_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "dsa_prefill_backend",
+                "dsa_decode_backend", "nsa_prefill_backend", "nsa_decode_backend", "enable_hisparse")
+
+
+def ask(report: ProbeReport, *, arch: str | None, kv_dtype: str | None, sm: str | None,
+        profile_args: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The launch question for a probe run: config.json as the same trip read it (else the --arch seed), the GPU
+    from --sm or the trip's nvidia-smi, flags from a profile then the command line. Returns LaunchPath JSON."""
+    rules = load_rules()
+    profile_args = profile_args or {}
+    model = report.extra.get("model") or {}
+    config, source = None, ""
+    if model.get("config") and not arch:
+        config, source = model["config"], f"{model['path']} on the host"
+    elif model.get("error") and not arch:
+        raise ConfigError(f"cannot read the model's config.json on the host: {model['path']}: {model['error']} "
+                          "(pass --arch NAME to use a seed config)")
+    if not sm:
+        gpus = (report.extra.get("gpus") or {}).get("gpus") or []
+        if not gpus:
+            why = (report.extra.get("gpus") or {}).get("error") or "no GPUs"
+            raise ConfigError(f"the host reports no GPU ({why}): pass --sm sm90|sm100|sm120")
+        sm = gpus[0]["sm"]
+    merged = {k: v for k, v in profile_args.items() if k in LAUNCH_FLAGS and v is not None}
+    merged.update({k: v for k, v in (flags or {}).items() if v is not None})
+    kv = kv_dtype or str(profile_args.get("kv_cache_dtype") or "auto")
+    launch = launch_for(rules, arch=arch, config=config, config_source=source, kv_dtype=kv, sm=sm, flags=merged)
+    return predict(report, launch, rules).to_json()

@@ -107,6 +107,8 @@ class ProbeReport(Observation):
     meanings: dict[str, tuple[str, str]]
     fact_miss: dict[str, str] = field(default_factory=dict)  # backend fact -> what a miss means
     global_greps: list[str] = field(default_factory=list)  # ids of global grep probes
+    extra: dict[str, Any] = field(default_factory=dict)  # what the trip also read: the model's config.json, GPUs
+    launch: dict[str, Any] | None = None  # the launch path (sglops/probe/launch_path.py), when one was asked
 
     # -- building --------------------------------------------------------------------------
     @classmethod
@@ -206,6 +208,7 @@ class ProbeReport(Observation):
             "probes": [{**r, "hit": self.meanings.get(r["id"], ("", ""))[0],
                         "miss": self.meanings.get(r["id"], ("", ""))[1]} for r in self.results],
             "unreadable": self.unreadable, "fallbacks": self.fallbacks, "seconds": self.seconds,
+            **({"launch": self.launch} if self.launch is not None else {}),
         }
 
     def cell(self, b: BackendRow, fact: str, found: str) -> str:
