@@ -31,6 +31,8 @@ def removed_note(fact: str, value: str, version: str | None) -> str:
     if not have:
         return "; no release 0.5.11-0.5.23 offers it" if rel else ""
     last = have[-1]
+    if version is not None and _key(version) < _key(have[0]):
+        return f"; added in {have[0]}"
     later = sorted((v for v in rel if _key(v) > _key(last)), key=_key)
     if later and (version is None or _key(version) >= _key(later[0])):
         return f"; removed in {later[0]} (last offered by {last})"

@@ -296,6 +296,11 @@ class Evaluator:
                 return Unknown(text)
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             items = [self.expr(e, env, depth) for e in node.elts]
+            if isinstance(node, ast.Set):
+                try:
+                    return set(items)
+                except TypeError:
+                    return Unknown(text)
             return tuple(items) if isinstance(node, ast.Tuple) else items
         if isinstance(node, ast.Dict):
             if not node.keys:

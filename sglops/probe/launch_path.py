@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 RULES = REPO_ROOT / "playbooks" / "attention_rules.yaml"
 LAUNCH_PROBES = ("launch_helpers", "launch_default_backend", "launch_dsa_backends", "launch_sparse_switch",
-                 "launch_mla_arch", "launch_registry")
+                 "launch_mla_arch", "launch_registry", "launch_validators")
 STAGE_FLAGS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
 READ_MODE_WORDS = {
     "whole_pool_cast": "casts the whole pool", "q_quantised": "quantises q (reads FP8 itself)",
@@ -57,6 +57,7 @@ class Rules:
     models: dict[str, dict]
     sparse_impl: dict[str, Any]
     self_by_file: dict[str, str] = field(default_factory=dict)
+    validators: dict[str, Any] = field(default_factory=dict)
 
 
 def load_rules(path: str | Path | None = None) -> Rules:
@@ -73,7 +74,8 @@ def load_rules(path: str | Path | None = None) -> Rules:
                  watched=re.compile(d.get("watched", "attention_backend")), assume=dict(d.get("assume") or {}),
                  sm_names={k: tuple(v) for k, v in (d.get("sm_names") or {}).items()},
                  models={k: dict(v) for k, v in (d.get("models") or {}).items()},
-                 sparse_impl=dict(d.get("sparse_impl") or {}), self_by_file=dict(d.get("self_by_file") or {}))
+                 sparse_impl=dict(d.get("sparse_impl") or {}), self_by_file=dict(d.get("self_by_file") or {}),
+                 validators=dict(d.get("validators") or {}))
 
 
 @dataclass
@@ -127,6 +129,7 @@ class LaunchPath:
     refused: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
+    renamed: list[str] = field(default_factory=list)
 
     def choice(self, stage: str) -> Choice | None:
         return next((c for c in self.choices if c.stage == stage), None)
@@ -194,7 +197,9 @@ class _Ctx:
         objs = {"args": args, "config": cfg, "model": model, "runner": runner}
         objects = {name: objs[kind] for name, kind in self.rules.objects.items() if kind in objs}
         platform = Obj("platform", self._platform)
-        names = {"major": launch.capability[0], "minor": launch.capability[1],
+        kv_torch = "torch.float8_e4m3fn" if launch.kv_dtype.startswith("fp8_e4m3") else (
+            "torch.float8_e5m2" if launch.kv_dtype.startswith("fp8_e5m2") else "torch.bfloat16")
+        names = {"major": launch.capability[0], "minor": launch.capability[1], "kv_torch": kv_torch,
                  "sm": launch.capability[0] * 10 + launch.capability[1], "cuda": launch.cuda, "arch": launch.arch,
                  "kv": launch.kv_dtype, **objs}
 
@@ -207,6 +212,7 @@ class _Ctx:
         binds: list[tuple[re.Pattern, Any]] = [(rx, value(v)) for rx, v in self.rules.bindings]
         binds.append((re.compile(r"get_platform\(\)|current_platform"), platform))
         self.objs = objs
+        self.names = names
         self.ev = Evaluator(binds, self.funcs, self.rules.watched, objects, self.module)
         self.ev.self_for = self.self_for
 
@@ -498,9 +504,10 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
     out = LaunchPath(report.facts.get("sglang_version"), launch.arch, launch.kv_dtype, sm, dict(launch.flags))
     out.assumed.append(f"CUDA {launch.cuda[0]}.{launch.cuda[1]}, a CUDA host, no speculative decoding; model config "
                        f"from {launch.config_source}")
+    _refuse_unknown_values(report, launch, out)
+    launch = _apply_aliases(report, launch, out)
     ctx = _Ctx(report, launch, rules)
     ctx.mla = out.mla = _is_mla(ctx, out)
-    _refuse_unknown_values(report, launch, out)
     sparse_value = _sparse(ctx, out) if not launch.flags.get("attention_backend") else None
     out.sparse = bool(sparse_value)
     sparse_modes = sparse_impl_modes(report, rules)
@@ -517,12 +524,76 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
                 ch.note = why
                 if why.startswith("refused"):
                     out.refused.append(f"--attention-backend {ch.value}: {why}")
+    if all(c.value for c in out.choices):
+        _validate(ctx, out)
     for ch in out.choices:
         _read_mode(ctx, ch, sparse_modes)
         if ch.read_mode and launch.kv_dtype.startswith("fp8"):
             ch.note = ch.note or READ_MODE_WORDS.get(ch.read_mode, ch.read_mode)
     out.changes = _changes(ctx, out, sparse_modes)
     return out
+
+
+def _validate(ctx: _Ctx, out: LaunchPath) -> None:
+    """Run the release's start-up checks on the predicted backends: a raise is a refusal before any restart."""
+    names = dict(ctx.names)
+    for ch in out.choices:
+        names[ch.stage] = ch.value
+    for fn in _parse_all(_functions(ctx.report, "launch_validators")):
+        a = fn.node.args
+        params = a.posonlyargs + a.args + a.kwonlyargs
+        defaults = len(a.defaults)
+        optional = {p.arg for p in (a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - defaults:]} | {
+            p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None}
+        args, missing = {}, []
+        for p in params:
+            spec = ctx.rules.validators.get(p.arg)
+            if isinstance(spec, dict):
+                ann = ast.unparse(p.annotation) if p.annotation is not None else "default"
+                spec = spec.get(ann, spec.get("default"))
+            if spec is None:
+                if p.arg not in optional:
+                    missing.append(p.arg)
+                continue
+            args[p.arg] = _eval_small(str(spec), names)
+        if missing:
+            out.assumed.append(f"start-up check {fn.name} ({fn.file}:{fn.line}) not run: it reads {', '.join(missing)}")
+            continue
+        res = ctx.ev.run(fn, args)
+        if res.raised:
+            out.refused.append(f"{res.raised_at}: {res.raised}")
+        elif res.undetermined:
+            out.undetermined.append(f"start-up check {fn.name}: undetermined at {res.undetermined}")
+
+
+def backend_aliases(report: ProbeReport) -> dict[str, tuple[str, str]]:
+    """{old value: (new value, file:line)} from the release's own deprecated-alias dicts (launch_backend_aliases)."""
+    out: dict[str, tuple[str, str]] = {}
+    for r in report.results:
+        if r["id"] != "launch_backend_aliases":
+            continue
+        for h in r.get("hits", []):
+            try:
+                d = ast.literal_eval(h["text"].split("=", 1)[1].strip())
+            except (ValueError, SyntaxError, IndexError):
+                continue
+            if isinstance(d, dict):
+                out.update({k: (v, f"{h['file']}:{h['line']}") for k, v in d.items()
+                            if isinstance(k, str) and isinstance(v, str)})
+    return out
+
+
+def _apply_aliases(report: ProbeReport, launch: Launch, out: LaunchPath) -> Launch:
+    """A deprecated value the release renames (tokenspeed_mla -> cutedsl_mla in 0.5.23) is predicted as its target."""
+    aliases = backend_aliases(report)
+    flags = dict(launch.flags)
+    for key in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
+        if flags.get(key) in aliases:
+            new, where = aliases[flags[key]]
+            out.renamed.append(f"--{key.replace('_', '-')} {flags[key]} is a deprecated alias of {new} in sglang "
+                               f"{out.version} ({where})")
+            flags[key] = new
+    return Launch(**{**launch.__dict__, "flags": flags})
 
 
 def _refuse_unknown_values(report: ProbeReport, launch: Launch, out: LaunchPath) -> None:
@@ -637,6 +708,8 @@ def launch_lines(lp: dict[str, Any]) -> list[str]:
             mode = READ_MODE_WORDS.get(c["read_mode"] or "unknown", c["read_mode"])
             out.append(f"      FP8 KV: {mode}" + (f" [{ev}]" if ev else "") + (f"; {c['note']}" if c["note"]
                                                                                and c["note"] != mode else ""))
+    for r in lp.get("renamed", []):
+        out.append(f"  RENAMED: {_short(r)}")
     for r in lp["refused"]:
         out.append(f"  REFUSED: {_short(r)}")
     for u in lp["undetermined"]:
