@@ -450,7 +450,8 @@ def _cond_text(test: ast.expr, env: dict) -> str:
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b, ast.BitAnd: lambda a, b: a & b,
+    ast.BitOr: lambda a, b: a | b,
 }
 
 _OPS: dict[type, Callable[[Any, Any], bool]] = {

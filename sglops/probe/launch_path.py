@@ -58,6 +58,7 @@ class Rules:
     sparse_impl: dict[str, Any]
     self_by_file: dict[str, str] = field(default_factory=dict)
     validators: dict[str, Any] = field(default_factory=dict)
+    validate_on: tuple[str, ...] = ("sparse",)
 
 
 def load_rules(path: str | Path | None = None) -> Rules:
@@ -75,7 +76,8 @@ def load_rules(path: str | Path | None = None) -> Rules:
                  sm_names={k: tuple(v) for k, v in (d.get("sm_names") or {}).items()},
                  models={k: dict(v) for k, v in (d.get("models") or {}).items()},
                  sparse_impl=dict(d.get("sparse_impl") or {}), self_by_file=dict(d.get("self_by_file") or {}),
-                 validators=dict(d.get("validators") or {}))
+                 validators=dict(d.get("validators") or {}),
+                 validate_on=tuple(d.get("validate_on") or ("sparse",)))
 
 
 @dataclass
@@ -524,7 +526,7 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
                 ch.note = why
                 if why.startswith("refused"):
                     out.refused.append(f"--attention-backend {ch.value}: {why}")
-    if all(c.value for c in out.choices):
+    if all(c.value for c in out.choices) and ("sparse" if out.sparse else "dense") in rules.validate_on:
         _validate(ctx, out)
     for ch in out.choices:
         _read_mode(ctx, ch, sparse_modes)
