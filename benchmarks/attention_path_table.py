@@ -24,7 +24,8 @@ from sglops.core.remote import LocalRemote  # noqa: E402
 from sglops.probe.backend_history import HISTORY  # noqa: E402
 from sglops.probe.launch_path import launch_for, load_rules, predict  # noqa: E402
 from sglops.probe.report import ProbeReport  # noqa: E402
-from sglops.probe.scan import scan  # noqa: E402
+from sglops.probe.scan import scan
+from sglops.probe.spec import load_probe_set, with_launch_probes  # noqa: E402
 from sglops.sandbox.trees import sglang_site  # noqa: E402
 
 VERSIONS = [f"0.5.{n}" for n in range(11, 24)]
@@ -88,7 +89,7 @@ def main() -> int:
         root = sglang_site(v) / "sglang"
         remote = LocalRemote(Host(name="local", address="local", python=sys.executable, sglang_root=str(root)))
         t0 = time.monotonic()
-        rep: ProbeReport = scan(remote)
+        rep: ProbeReport = scan(remote, with_launch_probes(load_probe_set()))
         times[v] = time.monotonic() - t0
         f = rep.facts
         history[v] = {k: f.get(k) for k in ("attention_backends", "dsa_prefill_backends", "dsa_decode_backends")}

@@ -19,6 +19,7 @@ from sglops.probe.backend_history import removed_note
 from sglops.probe.launch_eval import Evaluator, Func, Obj
 from sglops.probe.launch_path import launch_for, launch_lines, load_rules, predict
 from sglops.probe.scan import scan
+from sglops.probe.spec import load_probe_set, with_launch_probes
 from sglops.sandbox import trees
 from tests.conftest import inv_cmd
 
@@ -29,7 +30,7 @@ def _report(version: str):
     if version not in _REPORTS:
         root = trees.sglang_site(version) / "sglang"
         _REPORTS[version] = scan(LocalRemote(Host(name="local", address="local", python="/usr/bin/python3",
-                                                  sglang_root=str(root))))
+                                                  sglang_root=str(root))), with_launch_probes(load_probe_set()))
     return _REPORTS[version]
 
 

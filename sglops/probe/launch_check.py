@@ -52,6 +52,7 @@ def check_restart(remote: Remote, result: RestartResult, profile_args: dict[str,
     Returns the comparison (None when there is nothing to compare); never raises for a failed check."""
     from sglops.probe.launch_path import ask
     from sglops.probe.scan import scan
+    from sglops.probe.spec import load_probe_set, with_launch_probes
 
     if not result.ok or result.dry_run or not result.server_info:
         return None
@@ -61,7 +62,8 @@ def check_restart(remote: Remote, result: RestartResult, profile_args: dict[str,
     explicit = any(profile_args.get(k) for k in ("attention_backend", "prefill_attention_backend",
                                                   "decode_attention_backend"))
     try:
-        report = scan(remote, model_path=profile_args.get("model_path"), gpus=True)
+        report = scan(remote, with_launch_probes(load_probe_set()), model_path=profile_args.get("model_path"),
+                      gpus=True)
         gpus = (report.extra.get("gpus") or {}).get("gpus") or []
         if not gpus and not explicit:
             result.warnings.append("attention path not predicted: the host has no GPU and the profile names no "

@@ -31,7 +31,12 @@ def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hi
             p = p.with_vars(dict(getattr(ctx.remote.host, "vars", None) or {}), ctx.remote.name)
         profile_args = dict(p.args)
     model_path = model or (profile_args.get("model_path") if asked and not arch else None)
-    report = scan(ctx.remote, load_probe_set(probes), engine=engine, model_path=model_path, gpus=asked and not sm)
+    probe_set = load_probe_set(probes)
+    if asked:
+        from sglops.probe.spec import with_launch_probes
+
+        probe_set = with_launch_probes(probe_set)
+    report = scan(ctx.remote, probe_set, engine=engine, model_path=model_path, gpus=asked and not sm)
     if asked:
         from sglops.probe.launch_path import ask
 

@@ -12,6 +12,7 @@ from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
 DEFAULT_PROBES = REPO_ROOT / "playbooks" / "probes.yaml"
+LAUNCH_PROBES = REPO_ROOT / "playbooks" / "probes-launch.yaml"
 PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss",
                 "attribute", "window", "context", "follow", "names"}
 KINDS = {"grep", "choices", "functions", "fields"}
@@ -160,3 +161,14 @@ def load_probe_set(path: str | Path | None = None) -> ProbeSet:
     return ProbeSet(path=str(path), backend_files=str(backends.get("files", "srt/layers/attention/*_backend.py")),
                     expect=_str_list(backends.get("expect", []), getattr(backends, "where", str(path)), "expect"),
                     probes=probes, aliases=aliases)
+
+
+def with_launch_probes(probe_set: ProbeSet, path: str | Path | None = None) -> ProbeSet:
+    """The probe set plus the launch question's probes (playbooks/probes-launch.yaml), for one round trip."""
+    extra = load_probe_set(path or LAUNCH_PROBES)
+    have = {p.id for p in probe_set.probes}
+    clash = [p.id for p in extra.probes if p.id in have]
+    if clash:
+        raise ConfigError(f"{extra.path}: probe ids {', '.join(clash)} are also in {probe_set.path}")
+    return ProbeSet(path=probe_set.path, backend_files=probe_set.backend_files, expect=probe_set.expect,
+                    probes=probe_set.probes + extra.probes, aliases=probe_set.aliases)
