@@ -59,6 +59,7 @@ class Rules:
     self_by_file: dict[str, str] = field(default_factory=dict)
     validators: dict[str, Any] = field(default_factory=dict)
     validate_on: tuple[str, ...] = ("sparse",)
+    indexer_fields: str = "$^"
 
 
 def load_rules(path: str | Path | None = None) -> Rules:
@@ -77,7 +78,8 @@ def load_rules(path: str | Path | None = None) -> Rules:
                  models={k: dict(v) for k, v in (d.get("models") or {}).items()},
                  sparse_impl=dict(d.get("sparse_impl") or {}), self_by_file=dict(d.get("self_by_file") or {}),
                  validators=dict(d.get("validators") or {}),
-                 validate_on=tuple(d.get("validate_on") or ("sparse",)))
+                 validate_on=tuple(d.get("validate_on") or ("sparse",)),
+                 indexer_fields=str(d.get("indexer_fields") or "$^"))
 
 
 @dataclass
@@ -132,6 +134,7 @@ class LaunchPath:
     changes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     renamed: list[str] = field(default_factory=list)
+    indexer: list[dict[str, Any]] = field(default_factory=list)  # the DSA indexer's backends: field, value, where
 
     def choice(self, stage: str) -> Choice | None:
         return next((c for c in self.choices if c.stage == stage), None)
@@ -389,6 +392,7 @@ def _sparse_backends(ctx: _Ctx, out: LaunchPath) -> None:
     for fn in fns:
         res = ctx.ev.run(fn, {"kv_cache_dtype": ctx.launch.kv_dtype, "major": ctx.launch.capability[0]})
         break
+    _indexer(ctx, out, res)
     for stage in ("prefill", "decode"):
         flag = f"dsa_{stage}_backend"
         user = next((ctx.launch.flags[a] for a in _aliases(flag) if ctx.launch.flags.get(a)), None)
@@ -409,6 +413,21 @@ def _sparse_backends(ctx: _Ctx, out: LaunchPath) -> None:
             dflt = next((ctx.defaults[a] for a in _aliases(flag) if a in ctx.defaults), None)
             out.choices.append(Choice(stage, dflt[0] if dflt else None, dflt[1] if dflt else f"{fn.file}:{fn.line}",
                                       ["the rule sets nothing: the field's default"]))
+
+
+def _indexer(ctx: _Ctx, out: LaunchPath, res: Outcome | None) -> None:
+    """The DSA indexer's backends (attention_rules.yaml indexer_fields): the rule's write, the flag, the default."""
+    rx = re.compile(ctx.rules.indexer_fields)
+    for name, (value, where) in sorted(ctx.defaults.items()):
+        if not rx.fullmatch(name):
+            continue
+        if res is not None and name in res.writes and not is_unknown(res.writes[name][0]):
+            value, where, how = res.writes[name][0], res.writes[name][1], "set by the rule"
+        elif ctx.launch.flags.get(name):
+            value, how = ctx.launch.flags[name], "set by the launch"
+        else:
+            how = "the field's default"
+        out.indexer.append({"field": name, "value": value, "where": where, "how": how})
 
 
 def _writes_stage(fn: Func) -> bool:
@@ -598,6 +617,16 @@ def _apply_aliases(report: ProbeReport, launch: Launch, out: LaunchPath) -> Laun
     return Launch(**{**launch.__dict__, "flags": flags})
 
 
+def _refused_with(ctx: _Ctx, out: LaunchPath, stage: str, value: str) -> str | None:
+    """Whether the release's start-up checks refuse this launch with `stage` set to `value` (where, else None)."""
+    if ("sparse" if out.sparse else "dense") not in ctx.rules.validate_on:
+        return None
+    trial = LaunchPath(out.version, out.arch, out.kv_dtype, out.sm, out.flags, sparse=out.sparse,
+                       choices=[Choice(c.stage, value if c.stage == stage else c.value, "", []) for c in out.choices])
+    _validate(ctx, trial)
+    return trial.refused[0].split(": ", 1)[0] if trial.refused else None
+
+
 def _refuse_unknown_values(report: ProbeReport, launch: Launch, out: LaunchPath) -> None:
     from sglops.probe.backend_history import removed_note
 
@@ -621,10 +650,20 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
             choices = facts.get(f"dsa_{stage}_backends") or []
             flag = facts.get(f"dsa_{stage}_backends.flag") or f"--dsa-{stage}-backend"
             cur = out.choice(stage)
-            others = [f"{c} ({READ_MODE_WORDS.get(_sparse_mode(c, sparse_modes, stage)[0], '?')})" for c in choices
-                      if not cur or c != cur.value]
-            if others:
-                lines.append(f"{flag}: " + ", ".join(others))
+            others, refused_by = [], {}
+            for c in choices:
+                if cur and c == cur.value:
+                    continue
+                refused = _refused_with(ctx, out, stage, c)
+                if refused:
+                    refused_by.setdefault(_short(refused), []).append(c)
+                else:
+                    others.append(f"{c} ({READ_MODE_WORDS.get(_sparse_mode(c, sparse_modes, stage)[0], '?')})")
+            text = ", ".join(others) or "nothing else starts"
+            for where, vals in refused_by.items():
+                text += f"; refused at start-up by {where}: {', '.join(vals)}"
+            if choices:
+                lines.append(f"{flag}: {text}")
         if ctx.launch.kv_dtype.startswith("fp8"):
             alt = predict_with(ctx.report, ctx.launch, kv_dtype="bfloat16")
             lines.append("--kv-cache-dtype bfloat16: " + ", ".join(f"{c.stage} {c.value}" for c in alt.choices))
@@ -710,6 +749,9 @@ def launch_lines(lp: dict[str, Any]) -> list[str]:
             mode = READ_MODE_WORDS.get(c["read_mode"] or "unknown", c["read_mode"])
             out.append(f"      FP8 KV: {mode}" + (f" [{ev}]" if ev else "") + (f"; {c['note']}" if c["note"]
                                                                                and c["note"] != mode else ""))
+    if lp.get("indexer"):
+        out.append("  DSA indexer: " + ", ".join(f"--{i['field'].replace('_', '-')} {i['value']} ({i['how']}, "
+                                                 f"{_short(i['where'])})" for i in lp["indexer"]))
     for r in lp.get("renamed", []):
         out.append(f"  RENAMED: {_short(r)}")
     for r in lp["refused"]:
