@@ -147,3 +147,23 @@ def test_the_task_answers_in_the_probes_one_round_trip():
     assert [c["value"] for c in launch["choices"]] == ["flashinfer_sparse_mla"] * 2 and launch["sparse"]
     r = inv_cmd("probe-backends", "--host", "local", "--sglang-root", str(site), "--arch", "GlmMoeDsaForCausalLM")
     assert r.returncode != 0 and "Traceback" not in r.stderr and "--sm" in r.stderr
+
+
+def test_a_profile_naming_a_removed_backend_is_refused_before_a_restart(tmp_path):
+    import yaml
+
+    from sglops.core.errors import ConfigError
+    from sglops.host import server_inspect
+    from sglops.launch import render as launch_render
+    from sglops.launch.profiles import load_profile
+
+    pkg = str(trees.sglang_site("0.5.23") / "sglang")
+    flags, choices = server_inspect.launch_arguments(pkg)
+    tree = launch_render.TreeArgs("0.5.23", pkg, set(flags), choices, server_inspect.tree_facts(pkg), "installed")
+    path = tmp_path / "old-cutlass.yaml"
+    path.write_text(yaml.safe_dump({"engine": "sglang", "model_path": "/models/dsv3", "attention_backend": "cutlass_mla",
+                                    "kv_cache_dtype": "fp8_e4m3"}))
+    with pytest.raises(ConfigError) as exc:
+        launch_render.render(load_profile(str(path)), None, tree)
+    msg = str(exc.value)
+    assert "unknown attention backend 'cutlass_mla'" in msg and "removed in 0.5.20 (last offered by 0.5.19)" in msg

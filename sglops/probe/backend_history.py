@@ -37,3 +37,15 @@ def removed_note(fact: str, value: str, version: str | None) -> str:
     if later and (version is None or _key(version) >= _key(later[0])):
         return f"; removed in {later[0]} (last offered by {last})"
     return f"; offered by {', '.join(have) if len(have) < 4 else have[0] + '-' + last}"
+
+
+FLAG_FACTS = {"attention_backend": "attention_backends", "prefill_attention_backend": "attention_backends",
+              "decode_attention_backend": "attention_backends", "dsa_prefill_backend": "dsa_prefill_backends",
+              "dsa_decode_backend": "dsa_decode_backends", "nsa_prefill_backend": "dsa_prefill_backends",
+              "nsa_decode_backend": "dsa_decode_backends"}
+
+
+def profile_note(key: str, value: str, version: str | None) -> str:
+    """For a profile key's refused value: which release removed it (or added it), else ``."""
+    fact = FLAG_FACTS.get(key)
+    return removed_note(fact, value, version) if fact else ""
