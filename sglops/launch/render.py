@@ -203,8 +203,8 @@ def validate(p: Profile, argv: list[str], tree: TreeArgs, host_name: str) -> lis
             what = key.replace("_", " ")
             from sglops.probe.backend_history import profile_note
 
-            raise ConfigError(f"profile {p.name}: unknown {what} {val!r} for {where}"
-                              f"{profile_note(key, str(val), tree.version)}; valid: {', '.join(valid)}")
+            raise ConfigError(f"profile {p.name}: unknown {what} {val!r} for {where}; valid: {', '.join(valid)}"
+                              f"{profile_note(key, str(val), tree.version)}")
     warnings = []
     kv = str(p.args.get("kv_cache_dtype", "auto"))
     fi = "flashinfer" in {p.args.get("attention_backend"), p.args.get("decode_attention_backend"),

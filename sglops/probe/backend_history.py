@@ -31,7 +31,10 @@ def removed_note(fact: str, value: str, version: str | None) -> str:
     if not have:
         return "; no release 0.5.11-0.5.23 offers it" if rel else ""
     last = have[-1]
+    first_read = min(rel, key=_key)
     if version is not None and _key(version) < _key(have[0]):
+        if have[0] == first_read:
+            return f"; offered by {have[0]}-{last} (the releases read: {first_read} on)"
         return f"; added in {have[0]}"
     later = sorted((v for v in rel if _key(v) > _key(last)), key=_key)
     if later and (version is None or _key(version) >= _key(later[0])):
