@@ -7,13 +7,17 @@ sglops/probe/launch_path.py answers each case. No release is special-cased: the 
     python3 benchmarks/attention_path_table.py                 # the markdown tables and probe times
     python3 benchmarks/attention_path_table.py --history       # also rewrite playbooks/attention_backend_history.json
     python3 benchmarks/attention_path_table.py --versions 0.5.17,0.5.23
+    python3 benchmarks/attention_path_table.py --ssh 3       # also: the scan over SSH to a sandbox host holding
+                                                             # each release (a git checkout), median of 3 cold trips
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,11 +78,41 @@ def cell(lp: dict) -> str:
     return f"{kind} {one(d)}" if one(p) == one(d) else f"{kind} {one(p)} / {one(d)}"
 
 
+def ssh_probe_times(versions: list[str], repeats: int) -> dict[str, float]:
+    """Median seconds of the whole scan (default + launch probes) over a fresh SSH connection to a sandbox host
+    (real sshd on loopback) holding each release as a git checkout: the one round trip `inv probe-backends` makes."""
+    from sglops.core.hosts import load_inventory
+    from sglops.core.remote import connect
+    from sglops.sandbox.sshd import Sandbox
+
+    out = {}
+    for v in versions:
+        with tempfile.TemporaryDirectory() as tmp:
+            name = "r" + v.replace(".", "")
+            sb = Sandbox(Path(tmp), [{"name": name, "sglang": v, "flashinfer": "0.7.2"}]).start()
+            try:
+                inv = load_inventory(sb.inventory)
+                ps = with_launch_probes(load_probe_set())
+                runs = []
+                for i in range(repeats + 1):  # the first warms the page cache, not counted
+                    t0 = time.monotonic()
+                    with connect(inv.get(name), inventory=inv) as r:
+                        scan(r, ps)
+                    if i:
+                        runs.append(time.monotonic() - t0)
+                out[v] = statistics.median(runs)
+                print(f"{v}: over SSH {out[v]:.2f} s (median of {repeats})", file=sys.stderr)
+            finally:
+                sb.stop()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--versions", default=",".join(VERSIONS))
     ap.add_argument("--history", action="store_true", help="rewrite playbooks/attention_backend_history.json")
     ap.add_argument("--json", help="write every prediction here")
+    ap.add_argument("--ssh", type=int, default=0, help="also time the scan over SSH (this many cold trips each)")
     a = ap.parse_args()
     rules = load_rules()
     rows: dict[str, dict[str, str]] = {}
@@ -101,6 +135,7 @@ def main() -> int:
             full.setdefault(v, []).append({"case": f"{table} {col}", **lp})
         print(f"{v}: probe {times[v]:.2f} s ({rep.engine}), {len(f.get('attention_backends') or [])} "
               f"--attention-backend choices", file=sys.stderr)
+    ssh_times = ssh_probe_times(a.versions.split(","), a.ssh) if a.ssh else {}
     if a.history:
         HISTORY.write_text(json.dumps({"generated_by": "benchmarks/attention_path_table.py --history",
                                        "releases": history}, indent=1, sort_keys=True) + "\n")
@@ -110,11 +145,13 @@ def main() -> int:
                          ("dense", "dense MLA (`DeepseekV3ForCausalLM`, no `index_topk`), `--kv-cache-dtype fp8_e4m3`")):
         cols = [c for t, c, *_ in CASES if t == table]
         print(f"\n{title}\n")
-        print("| release | probe s | " + " | ".join(cols) + " |")
-        print("| --- | --- | " + " | ".join("---" for _ in cols) + " |")
+        ssh_col = " ssh s |" if ssh_times else ""
+        print("| release | probe s |" + ssh_col + " " + " | ".join(cols) + " |")
+        print("| --- | --- |" + (" --- |" if ssh_times else "") + " " + " | ".join("---" for _ in cols) + " |")
         for v in a.versions.split(","):
             r = rows[f"{table}|{v}"]
-            print(f"| {v} | {times[v]:.2f} | " + " | ".join(r[c] for c in cols) + " |")
+            ssh = f" {ssh_times[v]:.2f} |" if ssh_times else ""
+            print(f"| {v} | {times[v]:.2f} |{ssh} " + " | ".join(r[c] for c in cols) + " |")
     return 0
 
 

@@ -167,3 +167,16 @@ def test_a_profile_naming_a_removed_backend_is_refused_before_a_restart(tmp_path
         launch_render.render(load_profile(str(path)), None, tree)
     msg = str(exc.value)
     assert "unknown attention backend 'cutlass_mla'" in msg and "removed in 0.5.20 (last offered by 0.5.19)" in msg
+
+
+def test_a_functions_probe_without_names_or_regex_stops_before_any_host(tmp_path):
+    from sglops.core.errors import ConfigError
+    from sglops.probe.spec import load_probe_set
+
+    bad = tmp_path / "p.yaml"
+    bad.write_text("probes:\n  - id: f\n    kind: functions\n    files: [srt/server_args.py]\n")
+    with pytest.raises(ConfigError, match=r"probe 'f': kind functions takes names"):
+        load_probe_set(bad)
+    bad.write_text("probes:\n  - id: g\n    kind: functions\n    files: [a.py]\n    names: '(unclosed'\n")
+    with pytest.raises(ConfigError, match=r"probe 'g': invalid regex"):
+        load_probe_set(bad)
