@@ -41,6 +41,8 @@ CASES = [
     ("glm", "sm90", "GlmMoeDsaForCausalLM", "sm90", {}),
     ("glm", "sm100", "GlmMoeDsaForCausalLM", "sm100", {}),
     ("glm", "sm120", "GlmMoeDsaForCausalLM", "sm120", {}),
+    ("glm", "sm120 --attention-backend flashinfer (the seeds' profile)", "GlmMoeDsaForCausalLM", "sm120",
+     {"attention_backend": "flashinfer"}),
     ("glm", "sm120 --dsa-decode-backend flashmla_sparse", "GlmMoeDsaForCausalLM", "sm120",
      {"dsa_decode_backend": "flashmla_sparse"}),
     ("glm", "sm120 --dsa-*-backend flashinfer_sparse_mla", "GlmMoeDsaForCausalLM", "sm120",

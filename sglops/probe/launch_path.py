@@ -290,13 +290,18 @@ def _is_mla(ctx: _Ctx, out: LaunchPath) -> bool | None:
     return False
 
 
-def _chain(ctx: _Ctx, chain: list, fn: Func) -> bool | None:
+def _chain(ctx: _Ctx, chain: list, fn: Func, why: list[str] | None = None) -> bool | None:
+    """Whether every `if` on the way to a statement takes the branch that leads there (None: one is UNKNOWN);
+    `why` gets the first condition that does not."""
     env = ctx.self_for(fn)
     for node, branch in chain:
         v = ctx.ev.truth(node.test, dict(env), 0)
         if is_unknown(v):
             return None
         if bool(v) != branch:
+            if why is not None:
+                text = ast.unparse(node.test)
+                why.append(f"{fn.file}:{node.lineno} {text if branch else 'not (' + text + ')'} is False")
             return False
     return True
 
@@ -314,10 +319,11 @@ def _sparse(ctx: _Ctx, out: LaunchPath) -> str | None:
     """The nsa/dsa value a sparse model is switched to, or None (dense). Unknown: recorded, None."""
     fns = _parse_all(_functions(ctx.report, "launch_sparse_switch"))
     rx = re.compile(r"attention_backend(\"\])?\s*=\s*['\"](nsa|dsa)['\"]|\[['\"]attention_backend['\"]\]\s*=\s*['\"](nsa|dsa)")
+    why: list[str] = []
     for fn in fns:
         for st, chain in guards(fn, rx):
             value = ctx.ev.expr(st.value, ctx.self_for(fn), 0) if isinstance(st, ast.Assign) else None
-            ok = _chain(ctx, chain, fn)
+            ok = _chain(ctx, chain, fn, why)
             where = f"{fn.file}:{st.lineno}"
             if ok is True:
                 out.sparse_rule = f"{where} ({' and '.join(_conds(chain))})"
@@ -325,8 +331,7 @@ def _sparse(ctx: _Ctx, out: LaunchPath) -> str | None:
             if ok is None:
                 out.undetermined.append(f"sparse switch {where}: a condition reads something the launch does not say")
                 return None
-    out.sparse_rule = (f"{fns[0].file}:{fns[0].line} does not switch {ctx.launch.arch} to nsa/dsa" if fns
-                       else "this release has no nsa/dsa switch")
+    out.sparse_rule = (f"not switched to nsa/dsa: {why[0]}" if why else "this release has no nsa/dsa switch")
     return None
 
 
@@ -529,7 +534,7 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
     launch = _apply_aliases(report, launch, out)
     ctx = _Ctx(report, launch, rules)
     ctx.mla = out.mla = _is_mla(ctx, out)
-    sparse_value = _sparse(ctx, out) if not launch.flags.get("attention_backend") else None
+    sparse_value = _sparse(ctx, out)
     out.sparse = bool(sparse_value)
     sparse_modes = sparse_impl_modes(report, rules)
     if sparse_value:
@@ -683,11 +688,10 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
             req = [r for r in facts.get(f"backend.{file}.arch_rules") or [] if r.get("kind") == "requirement"
                    and c in r.get("values", [])]
             guard = f", needs {req[0]['platform']} ({req[0]['where'].rsplit('/', 1)[-1]})" if req else ""
-            if ctx.mla and file in ("flashinfer", "triton", "flashattention", "flashinfer_mla", "trtllm_mla",
-                                    "flashmla", "cutlass_mla", "cutedsl_mla", "torch_native") or not ctx.mla:
-                alts.append(f"{c} -> {file}_backend.py ({READ_MODE_WORDS.get(mode or 'unknown', mode)}{guard})")
+            alts.append(f"{c} -> {file}_backend.py ({READ_MODE_WORDS.get(mode or 'unknown', mode)}{guard})")
         if alts:
-            lines.append("--attention-backend: " + "; ".join(alts[:8]) + (f" (+{len(alts) - 8})" if len(alts) > 8 else ""))
+            lines.append("--attention-backend: " + "; ".join(alts[:10]) + (f" (+{len(alts) - 10} more: --json)"
+                                                                            if len(alts) > 10 else ""))
     return lines
 
 
