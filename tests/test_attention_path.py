@@ -180,3 +180,19 @@ def test_a_functions_probe_without_names_or_regex_stops_before_any_host(tmp_path
     bad.write_text("probes:\n  - id: g\n    kind: functions\n    files: [a.py]\n    names: '(unclosed'\n")
     with pytest.raises(ConfigError, match=r"probe 'g': invalid regex"):
         load_probe_set(bad)
+
+
+def test_the_seeds_glm5_profile_is_forced_dense_by_its_own_flag():
+    """glm5-nvfp4-sm120-flashinfer sets --attention-backend flashinfer: the release switches a DSA model to `dsa`
+    only when no attention backend is set, so that launch takes dense flashinfer_mla, whose pool cast is the seeds'."""
+    site = trees.sglang_site("0.5.23") / "sglang"
+    r = inv_cmd("probe-backends", "--host", "local", "--sglang-root", str(site), "--profile",
+                "glm5-nvfp4-sm120-flashinfer", "--arch", "GlmMoeDsaForCausalLM", "--sm", "sm120", "--json")
+    assert r.returncode == 0, r.stderr
+    lp = json.loads(r.stdout)["launch"]
+    assert lp["kv_dtype"] == "fp8_e4m3" and lp["flags"]["attention_backend"] == "flashinfer"  # from the profile
+    assert lp["sparse"] is False and "is_attention_backend_not_set(cfg) is False" in lp["sparse_rule"]
+    where = lp["sparse_rule"].split(": ", 1)[1].split(" ", 1)[0]
+    assert "is_attention_backend_not_set" in _line("0.5.23", where)
+    d = next(c for c in lp["choices"] if c["stage"] == "decode")
+    assert (d["backend_file"], d["read_mode"]) == ("flashinfer_mla", "whole_pool_cast")
