@@ -135,6 +135,7 @@ class LaunchPath:
     assumed: list[str] = field(default_factory=list)
     renamed: list[str] = field(default_factory=list)
     indexer: list[dict[str, Any]] = field(default_factory=list)  # the DSA indexer's backends: field, value, where
+    limits: list[str] = field(default_factory=list)  # shared-memory limits the sparse code states (file:line text)
 
     def choice(self, stage: str) -> Choice | None:
         return next((c for c in self.choices if c.stage == stage), None)
@@ -538,6 +539,8 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
     out.sparse = bool(sparse_value)
     sparse_modes = sparse_impl_modes(report, rules)
     if sparse_value:
+        out.limits = [f"{h['file']}:{h['line']} {h['text'][:100]}" for r in report.results
+                      if r["id"] == "launch_sparse_limits" for h in r.get("hits", [])][:6]
         file, _why = _backend_file(ctx, sparse_value)
         _sparse_backends(ctx, out)
         for ch in out.choices:
@@ -756,6 +759,8 @@ def launch_lines(lp: dict[str, Any]) -> list[str]:
     if lp.get("indexer"):
         out.append("  DSA indexer: " + ", ".join(f"--{i['field'].replace('_', '-')} {i['value']} ({i['how']}, "
                                                  f"{_short(i['where'])})" for i in lp["indexer"]))
+    for lim in lp.get("limits", []):
+        out.append(f"  shared memory (stated in the tree): {_short(lim)}")
     for r in lp.get("renamed", []):
         out.append(f"  RENAMED: {_short(r)}")
     for r in lp["refused"]:
