@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
-from sglops.core.yamlio import load_yaml
 from sglops.probe.launch_eval import (
     Evaluator,
     Func,
@@ -28,122 +24,22 @@ from sglops.probe.launch_eval import (
     guards,
     is_unknown,
 )
+from sglops.probe.launch_fp8 import sparse_impl_modes, sparse_mode
+from sglops.probe.launch_rules import (  # noqa: F401  (launch_path.launch_for / load_rules: the names callers use)
+    LAUNCH_PROBES,
+    READ_MODE_WORDS,
+    STAGE_FLAGS,
+    Choice,
+    Launch,
+    LaunchPath,
+    Rules,
+    launch_for,
+    load_rules,
+)
+from sglops.probe.launch_text import _short, launch_lines  # noqa: F401  (launch_lines: the name callers use)
 
 if TYPE_CHECKING:
     from sglops.probe.report import ProbeReport
-
-RULES = REPO_ROOT / "playbooks" / "attention_rules.yaml"
-LAUNCH_PROBES = ("launch_helpers", "launch_default_backend", "launch_dsa_backends", "launch_sparse_switch",
-                 "launch_mla_arch", "launch_registry", "launch_validators")
-STAGE_FLAGS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
-READ_MODE_WORDS = {
-    "whole_pool_cast": "casts the whole pool", "q_quantised": "quantises q (reads FP8 itself)",
-    "dequant_in_smem": "reads FP8 itself (kernel converts tiles)", "rows_cast": "casts live rows",
-    "native": "reads FP8 itself", "packed_fp8_inline_scales": "reads FP8 itself (packed pages, inline scales)",
-    "raw_fp8": "reads FP8 itself (raw FP8)", "refuses": "refuses FP8 KV", "unknown": "read mode unknown",
-}
-
-
-@dataclass(frozen=True)
-class Rules:
-    """playbooks/attention_rules.yaml, parsed."""
-
-    objects: dict[str, str]
-    bindings: list[tuple[re.Pattern, str]]
-    platform_map: str
-    watched: re.Pattern
-    assume: dict[str, Any]
-    sm_names: dict[str, tuple[int, int]]
-    models: dict[str, dict]
-    sparse_impl: dict[str, Any]
-    self_by_file: dict[str, str] = field(default_factory=dict)
-    validators: dict[str, Any] = field(default_factory=dict)
-    validate_on: tuple[str, ...] = ("sparse",)
-    indexer_fields: str = "$^"
-
-
-def load_rules(path: str | Path | None = None) -> Rules:
-    """Read the bindings file (default playbooks/attention_rules.yaml); a bad regex names the entry."""
-    path = Path(path) if path else RULES
-    d = load_yaml(path)
-    binds = []
-    for b in d.get("bindings") or []:
-        try:
-            binds.append((re.compile(b["expr"]), str(b["value"])))
-        except (re.error, KeyError, TypeError) as exc:
-            raise ConfigError(f"{path}: binding {b!r}: {exc}") from None
-    return Rules(objects=dict(d.get("objects") or {}), bindings=binds, platform_map=str(d.get("platform_map", "")),
-                 watched=re.compile(d.get("watched", "attention_backend")), assume=dict(d.get("assume") or {}),
-                 sm_names={k: tuple(v) for k, v in (d.get("sm_names") or {}).items()},
-                 models={k: dict(v) for k, v in (d.get("models") or {}).items()},
-                 sparse_impl=dict(d.get("sparse_impl") or {}), self_by_file=dict(d.get("self_by_file") or {}),
-                 validators=dict(d.get("validators") or {}),
-                 validate_on=tuple(d.get("validate_on") or ("sparse",)),
-                 indexer_fields=str(d.get("indexer_fields") or "$^"))
-
-
-@dataclass
-class Launch:
-    """One launch's inputs: the model's config.json keys, KV dtype, compute capability, flags (server-arg names)."""
-
-    config: dict[str, Any]
-    kv_dtype: str
-    capability: tuple[int, int]
-    flags: dict[str, Any] = field(default_factory=dict)
-    cuda: tuple[int, int] = (12, 9)
-    config_source: str = "--arch"
-
-    @property
-    def arch(self) -> str:
-        return (self.config.get("architectures") or ["?"])[0]
-
-
-@dataclass
-class Choice:
-    """A backend the launch will use for one stage, and why."""
-
-    stage: str
-    value: str | None
-    rule: str  # file:line
-    because: list[str]  # the conditions taken, "file:line cond"
-    backend_file: str | None = None
-    read_mode: str | None = None
-    evidence: list[str] = field(default_factory=list)
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class LaunchPath:
-    """The answer: dense or sparse, the backend per stage, each with its rule and FP8 read mode."""
-
-    version: str | None
-    arch: str
-    kv_dtype: str
-    sm: str
-    flags: dict[str, Any]
-    mla: bool | None = None
-    mla_rule: str = ""
-    sparse: bool | None = None
-    sparse_rule: str = ""
-    choices: list[Choice] = field(default_factory=list)
-    undetermined: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    changes: list[str] = field(default_factory=list)
-    assumed: list[str] = field(default_factory=list)
-    renamed: list[str] = field(default_factory=list)
-    indexer: list[dict[str, Any]] = field(default_factory=list)  # the DSA indexer's backends: field, value, where
-    limits: list[str] = field(default_factory=list)  # shared-memory limits the sparse code states (file:line text)
-
-    def choice(self, stage: str) -> Choice | None:
-        return next((c for c in self.choices if c.stage == stage), None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**{k: v for k, v in self.__dict__.items() if k != "choices"},
-                "choices": [c.to_json() for c in self.choices]}
-
 
 # -- sources from the probe report ------------------------------------------------------------------------
 def _functions(report: ProbeReport, probe_id: str) -> list[dict]:
@@ -447,73 +343,9 @@ def _writes_stage(fn: Func) -> bool:
     return False
 
 
-# -- FP8 read modes ---------------------------------------------------------------------------------------
-STAGE_FORWARD = {"prefill": "forward_extend", "decode": "forward_decode"}
-
-
-def _impl_lines(report: ProbeReport) -> dict[str, dict[str, list[tuple[str, str]]]]:
-    """{impl: {stage: [(file:line, text)]}}: the lines of each `if <impl var> == "impl"` branch of the sparse
-    backend's forward_extend / forward_decode, with the `_forward_*` methods (and the kernel functions they
-    import) those branches call; an impl no branch names gets its `_forward_<impl>*` methods for both stages."""
-    items = _functions(report, "launch_sparse_impls")
-    text: dict[str, list[tuple[str, str]]] = {}
-    for d in items:
-        key = d.get("via") or d["name"]
-        text.setdefault(key, []).extend((f"{d['file']}:{d['line'] + i}", ln)
-                                        for i, ln in enumerate(d["source"].splitlines()))
-    by_name = {f.name: (f, d) for d in items if not d.get("via") for f in [Func.parse(d)] if f}
-    out: dict[str, dict[str, list[tuple[str, str]]]] = {}
-    for stage, fname in STAGE_FORWARD.items():
-        if fname not in by_name:
-            continue
-        fn, d = by_name[fname]
-        src = d["source"].splitlines()
-        for node in ast.walk(fn.node):
-            if not isinstance(node, ast.If):
-                continue
-            names = {c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-            if not names or not any(isinstance(n, ast.Name) and "impl" in n.id for n in ast.walk(node.test)):
-                continue
-            first, last = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
-            lines = [(f"{fn.file}:{n}", src[n - fn.line]) for n in range(first, last + 1) if 0 <= n - fn.line < len(src)]
-            called = {m.group(1) for _, ln in lines for m in re.finditer(r"self\.(_forward_\w+)\(", ln)}
-            for m in sorted(called):
-                lines += text.get(m, [])
-            for impl in names:
-                out.setdefault(impl, {}).setdefault(stage, []).extend(lines)
-    for key, lines in text.items():
-        m = re.fullmatch(r"_forward_(\w+)", key)
-        if m and m.group(1) not in out and not any(m.group(1).startswith(k + "_") for k in out):
-            out[m.group(1)] = {"prefill": lines, "decode": lines}
-    return out
-
-
-def sparse_impl_modes(report: ProbeReport, rules: Rules) -> dict[str, dict[str, tuple[str, list[str]]]]:
-    """How each NSA/DSA implementation reads FP8 KV, per stage: the first mode of attention_rules.yaml's
-    sparse_impl whose regex hits one of its lines (comments skipped), with up to three file:lines."""
-    modes = rules.sparse_impl.get("modes") or []
-    out: dict[str, dict[str, tuple[str, list[str]]]] = {}
-    for impl, stages in _impl_lines(report).items():
-        for stage, lines in stages.items():
-            for mode in modes:
-                rx = re.compile(mode["regex"])
-                ev = list(dict.fromkeys(w for w, ln in lines if rx.search(ln) and not ln.strip().startswith("#")))
-                if ev:
-                    out.setdefault(impl, {})[stage] = (mode["mode"], ev[:3])
-                    break
-            else:
-                out.setdefault(impl, {})[stage] = ("unknown", [])
-    return out
-
-
-def _sparse_mode(impl: str, modes: dict, stage: str = "decode") -> tuple[str, list[str]]:
-    hit = modes.get(impl) or next((v for k, v in modes.items() if k.startswith(impl + "_")), None)
-    return (hit.get(stage) or next(iter(hit.values()))) if hit else ("unknown", [])
-
-
 def _read_mode(ctx: _Ctx, ch: Choice, sparse_modes: dict) -> None:
     if ch.backend_file in ("dsa", "nsa") and ch.value:
-        ch.read_mode, ch.evidence = _sparse_mode(ch.value, sparse_modes, ch.stage)
+        ch.read_mode, ch.evidence = sparse_mode(ch.value, sparse_modes, ch.stage)
         if ch.read_mode == "unknown":
             ch.note = f"no {ch.value} branch or _forward_{ch.value} method found in the sparse backend"
         return
@@ -666,7 +498,7 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
                 if refused:
                     refused_by.setdefault(_short(refused), []).append(c)
                 else:
-                    others.append(f"{c} ({READ_MODE_WORDS.get(_sparse_mode(c, sparse_modes, stage)[0], '?')})")
+                    others.append(f"{c} ({READ_MODE_WORDS.get(sparse_mode(c, sparse_modes, stage)[0], '?')})")
             text = ", ".join(others) or "nothing else starts"
             for where, vals in refused_by.items():
                 text += f"; refused at start-up by {where}: {', '.join(vals)}"
@@ -712,66 +544,6 @@ def predict_with(report: ProbeReport, launch: Launch, **changes: Any) -> LaunchP
     return out
 
 
-def launch_for(rules: Rules, *, arch: str | None, config: dict | None, config_source: str, kv_dtype: str,
-               sm: str | None, flags: dict[str, Any]) -> Launch:
-    """The launch's inputs from the task's options: a config.json (host) or a seed model (--arch), an sm name."""
-    if config is None:
-        if not arch:
-            raise ConfigError("the launch question needs a model: --arch NAME or --model PATH (its config.json)")
-        config = rules.models.get(arch, {"architectures": [arch]})
-        config_source = f"--arch {arch} (" + ("seed config in playbooks/attention_rules.yaml" if arch in rules.models
-                                              else "architectures only") + ")"
-    if not sm:
-        raise ConfigError("the launch question needs the GPU: --sm sm120 (or a host whose facts name its GPUs)")
-    cap = rules.sm_names.get(sm)
-    if cap is None:
-        m = re.fullmatch(r"sm_?(\d+?)(\d)", sm.replace(".", ""))
-        if not m:
-            raise ConfigError(f"--sm {sm!r}: expected sm90, sm100, sm120 or a capability like 12.0")
-        cap = (int(m.group(1)), int(m.group(2)))
-    cuda = tuple(rules.assume.get("cuda", (12, 9)))
-    return Launch(config=config, kv_dtype=kv_dtype, capability=(int(cap[0]), int(cap[1])), flags=flags,
-                  cuda=(int(cuda[0]), int(cuda[1])), config_source=config_source)
-
-
-def _short(where: str) -> str:
-    return where.replace("srt/layers/attention/", "").replace("srt/arg_groups/", "arg_groups/")
-
-
-def launch_lines(lp: dict[str, Any]) -> list[str]:
-    """The answer as the task prints it (from LaunchPath.to_json(), so a recorded probe.json prints the same)."""
-    head = f"launch path: {lp['arch']}, --kv-cache-dtype {lp['kv_dtype']}, {lp['sm']} on sglang {lp['version']}"
-    out = [head]
-    mla = {True: "MLA", False: "not MLA", None: "MLA unknown"}[lp["mla"]]
-    out.append(f"  model: {mla} ({_short(lp['mla_rule'])})")
-    kind = "SPARSE (DSA/NSA)" if lp["sparse"] else "dense"
-    out.append(f"  path: {kind} ({_short(lp['sparse_rule'])})")
-    for c in lp["choices"]:
-        file = f"{c['backend_file']}_backend.py" if c["backend_file"] else "no backend file"
-        out.append(f"  {c['stage']}: {c['value']} -> {file}, chosen at {_short(c['rule'])}")
-        for b in c["because"]:
-            out.append(f"      because {_short(b)}")
-        if lp["kv_dtype"].startswith("fp8") or c["read_mode"]:
-            ev = ", ".join(_short(e) for e in c["evidence"])
-            mode = READ_MODE_WORDS.get(c["read_mode"] or "unknown", c["read_mode"])
-            out.append(f"      FP8 KV: {mode}" + (f" [{ev}]" if ev else "") + (f"; {c['note']}" if c["note"]
-                                                                               and c["note"] != mode else ""))
-    if lp.get("indexer"):
-        out.append("  DSA indexer: " + ", ".join(f"--{i['field'].replace('_', '-')} {i['value']} ({i['how']}, "
-                                                 f"{_short(i['where'])})" for i in lp["indexer"]))
-    for lim in lp.get("limits", []):
-        out.append(f"  shared memory (stated in the tree): {_short(lim)}")
-    for r in lp.get("renamed", []):
-        out.append(f"  RENAMED: {_short(r)}")
-    for r in lp["refused"]:
-        out.append(f"  REFUSED: {_short(r)}")
-    for u in lp["undetermined"]:
-        out.append(f"  undetermined: {_short(u)}")
-    for ch in lp["changes"]:
-        out.append(f"  you can change: {ch}")
-    for a in lp["assumed"]:
-        out.append(f"  assumed: {a}")
-    return out
 
 
 LAUNCH_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "dsa_prefill_backend",
