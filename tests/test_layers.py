@@ -28,7 +28,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "host": set(),
     "core": set(),
     "probe": {"core"},
-    "launch": {"core"},
+    "launch": {"core", "probe"},  # the launch path predicted from the tree (probe.launch_*), removed backends
     "sandbox": {"core"},
     "trace": {"core"},
     "kernel": {"core", "probe"},

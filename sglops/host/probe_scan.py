@@ -348,6 +348,114 @@ def _choices(root, files, candidates, probe, reader, errors):
     return defs
 
 
+# -- functions / fields: source the laptop evaluates (launch path), read with `ast`, nothing imported ------------
+def _functions(root, paths, probe, reader, errors):
+    """Every def whose name matches probe["names"] (or, with a regex, the innermost def holding a matching line):
+    file, name, first line, decorators' first string arguments and its source lines."""
+    names = re.compile(probe["names"]) if probe.get("names") else None
+    rx = re.compile(probe["regex"]) if probe.get("regex") else None
+    out = []
+    for path in paths:
+        text = reader.text(path) if reader.get(path) is not None else ""
+        if names is not None and not re.search(r"(?m)(?:def\s+(?:" + probe["names"] + r")\s*\(|^(?:"
+                                                + probe["names"] + r")\s*[:=])", text):
+            continue
+        if rx is not None and not rx.search(text):
+            continue
+        try:
+            tree = reader.tree(path)
+        except (SyntaxError, ValueError) as exc:
+            errors.append({"file": _rel(root, path), "error": "cannot parse: " + str(exc)})
+            continue
+        lines = reader.get(path)
+        defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        chosen = []
+        if names is not None:
+            chosen = [d for d in defs if names.fullmatch(d.name)]
+        if rx is not None:
+            hit_lines = [i for i, ln in enumerate(lines, 1) if rx.search(ln)]
+            for n in hit_lines:
+                inner = [d for d in defs if d.lineno <= n <= (d.end_lineno or d.lineno)]
+                if inner:
+                    chosen.append(max(inner, key=lambda d: d.lineno))
+        module = {}
+        for st in tree.body:
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name) and st.value is not None:
+                    module[t.id] = st
+
+        def src(node, lines=lines):
+            return "\n".join(lines[node.lineno - 1:node.end_lineno])
+
+        for d in sorted({id(d): d for d in chosen}.values(), key=lambda d: d.lineno):
+            decos = [c.args[0].value for c in d.decorator_list if isinstance(c, ast.Call) and c.args
+                     and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)]
+            used = {n.id for n in ast.walk(d) if isinstance(n, ast.Name)}
+            out.append({"file": _rel(root, path), "name": d.name, "line": d.lineno, "decorators": decos,
+                        "source": src(d),
+                        "globals": {k: {"line": module[k].lineno, "source": src(module[k])}
+                                    for k in sorted(used) if k in module}})
+            if probe.get("follow"):
+                out.extend(_followed(root, path, d, probe["follow"], reader))
+        if names is not None:  # module-level NAME = ... (lru_cache(partial(...)) predicates, dicts of names)
+            for k, st in module.items():
+                if names.fullmatch(k):
+                    out.append({"file": _rel(root, path), "name": k, "line": st.lineno, "assign": True,
+                                "source": src(st)})
+    return out
+
+
+def _followed(root, path, fn, globs, reader):
+    """The functions `fn` imports by name (`from sglang.x import f`, lazy imports too) from files matching globs:
+    one level, so an implementation that hands its work to a kernel module is read with it."""
+    allowed = set(_glob_files(root, globs))
+    out = []
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.ImportFrom) or not node.module or not node.module.startswith("sglang."):
+            continue
+        target = os.path.normpath(os.path.join(root, *node.module.split(".")[1:]) + ".py")
+        if target not in allowed or reader.get(target) is None:
+            continue
+        try:
+            tree = reader.tree(target)
+        except (SyntaxError, ValueError):
+            continue
+        wanted = {a.name for a in node.names}
+        lines = reader.get(target)
+        for d in tree.body:
+            if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)) and d.name in wanted:
+                out.append({"file": _rel(root, target), "name": d.name, "line": d.lineno, "decorators": [],
+                            "via": fn.name, "source": "\n".join(lines[d.lineno - 1:d.end_lineno])})
+    return out
+
+
+def _fields(root, paths, reader, errors):
+    """Class-level `name: T = CONSTANT` (dataclass defaults of the server arguments): {name: [value, file:line]}."""
+    out = {}
+    for path in paths:
+        try:
+            tree = reader.tree(path)
+        except (SyntaxError, ValueError):
+            continue
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for st in cls.body:
+                if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                        and isinstance(st.value, ast.Constant)):
+                    out.setdefault(st.target.id, [st.value.value, _rel(root, path) + ":" + str(st.lineno)])
+    return out
+
+
+def _model_config(path):
+    """The model's config.json (architectures and the keys SGLang tests), or why not."""
+    cfg = os.path.join(os.path.expanduser(path), "config.json")
+    try:
+        with open(cfg) as fh:
+            return {"path": cfg, "config": json.load(fh)}
+    except (OSError, ValueError) as exc:
+        return {"path": cfg, "error": getattr(exc, "strerror", None) or str(exc)}
+
+
 def main(args):
     start = time.monotonic()
     sglang = find_sglang(args.get("sglang_root"))
@@ -375,13 +483,19 @@ def main(args):
             res["missing_root"] = True
             continue
         paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
-        if probe.get("follow"):
+        if probe.get("follow") and probe.get("scope") == "backend":
             key = tuple(probe["follow"])
             if key not in follows:
                 follows[key] = _follows(reader, root, backend_files, list(key))
             paths = sorted(set(paths) | {m for ms in follows[key].values() for m in ms})
             res["follows"] = {_rel(root, b): [_rel(root, m) for m in ms] for b, ms in follows[key].items() if ms}
         res["files"] = len(paths)
+        if probe.get("kind") == "functions":
+            res["functions"] = _functions(root, paths, probe, reader, errors)
+            continue
+        if probe.get("kind") == "fields":
+            res["fields"] = _fields(root, paths, reader, errors)
+            continue
         if probe.get("kind") == "choices":
             regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
                              for o in probe["options"])
@@ -398,6 +512,8 @@ def main(args):
         if res.get("missing_root"):
             continue
         probe, root = by_id[res["id"]], roots[res["root"]]
+        if res["id"] not in found:
+            continue
         hits = found[res["id"]]
         if probe.get("kind") == "choices":
             paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
@@ -415,6 +531,14 @@ def main(args):
                 hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
                 hit["raises"] = _raises_after(reader.get(path), line)
             res["hits"].append(hit)
+    extra = {}
+    if args.get("model_path"):
+        extra["model"] = _model_config(args["model_path"])
+    if args.get("gpus"):
+        from .facts import gpus
+
+        rows, why = gpus()
+        extra["gpus"] = {"gpus": rows, "error": why}
     unreadable = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
     for u in unreadable:
         for name, root in roots.items():
@@ -430,4 +554,5 @@ def main(args):
         "results": results,
         "unreadable": unreadable + errors,
         "seconds": round(time.monotonic() - start, 4),
+        **extra,
     }

@@ -31,7 +31,7 @@ def _spans_nodes(ctx: Context, profile: str | None, rollback: bool) -> bool:
 
 
 def restart(ctx: Context, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
-            port: int | None = None, take_over: bool = False):
+            port: int | None = None, take_over: bool = False, check_path: bool = False):
     """A failed start raises LaunchFailed carrying its result: the runner keeps and shows it, then fails."""
     from sglops.launch import server
     from sglops.launch.results import LaunchFailed
@@ -43,6 +43,10 @@ def restart(ctx: Context, profile: str | None = None, rollback: bool = False, ti
                                        dry_run=ctx.dry_run)
     res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
                          on_progress=ctx.event, take_over=take_over)
+    if check_path and res.ok and not res.dry_run and profile and not rollback:
+        from sglops.probe.launch_check import check_after_restart
+
+        check_after_restart(ctx.remote, res, profile)
     if res.ok or res.dry_run:
         return res
     raise LaunchFailed(res, [] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
@@ -139,7 +143,9 @@ OPS = [
     Op("restart", restart, "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
        "explain crashes.",
        (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",
-                                flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_),
+                                flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_,
+        Param("check_path", Flag(), "compare the attention path predicted from the tree with what the server "
+              "reports (one more round trip; docs/probes.md)", flag=False)),
        step="restart", prepare=_check_profile, record="restart.json", live="restart",
        result="sglops.launch.results:RestartResult", together=True),
     Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",

@@ -201,7 +201,10 @@ def validate(p: Profile, argv: list[str], tree: TreeArgs, host_name: str) -> lis
         valid = tree.choices.get(flag)
         if val is not None and valid and val not in valid:
             what = key.replace("_", " ")
-            raise ConfigError(f"profile {p.name}: unknown {what} {val!r} for {where}; valid: {', '.join(valid)}")
+            from sglops.probe.backend_history import profile_note
+
+            raise ConfigError(f"profile {p.name}: unknown {what} {val!r} for {where}; valid: {', '.join(valid)}"
+                              f"{profile_note(key, str(val), tree.version)}")
     warnings = []
     kv = str(p.args.get("kv_cache_dtype", "auto"))
     fi = "flashinfer" in {p.args.get("attention_backend"), p.args.get("decode_attention_backend"),

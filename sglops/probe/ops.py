@@ -15,11 +15,34 @@ def facts(ctx: Context):
     return gather(ctx.remote)
 
 
-def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hits: bool = False):
+def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hits: bool = False,
+          arch: str | None = None, model: str | None = None, kv_dtype: str | None = None, sm: str | None = None,
+          profile: str | None = None, attention_backend: str | None = None):
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
 
-    return scan(ctx.remote, load_probe_set(probes), engine=engine)
+    asked = bool(arch or model or profile)
+    profile_args: dict = {}
+    if profile:
+        from sglops.launch.profiles import load_profile
+
+        p = load_profile(profile).for_host(ctx.remote.name)
+        if p.var_refs():
+            p = p.with_vars(dict(getattr(ctx.remote.host, "vars", None) or {}), ctx.remote.name)
+        profile_args = dict(p.args)
+    model_path = model or (profile_args.get("model_path") if asked and not arch else None)
+    probe_set = load_probe_set(probes)
+    if asked:
+        from sglops.probe.spec import with_launch_probes
+
+        probe_set = with_launch_probes(probe_set)
+    report = scan(ctx.remote, probe_set, engine=engine, model_path=model_path, gpus=asked and not sm)
+    if asked:
+        from sglops.probe.launch_path import ask
+
+        report.launch = ask(report, arch=arch, kv_dtype=kv_dtype, sm=sm, profile_args=profile_args,
+                            flags={"attention_backend": attention_backend})
+    return report
 
 
 def _load_probes(o: dict) -> None:
@@ -39,7 +62,13 @@ OPS = [
     Op("probe-backends", probe, "Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; "
        "FlashInfer MLA FP8.",
        (TARGETS, JSON, Param("probes", Str(), "probe file (default playbooks/probes.yaml)"),
-        Param("show_hits", Flag(), "list every hit as file:line:text", flag=False, play=False), ENGINE),
+        Param("show_hits", Flag(), "list every hit as file:line:text", flag=False, play=False), ENGINE,
+        Param("arch", Str(), "the launch question: model architecture (a seed config, e.g. GlmMoeDsaForCausalLM)"),
+        Param("model", Str(), "the launch question: model folder on the host (its config.json)"),
+        Param("kv_dtype", Str(), "the launch question: --kv-cache-dtype (default: the profile's, else auto)"),
+        Param("sm", Str(), "the launch question: GPU as sm90/sm100/sm120 (default: the host's, same round trip)"),
+        Param("profile", Str(), "the launch question: a profile's flags (model_path, kv dtype, backends)"),
+        Param("attention_backend", Str(), "the launch question: an explicit --attention-backend")),
        step="probe", prepare=_load_probes, record="probe.json", result="sglops.probe.report:ProbeReport",
        view_options=("show_hits",), step_summary=_probe_summary),
 ]

@@ -107,6 +107,8 @@ class ProbeReport(Observation):
     meanings: dict[str, tuple[str, str]]
     fact_miss: dict[str, str] = field(default_factory=dict)  # backend fact -> what a miss means
     global_greps: list[str] = field(default_factory=list)  # ids of global grep probes
+    extra: dict[str, Any] = field(default_factory=dict)  # what the trip also read: the model's config.json, GPUs
+    launch: dict[str, Any] | None = None  # the launch path (sglops/probe/launch_path.py), when one was asked
 
     # -- building --------------------------------------------------------------------------
     @classmethod
@@ -142,6 +144,8 @@ class ProbeReport(Observation):
                     row.hits[fact] = [{**h, **applies_to(h)} for h in res.get("hits", [])
                                       if names & set(h.get("names", []))]
                 facts[fact] = bool(res.get("hits")) if res.get("files") else None
+            elif probe.kind in ("functions", "fields"):
+                continue  # source for the launch path (sglops/probe/launch_path.py), kept in results
             elif probe.kind == "choices":
                 defs = res.get("definitions") or []
                 primary = next((d for d in defs if d["choices"] is not None), None)
@@ -204,6 +208,7 @@ class ProbeReport(Observation):
             "probes": [{**r, "hit": self.meanings.get(r["id"], ("", ""))[0],
                         "miss": self.meanings.get(r["id"], ("", ""))[1]} for r in self.results],
             "unreadable": self.unreadable, "fallbacks": self.fallbacks, "seconds": self.seconds,
+            **({"launch": self.launch} if self.launch is not None else {}),
         }
 
     def cell(self, b: BackendRow, fact: str, found: str) -> str:

@@ -22,18 +22,10 @@ __all__ = ["Probe", "ProbeReport", "ProbeSet", "load_probe_set", "scan"]
 SCAN_TIMEOUT_S = 300
 
 
-
-
-
-
-
-
-
-
-
-
-def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto") -> ProbeReport:
-    """Run the whole probe set on the host in ONE round trip and derive the facts."""
+def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto", model_path: str | None = None,
+         gpus: bool = False) -> ProbeReport:
+    """Run the whole probe set on the host in ONE round trip and derive the facts; `model_path`: also read its
+    config.json there, `gpus`: also the GPUs' compute capability (the launch question's inputs, same trip)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
     probe_set = probe_set or load_probe_set()
@@ -42,5 +34,8 @@ def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "au
         "engine": engine,
         "backends": {"files": probe_set.backend_files},
         "probes": [p.to_wire() for p in probe_set.probes],
+        "model_path": model_path, "gpus": gpus,
     }, timeout=SCAN_TIMEOUT_S)
-    return ProbeReport.build(remote.name, probe_set, raw)
+    report = ProbeReport.build(remote.name, probe_set, raw)
+    report.extra = {k: raw[k] for k in ("model", "gpus") if k in raw}
+    return report

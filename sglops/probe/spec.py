@@ -12,9 +12,10 @@ from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
 DEFAULT_PROBES = REPO_ROOT / "playbooks" / "probes.yaml"
+LAUNCH_PROBES = REPO_ROOT / "playbooks" / "probes-launch.yaml"
 PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss",
-                "attribute", "window", "context", "follow"}
-KINDS = {"grep", "choices"}
+                "attribute", "window", "context", "follow", "names"}
+KINDS = {"grep", "choices", "functions", "fields"}
 SCOPES = {"global", "backend"}
 ROOTS = {"sglang", "flashinfer"}
 ENGINES = {"auto", "rg", "python"}
@@ -35,6 +36,7 @@ class Probe:
     fact: str | None = None
     window: int | None = None  # attribute: backends -> look this many lines above a hit for backend names
     context: str | None = None  # ... only on lines matching this regex
+    names: str | None = None  # kind functions: a regex of def names whose source the host returns
     follow: tuple[str, ...] = ()  # scope backend: also the sglang modules a backend file imports, if they match these globs
     hit: str = "found"
     miss: str = "not found"
@@ -44,7 +46,7 @@ class Probe:
         """What the host script needs (no prose)."""
         return {"id": self.id, "kind": self.kind, "scope": self.scope, "root": self.root, "files": list(self.files),
                 "regex": self.regex, "ignore_case": self.ignore_case, "options": list(self.options),
-                "window": self.window, "context": self.context, "follow": list(self.follow)}
+                "window": self.window, "context": self.context, "follow": list(self.follow), "names": self.names}
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,19 @@ def _probe(d: Any, seen: set[str]) -> Probe:
     if scope == "backend" and (files or root != "sglang" or kind != "grep"):
         raise ConfigError(f"{where}: probe {pid!r}: scope backend reads backends.files (no files, root or kind)")
     regex, options = d.get("regex"), _str_list(d.get("options", []), where, f"probe {pid!r}: options")
-    if kind == "grep":
+    names = d.get("names")
+    if kind in ("functions", "fields"):
+        if kind == "functions" and not (isinstance(names, str) or isinstance(regex, str)):
+            raise ConfigError(f"{where}: probe {pid!r}: kind functions takes names (a regex of def names) or a regex")
+        for rx_text in (names, regex):
+            if rx_text is not None:
+                try:
+                    re.compile(str(rx_text))
+                except re.error as exc:
+                    raise ConfigError(f"{where}: probe {pid!r}: invalid regex {rx_text!r}: {exc}") from None
+    elif names is not None:
+        raise ConfigError(f"{where}: probe {pid!r}: names is for kind functions")
+    elif kind == "grep":
         if not isinstance(regex, str) or not regex:
             raise ConfigError(f"{where}: probe {pid!r} needs a regex")
         try:
@@ -105,7 +119,7 @@ def _probe(d: Any, seen: set[str]) -> Probe:
     elif not options or regex is not None:
         raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
     follow = _str_list(d.get("follow", []), where, f"probe {pid!r}: follow")
-    if follow and scope != "backend":
+    if follow and scope != "backend" and kind != "functions":
         raise ConfigError(f"{where}: probe {pid!r}: follow (the modules a backend imports) is for scope: backend")
     window, context = None, d.get("context")
     if "attribute" in d or "window" in d or context is not None:
@@ -120,6 +134,7 @@ def _probe(d: Any, seen: set[str]) -> Probe:
             except re.error as exc:
                 raise ConfigError(f"{where}: probe {pid!r}: invalid context regex {context!r}: {exc}") from None
     return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex, window=window, follow=follow,
+                 names=str(names) if names is not None else None,
                  context=str(context) if context is not None else None,
                  ignore_case=bool(d.get("ignore_case", False)), options=options, fact=d.get("fact"),
                  hit=str(d.get("hit", "found")), miss=str(d.get("miss", "not found")), where=where)
@@ -146,3 +161,14 @@ def load_probe_set(path: str | Path | None = None) -> ProbeSet:
     return ProbeSet(path=str(path), backend_files=str(backends.get("files", "srt/layers/attention/*_backend.py")),
                     expect=_str_list(backends.get("expect", []), getattr(backends, "where", str(path)), "expect"),
                     probes=probes, aliases=aliases)
+
+
+def with_launch_probes(probe_set: ProbeSet, path: str | Path | None = None) -> ProbeSet:
+    """The probe set plus the launch question's probes (playbooks/probes-launch.yaml), for one round trip."""
+    extra = load_probe_set(path or LAUNCH_PROBES)
+    have = {p.id for p in probe_set.probes}
+    clash = [p.id for p in extra.probes if p.id in have]
+    if clash:
+        raise ConfigError(f"{extra.path}: probe ids {', '.join(clash)} are also in {probe_set.path}")
+    return ProbeSet(path=probe_set.path, backend_files=probe_set.backend_files, expect=probe_set.expect,
+                    probes=probe_set.probes + extra.probes, aliases=probe_set.aliases)

@@ -128,3 +128,19 @@ def flashinfer_site(version: str) -> Path:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return site
+
+
+def sglang_site(version: str) -> Path:
+    """A site-packages folder holding sglang VERSION as pip installs it (cached, shared read-only): the release
+    tree for scans that need no git (benchmarks/attention_path_table.py reads 13 releases this way)."""
+    site = cache_dir() / SITES / f"sglang-{version}"
+    if site.is_dir():  # made under a temporary name and renamed whole: there means complete
+        return site
+    tmp = site.with_name(site.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    make_installed_sglang(version, tmp)
+    try:
+        tmp.rename(site)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return site

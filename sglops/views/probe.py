@@ -37,6 +37,12 @@ def probe_view(rep: ProbeReport, show_hits: bool = False) -> Group:
     if rep.fallbacks:
         parts.append(Text(f"ripgrep could not take the regex of {', '.join(rep.fallbacks)}; "
                           "the stdlib scanner ran those", style="dim"))
+    if rep.launch is not None:
+        from sglops.probe.launch_path import launch_lines
+
+        for i, line in enumerate(launch_lines(rep.launch)):
+            style = "bold" if i == 0 else "bold red" if "REFUSED" in line else "yellow" if "undetermined" in line else ""
+            parts.append(Text(line, style=style))
     if show_hits:
         parts.append(_hits_table(rep))
     return Group(*[p for p in parts if p is not None])
