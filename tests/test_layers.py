@@ -27,7 +27,7 @@ DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox", "e
 MAY_IMPORT: dict[str, set[str]] = {
     "host": set(),
     "core": set(),
-    "probe": {"core"},
+    "probe": {"core", "launch.profiles"},  # probe-backends --profile: a profile's flags (profiles imports only core)
     "launch": {"core", "probe"},  # the launch path predicted from the tree (probe.launch_*), removed backends
     "sandbox": {"core"},
     "trace": {"core"},

@@ -44,7 +44,7 @@ def restart(ctx: Context, profile: str | None = None, rollback: bool = False, ti
     res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
                          on_progress=ctx.event, take_over=take_over)
     if check_path and res.ok and not res.dry_run and profile and not rollback:
-        from sglops.probe.launch_check import check_after_restart
+        from sglops.launch.path_check import check_after_restart
 
         check_after_restart(ctx.remote, res, profile)
     if res.ok or res.dry_run:
