@@ -14,8 +14,8 @@ import pytest
 from real_server_host import PROFILE, real_host
 
 from sglops.launch import server as launch
-from sglops.launch.results import RestartResult
 from sglops.launch.path_check import check_restart
+from sglops.launch.results import RestartResult
 from sglops.sandbox import sglang_cpu
 from sglops.sandbox.sshd import free_port
 from tests.conftest import inv_cmd
