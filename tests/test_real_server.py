@@ -27,6 +27,7 @@ from real_server_host import (
 
 from sglops.core.errors import ConfigError
 from sglops.launch import server as launch
+from sglops.launch.results import confirm
 from sglops.sandbox import sglang_cpu
 from sglops.sandbox.sshd import free_port
 from tests.conftest import inv_cmd
@@ -106,7 +107,7 @@ def test_server_status_and_logs_read_the_real_server(real):
 def test_a_misspelt_argument_is_caught_by_the_confirmation(real):
     """What the server runs is compared with what was asked: a value SGLang changes shows as a mismatch."""
     res = launch.RestartResult(host="cpu-a", profile=PROFILE, ok=True, state="healthy", port=1)
-    launch._confirm(res, {"max_running_requests": "8", "mem_fraction_static": "0.05", "no_such_arg": "1"},
+    confirm(res, {"max_running_requests": "8", "mem_fraction_static": "0.05", "no_such_arg": "1"},
                     {"max_running_requests": 4, "mem_fraction_static": 0.05})
     assert res.mismatches == {"max_running_requests": {"asked": "8", "effective": 4}}
     assert res.unconfirmed == ["no_such_arg"] and res.confirmed == {"mem_fraction_static": 0.05}

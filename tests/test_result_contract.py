@@ -21,7 +21,7 @@ from sglops.core.result import Observation, Result
 from sglops.experiment.ab_plan import Found, Side, Step
 from sglops.experiment.ab_result import AbResult
 from sglops.kernel.build import KernelAction, KernelBuild
-from sglops.launch.server import LogLines, RestartResult, ServerStatus, StopResult
+from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.ops import OPS
 from sglops.patch.apply import PatchList, PatchResult
 from sglops.patch.capture import Capture

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sglops.bench import stats
 from sglops.bench.identity import OutputsVerdict, Tolerance, compare_outputs
-from sglops.bench.record import Run, load_run  # noqa: F401  (compare.Run: the name callers use)
+from sglops.bench.record import Run, load_run
 from sglops.bench.runconfig import ConfigDiff, config_diff
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, OutputsDiffer

@@ -28,7 +28,6 @@ import orjson
 
 from sglops.bench import identity, loads, runconfig, stats
 from sglops.bench.params import DEFAULTS as _D
-from sglops.bench.record import load  # noqa: F401  (bench.load: the name callers use)
 from sglops.core import artifacts, redact
 from sglops.core.errors import ConfigError, Failed
 from sglops.core.remote import Remote

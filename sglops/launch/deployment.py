@@ -22,7 +22,7 @@ from sglops.core.hosts import Host
 from sglops.core.meet import Meeting
 from sglops.core.remote import Remote
 from sglops.launch.profiles import Profile, load_profile
-from sglops.launch.results import LaunchFailed, RestartResult, ServerStatus
+from sglops.launch.results import HINTS, LaunchFailed, RestartResult, ServerStatus
 
 
 class Deployment(Meeting):
@@ -175,7 +175,7 @@ def restart_node(ctx: Any, profile: str | None, *, rollback: bool, timeout: floa
         res.failure_label = (f"{res.failure_label}: node {bad_host} (node_rank {bad.node_rank}) "
                              f"{bad.failure_label} [{bad.failure}]" + (f": {bad.failure_detail}"
                                                                       if bad.failure_detail else ""))
-        res.hint = server.HINTS.get("aborted")
+        res.hint = HINTS.get("aborted")
     if dep.failed_at is not None:
         res.stop = {**res.stop, "reported_after_failure_s": round(time.monotonic() - dep.failed_at, 3)}
     raise LaunchFailed(res, [f"node {bad_host} failed first; every node was stopped"])

@@ -20,17 +20,13 @@ from sglops.core.remote import Remote
 from sglops.launch import container as launch_container
 from sglops.launch.profiles import Profile, list_profiles, load_profile
 from sglops.launch.render import Rendered, TreeArgs, inspect, render
-from sglops.launch.results import (  # noqa: F401  (launch.HINTS, launch._confirm: the names callers use)
+from sglops.launch.results import (
     HINTS,
-    INFO_ALIASES,
-    LaunchFailed,
     LogLines,
     RestartResult,
     ServerStatus,
-    StopResult,
-    same_value,
+    confirm,
 )
-from sglops.launch.results import confirm as _confirm
 
 
 def _profile(profile: str | Profile) -> Profile:
@@ -138,7 +134,7 @@ def restart(
         result.failure_detail = answer.get("failure_detail")
         result.hint = HINTS.get(answer["failure"])
     if result.server_info and rendered:
-        _confirm(result, rendered.expected, result.server_info)
+        confirm(result, rendered.expected, result.server_info)
     return result
 
 

@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
-from sglops.core.wheels import cache_dir, cached_wheel  # noqa: F401  (trees.cache_dir: the name callers use)
+from sglops.core.wheels import cache_dir, cached_wheel
 
 TREES = "trees-v2"
 SITES = "site-v2"
