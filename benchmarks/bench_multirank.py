@@ -36,6 +36,7 @@ from sglops.launch import server as launch  # noqa: E402
 from sglops.sandbox import sglang_cpu  # noqa: E402
 from sglops.sandbox.sshd import Sandbox, free_port  # noqa: E402
 from sglops.trace import analyze  # noqa: E402
+from sglops.trace.diff import diff_files  # noqa: E402
 
 BASE = "sandbox-sglang-cpu"
 NODES = ("cpu-n0", "cpu-n1")
@@ -124,9 +125,32 @@ def two_nodes(inv_doc, out: dict) -> None:
     print("two-nodes", json.dumps(row), flush=True)
 
 
+def ab_two_nodes(out: dict) -> None:
+    """`inv ab --hosts n0,n1`: one round A/B on the two-node server (each side's restart starts both nodes), from
+    no server running, restored to none; then diff-trace per rank on the repo's real TP=2 / two-node traces."""
+    hosts = ",".join(NODES)
+    t0 = time.perf_counter()
+    r = inv("ab", "--hosts", hosts, "-a", f"{BASE}-2node", "-b", "ab-b-2node", "--rounds", "1", "--input-len", "16",
+            "--output-len", "8", "--variable", "max_running_requests", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)[0]
+    row = {"command_s": round(time.perf_counter() - t0, 2), "load1": round(os.getloadavg()[0], 2),
+           "restart_s": [x["restart_s"] for x in doc["rounds"]], "bench_s": [x["bench_s"] for x in doc["rounds"]],
+           "decode_tok_s": [x["decode_tok_s"] for x in doc["rounds"]], "restored": doc["restore"]["ok"]}
+    data = REPO / "tests" / "data" / "traces"
+    t1 = time.perf_counter()
+    d = diff_files([data / f"sglang-cpu-tp2-TP-{k}.trace.json.gz" for k in (0, 1)],
+                   [data / f"sglang-cpu-2node-TP-{k}.trace.json.gz" for k in (0, 1)])
+    row["diff_trace_per_rank_s"] = round(time.perf_counter() - t1, 3)
+    row["ranks"] = [{"rank": x["rank"], "own_us": x["own_us"]} for x in d.ranks]
+    out["ab-two-nodes"] = row
+    print("ab-two-nodes", json.dumps(row), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--ab-only", action="store_true", help="only the ab over the two nodes (and diff-trace per rank)")
     args = ap.parse_args()
     reason = sglang_cpu.not_ready()
     if reason:
@@ -136,16 +160,20 @@ def main() -> None:
         base = Path(tmp)
         (base / "profiles").mkdir()
         profiles_in(base / "profiles")
+        (base / "profiles" / "ab-b-2node.yaml").write_text(yaml.safe_dump({"extends": f"{BASE}-2node",
+                                                                           "max_running_requests": 4}))
         sb = Sandbox(base, [{"name": "cpu-a", "sglang_env": "cpu"}] + [
             {"name": n, "sglang_env": "cpu", "node_rank": i} for i, n in enumerate(NODES)]).start()
         os.environ.update({"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_PROFILES": str(base / "profiles"),
                            "SGLOPS_ARTIFACTS": str(base / "artifacts")})
         try:
             inventory = load_inventory(sb.inventory)
-            with connect(inventory.get("cpu-a"), inventory=inventory) as remote:
-                one_host(remote, BASE, out)
-                one_host(remote, f"{BASE}-tp2", out)
-            two_nodes(inventory, out)
+            if not args.ab_only:
+                with connect(inventory.get("cpu-a"), inventory=inventory) as remote:
+                    one_host(remote, BASE, out)
+                    one_host(remote, f"{BASE}-tp2", out)
+                two_nodes(inventory, out)
+            ab_two_nodes(out)
         finally:
             inv("stop", "--hosts", ",".join(("cpu-a", *NODES)))
             sb.stop()
