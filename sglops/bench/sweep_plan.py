@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglops.core.errors import ConfigError
+from sglops.core.values import one_line
 
 NO_PATCH = "none"
 CHOICE_FACTS = {  # profile key -> the probe fact with this release's choices for it
@@ -97,6 +98,7 @@ def parse_vary(items: list[str]) -> list[tuple[str, list[Any]]]:
     """`--vary KEY=a,b` (repeatable) -> [(key, [values])], each key once."""
     axes: list[tuple[str, list[Any]]] = []
     for item in items:
+        one_line(item, "--vary")
         key, sep, values = item.partition("=")
         key = key.strip()
         where = f"--vary {item}"
@@ -113,6 +115,7 @@ def parse_vary(items: list[str]) -> list[tuple[str, list[Any]]]:
 
 def parse_candidate(text: str, index: int) -> Candidate:
     """`KEY=VAL[,KEY=VAL...][+PATCH...]` (or `+PATCH` alone: the base profile with a patch)."""
+    one_line(text, "candidate")
     where = f"candidate {text!r}"
     body, _, patches = text.strip().partition("+")
     settings: dict[str, Any] = {}
@@ -138,7 +141,7 @@ def candidates(vary: list[str] | None, patches: list[str] | None, listed: list[s
         out = [parse_candidate(t, i) for i, t in enumerate(listed, 1)]
     else:
         axes = parse_vary(vary or [])
-        sets = [_patch_names(p, f"--patches {p}") for p in (patches or [])] or [()]
+        sets = [_patch_names(one_line(p, "--patches"), f"--patches {p}") for p in (patches or [])] or [()]
         if not axes and sets == [()]:
             raise ConfigError("nothing to sweep: give --vary KEY=a,b (repeatable), --patches none,P or --candidates")
         out = []
