@@ -24,7 +24,7 @@ from rich.protocol import rich_cast
 from rich.segment import Segment
 from rich.text import Text
 
-from sglops.core import redact
+from sglops.core import jsonsafe, redact
 
 NOT_A_TERMINAL_WIDTH = 4096  # "no wrapping": wider than any line sglops prints to a pipe
 MAX_ERROR_CHARS = 2000
@@ -111,7 +111,7 @@ _JSON_CONTROLS = re.compile("[\x7f-\x9f]")
 def json_text(obj: Any) -> str:
     """`obj` as the JSON --json prints: secrets masked, every control character escaped (a kernel name, a crash
     line or a path from a host cannot move a terminal's cursor through `inv ... --json`)."""
-    text = orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    text = jsonsafe.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
     return _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_CONTROLS.search(text) else text
 
 
