@@ -260,10 +260,10 @@ def _native_chunk(data, rec, incremental):
         rec["cached_tokens"] = meta["cached_tokens"]
     if seconds_or_none(meta.get("decode_throughput")) is not None:  # the server's own rate (--enable-metrics)
         rec["server_decode_tok_s"] = meta["decode_throughput"]
-    return _count(meta.get("completion_tokens"), rec)
+    return _tokens_or_stop(meta.get("completion_tokens"), rec)
 
 
-def _count(n, rec):
+def _tokens_or_stop(n, rec):
     """The server's cumulative completion_tokens, or None (the request ends, rec says why)."""
     if n is None:
         rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
@@ -292,7 +292,7 @@ def _openai_chunk(data, rec, state):
     choices = obj.get("choices") if isinstance(obj.get("choices"), list) else []
     n = usage.get("completion_tokens")
     if n is not None and count_or_none(n) is None:
-        return _count(n, rec)
+        return _tokens_or_stop(n, rec)
     if count_or_none(usage.get("prompt_tokens")) is not None:
         rec["prompt_tokens"] = usage["prompt_tokens"]
     details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
