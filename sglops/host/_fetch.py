@@ -8,7 +8,8 @@ import time
 LOOPBACK = "127.0.0.1"
 RECV = 1 << 16
 HEAD_MAX = 1 << 16
-ANSWER_MAX = 8 << 20  # /health, /server_info, /metrics, /v1/models: far below this
+ANSWER_MAX = 8 << 20  # /health, /metrics, /v1/models: far below this
+INFO_MAX = 64 << 20  # /server_info: read whole (a chat template, a model config inside), then kept by its fields
 
 
 class TooLarge(ValueError):
@@ -26,6 +27,17 @@ def arm(sock, deadline, timeout=None):
     if left <= 0:
         raise Late("deadline passed")
     sock.settimeout(left if timeout is None or timeout > left else timeout)
+
+
+def recv(sock, deadline, timeout=None):
+    """One read of at most RECV bytes, within the deadline (Late when it passed while waiting)."""
+    arm(sock, deadline, timeout)
+    try:
+        return sock.recv(RECV)
+    except socket.timeout:  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
+        if time.perf_counter() >= deadline - 0.001:
+            raise Late("deadline passed") from None
+        raise
 
 
 def open_post(port, path, payload, timeout, deadline, headers=None):
@@ -55,8 +67,7 @@ def read_head(sock, deadline, timeout=None):
             break
         if len(buf) > HEAD_MAX:
             raise http.client.LineTooLong("response headers")
-        arm(sock, deadline, timeout)
-        block = sock.recv(RECV)
+        block = recv(sock, deadline, timeout)
         if not block:
             if buf:
                 raise http.client.IncompleteRead(buf)
@@ -98,8 +109,7 @@ def _plain(sock, buf, length, deadline, timeout):
             yield time.perf_counter(), buf
         if length is not None and got >= length:
             return
-        arm(sock, deadline, timeout)
-        buf = sock.recv(RECV)
+        buf = recv(sock, deadline, timeout)
         if not buf:
             if length is not None:
                 raise http.client.IncompleteRead(b"", length - got)
@@ -136,8 +146,7 @@ def _dechunk(sock, buf, deadline, timeout):
                 need = size
         if out:
             yield now, out[0] if len(out) == 1 else b"".join(out)
-        arm(sock, deadline, timeout)
-        block = sock.recv(RECV)
+        block = recv(sock, deadline, timeout)
         now = time.perf_counter()
         if not block:
             raise http.client.IncompleteRead(b"")

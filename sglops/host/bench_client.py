@@ -46,9 +46,9 @@ _AUTH = {}  # the Authorization header the server's own --api-key asks for (set 
 _LIMIT = {"s": None}  # seconds one request may take in all, when the run sets it (--request-deadline)
 
 
-def _get(port, path, timeout=10):
-    """(status, body) of a GET: the whole answer within `timeout` seconds and _fetch.ANSWER_MAX bytes."""
-    return _fetch.get(port, path, timeout=timeout, headers=_AUTH)
+def _get(port, path, timeout=10, limit=_fetch.ANSWER_MAX):
+    """(status, body) of a GET: the whole answer within `timeout` seconds and `limit` bytes."""
+    return _fetch.get(port, path, timeout=timeout, limit=limit, headers=_AUTH)
 
 
 def check_health(port):
@@ -71,7 +71,7 @@ def server_info(port):
     """The effective launch arguments (SGLang /server_info, older /get_server_info); None for vLLM."""
     for path in ("/server_info", "/get_server_info"):
         try:
-            status, body = _get(port, path)
+            status, body = _get(port, path, limit=_fetch.INFO_MAX)
             if status == 200:
                 return kept_fields(json.loads(body))
         except (OSError, ValueError, RecursionError, http.client.HTTPException):

@@ -345,7 +345,7 @@ def server_info(host, port, timeout=5.0):
     """(effective server arguments, the endpoint that gave them): /server_info, or /get_server_info on
     releases before it existed (404); (None, None) when neither answers with JSON."""
     for path in ("/server_info", "/get_server_info"):
-        status, body = http_get(local_url(host, port, path), timeout=timeout)
+        status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
         if status == 200:
             try:
                 return kept_fields(json.loads(body)), path
@@ -363,15 +363,15 @@ def local_url(host, port, path):
     return f"http://{host}:{int(port)}{path}"
 
 
-def http_get(url, timeout=2.0):
+def http_get(url, timeout=2.0, limit=_fetch.ANSWER_MAX):
     """(status, body text) from a GET on the host's own server, the whole answer within `timeout` seconds and
-    _fetch.ANSWER_MAX bytes; (None, error) when nothing answers in time (a server that trickles its answer a byte at
+    `limit` bytes; (None, error) when nothing answers in time (a server that trickles its answer a byte at
     a time, or sends one without end, is no answer)."""
     from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(url)
-        status, body = _fetch.get(parts.port, parts.path or "/", timeout=timeout, host=parts.hostname)
+        status, body = _fetch.get(parts.port, parts.path or "/", timeout=timeout, limit=limit, host=parts.hostname)
     except Exception as exc:  # noqa: BLE001 (refused, cut, late, too large, malformed: no answer, and why)
         return None, str(exc) or type(exc).__name__
     return status, body.decode(errors="replace")
