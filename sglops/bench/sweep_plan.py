@@ -62,7 +62,7 @@ class Candidate:
 
 def _value(key: str, raw: str, where: str) -> Any:
     """A setting's value typed as the profile field is (sglops.launch.profiles.SCALARS)."""
-    from sglops.launch.profiles import SCALARS
+    from sglops.launch.profiles import RANGES, SCALARS
 
     if key not in SCALARS:
         raise ConfigError(f"{where}: {key!r} is not a profile setting (one of {', '.join(sorted(SCALARS))})")
@@ -74,9 +74,13 @@ def _value(key: str, raw: str, where: str) -> Any:
             if text.lower() not in ("true", "false"):
                 raise ValueError(text)
             return text.lower() == "true"
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise ConfigError(f"{where}: {key} takes a {kind.__name__}, got {text!r}") from None
+    low, high = RANGES.get(key, (None, None)) if key != "port" else (1, 65535)
+    if low is not None and not (low <= value <= high) or (key == "chunked_prefill_size" and value == 0):
+        raise ConfigError(f"{where}: {key} must be between {low} and {high}, got {text[:40]}")
+    return value
 
 
 def _patch_names(text: str, where: str) -> tuple[str, ...]:

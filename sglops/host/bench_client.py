@@ -179,7 +179,7 @@ def _native_outputs(obj, rec, incremental):
     streams incrementally, --incremental-streaming-output)."""
     if not isinstance(obj, dict):
         return
-    meta = obj.get("meta_info") or {}
+    meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), dict) else {}
     ids = obj.get("output_ids")
     lps = meta.get("output_token_logprobs")
     text = obj.get("text")

@@ -363,7 +363,7 @@ def local_url(host, port, path):
     return f"http://{host}:{int(port)}{path}"
 
 
-def http_get(url, timeout=2.0, limit=_fetch.ANSWER_MAX):
+def http_get(url, timeout=2.0, limit=_fetch.ANSWER_MAX, headers=None):
     """(status, body text) from a GET on the host's own server, the whole answer within `timeout` seconds and
     `limit` bytes; (None, error) when nothing answers in time (a server that trickles its answer a byte at
     a time, or sends one without end, is no answer)."""
@@ -371,7 +371,8 @@ def http_get(url, timeout=2.0, limit=_fetch.ANSWER_MAX):
 
     try:
         parts = urlsplit(url)
-        status, body = _fetch.get(parts.port, parts.path or "/", timeout=timeout, limit=limit, host=parts.hostname)
+        status, body = _fetch.get(parts.port, parts.path or "/", timeout=timeout, limit=limit, host=parts.hostname,
+                                  headers=headers)
     except Exception as exc:  # noqa: BLE001 (refused, cut, late, too large, malformed: no answer, and why)
         return None, str(exc) or type(exc).__name__
     return status, body.decode(errors="replace")
