@@ -26,7 +26,9 @@ def arm(sock, deadline, timeout=None):
     left = deadline - time.perf_counter()
     if left <= 0:
         raise Late("deadline passed")
-    sock.settimeout(left if timeout is None or timeout > left else timeout)
+    want = left if timeout is None or timeout > left else timeout
+    if want != sock.gettimeout():  # most reads of a stream keep `timeout`: no call then
+        sock.settimeout(want)
 
 
 def recv(sock, deadline, timeout=None):
