@@ -16,6 +16,7 @@ import time
 import orjson
 import pytest
 from hostile_server import HostileServer
+from inproc import run_inv
 
 from sglops.core import artifacts
 from sglops.host import _bench_metrics, _fetch, _server_proc, bench_client, server_common, server_restart
@@ -150,3 +151,12 @@ def test_a_line_that_comes_in_many_pieces_is_joined_in_linear_time():
     took = time.perf_counter() - t0
     assert [len(line) for _, line in got] == [16 << 20, 3]
     assert took < 0.5, took
+
+
+@pytest.mark.parametrize("behaviour", ["list-info", "string-info", "deep-info", "wide-info", "number-model-path"])
+def test_server_status_reads_a_server_info_of_any_shape(behaviour, use_sandbox, capsys):
+    with HostileServer(behaviour) as srv:
+        code, out, err = run_inv(capsys, "server-status", "--host", "gpu-a", "--port", str(srv.port), "--json")
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    doc = json.loads(out)
+    assert doc["ok"] and (doc["server_info"] is None or isinstance(doc["server_info"], dict)), doc
