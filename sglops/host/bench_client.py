@@ -277,7 +277,8 @@ def _tokens_or_stop(n, rec):
 def _finish(value):
     """A finish reason as the server gave it (a string or SGLang's {type, ...}), bounded in size."""
     if isinstance(value, dict):
-        return {str(k)[:40]: str(v)[:200] for k, v in list(value.items())[:8]}
+        return {str(k)[:40]: v if v is None or isinstance(v, (bool, float)) or count_or_none(v) is not None
+                else str(v)[:200] for k, v in list(value.items())[:8]}
     return str(value)[:200]
 
 
