@@ -9,21 +9,20 @@ MAX_FIELDS = 2000
 MAX_FIELD_CHARS = 4096  # a field's JSON; longer (a chat template, a model config) is dropped and named
 MAX_INT = (1 << 63) - 1
 _DROP = {"internal_states"}  # live scheduler state, not launch arguments
+_FINITE = 1e300  # past any time or rate: inf, NaN and a 2,000-bit integer are not below it
 
 
 def count_or_none(value):
-    """A token count as an int in 0..MAX_COUNT, else None."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-        return None
-    return value
+    """A token count as an int in 0..MAX_COUNT, else None (bool is no count: its type is not int)."""
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else None
 
 
 def seconds_or_none(value):
-    """A non-negative finite number (seconds, a rate), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value) if abs(value) < 1e300 else math.inf
-    return value if math.isfinite(value) and value >= 0 else None
+    """A non-negative finite number (seconds, a rate), else None (NaN fails the comparison)."""
+    kind = type(value)
+    if kind is float or kind is int:
+        return value if 0 <= value < _FINITE else None
+    return None
 
 
 def _plain(value, depth=0):

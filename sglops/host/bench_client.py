@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from . import _bench_metrics, _fetch
 from ._bench_load import Prompts, gaps
 from ._common import UserError, progress, server_port, sglops_dir, sha256_file, tree_path, try_find_sglang
-from ._server_info import count_or_none, kept_fields, seconds_or_none
+from ._server_info import MAX_COUNT, count_or_none, kept_fields, seconds_or_none
 from ._server_proc import death_cause, listening_pid, log_size, python_env, server_api_key, server_process
 from ._vocab import draw_prompt_ids, model_token_space
 
@@ -251,16 +251,31 @@ def _native_chunk(data, rec, incremental):
         rec.update(outcome="error", error=f"server error: {str(err or 'chunk without meta_info')[:200]}")
         return None
     if rec["prompt_tokens"] is None:
-        rec["prompt_tokens"] = count_or_none(meta.get("prompt_tokens"))
-    if seconds_or_none(meta.get("e2e_latency")) is not None:
+        rec["prompt_tokens"] = meta.get("prompt_tokens")
+    if meta.get("e2e_latency") is not None:
         rec["server_e2e_s"] = meta["e2e_latency"]
     if meta.get("finish_reason"):
-        rec["finish"] = _finish(meta["finish_reason"])
-    if count_or_none(meta.get("cached_tokens")) is not None:
+        rec["finish"] = meta["finish_reason"]
+    if meta.get("cached_tokens") is not None:
         rec["cached_tokens"] = meta["cached_tokens"]
-    if seconds_or_none(meta.get("decode_throughput")) is not None:  # the server's own rate (--enable-metrics)
+    if meta.get("decode_throughput") is not None:  # the server's own decode rate (--enable-metrics)
         rec["server_decode_tok_s"] = meta["decode_throughput"]
-    return _tokens_or_stop(meta.get("completion_tokens"), rec)
+    n = meta.get("completion_tokens")
+    if type(n) is int and 0 <= n <= MAX_COUNT:  # checked inline: once per chunk
+        return n
+    return _tokens_or_stop(n, rec)
+
+
+def _checked(rec):
+    """The server's own fields of a request's record, each as a number in range or None, once it ended (per
+    chunk they are only copied: the last one counts)."""
+    rec["prompt_tokens"] = count_or_none(rec["prompt_tokens"])
+    rec["cached_tokens"] = count_or_none(rec["cached_tokens"])
+    rec["server_e2e_s"] = seconds_or_none(rec["server_e2e_s"])
+    if "server_decode_tok_s" in rec:
+        rec["server_decode_tok_s"] = seconds_or_none(rec["server_decode_tok_s"])
+    if rec["finish"] is not None:
+        rec["finish"] = _finish(rec["finish"])
 
 
 def _tokens_or_stop(n, rec):
@@ -294,10 +309,10 @@ def _openai_chunk(data, rec, state):
     n = usage.get("completion_tokens")
     if n is not None and count_or_none(n) is None:
         return _tokens_or_stop(n, rec)
-    if count_or_none(usage.get("prompt_tokens")) is not None:
+    if usage.get("prompt_tokens") is not None:
         rec["prompt_tokens"] = usage["prompt_tokens"]
     details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
-    if isinstance(details, dict) and count_or_none(details.get("cached_tokens")) is not None:
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
         rec["cached_tokens"] = details["cached_tokens"]
     if not choices or not isinstance(choices[0], dict):  # the final usage chunk (or a keep-alive)
         if n is not None:
@@ -305,7 +320,7 @@ def _openai_chunk(data, rec, state):
         return _SKIP
     _openai_outputs(choices[0], rec)
     if choices[0].get("finish_reason"):
-        rec["finish"] = _finish(choices[0]["finish_reason"])
+        rec["finish"] = choices[0]["finish_reason"]
     if n is None:
         return _TEXT if choices[0].get("text") else _SKIP
     return n
@@ -383,6 +398,7 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     finally:
         if sock is not None:
             sock.close()
+        _checked(rec)
         rec["cpu_s"] = time.thread_time() - cpu0
     _settle(rec, api, state["done"], state["final_n"], state["last_n"], out_len)
     return rec
