@@ -13,6 +13,7 @@ and `q` refuses one again as the last guard.
 from __future__ import annotations
 
 import difflib
+import functools
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -82,7 +83,9 @@ def _only_quoted(value: Any) -> Any:
     raise jinja2.TemplateError(f"template printed an unquoted value {value!r}: pass it through | q")
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
+    """The template environment, built once (its templates compile once per process)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              autoescape=False, keep_trailing_newline=True, finalize=_only_quoted,
                              trim_blocks=True, lstrip_blocks=True)
