@@ -36,13 +36,15 @@ WEIGHTS: dict[str, float] = {
     "test_bench_real.py": 88,
     "test_gather_cast_numeric.py": 81,
     "test_patches.py": 64,
-    "test_hostile_inputs.py": 63,
+    "test_hostile_inputs.py": 90,  # 63 + the 103 cases of issue 38 (28 s alone at load 2, 2026-12-06)
     "test_profile_real.py": 50,
     "test_crash_points.py": 42,
     "test_kernels.py": 41,
     "test_versions.py": 35,
     "test_container.py": 35,
     "test_launch.py": 29,
+    "test_hostile_server.py": 25,  # 17 s of reads against tests/hostile_server.py + server-status over the sandbox
+    "test_injection_sweep.py": 8,
     "test_bench.py": 23,
     "test_remote_network.py": 14,
     "test_host_state.py": 14,

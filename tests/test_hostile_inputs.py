@@ -12,11 +12,12 @@ A case:
       files: {inv.yaml: "hosts: ..."}       # under {tmp}; a value may be {bytes: latin-1 text},
                                             # {parts: [[text, times], ...]} or {folder: true}
       env: {SGLOPS_INVENTORY: "{tmp}/inv.yaml"}
+      server: endless-tokens                # optional: a hostile HTTP server on loopback (tests/hostile_server.py)
       exit: usage                           # usage | connect | timeout | remote | refused | failed
       says: "inv.yaml:2: port"              # or matches: REGEX
 Placeholders in argv, env and files: {tmp}, {port:HOST}, {keyline:HOST} (its known_hosts line), {hostkey:HOST}
 (that line without its host pattern), {root:HOST},
-{key} (the client's private key), {user}.
+{key} (the client's private key), {user}, {server} (the hostile server's port).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hostile_server import BEHAVIOURS, HostileServer
 from inproc import run_inv
 
 from sglops.core import errors
@@ -37,7 +39,7 @@ from sglops.core import errors
 CASES_DIR = Path(__file__).parent / "cases" / "hostile"
 EXIT = {"failed": 1, "usage": errors.EXIT_USAGE, "connect": errors.EXIT_CONNECT, "timeout": errors.EXIT_TIMEOUT,
         "remote": errors.EXIT_REMOTE, "refused": errors.EXIT_REFUSED}
-FIELDS = {"id", "argv", "files", "env", "exit", "says", "matches"}
+FIELDS = {"id", "argv", "files", "env", "server", "exit", "says", "matches"}
 SANDBOX_HOSTS = ("gpu-a", "gpu-b")
 
 
@@ -48,6 +50,7 @@ def load_cases() -> list[dict]:
             unknown = set(case) - FIELDS
             assert not unknown, f"{path.name}: {case.get('id')}: unknown fields {unknown}"
             assert case["exit"] in EXIT, f"{path.name}: {case['id']}: exit {case['exit']!r}"
+            assert case.get("server", "endless-tokens") in BEHAVIOURS, f"{path.name}: {case['id']}: server"
             cases.append({**case, "file": path.name})
     return cases
 
@@ -102,7 +105,7 @@ def _tree(root: Path) -> str:
 
 
 def test_the_corpus_is_large_and_covers_every_kind_of_input():
-    assert len(CASES) >= 150, len(CASES)
+    assert len(CASES) >= 306, len(CASES)
     ids = [c["id"] for c in CASES]
     assert len(set(ids)) == len(ids), sorted({i for i in ids if ids.count(i) > 1})
     assert {c["exit"] for c in CASES} >= {"usage", "connect", "remote", "refused"}
@@ -111,9 +114,17 @@ def test_the_corpus_is_large_and_covers_every_kind_of_input():
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_a_hostile_input_ends_in_one_line(case, use_sandbox, tmp_path, monkeypatch, capsys):
+    if case.get("server"):
+        with HostileServer(case["server"]) as srv:
+            _one_case(case, use_sandbox, tmp_path, monkeypatch, capsys, {"{server}": str(srv.port)})
+    else:
+        _one_case(case, use_sandbox, tmp_path, monkeypatch, capsys, {})
+
+
+def _one_case(case, use_sandbox, tmp_path, monkeypatch, capsys, more: dict[str, str]) -> None:
     work = tmp_path / "in"
     work.mkdir()
-    subs = _placeholders(use_sandbox, work)
+    subs = {**_placeholders(use_sandbox, work), **more}
     for rel, value in (case.get("files") or {}).items():
         path = work / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -203,7 +203,7 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path, monkeypatch):
     assert "restart it" in line
     import http.client
 
-    def dies_mid_answer(*_a):
+    def dies_mid_answer(*_a, **_kw):
         raise http.client.IncompleteRead(b"")
 
     monkeypatch.setitem(ns, "http", dies_mid_answer)  # the connection breaks mid-answer: an answer to explain

@@ -12,10 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from sglops.core.errors import ConfigError
+from sglops.core.values import MAX_TOKENS
 
 SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms", "itl": "itl_ms"}
 SWEEP_KEYS = {"concurrency": "concurrency", "rate": "rate", "request_rate": "rate"}
 MAX_JSONL_PROMPTS = 100_000
+RATE_RANGE = (0.001, 1e6)  # requests per second: --request-rate and --sweep rate= alike
+MAX_CONCURRENCY = 4096  # --concurrency and --sweep concurrency= alike
+MIN_METRICS_INTERVAL = 0.1  # seconds between /metrics scrapes (0: none); each scrape costs the server a render
+MAX_ID = (1 << 31) - 1  # a token id: past any vocabulary (the host checks the model's own)
+MAX_DEPTH = 32  # nesting of a jsonl line (a prompt object is two deep)
 DEFAULT_OPEN_WINDOW_S = 10  # an open-loop level without --requests/--duration sends rate x 10 s requests
 
 
@@ -49,10 +55,23 @@ def parse_sweep(spec: str | None) -> tuple[str, list] | None:
         raise ConfigError(f"--sweep must be concurrency=1,2,4 or rate=1,2,4 (got {spec!r})")
     if kind == "concurrency":
         vals = _numbers(values, "--sweep concurrency", int)
-        if max(vals) > 4096:
-            raise ConfigError(f"--sweep concurrency must be at most 4096 (got {max(vals)})")
+        if max(vals) > MAX_CONCURRENCY:
+            raise ConfigError(f"--sweep concurrency must be at most {MAX_CONCURRENCY} (got {max(vals)})")
         return kind, vals
-    return kind, _numbers(values, "--sweep rate")
+    vals = _numbers(values, "--sweep rate")
+    lo, hi = RATE_RANGE
+    bad = next((v for v in vals if not lo <= v <= hi), None)
+    if bad is not None:
+        raise ConfigError(f"--sweep rate must be numbers from {lo:g} to {hi:g} requests per second, as --request-rate "
+                          f"(got {bad:g})")
+    return kind, vals
+
+
+def check_metrics_interval(seconds: float | None) -> None:
+    """0 (never) or at least MIN_METRICS_INTERVAL: a scrape every nanosecond is a load of its own."""
+    if seconds and not MIN_METRICS_INTERVAL <= float(seconds) <= 3600:
+        raise ConfigError(f"--metrics-interval must be 0 (never) or from {MIN_METRICS_INTERVAL:g} to 3600 seconds "
+                          f"(got {seconds:g})")
 
 
 def levels(concurrency: list[int], request_rate: float | None, sweep: str | None) -> list[dict]:
@@ -93,6 +112,8 @@ def parse_slo(spec: str | None) -> dict[str, float] | None:
             raise ConfigError(f"--slo {key} must be a number of milliseconds (got {value!r})") from None
         if math.isnan(ms) or not 0 < ms < math.inf:
             raise ConfigError(f"--slo {key} must be a positive number of milliseconds (got {value!r})")
+        if SLO_KEYS[key] in out:
+            raise ConfigError(f"--slo names {key} twice (got {spec!r})")
         out[SLO_KEYS[key]] = ms
     return out
 
@@ -147,23 +168,51 @@ def parse_dataset(spec: str | None, output_len: int = 2) -> dict:
     return out
 
 
-def _jsonl(path_text: str, output_len: int) -> dict:
-    path = Path(path_text).expanduser()
+def _jsonl_path(path_text: str) -> Path:
+    try:
+        path = Path(path_text).expanduser()
+    except RuntimeError:  # ~nosuchuser/...: no such home folder
+        raise ConfigError(f"--dataset jsonl: no such file {path_text!r} (no such user's home)") from None
     if not path_text or not path.is_file():
         raise ConfigError(f"--dataset jsonl: no such file {path_text!r}")
+    return path
+
+
+def _too_deep(line: str) -> bool:
+    """Whether a line nests deeper than MAX_DEPTH (counted before parsing: json recursion ends in a traceback)."""
+    depth, in_str, escaped = 0, False, False
+    for c in line:
+        if in_str:
+            in_str, escaped = (c != '"' or escaped), (c == "\\" and not escaped)
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+def _jsonl(path_text: str, output_len: int) -> dict:
+    path = _jsonl_path(path_text)
     items = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a UTF-8 BOM (Windows editors) is no prompt
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--dataset jsonl: cannot read {path}: {exc}") from None
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{path}:{no}"
+        if line.count("[") + line.count("{") > MAX_DEPTH and _too_deep(line):
+            raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels (a prompt is an object of strings, "
+                              "ids and numbers)")
         try:
             obj = json.loads(line)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"{where}: not JSON ({str(exc)[:200]})") from None
         if not isinstance(obj, dict):
             raise ConfigError(f"{where}: each line must be a JSON object")
         item: dict[str, Any] = {}
@@ -172,18 +221,21 @@ def _jsonl(path_text: str, output_len: int) -> dict:
         if isinstance(text, list) and ids is None:
             ids, text = text, None
         if ids is not None:
-            if (not isinstance(ids, list) or not ids
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ids)):
-                raise ConfigError(f"{where}: input_ids must be a non-empty list of token ids")
+            if (not isinstance(ids, list) or not ids or len(ids) > MAX_TOKENS
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_ID for x in ids)):
+                raise ConfigError(f"{where}: input_ids must be a non-empty list of at most {MAX_TOKENS} token ids, "
+                                  f"each from 0 to {MAX_ID}")
             item["input_ids"] = ids
+            item["line"] = no
         elif isinstance(text, str) and text:
             item["text"] = text
         else:
             raise ConfigError(f"{where}: needs a prompt (a non-empty string) or input_ids")
         n = obj.get("output_len", obj.get("max_tokens"))
         if n is not None:
-            if not isinstance(n, int) or isinstance(n, bool) or n < 2:
-                raise ConfigError(f"{where}: output_len must be a whole number >= 2 (got {n!r})")
+            if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_TOKENS:
+                raise ConfigError(f"{where}: output_len must be a whole number from 2 to {MAX_TOKENS} "
+                                  f"(got {str(n)[:40]})")
             item["output_len"] = n
         items.append(item)
         if len(items) > MAX_JSONL_PROMPTS:

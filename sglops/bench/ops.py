@@ -36,6 +36,7 @@ def _bench_prepare(o: dict) -> None:
     loads.levels(list(o.get("concurrency") or [1]), o.get("request_rate"), o.get("sweep"))
     loads.parse_dataset(o.get("dataset"), o.get("output_len") or 2)
     loads.parse_slo(o.get("slo"))
+    loads.check_metrics_interval(o.get("metrics_interval"))
     if o.get("duration") and o.get("requests"):
         raise ConfigError("--duration and --requests: a level is bounded by one of them")
 

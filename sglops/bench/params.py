@@ -55,4 +55,6 @@ SWEEP = Param("sweep", Str(), "concurrency=1,2,4,8,16 or rate=1,2,4: one record,
               "the knee named")
 METRICS_INTERVAL = Param("metrics_interval", Float(0, 3600, 1.0), "scrape the server's /metrics every S seconds "
                          "during each level where it serves them (0: never; default {default})")
-LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL)
+REQUEST_DEADLINE = Param("request_deadline", Float(1, 86400), "seconds one request may take in all (default: 120 s "
+                         "for its first data + output_len at 1 tok/s); a stream past it counts as timed out")
+LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL, REQUEST_DEADLINE)

@@ -24,11 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from sglops.bench import identity, loads, runconfig, stats
 from sglops.bench.params import DEFAULTS as _D
-from sglops.core import artifacts, redact
+from sglops.core import artifacts, jsonsafe, redact
 from sglops.core.errors import ConfigError, Failed
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
@@ -484,6 +482,7 @@ def run_bench(
     slo: str | None = None,
     sweep: str | None = None,
     metrics_interval: float = 1.0,
+    request_deadline: float | None = None,
 ) -> BenchResult:
     """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
 
@@ -501,9 +500,11 @@ def run_bench(
     _check(ask["runs"], ask["input_len"], ask["output_len"], api, ask["port"])
     plan, data, slos = _checked_load(concurrency, request_rate, sweep, dataset, slo, ask, duration, requests,
                                      vocab_size)
+    loads.check_metrics_interval(metrics_interval)
     args = _host_args(ask, plan, data, remote.host.sglang_root, requests=requests, metrics_interval=metrics_interval,
                       request_timeout=request_timeout, vocab_size=vocab_size, logprobs=not no_logprobs,
                       test_options=test_options)
+    args["request_deadline"] = float(request_deadline) if request_deadline else None
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
     facts = _facts(remote, raw["port"]) if with_facts else None
     return _result(remote.name, raw, ask, plan, data, slos, facts)
@@ -642,7 +643,7 @@ def outputs_json(result: BenchResult) -> bytes:
     doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"], "logprobs": result.logprobs_kept,
            "hash": "sha256 over the comma-joined ids, 16 hex",
            "requests": result.outputs}
-    return orjson.dumps(redact.obj(doc))
+    return jsonsafe.dumps(redact.obj(doc))
 
 
 def check(results: Sequence[BenchResult]) -> None:

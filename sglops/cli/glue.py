@@ -76,6 +76,7 @@ def per_host(
     show: Callable[[Any], None] | None = None,
     check: Callable[[Any], None] | None = None,
     max_workers: int | None = None,
+    dry_run: bool = False,
 ) -> list[Any]:
     """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
@@ -90,7 +91,7 @@ def per_host(
     documents = []
     many = len(outcomes) > 1
     for out in outcomes:
-        doc = _result_document(out, task, run_id, artifact, check) if out.ok else None
+        doc = _result_document(out, task, run_id, None if dry_run else artifact, check) if out.ok else None
         if doc is not None and not json:
             shown = guard(out.host, lambda v=out.value: show(v) if show else None)
             if not shown.ok and out.ok:
@@ -124,7 +125,8 @@ def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,
 
     def render() -> None:
         nonlocal doc
-        if artifact and not out.value.dry_run:  # a dry run writes nothing; else the runner records (its files, the result, the manifest): domain code never does
+        if artifact and not out.value.dry_run:  # a dry run writes nothing (whatever its result says; the caller
+            # passes no artifact then); else the runner records (its files, the result, the manifest)
             path = artifacts.keep(out.host.name, run_id, artifact, out.value, task=task,
                                   extra={"seconds": round(out.seconds, 3)})
             doc = {**out.value.to_json(), "artifact": str(path)}

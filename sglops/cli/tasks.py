@@ -108,7 +108,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
                     return op.run(ctx, **args)
                 except SglopsError as exc:
                     kept = getattr(exc, "kept", None)
-                    if kept is None or not op.record:
+                    if kept is None or not op.record or dry_run:  # a dry run records nothing
                         raise
                     path = ctx.keep(kept, op.record, task=op.name)
                     if not json:
@@ -119,7 +119,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
             per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key,
                      run_id=run_id, json=json, artifact=op.record, show=show,
                      check=(lambda r: op.check(r, opts)) if op.check else None,
-                     max_workers=len(hosts) if op.together else None)
+                     max_workers=len(hosts) if op.together else None, dry_run=dry_run)
         finally:
             from sglops.core import meet
 

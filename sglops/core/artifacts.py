@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from sglops.core import redact
+from sglops.core import jsonsafe, redact
 from sglops.core.paths import REPO_ROOT
 
 
@@ -32,9 +32,22 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "host"
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # one folder name: no path, no glob, no `..`
+
+
+def checked_run_id(run_id: str) -> str:
+    """run_id when it names one folder under a host's (never a path out of the artifacts folder, nor a glob)."""
+    from sglops.core.errors import ConfigError
+
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise ConfigError(f"run id {str(run_id)[:80]!r} is not a run id (letters, digits, . _ + -; no path, no "
+                          "wildcard; see `inv runs`)")
+    return run_id
+
+
 def run_path(host: str, run_id: str) -> Path:
     """Where run `run_id` of host is kept (not created: a result can name its folder before the runner records)."""
-    return artifacts_root() / safe_name(host) / run_id
+    return artifacts_root() / safe_name(host) / checked_run_id(run_id)
 
 
 def run_dir(host: str, run_id: str) -> Path:
@@ -44,7 +57,7 @@ def run_dir(host: str, run_id: str) -> Path:
 
 
 def dumps(obj: Any) -> bytes:
-    return orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    return jsonsafe.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
 def write_json(path: Path, obj: Any) -> Path:
@@ -117,8 +130,9 @@ def find_run(run_id: str) -> Path:
     """A run's folder from its id (or a unique prefix, or a path)."""
     from sglops.core.errors import ConfigError
 
-    if Path(run_id).is_dir():
+    if Path(run_id).is_dir():  # a folder named by its path, as the operator wrote it
         return Path(run_id)
+    checked_run_id(run_id)  # else an id: looked up under the artifacts folder only
     exact = [p for p in artifacts_root().glob(f"*/{run_id}") if p.is_dir()]
     matches = exact or [p for p in artifacts_root().glob(f"*/{run_id}*") if p.is_dir()]
     if len(matches) == 1:

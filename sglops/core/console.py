@@ -15,13 +15,16 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from rich.console import Console, ConsoleDimensions
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
+from rich.protocol import rich_cast
+from rich.segment import Segment
 from rich.text import Text
 
-from sglops.core import redact
+from sglops.core import jsonsafe, redact
 
 NOT_A_TERMINAL_WIDTH = 4096  # "no wrapping": wider than any line sglops prints to a pipe
 MAX_ERROR_CHARS = 2000
@@ -56,11 +59,32 @@ class _Redacting:
         return getattr(self._stream, "encoding", "utf-8")
 
 
+def masked_text(t: Text) -> Text:
+    """A Text with its secrets masked, before rich wraps it: once wrapped, a secret folded over two lines (or a
+    value wrapped away from its `--api-key`) no longer matches any mask. Styles of a masked Text are its base
+    style only (its spans no longer fit the masked text)."""
+    plain = t.plain
+    masked = redact.text(plain)
+    if masked == plain:
+        return t
+    return Text(masked, style=t.style, justify=t.justify, overflow=t.overflow, no_wrap=t.no_wrap, end=t.end,
+                tab_size=t.tab_size)
+
+
 class _DataConsole(Console):
-    """A rich console that never reads markup and does not wrap what goes to a pipe or file."""
+    """A rich console that never reads markup and does not wrap what goes to a pipe or file; every text it lays
+    out is masked first (the stream masks again what it writes)."""
 
     def __init__(self, stream_name: str) -> None:
         super().__init__(file=_Redacting(stream_name), highlight=False, markup=False, emoji=False)
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        renderable = rich_cast(renderable)
+        if isinstance(renderable, str):
+            renderable = redact.text(renderable)
+        elif isinstance(renderable, Text):
+            renderable = masked_text(renderable)
+        return super().render(renderable, options)
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -87,7 +111,7 @@ _JSON_CONTROLS = re.compile("[\x7f-\x9f]")
 def json_text(obj: Any) -> str:
     """`obj` as the JSON --json prints: secrets masked, every control character escaped (a kernel name, a crash
     line or a path from a host cannot move a terminal's cursor through `inv ... --json`)."""
-    text = orjson.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    text = jsonsafe.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
     return _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_CONTROLS.search(text) else text
 
 

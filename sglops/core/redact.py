@@ -102,8 +102,22 @@ def text(s: str) -> str:
             s = s.replace(secret, MASK)
     if len(s) <= 65536:
         return _by_name(s) if _may_name(s) else s
-    # a long text (a log, a trace's kernel names): the regex pass only over the lines that may name a secret
-    return "".join(_by_name(line) if _may_name(line) else line for line in s.splitlines(keepends=True))
+    # A long text (a log, a trace's kernel names): the regex pass only over the lines that may name a secret, each
+    # with the line after it (a value can follow its name on the next line: `'--api-key',` then `'X'`).
+    lines = s.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not _may_name(lines[i]):
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and _may_name(lines[j - 1]) and j - i < 64:
+            j += 1
+        out.append(_by_name("".join(lines[i:j])))
+        i = j
+    return "".join(out)
 
 
 def _may_name(s: str) -> bool:

@@ -22,6 +22,28 @@ from typing import Any
 from sglops.core.errors import ConfigError
 
 MAX_TOKENS = 1 << 20  # 1,048,576 tokens: beyond any model's context
+# Characters that end a line somewhere (a shell, an editor, a terminal, a log reader) or move a terminal's cursor:
+# the C0 and C1 controls (NUL, CR, LF, NEL U+0085, ...), DEL and the Unicode line and paragraph separators.
+LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def line_breaker(text: str) -> str | None:
+    """The first character of text that could end a line (as U+XXXX), or None."""
+    m = LINE_BREAKERS.search(text)
+    return f"U+{ord(m.group()):04X}" if m else None
+
+
+def one_line(text: Any, label: str) -> Any:
+    """text itself when no character of it can end a line; else one line naming label and the character.
+
+    Every value that reaches a launch script, a profile name or a sweep candidate passes here: such a value
+    becomes a script line's words, and a line break in it would start a line of its own."""
+    if isinstance(text, str):
+        bad = line_breaker(text)
+        if bad:
+            raise ConfigError(f"{label} holds a control character ({bad}) at {LINE_BREAKERS.search(text).start()}: "
+                              f"a value stays on one line (got {_shown(text)})")
+    return text
 
 
 def flag_label(name: str) -> str:
@@ -121,7 +143,7 @@ class Str(Value):
     default: str | None = None
 
     def parse(self, raw: Any, label: str) -> str:
-        if not isinstance(raw, str) or not raw.strip() or any(ord(c) < 32 for c in raw):
+        if not isinstance(raw, str) or not raw.strip() or LINE_BREAKERS.search(raw):
             raise self.refuse(label, "a non-empty string on one line", raw)
         return raw
 
@@ -196,6 +218,8 @@ class StrList(Value):
         items = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else None
         if items is None or not items or not all(isinstance(x, str) and x.strip() for x in items):
             raise self.refuse(label, "a list of names like a,b", raw)
+        for x in items:
+            one_line(x, label)
         return [x.strip() for x in items]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglops.core.errors import ConfigError
+from sglops.core.values import one_line
 
 NO_PATCH = "none"
 CHOICE_FACTS = {  # profile key -> the probe fact with this release's choices for it
@@ -61,7 +62,7 @@ class Candidate:
 
 def _value(key: str, raw: str, where: str) -> Any:
     """A setting's value typed as the profile field is (sglops.launch.profiles.SCALARS)."""
-    from sglops.launch.profiles import SCALARS
+    from sglops.launch.profiles import RANGES, SCALARS
 
     if key not in SCALARS:
         raise ConfigError(f"{where}: {key!r} is not a profile setting (one of {', '.join(sorted(SCALARS))})")
@@ -73,9 +74,13 @@ def _value(key: str, raw: str, where: str) -> Any:
             if text.lower() not in ("true", "false"):
                 raise ValueError(text)
             return text.lower() == "true"
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise ConfigError(f"{where}: {key} takes a {kind.__name__}, got {text!r}") from None
+    low, high = RANGES.get(key, (None, None)) if key != "port" else (1, 65535)
+    if low is not None and not (low <= value <= high) or (key == "chunked_prefill_size" and value == 0):
+        raise ConfigError(f"{where}: {key} must be between {low} and {high}, got {text[:40]}")
+    return value
 
 
 def _patch_names(text: str, where: str) -> tuple[str, ...]:
@@ -97,6 +102,7 @@ def parse_vary(items: list[str]) -> list[tuple[str, list[Any]]]:
     """`--vary KEY=a,b` (repeatable) -> [(key, [values])], each key once."""
     axes: list[tuple[str, list[Any]]] = []
     for item in items:
+        one_line(item, "--vary")
         key, sep, values = item.partition("=")
         key = key.strip()
         where = f"--vary {item}"
@@ -113,6 +119,7 @@ def parse_vary(items: list[str]) -> list[tuple[str, list[Any]]]:
 
 def parse_candidate(text: str, index: int) -> Candidate:
     """`KEY=VAL[,KEY=VAL...][+PATCH...]` (or `+PATCH` alone: the base profile with a patch)."""
+    one_line(text, "candidate")
     where = f"candidate {text!r}"
     body, _, patches = text.strip().partition("+")
     settings: dict[str, Any] = {}
@@ -138,7 +145,7 @@ def candidates(vary: list[str] | None, patches: list[str] | None, listed: list[s
         out = [parse_candidate(t, i) for i, t in enumerate(listed, 1)]
     else:
         axes = parse_vary(vary or [])
-        sets = [_patch_names(p, f"--patches {p}") for p in (patches or [])] or [()]
+        sets = [_patch_names(one_line(p, "--patches"), f"--patches {p}") for p in (patches or [])] or [()]
         if not axes and sets == [()]:
             raise ConfigError("nothing to sweep: give --vary KEY=a,b (repeatable), --patches none,P or --candidates")
         out = []

@@ -2,9 +2,12 @@
 # --enable-metrics; vLLM always). Only the few series a reader sets beside the client's figures are kept:
 # running and queued requests, KV token usage, prefix-cache hit rate, the scheduler's gen throughput, and the
 # token counters (their deltas over a level are the server's own token rates). Standard library only.
-import http.client
 import threading
 import time
+
+from . import _fetch
+
+AUTH = {}  # the Authorization header the server's --api-key asks for (bench_client sets it)
 
 # series -> (field, how several label sets of one series combine: summed counts, or the largest ratio)
 SERIES = {
@@ -53,22 +56,18 @@ def parse(text):
 
 
 def scrape(host, port, timeout=5.0):
-    """(fields, None) or (None, why not) for one GET /metrics."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    """(fields, None) or (None, why not) for one GET /metrics, the whole answer within `timeout` seconds and
+    _fetch.ANSWER_MAX bytes (a scrape never holds a level's end)."""
     try:
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != 200:
-            return None, f"/metrics answered HTTP {resp.status} (SGLang serves it with --enable-metrics)"
-        fields = parse(body.decode(errors="replace"))
-        if not fields:
-            return None, "/metrics has none of the series sglops reads (sglang:num_running_reqs, ...)"
-        return fields, None
-    except (OSError, http.client.HTTPException) as exc:
+        status, body = _fetch.get(port, "/metrics", timeout=timeout, host=host, headers=AUTH)
+    except Exception as exc:  # noqa: BLE001 (no answer in time, too large, cut, refused: "unreachable", and why)
         return None, f"/metrics unreachable: {type(exc).__name__}"
-    finally:
-        conn.close()
+    if status != 200:
+        return None, f"/metrics answered HTTP {status} (SGLang serves it with --enable-metrics)"
+    fields = parse(body.decode(errors="replace"))
+    if not fields:
+        return None, "/metrics has none of the series sglops reads (sglang:num_running_reqs, ...)"
+    return fields, None
 
 
 class Scraper:

@@ -52,7 +52,7 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def http(url, body=None, timeout=2.0):
+def http(url, body=None, timeout=2.0, headers=None):
     """(status, body text) of a GET, or of a JSON POST when body is given, to the host's own server;
     (None, error) when nothing answers, or an answer is cut short (a server dying mid-response: http.client's
     IncompleteRead / RemoteDisconnected are not OSErrors). HTTP errors are answers too (their status and body)."""
@@ -63,7 +63,8 @@ def http(url, body=None, timeout=2.0):
 
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                 headers={} if body is None else {"Content-Type": "application/json"})
+                                 headers={**({} if body is None else {"Content-Type": "application/json"}),
+                                          **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode(errors="replace")

@@ -95,6 +95,22 @@ def process_info(pid):
             "hf_env": {k: env[k] for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k)}}
 
 
+def server_api_key(pid):
+    """The `--api-key X` (or `--api-key=X`) the server at pid was started with, or None: every request to it
+    then carries `Authorization: Bearer X` (the key stays on this host; the laptop masks it by name)."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0")]
+    except (OSError, TypeError, ValueError):
+        return None
+    for i, word in enumerate(argv):
+        if word == "--api-key" and i + 1 < len(argv) and argv[i + 1]:
+            return argv[i + 1]
+        if word.startswith("--api-key="):
+            return word.split("=", 1)[1] or None
+    return None
+
+
 _PROBE = "import json,sys;print(json.dumps({'executable':sys.executable,'version':'%d.%d.%d'%sys.version_info[:3]," \
          "'prefix':sys.prefix,'path':sys.path}))"
 

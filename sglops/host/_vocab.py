@@ -10,6 +10,7 @@ import random
 
 from ._common import UserError
 
+MAX_VOCAB = 1 << 24  # 16,777,216 ids: past any model's vocabulary (--vocab-size has the same bound)
 _CONFIG_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "unk_token_id",
                    "sep_token_id", "cls_token_id", "mask_token_id")
 
@@ -17,16 +18,16 @@ _CONFIG_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_star
 def _vget(url, timeout=5.0):
     """(status, body) of a GET on the host's own server; (None, reason) when nothing answers. Own helper: a
     script that imports http.client shadows _common's `http` function with the module."""
-    import urllib.error
-    import urllib.request
+    from urllib.parse import urlsplit
+
+    from . import _fetch
 
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except (OSError, ValueError) as exc:
-        return None, str(exc)
+        parts = urlsplit(url)
+        status, body = _fetch.get(parts.port, parts.path, timeout=timeout, host=parts.hostname)
+        return status, body.decode(errors="replace") if status == 200 else ""
+    except Exception as exc:  # noqa: BLE001 (any failure to read is "no answer": OSError, HTTPException, TooLarge)
+        return None, str(exc) or type(exc).__name__
 
 
 def _vread(path):
@@ -133,7 +134,7 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
             if status == 200:
                 try:
                     answer = json.loads(text)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(answer, dict):
                     return answer
@@ -142,14 +143,15 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
     if not info.get("model_path"):
         info = {**ask(), **info}
         asked = True
-    model_path = info.get("model_path")
+    model_path = info.get("model_path") if isinstance(info.get("model_path"), str) else None
+    tok_path = info.get("tokenizer_path") if isinstance(info.get("tokenizer_path"), str) else None
     folder = model_dir(model_path, env)
-    tok_folder = model_dir(info.get("tokenizer_path"), env) if info.get("tokenizer_path") else None
+    tok_folder = model_dir(tok_path, env) if tok_path else None
     vocab, special, read = read_token_space(folder, tok_folder) if folder else (None, set(), [])
     source = f"{folder} ({', '.join(read)})" if folder else None
     if not vocab:  # a server that reports its vocabulary (SGLang does not; our stand-in does) is taken at its word
         reported = info.get("vocab_size") or (None if asked else ask().get("vocab_size"))
-        if isinstance(reported, int) and reported > 0:
+        if isinstance(reported, int) and not isinstance(reported, bool) and 0 < reported <= MAX_VOCAB:
             vocab, source = reported, "the server's /model_info vocab_size"
     if vocab_size:
         vocab, source = int(vocab_size), f"--vocab-size {int(vocab_size)}"
@@ -157,7 +159,10 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
         where = f"no config.json at {model_path!r} on this host" if model_path else "the server named no model path"
         raise UserError(f"cannot tell the served model's vocabulary ({where}), so no safe prompt token ids; "
                         "pass --vocab-size N")
-    special = sorted(i for i in special if 0 <= i < vocab)
+    if not isinstance(vocab, int) or vocab > MAX_VOCAB:
+        raise UserError(f"the model's vocabulary size {str(vocab)[:40]} (from {source}) is past any model's "
+                        f"({MAX_VOCAB}); pass --vocab-size N")
+    special = sorted(i for i in special if isinstance(i, int) and 0 <= i < vocab)
     if vocab - len(special) < 2:
         raise UserError(f"the model's vocabulary ({vocab}) has no ordinary token ids to build prompts from")
     return {"high": vocab, "special": special, "model_dir": folder, "source": source}

@@ -18,10 +18,11 @@ import threading
 import time
 from types import SimpleNamespace
 
-from . import _bench_metrics
+from . import _bench_metrics, _fetch
 from ._bench_load import Prompts, gaps
 from ._common import UserError, progress, server_port, sglops_dir, sha256_file, tree_path, try_find_sglang
-from ._server_proc import death_cause, listening_pid, log_size, python_env, server_process
+from ._server_info import MAX_COUNT, count_or_none, kept_fields, seconds_or_none
+from ._server_proc import death_cause, listening_pid, log_size, python_env, server_api_key, server_process
 from ._vocab import draw_prompt_ids, model_token_space
 
 LOOPBACK = "127.0.0.1"
@@ -41,14 +42,13 @@ def _say(**fields):
 
 
 # -- the server ------------------------------------------------------------------------------
-def _get(port, path, timeout=10):
-    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+_AUTH = {}  # the Authorization header the server's own --api-key asks for (set once per run: _inspect)
+_LIMIT = {"s": None}  # seconds one request may take in all, when the run sets it (--request-deadline)
+
+
+def _get(port, path, timeout=10, limit=_fetch.ANSWER_MAX):
+    """(status, body) of a GET: the whole answer within `timeout` seconds and `limit` bytes."""
+    return _fetch.get(port, path, timeout=timeout, limit=limit, headers=_AUTH)
 
 
 def check_health(port):
@@ -57,9 +57,9 @@ def check_health(port):
         status, body = _get(port, "/health")
     except ConnectionRefusedError:
         raise UserError(f"no server on {LOOPBACK}:{port} (connection refused); start it or pass --port") from None
-    except TimeoutError:
+    except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8: socket.timeout is no TimeoutError)
         raise UserError(f"server on {LOOPBACK}:{port} did not answer /health within 10 s") from None
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise UserError(f"server on {LOOPBACK}:{port} is unreachable: {exc or type(exc).__name__}") from None
     if status != 200:
         detail = body.decode(errors="replace").strip().splitlines()[:1]
@@ -71,13 +71,10 @@ def server_info(port):
     """The effective launch arguments (SGLang /server_info, older /get_server_info); None for vLLM."""
     for path in ("/server_info", "/get_server_info"):
         try:
-            status, body = _get(port, path)
+            status, body = _get(port, path, limit=_fetch.INFO_MAX)
             if status == 200:
-                info = json.loads(body)
-                if isinstance(info, dict):
-                    info.pop("internal_states", None)  # live scheduler state, not launch arguments
-                    return info
-        except (OSError, ValueError, http.client.HTTPException):
+                return kept_fields(json.loads(body))
+        except (OSError, ValueError, RecursionError, http.client.HTTPException):
             pass
     return None
 
@@ -85,15 +82,15 @@ def server_info(port):
 def served_model(port, info):
     if info:
         for key in ("served_model_name", "model_path"):
-            if info.get(key):
+            if isinstance(info.get(key), str) and info[key]:
                 return info[key]
     try:
         status, body = _get(port, "/v1/models")
         if status == 200:
             data = json.loads(body).get("data") or []
-            if data:
-                return data[0].get("id")
-    except (OSError, ValueError, http.client.HTTPException):
+            if data and isinstance(data[0].get("id"), str):
+                return data[0]["id"]
+    except (OSError, ValueError, AttributeError, RecursionError, http.client.HTTPException):
         pass
     return "default"
 
@@ -182,7 +179,7 @@ def _native_outputs(obj, rec, incremental):
     streams incrementally, --incremental-streaming-output)."""
     if not isinstance(obj, dict):
         return
-    meta = obj.get("meta_info") or {}
+    meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), dict) else {}
     ids = obj.get("output_ids")
     lps = meta.get("output_token_logprobs")
     text = obj.get("text")
@@ -232,136 +229,10 @@ def prompt_hash(prompt):
     return ids_hash(prompt)
 
 
-# -- one request's HTTP, straight on the socket ---------------------------------------------------------------
+# -- one request's HTTP, straight on the socket (sglops/host/_fetch.py) ----------------------------------------
 # http.client parses every response's headers through the email package and sends a request in pieces: about
 # half of the client's CPU per request at 1,000 requests/s (cProfile on CPU time, docs/bench.md). One POST on a
 # fresh loopback connection (bench_serving too opens one per request) and the body's chunked framing need far less.
-_RECV = 1 << 16
-_HEAD_MAX = 1 << 16
-
-
-def _post(port, path, payload, timeout):
-    """Open a connection, send one POST; returns (socket, status, lower-cased headers, body bytes already read)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.connect((LOOPBACK, port))
-        sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (path.encode(), LOOPBACK.encode(), port, len(payload), payload))
-        status, headers, rest = _read_head(sock)
-    except BaseException:
-        sock.close()
-        raise
-    return sock, status, headers, rest
-
-
-def _read_head(sock):
-    """(status, headers, what followed them) of the response; the errors http.client would raise."""
-    buf = b""
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            break
-        if len(buf) > _HEAD_MAX:
-            raise http.client.LineTooLong("response headers")
-        block = sock.recv(_RECV)
-        if not block:
-            if buf:
-                raise http.client.IncompleteRead(buf)
-            raise http.client.RemoteDisconnected("Remote end closed connection without response")
-        buf += block
-    lines = buf[:end].split(b"\r\n")
-    parts = lines[0].split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise http.client.BadStatusLine(lines[0][:100].decode("latin-1"))
-    headers = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(b":")
-        headers[key.strip().lower()] = value.strip()
-    return int(parts[1]), headers, buf[end + 4:]
-
-
-def _body(sock, headers, rest):
-    """(arrival time, body bytes) per read from the socket: chunked, Content-Length or to the end; what arrived
-    together shares a time. A body cut short raises IncompleteRead (as http.client does)."""
-    if headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"):
-        return _dechunk(sock, rest)
-    length = headers.get(b"content-length")
-    return _plain(sock, rest, int(length) if length is not None else None)
-
-
-def _plain(sock, buf, length):
-    got = 0
-    while True:
-        if buf:
-            if length is not None:
-                buf = buf[:length - got]
-            got += len(buf)
-            yield time.perf_counter(), buf
-        if length is not None and got >= length:
-            return
-        buf = sock.recv(_RECV)
-        if not buf:
-            if length is not None:
-                raise http.client.IncompleteRead(b"", length - got)
-            return
-
-
-def _dechunk(sock, buf):
-    """The data of a chunked body as it arrives: each read's complete and partial chunks joined."""
-    need = skip = 0  # data bytes of the current chunk still to come; its trailing CRLF still to drop
-    now = time.perf_counter()
-    while True:
-        out, at = [], 0
-        while at < len(buf):
-            if skip:
-                taken = min(skip, len(buf) - at)
-                at, skip = at + taken, skip - taken
-            elif need:
-                piece = buf[at:at + need]
-                out.append(piece)
-                at, need = at + len(piece), need - len(piece)
-                skip = 0 if need else 2
-            else:
-                end = buf.find(b"\r\n", at)
-                if end < 0:
-                    if len(buf) - at > 1024:
-                        raise http.client.HTTPException("chunk size line too long")
-                    break
-                size = int(buf[at:end].split(b";")[0], 16)  # ValueError if it is no hex number
-                at = end + 2
-                if size == 0:  # the last chunk (trailers, if any, are not read)
-                    if out:
-                        yield now, b"".join(out)
-                    return
-                need = size
-        if out:
-            yield now, out[0] if len(out) == 1 else b"".join(out)
-        block = sock.recv(_RECV)
-        now = time.perf_counter()
-        if not block:
-            raise http.client.IncompleteRead(b"")
-        buf = buf[at:] + block if at < len(buf) else block
-
-
-def _lines(blocks):
-    """(arrival time, line) for each line of the stream; lines that arrived together share a time."""
-    buf = b""
-    now = None
-    for now, block in blocks:
-        buf = buf + block if buf else block
-        start = 0
-        while True:
-            end = buf.find(b"\n", start)
-            if end < 0:
-                break
-            yield now, buf[start:end]
-            start = end + 1
-        buf = buf[start:]
-    if buf:
-        yield now, buf
 
 
 _SKIP, _TEXT = object(), object()  # a chunk that carries no count: ignore it / a text chunk of unknown count
@@ -375,7 +246,7 @@ def _native_chunk(data, rec, incremental):
         meta = obj.get("meta_info")
     if obj is not None:
         _native_outputs(obj, rec, incremental)
-    if meta is None:
+    if not isinstance(meta, dict):
         err = (obj or {}).get("error") if isinstance(obj, dict) else None
         rec.update(outcome="error", error=f"server error: {str(err or 'chunk without meta_info')[:200]}")
         return None
@@ -390,27 +261,60 @@ def _native_chunk(data, rec, incremental):
     if meta.get("decode_throughput") is not None:  # the server's own decode rate (--enable-metrics)
         rec["server_decode_tok_s"] = meta["decode_throughput"]
     n = meta.get("completion_tokens")
+    if type(n) is int and 0 <= n <= MAX_COUNT:  # checked inline: once per chunk
+        return n
+    return _tokens_or_stop(n, rec)
+
+
+def _checked(rec):
+    """The server's own fields of a request's record, each as a number in range or None, once it ended (per
+    chunk they are only copied: the last one counts)."""
+    rec["prompt_tokens"] = count_or_none(rec["prompt_tokens"])
+    rec["cached_tokens"] = count_or_none(rec["cached_tokens"])
+    rec["server_e2e_s"] = seconds_or_none(rec["server_e2e_s"])
+    if "server_decode_tok_s" in rec:
+        rec["server_decode_tok_s"] = seconds_or_none(rec["server_decode_tok_s"])
+    if rec["finish"] is not None:
+        rec["finish"] = _finish(rec["finish"])
+
+
+def _tokens_or_stop(n, rec):
+    """The server's cumulative completion_tokens, or None (the request ends, rec says why)."""
     if n is None:
         rec.update(outcome="error", error="server sent no completion_tokens; cannot count tokens")
+        return None
+    if count_or_none(n) is None:
+        rec.update(outcome="error", error=f"server sent an impossible completion_tokens {str(n)[:40]!r}")
+        return None
     return n
+
+
+def _finish(value):
+    """A finish reason as the server gave it (a string or SGLang's {type, ...}), bounded in size."""
+    if isinstance(value, dict):
+        return {str(k)[:40]: v if v is None or isinstance(v, (bool, float)) or count_or_none(v) is not None
+                else str(v)[:200] for k, v in list(value.items())[:8]}
+    return str(value)[:200]
 
 
 def _openai_chunk(data, rec, state):
     """The cumulative usage.completion_tokens of one /v1/completions chunk, _SKIP, _TEXT (a text chunk without
     per-chunk usage) or None: stop (rec says why). The final usage chunk's count goes to state["final_n"]."""
     obj = json.loads(data)
-    if obj.get("error") or obj.get("object") == "error":
-        rec.update(outcome="error", error=f"server error: {str(obj.get('error') or obj)[:200]}")
+    if not isinstance(obj, dict) or obj.get("error") or obj.get("object") == "error":
+        rec.update(outcome="error", error=f"server error: {str(obj.get('error') if isinstance(obj, dict) else obj)[:200]}")
         return None
-    usage = obj.get("usage") or {}
-    choices = obj.get("choices") or []
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    choices = obj.get("choices") if isinstance(obj.get("choices"), list) else []
     n = usage.get("completion_tokens")
+    if n is not None and count_or_none(n) is None:
+        return _tokens_or_stop(n, rec)
     if usage.get("prompt_tokens") is not None:
         rec["prompt_tokens"] = usage["prompt_tokens"]
     details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
     if isinstance(details, dict) and details.get("cached_tokens") is not None:
         rec["cached_tokens"] = details["cached_tokens"]
-    if not choices:  # the final usage chunk (or a keep-alive)
+    if not choices or not isinstance(choices[0], dict):  # the final usage chunk (or a keep-alive)
         if n is not None:
             state["final_n"] = n
         return _SKIP
@@ -441,13 +345,24 @@ def _settle(rec, api, done, final_n, last_n, out_len):
                    "ignore_eos not honoured?)")
 
 
-def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False):
+FLOOR_TOK_S = 1.0  # a request slower than this per output token (after `timeout` for its first) is given up
+
+
+def request_seconds(timeout, out_len, floor_tok_s=FLOOR_TOK_S):
+    """How long one request may take in all: the wait for its first data, then its output at the floor rate. A
+    stream that keeps sending (tokens without a finish, keep-alive comments, a byte at a time) ends there."""
+    return float(timeout) + out_len / float(floor_tok_s)
+
+
+def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False,
+                limit_s=None):
     """Stream one request and keep its raw timeline: each chunk that carried tokens as (arrival, cumulative
     count). Counts are the server's (meta_info / usage.completion_tokens), never counted from text; the
     laptop turns the timeline into TTFT, ITL, TPOT (sglops/bench/run.py), so a recorded run can be re-analysed.
     On /v1/completions without per-chunk usage, text chunks are kept with count None.
     What it answered is kept too: `ids`, `logprobs` (chosen tokens), `text` (and `tokens`, per-token text,
-    where the API gives it), with `prompt`, the hash of the exact input ids."""
+    where the API gives it), with `prompt`, the hash of the exact input ids. The whole request ends within
+    `limit_s` seconds (default request_seconds: from the output length at a floor rate)."""
     path, body = make_body(api, model, ids, out_len, override, logprobs)
     payload = json.dumps(body).encode()
     rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
@@ -456,16 +371,26 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     cpu0 = time.thread_time()
     st = time.perf_counter()
     state, sock = {"last_n": 0, "done": False, "final_n": None}, None
+    why = "set by --request-deadline" if limit_s else f"{timeout:g} s + {out_len} tokens at {FLOOR_TOK_S:g} tok/s"
+    limit_s = float(limit_s) if limit_s else request_seconds(timeout, out_len)
+    deadline = st + limit_s
     try:
-        sock, status, headers, rest = _post(port, path, payload, timeout)
+        sock, status, headers, rest = _fetch.open_post(port, path, payload, timeout, deadline, _AUTH)
         if status != 200:
-            text = b"".join(b for _, b in _body(sock, headers, rest)).decode(errors="replace").strip()
+            text = _error_text(_fetch.body(sock, headers, rest, deadline, timeout))
             rec.update(outcome="http_error", error=f"HTTP {status}: {text.replace(NL, ' ')[:200]}")
             return rec
-        _read_events(_lines(_body(sock, headers, rest)), api, rec, incremental, st, state)
+        _read_events(_fetch.lines(_fetch.body(sock, headers, rest, deadline, timeout)), api, rec, incremental, st,
+                     state)
+    except _fetch.Late:
+        rec.update(outcome="timeout", error=f"no finish within {limit_s:g} s (the request's deadline: {why}), "
+                   f"{state['last_n']} tokens by then")
     except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
-    except (OSError, http.client.HTTPException, ValueError) as exc:
+    except RecursionError:
+        rec.update(outcome="error", error="server sent JSON nested too deep to read")
+    except (OSError, http.client.HTTPException, ValueError, TypeError, AttributeError, KeyError,
+            IndexError) as exc:  # an answer of any shape ends this request, in its record
         if rec["chunk_t"]:
             rec.update(outcome="dropped", error=f"stream dropped after {state['last_n']} tokens ({type(exc).__name__})")
         else:
@@ -473,9 +398,20 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     finally:
         if sock is not None:
             sock.close()
+        _checked(rec)
         rec["cpu_s"] = time.thread_time() - cpu0
     _settle(rec, api, state["done"], state["final_n"], state["last_n"], out_len)
     return rec
+
+
+def _error_text(blocks, most=4096):
+    """The start of an error answer's body (a body that never ends is not read to its end)."""
+    got = b""
+    for _, block in blocks:
+        got += block
+        if len(got) >= most:
+            break
+    return got[:most].decode(errors="replace").strip()
 
 
 def _read_events(events, api, rec, incremental, st, state):
@@ -521,7 +457,7 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter,
 
 
 def _request(port, api, model, item, timeout, counter, override, logprobs, incremental):
-    rec = one_request(port, api, model, item[0], item[1], timeout, override, logprobs, incremental)
+    rec = one_request(port, api, model, item[0], item[1], timeout, override, logprobs, incremental, _LIMIT["s"])
     with counter.lock:
         counter.done += 1
         counter.failed += rec["outcome"] != "ok"
@@ -717,7 +653,8 @@ def _settings(args):
         logprobs=bool(args.get("logprobs", True)), dataset=args.get("dataset") or {"kind": "random"},
         duration=float(args["duration_s"]) if args.get("duration_s") else None,
         arrival=args.get("arrival") or "poisson", burstiness=float(args.get("burstiness") or 1.0),
-        interval=float(args.get("metrics_interval") or 0), seed=int(args.get("seed", 0)))
+        interval=float(args.get("metrics_interval") or 0), seed=int(args.get("seed", 0)),
+        limit_s=float(args["request_deadline"]) if args.get("request_deadline") else None)
 
 
 def _server(args):
@@ -733,6 +670,13 @@ def _inspect(srv, args, interval):
     patches applied to its tree, the ids its model takes, and whether its /metrics can be scraped."""
     port = srv.port
     check_health(port)
+    pid = listening_pid(port)
+    key = (server_api_key(pid) if pid else None) or args.get("api_key")
+    _AUTH.clear()
+    if key:
+        _AUTH["Authorization"] = "Bearer " + key
+    _bench_metrics.AUTH.clear()
+    _bench_metrics.AUTH.update(_AUTH)
     srv.info = info = server_info(port)
     srv.model = args.get("model") or served_model(port, info)
     srv.proc = proc = server_process(port, srv.root)
@@ -741,11 +685,26 @@ def _inspect(srv, args, interval):
     srv.log_mark = log_size((proc or {}).get("log"))
     srv.space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
                                                                   args.get("vocab_size"), (proc or {}).get("hf_env"))
+    _check_dataset_ids(args.get("dataset"), srv.space)
     srv.patches = applied_patches(srv.root)
     srv.incremental = bool((info or {}).get("incremental_streaming_output"))
     srv.metrics_off = (_bench_metrics.available(LOOPBACK, port) if interval > 0
                        else "not asked (--metrics-interval 0)")
     return srv
+
+
+def _check_dataset_ids(dataset, space):
+    """A file's input_ids must lie in the model's vocabulary: SGLang does not check them, and an id past it kills
+    the server (an IndexError in the embedding lookup)."""
+    if not dataset or dataset.get("kind") != "prompts" or not isinstance(space, dict):
+        return
+    high = space["high"]
+    for no, item in enumerate(dataset.get("items") or [], 1):
+        bad = next((i for i in item.get("input_ids") or [] if not 0 <= i < high), None)
+        if bad is not None:
+            where = item.get("line") or f"prompt {no}"
+            raise UserError(f"{dataset.get('source') or 'jsonl'}:{where}: input id {bad} is past the model's "
+                            f"vocabulary ({high} ids, {space.get('source')}); nothing was sent")
 
 
 def _plan(s):
@@ -906,6 +865,7 @@ def main(args):
     """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records."""
     srv = _server(args)
     s = _settings(args)
+    _LIMIT["s"] = s.limit_s
     _inspect(srv, args, s.interval)
     plan = _plan(s)
     counter = Counter()

@@ -12,13 +12,16 @@ import tempfile
 import time
 
 from ._common import UserError, find_sglang, http, progress, server_port, sglops_dir
-from ._server_proc import death_cause
+from ._fetch import INFO_MAX
+from ._server_info import kept_fields
+from ._server_proc import death_cause, listening_pid, server_api_key
 from ._vocab import draw_prompt_ids, model_token_space
 from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
 
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"
 PROMPT_LEN = 32
+AUTH = {}  # Authorization for a server started with --api-key (its own key, read from its command line here)
 
 
 def _post(url, body, timeout):
@@ -27,7 +30,7 @@ def _post(url, body, timeout):
     from http.client import HTTPException
 
     try:
-        return http(url, body, timeout)
+        return http(url, body, timeout, headers=AUTH)
     except HTTPException as exc:
         return None, f"{type(exc).__name__}: {exc}"
 
@@ -101,12 +104,11 @@ def _server_info(base):
     """/server_info (SGLang >= 0.5.x), else the deprecated /get_server_info; (status, dict)."""
     status, body = None, ""
     for path in ("/server_info", "/get_server_info"):
-        status, body = http_get(base + path, timeout=5)
+        status, body = http_get(base + path, timeout=5, limit=INFO_MAX, headers=AUTH)
         if status == 200:
             try:
-                info = json.loads(body)
-                return status, info if isinstance(info, dict) else {}
-            except ValueError:
+                return status, kept_fields(json.loads(body)) or {}
+            except (ValueError, RecursionError):
                 return status, {}
         if status is None:
             break
@@ -283,6 +285,11 @@ def main(args):
     if args.get("collect_only"):
         return collect(args, root)
     base = local_url(host, port, "")
+    pid = listening_pid(port)
+    key = server_api_key(pid) if pid else None
+    AUTH.clear()
+    if key:
+        AUTH["Authorization"] = "Bearer " + key
     status, info = _server_info(base)
     if status != 200:
         raise UserError(f"no SGLang server answering on {host}:{port} (port from {port_from}): "

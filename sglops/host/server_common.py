@@ -9,7 +9,9 @@ import re
 import signal
 import time
 
-from ._common import PRIVATE_FILE, http, open_private, sglops_dir
+from . import _fetch
+from ._common import PRIVATE_FILE, open_private, sglops_dir
+from ._server_info import kept_fields
 
 # (class, label, pattern): the first class whose pattern matches anywhere in the log since the restart marker
 # wins, most specific first. Patterns follow what SGLang really prints (tests/data/server_logs/ keeps real logs).
@@ -343,11 +345,11 @@ def server_info(host, port, timeout=5.0):
     """(effective server arguments, the endpoint that gave them): /server_info, or /get_server_info on
     releases before it existed (404); (None, None) when neither answers with JSON."""
     for path in ("/server_info", "/get_server_info"):
-        status, body = http_get(local_url(host, port, path), timeout=timeout)
+        status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
         if status == 200:
             try:
-                return json.loads(body), path
-            except ValueError:
+                return kept_fields(json.loads(body)), path
+            except (ValueError, RecursionError):
                 return None, None
         if status != 404:
             break
@@ -361,9 +363,19 @@ def local_url(host, port, path):
     return f"http://{host}:{int(port)}{path}"
 
 
-def http_get(url, timeout=2.0):
-    """(status, body) from a GET on the host's own server; (None, error) when nothing answers."""
-    return http(url, timeout=timeout)
+def http_get(url, timeout=2.0, limit=_fetch.ANSWER_MAX, headers=None):
+    """(status, body text) from a GET on the host's own server, the whole answer within `timeout` seconds and
+    `limit` bytes; (None, error) when nothing answers in time (a server that trickles its answer a byte at
+    a time, or sends one without end, is no answer)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        status, body = _fetch.get(parts.port, parts.path or "/", timeout=timeout, limit=limit, host=parts.hostname,
+                                  headers=headers)
+    except Exception as exc:  # noqa: BLE001 (refused, cut, late, too large, malformed: no answer, and why)
+        return None, str(exc) or type(exc).__name__
+    return status, body.decode(errors="replace")
 
 
 def append_record(paths, record):

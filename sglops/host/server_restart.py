@@ -88,7 +88,9 @@ def wait_healthy(proc, host, port, timeout_s, log_path, log_offset=0, abort=None
         code = proc.poll()
         if code is not None:
             return {"state": "died", "exit_code": code, "waited_s": round(elapsed, 3), "hung": False}
-        status, _ = http_get(local_url(host, port, "/health"), timeout=2)
+        # the start-up timeout is a deadline: a /health that answers a byte at a time cannot stretch it
+        status, _ = http_get(local_url(host, port, "/health"), timeout=max(0.05, min(2.0, timeout_s - elapsed)))
+        elapsed = time.monotonic() - t0
         if status == 200:
             return {"state": "healthy", "exit_code": None, "waited_s": round(elapsed, 3), "hung": False}
         if elapsed > timeout_s:

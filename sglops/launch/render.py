@@ -4,12 +4,16 @@ Why per release: flags move (0.5.23 dropped `--cuda-graph-max-bs`, `--nsa-*` bec
 so the argv is built from the flags the host's server_args defines (see host/
 server_inspect.py) and an unknown flag or backend is refused before anything is stopped.
 Every value reaches the script through the `q` filter (shlex.quote); the template environment
-refuses any expression that was not quoted.
+refuses any expression that was not quoted. Quotes keep a value one word, but a line break inside them still
+ends a line where quotes mean nothing (the script's comment lines): so every value is checked to hold no
+character that can end a line (sglops.core.values.one_line), named by where it came from, before rendering,
+and `q` refuses one again as the last guard.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +25,7 @@ from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
 from sglops.core.paths import REPO_ROOT
 from sglops.core.result import Observation
+from sglops.core.values import line_breaker, one_line
 from sglops.launch import ranks
 from sglops.launch.profiles import Profile
 
@@ -46,12 +51,30 @@ class Quoted(str):
     """Text already shell-quoted; the only thing a template may print."""
 
 
+def _quoted(value: Any) -> str:
+    text = str(value)
+    bad = line_breaker(text)
+    if bad:
+        raise ConfigError(f"a launch script value holds a control character ({bad}): {text!r:.80}")
+    return shlex.quote(text)
+
+
 def q(value: Any) -> Quoted:
-    return Quoted(shlex.quote(str(value)))
+    return Quoted(_quoted(value))
 
 
 def qjoin(values: list[Any], sep: str = " ") -> Quoted:
-    return Quoted(sep.join(shlex.quote(str(v)) for v in values))
+    return Quoted(sep.join(_quoted(v) for v in values))
+
+
+def check_one_line(p: Profile, fields: dict[str, Any]) -> None:
+    """Every value that reaches the script, named for the one line that refuses it."""
+    where = f"profile {p.name!r}"
+    one_line(p.name, "profile name")
+    for label, value in fields.items():
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item is not None:
+                one_line(str(item), f"{where}: {label}")
 
 
 def _only_quoted(value: Any) -> Any:
@@ -60,7 +83,9 @@ def _only_quoted(value: Any) -> Any:
     raise jinja2.TemplateError(f"template printed an unquoted value {value!r}: pass it through | q")
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
+    """The template environment, built once (its templates compile once per process)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              autoescape=False, keep_trailing_newline=True, finalize=_only_quoted,
                              trim_blocks=True, lstrip_blocks=True)
@@ -251,6 +276,9 @@ def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -
     derived = ranks.derived_env(effective, env, tree.host_facts if tree else None) if p.engine == "sglang" else []
     env.update({d.name: d.value for d in derived})
     lines = [launcher_argv(p, host)] + _pairs(argv)
+    check_one_line(p, {"host": host.name if host else None, "sglang version": tree.version if tree else None,
+                       "sglang root": checkout, **{f"env {k}": v for k, v in env.items()}, "env name": list(env),
+                       "launcher": lines[0], "argument": argv})
     script = environment().get_template(f"{p.engine}.sh.j2").render(
         profile=p.name, host=host.name if host else "(no host: not validated)", engine=p.engine,
         version=(tree.version if tree else None) or "unknown", root=checkout,

@@ -11,14 +11,17 @@ from sglops.core.values import Flag
 
 def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
     """`--var runs=3 --var profile=sandbox` -> {"runs": 3, "profile": "sandbox"} (YAML scalars)."""
+    from sglops.core.values import one_line
     from sglops.core.yamlio import loads_yaml
 
     out: dict[str, Any] = {}
     for pair in pairs or []:
+        one_line(pair, "--var")
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--var takes KEY=VALUE (got {pair!r})")
-        out[key.strip()] = loads_yaml(value, f"--var {key}") if value else ""
+        loaded = loads_yaml(value, f"--var {key}") if value else ""
+        out[key.strip()] = one_line(loaded, f"--var {key.strip()}")
     return out
 
 
