@@ -13,6 +13,8 @@ A case:
                                             # {parts: [[text, times], ...]} or {folder: true}
       env: {SGLOPS_INVENTORY: "{tmp}/inv.yaml"}
       server: endless-tokens                # optional: a hostile HTTP server on loopback (tests/hostile_server.py)
+      owner: {what: ab, who: live}          # optional: another operator's ab/sweep journal on gpu-a first
+                                            # (who: live = a live process of this machine, far = another machine's)
       exit: usage                           # usage | connect | timeout | remote | refused | failed
       says: "inv.yaml:2: port"              # or matches: REGEX
 Placeholders in argv, env and files: {tmp}, {port:HOST}, {keyline:HOST} (its known_hosts line), {hostkey:HOST}
@@ -39,7 +41,7 @@ from sglops.core import errors
 CASES_DIR = Path(__file__).parent / "cases" / "hostile"
 EXIT = {"failed": 1, "usage": errors.EXIT_USAGE, "connect": errors.EXIT_CONNECT, "timeout": errors.EXIT_TIMEOUT,
         "remote": errors.EXIT_REMOTE, "refused": errors.EXIT_REFUSED}
-FIELDS = {"id", "argv", "files", "env", "server", "exit", "says", "matches"}
+FIELDS = {"id", "argv", "files", "env", "server", "owner", "exit", "says", "matches"}
 SANDBOX_HOSTS = ("gpu-a", "gpu-b")
 
 
@@ -112,9 +114,33 @@ def test_the_corpus_is_large_and_covers_every_kind_of_input():
     assert len({c["file"] for c in CASES}) >= 8
 
 
+def _journal_of_another_operator(sandbox, owner: dict) -> Path:
+    """An ab or sweep of another operator, owning gpu-a: its journal, written as the host keeps it."""
+    import json
+    import os
+
+    from sglops.core import owner as owners
+    from sglops.host import ab_journal
+
+    who = {**owners.me(), "pid": os.getppid()} if owner["who"] == "live" else \
+        {"user": "ops", "machine": "laptop-far-away", "pid": 4242}
+    path = Path(ab_journal.path(str(sandbox.host("gpu-a").sglang_root), create=True))
+    path.write_text(json.dumps({"kind": "sglops.ab.journal", "version": 1, "run_id": f"other-{owner['what']}",
+                                "what": owner["what"], "owner": who, "started": "2026-12-06T05:00:00Z",
+                                "found": {"running": False, "profile": None, "port": None, "patches": []},
+                                "managed": ["gather-cast"], "adopted_from": [], "nodes": []}))
+    return path
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_a_hostile_input_ends_in_one_line(case, use_sandbox, tmp_path, monkeypatch, capsys):
-    if case.get("server"):
+    if case.get("owner"):
+        journal = _journal_of_another_operator(use_sandbox, case["owner"])
+        try:
+            _one_case(case, use_sandbox, tmp_path, monkeypatch, capsys, {})
+        finally:
+            journal.unlink()
+    elif case.get("server"):
         with HostileServer(case["server"]) as srv:
             _one_case(case, use_sandbox, tmp_path, monkeypatch, capsys, {"{server}": str(srv.port)})
     else:

@@ -200,11 +200,11 @@ def main(args):
     root = args["root"]
     if args.get("plan"):
         return plan(args)
-    paths = state_paths(root)
-    _lock = take_lock(paths["server.lock"], float(args.get("lock_wait_s") or 0))  # held until this script ends
     held = holder(root, args)
     if held is not None:  # an ab or sweep owns the host: its next round or its restore would undo this
         return {"owned_by": held}
+    paths = state_paths(root)
+    _lock = take_lock(paths["server.lock"], float(args.get("lock_wait_s") or 0))  # held until this script ends
     if args.get("stop_only"):
         stopped = stop_server(paths, float(args.get("grace_s", 20)))
         append_record(paths, {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "state": "stopped",
