@@ -160,3 +160,18 @@ def test_server_status_reads_a_server_info_of_any_shape(behaviour, use_sandbox, 
     assert code == 0 and "Traceback" not in err, err[-2000:]
     doc = json.loads(out)
     assert doc["ok"] and (doc["server_info"] is None or isinstance(doc["server_info"], dict)), doc
+
+
+def test_the_profile_requests_end_at_their_deadline_against_a_trickling_server():
+    """The profile's POSTs (/start_profile, /generate, /stop_profile: host/_common.http) are bounded as a whole:
+    a server that sends a byte every 0.3 s forever, or never finishes its headers, ends there with one line."""
+    from sglops.host._common import http
+
+    for behaviour, path in (("byte-trickle", "/generate"), ("health-trickle", "/health")):
+        with HostileServer(behaviour) as srv:
+            t0 = time.monotonic()
+            status, text = http(f"http://127.0.0.1:{srv.port}{path}", {"text": "x"} if path == "/generate" else None,
+                                timeout=1.5)
+            took = time.monotonic() - t0
+        assert status is None and "no complete answer" in text and "within 1.5 s" in text, (behaviour, text)
+        assert took < 3.0, (behaviour, took)

@@ -52,10 +52,27 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def http(url, body=None, timeout=2.0, headers=None):
+def http(url, body=None, timeout=2.0, headers=None, limit=64 << 20):
     """(status, body text) of a GET, or of a JSON POST when body is given, to the host's own server;
     (None, error) when nothing answers, or an answer is cut short (a server dying mid-response: http.client's
-    IncompleteRead / RemoteDisconnected are not OSErrors). HTTP errors are answers too (their status and body)."""
+    IncompleteRead / RemoteDisconnected are not OSErrors). HTTP errors are answers too (their status and body).
+    `timeout` bounds the WHOLE request (a server that trickles a byte at a time, or keeps the body open, ends
+    there too: the request runs in a daemon thread this call stops waiting for); an answer over `limit` bytes is
+    cut there and said."""
+    import threading
+
+    out = [(None, f"no complete answer from {url} within {timeout:g} s")]
+
+    def ask():
+        out[0] = _http_once(url, body, timeout, headers, limit)
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return out[0]
+
+
+def _http_once(url, body, timeout, headers, limit):
     import json
     import urllib.error
     import urllib.request
@@ -67,9 +84,12 @@ def http(url, body=None, timeout=2.0, headers=None):
                                           **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
+            got = resp.read(limit + 1)
+            if len(got) > limit:
+                return None, f"answer from {url} over {limit} bytes"
+            return resp.status, got.decode(errors="replace")
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
+        return exc.code, exc.read(limit).decode(errors="replace")
     except (OSError, ValueError, HTTPException) as exc:
         return None, str(getattr(exc, "reason", exc)) or type(exc).__name__
 
