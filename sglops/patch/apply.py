@@ -309,7 +309,8 @@ def status(remote: Remote, *, facts_fn: FactsFn = host_facts) -> PatchList:
         t, how = choose(p, state)
         if t.outcome == "conflict":
             rows.append(PatchStatus(p.name, "conflicting", t.variant.name,
-                                    f"{len(t.conflicts)} hunk(s) fail in {', '.join(sorted({c.path for c in t.conflicts}))}"))
+                                    f"{len(t.conflicts)} hunk(s) fail in {', '.join(sorted({c.path for c in t.conflicts}))}"
+                                    f" ({how})"))
         elif t.outcome == "applied":
             rows.append(PatchStatus(p.name, "applied", t.variant.name, "found in the files; not in the ledger"))
         else:

@@ -123,7 +123,8 @@ def _find(lines: list[str], block: list[str], guess: int) -> int | None:
     n = len(block)
     if n == 0:
         return min(max(guess, 0), len(lines))
-    order = sorted(range(0, len(lines) - n + 1), key=lambda p: abs(p - guess))
+    head = block[0]  # only where the first line matches: the same positions, in the same order, found sooner
+    order = sorted((p for p in range(0, len(lines) - n + 1) if lines[p] == head), key=lambda p: abs(p - guess))
     for pos in order:
         if lines[pos:pos + n] == block:
             return pos
