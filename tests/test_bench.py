@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from sglops.bench import record
 from sglops.bench import run as bench
 from sglops.bench.compare import compare, list_runs
 from sglops.core import artifacts
@@ -153,7 +154,7 @@ def test_dropped_streams_mark_the_run_failed_never_a_clean_figure(standin):
     assert "failed (dropped 2) - not a clean figure" in proc.stderr
     (run,) = list_runs(task="bench").runs
     assert run["bench"]["status"] == "failed" and run["bench"]["decode_tok_s"] is None
-    doc = bench.load(run["path"])
+    doc = record.load(run["path"])
     assert doc["levels"][0]["outcomes"] == {"dropped": 2}
     assert all(r["tokens"] == 10 for rep in doc["raw"] for r in rep["requests"])
 
