@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sglops.bench import stats
 from sglops.bench.identity import OutputsVerdict, Tolerance, compare_outputs
-from sglops.bench.record import Run, load_run
+from sglops.bench.record import STANDIN_NOTE, Run, load_run, standin
 from sglops.bench.runconfig import ConfigDiff, config_diff
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, OutputsDiffer
@@ -74,11 +74,12 @@ class Row:
     ratio_ci: tuple[float, float] | None
     verdict: str
     samples: str
+    standin: bool = False  # a figure of this row (the run's or the baseline's) was set by the stand-in server
 
     def to_json(self) -> dict:
         return {"run": self.run, "concurrency": self.concurrency, "metric": self.metric, "base": self.base,
                 "other": self.other, "ratio": self.ratio, "ratio_ci95": list(self.ratio_ci) if self.ratio_ci else None,
-                "verdict": self.verdict, "samples": self.samples}
+                "verdict": self.verdict, "samples": self.samples, "standin": self.standin}
 
 
 @dataclass
@@ -152,7 +153,7 @@ class Comparison(Observation):
     def payload(self) -> dict:
         return {"kind": "sglops.bench.compare", "baseline": self.runs[0].run_id,
                 "runs": [{"run_id": r.run_id, "host": r.host, "path": str(r.path), "status": r.doc.get("status"),
-                          "patches": [p.get("patch") for p in r.doc.get("patches") or []],
+                          "patches": [p.get("patch") for p in r.doc.get("patches") or []], "standin": r.standin,
                           "sglang_commit": (r.doc.get("sglang") or {}).get("commit")} for r in self.runs],
                 "rows": [row.to_json() for row in self.rows], "notes": self.notes, "chart": self.chart,
                 "headline": {r.run_id: self.headline(r.run_id) for r in self.runs[1:]},
@@ -221,6 +222,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
     runs = [load_run(r) for r in run_dirs]
     base = runs[0]
     notes = [] if base.ok else [f"baseline {base.run_id} is {base.doc.get('status')}: not a clean figure, no verdict"]
+    notes += [f"{r.run_id}: {STANDIN_NOTE}" for r in runs if r.standin]
     rows: list[Row] = []
     for other in runs[1:]:
         notes += _differences(base, other)
@@ -245,7 +247,7 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
                     many and key.endswith("tok_s")) else None
                 kind = "repeats" if many and key.endswith("tok_s") else "requests"
                 rows.append(Row(other.run_id, c, label, mb, mo, ratio, ci, verdict(ratio, ci, higher, comparable),
-                                f"{kind} {len(sb)} vs {len(so)}"))
+                                f"{kind} {len(sb)} vs {len(so)}", base.standin or other.standin))
     result = Comparison(runs, rows, list(dict.fromkeys(notes)), tolerance=tolerance)
     for other in runs[1:]:
         result.identities[other.run_id] = compare_outputs(base, other, tolerance)
@@ -286,5 +288,5 @@ class RunList(Observation):
 
 
 def list_runs(host: str | None = None, task: str | None = None) -> RunList:
-    runs = [r for r in artifacts.list_runs(host) if not task or r.get("task") == task]
+    runs = [{**r, "standin": standin(r)} for r in artifacts.list_runs(host) if not task or r.get("task") == task]
     return RunList(runs)

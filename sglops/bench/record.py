@@ -12,6 +12,19 @@ from pathlib import Path
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 
+STANDIN_MARK = "SET BY THE STAND-IN"
+STANDIN_NOTE = "figures SET BY THE STAND-IN server (sglops' sandbox server said so in /server_info), not measured"
+
+
+def standin(doc: dict | None) -> bool:
+    """Were a run's figures set by sglops' stand-in server? The server said so itself: its /server_info answers
+    `standin: true` (a real SGLang has no such key); a record keeps that answer as `launch_args`, and bench.json
+    and its manifest carry it as `standin`. Never guessed from a host's name."""
+    doc = doc or {}
+    if "standin" in doc:
+        return bool(doc["standin"])
+    return (doc.get("launch_args") or {}).get("standin") is True
+
 
 @dataclass
 class Run:
@@ -26,6 +39,10 @@ class Run:
     def label(self) -> str:
         names = [p.get("patch") for p in self.doc.get("patches") or []]
         return f"{self.run_id}\n{'+'.join(names) if names else 'no patches'}"
+
+    @property
+    def standin(self) -> bool:
+        return standin(self.doc)
 
     @property
     def ok(self) -> bool:

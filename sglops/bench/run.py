@@ -26,6 +26,7 @@ from typing import Any
 
 from sglops.bench import identity, loads, runconfig, stats
 from sglops.bench.params import DEFAULTS as _D
+from sglops.bench.record import standin
 from sglops.core import artifacts, jsonsafe, redact
 from sglops.core.errors import ConfigError, Failed
 from sglops.core.remote import Remote
@@ -322,6 +323,11 @@ class BenchResult(Observation):
         return "failed" if states == {"failed"} else "partial"
 
     @property
+    def standin(self) -> bool:
+        """The server said it is sglops' stand-in (its /server_info): every figure of this run is set by it."""
+        return standin({"launch_args": self.server_info})
+
+    @property
     def outputs_whole(self) -> bool:
         """Every request answered, by one server that stayed the same: the outputs compare in full even where the
         timings are not a clean figure (suspect requests kept out of the figures, e.g. a starved host's bursts)."""
@@ -389,6 +395,7 @@ class BenchResult(Observation):
         """What the run's manifest.json records beside bench.json: what was running."""
         sgl = self.sglang or {}
         return {
+            "standin": self.standin,
             "bench": {"status": self.status, "api": self.config["api"], "decode_tok_s": self.headline(),
                       "input_len": self.config["input_len"], "output_len": self.config["output_len"],
                       "concurrency": self.config["concurrency"], "runs": self.config["runs"],

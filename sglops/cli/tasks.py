@@ -15,6 +15,7 @@ from typing import Any
 from invoke import Task, task
 
 from sglops.cli.glue import ONE_HOST_FLAGS, TARGET_FLAGS, Targets, fail, guarded, per_host
+from sglops.cli.helpfmt import LIST_FLAGS, CatalogueTask, is_switch, list_line, placeholder, short_flags
 from sglops.core.errors import SglopsError
 from sglops.core.op import Context, Marker, Op, new_run_id
 from sglops.core.values import check
@@ -36,7 +37,24 @@ def _flags(op: Op) -> list[tuple[str, Any, str, bool]]:
     return out
 
 
-def make_task(op: Op) -> Task:
+def _metavars(op: Op) -> dict[str, str]:
+    """dashed flag -> the placeholder its help shows (switches: none)."""
+    out = {}
+    for p in op.params:
+        if isinstance(p, Marker):
+            names = TARGET_FLAGS if p.name == "targets" else ONE_HOST_FLAGS
+            out.update({k: "LIST" if k in LIST_FLAGS else "STRING" for k in names if k != "accept_new_host_key"})
+        elif p.cli and not is_switch(p.kind) and not isinstance(p.flag, bool):
+            out[p.name] = placeholder(p.kind, p.name in op.task.get("iterable", ()))
+    return {k.replace("_", "-"): v for k, v in out.items()}
+
+
+def _dashed(op: Op) -> tuple[list[str], bool]:
+    return [n.replace("_", "-") for n, *_ in _flags(op)], op.task.get("auto_shortflags", True)
+
+
+def make_task(op: Op, shorts: dict[str, str] | None = None) -> Task:
+    """op as an Invoke task; shorts: the catalogue-wide short flags (helpfmt.short_flags), else op's own."""
     flags = _flags(op)
     params = [inspect.Parameter("c", _P)] + [
         inspect.Parameter(name, _P, **({} if positional else {"default": default}))
@@ -47,9 +65,11 @@ def make_task(op: Op) -> Task:
 
     body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     body.__name__ = op.name.replace("-", "_")
-    body.__doc__ = op.summary
+    body.__doc__ = list_line(op.summary)
     helps = {name.rstrip("_").replace("_", "-"): text for name, _d, text, _p in flags if text}
-    return task(body, name=op.name, help=helps, **op.task)
+    options = {**op.task, "auto_shortflags": False}
+    return task(body, name=op.name, help=helps, klass=CatalogueTask, **options,
+                shorts=short_flags([_dashed(op)]) if shorts is None else shorts, metavars=_metavars(op))
 
 
 def tasks() -> dict[str, Task]:
@@ -57,7 +77,9 @@ def tasks() -> dict[str, Task]:
     from sglops.ops import OPS
     from sglops.play.ops import OPS as PLAY_OPS
 
-    return {op.name.replace("-", "_"): make_task(op) for op in [*OPS, *PLAY_OPS]}
+    ops = [*OPS, *PLAY_OPS]
+    shorts = short_flags(_dashed(op) for op in ops)
+    return {op.name.replace("-", "_"): make_task(op, shorts) for op in ops}
 
 
 def run_task(op: Op, kw: dict[str, Any]) -> None:

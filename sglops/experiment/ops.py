@@ -111,7 +111,7 @@ OPS = [
        (TARGETS,
         Param("a", Str(), "side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)"),
         Param("b", Str(), "side B, spelt the same way (patches named on either side are applied/reverted per round)"),
-        Param("patch", Name("patch"), "this profile without vs with PATCH: A = --a (default: the current profile), "
+        Param("patch", Name("patch"), "this profile without vs with PATCH: A = -a (default: the current profile), "
               "B = A+PATCH"),
         Param("rounds", Int(1, 100, 3), "ABAB rounds, a restart before every bench (default {default}, the fewest "
               "for a speed verdict)"),

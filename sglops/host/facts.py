@@ -4,6 +4,7 @@
 # is known, the python running this script (always reported as "host_python").
 import os
 import re
+import shutil
 
 from ._common import (
     container_identity,
@@ -35,6 +36,21 @@ def gpus():
                      "sm": "sm" + cc.replace(".", ""), "memory_mib": int(float(mem)),
                      "driver": driver, "uuid": uuid})
     return rows, None
+
+
+def nvidia_smi():
+    """Which nvidia-smi answered, and whether it says it is a stand-in (sglops' sandbox one is a script whose
+    header reads "STAND-IN nvidia-smi"; NVIDIA's is an ELF binary): its GPU lines are then no GPU's."""
+    path = shutil.which("nvidia-smi")
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return {"path": path, "standin": False, "kind": "unreadable"}
+    kind = "binary" if head.startswith(b"\x7fELF") else "script" if head.startswith(b"#!") else "other"
+    return {"path": path, "kind": kind, "standin": kind != "binary" and b"STAND-IN" in head}
 
 
 def cuda_version():
@@ -91,6 +107,7 @@ def main(args):
         "hostname": __import__("socket").gethostname(),
         "gpus": gpu_rows,
         "gpu_error": gpu_error,
+        "nvidia_smi": nvidia_smi(),
         "cuda": cuda,
         "python": python,
         "host_python": host,

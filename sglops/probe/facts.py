@@ -45,6 +45,10 @@ class Facts(Observation):
         else:
             gpu, driver = f"none found ({d.get('gpu_error') or 'no GPUs'})", "-"
         cuda = d.get("cuda") or {}
+        smi = d.get("nvidia_smi") or {}
+        if smi.get("standin"):  # the host's nvidia-smi says so itself (see sglops/host/facts.py: nvidia_smi)
+            mark = f" [STAND-IN nvidia-smi {smi.get('path')}: no real GPU]"
+            gpu += mark
         sgl = d.get("sglang")
         if sgl:
             where = f"{sgl['package_dir']} ({sgl['kind']})"
@@ -70,7 +74,8 @@ class Facts(Observation):
             rows.append(("container", f"{c['id'][:12]} (image {c['image'].removeprefix('sha256:')[:12]})"))
         return rows + [
             ("GPUs", gpu),
-            ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"),
+            ("driver", f"{driver} (CUDA {cuda.get('driver_cuda') or '?'})"
+                       + (" [STAND-IN nvidia-smi]" if smi.get("standin") else "")),
             ("nvcc", cuda.get("nvcc") or "not found"),
             ("python", f"{d['python']['version']} ({d['python']['executable']})"
                        + (f", from {d['python']['source']}" if d["python"].get("source") else "")),

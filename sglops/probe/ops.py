@@ -68,7 +68,9 @@ OPS = [
         Param("kv_dtype", Str(), "the launch question: --kv-cache-dtype (default: the profile's, else auto)"),
         Param("sm", Str(), "the launch question: GPU as sm90/sm100/sm120 (default: the host's, same round trip)"),
         Param("profile", Str(), "the launch question: a profile's flags (model_path, kv dtype, backends)"),
-        Param("attention_backend", Str(), "the launch question: an explicit --attention-backend")),
+        Param("attention_backend", Str(), "the launch question: an explicit --attention-backend"),
+        Param("wide", Flag(), "every backend's file:line evidence instead of the compact table", flag=False,
+              play=False)),
        step="probe", prepare=_load_probes, record="probe.json", result="sglops.probe.report:ProbeReport",
-       view_options=("show_hits",), step_summary=_probe_summary),
+       view_options=("show_hits", "wide"), step_summary=_probe_summary),
 ]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from sglops.bench.record import STANDIN_MARK, STANDIN_NOTE, standin
 from sglops.core import artifacts
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ def bench_table(r: BenchResult) -> Table:
     """`inv bench`: per concurrency level the figures with their spread, failures and suspects; the caption says what ran."""
     cfg = r.config
     title = (f"bench: {r.host}  {cfg['api']} :{cfg['port']}  in {cfg['input_len']} / out {cfg['output_len']}"
-             f"  x{cfg['runs']} repeats" + (f"  run {r.run_id}" if r.run_id else ""))
+             f"  x{cfg['runs']} repeats" + (f"  run {r.run_id}" if r.run_id else "")
+             + (f"  [figures {STANDIN_MARK}]" if r.standin else ""))
     table = Table(title=title, title_justify="left", caption=_caption(r), caption_justify="left")
     for col in ("C", "metric", "median", "p90", "p99", "95% CI (repeats)", "CV"):
         table.add_column(col, justify="left" if col in ("metric", "95% CI (repeats)") else "right")
@@ -92,6 +94,8 @@ def _caption(r: BenchResult) -> Text:
     """What ran (status, sglang, patches, client CPU, server python) and what a reader should know."""
     sgl = r.sglang or {}
     parts: list[Any] = [Text.assemble("status: ", (r.status, "green" if r.status == "ok" else "bold red"))]
+    if r.standin:
+        parts.insert(0, Text(STANDIN_NOTE, style="bold yellow"))
     if sgl:
         commit = (sgl.get("commit") or "")[:12]
         parts.append(f"sglang {sgl.get('version') or '?'}" + (f" @ {commit}" if commit else "")
@@ -182,7 +186,8 @@ def compare_table(c: Comparison) -> Table:
     """`inv compare`: every run against the baseline, metric by metric, ratio, interval and verdict."""
     base = c.runs[0]
     caption = _compare_caption(c)
-    table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]})", title_justify="left",
+    mark = f"; figures {STANDIN_MARK}" if base.standin else ""
+    table = Table(title=f"compare: baseline {base.run_id} ({base.label.splitlines()[1]}{mark})", title_justify="left",
                   caption=caption if caption.plain else None, caption_justify="left")
     for col in ("run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"):
         table.add_column(col, justify="left" if col in ("run", "metric", "verdict", "95% CI") else "right")
@@ -190,14 +195,18 @@ def compare_table(c: Comparison) -> Table:
     for row in c.rows:
         ci = f"[{row.ratio_ci[0]:.3f}, {row.ratio_ci[1]:.3f}]" if row.ratio_ci else "-"
         v = Text(row.verdict, style=colour.get(row.verdict, "dim"))
-        table.add_row(row.run, str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
+        table.add_row(Text.assemble(row.run, (" (stand-in)", "bold yellow") if row.standin else ""),
+                      str(row.concurrency), row.metric, f"{row.base:.2f}", f"{row.other:.2f}",
                       f"{row.ratio:.3f}" if row.ratio else "-", ci, v)
     return table
 
 
 def runs_table(r: RunList) -> Table:
     """`inv runs`: the recorded runs, oldest first, with the bench headline where there is one."""
-    table = Table(title=f"runs under {artifacts.artifacts_root()}", title_justify="left")
+    marked = any(standin(m) for m in r.runs)
+    table = Table(title=f"runs under {artifacts.artifacts_root()}", title_justify="left",
+                  caption=Text(f"stand-in: {STANDIN_NOTE}", style="yellow") if marked else None,
+                  caption_justify="left")
     for col in ("run", "host", "task", "status", "decode tok/s", "95% CI", "setup", "sglang", "patches"):
         table.add_column(col, justify="right" if col == "decode tok/s" else "left")
     for m in r.runs:
@@ -210,7 +219,8 @@ def runs_table(r: RunList) -> Table:
         setup = (f"{b.get('api')} {b.get('input_len')}/{b.get('output_len')} C{head.get('concurrency')}"
                  f" x{b.get('runs')}") if b else ""
         table.add_row(m.get("run_id", "?"), m.get("host", "?"), m.get("task", "?"), Text(status, style=style),
-                      f"{head['median']:.2f}" if head.get("median") else "-",
+                      Text.assemble(f"{head['median']:.2f}", (" stand-in", "bold yellow") if standin(m) else "")
+                      if head.get("median") else "-",
                       f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-", setup,
                       ((sgl.get("version") or "") + " " + (sgl.get("commit") or "")[:10]).strip() or "-",
                       ", ".join(p.get("patch", "?") for p in m.get("patches") or []) or "-")

@@ -1,7 +1,10 @@
 """Views of what is on a host: the facts table, and a probe-backends report: backend table, server arguments and FlashInfer, other probes, hits.
 
 ProbeReport (sglops.probe.report) keeps the facts, the verdicts and JSON; the task prints it through
-sglops.views.show (`show(report, show_hits=True)` adds every hit).
+sglops.views.show (`show(report, show_hits=True)` adds every hit). By default the backend table is compact (one
+short row per backend, readable at 80 columns); `wide=True` gives each backend a block with every file:line
+(sglops.views.probe_wide). A file:line reference is always one word of a wrapped line, never a table cell's
+fold, so it is never split.
 """
 
 from __future__ import annotations
@@ -12,15 +15,19 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from sglops.probe.report import _by_func, _lines
+from sglops.probe.report import CAST_FLAG, fp8_read_mode
+from sglops.views.probe_wide import backend_blocks, hit_lines
 
 if TYPE_CHECKING:
     from sglops.probe.facts import Facts
     from sglops.probe.report import ProbeReport
 
 
-def probe_view(rep: ProbeReport, show_hits: bool = False) -> Group:
-    """`inv probe-backends`: the backend table, server arguments and FlashInfer, other probes, flags; hits on demand."""
+def probe_view(rep: ProbeReport, show_hits: bool = False, wide: bool = False) -> Group:
+    """`inv probe-backends`: the backend table, server arguments and FlashInfer, other probes, flags; hits on demand.
+
+    wide (and show_hits, which lists everything): every backend's file:line evidence, a block each, instead of the
+    compact table."""
     f = rep.facts
     ver = f"sglang {f['sglang_version'] or '?'}"
     if f.get("sglang_commit"):
@@ -28,7 +35,7 @@ def probe_view(rep: ProbeReport, show_hits: bool = False) -> Group:
     title = f"probe-backends: {rep.host} ({ver}, {f['sglang_kind']}; {rep.engine}, {rep.seconds:.2f} s)"
     parts: list[Any] = [Text(title, style="bold")]
     if any(b.hits for b in rep.backends):
-        parts.append(_backend_table(rep))
+        parts += backend_blocks(rep) if wide or show_hits else [_backend_table(rep), _LEGEND]
     parts += [_summary(rep), _global_table(rep)]
     for flag in rep.flags:
         parts.append(Text(f"FLAG: {flag}", style="bold yellow"))
@@ -44,31 +51,55 @@ def probe_view(rep: ProbeReport, show_hits: bool = False) -> Group:
             style = "bold" if i == 0 else "bold red" if "REFUSED" in line else "yellow" if "undetermined" in line else ""
             parts.append(Text(line, style=style))
     if show_hits:
-        parts.append(_hits_table(rep))
+        parts += hit_lines(rep)
     return Group(*[p for p in parts if p is not None])
 
 
+_LEGEND = Text("FP8: takes FP8 KV natively; cast: casts the whole KV pool; arch: an architecture guard; "
+                "DSA: NSA/DSA code. --wide: the file:line of each; --show-hits: every hit", style="dim")
+
+
 def _backend_table(rep: ProbeReport) -> Table:
-    """Per attention backend: FP8-native, casts the whole pool, arch guards, NSA/DSA and the verdict."""
+    """Per attention backend, one short row: FP8-native, whole-pool cast, arch guard, NSA/DSA, a short verdict."""
     f = rep.facts
-    t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left")
-    for col in ("backend", "FP8-native", "casts whole pool", "arch guards", "NSA/DSA", "verdict"):
-        t.add_column(col, overflow="fold")
+    t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left", box=None,
+              pad_edge=False, header_style="bold")
+    t.add_column("backend", no_wrap=True)
+    for col in ("FP8", "cast", "arch", "DSA"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("verdict")
     for b in rep.backends:
-        if not b.exists:
-            t.add_row(b.name, "-", "-", "-", "-", Text("absent in this release", style="dim"))
+        if not b.exists or b.unreadable:
+            mark = "-" if not b.exists else "?"
+            t.add_row(b.name, mark, mark, mark, mark,
+                      Text("absent" if not b.exists else "unreadable", style="dim" if not b.exists else "red"))
             continue
-        if b.unreadable:
-            t.add_row(b.name, "?", "?", "?", "?", Text(b.verdict(f), style="red"))
-            continue
-        native = "yes " + _lines(b.hits["fp8_native"]) if b.has("fp8_native") else "no"
-        casts = rep.cell(b, "casts_whole_pool", _by_func(b.hits.get("casts_whole_pool", [])))
-        arch = rep.arch_cell(b)
-        dsa = rep.cell(b, "nsa_dsa", "yes " + _lines(b.hits.get("nsa_dsa", []), 2))
-        style = "bold red" if b.has("casts_whole_pool") and not b.has("fp8_native") else ""
-        t.add_row(b.name, native if "fp8_native" in b.hits else "not probed", Text(casts, style=style), arch, dsa,
-                  b.verdict(f))
+        casts = b.has("casts_whole_pool")
+        style = "bold red" if casts and not b.has("fp8_native") else ""
+        t.add_row(b.name, _yes(b, "fp8_native"), Text(_yes(b, "casts_whole_pool"), style=style),
+                  _yes(b, "arch_guard", "arch_guard_args"), _yes(b, "nsa_dsa"), Text(short_verdict(b, f), style=style))
     return t
+
+
+def _yes(b: Any, *facts: str) -> str:
+    """yes / no, or `?` when none of facts was probed."""
+    if not any(fact in b.hits for fact in facts):
+        return "?"
+    return "yes" if any(b.has(fact) for fact in facts) else "no"
+
+
+def short_verdict(b: Any, facts: dict[str, Any]) -> str:
+    """The verdict of BackendRow.verdict in a few words (the long one, with its evidence, is --wide's)."""
+    casts, native = b.has("casts_whole_pool"), b.has("fp8_native")
+    mode, _evidence = fp8_read_mode(b)
+    text = ("FP8 plan, still casts pool" if native and casts else "casts whole pool" if casts
+            else {"q_quantised": "FP8 KV, q quantised", "dequant_in_smem": "FP8 KV, tiles converted",
+                  "rows_cast": "casts read rows only"}.get(mode)
+            or ("FP8 KV natively" if native else "FP8 paths, mode unknown" if b.has("fp8_paths")
+                else "no FP8 KV handling"))
+    if b.name == "flashinfer_mla" and facts.get(CAST_FLAG):
+        text += f"; FlashInfer {facts.get('flashinfer_version')} takes FP8"
+    return text
 
 
 def _global_table(rep: ProbeReport) -> Table | None:
@@ -76,7 +107,7 @@ def _global_table(rep: ProbeReport) -> Table | None:
     rows = [r for r in rep.results if r["id"] in rep.global_greps]
     if not rows:
         return None
-    t = Table(title="other probes", title_justify="left")
+    t = Table(title="other probes", title_justify="left", box=None, pad_edge=False, header_style="bold")
     for col in ("probe", "hits", "meaning"):
         t.add_column(col, overflow="fold")
     for r in rows:
@@ -95,7 +126,8 @@ def _global_table(rep: ProbeReport) -> Table | None:
 def _summary(rep: ProbeReport) -> Table | None:
     """Server-argument choices and FlashInfer's MLA FP8 capability, from the facts."""
     f = rep.facts
-    s = Table(show_header=False, title="server arguments and FlashInfer", title_justify="left")
+    s = Table(show_header=False, title="server arguments and FlashInfer", title_justify="left", box=None,
+              pad_edge=False)
     s.add_column(style="bold")
     s.add_column(overflow="fold")
     if "attention_backends.flag" in f:
@@ -117,24 +149,6 @@ def _summary(rep: ProbeReport) -> Table | None:
         else:
             s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
     return s if s.row_count else None
-
-
-def _hits_table(rep: ProbeReport) -> Table:
-    """Every hit and definition as file:line, and why a probe found nothing."""
-    h = Table(title="hits", title_justify="left")
-    for col in ("probe", "file:line", "in", "text"):
-        h.add_column(col, overflow="fold")
-    for r in rep.results:
-        for hit in r.get("hits", []):
-            h.add_row(r["id"], f"{hit['file']}:{hit['line']}", hit.get("func") or "", hit["text"])
-        for d in r.get("definitions", []):
-            h.add_row(r["id"], f"{d['file']}:{d['line']}", d["flag"] + (" (deprecated)" if d["deprecated"] else ""),
-                      d["text"])
-        if not r.get("hits") and not r.get("definitions"):
-            miss = rep.meanings.get(r["id"], ("", "not found"))[1]
-            why = "root not found" if r.get("missing_root") else f"{r.get('files', 0)} files scanned"
-            h.add_row(r["id"], "-", "", f"{miss} ({why})")
-    return h
 
 
 def facts_table(fx: Facts) -> Table:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sglops.bench.record import STANDIN_MARK, STANDIN_NOTE, standin
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 from sglops.trace.names import full_names_markdown, printable, short_kernel, shorten
@@ -37,6 +38,8 @@ def _host(facts: dict | None) -> list[str]:
     sgl = facts.get("sglang") or {}
     fi = facts.get("flashinfer") or {}
     gpu = f"{len(gpus)}x {gpus[0]['name']} (compute capability {gpus[0]['compute_capability']})" if gpus else "no GPU"
+    if gpus and (facts.get("nvidia_smi") or {}).get("standin"):  # the host's nvidia-smi said it is a stand-in
+        gpu += " (as a STAND-IN nvidia-smi reports them: no real GPU)"
     return ["## Host", "",
             f"- GPUs: {gpu}, driver {gpus[0]['driver'] if gpus else '-'}, CUDA {(facts.get('cuda') or {}).get('driver_cuda')}",
             f"- SGLang {sgl.get('version')} at `{sgl.get('package_dir')}`"
@@ -69,22 +72,27 @@ def _bench(step_id: str, doc: dict) -> list[str]:
             m = (_lv.get(key) or {}).get("median")
             return f"{m:.2f}" if m is not None else "-"
 
-        rows.append([lv.get("concurrency"), f"{d.get('median', float('nan')):.2f}" if d else "-",
+        mark = " (stand-in)" if standin(doc) else ""
+        rows.append([lv.get("concurrency"), f"{d.get('median', float('nan')):.2f}{mark}" if d else "-",
                      f"{ci[0]:.2f}-{ci[1]:.2f}" if len(ci) == 2 else "-", med("tpot_ms"), med("ttft_ms"),
                      med("e2e_ms"), lv.get("status")])
     cfg = doc.get("config") or {}
     patches = ", ".join(p.get("patch", "?") for p in doc.get("patches") or []) or "none"
     return [f"### {step_id}", "", f"run `{doc.get('run_id')}`: {cfg.get('runs')} repeats, input {cfg.get('input_len')} / "
             f"output {cfg.get('output_len')} tokens, {cfg.get('api')} API; patches applied: {patches}", "",
+            *([f"**{STANDIN_NOTE}**", ""] if standin(doc) else []),
             *_table(["concurrency", "decode tok/s", "95% CI", "TPOT ms", "TTFT ms", "e2e ms", "status"], rows),
             *markdown_loads(doc)]
 
 
 def _compare(doc: dict, base: Path) -> list[str]:
-    rows = [[r["run"], r["concurrency"], r["metric"], f"{r['base']:.2f}", f"{r['other']:.2f}", f"{r['ratio']:.3f}",
+    mark = lambda r: f" ({STANDIN_MARK})" if r.get("standin") else ""  # noqa: E731
+    rows = [[r["run"] + mark(r), r["concurrency"], r["metric"], f"{r['base']:.2f}", f"{r['other']:.2f}",
+             f"{r['ratio']:.3f}",
              f"[{r['ratio_ci95'][0]:.3f}, {r['ratio_ci95'][1]:.3f}]" if r.get("ratio_ci95") else "-", r["verdict"]]
             for r in doc.get("rows") or []]
     out = ["## Comparison", "", f"baseline: `{doc.get('baseline')}`", "",
+           *[f"**`{r['run_id']}`: {STANDIN_NOTE}**" for r in doc.get("runs") or [] if r.get("standin")], "",
            *_table(["run", "C", "metric", "baseline", "this run", "ratio", "95% CI", "verdict"], rows)]
     for run, line in (doc.get("headline") or {}).items():  # speed, output identity and config in one verdict
         out.append(f"- `{run}`: **{line}**")
@@ -188,9 +196,13 @@ def _ab(doc: dict, base: Path) -> list[str]:
            "- patches managed (applied/reverted per round, checked in the host ledger): "
            + (", ".join(f"`{p}`" for p in doc.get("managed_patches") or []) or "none"),
            f"- wall time {doc.get('wall_s')} s", ""]
+    set_by = _standin_rounds(doc.get("rounds") or [])
     rows = [[r["round"], r["side"], f"`{r.get('run_id')}`", r.get("status"),
-             f"{r['decode_tok_s']:.2f}" if r.get("decode_tok_s") else "-", "+".join(r.get("patches") or []) or "none",
+             f"{r['decode_tok_s']:.2f}" + (" (stand-in)" if r.get("run_id") in set_by else "")
+             if r.get("decode_tok_s") else "-", "+".join(r.get("patches") or []) or "none",
              r.get("restart_s") or "-", r.get("error") or ""] for r in doc.get("rounds") or []]
+    if set_by:
+        out += [f"**rounds {', '.join(sorted(set_by))}: {STANDIN_NOTE}**", ""]
     out += ["## Rounds", "", *_table(["round", "side", "bench run", "status", "decode tok/s", "patches (ledger)",
                                       "restart s", "error"], rows)]
     sp = doc.get("speed") or {}
@@ -224,6 +236,19 @@ def _ab(doc: dict, base: Path) -> list[str]:
             + (", ".join(restore.get("ledger") or []) or "none") + (f"; {restore['error']}" if restore.get("error") else ""),
             "", "<details><summary>round plan</summary>", "", *[f"1. {s}" for s in doc.get("plan") or []], "",
             "</details>", ""]
+    return out
+
+
+def _standin_rounds(rounds: list[dict]) -> set[str]:
+    """The ab rounds whose bench record says the stand-in server set its figures (each round is a run of its own)."""
+    out = set()
+    for r in rounds:
+        try:
+            path = artifacts.find_run(r["run_id"]) / "bench.json" if r.get("run_id") else None
+        except ConfigError:
+            continue
+        if path is not None and path.is_file() and standin(artifacts.read_json(path)):
+            out.add(r["run_id"])
     return out
 
 

@@ -58,7 +58,7 @@ render.register(Capture, patch.capture_view)
 render.register(Facts, probe.facts_table)
 render.register(PlayResult, play.play_table)
 render.register(Planned, play.planned_view)
-render.register(ProbeReport, lambda r, show_hits=False: probe.probe_view(r, show_hits))
+render.register(ProbeReport, lambda r, show_hits=False, wide=False: probe.probe_view(r, show_hits, wide))
 
 
 def show(result: Any, **options: Any) -> None:
