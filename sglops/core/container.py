@@ -38,7 +38,7 @@ from sglops.core.transport.command import CommandResult
 from sglops.core.transport.spec import TargetKind
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 ENGINES = ("docker", "podman")
 IDENTITY_ENV = "SGLOPS_CONTAINER"

@@ -27,7 +27,7 @@ from sglops.core.transport.ssh_channel import SSHRemote
 from sglops.core.transport.ssh_keys import fingerprint, known_hosts_path
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 __all__ = ["HOST_PYTHON", "KILL_GRACE_S", "ONE_LINE_MAX", "PROGRESS_MARKER", "CommandResult", "LocalRemote", "Remote",
            "SSHRemote", "_parse_answer", "connect", "fingerprint", "known_hosts_path", "one_line", "shell_command"]

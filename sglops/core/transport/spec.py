@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
     from sglops.core.transport.base import Remote
 
 

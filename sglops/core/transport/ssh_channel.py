@@ -23,7 +23,7 @@ from sglops.core.transport.spec import Transport
 from sglops.core.transport.ssh_connect import close_all, open_connection
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 
 class SSHRemote(Remote):
