@@ -389,9 +389,9 @@ def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(s
 
 def test_another_server_answering_after_the_run_makes_it_partial(standin, remote_a):
     """A server restarted mid-run (other pid, other configuration) mixes two servers in one figure."""
-    from sglops.host import bench_client
+    from sglops.host import _bench_server
 
-    host = vars(bench_client)
+    host = vars(_bench_server)
     first = standin(400.0)
     before = host["server_info"](first)
     pid = host["listening_pid"](first)

@@ -23,7 +23,7 @@ from sglops.bench.compare import compare
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 from sglops.core.op import new_run_id
-from sglops.host import _bench_metrics, bench_client
+from sglops.host import _bench_metrics, _bench_request
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from sglops.views.files import draw
 from sglops.views.report import render as report_markdown
@@ -157,7 +157,7 @@ def test_the_client_reads_every_http_framing_a_server_may_answer_with(framing):
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        rec = bench_client.one_request(srv.getsockname()[1], "sglang", "m", [11, 22, 33, 44], 3, 10)
+        rec = _bench_request.one_request(srv.getsockname()[1], "sglang", "m", [11, 22, 33, 44], 3, 10)
         thread.join(5)
     outcome, error = WANT[framing]
     assert (rec["outcome"], rec["error"] if error is None else error in (rec["error"] or "")) == \

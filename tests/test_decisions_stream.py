@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from sglops.host import bench_client
+from sglops.host import _bench_request
 from tests.cases import cases, document
 
 STREAMS = document("stream_chunks")["streams"]
@@ -104,7 +104,7 @@ def server():
 @pytest.mark.parametrize("case", cases("stream_chunks"))
 def test_stream_chunks(case, server):
     Replay.case, Replay.seen = case, []
-    rec = bench_client.one_request(server, case["api"], "m", [11, 22, 33, 44], case.get("out_len", 3), 10)
+    rec = _bench_request.one_request(server, case["api"], "m", [11, 22, 33, 44], case.get("out_len", 3), 10)
     assert Replay.seen == [PATHS[case["api"]]]
     want = case["expect"]
     got = {k: rec["chunk_n"] if k == "chunk_n" else rec[k] for k in want if k != "error"}

@@ -19,7 +19,15 @@ from hostile_server import HostileServer
 from inproc import run_inv
 
 from sglops.core import artifacts
-from sglops.host import _bench_metrics, _fetch, _server_proc, bench_client, server_common, server_restart
+from sglops.host import (
+    _bench_metrics,
+    _bench_request,
+    _bench_server,
+    _fetch,
+    _server_proc,
+    server_common,
+    server_restart,
+)
 
 
 def _within(seconds: float, fn, *args, **kw):
@@ -43,15 +51,15 @@ def _within(seconds: float, fn, *args, **kw):
 @pytest.mark.parametrize("behaviour", ["endless-tokens", "keep-alive-forever", "byte-trickle"])
 def test_a_stream_that_never_finishes_ends_at_the_requests_deadline(behaviour):
     with HostileServer(behaviour) as srv:
-        rec, took = _within(20, bench_client.one_request, srv.port, "sglang", "tiny", [1, 2, 3], 2, 0.5)
+        rec, took = _within(20, _bench_request.one_request, srv.port, "sglang", "tiny", [1, 2, 3], 2, 0.5)
     assert isinstance(rec, dict), rec
     assert rec["outcome"] == "timeout" and "deadline" in rec["error"], rec["error"]
-    assert took < 0.5 + 2 / bench_client.FLOOR_TOK_S + 2
+    assert took < 0.5 + 2 / _bench_request.FLOOR_TOK_S + 2
 
 
 def test_the_deadline_is_overridable_per_run():
     with HostileServer("endless-tokens") as srv:
-        rec, took = _within(20, bench_client.one_request, srv.port, "sglang", "tiny", [1], 4096, 30.0,
+        rec, took = _within(20, _bench_request.one_request, srv.port, "sglang", "tiny", [1], 4096, 30.0,
                             limit_s=1.5)
     assert rec["outcome"] == "timeout" and "--request-deadline" in rec["error"] and took < 4
 
@@ -60,7 +68,7 @@ def test_the_deadline_is_overridable_per_run():
                                             ("metrics-endless", "/metrics")])
 def test_health_server_info_and_metrics_reads_are_bounded(behaviour, path):
     with HostileServer(behaviour) as srv:
-        got, took = _within(15, bench_client._get, srv.port, path, 1.0)
+        got, took = _within(15, _bench_server.get, srv.port, path, 1.0)
         scraped, took_scrape = _within(15, _bench_metrics.scrape, "127.0.0.1", srv.port, 1.0)
     assert isinstance(got, _fetch.Late | _fetch.TooLarge), got
     assert took < 3 and took_scrape < 3
@@ -82,7 +90,7 @@ def test_the_restart_health_wait_keeps_its_startup_timeout_as_a_deadline(tmp_pat
 
 def test_a_30mb_server_info_is_kept_by_its_fields():
     with HostileServer("huge-info") as srv:
-        info, _ = _within(20, bench_client.server_info, srv.port)
+        info, _ = _within(20, _bench_server.server_info, srv.port)
         status_info, _ = _within(20, server_common.server_info, "127.0.0.1", srv.port)
     for doc in (info, status_info[0]):
         assert doc["tp_size"] == 1 and "chat_template" in doc["_dropped"]
@@ -92,9 +100,9 @@ def test_a_30mb_server_info_is_kept_by_its_fields():
 @pytest.mark.parametrize("behaviour", ["deep-info", "list-info", "string-info", "wide-info", "number-model-path"])
 def test_a_server_info_of_any_shape_is_a_mapping_or_nothing(behaviour):
     with HostileServer(behaviour) as srv:
-        info, _ = _within(20, bench_client.server_info, srv.port)
+        info, _ = _within(20, _bench_server.server_info, srv.port)
         status_info, _ = _within(20, server_common.server_info, "127.0.0.1", srv.port)
-        model, _ = _within(20, bench_client.served_model, srv.port, info)
+        model, _ = _within(20, _bench_server.served_model, srv.port, info)
     for doc in (info, status_info[0]):
         assert doc is None or isinstance(doc, dict), doc
         orjson.dumps(doc)  # no integer past 64 bits left in it
@@ -103,7 +111,7 @@ def test_a_server_info_of_any_shape_is_a_mapping_or_nothing(behaviour):
 
 def test_token_counts_past_64_bits_end_the_request_in_its_record():
     with HostileServer("wide-counts") as srv:
-        rec, _ = _within(20, bench_client.one_request, srv.port, "sglang", "tiny", [1], 4, 2.0)
+        rec, _ = _within(20, _bench_request.one_request, srv.port, "sglang", "tiny", [1], 4, 2.0)
     assert rec["outcome"] == "error" and "impossible completion_tokens" in rec["error"]
     assert rec["prompt_tokens"] is None
     orjson.dumps(rec)
@@ -115,7 +123,7 @@ def test_token_counts_past_64_bits_end_the_request_in_its_record():
                                                ("unauthorized", "http_error")])
 def test_a_wrong_typed_or_malformed_answer_is_one_requests_outcome(behaviour, outcome):
     with HostileServer(behaviour) as srv:
-        rec, _ = _within(20, bench_client.one_request, srv.port, "sglang", "tiny", [1], 4, 2.0)
+        rec, _ = _within(20, _bench_request.one_request, srv.port, "sglang", "tiny", [1], 4, 2.0)
     assert isinstance(rec, dict), rec
     assert rec["outcome"] == outcome, rec
     assert rec["server_e2e_s"] is None and rec["cached_tokens"] is None
@@ -136,10 +144,10 @@ def test_requests_carry_the_servers_own_api_key(monkeypatch):
     finally:
         proc.kill()
         proc.wait()
-    monkeypatch.setitem(bench_client._AUTH, "Authorization", "Bearer " + key)
+    monkeypatch.setitem(_bench_server.AUTH, "Authorization", "Bearer " + key)
     with HostileServer("string-latency") as srv:
-        bench_client.one_request(srv.port, "sglang", "tiny", [1], 4, 2.0)
-        bench_client._get(srv.port, "/health")
+        _bench_request.one_request(srv.port, "sglang", "tiny", [1], 4, 2.0)
+        _bench_server.get(srv.port, "/health")
     assert all(f"Authorization: Bearer {key}".encode() in head for _, head in srv.seen)
 
 

@@ -178,10 +178,10 @@ REAL_CHUNKS = [
 
 
 def _client() -> dict:
-    """The bench client module as it runs on a host (the module sent there, with its imports)."""
-    from sglops.host import bench_client
+    """The bench client's stream parsing as it runs on a host (the module sent there)."""
+    from sglops.host import _bench_stream
 
-    return vars(bench_client)
+    return vars(_bench_stream)
 
 
 def test_a_streaming_chunk_is_read_without_decoding_its_logprobs_and_the_last_one_whole():

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 
-from sglops.host import _common, bench_client
+from sglops.host import _bench_server, _common
 from sglops.patch import names
 
 BASE = """
@@ -65,6 +65,6 @@ def test_the_ledger_sees_a_patch_intact_on_an_installed_tree(tmp_path, monkeypat
     digest = hashlib.sha256(target.read_bytes()).hexdigest()
     with open(ledger, "w") as fh:
         json.dump({"applied": [{"patch": "gather-cast", "files": {rel: {"before": "x", "after": digest}}}]}, fh)
-    assert [e["intact"] for e in bench_client.applied_patches(str(root))] == [True]
+    assert [e["intact"] for e in _bench_server.applied_patches(str(root))] == [True]
     target.write_text("# edited by hand after the patch\n")
-    assert [e["intact"] for e in bench_client.applied_patches(str(root))] == [False]
+    assert [e["intact"] for e in _bench_server.applied_patches(str(root))] == [False]

@@ -22,7 +22,6 @@ MAX_CONCURRENCY = 4096  # --concurrency and --sweep concurrency= alike
 MIN_METRICS_INTERVAL = 0.1  # seconds between /metrics scrapes (0: none); each scrape costs the server a render
 MAX_ID = (1 << 31) - 1  # a token id: past any vocabulary (the host checks the model's own)
 MAX_DEPTH = 32  # nesting of a jsonl line (a prompt object is two deep)
-DEFAULT_OPEN_WINDOW_S = 10  # an open-loop level without --requests/--duration sends rate x 10 s requests
 
 
 def _numbers(text: str, what: str, cast: type = float) -> list:

@@ -5,7 +5,6 @@ A run id sorts by time and is unique across operators (`20261202-134501-a1b2`).
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import secrets
@@ -15,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from sglops.core import jsonsafe, redact
+from sglops.core import jsonsafe, owner, redact
 from sglops.core.paths import REPO_ROOT
 
 
@@ -79,7 +78,7 @@ def save(host: str, run_id: str, name: str, obj: Any, *, task: str, extra: dict 
     out = write_json(folder / name, obj)
     manifest_path = folder / "manifest.json"
     manifest = read_json(manifest_path) if manifest_path.exists() else {
-        "run_id": run_id, "host": host, "task": task, "operator": getpass.getuser(),
+        "run_id": run_id, "host": host, "task": task, "operator": owner.user(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": [],
     }
     if name not in manifest["files"]:

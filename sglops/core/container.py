@@ -28,12 +28,17 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from sglops.core import values
 from sglops.core.errors import ConfigError, RemoteError
 from sglops.core.host_bundle import RESULT_MARKER
 from sglops.core.transport.base import Remote
 from sglops.core.transport.command import CommandResult
+from sglops.core.transport.spec import TargetKind
+
+if TYPE_CHECKING:
+    from sglops.core.host import Host
 
 ENGINES = ("docker", "podman")
 IDENTITY_ENV = "SGLOPS_CONTAINER"
@@ -163,3 +168,15 @@ class ContainerRemote(Remote):
 
     def _close(self) -> None:
         self.transport.close()
+
+
+def _target_of(host: Host) -> ContainerTarget | None:
+    """The container a host's inventory names (`container:`), or None."""
+    if not host.container:
+        return None
+    return ContainerTarget(host.container, host.container_engine or "docker", host.container_user)
+
+
+TARGET = TargetKind("container", of=_target_of,
+                    fields={"container": values.Str(), "container_engine": values.Choice(ENGINES, "docker"),
+                            "container_user": values.Str()})

@@ -10,53 +10,16 @@ import ipaddress
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sglops.core import redact
 from sglops.core.errors import ConfigError, HostNotFound
+from sglops.core.host import LOCAL, Host
 from sglops.core.paths import REPO_ROOT
 from sglops.core.ssh_config import ssh_config_aliases
+from sglops.core.transport.registry import inventory_fields
 from sglops.core.yamlio import check_fields, load_yaml
-
-HOST_FIELDS = {
-    "name", "address", "port", "user", "identity_file", "sglang_root", "python", "gateway", "tags",
-    "known_hosts", "connect_timeout", "password_env", "node_rank", "vars", "container", "container_engine",
-    "container_user",
-}
-LOCAL = "local"
-
-
-@dataclass(frozen=True)
-class Host:
-    """One GPU host as the operator knows it."""
-
-    name: str
-    address: str
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    sglang_root: str | None = None
-    python: str = "python3"
-    gateway: str | None = None
-    tags: tuple[str, ...] = ()
-    known_hosts: str | None = None
-    connect_timeout: float = 10.0
-    password_env: str | None = None
-    node_rank: int | None = None
-    vars: dict = field(default_factory=dict, hash=False)  # host-specific values profiles use as {vars.NAME}
-    container: str | None = None          # SGLang lives in this container on the host (docker/podman exec)
-    container_engine: str = "docker"
-    container_user: str | None = None
-
-    @property
-    def is_local(self) -> bool:
-        return self.address == LOCAL
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["tags"] = list(self.tags)
-        return d
 
 
 @dataclass
@@ -89,14 +52,12 @@ def inventory_path() -> Path:
 
 
 def _field_kinds() -> dict:
+    """Every inventory field with its kind: those of any host, then those the transports and targets declare."""
     from sglops.core import values as v
 
     text = v.Str()
-    return {"name": _HostName(), "address": _Address(), "port": v.Port(), "user": text, "identity_file": text,
-            "sglang_root": text, "python": text, "gateway": text, "tags": v.StrList(), "known_hosts": text,
-            "connect_timeout": v.Float(0.1, 3600), "password_env": text, "node_rank": v.Int(0, 100_000),
-            "vars": _Vars(), "container": text, "container_engine": v.Choice(("docker", "podman"), "docker"),
-            "container_user": text}
+    return {"name": _HostName(), "address": _Address(), "sglang_root": text, "python": text, "tags": v.StrList(),
+            "node_rank": v.Int(0, 100_000), "vars": _Vars(), **inventory_fields()}
 
 
 class _HostName:
@@ -164,7 +125,8 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
         return Inventory(path=path)
     check_fields(data, {"defaults", "hosts", "default"}, "inventory", within=str(path))
     defaults = data.get("defaults") or {}
-    check_fields(defaults, HOST_FIELDS - {"name", "address"}, "defaults", within=str(path))
+    host_fields = set(_field_kinds())
+    check_fields(defaults, host_fields - {"name", "address"}, "defaults", within=str(path))
     defaults = _host_fields(defaults, getattr(defaults, "where", str(path)))
     entries = data.get("hosts") or []
     if not isinstance(entries, list):
@@ -174,7 +136,7 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
         raise ConfigError(f"{path}: default must be a host name (got {default!r})")
     inv = Inventory(path=path, default=default)
     for entry in entries:
-        check_fields(entry, HOST_FIELDS, "host entry", required={"name"}, within=str(path))
+        check_fields(entry, host_fields, "host entry", required={"name"}, within=str(path))
         where = getattr(entry, "where", str(path))
         fields = _host_fields(entry, where)
         merged = {**defaults, **fields}

@@ -1,5 +1,9 @@
 """Who runs this invocation (user, machine, pid), and whether an owner record names a live process here.
 
+`me()` is the one place the laptop asks who the operator is: manifests, the ledger and the lock on a host, the
+host's server records all name the operator from it. Host scripts (sglops/host/) cannot import laptop code and
+keep their own (facts' hostname): they are told the operator in their args.
+
 A record a command leaves on a host (the ab journal) says who wrote it, so a later command can tell a run
 still going on this machine (refuse to interfere) from one that was killed (take over its recovery). A
 process on another machine cannot be seen from here: `alive()` answers None for it.
@@ -21,13 +25,24 @@ class HostOwned(Refused):
 
 
 def me() -> dict:
-    """This process as an owner record."""
+    """This process as an owner record: the operator's login, this machine's name, this process."""
     return {"user": getpass.getuser(), "machine": socket.gethostname(), "pid": os.getpid()}
+
+
+def user() -> str:
+    """The operator's login name (a run's manifest, a server's start and stop records)."""
+    return me()["user"]
+
+
+def operator() -> str:
+    """`user@machine`: who took a host's lock or wrote a ledger entry."""
+    m = me()
+    return f"{m['user']}@{m['machine']}"
 
 
 def alive(owner: dict | None) -> bool | None:
     """True: a live process of this machine (not this one); False: gone; None: another machine's (unknown)."""
-    if not owner or owner.get("machine") != socket.gethostname():
+    if not owner or owner.get("machine") != me()["machine"]:
         return None
     pid = owner.get("pid")
     if not isinstance(pid, int) or pid <= 0:

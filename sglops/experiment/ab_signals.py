@@ -22,8 +22,6 @@ from typing import Any
 from sglops.core import interrupts
 from sglops.core.errors import SglopsError
 
-EXIT_BASE = 128  # a shell's exit status for a process stopped by signal N is 128 + N (130 for Ctrl-C)
-
 
 def wait_line(who: str = "ab") -> str:
     return f"restoring, please wait (the host is being put back as {who} found it)"

@@ -130,9 +130,5 @@ class ServerNodes:
         return restart_together(self.remotes, profile_for or (lambda _name: profile), ports=ports,
                                 lock_wait_s=lock_wait_s)
 
-    def found_ports(self) -> dict[str, int | None]:
-        """Each node's port as found (node 0's HTTP port, the others' health ports)."""
-        return {n: f.port for n, f in self.found_by_node.items()}
-
     def stop(self, lock_wait_s: float = 0) -> list[dict]:
         return self.each(lambda r: launch.stop(r, lock_wait_s=lock_wait_s))

@@ -12,9 +12,9 @@ whose network may be its own) and the crash classification from `docker logs` ru
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Callable
 
+from sglops.core import owner
 from sglops.core.errors import ConfigError, RemoteError, SglopsError
 from sglops.core.remote import Remote
 from sglops.launch.profiles import Profile
@@ -27,7 +27,7 @@ NOT_RUNNING = "is not running on the host"
 def _args(remote: Remote, action: str, **more) -> dict:
     c = remote.container
     return {"action": action, "engine": c.engine, "container": c.name, "user": c.user, "python": remote.python,
-            "operator": getpass.getuser(), **more}
+            "operator": owner.user(), **more}
 
 
 def restart(remote: Remote, p: Profile, *, dry_run: bool, timeout: float | None,

@@ -11,7 +11,6 @@ Public API for other modules: `render_for(remote, profile)`, `restart(remote, pr
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Callable
 
 from sglops.core import owner
@@ -107,7 +106,7 @@ def restart(
                            argv=rendered.argv if rendered else [], script=rendered.script if rendered else "",
                            node_rank=nodes["node_rank"], derived_env=list(rendered.derived_env) if rendered else [])
     args = {"root": tree.root, "script": result.script, "rollback": rollback, "profile": prof_name,
-            "host": bind, "port": use_port, "timeout_s": wait, "grace_s": grace, "operator": getpass.getuser(),
+            "host": bind, "port": use_port, "timeout_s": wait, "grace_s": grace, "operator": owner.user(),
             "lock_wait_s": lock_wait_s, **nodes, "abort_token": abort_token}
     if dry_run:  # the host script's own plan, from the host's own state: nothing changes there
         result.dry_run = True
@@ -149,7 +148,7 @@ def stop(remote: Remote, *, grace_s: float = 20, dry_run: bool = False, lock_wai
     """Stop the server sglops started (pid file + process group); {stopped, pid, signal}. In a container whose
     command is the server (restart shape (b)) that is `ENGINE stop` of the container, on the host. dry_run: the
     host script's plan ({"plan": [...], "server", "entrypoint"}), nothing changed."""
-    args = {"root": _root(remote), "stop_only": True, "grace_s": grace_s, "operator": getpass.getuser(),
+    args = {"root": _root(remote), "stop_only": True, "grace_s": grace_s, "operator": owner.user(),
             "lock_wait_s": lock_wait_s}
     if dry_run:
         return remote.reading(lambda: remote.run_py("server_restart", {**args, "plan": True}, timeout=grace_s + 30))

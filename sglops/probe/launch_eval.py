@@ -475,7 +475,7 @@ def _raise_text(st: ast.Raise) -> str:
     return ast.unparse(exc) if exc is not None else "raise"
 
 
-def guards(fn: Func, line_rx: re.Pattern, source_lines: list[str] | None = None) -> list[tuple[ast.stmt, list[tuple[ast.If, bool]]]]:
+def guards(fn: Func, line_rx: re.Pattern) -> list[tuple[ast.stmt, list[tuple[ast.If, bool]]]]:
     """The statements of fn matching line_rx (by their unparsed text) and the `if`s on the way to each: (if, branch
     taken: True for its body, False for its else). Used for `attention_arch = AttentionArch.MLA` and the sparse switch."""
     found: list[tuple[ast.stmt, list[tuple[ast.If, bool]]]] = []

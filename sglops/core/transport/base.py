@@ -31,7 +31,7 @@ from sglops.core.transport.command import (
 from sglops.core.transport.memo import Memo
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 
 class Remote:

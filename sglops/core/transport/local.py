@@ -10,6 +10,7 @@ from pathlib import Path
 from sglops.core.errors import RemoteTimeout
 from sglops.core.transport.base import Remote
 from sglops.core.transport.command import CommandResult
+from sglops.core.transport.spec import Transport
 
 
 class LocalRemote(Remote):
@@ -46,6 +47,9 @@ class LocalRemote(Remote):
 
     def _get(self, remote, local, progress):
         self._put(remote, str(local))
+
+
+TRANSPORT = Transport("local", takes=lambda host: host.is_local, open=lambda host, **_: LocalRemote(host))
 
 
 def _stream_local(proc: subprocess.Popen, stdin: bytes | None, timeout: float, on_output) -> tuple[bytes, bytes]:

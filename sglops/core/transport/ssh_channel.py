@@ -15,13 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sglops.core import values
 from sglops.core.errors import ConnectError, RemoteError, RemoteTimeout
 from sglops.core.transport.base import Remote
 from sglops.core.transport.command import CommandResult
+from sglops.core.transport.spec import Transport
 from sglops.core.transport.ssh_connect import close_all, open_connection
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 
 class SSHRemote(Remote):
@@ -132,3 +134,9 @@ def _read_to_eof(chan, deadline: float, on_output: Callable[[str], None] | None)
     if on_output and pending:
         on_output(pending.decode(errors="replace"))
     return b"".join(out), b"".join(err)
+
+
+TRANSPORT = Transport(
+    "ssh", takes=lambda host: True, open=lambda host, **opts: SSHRemote(host, **opts),
+    fields={"port": values.Port(), "user": values.Str(), "identity_file": values.Str(), "gateway": values.Str(),
+            "known_hosts": values.Str(), "connect_timeout": values.Float(0.1, 3600), "password_env": values.Str()})

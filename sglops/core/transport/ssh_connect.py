@@ -23,7 +23,7 @@ from sglops.core.ssh_config import ssh_config_path
 from sglops.core.transport.ssh_keys import KnownHosts, _VerifyPolicy, fingerprint, known_hosts_path
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 
 def _quiet_paramiko() -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sglops.core.errors import ConfigError, HostKeyError
 
 if TYPE_CHECKING:
-    from sglops.core.hosts import Host
+    from sglops.core.host import Host
 
 
 def fingerprint(key) -> str:
