@@ -8,10 +8,8 @@ nothing under a lock on the host. Ledger format: docs/patches.md.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +34,10 @@ def lock_wait_s() -> float:
 
 
 def operator() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+    """Who takes the host's patch lock and writes its ledger entries (sglops.core.owner: the one source)."""
+    from sglops.core import owner
+
+    return owner.operator()
 
 
 def sha(text: str) -> str:
