@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglops.core.hosts import Host  # noqa: E402
 from sglops.core.remote import LocalRemote  # noqa: E402
 from sglops.probe.backend_history import HISTORY  # noqa: E402
-from sglops.probe.launch_path import launch_for, load_rules, predict  # noqa: E402
+from sglops.probe.launch_path import predict  # noqa: E402
+from sglops.probe.launch_rules import launch_for, load_rules  # noqa: E402
 from sglops.probe.report import ProbeReport  # noqa: E402
 from sglops.probe.scan import scan
 from sglops.probe.spec import load_probe_set, with_launch_probes  # noqa: E402

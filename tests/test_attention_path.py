@@ -17,7 +17,9 @@ from sglops.core.hosts import Host
 from sglops.core.remote import LocalRemote
 from sglops.probe.backend_history import removed_note
 from sglops.probe.launch_eval import Evaluator, Func, Obj
-from sglops.probe.launch_path import launch_for, launch_lines, load_rules, predict
+from sglops.probe.launch_path import predict
+from sglops.probe.launch_rules import launch_for, load_rules
+from sglops.probe.launch_text import launch_lines
 from sglops.probe.scan import scan
 from sglops.probe.spec import load_probe_set, with_launch_probes
 from sglops.sandbox import trees

@@ -25,7 +25,7 @@ from sglops.probe.launch_eval import (
     is_unknown,
 )
 from sglops.probe.launch_fp8 import sparse_impl_modes, sparse_mode
-from sglops.probe.launch_rules import (  # noqa: F401  (launch_path.launch_for / load_rules: the names callers use)
+from sglops.probe.launch_rules import (
     LAUNCH_PROBES,
     READ_MODE_WORDS,
     STAGE_FLAGS,
@@ -36,7 +36,7 @@ from sglops.probe.launch_rules import (  # noqa: F401  (launch_path.launch_for /
     launch_for,
     load_rules,
 )
-from sglops.probe.launch_text import _short, launch_lines  # noqa: F401  (launch_lines: the name callers use)
+from sglops.probe.launch_text import short_where
 
 if TYPE_CHECKING:
     from sglops.probe.report import ProbeReport
@@ -496,7 +496,7 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
                     continue
                 refused = _refused_with(ctx, out, stage, c)
                 if refused:
-                    refused_by.setdefault(_short(refused), []).append(c)
+                    refused_by.setdefault(short_where(refused), []).append(c)
                 else:
                     others.append(f"{c} ({READ_MODE_WORDS.get(sparse_mode(c, sparse_modes, stage)[0], '?')})")
             text = ", ".join(others) or "nothing else starts"

@@ -24,12 +24,12 @@ def backend_name(path: str) -> str:
     return base[: -len(BACKEND_SUFFIX)] if base.endswith(BACKEND_SUFFIX) else base.rsplit(".", 1)[0]
 
 
-def _lines(hits: list[dict], limit: int = 4) -> str:
+def line_refs(hits: list[dict], limit: int = 4) -> str:
     shown = ", ".join(f"L{h['line']}" for h in hits[:limit])
     return shown + (f" (+{len(hits) - limit})" if len(hits) > limit else "")
 
 
-def _by_func(hits: list[dict]) -> str:
+def by_func(hits: list[dict]) -> str:
     return ", ".join(f"{h['func'] or '?'} L{h['line']}" for h in hits)
 
 
@@ -180,7 +180,7 @@ class ProbeReport(Observation):
                    else "-> inv apply-patch gather-cast (casts only the rows a step reads)")
             flags.append(
                 f"sglang {facts['sglang_version']} flashinfer_mla casts the whole KV pool every layer "
-                f"({_by_func(rows['flashinfer_mla'].hits['casts_whole_pool'])}) {alt}"
+                f"({by_func(rows['flashinfer_mla'].hits['casts_whole_pool'])}) {alt}"
             )
         return cls(
             host=host, probe_file=probe_set.path, engine=raw["engine"], sglang=raw["sglang"],
@@ -222,7 +222,7 @@ class ProbeReport(Observation):
     def arch_cell(self, b: BackendRow) -> str:
         parts = []
         if b.has("arch_guard"):
-            parts.append(_lines(b.hits["arch_guard"]))
+            parts.append(line_refs(b.hits["arch_guard"]))
         if b.has("arch_guard_args"):
             parts.append("args: " + ", ".join(f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}" + _applies(h)
                                               for h in b.hits["arch_guard_args"][:3])

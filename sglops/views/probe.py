@@ -45,7 +45,7 @@ def probe_view(rep: ProbeReport, show_hits: bool = False, wide: bool = False) ->
         parts.append(Text(f"ripgrep could not take the regex of {', '.join(rep.fallbacks)}; "
                           "the stdlib scanner ran those", style="dim"))
     if rep.launch is not None:
-        from sglops.probe.launch_path import launch_lines
+        from sglops.probe.launch_text import launch_lines
 
         for i, line in enumerate(launch_lines(rep.launch)):
             style = "bold" if i == 0 else "bold red" if "REFUSED" in line else "yellow" if "undetermined" in line else ""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from sglops.probe.report import _by_func, _lines
+from sglops.probe.report import by_func, line_refs
 
 if TYPE_CHECKING:
     from sglops.probe.report import ProbeReport
@@ -29,12 +29,12 @@ def backend_blocks(rep: ProbeReport) -> list[Text]:
         casts = b.has("casts_whole_pool")
         style = "bold red" if casts and not b.has("fp8_native") else ""
         out.append(head + Text(": ") + Text(b.verdict(f), style=style))
-        native = "yes " + _lines(b.hits["fp8_native"]) if b.has("fp8_native") else (
+        native = "yes " + line_refs(b.hits["fp8_native"]) if b.has("fp8_native") else (
             "no" if "fp8_native" in b.hits else "not probed")
         rows = (("FP8-native", native),
-                ("casts whole pool", rep.cell(b, "casts_whole_pool", _by_func(b.hits.get("casts_whole_pool", [])))),
+                ("casts whole pool", rep.cell(b, "casts_whole_pool", by_func(b.hits.get("casts_whole_pool", [])))),
                 ("arch guards", rep.arch_cell(b)),
-                ("NSA/DSA", rep.cell(b, "nsa_dsa", "yes " + _lines(b.hits.get("nsa_dsa", []), 2))))
+                ("NSA/DSA", rep.cell(b, "nsa_dsa", "yes " + line_refs(b.hits.get("nsa_dsa", []), 2))))
         for label, value in rows:
             out.append(Text("  ") + Text(label, style="dim") + Text(f": {value}"))
     return out
