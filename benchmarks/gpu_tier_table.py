@@ -1,6 +1,6 @@
 """The GPU tier's tables (docs/gpu.md) from its kept records: `python3 benchmarks/gpu_tier_table.py DIR`.
 
-DIR is what `scripts/gpu-tier.sh collect` brought back, unpacked (benchmarks/results/gpu-e2e/records.tar.gz):
+DIR is what `scripts/gpu-tier.sh collect` brought back, unpacked (the 2026-12-03 run's: `git show a75f672:benchmarks/results/gpu-e2e/records.tar.gz`):
 `artifacts/` (sglops run records), `logs/`, `backends.json`. Every figure printed is read from those records;
 nothing is computed that the records do not hold, except ratios of two recorded medians.
 """
