@@ -19,6 +19,13 @@ from sglops.launch import server as launch
 from sglops.launch.results import RestartResult
 
 
+def where(host: str, nodes: list[dict]) -> str:
+    """What an experiment ran on, for its title: the host, or every node of the server with its rank."""
+    if not nodes:
+        return host
+    return "the server over nodes " + ", ".join(f"{n.get('host')} (node_rank {n.get('node_rank')})" for n in nodes)
+
+
 class NodesDiffer(ConfigError):
     """The nodes of one server were found in different states: an experiment cannot say what to restore."""
 

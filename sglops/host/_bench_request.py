@@ -154,6 +154,11 @@ def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, overr
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, width))]
     for t in threads:
         t.start()
+    return _joined(threads, records, t0)
+
+
+def _joined(threads, records, t0):
+    """Both loops' end: every request done, (records in request order with start_s from t0, wall seconds)."""
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
@@ -212,11 +217,5 @@ def run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed, timeo
         threads.append(t)
         i += 1
         due += next(arrivals)
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    out = [records[k] for k in sorted(records)]
-    for rec in out:
-        rec["start_s"] = round(rec["start_s"] - t0, 6)
-    return out, wall
+    return _joined(threads, records, t0)
 

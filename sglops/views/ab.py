@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
 def ab_table(r: AbResult) -> Group:
     """`inv ab`: the plan of a dry run, or the rounds with the verdict, trace diff, restore and where it is kept."""
-    nodes = ", ".join(f"{n.get('host')} (node_rank {n.get('node_rank')})" for n in r.nodes)
-    where = f"the server over nodes {nodes}" if r.nodes else r.host
-    title = (f"ab on {where}: A = {r.a.name}, B = {r.b.name}, {r.rounds_asked} round(s) ABAB"
+    from sglops.experiment.server_nodes import where
+
+    title = (f"ab on {where(r.host, r.nodes)}: A = {r.a.name}, B = {r.b.name}, {r.rounds_asked} round(s) ABAB"
              + (f"  run {r.run_id}" if r.run_id else ""))
     if r.dry_run:
         t = Table(title=title + " (dry run)", title_justify="left", show_header=False, box=None)

@@ -45,9 +45,9 @@ def skipped_lines(r: SweepResult) -> list[str]:
 
 def title(r: SweepResult) -> str:
     gpu = f"sm{r.compute_capability.replace('.', '')}" if r.compute_capability else "no GPU"
-    where = ("the server over nodes " + ", ".join(f"{n.get('host')} (node_rank {n.get('node_rank')})" for n in r.nodes)
-             if r.nodes else r.host)
-    return printable(f"sweep on {where}: profile {r.profile}, sglang {r.sglang_version or '?'}, {gpu}"
+    from sglops.experiment.server_nodes import where
+
+    return printable(f"sweep on {where(r.host, r.nodes)}: profile {r.profile}, sglang {r.sglang_version or '?'}, {gpu}"
                      + (f"  run {r.run_id}" if r.run_id else ""))
 
 
