@@ -7,6 +7,10 @@ Run on the device machine (repo root, `export PATH=/usr/local/cuda/bin:$PATH`):
         --launch-count 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section Occupancy python3 benchmarks/gpu_fp8_mla_ncu.py [KERNEL]
 It runs the kernel twice (the first launch loads the module), checks nothing, prints the time of a third.
+Other shapes: `--heads 128 --bs 64 --ctx 8192` (the 128-head cell of record), `--bs 1 --ctx 4096` (a small batch:
+the decode and its merge, `--launch-skip 4 --launch-count 2`); the pool holds max(495,000, 1.25 x the live rows).
+`--small` runs the record's small cells one after another, each three times (decode + merge per call, in launch
+order), for `--metrics gpu__time_duration.sum` over every launch: each kernel's own time, caches flushed by ncu.
 Which line stalls (round 6 on, NOTES.md): build with source lines kept and add the SourceCounters section,
     SGLOPS_FP8_MLA_LINEINFO=1 PYTHONPATH=kernels/fp8_mla_decode ncu --clock-control none --kernel-name regex:fp8_mla_ \
         --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters \
@@ -16,8 +20,8 @@ Which line stalls (round 6 on, NOTES.md): build with source lines kept and add t
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 
 import torch
 
@@ -27,8 +31,23 @@ def main() -> None:
     # a cu_ variant other than the picks needs the v0.5 tree (lab/fp8_mla_decode/README.md)
     from sglops_kernels.fp8_mla_decode import _cuda, splits_for
 
-    kernel = sys.argv[1] if len(sys.argv) > 1 else _cuda.DEFAULT["sm90"][16]
-    rows, bs, ctx, heads = 495_000, 64, 131_072, 16
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kernel", nargs="?", default=_cuda.DEFAULT["sm90"][16])
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--bs", type=int, default=64)
+    ap.add_argument("--ctx", type=int, default=131_072)
+    ap.add_argument("--small", action="store_true", help="the record's small cells (bs x ctx), 3 calls each")
+    a = ap.parse_args()
+    shapes = SMALL if a.small else [(a.bs, a.ctx)]
+    for bs, ctx in shapes:
+        run(_cuda, splits_for, a.kernel, bs, ctx, a.heads)
+
+
+SMALL = [(1, 4096), (1, 8192), (1, 32768), (2, 16384), (4, 4096), (4, 32768), (8, 4096), (8, 32768)]
+
+
+def run(_cuda, splits_for, kernel: str, bs: int, ctx: int, heads: int) -> None:
+    rows = max(495_000, int(bs * ctx * 1.25))
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool = (torch.randn(rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
     ids = torch.randint(0, rows, (bs * ctx,), generator=gen, device="cuda", dtype=torch.int32)
@@ -45,7 +64,8 @@ def main() -> None:
         b.record()
         torch.cuda.synchronize()
     ms = a.elapsed_time(b)
-    print(f"{kernel}: splits {splits}, {ms * 1e3:.0f} us, {bs * ctx * 576 / ms / 1e9:.2f} TB/s (L2 not flushed)")
+    print(f"{kernel}: {heads} heads, {bs} x {ctx}: {ms * 1e3:.1f} us, {bs * ctx * 576 / ms / 1e9:.2f} TB/s, "
+          f"{2 * 1088 * heads * bs * ctx / ms / 1e9:.0f} TFLOP/s (L2 not flushed)")
 
 
 if __name__ == "__main__":
