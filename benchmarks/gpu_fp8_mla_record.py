@@ -271,6 +271,11 @@ def run_cell(cell, args, sms, bw, empty, vllm, v05, pick, extra_rows, gen) -> di
 
     t, e, wss, cfg = run_pkg(pick)
     r["f_us"], r["f_err"] = t, e
+    if args.pdl:  # the merge under programmatic dependent launch (_cuda.PDL), same layers, same graph timing
+        keep, _cuda.PDL = _cuda.PDL, True
+        t2, e2, _, _ = run_pkg(pick)
+        _cuda.PDL = keep
+        r["f_us_pdl"], r["f_err_pdl"] = t2, e2
     for mr in extra_rows:
         t2, e2, _, _ = run_pkg(pick, mr)
         r[f"f_us_min_rows_{mr}"], r[f"f_err_min_rows_{mr}"] = t2, e2
@@ -334,7 +339,7 @@ def run_cell(cell, args, sms, bw, empty, vllm, v05, pick, extra_rows, gen) -> di
     r["pct_copy"] = 100 * r["fp8_floor_us"] / r["f_us"]
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
                       if not isinstance(v, dict)}), flush=True)
-    for k in ("f_err", "sm120_err", "v05_err", "vllm_err"):
+    for k in ("f_err", "f_err_pdl", "sm120_err", "v05_err", "vllm_err"):
         if k in r:
             print(f"   {k}: {r[k]}", flush=True)
     return r
@@ -346,6 +351,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--baseline", action="store_true", help="the v0.5 launch too (lab)")
     ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--pdl", action="store_true", help="an extra (f) run with the merge under programmatic "
+                    "dependent launch (f_us_pdl)")
     ap.add_argument("--vllm", type=Path, default=ROOT / ".whl" / "vllm" / "triton_decode_attention.py")
     ap.add_argument("--min-rows", default="", help="comma list: extra (f) runs at these schedule min_rows")
     ap.add_argument("--ovh", default="", help="comma list: extra (f) runs at these schedule ovh rows")
@@ -370,7 +377,7 @@ def main() -> None:
         v05 = V05(_cuda.arch_of(torch.cuda.get_device_capability()), work)
     bw = copy_bandwidth()
     pick = _cuda.config_for(16)["kernel"]
-    res = {"device": dev.name, "sms": sms, "package_version": __version__, "copy_bytes_per_s": bw,
+    res = {"device": dev.name, "sms": sms, "package_version": __version__, "copy_bytes_per_s": bw, "pdl": _cuda.PDL,
            "pick": pick, "sm120_pick": _cuda.DEFAULT["sm120"][16], "min_rows": _cuda.MIN_ROWS, "ovh": _cuda.OVH_ROWS, "cells": []}
     print(f"{dev.name}: {sms} SMs, copy {bw / 1e12:.2f} TB/s, pick {pick}", flush=True)
     extra_rows = [int(x) for x in args.min_rows.split(",") if x]

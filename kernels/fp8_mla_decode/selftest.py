@@ -65,7 +65,7 @@ def main() -> None:
     impls = ["cuda", "triton"] if _cuda.available() else ["triton"]
     for impl in impls:
         os.environ["SGLOPS_FP8_MLA_IMPL"] = impl
-        run_checks(impl)
+        run_checks(impl + ("+pdl" if impl == "cuda" and _cuda.PDL else ""))  # PDL: SGLOPS_FP8_MLA_PDL=1
     os.environ.pop("SGLOPS_FP8_MLA_IMPL")
     print("picked:", implementation().__name__.rsplit(".", 1)[-1], flush=True)
 

@@ -23,7 +23,7 @@ import torch
 from ._picks import beats_gather_cast
 
 __all__ = ["beats_gather_cast", "implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
-__version__ = "0.6.0"
+__version__ = "0.6.1"
 
 
 def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,

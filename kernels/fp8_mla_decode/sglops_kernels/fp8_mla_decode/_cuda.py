@@ -35,6 +35,10 @@ KERNELS = {
 }
 MERGE = "merge"  # the split merge (fp8_mla_merge), in every cubin
 THREADS = 128
+# Launch the merge with programmatic dependent launch (sm_90+): its CTAs start while the decode runs and wait in
+# griddepcontrol.wait, so the kernel boundary costs less at small batches. Opt-in (SGLOPS_FP8_MLA_PDL=1) until
+# measured: BENCH.md v0.6.1.
+PDL = os.environ.get("SGLOPS_FP8_MLA_PDL") == "1"
 XCH_BYTES = 4096  # the .cu's XCH area: row maxima / sums and P fragments (_x2)
 
 
@@ -220,13 +224,34 @@ class Module:
         if missing:
             raise RuntimeError(f"{cubin} lacks the shipped kernel(s) {', '.join(missing)}: built from another source?")
 
-    def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple) -> None:
+    def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple, pdl: bool = False) -> None:
+        """pdl: the launch may begin before the kernel before it on the stream ends (the kernel waits for it in
+        griddepcontrol.wait); graph capture keeps the programmatic edge."""
         if name not in self.functions:
             raise RuntimeError(f"kernel {name} is not loaded: a kernel whose shared memory exceeds this GPU's block "
                                f"({kernel_smem(name)} B) is left out")
-        stream = self._cu.CUstream(torch.cuda.current_stream().cuda_stream)
+        cu = self._cu
+        stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
         smem = 0 if name == MERGE else kernel_smem(name)
-        _check(self._cu.cuLaunchKernel(self.functions[name], *grid, THREADS, 1, 1, smem, stream, (args, types), 0))
+        if not pdl:
+            _check(cu.cuLaunchKernel(self.functions[name], *grid, THREADS, 1, 1, smem, stream, (args, types), 0))
+            return
+        _check(cu.cuLaunchKernelEx(pdl_config(cu, grid, smem, stream), self.functions[name], (args, types), 0))
+
+
+def pdl_config(cu, grid: tuple[int, int, int], smem: int, stream):
+    """cuLaunchKernelEx's configuration with programmatic stream serialization allowed."""
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = THREADS, 1, 1
+    cfg.sharedMemBytes = smem
+    cfg.hStream = stream
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return cfg
 
 
 _MODULES: dict[str, Module] = {}
@@ -395,5 +420,5 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     margs = (kv_indptr.data_ptr(), part.data_ptr(), lse.data_ptr(), out.data_ptr(), heads, out.stride(0),
              out.stride(1), batch, int(page_size), ctas, rows, KERNELS[name][0], ovh)
     mtypes = (vp, vp, vp, vp, i32, i64, i64, i32, i32, i32, i32, i32, i32)
-    mod.launch(MERGE, (batch, *merge_grid(batch, heads)), margs, mtypes)
+    mod.launch(MERGE, (batch, *merge_grid(batch, heads)), margs, mtypes, pdl=PDL)
     return out

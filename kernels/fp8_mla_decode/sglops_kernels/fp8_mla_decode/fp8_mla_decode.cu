@@ -490,6 +490,9 @@ __device__ __forceinline__ void decode(const u16* __restrict__ q, const u8* __re
                                        float out_scale, int heads, i64 pool_stride, i64 q_sb, i64 q_sh, i64 o_sb,
                                        i64 o_sh, int batch, int page, int min_rows, int ovh) {
   const int c = blockIdx.y, ctas = gridDim.y, h0 = blockIdx.x * 16;
+  // the merge may be launched now (programmatic dependent launch, _cuda.PDL): its CTAs take the SMs this grid
+  // leaves idle and wait in griddepcontrol.wait until this grid is complete; without PDL both are no-ops
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const i64 base = indptr[0];
   const Sched sc = sched_of(indptr, batch, page, ctas, min_rows, BLOCK_N, ovh);
   if (c == 0 && blockIdx.x == 0 && threadIdx.x == 0) {  // the form, for the merge (it runs after this kernel)
@@ -589,11 +592,14 @@ extern "C" __global__ void __launch_bounds__(128) fp8_mla_merge(const int* __res
   const int groups = 128 / nq, grp = tid / nq, gl = tid % nq;
   const int d0 = 4 * nq * blockIdx.z;
   const i64 base = indptr[0];
+  const i64 rows = ((i64)indptr[b + 1] - indptr[b]) * page;
+  // launched early under PDL: everything below reads or writes what the decode wrote or writes (kv_indptr is
+  // the step's input): wait for the decode grid to complete and its writes to be visible
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int* meta = (const int*)(lse + (i64)(ctas + batch) * heads);  // the decode's schedule form
   Sched sc;
   sc.split = meta[0];
   sc.chunk = (i64)(u32)meta[1] | ((i64)meta[2] << 32);
-  const i64 rows = ((i64)indptr[b + 1] - indptr[b]) * page;
   if (rows <= 0) {
     for (int h = h_lo; h < h_hi; ++h)
       if (tid < nq) *(uint2*)(out + b * o_sb + h * o_sh + d0 + 4 * tid) = make_uint2(0u, 0u);
