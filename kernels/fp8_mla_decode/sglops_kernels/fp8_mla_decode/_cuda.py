@@ -37,7 +37,7 @@ MERGE = "merge"  # the split merge (fp8_mla_merge), in every cubin
 THREADS = 128
 # Launch the merge with programmatic dependent launch (sm_90+): its CTAs start while the decode runs and wait in
 # griddepcontrol.wait, so the kernel boundary could cost less at small batches. Opt-in (SGLOPS_FP8_MLA_PDL=1): on
-# the H100 it gained nothing beyond run-to-run spread and lost 9.7% at 1 x 32K (BENCH.md v0.6.1).
+# the H100 it gained 2-3.5% where the merge is short and lost 5-10% where it is long (1 x 32K; BENCH.md v0.6.1).
 PDL = os.environ.get("SGLOPS_FP8_MLA_PDL") == "1"
 XCH_BYTES = 4096  # the .cu's XCH area: row maxima / sums and P fragments (_x2)
 
