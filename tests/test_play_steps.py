@@ -89,3 +89,22 @@ def test_from_never_resumes_a_dry_run(use_sandbox, tmp_path):
     assert resumed.run_id == real.run_id, "a real resume continues the last real run, not the dry one after it"
     assert json.loads(recorded)["dry_run"] is False
     assert [m["run_id"] for m in artifacts.list_runs("gpu-b") if m.get("task") == "play"].count(real.run_id) == 1
+
+
+@pytest.mark.parametrize("kind", ["bench", "profile"])
+def test_the_task_dry_run_is_the_play_dry_run(kind, use_sandbox, tmp_path, capsys):
+    """One runner (sglops.core.op.perform): `inv bench --dry-run` answers the plan a play's dry run records for
+    the same step, and records nothing."""
+    from inproc import run_inv
+
+    params, _ = DRY_RUN_CASES[kind]
+    play = load_play(str(_play(tmp_path, [{"id": "under-test", "do": kind, "with": params}])))
+    with open_remote(use_sandbox, "gpu-a") as remote:
+        planned = run_play(remote, play, dry_run=True, show=False).steps[-1].result
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in params.items()]
+    runs = len(artifacts.list_runs("gpu-a"))
+    code, out, err = run_inv(capsys, kind, "--host", "gpu-a", "--dry-run", "--json", *flags)
+    assert code == 0, err + out
+    doc = json.loads(out)
+    assert doc["dry_run"] is True and doc["plan"] == planned["plan"] and planned["plan"]
+    assert "artifact" not in doc and len(artifacts.list_runs("gpu-a")) == runs

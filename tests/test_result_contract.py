@@ -17,7 +17,7 @@ import sglops
 from sglops.bench.compare import RunList
 from sglops.core import errors
 from sglops.core.errors import SglopsError
-from sglops.core.result import Observation, Result
+from sglops.core.result import Observation, Planned, Result
 from sglops.experiment.ab_plan import Found, Side, Step
 from sglops.experiment.ab_result import AbResult
 from sglops.kernel.build import KernelAction, KernelBuild
@@ -27,7 +27,6 @@ from sglops.patch.apply import PatchList, PatchResult
 from sglops.patch.capture import Capture
 from sglops.play.ops import OPS as PLAY_OPS
 from sglops.play.run import PlayResult, StepRecord
-from sglops.play.steps import Planned
 from sglops.probe.facts import Facts
 from sglops.views.show import render
 

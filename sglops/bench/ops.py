@@ -11,7 +11,7 @@ from sglops.bench.params import (
     LOADS,
 )
 from sglops.core.errors import ConfigError
-from sglops.core.op import JSON, TARGETS, Context, Op, Param
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, StrList
 
 
@@ -130,7 +130,8 @@ def runs(ctx: Context, host: str | None = None, task: str | None = None):
 OPS = [
     Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
        "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
-       (TARGETS, JSON, *BENCH, *LOADS), step="bench", plan=_bench_plan, check=_bench_check, live="bench",
+       (TARGETS, JSON, *BENCH, *LOADS, DRY_RUN.again(help="say what would be measured (a play's dry run says the "
+                                                            "same); run and record nothing")), step="bench", plan=_bench_plan, check=_bench_check, live="bench",
        prepare=_bench_prepare, record="bench.json", own_run=True,
        result="sglops.bench.run:BenchResult", step_summary=_bench_summary),
     Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
@@ -141,7 +142,7 @@ OPS = [
         Param("no_chart", Flag(), "skip the PNG chart", flag=False, play=False),
         Param("runs", StrList(), cli=False), *COMPARE),
        step="compare", plan=_compare_plan, check=_required, result="sglops.bench.compare:Comparison",
-       step_summary=_compare_summary),
+       step_summary=_compare_summary, play_shows=True),
     Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
        (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),
         JSON.again(help="JSON")), result="sglops.bench.compare:RunList"),

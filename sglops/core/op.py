@@ -16,12 +16,16 @@ the runner draws progress and records results.
 
 from __future__ import annotations
 
+import inspect
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sglops.core import artifacts
+from sglops.core.errors import SglopsError
+from sglops.core.result import Planned
 from sglops.core.values import Flag, Value
 
 
@@ -85,6 +89,24 @@ class Op:
     hostless: bool = False  # without --host it runs here, on no host (render: the script, not checked)
     together: bool = False  # every host's step runs at once (the nodes of one server meet: sglops.launch.deployment)
     task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
+    play_shows: bool = False  # a play prints the step's result under its line (a comparison, a patch's files)
+    manifest: Callable[[str, dict], dict] | None = None  # (step id, result JSON) -> what a play's manifest carries
+
+    def prepared(self, params: dict) -> dict:
+        """The parameters after the operation's `prepare` (checks before any host is touched; it may add options)."""
+        return (self.prepare(params) or params) if self.prepare is not None else params
+
+    def checked(self, result: Any, params: dict) -> None:
+        """Its `check` on a result (a kept one that still fails raises); a dry run's plan has nothing to check."""
+        if self.check is not None and not isinstance(result, Planned):
+            self.check(result, params)
+
+    def arguments(self, params: dict, json: bool = False) -> dict:
+        """The parameters the function takes (a view's options stay with the runner), `json` where it asks."""
+        wants = inspect.signature(self.run).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in wants.values())
+        args = {k: v for k, v in params.items() if k in wants or takes_any}
+        return {**args, "json": json} if "json" in wants else args
 
     def result_type(self) -> type | None:
         import importlib
@@ -156,6 +178,47 @@ class Context:
         """Record `result` as a run of its own (default `own_run_id`; ab's rounds name theirs): the runner's
         recording, handed down so an operation made of runs (ab) records each one the same way."""
         return artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task)
+
+    def keep_run(self, work: Callable[[], Any], name: str, *, task: str, run_id: str | None = None,
+                 on_kept: Callable[[Any], None] | None = None) -> Any:
+        """`work()`'s result recorded as a run (`keep`, with its seconds); a failure that carries a result still
+        worth its record (`exc.kept`: a crashed start, traces not analysed) is recorded and handed to `on_kept`,
+        then raised naming the record. The one place a kept failure is read, for every runner."""
+        began = time.monotonic()
+        try:
+            result = work()
+        except SglopsError as exc:
+            if exc.kept is None:
+                raise
+            path = artifacts.keep(self.host, run_id or self.own_run_id, name, exc.kept, task=task,
+                                  extra={"seconds": round(time.monotonic() - began, 3)})
+            if on_kept is not None:
+                on_kept(exc.kept)
+            raise exc.recorded(path) from None
+        if not getattr(result, "dry_run", False):  # a result that only planned records nothing
+            artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task,
+                           extra={"seconds": round(time.monotonic() - began, 3)})
+        return result
+
+
+def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = True, json: bool = False,
+            on_kept: Callable[[Any], None] | None = None) -> Any:
+    """THE way an operation runs, for a task's host and a play's step alike (params already `prepared`): a dry
+    run of an operation with a `plan` answers that plan, else the function runs; a result the runner keeps
+    (`keep`: a task keeps every `record=`, a play the runs of their own) is recorded, a failure still worth its
+    record too (`Context.keep_run`); then its `check` (a task checks after printing every host's result)."""
+    if ctx.dry_run and op.plan is not None:
+        return Planned(op.plan(ctx, **params))
+    args = op.arguments(params, json)
+
+    def work() -> Any:
+        return op.run(ctx, **args)
+
+    recorded = keep and op.record is not None and not ctx.dry_run  # a dry run records nothing
+    result = ctx.keep_run(work, op.record, task=op.name, on_kept=on_kept) if recorded else work()
+    if check:
+        op.checked(result, params)
+    return result
 
 
 def handed_down(run_id: str | None) -> str:

@@ -284,13 +284,9 @@ class _Rounds:
 
         self.say(f"{when}: profile")
         run_id = f"{self.result.run_id}-profile-{side.label.lower()}"
-        try:
-            self.profiled[side.label] = run_profile(self.remote, chart=True, draw=self.ctx.draw, run_id=run_id)
-        except SglopsError as exc:  # traces that could not be analysed are still a run on record
-            if exc.kept is not None:
-                self.ctx.keep(exc.kept, "profile.json", task="profile", run_id=run_id)
-            raise
-        self.ctx.keep(self.profiled[side.label], "profile.json", task="profile", run_id=run_id)
+        self.profiled[side.label] = self.ctx.keep_run(  # traces that could not be analysed are a run on record too
+            lambda: run_profile(self.remote, chart=True, draw=self.ctx.draw, run_id=run_id), "profile.json",
+            task="profile", run_id=run_id)
         self.result.profiles[side.label] = self.profiled[side.label].run_id
 
 

@@ -269,17 +269,15 @@ class _Steps:
         self.say(self.where)
         run_id = f"{row.run_id}-profile"
         t0 = time.monotonic()
-        try:
-            prof = run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw)
+        try:  # traces that could not be analysed are still a run on record
+            prof = self.ctx.keep_run(
+                lambda: run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw),
+                "profile.json", task="profile", run_id=run_id, on_kept=lambda _kept: setattr(row, "profile_run", run_id))
         except SglopsError as exc:
-            if exc.kept is not None:  # traces that could not be analysed are still a run on record
-                self.ctx.keep(exc.kept, "profile.json", task="profile", run_id=run_id)
-                row.profile_run = run_id
             row.top_cost = f"profile failed: {exc}"
             return
         finally:
             row.profile_s = round(time.monotonic() - t0, 1)
-        self.ctx.keep(prof, "profile.json", task="profile", run_id=run_id)
         row.profile_run, row.top_cost = prof.run_id, top_cost(prof.analysis)
 
 

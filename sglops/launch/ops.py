@@ -133,6 +133,12 @@ def _check_profile(o: dict) -> None:
     server.check_restart_args(o.get("profile"), o.get("rollback", False))
 
 
+def _launched(step: str, doc: dict) -> dict:
+    """A play's manifest names each launch: the step, its profile, argv and script."""
+    return {"launch": [{"step": step, "profile": doc.get("profile"), "argv": doc.get("argv"),
+                        "script": doc.get("script")}]}
+
+
 TAKE_OVER = Param("take_over", Flag(), "act although an ab or sweep holds the host whose owner cannot be checked from "
                   "here (another machine's); said in the result", flag=False, play=False)
 
@@ -146,7 +152,7 @@ OPS = [
                                 flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_,
         Param("check_path", Flag(), "compare the attention path predicted from the tree with what the server "
               "reports (one more round trip; docs/probes.md)", flag=False)),
-       step="restart", prepare=_check_profile, record="restart.json", live="restart",
+       step="restart", prepare=_check_profile, record="restart.json", live="restart", manifest=_launched,
        result="sglops.launch.results:RestartResult", together=True),
     Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
        (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live="restart",

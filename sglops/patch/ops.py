@@ -59,10 +59,10 @@ def _load(o: dict) -> None:
 OPS = [
     Op("apply-patch", apply_patch, "Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's "
        "ledger, idempotent.", (NAME, TARGETS, DRY, VARIANT, FORCE, JSON), step="apply-patch", prepare=_load,
-       record="patch.json", result="sglops.patch.apply:PatchResult", together=True),
+       record="patch.json", result="sglops.patch.apply:PatchResult", together=True, play_shows=True),
     Op("revert-patch", revert_patch, "Take patches/NAME back off the host, only if its files are as the patch left "
        "them (else --force).", (NAME, TARGETS, DRY, FORCE, JSON), step="revert-patch", prepare=_load,
-       record="patch.json", result="sglops.patch.apply:PatchResult", together=True),
+       record="patch.json", result="sglops.patch.apply:PatchResult", together=True, play_shows=True),
     Op("patches", patches, "Each patch on the host: available / applicable / applied / conflicting / drifted.",
        (TARGETS, JSON), result="sglops.patch.apply:PatchList", together=True),
     Op("capture-patch", capture_patch, "Turn hand edits on the host into a new variant under patches/NAME/ with its "

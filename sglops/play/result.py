@@ -1,4 +1,4 @@
-"""What a play run leaves: each step's record, the play's result, and a measuring step's dry-run answer.
+"""What a play run leaves: each step's record and the play's result.
 
 Data and JSON only, importing nothing of the runner or the steps, so the view layer (sglops.views.play,
 registered in sglops.views.show) can name these classes without an import circle through the runner.
@@ -62,18 +62,3 @@ class PlayResult(Result):
         return {"play": self.play, "host": self.host, "run_id": self.run_id, "dry_run": self.dry_run,
                 "ok": self.ok, "run_dir": self.run_dir, "steps": [s.to_json() for s in self.steps]}
 
-
-@dataclass
-class Planned(Result):
-    """A dry run's answer for steps that would only measure: what would happen, nothing changed."""
-
-    what: str
-    changed = False
-    dry_run = True
-
-    @property
-    def plan(self) -> list[str]:
-        return [self.what]
-
-    def payload(self) -> dict:
-        return {}

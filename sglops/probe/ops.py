@@ -58,7 +58,8 @@ def _probe_summary(doc: dict) -> str:
 
 OPS = [
     Op("facts", facts, "What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang.",
-       (TARGETS, JSON), step="facts", record="facts.json", result="sglops.probe.facts:Facts"),
+       (TARGETS, JSON), step="facts", record="facts.json", result="sglops.probe.facts:Facts",
+       manifest=lambda _step, doc: {"facts": doc, "sglang": doc.get("sglang")}),
     Op("probe-backends", probe, "Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; "
        "FlashInfer MLA FP8.",
        (TARGETS, JSON, Param("probes", Str(), "probe file (default playbooks/probes.yaml)"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglops.core.op import JSON, TARGETS, Context, Op, Param
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import MAX_TOKENS, Flag, Float, Int, Port, Str
 
 
@@ -108,7 +108,8 @@ OPS = [
               play=False),
         Param("stack", Flag(), "record Python stacks (SGLang's with_stack; same as --with-stack) to see the SGLang "
               "source line of each hot kernel", flag=False),
-        PROBE),
+        PROBE, DRY_RUN.again(help="say what would be profiled (a play's dry run says the same); change and record "
+                               "nothing")),
        step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary,
        record="profile.json", own_run=True, together=True),
 ]

@@ -15,6 +15,7 @@ from rich.console import RenderableType
 from sglops.bench.compare import Comparison, RunList
 from sglops.bench.run import BenchResult
 from sglops.core.console import console
+from sglops.core.result import Planned
 from sglops.experiment.ab_result import AbResult
 from sglops.experiment.sweep_result import SweepResult
 from sglops.kernel.build import KernelAction, KernelBuild
@@ -22,7 +23,7 @@ from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.patch.apply import PatchList, PatchResult
 from sglops.patch.capture import Capture
-from sglops.play.result import Planned, PlayResult
+from sglops.play.result import PlayResult
 from sglops.probe.facts import Facts
 from sglops.probe.report import ProbeReport
 from sglops.trace.analysis import TraceAnalysis
