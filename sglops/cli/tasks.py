@@ -8,7 +8,6 @@ for a bad one), runs the operation's `prepare`, then the operation on every targ
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
@@ -134,11 +133,12 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 
 
 def _show(op: Op, opts: dict) -> Any:
-    """How the task prints a result: the operation's own view, or sglops.views.show, with its view options."""
+    """How the task prints a result: the view of its type (sglops.views.show), with the operation's view options."""
     options = {k: opts[k] for k in op.view_options}
-    if op.view:
-        module, _, name = op.view.partition(":")
-        fn = getattr(importlib.import_module(module), name)
-    else:
-        from sglops.views.show import show as fn
-    return lambda result: fn(result, **options)
+
+    def show(result: Any) -> None:
+        from sglops.views.show import show
+
+        show(result, **options)
+
+    return show

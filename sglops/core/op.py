@@ -1,12 +1,14 @@
 """An operation declared once, and the run context it is handed.
 
 Each domain keeps its operations in its own `ops.py` (`OPS = [Op(...), ...]`): the task name, which hosts it
-takes, its parameters (kind, default and help together), the function, what a dry run does, what is recorded,
-its result type and a one-line summary. The runners read those declarations: `tasks.py` (the Invoke tasks,
+takes, its parameters (kind, default and help together), the function (its return annotation is the result
+type: the view follows from it), what a dry run does, what is recorded and a one-line summary. The runners read those declarations: `tasks.py` (the Invoke tasks,
 sglops.cli.tasks) and the play engine (sglops.play.steps). Nothing here knows Invoke or a terminal.
 
     Op("bench", bench_op, "Decode figures measured ON the host ...", (TARGETS, JSON, Param("runs", Int(1, 1000, 5),
-       "repeats (default {default})"), ...), step="bench", plan=bench_plan, result=BenchResult)
+       "repeats (default {default})"), ...), step="bench", plan=bench_plan, live=Live.BENCH)
+
+    def bench_op(ctx: Context, **options) -> BenchResult: ...
 
 An operation's function is `fn(ctx, **params) -> Result` (a function that also takes `json` is told whether the
 task prints JSON: analyze-trace then writes no report.md): `ctx` (a `Context`) names the host, the run, the
@@ -16,14 +18,18 @@ the runner draws progress and records results.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from sglops.core import artifacts
+from sglops.core.console import Live
 from sglops.core.errors import SglopsError
 from sglops.core.result import Planned
 from sglops.core.values import Flag, Value
@@ -79,10 +85,8 @@ class Op:
     record: str | None = None  # the runner saves the result as this file of the run
     own_run: bool = False  # the result is a run of its own (bench, profile, ab): a play step records it too,
     #                        as `<run-id>-<step>` (sglops.core.artifacts.keep: its run_files(), run_manifest())
-    result: str | None = None  # what it returns, "module:Class" (the result contract, the view registry)
-    view: str | None = None  # "module:function" printing the result (default: sglops.views.show.show)
-    view_options: tuple[str, ...] = ()  # parameters handed to the view (show_hits, top)
-    live: str | None = None  # the live display the task draws from ctx.event(): "bench" | "restart" | "profile" | "notes" | "lines"
+    view_options: tuple[str, ...] = ()  # parameters handed to the result's view (show_hits, top)
+    live: Live | None = None  # the live display the task draws from ctx.event()
     prepare: Callable[[dict], dict | None] | None = None  # checks before any host is touched; may add options
     check: Callable[[Any, dict], None] | None = None  # raises for a kept result that still fails (exit code)
     step_summary: Callable[[dict], str] | None = None  # result JSON -> the play's one-line recap
@@ -109,12 +113,8 @@ class Op:
         return {**args, "json": json} if "json" in wants else args
 
     def result_type(self) -> type | None:
-        import importlib
-
-        if self.result is None:
-            return None
-        module, _, name = self.result.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """What its function returns, read from the return annotation (None: it prints its own lines)."""
+        return returned_type(self.run)
 
     @property
     def targets(self) -> str:
@@ -130,9 +130,33 @@ class Op:
         return {p.name: p.kind for p in self.fields(where) if p.kind is not None}
 
 
-# How domain code keeps a report file it cannot draw itself (markdown, a chart: views): draw(what, data, path)
-# -> the path written. Runners hand sglops.views.files.draw down; None draws nothing.
-Draw = Callable[[str, Any, Path], Path]
+@dataclass(frozen=True)
+class Page:
+    """A report page (markdown) of a result: its view writes it (a trace's analysis, a trace diff)."""
+
+    of: Any
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart of a result (a trace's top kernels or CPU ops)."""
+
+    of: Any
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Runs drawn as curves: `decode` (decode tok/s per level, a comparison) or `sweep` (a sweep's levels, overlaid)."""
+
+    runs: list[dict]
+    title: str
+    sweep: bool = False
+
+
+# How domain code keeps a report file it cannot draw itself (views): draw(figure, path) -> the path written, the
+# view found by the figure's type (Page, Chart, Curves) and what it is of. Runners hand sglops.views.files.draw
+# down; None draws nothing.
+Draw = Callable[[Any, Path], Path]
 
 
 @dataclass
@@ -219,6 +243,28 @@ def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = Tru
     if check:
         op.checked(result, params)
     return result
+
+
+def returned_type(fn: Callable[..., Any]) -> type | None:
+    """The class `fn`'s return annotation names. A catalogue module imports its result classes only under
+    TYPE_CHECKING (`inv --list` loads no domain module): those imports are run here, when a type is asked for."""
+    hint = inspect.get_annotations(fn).get("return")
+    if hint is None or hint == "None":
+        return None
+    if not isinstance(hint, str):
+        return hint
+    module = sys.modules[fn.__module__]
+    return eval(hint, {**vars(module), **_type_checking_names(module)})
+
+
+def _type_checking_names(module: ModuleType) -> dict[str, Any]:
+    """The names `module` imports under `if TYPE_CHECKING:`, imported now."""
+    tree = ast.parse(inspect.getsource(module))
+    body = [node for top in tree.body if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING"
+            for node in top.body]
+    names: dict[str, Any] = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), module.__file__ or "<catalogue>", "exec"), names)
+    return names
 
 
 def handed_down(run_id: str | None) -> str:

@@ -1,4 +1,4 @@
-"""What a play run leaves: each step's record and the play's result.
+"""What a play run leaves: each step's record and the play's result; what `inv report` wrote.
 
 Data and JSON only, importing nothing of the runner or the steps, so the view layer (sglops.views.play,
 registered in sglops.views.show) can name these classes without an import circle through the runner.
@@ -7,9 +7,10 @@ registered in sglops.views.show) can name these classes without an import circle
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from sglops.core.result import Result
+from sglops.core.result import Observation, Result
 
 
 @dataclass
@@ -62,3 +63,12 @@ class PlayResult(Result):
         return {"play": self.play, "host": self.host, "run_id": self.run_id, "dry_run": self.dry_run,
                 "ok": self.ok, "run_dir": self.run_dir, "steps": [s.to_json() for s in self.steps]}
 
+
+@dataclass
+class Written(Observation):
+    """`inv report`'s answer: where the report page went (its view says so, and shows a sweep's table)."""
+
+    path: Path
+
+    def payload(self) -> dict:
+        return {"path": str(self.path)}

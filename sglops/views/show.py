@@ -1,7 +1,8 @@
 """One way to print any result: `show(result)` for tasks (sglops.cli) and plays alike.
 
-Views are functions of the view layer (sglops.views.<domain>), registered here by result class, so domain
-classes keep data and JSON only and never import their views. Every result class the package defines and every
+Views are functions of the view layer (sglops.views.<domain>), registered here by result class (an operation
+names no view: its function's return type finds it), so domain classes keep data and JSON only and never import
+their views. Every result class the package defines and every
 operation's result has a view here (tests/test_result_contract.py walks the package and the catalogue for them).
 """
 
@@ -23,13 +24,13 @@ from sglops.launch.render import Rendered
 from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
 from sglops.patch.apply import PatchList, PatchResult
 from sglops.patch.capture import Capture
-from sglops.play.result import PlayResult
+from sglops.play.result import PlayResult, Written
 from sglops.probe.facts import Facts
 from sglops.probe.report import ProbeReport
 from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
-from sglops.views import ab, bench, kernel, launch, patch, play, probe, sweep, trace, trace_diff
+from sglops.views import ab, bench, kernel, launch, patch, play, probe, report, sweep, trace, trace_diff
 
 
 @singledispatch
@@ -62,6 +63,14 @@ render.register(Planned, play.planned_view)
 render.register(ProbeReport, lambda r, show_hits=False, wide=False: probe.probe_view(r, show_hits, wide))
 
 
+@singledispatch
 def show(result: Any, **options: Any) -> None:
-    """Print result's view on the console (options such as top= go to the view)."""
+    """Print result's view on the console (options such as top= go to the view); a result printed otherwise than as
+    one renderable on stdout (a script to redirect, log lines, a report's path) registers its own printer here."""
     console.print(render(result, **options))
+
+
+show.register(Rendered, lambda r: launch.show_script(r))
+show.register(LogLines, lambda r, follow=False: launch.print_logs(r, follow))
+show.register(TraceAnalysis, lambda a: trace.show_analysis(a))
+show.register(Written, lambda w: report.print_written(w.path))
