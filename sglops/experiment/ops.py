@@ -48,10 +48,13 @@ def ab(ctx: Context, **o: Any) -> AbResult:
 
 
 def _ab_prepare(o: dict) -> dict:
-    """The sides, parsed once here (a bad one is one line before any host is touched); run_ab takes them."""
+    """The sides parsed and their patches' specs loaded, once, here (a bad one is one line before any host is
+    touched); run_ab takes them."""
     from sglops.experiment.ab_plan import parse_sides
+    from sglops.experiment.as_found import patch_files
 
-    return {**o, "sides": parse_sides(o.get("a"), o.get("b"), o.get("patch"))}
+    sides = parse_sides(o.get("a"), o.get("b"), o.get("patch"))
+    return {**o, "sides": sides, "patch_files": patch_files(list(dict.fromkeys(p for s in sides for p in s.patches)))}
 
 
 # -- sweep ---------------------------------------------------------------------------------------------
@@ -93,13 +96,14 @@ def sweep(ctx: Context, **o: Any) -> SweepResult:
         return lead(ctx, "sweep", lambda remotes: sweep_mod.run_checked(ctx, o, ServerNodes(remotes)))
 
 
-def _prepare(o: dict) -> None:
-    """Every candidate parsed and the profile loaded before any host is touched (one line per mistake)."""
+def _prepare(o: dict) -> dict:
+    """Every candidate parsed, once, and the profile loaded before any host is touched (one line per mistake);
+    run_sweep takes the candidates."""
     from sglops.experiment.sweep_plan import candidates
     from sglops.launch.profiles import load_profile
 
     load_profile(o["profile"])
-    candidates(o.get("vary"), o.get("patches"), o.get("candidates"))
+    return {**o, "cands": candidates(o.get("vary"), o.get("patches"), o.get("candidates"))}
 
 
 def _check(result: Any, _o: dict) -> None:
