@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from sglops.core.errors import ConfigError
 
-SIDES = ("A", "B")
-
 
 @dataclass(frozen=True)
 class Side:

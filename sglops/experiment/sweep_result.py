@@ -60,10 +60,6 @@ class Row:
     profile_s: float | None = None
     error: str | None = None
 
-    @property
-    def ran(self) -> bool:
-        return self.status in ("started", "bench failed")
-
     def outcome(self) -> str:
         """The second column: skipped with why, started, or the crash class with its log line."""
         if self.status == "skipped":

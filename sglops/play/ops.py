@@ -42,7 +42,8 @@ def play(ctx: Context, name: str, from_: str | None = None, var: list[str] | Non
          loaded: Any = None) -> PlayResult:
     from sglops.play.run import run_play
 
-    return run_play(ctx.remote, loaded or _load(locals())["loaded"], dry_run=ctx.dry_run, from_step=from_, show=ctx.live, run_id=ctx.run_id)
+    play = loaded or _load({"name": name, "from_": from_, "var": var})["loaded"]
+    return run_play(ctx.remote, play, dry_run=ctx.dry_run, from_step=from_, show=ctx.live, run_id=ctx.run_id)
 
 
 def _stopped(result: Any, o: dict) -> None:

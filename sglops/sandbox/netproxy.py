@@ -53,11 +53,9 @@ class NetStats:
 
     connections: int = 0
     dropped: int = 0
-    bytes_up: int = 0  # client -> server
     bytes_down: int = 0  # server -> client
     pieces: int = 0
     lost_pieces: int = 0
-    open_now: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -168,7 +166,6 @@ class NetProxy:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._writers.add(w)
-        self.stats.open_now += 1
         p = self.profile
         budget = [self._rng.randint(0, p.drop_within)] if self._rng.random() < p.drop else None
         try:
@@ -179,7 +176,6 @@ class NetProxy:
         except asyncio.CancelledError:  # stop(): the connection just ends
             pass
         finally:
-            self.stats.open_now -= 1
             for w in (client_w, server_w):
                 self._writers.discard(w)
                 w.transport.abort()
@@ -270,9 +266,7 @@ class NetProxy:
                     last_due = max(last_due, now + self._delay())
                     queue.put_nowait((last_due, piece))
                     self.stats.pieces += 1
-                    if direction == "up":
-                        self.stats.bytes_up += len(piece)
-                    else:
+                    if direction == "down":
                         self.stats.bytes_down += len(piece)
             queue.put_nowait((0.0, None))
             await sender

@@ -19,24 +19,20 @@ def draw(figure: Any, path: Path) -> Path:
     raise TypeError(f"no view draws a {type(figure).__name__}")
 
 
-@draw.register
 def _page(figure: Page, path: Path) -> Path:
     return _text(path, _pages().dispatch(type(figure.of))(figure.of))
 
 
-@draw.register
 def _chart(figure: Chart, path: Path) -> Path:
     return _charts().dispatch(type(figure.of))(figure.of, path)
 
 
-@draw.register
 def _curves(figure: Curves, path: Path) -> Path:
     from sglops.views.charts import decode_chart, sweep_chart
 
     return (sweep_chart if figure.sweep else decode_chart)(figure.runs, path, title=figure.title)
 
 
-@draw.register
 def _named(what: str, data: Any, path: Path) -> Path:
     """The figure a name stood for, for the call sites in bench/ and trace/ that still name one (their own
     branches move them to figures); unknown names are refused as before."""
@@ -46,6 +42,12 @@ def _named(what: str, data: Any, path: Path) -> Path:
     if what not in figures:
         raise ValueError(f"no view draws {what!r}")
     return draw(figures[what](), path)
+
+
+draw.register(Page, _page)
+draw.register(Chart, _chart)
+draw.register(Curves, _curves)
+draw.register(str, _named)
 
 
 @cache
