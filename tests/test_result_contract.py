@@ -29,7 +29,9 @@ from sglops.patch.capture import Capture
 from sglops.play.ops import OPS as PLAY_OPS
 from sglops.play.run import PlayResult, StepRecord
 from sglops.probe.facts import Facts
-from sglops.views.show import render, show
+from sglops.views.show import every_view, render, show
+
+every_view()  # each domain's views, registered (a task registers only those of the result it prints)
 
 # operations that print no result of their own, and why
 NO_RESULT = {
