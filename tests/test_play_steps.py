@@ -140,3 +140,13 @@ def test_ab_patch_side_is_a_plus_the_patch_without_reparsing():
         parse_sides("glm5+gather-cast", None, "gather-cast")
     with pytest.raises(Refused, match="--patch"):
         parse_sides("glm5", None, "bad name")
+
+
+def test_sweep_hands_every_checked_option_on(monkeypatch):
+    """The sweep's way in passes the prepared candidates and every option (a dropped --force ran nothing forced)."""
+    from sglops.experiment import sweep
+
+    got = {}
+    monkeypatch.setattr(sweep, "run_sweep", lambda ctx, profile, cands, **kw: got.update(kw, cands=cands))
+    sweep.run_checked(None, {"profile": "p", "cands": ["c1", "c2"], "force": True, "profile_trace": True})
+    assert got["cands"] == ["c1", "c2"] and got["force"] is True and got["profile_trace"] is True

@@ -317,7 +317,7 @@ def run_checked(ctx: Context, o: dict[str, Any], nodes: ServerNodes | None = Non
     from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_sweep(ctx, o["profile"], o["cands"],  # parsed by the operation's prepare force=o.get("force", False),
+    return run_sweep(ctx, o["profile"], o["cands"], force=o.get("force", False),  # cands: parsed by the prepare
                      profile_trace=o.get("profile_trace", False), bench=bench,
                      tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
                      nodes=nodes)

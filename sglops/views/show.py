@@ -28,18 +28,6 @@ import sglops.trace
 from sglops.core import result as core_result
 from sglops.core.console import console
 
-# the module (or package) results live in -> the registrar of their views
-_VIEWS: dict[ModuleType, Callable[[], None]] = {}
-
-
-def _views_of(*homes: ModuleType) -> Callable[[Callable[[], None]], Callable[[], None]]:
-    def registrar(fn: Callable[[], None]) -> Callable[[], None]:
-        once = cache(fn)
-        _VIEWS.update(dict.fromkeys(homes, once))
-        return once
-
-    return registrar
-
 
 def _registered(cls: type) -> bool:
     """Register the views of cls's home (the nearest module or package above it with a registrar); whether any."""
@@ -82,7 +70,7 @@ def every_view() -> None:
         registrar()
 
 
-@_views_of(sglops.trace)
+@cache
 def _trace() -> None:
     from sglops.trace.analysis import TraceAnalysis
     from sglops.trace.diff import TraceDiff
@@ -95,7 +83,7 @@ def _trace() -> None:
     show.register(TraceAnalysis, lambda a: trace.show_analysis(a))
 
 
-@_views_of(sglops.launch)
+@cache
 def _launch() -> None:
     from sglops.launch.render import Rendered
     from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
@@ -110,7 +98,7 @@ def _launch() -> None:
     show.register(LogLines, lambda r, follow=False: launch.print_logs(r, follow))
 
 
-@_views_of(sglops.bench)
+@cache
 def _bench() -> None:
     from sglops.bench.compare import Comparison, RunList
     from sglops.bench.run import BenchResult
@@ -121,7 +109,7 @@ def _bench() -> None:
     render.register(RunList, bench.runs_table)
 
 
-@_views_of(sglops.experiment)
+@cache
 def _experiment() -> None:
     from sglops.experiment.ab_result import AbResult
     from sglops.experiment.sweep_result import SweepResult
@@ -131,7 +119,7 @@ def _experiment() -> None:
     render.register(SweepResult, sweep.sweep_view)
 
 
-@_views_of(sglops.patch)
+@cache
 def _patch() -> None:
     from sglops.patch.apply import PatchList, PatchResult
     from sglops.patch.capture import Capture
@@ -142,7 +130,7 @@ def _patch() -> None:
     render.register(Capture, patch.capture_view)
 
 
-@_views_of(sglops.kernel)
+@cache
 def _kernel() -> None:
     from sglops.kernel.build import KernelAction, KernelBuild
     from sglops.views import kernel
@@ -151,7 +139,7 @@ def _kernel() -> None:
     render.register(KernelAction, kernel.action_table)
 
 
-@_views_of(sglops.probe)
+@cache
 def _probe() -> None:
     from sglops.probe.facts import Facts
     from sglops.probe.report import ProbeReport
@@ -161,10 +149,17 @@ def _probe() -> None:
     render.register(ProbeReport, lambda r, show_hits=False, wide=False: probe.probe_view(r, show_hits, wide))
 
 
-@_views_of(play_result, core_result)
+@cache
 def _play() -> None:
     from sglops.views import play, report
 
     render.register(play_result.PlayResult, play.play_table)
     render.register(core_result.Planned, play.planned_view)
     show.register(play_result.Written, lambda w: report.print_written(w.path))
+
+
+# the module (or package) results live in -> the registrar of their views
+_VIEWS: dict[ModuleType, Callable[[], None]] = {
+    sglops.trace: _trace, sglops.launch: _launch, sglops.bench: _bench, sglops.experiment: _experiment,
+    sglops.patch: _patch, sglops.kernel: _kernel, sglops.probe: _probe, play_result: _play, core_result: _play,
+}
