@@ -93,8 +93,8 @@ def test_from_never_resumes_a_dry_run(use_sandbox, tmp_path):
 
 @pytest.mark.parametrize("kind", ["bench", "profile"])
 def test_the_task_dry_run_is_the_play_dry_run(kind, use_sandbox, tmp_path, capsys):
-    """One runner (sglops.core.op.perform): `inv bench --dry-run` answers the plan a play's dry run records for
-    the same step, and records nothing."""
+    """One runner (sglops.core.op.perform): `inv bench --dry-run` answers the plan a play's dry run records
+    for the same step, and records nothing."""
     from inproc import run_inv
 
     params, _ = DRY_RUN_CASES[kind]

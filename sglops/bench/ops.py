@@ -135,8 +135,9 @@ def runs(ctx: Context, host: str | None = None, task: str | None = None) -> RunL
 OPS = [
     Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
        "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
-       (TARGETS, JSON, *BENCH, *LOADS, DRY_RUN.again(help="say what would be measured (a play's dry run says the "
-                                                            "same); run and record nothing")), step="bench", plan=_bench_plan, check=_bench_check, live=Live.BENCH,
+       (TARGETS, JSON, *BENCH, *LOADS,
+        DRY_RUN.again(help="say what would be measured (a play's dry run says the same); run and record nothing")),
+       step="bench", plan=_bench_plan, check=_bench_check, live=Live.BENCH,
        prepare=_bench_prepare, record="bench.json", own_run=True, step_summary=_bench_summary),
     Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
        "output identity,\nconfig differences, PNG of decode tok/s.",

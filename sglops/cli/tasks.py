@@ -119,7 +119,8 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
             remote.run_id = run_id  # the one run id of this invocation, also for the host answers it keeps
             with watch(remote.name) as sink:
                 ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw, peers=tuple(hosts))
-                return perform(op, ctx, opts, keep=True, check=False, json=json, on_kept=None if json else show)
+                return perform(op, ctx, opts, keep=True, check=False, json=json,
+                               on_kept=None if json else show)
 
         try:
             per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key,
@@ -133,7 +134,8 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 
 
 def _show(op: Op, opts: dict) -> Any:
-    """How the task prints a result: the view of its type (sglops.views.show), with the operation's view options."""
+    """How the task prints a result: the view of its type (sglops.views.show), with the operation's view
+    options."""
     options = {k: opts[k] for k in op.view_options}
 
     def show(result: Any) -> None:

@@ -147,9 +147,9 @@ def note(message: str) -> None:
 
 
 class Live(Enum):
-    """The live display a task draws from its operation's events (`Op.live`; sglops.views.live draws each):
-    a progress board for benches, a line per host for restarts, notes for ab's rounds and a sweep's candidates,
-    a profile's status and download bar, the log lines of `logs --follow`."""
+    """The live display a task draws from its operation's events (`Op.live`; sglops.views.live draws
+    each): a progress board for benches, a line per host for restarts, notes for ab's rounds and a sweep's
+    candidates, a profile's status and download bar, the log lines of `logs --follow`."""
 
     BENCH = "bench"
     RESTART = "restart"

@@ -2,8 +2,9 @@
 
 Each domain keeps its operations in its own `ops.py` (`OPS = [Op(...), ...]`): the task name, which hosts it
 takes, its parameters (kind, default and help together), the function (its return annotation is the result
-type: the view follows from it), what a dry run does, what is recorded and a one-line summary. The runners read those declarations: `tasks.py` (the Invoke tasks,
-sglops.cli.tasks) and the play engine (sglops.play.steps). Nothing here knows Invoke or a terminal.
+type: the view follows from it), what a dry run does, what is recorded and a one-line summary. The runners
+read those declarations: `tasks.py` (the Invoke tasks, sglops.cli.tasks) and the play engine
+(sglops.play.steps), and run an operation through `perform`. Nothing here knows Invoke or a terminal.
 
     Op("bench", bench_op, "Decode figures measured ON the host ...", (TARGETS, JSON, Param("runs", Int(1, 1000, 5),
        "repeats (default {default})"), ...), step="bench", plan=bench_plan, live=Live.BENCH)
@@ -94,14 +95,16 @@ class Op:
     together: bool = False  # every host's step runs at once (the nodes of one server meet: sglops.launch.deployment)
     task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
     play_shows: bool = False  # a play prints the step's result under its line (a comparison, a patch's files)
-    manifest: Callable[[str, dict], dict] | None = None  # (step id, result JSON) -> what a play's manifest carries
+    manifest: Callable[[str, dict], dict] | None = None  # (step id, result JSON) -> a play manifest's entries
 
     def prepared(self, params: dict) -> dict:
-        """The parameters after the operation's `prepare` (checks before any host is touched; it may add options)."""
+        """The parameters after the operation's `prepare` (checks before any host is touched; it may add
+        options)."""
         return (self.prepare(params) or params) if self.prepare is not None else params
 
     def checked(self, result: Any, params: dict) -> None:
-        """Its `check` on a result (a kept one that still fails raises); a dry run's plan has nothing to check."""
+        """Its `check` on a result (a kept one that still fails raises); a dry run's plan has nothing to
+        check."""
         if self.check is not None and not isinstance(result, Planned):
             self.check(result, params)
 
@@ -146,16 +149,16 @@ class Chart:
 
 @dataclass(frozen=True)
 class Curves:
-    """Runs drawn as curves: `decode` (decode tok/s per level, a comparison) or `sweep` (a sweep's levels, overlaid)."""
+    """Runs drawn as curves: decode tok/s per level (a comparison), or a sweep's levels (`sweep`)."""
 
     runs: list[dict]
     title: str
     sweep: bool = False
 
 
-# How domain code keeps a report file it cannot draw itself (views): draw(figure, path) -> the path written, the
-# view found by the figure's type (Page, Chart, Curves) and what it is of. Runners hand sglops.views.files.draw
-# down; None draws nothing.
+# How domain code keeps a report file it cannot draw itself (views): draw(figure, path) -> the path written,
+# the view found by the figure's type (Page, Chart, Curves) and what it is of. Runners hand
+# sglops.views.files.draw down; None draws nothing.
 Draw = Callable[[Any, Path], Path]
 
 
@@ -205,9 +208,9 @@ class Context:
 
     def keep_run(self, work: Callable[[], Any], name: str, *, task: str, run_id: str | None = None,
                  on_kept: Callable[[Any], None] | None = None) -> Any:
-        """`work()`'s result recorded as a run (`keep`, with its seconds); a failure that carries a result still
-        worth its record (`exc.kept`: a crashed start, traces not analysed) is recorded and handed to `on_kept`,
-        then raised naming the record. The one place a kept failure is read, for every runner."""
+        """`work()`'s result recorded as a run (`keep`, with its seconds); a failure that carries a result
+        still worth its record (`exc.kept`: a crashed start, traces not analysed) is recorded and handed to
+        `on_kept`, then raised naming the record. The one place a kept failure is read, for every runner."""
         began = time.monotonic()
         try:
             result = work()
@@ -227,10 +230,11 @@ class Context:
 
 def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = True, json: bool = False,
             on_kept: Callable[[Any], None] | None = None) -> Any:
-    """THE way an operation runs, for a task's host and a play's step alike (params already `prepared`): a dry
-    run of an operation with a `plan` answers that plan, else the function runs; a result the runner keeps
-    (`keep`: a task keeps every `record=`, a play the runs of their own) is recorded, a failure still worth its
-    record too (`Context.keep_run`); then its `check` (a task checks after printing every host's result)."""
+    """THE way an operation runs, for a task's host and a play's step alike (params already `prepared`): a
+    dry run of an operation with a `plan` answers that plan, else the function runs; a result the runner
+    keeps (`keep`: a task keeps every `record=`, a play the runs of their own) is recorded, a failure still
+    worth its record too (`Context.keep_run`); then its `check` (a task checks after printing every host's
+    result)."""
     if ctx.dry_run and op.plan is not None:
         return Planned(op.plan(ctx, **params))
     args = op.arguments(params, json)
@@ -247,7 +251,8 @@ def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = Tru
 
 def returned_type(fn: Callable[..., Any]) -> type | None:
     """The class `fn`'s return annotation names. A catalogue module imports its result classes only under
-    TYPE_CHECKING (`inv --list` loads no domain module): those imports are run here, when a type is asked for."""
+    TYPE_CHECKING (`inv --list` loads no domain module): those imports are run here, when a type is asked
+    for."""
     hint = inspect.get_annotations(fn).get("return")
     if hint is None or hint == "None":
         return None

@@ -37,8 +37,8 @@ from sglops.launch import server as launch
 
 # -- running it ---------------------------------------------------------------------------------------
 def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side, Side, list[str]]:
-    """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches (their specs
-    were loaded by the operation's prepare)."""
+    """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches (their
+    specs were loaded by the operation's prepare)."""
     from sglops.launch.profiles import load_profile
 
     sides = []
@@ -69,8 +69,9 @@ def run_ab(
 ) -> AbResult:
     """Run (or plan, in a dry run) the interleaved A/B on ctx's host; the host is restored in every case.
 
-    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare, which also loaded their
-    patches' specs (patch_files: as_found.patch_files; the managed patches of an earlier run are added). bench: run_bench's
+    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare, which also loaded
+    their patches' specs (patch_files: as_found.patch_files; an earlier run's managed patches are added).
+    bench: run_bench's
     options (runs per round, lengths, concurrency, api, ...). A failing round stops the rounds; the result then
     carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
     recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
@@ -282,7 +283,8 @@ class _Rounds:
 
         self.say(f"{when}: profile")
         run_id = f"{self.result.run_id}-profile-{side.label.lower()}"
-        self.profiled[side.label] = self.ctx.keep_run(  # traces that could not be analysed are a run on record too
+        # traces that could not be analysed are a run on record too
+        self.profiled[side.label] = self.ctx.keep_run(
             lambda: run_profile(self.remote, chart=True, draw=self.ctx.draw, run_id=run_id), "profile.json",
             task="profile", run_id=run_id)
         self.result.profiles[side.label] = self.profiled[side.label].run_id

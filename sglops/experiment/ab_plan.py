@@ -54,8 +54,9 @@ def parse_side(text: str) -> tuple[str | None, tuple[str, ...]]:
 
 
 def sides_from(a: str | None, b: str | None, patch: str | None) -> tuple[str, str]:
-    """The two sides as the operator spelt them from --a/--b/--patch: `--patch P` is B = A plus P (A default: the
-    current profile); B's text is what the tables show, never parsed again (parse_sides adds P to A's patches)."""
+    """The two sides as the operator spelt them from --a/--b/--patch: `--patch P` is B = A plus P (A default:
+    the current profile); B's text is what the tables show, never parsed again (parse_sides adds P to A's
+    patches)."""
     if patch:
         if b:
             raise ConfigError("--patch P means B = A plus P: give --a (optional) and --patch, not --b")

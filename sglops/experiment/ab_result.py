@@ -77,7 +77,7 @@ class AbResult(Result):
     trace_diff: dict | None = None
     restore: dict = field(default_factory=dict)  # {"ok", "steps", "error"?, "ledger"}
     failure: str | None = None
-    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files (ledger checks)
+    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files
     wall_s: float | None = None
     interrupted: str | None = None  # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
     earlier: Any = None  # the journal of an earlier ab cut short (sglops.experiment.ab_journal.Journal): taken over

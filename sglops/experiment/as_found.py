@@ -35,16 +35,16 @@ def found(remote: Remote) -> Found:
 
 
 def patch_files(names: list[str]) -> dict[str, list[str]]:
-    """The managed patches, each with the files it touches: their specs loaded once per ab or sweep (the ledger
-    checks and the restore read this map)."""
+    """The managed patches, each with the files it touches: their specs loaded once per ab or sweep (the
+    ledger checks and the restore read this map)."""
     from sglops.patch import spec as patch_spec
 
     return {p: patch_spec.load(p).files for p in names}
 
 
 def ledger_check(nodes: ServerNodes, managed: dict[str, list[str]], want: set[str], when: str) -> list[str]:
-    """Every node's ledger must say exactly `want` of the managed patches (`patch_files`), each file still as its
-    patch left it."""
+    """Every node's ledger must say exactly `want` of the managed patches (`patch_files`), each file still as
+    its patch left it."""
     return [p for r in nodes.remotes for p in _ledger_check_one(r, managed, want, when)]
 
 

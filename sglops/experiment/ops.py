@@ -54,7 +54,8 @@ def _ab_prepare(o: dict) -> dict:
     from sglops.experiment.as_found import patch_files
 
     sides = parse_sides(o.get("a"), o.get("b"), o.get("patch"))
-    return {**o, "sides": sides, "patch_files": patch_files(list(dict.fromkeys(p for s in sides for p in s.patches)))}
+    named = list(dict.fromkeys(p for s in sides for p in s.patches))
+    return {**o, "sides": sides, "patch_files": patch_files(named)}
 
 
 # -- sweep ---------------------------------------------------------------------------------------------

@@ -268,10 +268,14 @@ class _Steps:
         self.say(self.where)
         run_id = f"{row.run_id}-profile"
         t0 = time.monotonic()
-        try:  # traces that could not be analysed are still a run on record
-            prof = self.ctx.keep_run(
-                lambda: run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw),
-                "profile.json", task="profile", run_id=run_id, on_kept=lambda _kept: setattr(row, "profile_run", run_id))
+        def work() -> Any:
+            return run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw)
+
+        def kept(_result: Any) -> None:  # traces that could not be analysed are still a run on record
+            row.profile_run = run_id
+
+        try:
+            prof = self.ctx.keep_run(work, "profile.json", task="profile", run_id=run_id, on_kept=kept)
         except SglopsError as exc:
             row.top_cost = f"profile failed: {exc}"
             return
@@ -317,7 +321,8 @@ def run_checked(ctx: Context, o: dict[str, Any], nodes: ServerNodes | None = Non
     from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_sweep(ctx, o["profile"], o["cands"], force=o.get("force", False),  # cands: parsed by the prepare
+    # cands: parsed by the operation's prepare
+    return run_sweep(ctx, o["profile"], o["cands"], force=o.get("force", False),
                      profile_trace=o.get("profile_trace", False), bench=bench,
                      tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
                      nodes=nodes)

@@ -239,8 +239,8 @@ def _screen_choices(c: Candidate, profile_args: dict[str, Any], facts: dict[str,
 
 
 def _screen_arch_rules(val: str, rules: list[dict], gpu: str | None, no_gpu: str, out: Screen) -> None:
-    """A backend file's platform rules for this value: a model override is a note, a requirement the host's GPU
-    does not meet a reason."""
+    """A backend file's platform rules for this value: a model override is a note, a requirement the host's
+    GPU does not meet a reason."""
     major = int(gpu.split(".")[0]) if gpu else None
     for rule in rules:
         if val not in rule.get("values", []):

@@ -129,7 +129,7 @@ class SweepResult(Result):
     earlier_line: str | None = None  # an earlier ab or sweep cut short on the host, taken over (its found state)
     earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of that run, or None
     now_patches: dict[str, list[str]] = field(default_factory=dict)  # each node's ledger as the sweep began
-    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files (ledger checks)
+    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files
 
     @property
     def changed(self) -> bool:

@@ -159,18 +159,21 @@ OPS = [
                                 flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_,
         Param("check_path", Flag(), "compare the attention path predicted from the tree with what the server "
               "reports (one more round trip; docs/probes.md)", flag=False)),
-       step="restart", prepare=_check_profile, record="restart.json", live=Live.RESTART, manifest=_launched, together=True),
+       step="restart", prepare=_check_profile, record="restart.json", live=Live.RESTART, manifest=_launched,
+       together=True),
     Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
        (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live=Live.RESTART, together=True),
     Op("stop", stop, "Stop the server sglops started (process group and tree), or the container whose command is "
        "the server.",
        (TARGETS, DRY_RUN.again(help="show what would be stopped; change nothing"),
-        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), TAKE_OVER, JSON_)),
+        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), TAKE_OVER,
+        JSON_)),
     Op("server-status", server_status, "The server sglops started: process, /health, effective args, recent restarts.",
        (TARGETS, PORT, JSON_), check=_whole_server, together=True),
     Op("logs", logs, "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
        "installed tree).",
        (TARGETS, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
         Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False),
-        Param("rank", Int(0, 100_000), "only this TP rank's lines (SGLang tags them `TP1]`)"), JSON_), view_options=("follow",), live=Live.LINES),
+        Param("rank", Int(0, 100_000), "only this TP rank's lines (SGLang tags them `TP1]`)"), JSON_),
+       view_options=("follow",), live=Live.LINES),
 ]

@@ -202,7 +202,8 @@ def _scalars(data: dict, where: str) -> dict[str, Any]:
 
 
 def _env(env: Any, where: str) -> dict:
-    """The profile's environment: valid names, plain values; a secret-looking name's value is masked everywhere."""
+    """The profile's environment: valid names, plain values; a secret-looking name's value is masked
+    everywhere."""
     if not isinstance(env, dict):
         raise ConfigError(f"{where}: env must be a mapping NAME: value")
     for k, v in env.items():

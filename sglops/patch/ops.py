@@ -77,5 +77,6 @@ OPS = [
        (NAME, TARGET, Param("against", Choice(("commit", "release"), "commit"), "commit (git HEAD) or release (the "
                             "PyPI wheel)", flag="commit"),
         VARIANT.again(help="variant name (default sglang-VERSION[-local])"),
-        Param("files", StrList(), "only these files (comma-separated, relative to the checkout)"), DRY, FORCE, JSON)),
+        Param("files", StrList(), "only these files (comma-separated, relative to the checkout)"), DRY, FORCE,
+        JSON)),
 ]

@@ -4,7 +4,8 @@ A step kind is an operation with `step=` set: its `with:` keys are the operation
 when the play is loaded (before any host is touched), and it runs as the task does (sglops.core.op.perform),
 handed a run context for the play's run and the step. In a dry run an operation with a `plan` says what it
 would do (bench, profile, compare), exactly as its task's --dry-run; every other one runs as its task's
---dry-run does (patches, restart, build-kernel, ab ask the host for their own plan; facts and probe only read).
+--dry-run does (patches, restart, build-kernel, ab ask the host for their own plan; facts and probe only
+read).
 """
 
 from __future__ import annotations

@@ -382,8 +382,8 @@ class Evaluator:
         return self._code_call(name, node, env, depth, text)
 
     def _builtin(self, name: str | None, node: ast.Call, env: dict, depth: int, text: str) -> Any:
-        """A call of a builtin the evaluator knows (isinstance, hasattr, getattr, set, bool, len, ..., dict.get);
-        _NOT_BUILTIN for any other call."""
+        """A call of a builtin the evaluator knows (isinstance, hasattr, getattr, set, bool, len, ...,
+        dict.get); _NOT_BUILTIN for any other call."""
         func = node.func
         if name == "isinstance" and len(node.args) == 2 and isinstance(func, ast.Name):
             v = self.expr(node.args[0], env, depth)

@@ -83,7 +83,8 @@ def _regex(text: Any, where: str, what: str) -> None:
 
 
 def _check_match(kind: str, names: Any, regex: Any, options: tuple[str, ...], where: str, pid: str) -> None:
-    """What a probe matches, by kind: def names or a regex (functions, fields), a regex (grep), options (choices)."""
+    """What a probe matches, by kind: def names or a regex (functions, fields), a regex (grep), options
+    (choices)."""
     if kind in ("functions", "fields"):
         if kind == "functions" and not (isinstance(names, str) or isinstance(regex, str)):
             raise ConfigError(f"{where}: probe {pid!r}: kind functions takes names (a regex of def names) or a regex")
@@ -101,7 +102,8 @@ def _check_match(kind: str, names: Any, regex: Any, options: tuple[str, ...], wh
 
 
 def _window(d: dict, scope: str, kind: str, where: str, pid: str) -> tuple[int | None, Any]:
-    """A global grep probe's `attribute: backends`: the lines after a hit it reads (window) and their context."""
+    """A global grep probe's `attribute: backends`: the lines after a hit it reads (window), their
+    context."""
     window, context = None, d.get("context")
     if "attribute" in d or "window" in d or context is not None:
         window = d.get("window", 6)

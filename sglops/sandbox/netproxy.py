@@ -194,7 +194,8 @@ class NetProxy:
         return await asyncio.open_connection(sock=sock)
 
     def _cut(self, budget: list[int] | None, size: int, both) -> bool:
-        """Whether the connection's byte budget (`drop`) runs out before this piece: then both sides are cut."""
+        """Whether the connection's byte budget (`drop`) runs out before this piece: both sides are then
+        cut."""
         if budget is None:
             return False
         if budget[0] < size:
@@ -208,7 +209,8 @@ class NetProxy:
         return False
 
     def _delay(self) -> float:
-        """One piece's one-way delay in seconds: the link's delay with jitter, plus a retransmission if it is lost."""
+        """One piece's one-way delay in seconds: the link's delay with jitter, plus a retransmission if it
+        is lost."""
         p = self.profile
         delay = (p.delay_ms + self._rng.uniform(-p.jitter_ms, p.jitter_ms)) / 1000
         if p.loss and self._rng.random() < p.loss:

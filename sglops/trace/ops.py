@@ -115,8 +115,8 @@ OPS = [
               play=False),
         Param("stack", Flag(), "record Python stacks (SGLang's with_stack; same as --with-stack) to see the SGLang "
               "source line of each hot kernel", flag=False),
-        PROBE, DRY_RUN.again(help="say what would be profiled (a play's dry run says the same); change and record "
-                               "nothing")),
+        PROBE,
+        DRY_RUN.again(help="say what would be profiled (a play's dry run says the same); change and record nothing")),
        step="profile", plan=_profile_plan, live=Live.PROFILE, step_summary=_profile_summary,
        record="profile.json", own_run=True, together=True),
 ]

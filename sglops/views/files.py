@@ -1,6 +1,6 @@
 """Report files a domain keeps but cannot draw itself (it never imports views): a runner hands `draw` down
-(sglops.core.op.Draw) and the domain calls it with a figure (sglops.core.op: Page, Chart, Curves) and the path;
-the view is found by the figure's type and, for a page or a chart, by the type of what it is of."""
+(sglops.core.op.Draw) and the domain calls it with a figure (sglops.core.op: Page, Chart, Curves) and the
+path; the view is found by the figure's type and, for a page or a chart, by the type of what it is of."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ draw.register(str, _named)
 
 @cache
 def _pages() -> Any:
-    """Result type -> its markdown page, registered when first drawn (the catalogue's start-up imports no view)."""
+    """Result type -> its markdown page, registered when first drawn (a task's start-up imports no
+    view)."""
     from sglops.trace.analysis import TraceAnalysis
     from sglops.trace.diff import TraceDiff
     from sglops.views import trace, trace_diff

@@ -1,10 +1,11 @@
 """One way to print any result: `show(result)` for tasks (sglops.cli) and plays alike.
 
-Views are functions of the view layer (sglops.views.<domain>), registered here by result class (an operation
-names no view: its function's return type finds it), so domain classes keep data and JSON only and never import
-their views. A domain's views are registered when a result of that domain is first shown (a task that prints a
-launch script loads no bench view); `every_view()` registers them all. Every result class the package defines and
-every operation's result has a view here (tests/test_result_contract.py walks the package and the catalogue).
+Views are functions of the view layer (sglops.views.<domain>), registered here by result class (an
+operation names no view: its function's return type finds it), so domain classes keep data and JSON only and
+never import their views. A domain's views are registered when a result of that domain is first shown (a task
+that prints a launch script loads no bench view); `every_view()` registers them all. Every result class the
+package defines and every operation's result has a view here (tests/test_result_contract.py walks the package
+and the catalogue).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from sglops.core.console import console
 
 
 def _registered(cls: type) -> bool:
-    """Register the views of cls's home (the nearest module or package above it with a registrar); whether any."""
+    """Register the views of cls's home (the nearest module or package above it with a registrar); whether
+    it has one."""
     for base in cls.__mro__:
         parts = base.__module__.split(".")
         for home in (sys.modules.get(".".join(parts[:n])) for n in range(len(parts), 1, -1)):
@@ -53,8 +55,9 @@ _no_view = render.dispatch(object)
 
 @singledispatch
 def show(result: Any, **options: Any) -> None:
-    """Print result's view on the console (options such as top= go to the view); a result printed otherwise than as
-    one renderable on stdout (a script to redirect, log lines, a report's path) registers its own printer here."""
+    """Print result's view on the console (options such as top= go to the view); a result printed otherwise
+    than as one renderable on stdout (a script to redirect, log lines, a report's path) registers its own
+    printer here."""
     if _registered(type(result)) and show.dispatch(type(result)) is not _plain:
         return show(result, **options)
     console.print(render(result, **options))
@@ -161,5 +164,6 @@ def _play() -> None:
 # the module (or package) results live in -> the registrar of their views
 _VIEWS: dict[ModuleType, Callable[[], None]] = {
     sglops.trace: _trace, sglops.launch: _launch, sglops.bench: _bench, sglops.experiment: _experiment,
-    sglops.patch: _patch, sglops.kernel: _kernel, sglops.probe: _probe, play_result: _play, core_result: _play,
+    sglops.patch: _patch, sglops.kernel: _kernel, sglops.probe: _probe,
+    play_result: _play, core_result: _play,
 }
