@@ -89,3 +89,64 @@ def test_from_never_resumes_a_dry_run(use_sandbox, tmp_path):
     assert resumed.run_id == real.run_id, "a real resume continues the last real run, not the dry one after it"
     assert json.loads(recorded)["dry_run"] is False
     assert [m["run_id"] for m in artifacts.list_runs("gpu-b") if m.get("task") == "play"].count(real.run_id) == 1
+
+
+@pytest.mark.parametrize("kind", ["bench", "profile"])
+def test_the_task_dry_run_is_the_play_dry_run(kind, use_sandbox, tmp_path, capsys):
+    """One runner (sglops.core.op.perform): `inv bench --dry-run` answers the plan a play's dry run records
+    for the same step, and records nothing."""
+    from inproc import run_inv
+
+    params, _ = DRY_RUN_CASES[kind]
+    play = load_play(str(_play(tmp_path, [{"id": "under-test", "do": kind, "with": params}])))
+    with open_remote(use_sandbox, "gpu-a") as remote:
+        planned = run_play(remote, play, dry_run=True, show=False).steps[-1].result
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in params.items()]
+    runs = len(artifacts.list_runs("gpu-a"))
+    code, out, err = run_inv(capsys, kind, "--host", "gpu-a", "--dry-run", "--json", *flags)
+    assert code == 0, err + out
+    doc = json.loads(out)
+    assert doc["dry_run"] is True and doc["plan"] == planned["plan"] and planned["plan"]
+    assert "artifact" not in doc and len(artifacts.list_runs("gpu-a")) == runs
+
+
+@pytest.mark.parametrize("kind,module,parser", [("sweep", "sglops.experiment.sweep_plan", "candidates"),
+                                                ("ab", "sglops.experiment.ab_plan", "parse_sides")])
+def test_a_step_parses_its_flags_once(kind, module, parser, use_sandbox, tmp_path, monkeypatch):
+    """Sweep candidates and ab sides are parsed once, by the operation's prepare, and handed on parsed."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    calls = []
+    real = getattr(mod, parser)
+    monkeypatch.setattr(mod, parser, lambda *a: calls.append(a) or real(*a))
+    params, _ = DRY_RUN_CASES[kind]
+    play = load_play(str(_play(tmp_path, [{"id": "under-test", "do": kind, "with": params}])))
+    with open_remote(use_sandbox, "gpu-a") as remote:
+        assert run_play(remote, play, dry_run=True, show=False).ok
+    assert len(calls) == 1
+
+
+def test_ab_patch_side_is_a_plus_the_patch_without_reparsing():
+    from sglops.core.errors import ConfigError as Refused
+    from sglops.experiment.ab_plan import parse_sides
+
+    a, b = parse_sides("glm5+gather-cast", None, "fp8-kv-direct")
+    assert (a.profile, a.patches, b.profile, b.patches) == ("glm5", ("gather-cast",), "glm5",
+                                                            ("gather-cast", "fp8-kv-direct"))
+    assert b.text == "glm5+gather-cast+fp8-kv-direct"
+    assert parse_sides(None, None, "gather-cast")[1].patches == ("gather-cast",)
+    with pytest.raises(Refused, match="names a patch twice"):
+        parse_sides("glm5+gather-cast", None, "gather-cast")
+    with pytest.raises(Refused, match="--patch"):
+        parse_sides("glm5", None, "bad name")
+
+
+def test_sweep_hands_every_checked_option_on(monkeypatch):
+    """The sweep's way in passes the prepared candidates and every option (a dropped --force ran nothing forced)."""
+    from sglops.experiment import sweep
+
+    got = {}
+    monkeypatch.setattr(sweep, "run_sweep", lambda ctx, profile, cands, **kw: got.update(kw, cands=cands))
+    sweep.run_checked(None, {"profile": "p", "cands": ["c1", "c2"], "force": True, "profile_trace": True})
+    assert got["cands"] == ["c1", "c2"] and got["force"] is True and got["profile_trace"] is True

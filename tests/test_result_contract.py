@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 
 import pytest
 
@@ -17,7 +18,7 @@ import sglops
 from sglops.bench.compare import RunList
 from sglops.core import errors
 from sglops.core.errors import SglopsError
-from sglops.core.result import Observation, Result
+from sglops.core.result import Observation, Planned, Result
 from sglops.experiment.ab_plan import Found, Side, Step
 from sglops.experiment.ab_result import AbResult
 from sglops.kernel.build import KernelAction, KernelBuild
@@ -27,13 +28,13 @@ from sglops.patch.apply import PatchList, PatchResult
 from sglops.patch.capture import Capture
 from sglops.play.ops import OPS as PLAY_OPS
 from sglops.play.run import PlayResult, StepRecord
-from sglops.play.steps import Planned
 from sglops.probe.facts import Facts
-from sglops.views.show import render
+from sglops.views.show import every_view, render, show
+
+every_view()  # each domain's views, registered (a task registers only those of the result it prints)
 
 # operations that print no result of their own, and why
 NO_RESULT = {
-    "report": "writes a markdown page and prints its path",
     "demo": "runs two plays and prints their lines itself",
     "sandbox": "starts or stops local sandbox hosts and prints what it did",
 }
@@ -56,7 +57,7 @@ def _defined_classes() -> list[type]:
 def _printable_results() -> list[type]:
     """Every result class the package defines (a Result, or anything an operation returns), contract exceptions
     aside."""
-    returned = {op.result_type() for op in [*OPS, *PLAY_OPS] if op.result}
+    returned = {op.result_type() for op in [*OPS, *PLAY_OPS]} - {None}
     return [c for c in _defined_classes() if c.__name__ not in NOT_STEP_RESULTS
             and ((issubclass(c, Result) and c not in (Result, Observation)) or c in returned)]
 
@@ -71,11 +72,36 @@ def test_every_operation_names_its_result_and_every_result_has_a_view():
     """The catalogue's result types, and every Result class defined anywhere, each with its view: a result class
     added without one fails here, not when an operator prints it."""
     ops = [*OPS, *PLAY_OPS]
-    assert {op.name for op in ops if not op.result} == set(NO_RESULT)
-    returned = {op.result_type() for op in ops if op.result}
+    assert {op.name for op in ops if op.result_type() is None} == set(NO_RESULT)
+    returned = {op.result_type() for op in ops} - {None}
     assert [c for c in returned if not isinstance(c, type)] == []
-    viewless = [c.__name__ for c in {*returned, *_printable_results()} if c not in render.registry]
+    viewless = [c.__name__ for c in {*returned, *_printable_results()}
+                if c not in render.registry and c not in show.registry]
     assert viewless == [], "register a view for each in sglops.views.show"
+
+
+def test_the_catalogue_names_types_not_module_paths():
+    """Results, views and live displays are found by type: no operation declares a "module:name" string, and
+    no module outside the runners and views imports by a name in a string."""
+    import ast
+    from pathlib import Path
+
+    root = Path(sglops.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.parts[len(root.parts)] in ("host", "views", "cli", "play"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    re.fullmatch(r"sglops(\.[a-z_]+)+:[A-Za-z_]+", node.value):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value}")
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module",
+                                                                      "__import__"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+    from sglops.core.console import Live
+
+    assert {op.live for op in [*OPS, *PLAY_OPS]} - {None} <= set(Live)
 
 
 def test_an_unregistered_result_class_fails_the_view_check():

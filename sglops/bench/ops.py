@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglops.bench.params import (
     BENCH,
     COMPARE,
     LOADS,
 )
+from sglops.core.console import Live
 from sglops.core.errors import ConfigError
-from sglops.core.op import JSON, TARGETS, Context, Op, Param
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, StrList
+
+if TYPE_CHECKING:
+    from sglops.bench.compare import Comparison, RunList
+    from sglops.bench.run import BenchResult
 
 
 def _required(result: Any, o: dict) -> None:
@@ -20,7 +25,7 @@ def _required(result: Any, o: dict) -> None:
 
 
 # -- bench ----------------------------------------------------------------------------------------------
-def bench(ctx: Context, **options: Any):
+def bench(ctx: Context, **options: Any) -> BenchResult:
     from sglops.bench import run
 
     result = run.run_bench(ctx.remote, on_progress=ctx.event, **options)
@@ -69,7 +74,7 @@ def _bench_summary(doc: dict) -> str:
 
 # -- compare --------------------------------------------------------------------------------------------
 def compare(ctx: Context, run_a: str | None = None, run_b: str | None = None, runs: list[str] | None = None,
-            no_chart: bool = False, **required: Any):
+            no_chart: bool = False, **required: Any) -> Comparison:
     """`inv compare A B,C` (run ids) or a play's compare step (its earlier bench steps, or run ids)."""
     from sglops.bench import compare as cmp
 
@@ -121,7 +126,7 @@ def _compare_summary(doc: dict) -> str:
 
 
 # -- runs -----------------------------------------------------------------------------------------------
-def runs(ctx: Context, host: str | None = None, task: str | None = None):
+def runs(ctx: Context, host: str | None = None, task: str | None = None) -> RunList:
     from sglops.bench.compare import list_runs
 
     return list_runs(host, task)
@@ -130,9 +135,10 @@ def runs(ctx: Context, host: str | None = None, task: str | None = None):
 OPS = [
     Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
        "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
-       (TARGETS, JSON, *BENCH, *LOADS), step="bench", plan=_bench_plan, check=_bench_check, live="bench",
-       prepare=_bench_prepare, record="bench.json", own_run=True,
-       result="sglops.bench.run:BenchResult", step_summary=_bench_summary),
+       (TARGETS, JSON, *BENCH, *LOADS,
+        DRY_RUN.again(help="say what would be measured (a play's dry run says the same); run and record nothing")),
+       step="bench", plan=_bench_plan, check=_bench_check, live=Live.BENCH,
+       prepare=_bench_prepare, record="bench.json", own_run=True, step_summary=_bench_summary),
     Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
        "output identity,\nconfig differences, PNG of decode tok/s.",
        (Param("run_a", help="baseline run id (or prefix, or folder)", positional=True, play=False),
@@ -140,9 +146,9 @@ OPS = [
         JSON.again(help="print machine-readable JSON"),
         Param("no_chart", Flag(), "skip the PNG chart", flag=False, play=False),
         Param("runs", StrList(), cli=False), *COMPARE),
-       step="compare", plan=_compare_plan, check=_required, result="sglops.bench.compare:Comparison",
-       step_summary=_compare_summary),
+       step="compare", plan=_compare_plan, check=_required,
+       step_summary=_compare_summary, play_shows=True),
     Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
        (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),
-        JSON.again(help="JSON")), result="sglops.bench.compare:RunList"),
+        JSON.again(help="JSON"))),
 ]

@@ -76,11 +76,11 @@ def per_host(
     show: Callable[[Any], None] | None = None,
     check: Callable[[Any], None] | None = None,
     max_workers: int | None = None,
-    dry_run: bool = False,
 ) -> list[Any]:
     """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
-    A step returns an object with `to_json()`, printed by `show`. `check(value)` raises
+    A step returns an object with `to_json()` (recorded by the step itself as `artifact` of the run: a dry run
+    passes none), printed by `show`. `check(value)` raises
     for a result that counts as a failure though it is kept and shown (a partial bench, a stopped play).
     Whatever goes wrong on one host (a user error, an unreachable host, a bug) is that host's outcome: the
     others' results are still saved and printed, and the exit code follows errors.combined_exit.
@@ -91,7 +91,7 @@ def per_host(
     documents = []
     many = len(outcomes) > 1
     for out in outcomes:
-        doc = _result_document(out, task, run_id, None if dry_run else artifact, check) if out.ok else None
+        doc = _result_document(out, run_id, artifact, check) if out.ok else None
         if doc is not None and not json:
             shown = guard(out.host, lambda v=out.value: show(v) if show else None)
             if not shown.ok and out.ok:
@@ -117,21 +117,17 @@ def per_host(
     return [o.value for o in outcomes]
 
 
-def _result_document(out: Outcome, task: str, run_id: str, artifact: str | None,
+def _result_document(out: Outcome, run_id: str, artifact: str | None,
                      check: Callable[[Any], None] | None) -> dict | None:
-    """The host's result as JSON (saved under artifacts/ when the task keeps one); a failing check or a bug
-    in the result's own code turns the outcome into a failure, keeping what could be rendered."""
+    """The host's result as JSON (naming its record when the task keeps one); a failing check or a bug in the
+    result's own code turns the outcome into a failure, keeping what could be rendered."""
     doc: dict | None = None
 
     def render() -> None:
         nonlocal doc
-        if artifact and not out.value.dry_run:  # a dry run writes nothing (whatever its result says; the caller
-            # passes no artifact then); else the runner records (its files, the result, the manifest)
-            path = artifacts.keep(out.host.name, run_id, artifact, out.value, task=task,
-                                  extra={"seconds": round(out.seconds, 3)})
-            doc = {**out.value.to_json(), "artifact": str(path)}
-        else:
-            doc = out.value.to_json()
+        doc = out.value.to_json()
+        if artifact and not out.value.dry_run:  # recorded by the step (sglops.core.op.perform)
+            doc["artifact"] = str(artifacts.run_path(out.host.name, run_id) / artifact)
         if check:
             check(out.value)
 

@@ -44,7 +44,8 @@ def short_flags(tasks: Iterable[tuple[list[str], bool]]) -> dict[str, str]:
 
     tasks: each task's flag names (dashed, in declared order) and whether it takes auto short flags. A one-letter
     name owns its letter; any other letter goes to the flag that Invoke gave it in the most tasks (ties: the
-    flag seen first), and the flags that lose it have no short flag."""
+    flag seen first), and the flags that lose it have no short flag; a flag that wins two letters keeps the
+    one Invoke gave it in more tasks."""
     votes: dict[str, Counter] = defaultdict(Counter)
     order: dict[str, int] = {}
     fixed = set()
@@ -59,11 +60,12 @@ def short_flags(tasks: Iterable[tuple[list[str], bool]]) -> dict[str, str]:
             if ch:
                 taken.add(ch)
                 votes[ch][n] += 1
-    table = {}
-    for ch, counts in votes.items():
-        if ch in fixed:
-            continue
-        table[max(counts, key=lambda n: (counts[n], -order[n]))] = ch
+    table: dict[str, str] = {}
+    won = [(ch, max(counts, key=lambda n: (counts[n], -order[n])))
+           for ch, counts in votes.items() if ch not in fixed]
+    # a flag that wins two letters keeps the likelier one
+    for ch, name in sorted(won, key=lambda w: -votes[w[0]][w[1]]):
+        table.setdefault(name, ch)
     return table
 
 

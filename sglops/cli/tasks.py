@@ -8,7 +8,6 @@ for a bad one), runs the operation's `prepare`, then the operation on every targ
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
@@ -17,7 +16,7 @@ from invoke import Task, task
 from sglops.cli.glue import ONE_HOST_FLAGS, TARGET_FLAGS, Targets, fail, guarded, per_host
 from sglops.cli.helpfmt import LIST_FLAGS, CatalogueTask, is_switch, list_line, placeholder, short_flags
 from sglops.core.errors import SglopsError
-from sglops.core.op import Context, Marker, Op, new_run_id
+from sglops.core.op import Context, Marker, Op, new_run_id, perform
 from sglops.core.values import check
 from sglops.views.files import draw
 
@@ -87,29 +86,23 @@ def run_task(op: Op, kw: dict[str, Any]) -> None:
     dry_run = kw.pop("dry_run", False)
     targets = Targets(**{k: kw.pop(k) for k in TARGET_FLAGS if k in kw}) if op.targets != "none" else None
     spec = {k: v for k, v in op.spec("cli").items() if k not in ("json", "dry_run")}  # those two are the runner's
-    opts = {**kw, **guarded(check, spec, {k: v for k, v in kw.items() if k in spec})}
-    if op.prepare is not None:
-        opts = guarded(op.prepare, opts) or opts
+    opts = guarded(op.prepared, {**kw, **guarded(check, spec, {k: v for k, v in kw.items() if k in spec})})
     run_id = new_run_id()
-    wants = inspect.signature(op.run).parameters
-    args = {k: v for k, v in opts.items() if k in wants or _takes_any(wants)}
-    if "json" in wants:
-        args["json"] = json
     if targets is None or (op.hostless and targets.host is None):
-        result = guarded(op.run, Context(None, run_id, dry_run, draw=draw), **args)
+        ctx = Context(None, run_id, dry_run, draw=draw)
+        result = guarded(perform, op, ctx, opts, keep=True, check=False, json=json)
         if json and result is not None:
             from sglops.core.console import print_json
 
             print_json(result.to_json())
         elif result is not None:
             _show(op, opts)(result)
-        if op.check is not None:
-            guarded(op.check, result, opts)
+        guarded(op.checked, result, opts)
         return
-    _on_hosts(op, targets, run_id, dry_run, json, opts, args)
+    _on_hosts(op, targets, run_id, dry_run, json, opts)
 
 
-def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, opts: dict, args: dict) -> None:
+def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, opts: dict) -> None:
     from sglops.core.hosts import load_inventory
     from sglops.views.live import display
 
@@ -126,22 +119,14 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
             remote.run_id = run_id  # the one run id of this invocation, also for the host answers it keeps
             with watch(remote.name) as sink:
                 ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw, peers=tuple(hosts))
-                try:
-                    return op.run(ctx, **args)
-                except SglopsError as exc:
-                    kept = getattr(exc, "kept", None)
-                    if kept is None or not op.record or dry_run:  # a dry run records nothing
-                        raise
-                    path = ctx.keep(kept, op.record, task=op.name)
-                    if not json:
-                        show(kept)
-                    raise exc.recorded(path) from None
+                return perform(op, ctx, opts, keep=True, check=False, json=json,
+                               on_kept=None if json else show)
 
         try:
             per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key,
-                     run_id=run_id, json=json, artifact=op.record, show=show,
-                     check=(lambda r: op.check(r, opts)) if op.check else None,
-                     max_workers=len(hosts) if op.together else None, dry_run=dry_run)
+                     run_id=run_id, json=json, artifact=None if dry_run else op.record, show=show,
+                     check=lambda r: op.checked(r, opts),
+                     max_workers=len(hosts) if op.together else None)
         finally:
             from sglops.core import meet
 
@@ -149,16 +134,13 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 
 
 def _show(op: Op, opts: dict) -> Any:
-    """How the task prints a result: the operation's own view, or sglops.views.show, with its view options."""
+    """How the task prints a result: the view of its type (sglops.views.show), with the operation's view
+    options."""
     options = {k: opts[k] for k in op.view_options}
-    if op.view:
-        module, _, name = op.view.partition(":")
-        fn = getattr(importlib.import_module(module), name)
-    else:
-        from sglops.views.show import show as fn
-    return lambda result: fn(result, **options)
 
+    def show(result: Any) -> None:
+        from sglops.views.show import show
 
-def _takes_any(params: Any) -> bool:
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        show(result, **options)
 
+    return show

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any
 
 import orjson
@@ -143,3 +144,15 @@ def error_line(message: str) -> None:
 def note(message: str) -> None:
     """A remark for the person at the terminal, on stderr (so stdout stays what was asked for)."""
     err_console.print(Text(redact.text(message), style="dim"), soft_wrap=True)
+
+
+class Live(Enum):
+    """The live display a task draws from its operation's events (`Op.live`; sglops.views.live draws
+    each): a progress board for benches, a line per host for restarts, notes for ab's rounds and a sweep's
+    candidates, a profile's status and download bar, the log lines of `logs --follow`."""
+
+    BENCH = "bench"
+    RESTART = "restart"
+    NOTES = "notes"
+    PROFILE = "profile"
+    LINES = "lines"

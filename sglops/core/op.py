@@ -1,12 +1,15 @@
 """An operation declared once, and the run context it is handed.
 
 Each domain keeps its operations in its own `ops.py` (`OPS = [Op(...), ...]`): the task name, which hosts it
-takes, its parameters (kind, default and help together), the function, what a dry run does, what is recorded,
-its result type and a one-line summary. The runners read those declarations: `tasks.py` (the Invoke tasks,
-sglops.cli.tasks) and the play engine (sglops.play.steps). Nothing here knows Invoke or a terminal.
+takes, its parameters (kind, default and help together), the function (its return annotation is the result
+type: the view follows from it), what a dry run does, what is recorded and a one-line summary. The runners
+read those declarations: `tasks.py` (the Invoke tasks, sglops.cli.tasks) and the play engine
+(sglops.play.steps), and run an operation through `perform`. Nothing here knows Invoke or a terminal.
 
     Op("bench", bench_op, "Decode figures measured ON the host ...", (TARGETS, JSON, Param("runs", Int(1, 1000, 5),
-       "repeats (default {default})"), ...), step="bench", plan=bench_plan, result=BenchResult)
+       "repeats (default {default})"), ...), step="bench", plan=bench_plan, live=Live.BENCH)
+
+    def bench_op(ctx: Context, **options) -> BenchResult: ...
 
 An operation's function is `fn(ctx, **params) -> Result` (a function that also takes `json` is told whether the
 task prints JSON: analyze-trace then writes no report.md): `ctx` (a `Context`) names the host, the run, the
@@ -16,12 +19,20 @@ the runner draws progress and records results.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from sglops.core import artifacts
+from sglops.core.console import Live
+from sglops.core.errors import SglopsError
+from sglops.core.result import Planned
 from sglops.core.values import Flag, Value
 
 
@@ -75,24 +86,38 @@ class Op:
     record: str | None = None  # the runner saves the result as this file of the run
     own_run: bool = False  # the result is a run of its own (bench, profile, ab): a play step records it too,
     #                        as `<run-id>-<step>` (sglops.core.artifacts.keep: its run_files(), run_manifest())
-    result: str | None = None  # what it returns, "module:Class" (the result contract, the view registry)
-    view: str | None = None  # "module:function" printing the result (default: sglops.views.show.show)
-    view_options: tuple[str, ...] = ()  # parameters handed to the view (show_hits, top)
-    live: str | None = None  # the live display the task draws from ctx.event(): "bench" | "restart" | "profile" | "notes" | "lines"
+    view_options: tuple[str, ...] = ()  # parameters handed to the result's view (show_hits, top)
+    live: Live | None = None  # the live display the task draws from ctx.event()
     prepare: Callable[[dict], dict | None] | None = None  # checks before any host is touched; may add options
     check: Callable[[Any, dict], None] | None = None  # raises for a kept result that still fails (exit code)
     step_summary: Callable[[dict], str] | None = None  # result JSON -> the play's one-line recap
     hostless: bool = False  # without --host it runs here, on no host (render: the script, not checked)
     together: bool = False  # every host's step runs at once (the nodes of one server meet: sglops.launch.deployment)
     task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
+    play_shows: bool = False  # a play prints the step's result under its line (a comparison, a patch's files)
+    manifest: Callable[[str, dict], dict] | None = None  # (step id, result JSON) -> a play manifest's entries
+
+    def prepared(self, params: dict) -> dict:
+        """The parameters after the operation's `prepare` (checks before any host is touched; it may add
+        options)."""
+        return (self.prepare(params) or params) if self.prepare is not None else params
+
+    def checked(self, result: Any, params: dict) -> None:
+        """Its `check` on a result (a kept one that still fails raises); a dry run's plan has nothing to
+        check."""
+        if self.check is not None and not isinstance(result, Planned):
+            self.check(result, params)
+
+    def arguments(self, params: dict, json: bool = False) -> dict:
+        """The parameters the function takes (a view's options stay with the runner), `json` where it asks."""
+        wants = inspect.signature(self.run).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in wants.values())
+        args = {k: v for k, v in params.items() if k in wants or takes_any}
+        return {**args, "json": json} if "json" in wants else args
 
     def result_type(self) -> type | None:
-        import importlib
-
-        if self.result is None:
-            return None
-        module, _, name = self.result.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """What its function returns, read from the return annotation (None: it prints its own lines)."""
+        return returned_type(self.run)
 
     @property
     def targets(self) -> str:
@@ -108,9 +133,33 @@ class Op:
         return {p.name: p.kind for p in self.fields(where) if p.kind is not None}
 
 
-# How domain code keeps a report file it cannot draw itself (markdown, a chart: views): draw(what, data, path)
-# -> the path written. Runners hand sglops.views.files.draw down; None draws nothing.
-Draw = Callable[[str, Any, Path], Path]
+@dataclass(frozen=True)
+class Page:
+    """A report page (markdown) of a result: its view writes it (a trace's analysis, a trace diff)."""
+
+    of: Any
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart of a result (a trace's top kernels or CPU ops)."""
+
+    of: Any
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Runs drawn as curves: decode tok/s per level (a comparison), or a sweep's levels (`sweep`)."""
+
+    runs: list[dict]
+    title: str
+    sweep: bool = False
+
+
+# How domain code keeps a report file it cannot draw itself (views): draw(figure, path) -> the path written,
+# the view found by the figure's type (Page, Chart, Curves) and what it is of. Runners hand
+# sglops.views.files.draw down; None draws nothing.
+Draw = Callable[[Any, Path], Path]
 
 
 @dataclass
@@ -156,6 +205,71 @@ class Context:
         """Record `result` as a run of its own (default `own_run_id`; ab's rounds name theirs): the runner's
         recording, handed down so an operation made of runs (ab) records each one the same way."""
         return artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task)
+
+    def keep_run(self, work: Callable[[], Any], name: str, *, task: str, run_id: str | None = None,
+                 on_kept: Callable[[Any], None] | None = None) -> Any:
+        """`work()`'s result recorded as a run (`keep`, with its seconds); a failure that carries a result
+        still worth its record (`exc.kept`: a crashed start, traces not analysed) is recorded and handed to
+        `on_kept`, then raised naming the record. The one place a kept failure is read, for every runner."""
+        began = time.monotonic()
+        try:
+            result = work()
+        except SglopsError as exc:
+            if exc.kept is None:
+                raise
+            path = artifacts.keep(self.host, run_id or self.own_run_id, name, exc.kept, task=task,
+                                  extra={"seconds": round(time.monotonic() - began, 3)})
+            if on_kept is not None:
+                on_kept(exc.kept)
+            raise exc.recorded(path) from None
+        if not getattr(result, "dry_run", False):  # a result that only planned records nothing
+            artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task,
+                           extra={"seconds": round(time.monotonic() - began, 3)})
+        return result
+
+
+def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = True, json: bool = False,
+            on_kept: Callable[[Any], None] | None = None) -> Any:
+    """THE way an operation runs, for a task's host and a play's step alike (params already `prepared`): a
+    dry run of an operation with a `plan` answers that plan, else the function runs; a result the runner
+    keeps (`keep`: a task keeps every `record=`, a play the runs of their own) is recorded, a failure still
+    worth its record too (`Context.keep_run`); then its `check` (a task checks after printing every host's
+    result)."""
+    if ctx.dry_run and op.plan is not None:
+        return Planned(op.plan(ctx, **params))
+    args = op.arguments(params, json)
+
+    def work() -> Any:
+        return op.run(ctx, **args)
+
+    recorded = keep and op.record is not None and not ctx.dry_run  # a dry run records nothing
+    result = ctx.keep_run(work, op.record, task=op.name, on_kept=on_kept) if recorded else work()
+    if check:
+        op.checked(result, params)
+    return result
+
+
+def returned_type(fn: Callable[..., Any]) -> type | None:
+    """The class `fn`'s return annotation names. A catalogue module imports its result classes only under
+    TYPE_CHECKING (`inv --list` loads no domain module): those imports are run here, when a type is asked
+    for."""
+    hint = inspect.get_annotations(fn).get("return")
+    if hint is None or hint == "None":
+        return None
+    if not isinstance(hint, str):
+        return hint
+    module = sys.modules[fn.__module__]
+    return eval(hint, {**vars(module), **_type_checking_names(module)})
+
+
+def _type_checking_names(module: ModuleType) -> dict[str, Any]:
+    """The names `module` imports under `if TYPE_CHECKING:`, imported now."""
+    tree = ast.parse(inspect.getsource(module))
+    body = [node for top in tree.body if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING"
+            for node in top.body]
+    names: dict[str, Any] = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), module.__file__ or "<catalogue>", "exec"), names)
+    return names
 
 
 def handed_down(run_id: str | None) -> str:

@@ -66,3 +66,21 @@ class Observation(Result):
     @property
     def plan(self) -> list[str]:  # type: ignore[override]
         return []
+
+
+class Planned(Result):
+    """A dry run's answer for an operation that has a plan (it would only measure): what would happen, nothing
+    changed. The task's --dry-run and a play's dry run answer with the same one (sglops.core.op.perform)."""
+
+    changed = False
+    dry_run = True
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    @property
+    def plan(self) -> list[str]:  # type: ignore[override]
+        return [self.what]
+
+    def payload(self) -> dict[str, Any]:
+        return {}

@@ -37,9 +37,9 @@ from sglops.launch import server as launch
 
 # -- running it ---------------------------------------------------------------------------------------
 def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side, Side, list[str]]:
-    """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches."""
+    """Sides with their profiles resolved (the current one for `+P`) and checked; the managed patches (their
+    specs were loaded by the operation's prepare)."""
     from sglops.launch.profiles import load_profile
-    from sglops.patch import spec as patch_spec
 
     sides = []
     for spec in specs:
@@ -50,8 +50,6 @@ def resolve_sides(specs: tuple[SideSpec, SideSpec], found: Found) -> tuple[Side,
                                   "started by sglops runs on the host: name the profile (PROFILE+PATCH)")
             prof = found.profile
         load_profile(prof)
-        for p in spec.patches:
-            patch_spec.load(p)
         sides.append(Side(spec.label, spec.text, prof, spec.patches))
     managed = list(dict.fromkeys([*sides[0].patches, *sides[1].patches]))
     return sides[0], sides[1], managed
@@ -67,10 +65,13 @@ def run_ab(
     profile_sides: bool = False,
     variable: list[str] | str | None = None,
     tolerance: Any = None,
+    patch_files: dict[str, list[str]] | None = None,
 ) -> AbResult:
     """Run (or plan, in a dry run) the interleaved A/B on ctx's host; the host is restored in every case.
 
-    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare. bench: run_bench's
+    sides: ab_plan.parse_sides(--a, --b, --patch), parsed once by the operation's prepare, which also loaded
+    their patches' specs (patch_files: as_found.patch_files; an earlier run's managed patches are added).
+    bench: run_bench's
     options (runs per round, lengths, concurrency, api, ...). A failing round stops the rounds; the result then
     carries `failure` and check() exits non-zero. Each round's bench is a run of its own,
     recorded through the context; the ab's own record (ab.json) is the runner's. A Ctrl-C or SIGTERM stops the
@@ -81,12 +82,9 @@ def run_ab(
     nodes = nodes or ServerNodes([ctx.remote])
     remote = nodes.lead
     say = lambda text: ctx.event({"note": text})  # noqa: E731
-    opts = {k: v for k, v in (bench or {}).items() if v is not None and k != "port"}
-    rounds = int(rounds)
-    if rounds < 1:
-        raise ConfigError(f"--rounds must be at least 1 (got {rounds})")
+    opts = {k: v for k, v in (bench or {}).items() if v is not None}
     try:
-        result = plan(nodes, sides, rounds, opts, profile_sides, ctx.dry_run)
+        result = plan(nodes, sides, rounds, opts, profile_sides, ctx.dry_run, patch_files or {})
     except KeyboardInterrupt:  # only read so far: nothing to restore, but still one line and 130
         raise AbInterrupted(f"{remote.name}: ab interrupted (SIGINT) while reading the host; nothing was changed",
                             ab_signals.signal.SIGINT) from None
@@ -97,7 +95,7 @@ def run_ab(
     begin_journals(nodes, result.run_id, result.managed, result.earlier_by_node, "ab")
     rounds_run = _Rounds(ctx, nodes, result, {"runs": 1, **opts}, say)
     with ab_signals.guarded_ab() as guard:
-        def rounds() -> None:
+        def run_rounds() -> None:
             if result.apart:
                 as_found.align(nodes, result.managed, set(result.found.patches) & set(result.managed), say)
             rounds_run.run([s for s in result.plan if s.round])  # the plan the dry run prints, step by step
@@ -106,7 +104,7 @@ def run_ab(
             _finish(nodes, result, rounds_run, variable, tolerance, ctx.draw, say)
             result.wall_s = round(time.monotonic() - t_start, 1)
 
-        guard.run_then_restore(rounds, restore, result, lambda: rounds_run.where)
+        guard.run_then_restore(run_rounds, restore, result, lambda: rounds_run.where)
     return result
 
 
@@ -146,7 +144,7 @@ def found_state(nodes: ServerNodes) -> tuple[dict[str, ab_journal.Journal | None
 
 
 def plan(nodes: ServerNodes, sides: tuple[SideSpec, SideSpec], rounds: int, opts: dict[str, Any],
-         profile_sides: bool, dry_run: bool) -> AbResult:
+         profile_sides: bool, dry_run: bool, patch_files: dict[str, list[str]]) -> AbResult:
     """Read the host (journal, server, ledger), resolve and check the sides, and plan every step: nothing changes.
 
     An earlier ab that was cut short (its journal still on the host) is taken over: the state to restore is the
@@ -160,6 +158,7 @@ def plan(nodes: ServerNodes, sides: tuple[SideSpec, SideSpec], rounds: int, opts
     now = now_by[nodes.name]
     side_a, side_b, managed = resolve_sides(sides, found)
     managed += [p for j in earlier_by.values() if j for p in j.managed if p not in managed]
+    files = {**patch_files, **as_found.patch_files([p for p in managed if p not in patch_files])}
     for prof in dict.fromkeys([side_a.profile, side_b.profile]):
         nodes.check_profile(prof, "ab")
         nodes.each(lambda r, prof=prof: launch.render_for(r, prof))  # a profile a node cannot run fails here
@@ -172,7 +171,7 @@ def plan(nodes: ServerNodes, sides: tuple[SideSpec, SideSpec], rounds: int, opts
     steps = plan_steps(side_a, side_b, rounds, found, managed, profile_sides=profile_sides, bench_what=what,
                        now=found.patches if apart else now.patches)
     return AbResult(host=nodes.name, a=side_a, b=side_b, rounds_asked=rounds, found=found, managed=managed,
-                    plan=steps, bench=opts, dry_run=dry_run, earlier=earlier,
+                    patch_files=files, plan=steps, bench=opts, dry_run=dry_run, earlier=earlier,
                     earlier_line=earlier.line() if earlier else None, nodes=nodes.describe() if nodes.several else [],
                     earlier_by_node=earlier_by, apart=apart)
 
@@ -180,7 +179,7 @@ def plan(nodes: ServerNodes, sides: tuple[SideSpec, SideSpec], rounds: int, opts
 def _finish(nodes: ServerNodes, result: AbResult, rounds_run: _Rounds, variable: Any, tolerance: Any,
             draw: Draw | None, say: Callable[[str], None]) -> None:
     """The restore, the journal dropped once it holds, then the analysis (the rounds are kept whatever it says)."""
-    result.restore = as_found.restore(nodes, nodes.found_by_node, result.managed, say)
+    result.restore = as_found.restore(nodes, nodes.found_by_node, result.patch_files, say)
     if result.restore.get("ok"):
         end_journals(nodes, result.run_id or "", result.restore)
     else:
@@ -249,7 +248,7 @@ class _Rounds:
         self.nodes.revert(step.what)
 
     def restart(self, step: Step, side: Side, rnd: Round, when: str) -> None:
-        as_found.ledger_check(self.nodes, self.result.managed, set(side.patches), when)
+        as_found.ledger_check(self.nodes, self.result.patch_files, set(side.patches), when)
         t0 = time.monotonic()
         as_found.restart(self.nodes, side.profile, when, self.say)
         rnd.restart_s = round(time.monotonic() - t0, 1)
@@ -284,13 +283,10 @@ class _Rounds:
 
         self.say(f"{when}: profile")
         run_id = f"{self.result.run_id}-profile-{side.label.lower()}"
-        try:
-            self.profiled[side.label] = run_profile(self.remote, chart=True, draw=self.ctx.draw, run_id=run_id)
-        except SglopsError as exc:  # traces that could not be analysed are still a run on record
-            if exc.kept is not None:
-                self.ctx.keep(exc.kept, "profile.json", task="profile", run_id=run_id)
-            raise
-        self.ctx.keep(self.profiled[side.label], "profile.json", task="profile", run_id=run_id)
+        # traces that could not be analysed are a run on record too
+        self.profiled[side.label] = self.ctx.keep_run(
+            lambda: run_profile(self.remote, chart=True, draw=self.ctx.draw, run_id=run_id), "profile.json",
+            task="profile", run_id=run_id)
         self.result.profiles[side.label] = self.profiled[side.label].run_id
 
 
@@ -301,6 +297,6 @@ def run_checked(ctx: Context, o: dict[str, Any], nodes: ServerNodes | None = Non
     from sglops.bench.params import BENCH
 
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_ab(ctx, o["sides"], nodes=nodes, rounds=o["rounds"], bench=bench,  # sides: parsed by the prepare
+    return run_ab(ctx, o["sides"], nodes=nodes, rounds=o["rounds"], bench=bench, patch_files=o["patch_files"],
                   profile_sides=o.get("profile", False), variable=o.get("variable"),
                   tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")))

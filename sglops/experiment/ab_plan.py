@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from sglops.core.errors import ConfigError
 
-SIDES = ("A", "B")
-
 
 @dataclass(frozen=True)
 class Side:
@@ -56,7 +54,9 @@ def parse_side(text: str) -> tuple[str | None, tuple[str, ...]]:
 
 
 def sides_from(a: str | None, b: str | None, patch: str | None) -> tuple[str, str]:
-    """The two side specs from --a/--b/--patch: `--patch P` is B = A plus P (A default: the current profile)."""
+    """The two sides as the operator spelt them from --a/--b/--patch: `--patch P` is B = A plus P (A default:
+    the current profile); B's text is what the tables show, never parsed again (parse_sides adds P to A's
+    patches)."""
     if patch:
         if b:
             raise ConfigError("--patch P means B = A plus P: give --a (optional) and --patch, not --b")
@@ -79,8 +79,16 @@ class SideSpec:
 
 def parse_sides(a: str | None, b: str | None, patch: str | None) -> tuple[SideSpec, SideSpec]:
     """--a/--b/--patch -> both sides, parsed once (the operation's prepare, before any host is touched)."""
-    texts = sides_from(a, b, patch)
-    return tuple(SideSpec(label, text, *parse_side(text)) for label, text in zip(SIDES, texts, strict=True))  # type: ignore[return-value]
+    text_a, text_b = sides_from(a, b, patch)
+    side_a = SideSpec("A", text_a, *parse_side(text_a))
+    if not patch:
+        return side_a, SideSpec("B", text_b, *parse_side(text_b))
+    from sglops.core.values import Name
+
+    Name("patch").parse(patch, "--patch")
+    if patch in side_a.patches:
+        raise ConfigError(f"side {text_b!r} names a patch twice")
+    return side_a, SideSpec("B", text_b, side_a.profile, (*side_a.patches, patch))
 
 
 @dataclass

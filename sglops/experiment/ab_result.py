@@ -14,7 +14,7 @@ from typing import Any
 
 from sglops.bench import stats
 from sglops.core.errors import Failed, Interrupted, OutputsDiffer, SglopsError
-from sglops.core.op import Draw
+from sglops.core.op import Draw, Page
 from sglops.core.result import Result
 from sglops.experiment.ab_plan import Found, Side, Step
 
@@ -77,6 +77,7 @@ class AbResult(Result):
     trace_diff: dict | None = None
     restore: dict = field(default_factory=dict)  # {"ok", "steps", "error"?, "ledger"}
     failure: str | None = None
+    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files
     wall_s: float | None = None
     interrupted: str | None = None  # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
     earlier: Any = None  # the journal of an earlier ab cut short (sglops.experiment.ab_journal.Journal): taken over
@@ -247,6 +248,6 @@ def add_trace_diff(result: AbResult, prof: dict[str, Any], draw: Draw | None = N
     except SglopsError as exc:
         result.trace_diff = {"error": str(exc)}
         return
-    path = draw("trace-diff-markdown", d, Path(result.folder or ".") / "trace-diff.md") if draw else None
+    path = draw(Page(d), Path(result.folder or ".") / "trace-diff.md") if draw else None
     result.trace_diff = {"headline": d.headline(), "markdown": str(path) if path else None, "a": result.profiles.get("A"),
                          "b": result.profiles.get("B"), "diff": d.to_json()}

@@ -34,16 +34,24 @@ def found(remote: Remote) -> Found:
                  patches=[e["patch"] for e in patches.applied(remote)])
 
 
-def ledger_check(nodes: ServerNodes, managed: list[str], want: set[str], when: str) -> list[str]:
-    """Every node's ledger must say exactly `want` of the managed patches, each file still as its patch left it."""
+def patch_files(names: list[str]) -> dict[str, list[str]]:
+    """The managed patches, each with the files it touches: their specs loaded once per ab or sweep (the
+    ledger checks and the restore read this map)."""
+    from sglops.patch import spec as patch_spec
+
+    return {p: patch_spec.load(p).files for p in names}
+
+
+def ledger_check(nodes: ServerNodes, managed: dict[str, list[str]], want: set[str], when: str) -> list[str]:
+    """Every node's ledger must say exactly `want` of the managed patches (`patch_files`), each file still as
+    its patch left it."""
     return [p for r in nodes.remotes for p in _ledger_check_one(r, managed, want, when)]
 
 
-def _ledger_check_one(remote: Remote, managed: list[str], want: set[str], when: str) -> list[str]:
+def _ledger_check_one(remote: Remote, managed: dict[str, list[str]], want: set[str], when: str) -> list[str]:
     from sglops.patch import apply as patches
-    from sglops.patch import spec as patch_spec
 
-    files = sorted({f for p in managed for f in patch_spec.load(p).files})
+    files = sorted({f for names in managed.values() for f in names})
     state = patches.host_state(remote, files, contents=False)
     entries = {e["patch"]: e for e in state["ledger"].get("applied", [])}
     have = {p for p in managed if p in entries}
@@ -93,7 +101,7 @@ def restart(nodes: ServerNodes, profile: Any, when: str, say: Callable[[str], No
     return res
 
 
-def restore(nodes: ServerNodes, found_by_node: dict[str, Found], managed: list[str],
+def restore(nodes: ServerNodes, found_by_node: dict[str, Found], managed: dict[str, list[str]],
             say: Callable[[str], None]) -> dict:
     """The found patch set back on every node (each from its own ledger, wherever the steps stopped), then the
     found server (every node together) or none. Never raises: its outcome is recorded and shown."""
@@ -109,7 +117,7 @@ def restore(nodes: ServerNodes, found_by_node: dict[str, Found], managed: list[s
         for remote in nodes.remotes:
             mine = found_by_node.get(remote.name, lead)
             have = {e["patch"] for e in patches.applied(remote)} & set(managed)
-            for step in restore_steps(have, mine, managed):
+            for step in restore_steps(have, mine, list(managed)):
                 if step.kind in ("apply", "revert"):
                     say(f"{remote.name}: {step.line()}" if nodes.several else step.line())
                     (patches.apply_patch if step.kind == "apply" else patches.revert_patch)(remote, step.what)

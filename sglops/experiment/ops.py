@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglops.bench.params import (
     BENCH,
@@ -14,8 +14,14 @@ from sglops.bench.params import (
     TOLERANCE_LOGPROB,
     VARIABLE,
 )
+from sglops.core.console import Live
 from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, Int, Name, Required, Str, StrList, Value
+
+if TYPE_CHECKING:
+    from sglops.experiment.ab_result import AbResult
+    from sglops.experiment.sweep_result import SweepResult
+
 
 # -- ab -------------------------------------------------------------------------------------------------
 AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by default, help in ab's words
@@ -31,7 +37,7 @@ AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by
 }
 
 
-def ab(ctx: Context, **o: Any):
+def ab(ctx: Context, **o: Any) -> AbResult:
     """Interleaved A/B rounds (sglops.experiment.ab): its dry run reads the host and plans; the real one restores it.
     On the nodes of one server (--hosts n0,n1) every round restarts every node (sglops.core.meet.lead)."""
     from sglops.core.meet import lead
@@ -42,10 +48,14 @@ def ab(ctx: Context, **o: Any):
 
 
 def _ab_prepare(o: dict) -> dict:
-    """The sides, parsed once here (a bad one is one line before any host is touched); run_ab takes them."""
+    """The sides parsed and their patches' specs loaded, once, here (a bad one is one line before any host is
+    touched); run_ab takes them."""
     from sglops.experiment.ab_plan import parse_sides
+    from sglops.experiment.as_found import patch_files
 
-    return {**o, "sides": parse_sides(o.get("a"), o.get("b"), o.get("patch"))}
+    sides = parse_sides(o.get("a"), o.get("b"), o.get("patch"))
+    named = list(dict.fromkeys(p for s in sides for p in s.patches))
+    return {**o, "sides": sides, "patch_files": patch_files(named)}
 
 
 # -- sweep ---------------------------------------------------------------------------------------------
@@ -76,7 +86,7 @@ VARY = Items(None, "KEY=VALUE[,VALUE...] (repeatable; a list in a play)")
 CANDIDATES = Items(";", "CANDIDATE;CANDIDATE... (a list in a play), e.g. attention_backend=flashinfer+gather-cast")
 
 
-def sweep(ctx: Context, **o: Any):
+def sweep(ctx: Context, **o: Any) -> SweepResult:
     """Candidates screened by the probe facts, then restarted, benched (and profiled) one by one; the host restored."""
     from sglops.core.meet import lead
     from sglops.experiment import sweep as sweep_mod
@@ -87,13 +97,14 @@ def sweep(ctx: Context, **o: Any):
         return lead(ctx, "sweep", lambda remotes: sweep_mod.run_checked(ctx, o, ServerNodes(remotes)))
 
 
-def _prepare(o: dict) -> None:
-    """Every candidate parsed and the profile loaded before any host is touched (one line per mistake)."""
+def _prepare(o: dict) -> dict:
+    """Every candidate parsed, once, and the profile loaded before any host is touched (one line per mistake);
+    run_sweep takes the candidates."""
     from sglops.experiment.sweep_plan import candidates
     from sglops.launch.profiles import load_profile
 
     load_profile(o["profile"])
-    candidates(o.get("vary"), o.get("patches"), o.get("candidates"))
+    return {**o, "cands": candidates(o.get("vary"), o.get("patches"), o.get("candidates"))}
 
 
 def _check(result: Any, _o: dict) -> None:
@@ -121,7 +132,7 @@ OPS = [
         REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,
         VARIABLE.again(help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"),
         DRY_RUN.again(help="print the whole round plan; change and record nothing"), JSON),
-       step="ab", prepare=_ab_prepare, check=_ab_check, live="notes", result="sglops.experiment.ab_result:AbResult",
+       step="ab", prepare=_ab_prepare, check=_ab_check, live=Live.NOTES,
        record="ab.json", own_run=True, together=True,
        step_summary=lambda doc: doc.get("verdict", ""), task={"auto_shortflags": False}),
     Op("sweep", sweep, "Which configuration should this host (or the nodes of one server) run: candidates (--vary / "
@@ -140,7 +151,7 @@ OPS = [
         TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,
         DRY_RUN.again(help="print the candidates, what rules each out and the plan; change and record nothing"),
         JSON),
-       step="sweep", prepare=_prepare, check=_check, live="notes", result="sglops.experiment.sweep_result:SweepResult",
+       step="sweep", prepare=_prepare, check=_check, live=Live.NOTES,
        record="sweep.json", own_run=True, together=True,
        step_summary=lambda doc: doc.get("recommendation", ""), task={"auto_shortflags": False, "iterable": ["vary"]}),
 ]

@@ -25,7 +25,7 @@ from sglops.experiment import ab_signals, as_found
 from sglops.experiment.ab import begin_journals, end_journals, found_state
 from sglops.experiment.ab_plan import transitions
 from sglops.experiment.server_nodes import ServerNodes
-from sglops.experiment.sweep_plan import Candidate, candidates, screen
+from sglops.experiment.sweep_plan import Candidate, screen
 from sglops.experiment.sweep_result import FailedStart, Row, SweepInterrupted, SweepResult
 
 
@@ -112,7 +112,6 @@ def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: boo
     from sglops.core.errors import ConfigError
     from sglops.launch import server as launch
     from sglops.launch.profiles import load_profile
-    from sglops.patch import spec as patch_spec
     from sglops.probe.facts import gather
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
@@ -130,7 +129,7 @@ def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: boo
     probe = scan(remote, probe_set)
     managed = list(dict.fromkeys([*(p for c in cands for p in c.patches),
                                   *(p for j in earlier_by.values() if j for p in j.managed)]))
-    files = {p: patch_spec.load(p).files for p in managed}
+    files = as_found.patch_files(managed)
     base_args = base.for_host(remote.name).args
     rows = []
     for c in cands:
@@ -155,7 +154,7 @@ def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: boo
                          compute_capability=host_facts.compute_capability, found=found, rows=rows, bench=opts,
                          managed=managed, force=force, profile_trace=profile_trace, dry_run=dry_run,
                          nodes=nodes.describe() if nodes.several else [], earlier_by_node=earlier_by,
-                         now_patches={n: f.patches for n, f in now_by.items()})
+                         now_patches={n: f.patches for n, f in now_by.items()}, patch_files=files)
     earlier = next((j for j in earlier_by.values() if j), None)
     if earlier is not None:
         result.earlier_line = earlier.line()
@@ -167,7 +166,7 @@ def _finish(nodes: ServerNodes, result: SweepResult, tolerance: Any, draw: Draw 
             say: Callable[[str], None], t_start: float) -> None:
     """The restore (never raises), the output comparison, the wall-time split: the rows are kept whatever happens."""
     t0 = time.monotonic()
-    result.restore = as_found.restore(nodes, nodes.found_by_node, result.managed, say)
+    result.restore = as_found.restore(nodes, nodes.found_by_node, result.patch_files, say)
     restore_s = time.monotonic() - t0
     if result.restore.get("ok"):
         end_journals(nodes, result.run_id or "", result.restore)
@@ -215,7 +214,7 @@ class _Steps:
                 (self.nodes.apply if kind == "apply" else self.nodes.revert)(p)
             have = set(c.patches)
             ab_signals.check_interrupt()
-            as_found.ledger_check(self.nodes, managed, have, when)
+            as_found.ledger_check(self.nodes, self.result.patch_files, have, when)
             if self.restart(row, when):
                 self.bench(row, when)
                 if self.result.profile_trace and row.status == "started":
@@ -269,17 +268,19 @@ class _Steps:
         self.say(self.where)
         run_id = f"{row.run_id}-profile"
         t0 = time.monotonic()
+        def work() -> Any:
+            return run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw)
+
+        def kept(_result: Any) -> None:  # traces that could not be analysed are still a run on record
+            row.profile_run = run_id
+
         try:
-            prof = run_profile(self.remote, run_id=run_id, chart=self.ctx.draw is not None, draw=self.ctx.draw)
+            prof = self.ctx.keep_run(work, "profile.json", task="profile", run_id=run_id, on_kept=kept)
         except SglopsError as exc:
-            if exc.kept is not None:  # traces that could not be analysed are still a run on record
-                self.ctx.keep(exc.kept, "profile.json", task="profile", run_id=run_id)
-                row.profile_run = run_id
             row.top_cost = f"profile failed: {exc}"
             return
         finally:
             row.profile_s = round(time.monotonic() - t0, 1)
-        self.ctx.keep(prof, "profile.json", task="profile", run_id=run_id)
         row.profile_run, row.top_cost = prof.run_id, top_cost(prof.analysis)
 
 
@@ -319,9 +320,9 @@ def run_checked(ctx: Context, o: dict[str, Any], nodes: ServerNodes | None = Non
     from sglops.bench.identity import Tolerance
     from sglops.bench.params import BENCH
 
-    cands = candidates(o.get("vary"), o.get("patches"), o.get("candidates"))
     bench = {p.name: o[p.name] for p in BENCH if p.name in o and p.name != "port"}
-    return run_sweep(ctx, o["profile"], cands, force=o.get("force", False),
+    # cands: parsed by the operation's prepare
+    return run_sweep(ctx, o["profile"], o["cands"], force=o.get("force", False),
                      profile_trace=o.get("profile_trace", False), bench=bench,
                      tolerance=Tolerance.from_options(o.get("tolerance_logprob"), o.get("min_identical_share")),
                      nodes=nodes)

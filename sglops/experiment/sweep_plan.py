@@ -200,19 +200,11 @@ def screen(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], al
     """Rule a candidate out (reasons) or annotate it (notes) from probe facts, the host's GPU and the patches."""
     out = Screen()
     version = facts.get("sglang_version") or "this release"
-    for key, fact in CHOICE_FACTS.items():
-        val = c.get(key, profile_args)
-        choices = facts.get(fact)
-        if val is None or choices is None or key not in dict(c.settings):
-            continue
-        if str(val) not in choices:
-            flag = facts.get(f"{fact}.flag") or "--" + key.replace("_", "-")
-            out.reasons.append(f"{flag} {val} is not a choice of sglang {version} ({', '.join(choices)})")
+    _screen_choices(c, profile_args, facts, version, out)
     kv = str(c.get("kv_cache_dtype", profile_args) or "auto")
     fp8 = kv.startswith("fp8")
     device = str(c.get("device", profile_args) or "cuda")
     gpu = compute_capability if device in ("cuda", "auto") else None  # a CPU server runs no GPU platform check true
-    major = int(gpu.split(".")[0]) if gpu else None
     no_gpu = "the host has no GPU" if compute_capability is None else f"the server runs on device {device}"
     rows_all: list[str] = []
     for key in BACKEND_KEYS:
@@ -222,51 +214,87 @@ def screen(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], al
         rows = backend_rows(str(val), facts, aliases)
         rows_all += rows
         for row in rows:
-            mode = facts.get(f"backend.{row}.fp8_read_mode")
-            out.fp8_modes[row] = mode or "unknown"
-            for rule in facts.get(f"backend.{row}.arch_rules") or []:
-                if str(val) not in rule.get("values", []):
-                    continue
-                where = _short(rule["where"])
-                if rule["kind"] == "model_override":
-                    out.notes.append(f"{where}: a {rule['model']} override picks {val} by platform "
-                                     f"({rule['platform']}); other models are not affected")
-                    continue
-                if rule["kind"] != "requirement":
-                    continue
-                majors = platform_majors(rule.get("platform") or "")
-                if majors is None:
-                    out.notes.append(f"{where}: {val} requires {rule.get('platform')} (not evaluated)")
-                elif major is None:
-                    out.reasons.append(f"{val} requires {rule['platform']} ({where}) and {no_gpu}")
-                elif major not in majors:
-                    out.reasons.append(f"{val} requires {rule['platform']} ({where}); the host's GPU is "
-                                       f"sm{gpu.replace('.', '')}")
-        if fp8 and rows and all(facts.get(f"backend.{r}.fp8_read_mode") == "unknown"
-                                and not facts.get(f"backend.{r}.fp8_paths") for r in rows):
-            out.reasons.append(f"--kv-cache-dtype {kv}: no FP8 KV read path in {', '.join(rows)} or the kernels it "
-                               "imports")
+            out.fp8_modes[row] = facts.get(f"backend.{row}.fp8_read_mode") or "unknown"
+            _screen_arch_rules(str(val), facts.get(f"backend.{row}.arch_rules") or [], gpu, no_gpu, out)
         if fp8 and rows:
-            ev = [(r, facts.get(f"backend.{r}.fp8_read_evidence") or []) for r in rows]
-            out.notes.append("FP8 read: " + "; ".join(
-                f"{r} {out.fp8_modes[r]}" + (f" ({_short(e[0])})" if e else "") for r, e in ev))
+            _screen_fp8(kv, rows, facts, out)
     if fp8 and rows_all and all(out.fp8_modes.get(r) == "q_quantised" for r in rows_all):
         out.q_quantised = True
+    _screen_dsa(c, profile_args, facts, version, rows_all, out)
+    _screen_patches(c, patch_files, rows_all, out)
+    return out
+
+
+def _screen_choices(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], version: str,
+                    out: Screen) -> None:
+    """A value the candidate sets that the release's flag does not offer."""
+    for key, fact in CHOICE_FACTS.items():
+        val = c.get(key, profile_args)
+        choices = facts.get(fact)
+        if val is None or choices is None or key not in dict(c.settings):
+            continue
+        if str(val) not in choices:
+            flag = facts.get(f"{fact}.flag") or "--" + key.replace("_", "-")
+            out.reasons.append(f"{flag} {val} is not a choice of sglang {version} ({', '.join(choices)})")
+
+
+def _screen_arch_rules(val: str, rules: list[dict], gpu: str | None, no_gpu: str, out: Screen) -> None:
+    """A backend file's platform rules for this value: a model override is a note, a requirement the host's
+    GPU does not meet a reason."""
+    major = int(gpu.split(".")[0]) if gpu else None
+    for rule in rules:
+        if val not in rule.get("values", []):
+            continue
+        where = _short(rule["where"])
+        if rule["kind"] == "model_override":
+            out.notes.append(f"{where}: a {rule['model']} override picks {val} by platform "
+                             f"({rule['platform']}); other models are not affected")
+            continue
+        if rule["kind"] != "requirement":
+            continue
+        majors = platform_majors(rule.get("platform") or "")
+        if majors is None:
+            out.notes.append(f"{where}: {val} requires {rule.get('platform')} (not evaluated)")
+        elif major is None:
+            out.reasons.append(f"{val} requires {rule['platform']} ({where}) and {no_gpu}")
+        elif major not in majors:
+            out.reasons.append(f"{val} requires {rule['platform']} ({where}); the host's GPU is "
+                               f"sm{(gpu or '').replace('.', '')}")
+
+
+def _screen_fp8(kv: str, rows: list[str], facts: dict[str, Any], out: Screen) -> None:
+    """An FP8 KV cache on backend files with no FP8 read path is a reason; the read mode of each is a note."""
+    if all(facts.get(f"backend.{r}.fp8_read_mode") == "unknown" and not facts.get(f"backend.{r}.fp8_paths")
+           for r in rows):
+        out.reasons.append(f"--kv-cache-dtype {kv}: no FP8 KV read path in {', '.join(rows)} or the kernels it "
+                           "imports")
+    ev = [(r, facts.get(f"backend.{r}.fp8_read_evidence") or []) for r in rows]
+    out.notes.append("FP8 read: " + "; ".join(
+        f"{r} {out.fp8_modes[r]}" + (f" ({_short(e[0])})" if e else "") for r, e in ev))
+
+
+def _screen_dsa(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], version: str,
+                rows_all: list[str], out: Screen) -> None:
+    """A DSA profile on a release without NSA/DSA flags, or on backend files without a DSA path."""
     dsa = [k for k in DSA_KEYS if c.get(k, profile_args)]
-    if dsa:
-        if facts.get("dsa_flag_prefix") is None and "dsa_flag_prefix" in facts:
-            out.reasons.append(f"the profile sets {', '.join(dsa)} and sglang {version} has no NSA/DSA flags")
-        dense = [r for r in rows_all if not facts.get(f"backend.{r}.nsa_dsa")]
-        if rows_all and len(dense) == len(rows_all):
-            out.reasons.append(f"a DSA profile ({', '.join(dsa)}) and {', '.join(dense)} has no NSA/DSA path in this "
-                               "release (DSA models take attention_backend dsa when none is set)")
+    if not dsa:
+        return
+    if facts.get("dsa_flag_prefix") is None and "dsa_flag_prefix" in facts:
+        out.reasons.append(f"the profile sets {', '.join(dsa)} and sglang {version} has no NSA/DSA flags")
+    dense = [r for r in rows_all if not facts.get(f"backend.{r}.nsa_dsa")]
+    if rows_all and len(dense) == len(rows_all):
+        out.reasons.append(f"a DSA profile ({', '.join(dsa)}) and {', '.join(dense)} has no NSA/DSA path in this "
+                           "release (DSA models take attention_backend dsa when none is set)")
+
+
+def _screen_patches(c: Candidate, patch_files: dict[str, list[str]], rows_all: list[str], out: Screen) -> None:
+    """A patch that changes only backend files the candidate never runs is the same code as without it."""
     for p in c.patches:
         files = patch_files.get(p) or []
         backends = {_backend_of(f) for f in files}
         if files and None not in backends and rows_all and not backends & set(rows_all):
             out.reasons.append(f"patch {p} changes only {', '.join(_short(f) for f in files)}, which "
                                f"{', '.join(sorted(set(rows_all)))} never runs (same code as without it)")
-    return out
 
 
 def _backend_of(path: str) -> str | None:

@@ -60,10 +60,6 @@ class Row:
     profile_s: float | None = None
     error: str | None = None
 
-    @property
-    def ran(self) -> bool:
-        return self.status in ("started", "bench failed")
-
     def outcome(self) -> str:
         """The second column: skipped with why, started, or the crash class with its log line."""
         if self.status == "skipped":
@@ -133,6 +129,7 @@ class SweepResult(Result):
     earlier_line: str | None = None  # an earlier ab or sweep cut short on the host, taken over (its found state)
     earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of that run, or None
     now_patches: dict[str, list[str]] = field(default_factory=dict)  # each node's ledger as the sweep began
+    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files
 
     @property
     def changed(self) -> bool:

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from sglops.core.console import Live
 from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, Float, Int, NameOrFile, Port
+
+if TYPE_CHECKING:
+    from sglops.launch.render import Rendered
+    from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
+
 
 PROFILE = Param("profile", NameOrFile("profile"), positional=True)
 PORT = Param("port", Port(), "override the profile's port")
@@ -12,7 +20,7 @@ TIMEOUT = Param("timeout", Float(1, 86400), "seconds to wait for /health (defaul
 RESTART_DRY = DRY_RUN.again(help="show the plan and the script; change nothing")
 
 
-def render(ctx: Context, profile: str, port: int | None = None):
+def render(ctx: Context, profile: str, port: int | None = None) -> Rendered:
     from sglops.launch import server
 
     return server.render_for(ctx.remote, profile, port=port)
@@ -31,7 +39,7 @@ def _spans_nodes(ctx: Context, profile: str | None, rollback: bool) -> bool:
 
 
 def restart(ctx: Context, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
-            port: int | None = None, take_over: bool = False, check_path: bool = False):
+            port: int | None = None, take_over: bool = False, check_path: bool = False) -> RestartResult:
     """A failed start raises LaunchFailed carrying its result: the runner keeps and shows it, then fails."""
     from sglops.launch import server
     from sglops.launch.results import LaunchFailed
@@ -52,11 +60,11 @@ def restart(ctx: Context, profile: str | None = None, rollback: bool = False, ti
     raise LaunchFailed(res, [] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
 
 
-def rollback(ctx: Context, timeout: float | None = None):
+def rollback(ctx: Context, timeout: float | None = None) -> RestartResult:
     return restart(ctx, None, rollback=True, timeout=timeout)
 
 
-def stop(ctx: Context, grace: float = 20.0, take_over: bool = False):
+def stop(ctx: Context, grace: float = 20.0, take_over: bool = False) -> StopResult:
     """The dry run reads the server's status and changes nothing."""
     from sglops.launch import server
     from sglops.launch.results import StopResult
@@ -76,7 +84,7 @@ def stop(ctx: Context, grace: float = 20.0, take_over: bool = False):
                       {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})
 
 
-def server_status(ctx: Context, port: int | None = None):
+def server_status(ctx: Context, port: int | None = None) -> ServerStatus:
     """With several hosts, every node of a server over several of them is judged with the others."""
     from sglops.core.meet import Meeting, one_server
     from sglops.launch import server
@@ -104,7 +112,7 @@ def _whole_server(st, _opts: dict) -> None:
         raise Failed(f"{st.host}: the server over {st.nnodes} nodes is not healthy: {'; '.join(down)}")
 
 
-def logs(ctx: Context, lines: int = 50, follow: bool = False, rank: int | None = None):
+def logs(ctx: Context, lines: int = 50, follow: bool = False, rank: int | None = None) -> LogLines:
     """Every rank's lines are in its node's one log; --rank keeps one TP rank's (SGLang tags them `TP1]`)."""
     from sglops.core.errors import ConfigError
     from sglops.launch import server
@@ -133,36 +141,39 @@ def _check_profile(o: dict) -> None:
     server.check_restart_args(o.get("profile"), o.get("rollback", False))
 
 
+def _launched(step: str, doc: dict) -> dict:
+    """A play's manifest names each launch: the step, its profile, argv and script."""
+    return {"launch": [{"step": step, "profile": doc.get("profile"), "argv": doc.get("argv"),
+                        "script": doc.get("script")}]}
+
+
 TAKE_OVER = Param("take_over", Flag(), "act although an ab or sweep holds the host whose owner cannot be checked from "
                   "here (another machine's); said in the result", flag=False, play=False)
 
 OPS = [
     Op("render", render, "Print the launch script for PROFILE (with --host: checked against that host's SGLang "
-       "release).", (PROFILE, TARGET, PORT, JSON_), view="sglops.views.launch:show_script", result="sglops.launch."
-       "render:Rendered", hostless=True),
+       "release).", (PROFILE, TARGET, PORT, JSON_), hostless=True),
     Op("restart", restart, "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
        "explain crashes.",
        (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",
                                 flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_,
         Param("check_path", Flag(), "compare the attention path predicted from the tree with what the server "
               "reports (one more round trip; docs/probes.md)", flag=False)),
-       step="restart", prepare=_check_profile, record="restart.json", live="restart",
-       result="sglops.launch.results:RestartResult", together=True),
+       step="restart", prepare=_check_profile, record="restart.json", live=Live.RESTART, manifest=_launched,
+       together=True),
     Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
-       (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live="restart",
-       result="sglops.launch.results:RestartResult", together=True),
+       (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live=Live.RESTART, together=True),
     Op("stop", stop, "Stop the server sglops started (process group and tree), or the container whose command is "
        "the server.",
        (TARGETS, DRY_RUN.again(help="show what would be stopped; change nothing"),
-        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), TAKE_OVER, JSON_),
-       result="sglops.launch.results:StopResult"),
+        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), TAKE_OVER,
+        JSON_)),
     Op("server-status", server_status, "The server sglops started: process, /health, effective args, recent restarts.",
-       (TARGETS, PORT, JSON_), result="sglops.launch.results:ServerStatus", check=_whole_server, together=True),
+       (TARGETS, PORT, JSON_), check=_whole_server, together=True),
     Op("logs", logs, "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
        "installed tree).",
        (TARGETS, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
         Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False),
         Param("rank", Int(0, 100_000), "only this TP rank's lines (SGLang tags them `TP1]`)"), JSON_),
-       view="sglops.views.launch:print_logs", view_options=("follow",), live="lines",
-       result="sglops.launch.results:LogLines"),
+       view_options=("follow",), live=Live.LINES),
 ]

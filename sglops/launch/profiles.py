@@ -168,17 +168,18 @@ def load_profile(name: str) -> Profile:
     return _build(path.stem, path, data)
 
 
-def _build(name: str, path: Path, data: dict) -> Profile:
-    where = getattr(data, "where", str(path))
-    data = dict(data)
+def _renamed(data: dict, where: str) -> dict:
+    """Old field names under their new ones (both given with different values is refused)."""
     for old, new in ALIASES.items():
         if old in data:
             if new in data and data[new] != data[old]:
                 raise ConfigError(f"{where}: give {new} or its old name {old}, not both")
             data[new] = data.pop(old)
-    engine = data.get("engine", "sglang")
-    if engine not in ENGINES:
-        raise ConfigError(f"{where}: engine {engine!r} is not one of {', '.join(ENGINES)}")
+    return data
+
+
+def _scalars(data: dict, where: str) -> dict[str, Any]:
+    """The server arguments a profile sets, each checked against its type and range."""
     args: dict[str, Any] = {}
     for key, kind in SCALARS.items():
         if data.get(key) is None:
@@ -197,14 +198,12 @@ def _build(name: str, path: Path, data: dict) -> Profile:
             if not (low <= val <= high) or (key == "chunked_prefill_size" and val == 0):  # NaN fails too
                 raise ConfigError(f"{where}: {key} must be between {low} and {high}, got {val!r}")
         args[key] = val
-    launcher = data.get("launcher", "module")
-    if not (launcher in LAUNCHERS or (isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher))):
-        raise ConfigError(f"{where}: launcher must be one of {', '.join(LAUNCHERS)} or a command list")
-    cuda_graph = data.get("cuda_graph") or {}
-    check_fields(cuda_graph, CUDA_GRAPH_FIELDS, "cuda_graph") if isinstance(cuda_graph, dict) else None
-    if not isinstance(cuda_graph, dict):
-        raise ConfigError(f"{where}: cuda_graph must be a mapping of {', '.join(sorted(CUDA_GRAPH_FIELDS))}")
-    env = data.get("env") or {}
+    return args
+
+
+def _env(env: Any, where: str) -> dict:
+    """The profile's environment: valid names, plain values; a secret-looking name's value is masked
+    everywhere."""
     if not isinstance(env, dict):
         raise ConfigError(f"{where}: env must be a mapping NAME: value")
     for k, v in env.items():
@@ -214,6 +213,24 @@ def _build(name: str, path: Path, data: dict) -> Profile:
             raise ConfigError(f"{where}: env {k} must be a plain value, got {v!r}")
         if redact.SECRET_NAME.search(str(k)):
             redact.register(str(v))  # an HF_TOKEN in a profile never shows in a printed script or artifact
+    return env
+
+
+def _build(name: str, path: Path, data: dict) -> Profile:
+    where = getattr(data, "where", str(path))
+    data = _renamed(dict(data), where)
+    engine = data.get("engine", "sglang")
+    if engine not in ENGINES:
+        raise ConfigError(f"{where}: engine {engine!r} is not one of {', '.join(ENGINES)}")
+    args = _scalars(data, where)
+    launcher = data.get("launcher", "module")
+    if not (launcher in LAUNCHERS or (isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher))):
+        raise ConfigError(f"{where}: launcher must be one of {', '.join(LAUNCHERS)} or a command list")
+    cuda_graph = data.get("cuda_graph") or {}
+    check_fields(cuda_graph, CUDA_GRAPH_FIELDS, "cuda_graph") if isinstance(cuda_graph, dict) else None
+    if not isinstance(cuda_graph, dict):
+        raise ConfigError(f"{where}: cuda_graph must be a mapping of {', '.join(sorted(CUDA_GRAPH_FIELDS))}")
+    env = _env(data.get("env") or {}, where)
     extra = data.get("extra_args") or []
     if not isinstance(extra, list):
         raise ConfigError(f"{where}: extra_args must be a list of strings, one argument each")

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sglops.core.op import DRY_RUN, JSON, TARGET, TARGETS, Context, Op, Param
 from sglops.core.values import Choice, Flag, Name, Required, StrList
+
+if TYPE_CHECKING:
+    from sglops.patch.apply import PatchList, PatchResult
+    from sglops.patch.capture import Capture
+
 
 NAME = Param("name", Required(Name("patch")), positional=True)
 DRY = DRY_RUN.again(help="show the diff and the files it would touch; change nothing")
@@ -11,7 +18,7 @@ FORCE = Param("force", Flag(), "override: hand-modified files, unmet requirement
 VARIANT = Param("variant", Name("variant"), "use this variant (default: by version/commit, else the one that applies)")
 
 
-def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool = False):
+def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool = False) -> PatchResult:
     """On the nodes of one server (sglops.core.meet.one_server), all of them or none."""
     from sglops.patch import across_nodes, apply
     from sglops.patch.kernel_facts import planned_kernels, planning
@@ -24,7 +31,7 @@ def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool
                                     undo=lambda applied: apply.revert_patch(ctx.remote, name))
 
 
-def revert_patch(ctx: Context, name: str, force: bool = False):
+def revert_patch(ctx: Context, name: str, force: bool = False) -> PatchResult:
     """On the nodes of one server, all of them or none (a node taken back is re-applied if another fails)."""
     from sglops.patch import across_nodes, apply
 
@@ -36,7 +43,7 @@ def revert_patch(ctx: Context, name: str, force: bool = False):
                                     undo=redo)
 
 
-def patches(ctx: Context):
+def patches(ctx: Context) -> PatchList:
     """On the nodes of one server, each node's list also names what differs from the other nodes."""
     from sglops.patch import across_nodes, apply
 
@@ -44,7 +51,7 @@ def patches(ctx: Context):
 
 
 def capture_patch(ctx: Context, name: str, against: str = "commit", variant: str | None = None,
-                  files: list[str] | None = None, force: bool = False):
+                  files: list[str] | None = None, force: bool = False) -> Capture:
     from sglops.patch.capture import capture
 
     return capture(ctx.remote, name, against=against, variant=variant, dry_run=ctx.dry_run, force=force, files=files)
@@ -59,17 +66,17 @@ def _load(o: dict) -> None:
 OPS = [
     Op("apply-patch", apply_patch, "Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's "
        "ledger, idempotent.", (NAME, TARGETS, DRY, VARIANT, FORCE, JSON), step="apply-patch", prepare=_load,
-       record="patch.json", result="sglops.patch.apply:PatchResult", together=True),
+       record="patch.json", together=True, play_shows=True),
     Op("revert-patch", revert_patch, "Take patches/NAME back off the host, only if its files are as the patch left "
        "them (else --force).", (NAME, TARGETS, DRY, FORCE, JSON), step="revert-patch", prepare=_load,
-       record="patch.json", result="sglops.patch.apply:PatchResult", together=True),
+       record="patch.json", together=True, play_shows=True),
     Op("patches", patches, "Each patch on the host: available / applicable / applied / conflicting / drifted.",
-       (TARGETS, JSON), result="sglops.patch.apply:PatchList", together=True),
+       (TARGETS, JSON), together=True),
     Op("capture-patch", capture_patch, "Turn hand edits on the host into a new variant under patches/NAME/ with its "
        "patch.yaml entry.",
        (NAME, TARGET, Param("against", Choice(("commit", "release"), "commit"), "commit (git HEAD) or release (the "
                             "PyPI wheel)", flag="commit"),
         VARIANT.again(help="variant name (default sglang-VERSION[-local])"),
-        Param("files", StrList(), "only these files (comma-separated, relative to the checkout)"), DRY, FORCE, JSON),
-       result="sglops.patch.capture:Capture"),
+        Param("files", StrList(), "only these files (comma-separated, relative to the checkout)"), DRY, FORCE,
+        JSON)),
 ]

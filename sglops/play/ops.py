@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglops.core.errors import ConfigError, Failed
 from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag
+
+if TYPE_CHECKING:
+    from sglops.play.result import PlayResult, Written
 
 
 def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
@@ -35,10 +38,12 @@ def _load(o: dict) -> dict:
     return {**o, "loaded": play}
 
 
-def play(ctx: Context, name: str, from_: str | None = None, var: list[str] | None = None, loaded: Any = None):
+def play(ctx: Context, name: str, from_: str | None = None, var: list[str] | None = None,
+         loaded: Any = None) -> PlayResult:
     from sglops.play.run import run_play
 
-    return run_play(ctx.remote, loaded or _load(locals())["loaded"], dry_run=ctx.dry_run, from_step=from_, show=ctx.live, run_id=ctx.run_id)
+    play = loaded or _load({"name": name, "from_": from_, "var": var})["loaded"]
+    return run_play(ctx.remote, play, dry_run=ctx.dry_run, from_step=from_, show=ctx.live, run_id=ctx.run_id)
 
 
 def _stopped(result: Any, o: dict) -> None:
@@ -48,10 +53,11 @@ def _stopped(result: Any, o: dict) -> None:
                      f"inv play {o['name']} --host {result.host} --from {step.id}")
 
 
-def report(ctx: Context, run: str, output: str | None = None):
+def report(ctx: Context, run: str, output: str | None = None) -> Written:
+    from sglops.play.result import Written
     from sglops.views.report import write_report
 
-    return write_report(run, output)
+    return Written(write_report(run, output))
 
 
 def demo(ctx: Context, keep: bool = False) -> None:
@@ -67,10 +73,10 @@ OPS = [
         DRY_RUN.again(help="print the plan and the changes each step would make"),
         Param("from_", help="resume the last run of this play at this step"),
         Param("var", help="override a play variable: --var profile=sandbox (repeatable)"), JSON),
-       prepare=_load, check=_stopped, result="sglops.play.result:PlayResult", task={"iterable": ["var"]}),
+       prepare=_load, check=_stopped, task={"iterable": ["var"]}),
     Op("report", report, "Write a markdown report of a recorded run (a play, bench, profile...) with its charts.",
        (Param("run", help="a run id (or unique prefix, or its folder)", positional=True),
-        Param("output", help="where to write (default RUN/report.md)")), view="sglops.views.report:print_written"),
+        Param("output", help="where to write (default RUN/report.md)"))),
     Op("demo", demo, "The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, "
        "torn down.", (Param("keep", Flag(), "leave the sandbox running afterwards", flag=False),)),
 ]

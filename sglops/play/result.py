@@ -1,4 +1,4 @@
-"""What a play run leaves: each step's record, the play's result, and a measuring step's dry-run answer.
+"""What a play run leaves: each step's record and the play's result; what `inv report` wrote.
 
 Data and JSON only, importing nothing of the runner or the steps, so the view layer (sglops.views.play,
 registered in sglops.views.show) can name these classes without an import circle through the runner.
@@ -7,9 +7,10 @@ registered in sglops.views.show) can name these classes without an import circle
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from sglops.core.result import Result
+from sglops.core.result import Observation, Result
 
 
 @dataclass
@@ -64,16 +65,10 @@ class PlayResult(Result):
 
 
 @dataclass
-class Planned(Result):
-    """A dry run's answer for steps that would only measure: what would happen, nothing changed."""
+class Written(Observation):
+    """`inv report`'s answer: where the report page went (its view says so, and shows a sweep's table)."""
 
-    what: str
-    changed = False
-    dry_run = True
-
-    @property
-    def plan(self) -> list[str]:
-        return [self.what]
+    path: Path
 
     def payload(self) -> dict:
-        return {}
+        return {"path": str(self.path)}

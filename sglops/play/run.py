@@ -109,7 +109,7 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
         if show:
             console.print(styled(label, " ", ("ok", "green"),
                                  f" ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}"))
-            if step.do in ("compare", "apply-patch", "revert-patch"):
+            if STEPS[step.do].play_shows:
                 from sglops.views.show import show as show_result
 
                 show_result(value)
@@ -117,11 +117,23 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
     return result
 
 
+def _manifest(result: PlayResult) -> dict:
+    """What the steps' operations put in the play's manifest (`Op.manifest`: the host's facts, each launch):
+    a list gathers every step's entries, any other value is the first step's."""
+    out: dict = {"facts": None, "sglang": None, "launch": []}
+    for s in result.steps:
+        entries = STEPS[s.do].manifest(s.id, s.result) if STEPS[s.do].manifest and s.result else {}
+        for key, value in entries.items():
+            if isinstance(value, list):
+                out[key] = [*(out.get(key) or []), *value]
+            elif out.get(key) is None:
+                out[key] = value
+    return out
+
+
 def _record(remote: Remote, play: Play, result: PlayResult, folder: Path) -> None:
     """play.json plus the manifest: what ran, on what, with which patches and launch arguments."""
     steps = {s.id: s for s in result.steps}
-    facts = next((s.result for s in result.steps if s.do == "facts" and s.result), None)
-    restart = [{**s.result, "step": s.id} for s in result.steps if s.do == "restart" and s.result]
     patches_applied = None
     if not result.dry_run:
         try:
@@ -134,9 +146,7 @@ def _record(remote: Remote, play: Play, result: PlayResult, folder: Path) -> Non
         "play": play.name, "play_file": str(play.path), "vars": play.vars, "dry_run": result.dry_run,
         "ok": result.ok, "failed_step": result.failed.id if result.failed else None,
         "status": "dry-run" if result.dry_run else ("ok" if result.ok else f"failed at {result.failed.id}"),
-        "facts": facts, "sglang": (facts or {}).get("sglang"), "patches": patches_applied,
-        "launch": [{"step": r["step"], "profile": r.get("profile"), "argv": r.get("argv"), "script": r.get("script")}
-                   for r in restart],
+        **_manifest(result), "patches": patches_applied,
         "timings": {sid: round(s.seconds, 3) for sid, s in steps.items()},
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })

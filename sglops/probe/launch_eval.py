@@ -376,6 +376,15 @@ class Evaluator:
         text = ast.unparse(node)
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        known = self._builtin(name, node, env, depth, text)
+        if known is not _NOT_BUILTIN:
+            return known
+        return self._code_call(name, node, env, depth, text)
+
+    def _builtin(self, name: str | None, node: ast.Call, env: dict, depth: int, text: str) -> Any:
+        """A call of a builtin the evaluator knows (isinstance, hasattr, getattr, set, bool, len, ...,
+        dict.get); _NOT_BUILTIN for any other call."""
+        func = node.func
         if name == "isinstance" and len(node.args) == 2 and isinstance(func, ast.Name):
             v = self.expr(node.args[0], env, depth)
             kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
@@ -413,6 +422,12 @@ class Evaluator:
             key = self.expr(node.args[0], env, depth) if node.args else None
             if isinstance(base, dict) and isinstance(key, str):
                 return base.get(key, self.expr(node.args[1], env, depth) if len(node.args) > 1 else None)
+        return _NOT_BUILTIN
+
+    def _code_call(self, name: str | None, node: ast.Call, env: dict, depth: int, text: str) -> Any:
+        """A call into the evaluated code: a class constructed, a decorated or partial function, a function of
+        the module or the class followed (to MAX_DEPTH)."""
+        func = node.func
         callee = env.get(name) if isinstance(func, ast.Name) else None
         if isinstance(callee, Instance) and callee.cls[:1].isupper():  # an imported class, constructed
             return Instance(callee.cls, callee.module)
@@ -438,6 +453,9 @@ class Evaluator:
         if isinstance(func, ast.Name) and name and name[:1].isupper():
             return Instance(name, None)
         return Unknown(text)
+
+
+_NOT_BUILTIN = object()  # _builtin's answer for a call it does not evaluate itself
 
 
 def _cond_text(test: ast.expr, env: dict) -> str:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sglops.core.op import JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Choice, Flag, Str
+
+if TYPE_CHECKING:
+    from sglops.probe.facts import Facts
+    from sglops.probe.report import ProbeReport
+
 
 ENGINE = Param("engine", Choice(("auto", "python", "rg"), "auto"), "auto (rg if the host has it), rg, or python "
                "(stdlib scanner)", flag="auto")
 
 
-def facts(ctx: Context):
+def facts(ctx: Context) -> Facts:
     from sglops.probe.facts import gather
 
     return gather(ctx.remote)
@@ -17,7 +24,7 @@ def facts(ctx: Context):
 
 def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hits: bool = False,
           arch: str | None = None, model: str | None = None, kv_dtype: str | None = None, sm: str | None = None,
-          profile: str | None = None, attention_backend: str | None = None):
+          profile: str | None = None, attention_backend: str | None = None) -> ProbeReport:
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
 
@@ -58,7 +65,8 @@ def _probe_summary(doc: dict) -> str:
 
 OPS = [
     Op("facts", facts, "What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang.",
-       (TARGETS, JSON), step="facts", record="facts.json", result="sglops.probe.facts:Facts"),
+       (TARGETS, JSON), step="facts", record="facts.json",
+       manifest=lambda _step, doc: {"facts": doc, "sglang": doc.get("sglang")}),
     Op("probe-backends", probe, "Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; "
        "FlashInfer MLA FP8.",
        (TARGETS, JSON, Param("probes", Str(), "probe file (default playbooks/probes.yaml)"),
@@ -71,6 +79,6 @@ OPS = [
         Param("attention_backend", Str(), "the launch question: an explicit --attention-backend"),
         Param("wide", Flag(), "every backend's file:line evidence instead of the compact table", flag=False,
               play=False)),
-       step="probe", prepare=_load_probes, record="probe.json", result="sglops.probe.report:ProbeReport",
+       step="probe", prepare=_load_probes, record="probe.json",
        view_options=("show_hits", "wide"), step_summary=_probe_summary),
 ]

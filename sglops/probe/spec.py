@@ -75,6 +75,47 @@ def _str_list(value: Any, where: str, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _regex(text: Any, where: str, what: str) -> None:
+    try:
+        re.compile(str(text))
+    except re.error as exc:
+        raise ConfigError(f"{where}: {what} {text!r}: {exc}") from None
+
+
+def _check_match(kind: str, names: Any, regex: Any, options: tuple[str, ...], where: str, pid: str) -> None:
+    """What a probe matches, by kind: def names or a regex (functions, fields), a regex (grep), options
+    (choices)."""
+    if kind in ("functions", "fields"):
+        if kind == "functions" and not (isinstance(names, str) or isinstance(regex, str)):
+            raise ConfigError(f"{where}: probe {pid!r}: kind functions takes names (a regex of def names) or a regex")
+        for rx_text in (names, regex):
+            if rx_text is not None:
+                _regex(rx_text, where, f"probe {pid!r}: invalid regex")
+    elif names is not None:
+        raise ConfigError(f"{where}: probe {pid!r}: names is for kind functions")
+    elif kind == "grep":
+        if not isinstance(regex, str) or not regex:
+            raise ConfigError(f"{where}: probe {pid!r} needs a regex")
+        _regex(regex, where, f"probe {pid!r}: invalid regex")
+    elif not options or regex is not None:
+        raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
+
+
+def _window(d: dict, scope: str, kind: str, where: str, pid: str) -> tuple[int | None, Any]:
+    """A global grep probe's `attribute: backends`: the lines after a hit it reads (window), their
+    context."""
+    window, context = None, d.get("context")
+    if "attribute" in d or "window" in d or context is not None:
+        window = d.get("window", 6)
+        if d.get("attribute") != "backends" or scope != "global" or kind != "grep":
+            raise ConfigError(f"{where}: probe {pid!r}: attribute: backends (with window) is for global grep probes")
+        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= 50:
+            raise ConfigError(f"{where}: probe {pid!r}: window must be a number of lines (0-50), got {window!r}")
+        if context is not None:
+            _regex(context, where, f"probe {pid!r}: invalid context regex")
+    return window, context
+
+
 def _probe(d: Any, seen: set[str]) -> Probe:
     where = getattr(d, "where", "?")
     if not isinstance(d, dict):
@@ -98,41 +139,11 @@ def _probe(d: Any, seen: set[str]) -> Probe:
         raise ConfigError(f"{where}: probe {pid!r}: scope backend reads backends.files (no files, root or kind)")
     regex, options = d.get("regex"), _str_list(d.get("options", []), where, f"probe {pid!r}: options")
     names = d.get("names")
-    if kind in ("functions", "fields"):
-        if kind == "functions" and not (isinstance(names, str) or isinstance(regex, str)):
-            raise ConfigError(f"{where}: probe {pid!r}: kind functions takes names (a regex of def names) or a regex")
-        for rx_text in (names, regex):
-            if rx_text is not None:
-                try:
-                    re.compile(str(rx_text))
-                except re.error as exc:
-                    raise ConfigError(f"{where}: probe {pid!r}: invalid regex {rx_text!r}: {exc}") from None
-    elif names is not None:
-        raise ConfigError(f"{where}: probe {pid!r}: names is for kind functions")
-    elif kind == "grep":
-        if not isinstance(regex, str) or not regex:
-            raise ConfigError(f"{where}: probe {pid!r} needs a regex")
-        try:
-            re.compile(regex)
-        except re.error as exc:
-            raise ConfigError(f"{where}: probe {pid!r}: invalid regex {regex!r}: {exc}") from None
-    elif not options or regex is not None:
-        raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
+    _check_match(kind, names, regex, options, where, pid)
     follow = _str_list(d.get("follow", []), where, f"probe {pid!r}: follow")
     if follow and scope != "backend" and kind != "functions":
         raise ConfigError(f"{where}: probe {pid!r}: follow (the modules a backend imports) is for scope: backend")
-    window, context = None, d.get("context")
-    if "attribute" in d or "window" in d or context is not None:
-        window = d.get("window", 6)
-        if d.get("attribute") != "backends" or scope != "global" or kind != "grep":
-            raise ConfigError(f"{where}: probe {pid!r}: attribute: backends (with window) is for global grep probes")
-        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= 50:
-            raise ConfigError(f"{where}: probe {pid!r}: window must be a number of lines (0-50), got {window!r}")
-        if context is not None:
-            try:
-                re.compile(str(context))
-            except re.error as exc:
-                raise ConfigError(f"{where}: probe {pid!r}: invalid context regex {context!r}: {exc}") from None
+    window, context = _window(d, scope, kind, where, pid)
     return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex, window=window, follow=follow,
                  names=str(names) if names is not None else None,
                  context=str(context) if context is not None else None,

@@ -53,11 +53,9 @@ class NetStats:
 
     connections: int = 0
     dropped: int = 0
-    bytes_up: int = 0  # client -> server
     bytes_down: int = 0  # server -> client
     pieces: int = 0
     lost_pieces: int = 0
-    open_now: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -168,7 +166,6 @@ class NetProxy:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._writers.add(w)
-        self.stats.open_now += 1
         p = self.profile
         budget = [self._rng.randint(0, p.drop_within)] if self._rng.random() < p.drop else None
         try:
@@ -179,7 +176,6 @@ class NetProxy:
         except asyncio.CancelledError:  # stop(): the connection just ends
             pass
         finally:
-            self.stats.open_now -= 1
             for w in (client_w, server_w):
                 self._writers.discard(w)
                 w.transport.abort()
@@ -196,6 +192,31 @@ class NetProxy:
             sock.close()
             raise
         return await asyncio.open_connection(sock=sock)
+
+    def _cut(self, budget: list[int] | None, size: int, both) -> bool:
+        """Whether the connection's byte budget (`drop`) runs out before this piece: both sides are then
+        cut."""
+        if budget is None:
+            return False
+        if budget[0] < size:
+            if budget[0] >= 0:  # once per connection: the other direction may cut it too
+                self.stats.dropped += 1
+                budget[0] = -1
+            for w in both:
+                w.transport.abort()
+            return True
+        budget[0] -= size
+        return False
+
+    def _delay(self) -> float:
+        """One piece's one-way delay in seconds: the link's delay with jitter, plus a retransmission if it
+        is lost."""
+        p = self.profile
+        delay = (p.delay_ms + self._rng.uniform(-p.jitter_ms, p.jitter_ms)) / 1000
+        if p.loss and self._rng.random() < p.loss:
+            self.stats.lost_pieces += 1
+            delay += p.rto_ms / 1000
+        return delay
 
     async def _pipe(self, reader, writer, direction: str, budget: list[int] | None, both) -> None:
         """Read, cut into pieces, and deliver each piece at its due time (never before the one ahead)."""
@@ -242,25 +263,12 @@ class NetProxy:
                     room.clear()
                 now = time.monotonic()
                 for piece in self._pieces(data):
-                    if budget is not None:
-                        if budget[0] < len(piece):
-                            if budget[0] >= 0:  # once per connection: the other direction may cut it too
-                                self.stats.dropped += 1
-                                budget[0] = -1
-                            for w in both:
-                                w.transport.abort()
-                            return
-                        budget[0] -= len(piece)
-                    delay = (p.delay_ms + self._rng.uniform(-p.jitter_ms, p.jitter_ms)) / 1000
-                    if p.loss and self._rng.random() < p.loss:
-                        self.stats.lost_pieces += 1
-                        delay += p.rto_ms / 1000
-                    last_due = max(last_due, now + delay)
+                    if self._cut(budget, len(piece), both):
+                        return
+                    last_due = max(last_due, now + self._delay())
                     queue.put_nowait((last_due, piece))
                     self.stats.pieces += 1
-                    if direction == "up":
-                        self.stats.bytes_up += len(piece)
-                    else:
+                    if direction == "down":
                         self.stats.bytes_down += len(piece)
             queue.put_nowait((0.0, None))
             await sender

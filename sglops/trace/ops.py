@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from sglops.core.op import JSON, TARGETS, Context, Op, Param
+from typing import TYPE_CHECKING
+
+from sglops.core.console import Live
+from sglops.core.op import DRY_RUN, JSON, TARGETS, Context, Op, Param
 from sglops.core.values import MAX_TOKENS, Flag, Float, Int, Port, Str
+
+if TYPE_CHECKING:
+    from sglops.trace.analysis import TraceAnalysis
+    from sglops.trace.diff import TraceDiff
+    from sglops.trace.profile import ProfileResult
 
 
 def profile(ctx: Context, steps: int, output_len: int, port: int | None, wait: float, activities: str | None = None,
             with_stack: bool = False, record_shapes: bool = False, by_stage: bool = False, chart: bool = True,
-            vocab_size: int | None = None, stack: bool = False, probe: str | None = None):
+            vocab_size: int | None = None, stack: bool = False, probe: str | None = None) -> ProfileResult:
     """On the nodes of one server (--hosts n0,n1), node 0 profiles, every node pulls its own ranks' traces and
     the analysis covers every rank."""
     from sglops.core.meet import Meeting, one_server
@@ -51,7 +59,7 @@ def _profile_summary(doc: dict) -> str:
 
 
 def analyze_trace(ctx: Context, files: str, out: str | None = None, chart: bool = False, json: bool = False,
-                  probe: str | None = None):
+                  probe: str | None = None) -> TraceAnalysis:
     from sglops.trace.analysis import analyze_to
 
     analysis, saved = analyze_to(files, out, markdown=not json, chart=chart, run_id=ctx.run_id, draw=ctx.draw,
@@ -60,7 +68,7 @@ def analyze_trace(ctx: Context, files: str, out: str | None = None, chart: bool 
     return analysis
 
 
-def diff_trace(ctx: Context, a: str, b: str, top: int = 12):
+def diff_trace(ctx: Context, a: str, b: str, top: int = 12) -> TraceDiff:
     from sglops.trace.diff import diff_specs
 
     return diff_specs(a, b)
@@ -82,15 +90,14 @@ OPS = [
         Param("out", help="folder for analysis.json, report.md (and the chart) (default artifacts/local/<run-id>/)"),
         JSON.again(help="print machine-readable JSON instead of tables (writes analysis.json only)"),
         _off("chart", "also draw a PNG bar chart (top kernels, or top CPU ops on a CPU-only trace)"),
-        PROBE),
-       view="sglops.views.trace:show_analysis", result="sglops.trace.analysis:TraceAnalysis"),
+        PROBE)),
     Op("diff-trace", diff_trace, "What changed between two profiles: per step, kernel, launching op and CPU phase, "
        "ranked by change.",
        (Param("a", help="baseline: a profile run id, a folder of traces, files (comma-separated) or a quoted glob",
               positional=True), Param("b", help="the other side, the same way", positional=True),
         JSON.again(help="print machine-readable JSON instead of tables"),
         Param("top", Int(1, 10_000, 12), "rows per table (default {default})")),
-       view_options=("top",), result="sglops.trace.diff:TraceDiff"),
+       view_options=("top",)),
     Op("profile", profile, "Torch-profile a decode on the host's SGLang, fetch every rank's trace, analyse GPU and CPU, "
        "record the run.",
        (TARGETS, JSON,
@@ -108,7 +115,8 @@ OPS = [
               play=False),
         Param("stack", Flag(), "record Python stacks (SGLang's with_stack; same as --with-stack) to see the SGLang "
               "source line of each hot kernel", flag=False),
-        PROBE),
-       step="profile", plan=_profile_plan, live="profile", result="sglops.trace.profile:ProfileResult", step_summary=_profile_summary,
+        PROBE,
+        DRY_RUN.again(help="say what would be profiled (a play's dry run says the same); change and record nothing")),
+       step="profile", plan=_profile_plan, live=Live.PROFILE, step_summary=_profile_summary,
        record="profile.json", own_run=True, together=True),
 ]

@@ -9,28 +9,30 @@ from typing import Any
 
 from rich.text import Text
 
+from sglops.core.console import Live
+
 Sink = Callable[[dict], None]
 
 
 @contextmanager
-def display(kind: str | None, json: bool, hosts: int = 1) -> Iterator[Callable[[str], Any]]:
+def display(kind: Live | None, json: bool, hosts: int = 1) -> Iterator[Callable[[str], Any]]:
     """Yields watch(host): a context manager whose value is that host's event sink (or None: no display).
     rich drives one live display at a time: the bench board and the restart lines share one among hosts; a
     profile's own display is drawn for one host only."""
-    if kind == "bench":  # stderr, also under --json
+    if kind is Live.BENCH:  # stderr, also under --json
         yield _bench
-    elif kind == "restart" and not json:
+    elif kind is Live.RESTART and not json:
         from sglops.views.launch import progress_view
 
         with progress_view(True) as reporter:
             yield lambda host: nullcontext(reporter(host))
-    elif kind == "notes" and not json:
+    elif kind is Live.NOTES and not json:
         from sglops.core.console import note
 
         yield lambda host: nullcontext(lambda ev: note(f"{host}: {ev['note']}") if "note" in ev else None)
-    elif kind == "profile" and not json and hosts == 1:
+    elif kind is Live.PROFILE and not json and hosts == 1:
         yield _profile
-    elif kind == "lines":
+    elif kind is Live.LINES:
         from sglops.core.console import console
 
         yield lambda host: nullcontext(lambda ev: console.print(Text(ev["line"])) if "line" in ev else None)

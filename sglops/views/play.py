@@ -1,6 +1,6 @@
 """Views of play results: the recap table of a play run and a measuring step's dry-run line.
 
-PlayResult and Planned (sglops.play.result) keep data and JSON; the play runner and tasks
+PlayResult (sglops.play.result) and Planned (sglops.core.result) keep data and JSON; the play runner and tasks
 print them through sglops.views.show.
 """
 
@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from sglops.play.result import Planned, PlayResult
+    from sglops.core.result import Planned
+    from sglops.play.result import PlayResult
 
 
 def planned_view(p: Planned) -> Table:
