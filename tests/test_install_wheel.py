@@ -1,0 +1,146 @@
+"""The `sglops` command as a user installs it: the wheel built from this tree, installed into a fresh venv, run
+from a folder outside the checkout (the shipped playbooks, profiles, plays and patches come from the package; the
+user's own from $SGLOPS_HOME, sglops/core/paths.py).
+
+The venv sees the running interpreter's packages through a .pth line (what `--system-site-packages` gives, also
+when the suite itself runs from a venv), so the install needs no network; the wheel is installed with --no-deps.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# what the wheel is built from (a copy, so the checkout gets no build/ or egg-info)
+SOURCES = ("sglops", "playbooks", "patches", "kernels", "templates", "pyproject.toml", "setup.py", "README.md")
+
+
+def _run(argv: list, cwd: Path, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    for name in SOURCES:
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(
+            REPO / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                        if (REPO / name).is_dir() else {}))
+    # the setuptools at hand when there is one (no download); else pip fetches it (a fresh venv of Python 3.12+)
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    t0 = time.monotonic()
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", tmp / "dist",
+                            src], capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("sglops-*.whl"))
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    parents = [*site.getsitepackages(), sysconfig.get_path("purelib")]
+    (purelib / "outer.pth").write_text("\n".join(dict.fromkeys(parents)) + "\n")
+    # --ignore-installed: the outer interpreter's own sglops (an editable checkout) is visible through the .pth
+    inst = subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q",
+                           "--no-deps", "--no-index", "--ignore-installed", wheel], capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    took = time.monotonic() - t0
+    outside = tmp / "elsewhere"  # not the checkout, no playbooks/ of its own
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGLOPS_INVENTORY", "SGLOPS_PROFILES",
+                                                          "SGLOPS_PATCHES", "SGLOPS_KERNELS", "SGLOPS_ARTIFACTS")}
+    env["SGLOPS_HOME"] = str(tmp / "home")
+    return {"wheel": wheel, "bin": venv / "bin" / "sglops", "cwd": outside, "env": env, "tmp": tmp,
+            "build_s": took}
+
+
+def test_wheel_ships_the_defaults(installed):
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    for shipped in ("sglops/defaults/playbooks/hosts.yaml", "sglops/defaults/playbooks/probes.yaml",
+                    "sglops/defaults/playbooks/profiles/sandbox.yaml", "sglops/defaults/playbooks/fp8-kv-decode.yaml",
+                    "sglops/defaults/patches/gather-cast/patch.yaml", "sglops/defaults/kernels/gather_cast/kernel.yaml",
+                    "sglops/defaults/templates/sglang.sh.j2", "sglops/host/facts.py", "sglops/sandbox/bin/nvidia-smi"):
+        assert shipped in names, shipped
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "sglops = sglops.cli.program:main" in zipfile.ZipFile(installed["wheel"]).read(entry).decode()
+    assert not any("__pycache__" in n or n.startswith(("tests/", "docs/")) for n in names)
+    assert installed["wheel"].stat().st_size < 2_000_000
+
+
+def test_list_from_outside_the_checkout(installed):
+    t0 = time.monotonic()
+    out = _run([installed["bin"], "--list"], installed["cwd"], installed["env"])
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    from sglops.ops import OPS
+    from sglops.play.ops import OPS as PLAY_OPS
+
+    listed = {line.split()[0] for line in out.stdout.splitlines() if line.startswith("  ") and line.split()
+              and not line.startswith("   ")}
+    assert {op.name for op in [*OPS, *PLAY_OPS]} <= listed, "the same catalogue as inv --list"
+    assert took < 20, f"sglops --list took {took:.1f} s"
+    ver = _run([installed["bin"], "--version"], installed["cwd"], installed["env"])
+    assert "0.1.0" in ver.stdout
+
+
+def test_runs_the_installed_copy(installed):
+    code = "import sglops, sglops.core.paths as p; print(sglops.__file__); print(p.SHIPPED); print(p.IN_CHECKOUT)"
+    out = _run([installed["bin"].parent / "python", "-c", code], installed["cwd"], installed["env"])
+    where, shipped, in_checkout = out.stdout.split()
+    assert str(installed["tmp"] / "venv") in where and str(REPO) not in where
+    assert shipped.endswith("sglops/defaults") and in_checkout == "False"
+
+
+def test_facts_local(installed):
+    out = _run([installed["bin"], "facts", "--host", "local", "--json"], installed["cwd"], installed["env"])
+    assert out.returncode == 0, out.stderr
+    assert '"python"' in out.stdout
+
+
+def test_user_files_come_before_the_shipped_ones(installed):
+    """A profile in $SGLOPS_HOME is found by name; the current folder's inventory before the shipped one."""
+    home = Path(installed["env"]["SGLOPS_HOME"])
+    (home / "playbooks" / "profiles").mkdir(parents=True, exist_ok=True)
+    shipped = (REPO / "playbooks" / "profiles" / "sandbox.yaml").read_text()
+    (home / "playbooks" / "profiles" / "mine-only.yaml").write_text(shipped)
+    code = ("from sglops.launch.profiles import list_profiles, profiles_dir; from sglops.core.hosts import "
+            "inventory_path; ps = list_profiles(); print('mine-only' in ps, 'sandbox' in ps, inventory_path())")
+    cwd = installed["cwd"]
+    (cwd / "playbooks").mkdir(exist_ok=True)
+    (cwd / "playbooks" / "hosts.yaml").write_text("hosts: {}\n")
+    try:
+        out = _run([installed["bin"].parent / "python", "-c", code], cwd, installed["env"])
+    finally:
+        shutil.rmtree(cwd / "playbooks")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", str(cwd / "playbooks" / "hosts.yaml")]
+    bad = _run([installed["bin"], "render", "no-such-profile", "--host", "local"], cwd, installed["env"])
+    assert bad.returncode == 2 and "mine-only" in bad.stderr + bad.stdout
+
+
+def test_sandbox_probe_from_outside(installed):
+    env, cwd = dict(installed["env"]), installed["cwd"]
+    base = installed["tmp"] / "sandbox"
+    up = _run([installed["bin"], "sandbox", "up", "--hosts", "1", "--base", base], cwd, env, timeout=120)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        env["SGLOPS_INVENTORY"] = str(base / "hosts.yaml")
+        out = _run([installed["bin"], "probe-backends", "--host", "sandbox-1", "--json"], cwd, env, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "flashinfer_mla" in out.stdout
+        runs = _run([installed["bin"], "runs", "--json"], cwd, env)
+        assert runs.returncode == 0, runs.stderr
+        assert (Path(env["SGLOPS_HOME"]) / "artifacts").is_dir(), "records go to the user's folder, not the package"
+    finally:
+        _run([installed["bin"], "sandbox", "down", "--base", base], cwd, env)
