@@ -144,3 +144,65 @@ def test_sandbox_probe_from_outside(installed):
         assert (Path(env["SGLOPS_HOME"]) / "artifacts").is_dir(), "records go to the user's folder, not the package"
     finally:
         _run([installed["bin"], "sandbox", "down", "--base", base], cwd, env)
+
+
+def _interpreters() -> list[str]:
+    """The kinds of Python this machine has: the one running the suite's base (pyenv, a venv's base) and
+    Debian's own /usr/bin/python3 (externally managed, PEP 668), when each is >= 3.11."""
+    found = {}
+    for p in (shutil.which("python3"), getattr(sys, "_base_executable", None), "/usr/bin/python3"):
+        if p and os.path.exists(p):
+            r = subprocess.run([p, "-c", "import sys, os; print(os.path.realpath(sys.executable)); "
+                                "sys.exit(0 if sys.version_info >= (3, 11) else 1)"], capture_output=True, text=True)
+            if r.returncode == 0:
+                found.setdefault(r.stdout.strip(), p)
+    return sorted(found.values())
+
+
+@pytest.mark.parametrize("python", _interpreters())
+def test_setup_makes_the_projects_own_venv(python, installed, tmp_path):
+    """scripts/python.sh's make_venv (what setup.sh runs): .venv in the checkout from whatever Python is there,
+    that Python itself left as it was; then `.venv/bin/sglops` works as the README prints it."""
+    checkout = tmp_path / "clone"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "python.sh", checkout / "scripts")
+    listing = [python, "-c", "import os, sysconfig; p = sysconfig.get_path('purelib'); "
+               "print(sorted(os.listdir(p)) if os.path.isdir(p) else [])"]
+    before = subprocess.run(listing, capture_output=True, text=True).stdout
+    env = {**installed["env"], "SGLOPS_PYTHON": python}
+    made = _run(["bash", "-c", ". scripts/python.sh && make_venv && echo PY=$PY"], checkout, env, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert "PY=.venv/bin/python" in made.stdout and ".venv made from" in made.stderr
+    py = checkout / ".venv" / "bin" / "python"
+    where = _run([py, "-c", "import sys, os; print(sys.prefix); print(os.path.realpath(sys._base_executable))"],
+                 checkout, env)
+    prefix, base = where.stdout.split()
+    assert Path(prefix) == checkout / ".venv" and base == os.path.realpath(python)
+    again = _run(["bash", "-c", ". scripts/python.sh && make_venv"], checkout, env)
+    assert again.returncode == 0 and ".venv made" not in again.stderr, "a second set-up keeps the venv"
+    same_abi = _run([py, "-c", "import sys; print(sys.version_info[:2])"], checkout, env).stdout.strip() == \
+        str(tuple(sys.version_info[:2]))
+    if same_abi and python == "/usr/bin/python3":  # Debian's (PEP 668): the dependencies from the running interpreter (no network), the wheel itself into .venv
+        purelib = _run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], checkout, env).stdout
+        Path(purelib.strip(), "outer.pth").write_text("\n".join(dict.fromkeys(
+            [*site.getsitepackages(), sysconfig.get_path("purelib")])) + "\n")
+        inst = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
+                               installed["wheel"]], capture_output=True, text=True, timeout=120, cwd=checkout,
+                              env={k: v for k, v in env.items() if k != "PYTHONPATH"})
+        assert inst.returncode == 0, inst.stderr[-2000:]
+        out = _run([checkout / ".venv" / "bin" / "sglops", "facts", "--host", "local", "--json"], installed["cwd"], env)
+        assert out.returncode == 0, out.stderr[-2000:]
+    after = subprocess.run(listing, capture_output=True, text=True).stdout
+    assert after == before, "set-up installed into the machine's own Python"
+
+
+def test_setup_refuses_an_old_python(tmp_path):
+    checkout = tmp_path / "clone"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "python.sh", checkout / "scripts")
+    old = tmp_path / "python3.8"
+    old.write_text("#!/bin/sh\nexit 1\n")  # answers every version check "too old"
+    old.chmod(0o755)
+    r = _run(["bash", "-c", ". scripts/python.sh && make_venv"], checkout, {**os.environ, "SGLOPS_PYTHON": str(old)})
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "Python >= 3.11" in r.stderr
+    assert not (checkout / ".venv").exists()
