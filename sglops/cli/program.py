@@ -3,6 +3,8 @@ checkout, through Invoke's own `Program`; files are found as sglops/core/paths.p
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from invoke import Collection, Program
@@ -21,4 +23,8 @@ def program() -> Program:
 
 def main() -> None:
     """The console script's entry point."""
-    program().run()
+    try:
+        program().run()
+    except BrokenPipeError:  # `sglops --list | head`: the reader left; no traceback for it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
