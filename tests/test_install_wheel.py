@@ -114,8 +114,11 @@ def test_user_files_come_before_the_shipped_ones(installed):
     (home / "playbooks" / "profiles").mkdir(parents=True, exist_ok=True)
     shipped = (REPO / "playbooks" / "profiles" / "sandbox.yaml").read_text()
     (home / "playbooks" / "profiles" / "mine-only.yaml").write_text(shipped)
-    code = ("from sglops.launch.profiles import list_profiles, profiles_dir; from sglops.core.hosts import "
-            "inventory_path; ps = list_profiles(); print('mine-only' in ps, 'sandbox' in ps, inventory_path())")
+    shutil.copytree(REPO / "patches" / "gather-cast", home / "patches" / "my-fix", dirs_exist_ok=True)
+    code = ("from sglops.launch.profiles import list_profiles; from sglops.core.hosts import inventory_path; "
+            "from sglops.patch.spec import available, load; ps = list_profiles(); "
+            "print('mine-only' in ps, 'sandbox' in ps, inventory_path()); print(*available()); "
+            "print(load('my-fix').variants[0].diff)")
     cwd = installed["cwd"]
     (cwd / "playbooks").mkdir(exist_ok=True)
     (cwd / "playbooks" / "hosts.yaml").write_text("hosts: {}\n")
@@ -124,7 +127,10 @@ def test_user_files_come_before_the_shipped_ones(installed):
     finally:
         shutil.rmtree(cwd / "playbooks")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", str(cwd / "playbooks" / "hosts.yaml")]
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["True", "True", str(cwd / "playbooks" / "hosts.yaml")]
+    assert lines[1].split() == ["fp8-kv-direct", "fp8-mla-native", "gather-cast", "my-fix"], "every patch, once"
+    assert lines[2].startswith(str(home / "patches" / "my-fix"))
     bad = _run([installed["bin"], "render", "no-such-profile", "--host", "local"], cwd, installed["env"])
     assert bad.returncode == 2 and "mine-only" in bad.stderr + bad.stdout
 

@@ -59,11 +59,12 @@ def find(rel: str, name: str, env: str | None = None) -> Path:
 
 
 def listing(rel: str, pattern: str, env: str | None = None) -> list[Path]:
-    """Every `rel/pattern` over the folders, one per name (the first folder's), sorted by name."""
+    """Every `rel/pattern` over the folders, one per name (`NAME.yaml`, or `NAME/` of `*/patch.yaml`: the first
+    folder's), sorted by name."""
     seen: dict[str, Path] = {}
     for folder in folders(rel, env):
         for p in sorted(folder.glob(pattern)):
-            seen.setdefault(p.name, p)
+            seen.setdefault(p.relative_to(folder).parts[0], p)
     return [seen[k] for k in sorted(seen)]
 
 
