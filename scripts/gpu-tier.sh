@@ -3,11 +3,15 @@
 #
 # On the CPU machine (PyPI reachable):
 #   scripts/gpu-tier.sh build             # .gpu/: site.tar.xz (sglang + the wheels it imports, trimmed),
-#                                         # tools.tar.xz (sglops' own deps), tiny-mla/ (config + tokenizer)
+#                                         # tools.tar.xz (sglops' own deps), tiny-mla*/ (config + tokenizer);
+#                                         # prints what each device call carries (the tree + .gpu, <= 64 MiB);
+#                                         # where one call cannot take it all, the rest goes to .gpu-2/
+#   scripts/gpu-tier.sh carry             # the same sizes again (after a change to the tree), re-split if needed
 #   python3 -m sglops.sandbox.gpu_tier keep-jit DIR/jit.tar.gz   # FlashInfer modules a call built: the next
 #                                         # `up` seeds them (a cold restart then compiles nothing)
-# On the GPU machine, from the repo root (a device call carrying .gpu/):
-#   scripts/gpu-tier.sh up                # unpack into /tmp/gpu-tier, write its inventory and env.sh
+# On the GPU machine, from the repo root (a device call carrying .gpu/; on a split, a second call carrying .gpu-2/):
+#   scripts/gpu-tier.sh up                # unpack into /tmp/gpu-tier, write its inventory and env.sh (on a split's
+#                                         # first call: keeps what came and exits 75: carry .gpu-2, `up` again)
 #   scripts/gpu-tier.sh start [WHAT...]   # in the background, in order: plays by name (default: gpu-fp8-kv, the
 #                                         # seeds' investigation), `backends` (the MLA backends side by side), or
 #                                         # any shell command line (one argument)
@@ -22,7 +26,7 @@ ROOT=${GPU_TIER_ROOT:-/tmp/gpu-tier}
 PROFILE=h200-tiny-mla-fp8
 
 env_up() {
-  [ -f "$ROOT/env.sh" ] || python3 -m sglops.sandbox.gpu_tier up --src .gpu --root "$ROOT" >/dev/null || exit 1
+  [ -f "$ROOT/env.sh" ] || python3 -m sglops.sandbox.gpu_tier up --root "$ROOT" >/dev/null || exit $?
   # shellcheck disable=SC1091
   . "$ROOT/env.sh"
   export SGLOPS_ARTIFACTS="$ROOT/artifacts" PYTHONUNBUFFERED=1
@@ -34,6 +38,8 @@ inv() { python3 -m invoke "$@"; }
 case "${1:-}" in
   build)
     exec python3 -m sglops.sandbox.gpu_tier build ;;
+  carry)
+    exec python3 -m sglops.sandbox.gpu_tier carry ;;
   up)
     t0=$SECONDS; env_up; echo "gpu-tier: up in $((SECONDS - t0)) s ($ROOT)"
     python3 -c 'import torch, sglang, flashinfer; print("torch", torch.__version__, "| sglang", sglang.__version__,
@@ -83,5 +89,5 @@ case "${1:-}" in
     [ "$(stat -c %s "$out/jit.tar.gz" 2>/dev/null || echo 0)" -lt 16000000 ] || rm -f "$out/jit.tar.gz"
     ls -la "$out" ;;
   *)
-    sed -n 2,14p "$0"; exit 2 ;;
+    sed -n 2,22p "$0"; exit 2 ;;
 esac

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: OpenSSH (the sandbox hosts are real sshd),
-# ripgrep and git (probes, trees), sglops with its pinned Python packages, and the real SGLang
-# server environment the real-server tests and the demo use (sglops/sandbox/sglang_cpu.py: its own
-# venv with sglang 0.5.23 and a tiny model made offline; ~7 GB, built once per machine and cached
-# in ~/.cache/sglops/server-env, or $SGLOPS_CACHE/server-env).
-# The SGLang environment is the long step (~4 GB of wheels): uv (pinned in pyproject.toml's test extra) installs
+# ripgrep and git (probes, trees), sglops with its pinned Python packages in the checkout's own .venv (never the
+# machine's Python: scripts/python.sh), and the real SGLang server environment the real-server tests and the demo
+# use (sglops/sandbox/sglang_cpu.py: its own venv with sglang 0.5.23 and a tiny model made offline; ~7 GB, built
+# once per machine and cached in ~/.cache/sglops/server-env, or $SGLOPS_CACHE/server-env).
+#   scripts/setup.sh [test|demo]   test (default): sglops[test] (pytest, torch for the numeric tests, ruff) and
+#                                  chromium (the HTML report's browser check); demo: sglops[demo] only
+# The SGLang environment is the long step (~4 GB of wheels): uv (pinned in pyproject.toml's extras) installs
 # it with parallel downloads, and it builds in the background while sglops' own packages install (with uv too:
 # pip fetches torch's ~3 GB of wheels one at a time; pip remains the fallback) and the release wheels the sandbox
 # hosts are made from download (in the background as well: they need only the standard library and pip). Each
 # step's seconds go to stderr, so a CI log says where set-up's time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-test}
+case "$MODE" in test|demo) ;; *) echo "setup: unknown mode $MODE (test or demo)" >&2; exit 2 ;; esac
 t_all=$SECONDS
 took() { echo "setup: $1 in $(( SECONDS - $2 )) s" >&2; }
 SUDO=""
@@ -21,24 +25,22 @@ command -v ssh-keygen >/dev/null || need_apt=1
 command -v rg >/dev/null || need_apt=1
 command -v git >/dev/null || need_apt=1
 [ -x /usr/sbin/dockerd ] || need_apt=1   # a real Docker daemon for the container-target tests (started by the suite)
+APT=(openssh-server openssh-client ripgrep git docker.io)
+if [ "$MODE" = test ]; then  # the HTML report's check in a real headless browser (tests/test_html_report.py)
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need_apt=1
+  APT+=(chromium)
+fi
 if [ "$need_apt" = 1 ]; then
   t=$SECONDS
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    openssh-server openssh-client ripgrep git docker.io >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${APT[@]}" >/dev/null
   took "apt-get install" $t
 fi
 . scripts/python.sh
-if [ "$PY" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then
-  t=$SECONDS
-  python3 -m venv .venv 2>/dev/null || {
-    $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-    python3 -m venv .venv
-  }
-  took ".venv made" $t
-fi
+t=$SECONDS
+if [ ! -x "$PY" ] || ! _py_ok "$PY"; then make_venv; took ".venv made" $t; fi
 PIP=("$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore)
-UV_PIN=$(grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')
+UV_PIN=$(grep -o '"uv==[^"]*"' pyproject.toml | head -1 | tr -d '"')
 t=$SECONDS
 "$PY" -c "import uv" 2>/dev/null || { "${PIP[@]}" "$UV_PIN"; took "uv installed" $t; }
 
@@ -67,12 +69,16 @@ trees_pid=$!
 trap 'kill -- -"$env_pid" 2>/dev/null || true; kill -- -"$trees_pid" 2>/dev/null || true' EXIT
 
 t=$SECONDS
-"$PY" -m uv pip install -q --compile-bytecode --python "$PY" -e ".[test]" || {  # .pyc files as pip writes them
+"$PY" -m uv pip install -q --compile-bytecode --python "$PY" -e ".[$MODE]" || {  # .pyc files as pip writes them
   echo "setup: uv could not install sglops' packages; pip instead" >&2
-  "${PIP[@]}" -e ".[test]"
+  "${PIP[@]}" -e ".[$MODE]"
 }
-"$PY" -c "import sglops, fabric, invoke, torch, xdist" # fail here, not in the middle of a test run
-took "sglops and its test packages" $t
+if [ "$MODE" = test ]; then
+  "$PY" -c "import sglops, fabric, invoke, torch, xdist" # fail here, not in the middle of a test run
+else
+  "$PY" -c "import sglops, fabric, invoke"
+fi
+took "sglops and its $MODE packages (.venv/bin/sglops, .venv/bin/inv)" $t
 
 t=$SECONDS
 if wait "$trees_pid"; then

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
-bash scripts/setup.sh
+bash scripts/setup.sh test
 t1=$SECONDS
 . scripts/python.sh
 if [ -z "${SGLOPS_TEST_WORKERS:-}" ]; then

@@ -320,3 +320,71 @@ def test_the_yardstick_table_reads_a_plays_records(tmp_path):
     assert "| 0/18 |" in rows["stock"] and "| 0 | 0 (2304 tokens) | - | - |" in rows["stock"]
     assert "| 17/18 | token 43 | 0.015 | 0.0319 (694 tokens) | 0.0306 |" in rows["native"]
     assert "| gather | 8 | " in proc.stdout and "| native | 1 | " in proc.stdout
+
+
+def test_the_tree_a_device_call_copies_is_what_git_does_not_ignore(tmp_path):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/.gpu/\n")
+    (tmp_path / "tracked.py").write_bytes(b"x" * 1000)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.py"], check=True)
+    (tmp_path / "untracked.md").write_bytes(b"y" * 500)  # travels too: git does not ignore it
+    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu" / "site.tar.xz").write_bytes(b"z" * 7000)  # a carry path, not the tree
+    assert gpu_tier.tree_bytes(tmp_path) == 1000 + 500 + len("/.gpu/\n")
+
+
+def _carry_set(dest) -> None:
+    """A carry set shaped as `build` makes it, parts of a few KiB (incompressible, so sizes are as written)."""
+    dest.mkdir(parents=True)
+    for archive, member, size in (("site.tar.xz", "sglang", 30_000), ("tools.tar.xz", "fabric", 8_000)):
+        with tarfile.open(dest / archive, "w:xz") as tar:
+            blob = dest.parent / member / "blob.bin"
+            blob.parent.mkdir()
+            blob.write_bytes(os.urandom(size))
+            (blob.parent / "__init__.py").write_text("")
+            tar.add(blob.parent, arcname=member)
+    for name, (heads, layers) in gpu_tier.MODELS.items():
+        (dest / name).mkdir()
+        (dest / name / "config.json").write_text(json.dumps(make_tiny_mla.config(heads, layers)))
+
+
+def test_carry_is_one_call_when_it_fits_else_two_chained_and_up_waits_for_the_second(tmp_path, capsys):
+    dest = tmp_path / "work" / ".gpu"
+    _carry_set(dest)
+    parts = {p.name: gpu_tier._bytes(p) for p in dest.iterdir()}
+    one = gpu_tier.carry(dest, tree=9 * 2**20)
+    assert [c["parts"] for c in one["calls"]] == [parts] and not (dest.parent / ".gpu-2").exists()
+    limit = 9 * 2**20 + sum(parts.values()) - 1  # one byte short: the parts the first call cannot take move
+    two = gpu_tier.carry(dest, tree=9 * 2**20, limit=limit)
+    assert len(two["calls"]) == 2 and {**two["calls"][0]["parts"], **two["calls"][1]["parts"]} == parts
+    assert "site.tar.xz" in two["calls"][0]["parts"], "the largest part goes in the first call"
+    for call in two["calls"]:
+        assert 9 * 2**20 + sum(call["parts"].values()) <= limit
+        assert sorted(p.name for p in (dest.parent / call["carry"]).iterdir()) == sorted(call["parts"])
+    table = gpu_tier.carry_table(two)
+    assert "call 2: carry [\".gpu-2\"]" in table and "two chained calls" in table and "the tree (git)" in table
+    root = tmp_path / "gpu-root"
+    with pytest.raises(gpu_tier.Incomplete, match="carry .gpu-2 in the next call"):
+        gpu_tier.up([dest], root)  # the first call: keeps what came
+    assert not (root / "env.sh").exists()
+    gpu_tier.up([dest.parent / ".gpu-2"], root)  # the second: with what the first kept, everything
+    assert (root / "env.sh").is_file() and (root / "site" / "sglang" / "blob.bin").is_file()
+    again = gpu_tier.carry(dest, tree=9 * 2**20)  # a later carry plans from all the parts again
+    assert len(again["calls"]) == 1 and not (dest.parent / ".gpu-2").exists()
+
+
+def test_the_documented_call_fits_with_this_tree_and_the_last_builds_parts(tmp_path):
+    """docs/gpu.md's sizes of the last real `build` (its Record) and this tree, measured now, in one call."""
+    doc = (REPO / "docs" / "gpu.md").read_text()
+    sizes = {m.group(1): float(m.group(2)) for m in re.finditer(r"\| `([\w.-]+)` \| ([\d.]+) MiB \|", doc)}
+    assert {"site.tar.xz", "tools.tar.xz"} <= set(sizes), "docs/gpu.md's carry table"
+    dest = tmp_path / ".gpu"
+    dest.mkdir()
+    for name, mib in sizes.items():
+        with (dest / name).open("wb") as f:  # sparse: the size without the bytes
+            f.truncate(int(mib * 2**20))
+    plan = gpu_tier.carry(dest)
+    assert len(plan["calls"]) == 1, gpu_tier.carry_table(plan)
+    assert plan["tree"] < 10 * 2**20, "the tree a device call copies grew past 10 MiB"

@@ -40,6 +40,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "play": {"core", *DOMAINS, "ops", "views"},  # a runner: plays of the catalogue's operations
     "cli": {"core", *DOMAINS, "ops", "views", "play"},  # the runner Invoke calls
     "sglops": set(),
+    "__main__": {"cli"},  # python -m sglops: the installed command's entry point (sglops/cli/program.py)
 }
 
 

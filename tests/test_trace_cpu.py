@@ -143,7 +143,7 @@ def test_inv_analyze_trace_draws_only_what_is_asked(tmp_path):
     r = inv_cmd("analyze-trace", str(CPU20), "--chart", "--out", str(tmp_path / "t"))
     assert r.returncode == 0, r.stderr
     assert "scheduler.run_batch" in r.stdout and "top CPU ops by self time" in r.stdout
-    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["analysis.json", "report.md", "top_cpu_ops.png"]
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["analysis.json", "report.md", "top_cpu_ops.png", "top_cpu_ops.svg"]
     assert (tmp_path / "t" / "top_cpu_ops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -14,12 +14,11 @@ from typing import Any
 
 import orjson
 
-from sglops.core import jsonsafe, owner, redact
-from sglops.core.paths import REPO_ROOT
+from sglops.core import jsonsafe, owner, paths, redact
 
 
 def artifacts_root() -> Path:
-    return Path(os.environ.get("SGLOPS_ARTIFACTS") or REPO_ROOT / "artifacts")
+    return paths.records()
 
 
 def new_run_id() -> str:

@@ -13,10 +13,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sglops.core import redact
+from sglops.core import paths, redact
 from sglops.core.errors import ConfigError, HostNotFound
 from sglops.core.host import LOCAL, Host
-from sglops.core.paths import REPO_ROOT
 from sglops.core.ssh_config import ssh_config_aliases
 from sglops.core.transport.registry import inventory_fields
 from sglops.core.yamlio import check_fields, load_yaml
@@ -48,7 +47,9 @@ class Inventory:
 
 
 def inventory_path() -> Path:
-    return Path(os.environ.get("SGLOPS_INVENTORY") or REPO_ROOT / "playbooks" / "hosts.yaml")
+    if os.environ.get("SGLOPS_INVENTORY"):
+        return Path(os.environ["SGLOPS_INVENTORY"])
+    return paths.find("playbooks", "hosts.yaml")
 
 
 def _field_kinds() -> dict:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglops.core import artifacts
+from sglops.core import artifacts, paths
 from sglops.core.errors import ConfigError, Refused
-from sglops.core.paths import REPO_ROOT
 from sglops.core.remote import Remote
 from sglops.core.result import Result
 from sglops.core.yamlio import check_fields, load_yaml
@@ -35,7 +33,7 @@ class KernelBuildError(Refused):
 
 
 def kernels_root() -> Path:
-    return Path(os.environ.get("SGLOPS_KERNELS") or REPO_ROOT / "kernels")
+    return paths.folders("kernels", env="SGLOPS_KERNELS")[0]
 
 
 @dataclass(frozen=True)
@@ -117,8 +115,7 @@ class KernelSpec:
 
 
 def available() -> list[str]:
-    root = kernels_root()
-    return sorted(p.parent.name for p in root.glob("*/kernel.yaml"))
+    return [p.parent.name for p in paths.listing("kernels", "*/kernel.yaml", env="SGLOPS_KERNELS")]
 
 
 def _command(d: Any, what: str, where: str) -> Command:
@@ -142,7 +139,7 @@ def _command(d: Any, what: str, where: str) -> Command:
 
 def load_kernel(name: str) -> KernelSpec:
     """Read and check kernels/<name>/kernel.yaml; a missing kernel lists the ones there are."""
-    folder = kernels_root() / name
+    folder = paths.find("kernels", name, env="SGLOPS_KERNELS")
     path = folder / "kernel.yaml"
     if not path.is_file():
         have = ", ".join(available()) or "none"

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglops.core import redact, values
+from sglops.core import paths, redact, values
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
 ENGINES = ("sglang", "vllm")
@@ -54,11 +53,12 @@ VAR_REF = re.compile(r"\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def profiles_dir() -> Path:
-    return Path(os.environ.get("SGLOPS_PROFILES") or REPO_ROOT / "playbooks" / "profiles")
+    """The folder an error names: the first searched (core/paths.py says the order)."""
+    return paths.folders("playbooks/profiles", env="SGLOPS_PROFILES")[0]
 
 
 def list_profiles() -> list[str]:
-    return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+    return [p.stem for p in paths.listing("playbooks/profiles", "*.yaml", env="SGLOPS_PROFILES")]
 
 
 @dataclass
@@ -143,7 +143,7 @@ def _path_for(name: str) -> Path:
     if name.endswith((".yaml", ".yml")) or os.sep in name:
         path = Path(name)
     else:
-        path = profiles_dir() / f"{name}.yaml"
+        path = paths.find("playbooks/profiles", f"{name}.yaml", env="SGLOPS_PROFILES")
     if not path.is_file():
         have = ", ".join(list_profiles()) or "none"
         raise ConfigError(f"no server profile {name!r} ({path}); profiles in {profiles_dir()}: {have}")

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from sglops.core import redact
+from sglops.core import paths, redact
 from sglops.core.errors import ConfigError
 from sglops.core.hosts import Host
-from sglops.core.paths import REPO_ROOT
 from sglops.core.result import Observation
 from sglops.core.values import line_breaker, one_line
 from sglops.launch import ranks
@@ -32,7 +31,7 @@ from sglops.launch.profiles import Profile
 if TYPE_CHECKING:
     from sglops.core.remote import Remote
 
-TEMPLATES = REPO_ROOT / "templates"
+TEMPLATES = paths.shipped("templates")
 STANDIN_COMMAND = ["sglang-standin"]  # installed in sandbox hosts' bin by sglops.sandbox
 CHECKED_CHOICES = {  # profile key -> flag whose choices the tree defines
     "attention_backend": "--attention-backend", "prefill_attention_backend": "--prefill-attention-backend",

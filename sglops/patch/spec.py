@@ -8,13 +8,12 @@ checks it for every host.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglops.core import paths
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, list_field, load_yaml
 from sglops.patch import diff as patch_diff
 
@@ -29,7 +28,8 @@ class UnknownPatch(ConfigError):
 
 
 def patches_root() -> Path:
-    return Path(os.environ.get("SGLOPS_PATCHES") or REPO_ROOT / "patches")
+    """The folder new patches go to (capture-patch) and an error names; reading searches core/paths.py's order."""
+    return paths.writable("patches", env="SGLOPS_PATCHES")
 
 
 @dataclass
@@ -116,12 +116,11 @@ class Patch:
 
 
 def available() -> list[str]:
-    root = patches_root()
-    return sorted(p.parent.name for p in root.glob("*/patch.yaml"))
+    return [p.parent.name for p in paths.listing("patches", "*/patch.yaml", env="SGLOPS_PATCHES")]
 
 
 def load(name: str) -> Patch:
-    folder = patches_root() / name
+    folder = paths.find("patches", name, env="SGLOPS_PATCHES")
     if not (folder / "patch.yaml").is_file():
         names = available()
         raise UnknownPatch(f"no patch {name!r}; available: {', '.join(names) if names else 'none'} (under {patches_root()})")

@@ -53,8 +53,13 @@ def _stopped(result: Any, o: dict) -> None:
                      f"inv play {o['name']} --host {result.host} --from {step.id}")
 
 
-def report(ctx: Context, run: str, output: str | None = None) -> Written:
+def report(ctx: Context, run: str, output: str | None = None, html: bool = False) -> Written:
     from sglops.play.result import Written
+
+    if html:
+        from sglops.views.html_report import write_html
+
+        return Written(write_html(run, output))
     from sglops.views.report import write_report
 
     return Written(write_report(run, output))
@@ -76,7 +81,9 @@ OPS = [
        prepare=_load, check=_stopped, task={"iterable": ["var"]}),
     Op("report", report, "Write a markdown report of a recorded run (a play, bench, profile...) with its charts.",
        (Param("run", help="a run id (or unique prefix, or its folder)", positional=True),
-        Param("output", help="where to write (default RUN/report.md)"))),
+        Param("output", help="where to write (default RUN/run-report.md, or .html)"),
+        Param("html", Flag(), "one self-contained HTML page instead (inline SVG charts, stand-in rows marked, trace "
+              "links; opens with no network)", flag=False))),
     Op("demo", demo, "The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, "
        "torn down.", (Param("keep", Flag(), "leave the sandbox running afterwards", flag=False),)),
 ]

@@ -21,12 +21,11 @@ from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError, no
 from jinja2.nativetypes import NativeEnvironment
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from sglops.core import redact
+from sglops.core import paths, redact
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
-PLAYBOOKS = REPO_ROOT / "playbooks"
+PLAYBOOKS = paths.shipped("playbooks")
 
 
 class _PlayEnvironment(ImmutableSandboxedEnvironment, NativeEnvironment):
@@ -82,10 +81,10 @@ def play_path(name: str) -> Path:
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.exists():
         return path
-    candidate = PLAYBOOKS / f"{name}.yaml"
+    candidate = paths.find("playbooks", f"{name}.yaml")
     if candidate.exists():
         return candidate
-    known = sorted(p.stem for p in PLAYBOOKS.glob("*.yaml") if _is_play(p))
+    known = [p.stem for p in paths.listing("playbooks", "*.yaml") if _is_play(p)]
     raise ConfigError(f"no play {name!r}; plays in {PLAYBOOKS}: {', '.join(known) or 'none'}")
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from sglops.core.paths import REPO_ROOT
+from sglops.core import paths
 
-HISTORY = REPO_ROOT / "playbooks" / "attention_backend_history.json"
+HISTORY = paths.shipped("playbooks/attention_backend_history.json")
 
 
 @lru_cache(maxsize=1)

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglops.core import paths
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import load_yaml
 
-RULES = REPO_ROOT / "playbooks" / "attention_rules.yaml"
+RULES = paths.shipped("playbooks/attention_rules.yaml")
 LAUNCH_PROBES = ("launch_helpers", "launch_default_backend", "launch_dsa_backends", "launch_sparse_switch",
                  "launch_mla_arch", "launch_registry", "launch_validators")
 STAGE_FLAGS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglops.core import paths
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
-DEFAULT_PROBES = REPO_ROOT / "playbooks" / "probes.yaml"
-LAUNCH_PROBES = REPO_ROOT / "playbooks" / "probes-launch.yaml"
+DEFAULT_PROBES = paths.shipped("playbooks/probes.yaml")
+LAUNCH_PROBES = paths.shipped("playbooks/probes-launch.yaml")
 PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss",
                 "attribute", "window", "context", "follow", "names"}
 KINDS = {"grep", "choices", "functions", "fields"}

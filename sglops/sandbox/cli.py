@@ -7,9 +7,9 @@ import os
 import signal
 from pathlib import Path
 
+from sglops.core import paths
 from sglops.core.console import console
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.sandbox.sshd import Sandbox
 
 DEFAULT_HOSTS = [
@@ -23,7 +23,7 @@ REAL_HOST = {"name": "cpu-a", "sglang_env": "cpu", "tags": ["sandbox", "cpu"]}
 
 
 def default_base() -> Path:
-    return Path(os.environ.get("SGLOPS_SANDBOX") or REPO_ROOT / ".cache" / "sandbox")
+    return Path(os.environ.get("SGLOPS_SANDBOX") or paths.cache("sandbox"))
 
 
 def down(base: Path) -> int:

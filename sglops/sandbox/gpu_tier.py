@@ -168,14 +168,76 @@ def build(dest: Path | None = None) -> dict:
     total = sum(sizes.values()) + sum(p.stat().st_size for name in MODELS for p in (dest / name).iterdir())
     info = {"sglang": SGLANG_VERSION, "bytes": sizes, "total_bytes": total, "seconds": round(time.monotonic() - t0, 1)}
     (dest / "tier.json").write_text(json.dumps(info, indent=1) + "\n")
-    if total > CARRY_LIMIT - 8 * 2**20:
-        print(f"gpu-tier: warning: {total / 2**20:.1f} MiB leaves < 8 MiB of a device call for the repo", file=sys.stderr)
+    info["carry"] = carry(dest)
+    print(carry_table(info["carry"]), file=sys.stderr)
     return info
+
+
+# What one device call carries: the working tree as git sees it (tracked files and untracked ones it does not
+# ignore) and the carry paths, 64 MiB in all (the device README). The build measures both and, when they do not fit
+# one call, moves the parts the first call cannot take to `.gpu-2/`, carried by a second call chained to the first
+# (the machine is still warm: `up` on each call unpacks what that call brought; env.sh once every part is there).
+SECOND = ".gpu-2"
+
+
+def tree_bytes(repo: Path | None = None) -> int:
+    """Bytes of the working tree a device call copies: `git ls-files --cached --others --exclude-standard`."""
+    repo = repo or tier_dir().parent
+    out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, check=True).stdout
+    return sum((repo / n).lstat().st_size for n in out.decode().split("\0") if n and (repo / n).exists())
+
+
+def _bytes(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def carry(dest: Path | None = None, tree: int | None = None, limit: int = CARRY_LIMIT) -> dict:
+    """Measure the carry set and plan the calls: one when the tree and `.gpu/` fit, else the parts the first call
+    cannot take moved to `.gpu-2/` (largest part first in the first call; each call carries the tree too)."""
+    dest = dest or tier_dir()
+    second = dest.with_name(SECOND)
+    if second.is_dir():  # a split of an earlier build: plan again from all the parts
+        for p in second.iterdir():
+            shutil.move(str(p), dest / p.name)
+        second.rmdir()
+    tree = tree_bytes() if tree is None else tree
+    parts = {p.name: _bytes(p) for p in sorted(dest.iterdir()) if not p.name.endswith("-stage")}
+    if tree + sum(parts.values()) <= limit:
+        return {"tree": tree, "limit": limit, "calls": [{"carry": dest.name, "parts": parts}]}
+    first: dict[str, int] = {}
+    rest: dict[str, int] = {}
+    for name, size in sorted(parts.items(), key=lambda kv: -kv[1]):
+        (first if tree + sum(first.values()) + size <= limit else rest)[name] = size
+    if tree + sum(rest.values()) > limit or not first:
+        raise SystemExit(f"gpu-tier: {sum(parts.values()) / 2**20:.1f} MiB of parts and a {tree / 2**20:.1f} MiB "
+                         f"tree do not fit two calls of {limit / 2**20:.0f} MiB: trim the tree or the site")
+    second.mkdir()
+    for name in rest:
+        shutil.move(str(dest / name), second / name)
+    return {"tree": tree, "limit": limit,
+            "calls": [{"carry": dest.name, "parts": first}, {"carry": second.name, "parts": rest}]}
+
+
+def carry_table(plan: dict) -> str:
+    """The sizes `build` (and `scripts/gpu-tier.sh carry`) prints: every part, the tree, each call's total."""
+    mib = lambda n: f"{n / 2**20:6.1f} MiB"  # noqa: E731
+    lines = [f"gpu-tier: a device call carries the tree and its carry paths, {plan['limit'] / 2**20:.0f} MiB in all"]
+    for i, call in enumerate(plan["calls"], 1):
+        lines += [f"  call {i}: carry [\"{call['carry']}\"]"]
+        lines += [f"    {name:<22} {mib(size)}" for name, size in call["parts"].items()]
+        total = plan["tree"] + sum(call["parts"].values())
+        lines += [f"    {'the tree (git)':<22} {mib(plan['tree'])}",
+                  f"    {'in all':<22} {mib(total)} of {plan['limit'] / 2**20:.0f} MiB"
+                  f" ({(plan['limit'] - total) / 2**20:.1f} MiB to spare)"]
+    if len(plan["calls"]) > 1:
+        lines.append("  two chained calls: `scripts/gpu-tier.sh up` in each (the second within 30 s of the first)")
+    return "\n".join(lines)
 
 
 def build_bench(dest: Path | None = None) -> int:
     """.gpu-bench/bench.tar.xz: what sglang.benchmark.serving needs beyond the server (7.9 MiB). Carried by a call
-    of its own: with .gpu (57 MiB) and the repo it would pass the 64 MiB a call carries."""
+    of its own (with .gpu and the tree it would pass the 64 MiB a call carries), after `up`."""
     dest = dest or tier_dir().with_name(".gpu-bench")
     dest.mkdir(parents=True, exist_ok=True)
     return build_site(BENCH_PINS, dest / "bench.tar.xz", trim=False)
@@ -242,8 +304,35 @@ def jit_archive(src: Path) -> Path:
     return xz if xz.is_file() else src / "jit.tar.gz"
 
 
-def up(src: Path, root: Path) -> dict:
-    """On the GPU machine: unpack, write the inventory, return the environment sglops and the server run with."""
+class Incomplete(Exception):
+    """`up` on the first of two chained calls: the second call's parts are not here yet (exit 75: call again)."""
+
+
+def _gather(srcs: list[Path], root: Path) -> Path:
+    """The parts the calls brought so far (`.gpu/`, and `.gpu-2/` on a split), kept under ROOT/carry."""
+    kept = root / "carry"
+    kept.mkdir(parents=True, exist_ok=True)
+    for src in srcs:
+        for p in src.iterdir() if src.is_dir() else []:
+            if not (kept / p.name).exists():
+                (shutil.copytree if p.is_dir() else shutil.copy2)(p, kept / p.name)
+    return kept
+
+
+def missing(src: Path) -> list[str]:
+    """The parts `up` still waits for (a split's second call not made yet)."""
+    need = ["site.tar.xz", "tools.tar.xz", *MODELS]
+    return [n for n in need if not (src / n).exists()]
+
+
+def up(src: Path | list[Path], root: Path) -> dict:
+    """On the GPU machine: unpack, write the inventory, return the environment sglops and the server run with.
+    src: the carry folder, or the folders of a split's calls (what is there so far is kept in ROOT/carry)."""
+    src = _gather(src if isinstance(src, list) else [src], root)
+    lacking = missing(src)
+    if lacking:
+        raise Incomplete(f"gpu-tier: carried so far: {', '.join(sorted(p.name for p in src.iterdir()))}; "
+                         f"still missing {', '.join(lacking)}: carry {SECOND} in the next call and run `up` again")
     site, tools = root / "site", root / "tools"
     if not (site / "sglang").is_dir():
         _unpack(src / "site.tar.xz", site)
@@ -283,8 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="on the CPU machine: the carry set in .gpu/ (cached wheels)")
     b.add_argument("--dest", type=Path)
     u = sub.add_parser("up", help="on the GPU machine: unpack and write ROOT/env.sh and ROOT/hosts.yaml")
-    u.add_argument("--src", type=Path, default=tier_dir())
+    u.add_argument("--src", type=Path, action="append", help="a carry folder (repeat for a split: .gpu, .gpu-2)")
     u.add_argument("--root", type=Path, default=Path("/tmp/gpu-tier"))
+    c = sub.add_parser("carry", help="on the CPU machine: the sizes a device call carries (splits .gpu if needed)")
+    c.add_argument("--dest", type=Path)
     sub.add_parser("build-bench", help="on the CPU machine: .gpu-bench/bench.tar.xz (bench_serving's imports)")
     ub = sub.add_parser("up-bench", help="on the GPU machine: unpack .gpu-bench/bench.tar.xz into ROOT/bench")
     ub.add_argument("--src", type=Path, default=tier_dir().with_name(".gpu-bench"))
@@ -294,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "build":
         print(json.dumps(build(args.dest)))
+    elif args.cmd == "carry":
+        print(carry_table(carry(args.dest)))
     elif args.cmd == "build-bench":
         print(build_bench())
     elif args.cmd == "up-bench":
@@ -301,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "keep-jit":
         print(keep_jit(args.archive))
     else:
-        up(args.src, args.root)
+        try:
+            up([p for p in args.src or [tier_dir(), tier_dir().with_name(SECOND)] if p.is_dir()], args.root)
+        except Incomplete as exc:
+            print(exc, file=sys.stderr)
+            return 75
         print(args.root / "env.sh")
     return 0
 

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sglops.core import paths
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.yamlio import check_fields, load_yaml
 
-RULES_PATH = REPO_ROOT / "playbooks" / "diagnosis.yaml"
+RULES_PATH = paths.shipped("playbooks/diagnosis.yaml")
 FIELDS = {"id", "what", "metric", "op", "kernel", "graph_kernel", "min_share", "try"}
 GRAPH_REPLAY = "CUDA graph replay"  # what {op} says for kernels a graph replay launched (no aten op of their own)
 

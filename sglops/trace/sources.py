@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglops.core import paths
 from sglops.core.errors import ConfigError, SglopsError
-from sglops.core.paths import REPO_ROOT
 from sglops.trace.stacks import GRAPH_PREFIX, Frame, package_path, parse_frame
 
 
@@ -121,7 +121,7 @@ def load(spec: str | os.PathLike) -> ProbeIndex:
 
 def patches_root() -> Path:
     """Where the patches live: $SGLOPS_PATCHES, else the repo's patches/ (as `inv apply-patch` reads them)."""
-    return Path(os.environ.get("SGLOPS_PATCHES") or REPO_ROOT / "patches")
+    return paths.folders("patches", env="SGLOPS_PATCHES")[-1]
 
 
 def patch_targets(root: Path | None = None) -> list[tuple[str, str, str]]:

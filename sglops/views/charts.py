@@ -1,4 +1,4 @@
-"""PNG charts of recorded runs (matplotlib, Agg: no display needed on a laptop or in CI)."""
+"""PNG (and SVG) charts of recorded runs (matplotlib, Agg: no display needed on a laptop or in CI)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def save_figure(fig, path: Path, **savefig) -> Path:
-    """Write the PNG whole or not at all (a temp file renamed over it), then free the figure."""
+    """Write the PNG whole or not at all (a temp file renamed over it), and the same chart as SVG beside it
+    (`inv report --html` inlines it: sglops/views/html_report.py), then free the figure."""
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, **savefig)
+    svg = path.with_suffix(".svg")
+    tmp_svg = svg.with_name(svg.name + ".tmp")
+    fig.savefig(tmp_svg, format="svg", metadata={"Date": None},
+                **{k: v for k, v in savefig.items() if k != "dpi"})
     plt.close(fig)
     tmp.replace(path)
+    tmp_svg.replace(svg)
     return path
 
 
