@@ -3,6 +3,7 @@
 # so results are identical. Choice lists are read with `ast` (no import of sglang).
 import ast
 import bisect
+import collections
 import glob
 import json
 import os
@@ -39,33 +40,42 @@ def _rel(root, path):
 
 
 class _Files:
-    """Each file read at most once per scan (bytes split into lines)."""
+    """Each file read at most once per scan: its text decoded whole, split into lines only when asked."""
 
     def __init__(self):
         self.lines, self.errors = {}, {}
         self._text, self._starts, self._defs, self._trees, self._index = {}, {}, {}, {}, {}
 
-    def get(self, path):
-        if path in self.lines:
-            return self.lines[path]
+    def text(self, path):
+        """The file's text, lines joined by \\n without their \\r or the last line break ("" if unreadable)."""
+        if path in self._text:
+            return self._text[path]
         if path in self.errors:
-            return None
+            return ""
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
         except OSError as exc:
             self.errors[path] = exc.strerror or type(exc).__name__
-            return None
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        self.lines[path] = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
-        return self.lines[path]
+            return ""
+        text = data.decode("utf-8", "replace")  # a line break never falls inside a UTF-8 sequence
+        if text.endswith("\n"):
+            text = text[:-1]
+        if "\r" in text:
+            text = "\n".join(ln.rstrip("\r") for ln in text.split("\n"))
+        if not data:
+            self.lines[path] = []
+        self._text[path] = text
+        return text
 
-    def text(self, path):
-        if path not in self._text:
-            self._text[path] = "\n".join(self.get(path) or [])
-        return self._text[path]
+    def get(self, path):
+        """The file's lines, or None if it cannot be read."""
+        if path not in self.lines:
+            text = self.text(path)
+            if path in self.errors:
+                return None
+            self.lines.setdefault(path, text.split("\n"))
+        return self.lines[path]
 
     def starts(self, path):
         """Offset of each line's start in text(path)."""
@@ -93,11 +103,29 @@ class _Files:
             self._trees[path] = ast.parse(self.text(path), filename=path)
         return self._trees[path]
 
-    def index(self, path):
-        """Every option definition in a module, found in one walk: (flag-or-field, line, node, deprecated)."""
-        if path not in self._index:
-            self._index[path] = list(_all_definitions(self.tree(path)))
-        return self._index[path]
+    def index(self, path, lines):
+        """The option definitions in a module that span one of `lines` (the grep's hits there), found in one walk
+        that enters no statement away from them: (flag-or-field, line, node, deprecated)."""
+        key = (path, tuple(sorted(set(lines))))
+        if key not in self._index:
+            self._index[key] = list(_all_definitions(_walk_near(self.tree(path), key[1])))
+        return self._index[key]
+
+
+def _walk_near(tree, lines):
+    """ast.walk's nodes in ast.walk's order, less the subtrees whose lines hold none of `lines` (sorted)."""
+    todo = collections.deque([tree])
+    while todo:
+        node = todo.popleft()
+        for child in ast.iter_child_nodes(node):
+            lo = getattr(child, "lineno", None)
+            if lo is None:
+                todo.append(child)
+                continue
+            i = bisect.bisect_left(lines, lo)
+            if i < len(lines) and lines[i] <= (getattr(child, "end_lineno", None) or lo):
+                todo.append(child)
+        yield node
 
 
 def _compile(job):
@@ -198,33 +226,70 @@ def _enclosing(reader, path, lineno):
 
 
 # -- follow: the kernels a backend calls, as the modules it imports -----------------------------------
+# One left-to-right pass over the text: strings and comments are stepped over whole, so `import` is only seen
+# where the parser would see a statement (anywhere: lazy imports inside functions too). Linear in the file's size,
+# the same answer as walking the parsed module without building it. Every alternative starts with a literal
+# character, so the regex engine skips to the next quote, `#`, `f` or `i` at C speed.
+_WS = r"(?:[ \t]|\\\n)*"  # blanks, and a backslash's line break
+_IMPORT_SCAN = re.compile(
+    r"'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*'''"
+    r'|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*"""'
+    r"|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'"
+    r'|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'
+    r"|#[^\n]*"
+    r"|from\b(?P<dots>(?:[ \t.]|\\\n)*)(?P<from>[A-Za-z_][\w. \t]*?)?" + _WS + r"import\b"
+    r"|import\b"
+)
+_PAREN_BODY = re.compile(r"[ \t]*\(((?:#[^\n]*|[^)#])*)")
+_LINE_BODY = re.compile(r"(?:\\\n|[^\n;#])*")
+
+
+def _import_names(text, pos):
+    """The names an import statement lists from pos (after `import`): parenthesised (comments and line breaks
+    inside), or to the end of the logical line; `a.b as c` -> `a.b`."""
+    m = _PAREN_BODY.match(text, pos)
+    if m:
+        body = re.sub(r"#[^\n]*", "", m.group(1))
+    else:
+        body = _LINE_BODY.match(text, pos).group(0).replace("\\\n", " ")
+    return [n.split()[0] for n in body.split(",") if n.split()]
+
+
+def _import_statements(text):
+    """(module, names, level) of every import in the source: `import a.b` -> ("a.b", (), 0)."""
+    out = []
+    for m in _IMPORT_SCAN.finditer(text):
+        word, before = m.group(0), text[m.start() - 1] if m.start() else " "
+        if word[0] in "'\"#" or before.isalnum() or before in "_.":
+            continue
+        names = _import_names(text, m.end())
+        if word[0] == "f":
+            module = re.sub(r"[ \t]", "", m.group("from") or "") or None
+            out.append((module, tuple(names), m.group("dots").count(".")))
+        else:
+            out.extend((name, (), 0) for name in names)
+    return out
+
+
 def _imported_files(reader, pkg, path):
     """Files of the sglang package (folder pkg) that module `path` imports, anywhere in it (lazy imports too)."""
-    try:
-        tree = reader.tree(path)
-    except (SyntaxError, ValueError):
+    text = reader.text(path)
+    if path in reader.errors:
         return []
     here = os.path.relpath(os.path.dirname(path), pkg).replace(os.sep, "/").split("/")
     out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            mods = [(a.name, ()) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level:
-                base = [b for b in here[: len(here) - node.level + 1] if b and b != "."]
-                mod = ".".join(["sglang", *base, *([node.module] if node.module else [])])
-            mods = [(mod, tuple(a.name for a in node.names))]
-        else:
+    for module, names, level in _import_statements(text):
+        mod = module or ""
+        if level:
+            base = [b for b in here[: len(here) - level + 1] if b and b != "."]
+            mod = ".".join(["sglang", *base, *([module] if module else [])])
+        parts = mod.split(".")
+        if parts[0] != "sglang":
             continue
-        for mod, names in mods:
-            parts = mod.split(".")
-            if parts[0] != "sglang":
-                continue
-            base = os.path.join(pkg, *parts[1:])
-            for cand in [base + ".py", os.path.join(base, "__init__.py")] + [os.path.join(base, n + ".py") for n in names]:
-                if os.path.isfile(cand):
-                    out.append(os.path.normpath(cand))
+        base = os.path.join(pkg, *parts[1:])
+        for cand in [base + ".py", os.path.join(base, "__init__.py")] + [os.path.join(base, n + ".py") for n in names]:
+            if os.path.isfile(cand):
+                out.append(os.path.normpath(cand))
     return sorted(set(out))
 
 
@@ -283,9 +348,9 @@ def _const(node):
     return node.value if isinstance(node, ast.Constant) else None
 
 
-def _all_definitions(tree):
+def _all_definitions(nodes):
     """argparse add_argument calls ("--flag") and dataclass fields with choices= ("--field-name")."""
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
             action = _kw(node, "action")
             helptext = _const(_kw(node, "help"))
@@ -305,7 +370,7 @@ def _all_definitions(tree):
 
 
 def _choices(root, files, candidates, probe, reader, errors):
-    """Option definitions in the candidate files; NAME choices resolve through the probe's files."""
+    """Option definitions in the candidate files ({path: hit lines}); NAME choices resolve through the probe's files."""
 
     def parsed(path):
         try:
@@ -322,7 +387,7 @@ def _choices(root, files, candidates, probe, reader, errors):
                 return local[name]
             rx = re.compile(r"^" + re.escape(name) + r"\s*[:=]", re.M)
             for path in files:
-                if reader.get(path) is not None and rx.search(reader.text(path)):
+                if rx.search(reader.text(path)):
                     tree = parsed(path)
                     value = _module_names(tree).get(name) if tree else None
                     if value is not None:
@@ -337,7 +402,7 @@ def _choices(root, files, candidates, probe, reader, errors):
         if tree is None:
             continue
         lookup = lookup_in(_module_names(tree))
-        for flag, line, node, deprecated in reader.index(path):
+        for flag, line, node, deprecated in reader.index(path, candidates[path]):
             if flag not in wanted:
                 continue
             values = _literal_list(node, lookup) if node is not None else None
@@ -356,7 +421,7 @@ def _functions(root, paths, probe, reader, errors):
     rx = re.compile(probe["regex"]) if probe.get("regex") else None
     out = []
     for path in paths:
-        text = reader.text(path) if reader.get(path) is not None else ""
+        text = reader.text(path)
         if names is not None and not re.search(r"(?m)(?:def\s+(?:" + probe["names"] + r")\s*\(|^(?:"
                                                 + probe["names"] + r")\s*[:=])", text):
             continue
@@ -517,7 +582,10 @@ def main(args):
         hits = found[res["id"]]
         if probe.get("kind") == "choices":
             paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
-            res["definitions"] = _choices(root, paths, {h[0] for h in hits}, probe, reader, errors)
+            hit_lines = {}
+            for path, line, _ in hits:
+                hit_lines.setdefault(path, []).append(line)
+            res["definitions"] = _choices(root, paths, hit_lines, probe, reader, errors)
             continue
         window = probe.get("window")
         for path, line, text in sorted(hits):
