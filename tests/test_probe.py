@@ -272,3 +272,39 @@ def test_inv_probe_backends_bad_input_is_one_line(cli_env, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-x", "-q"]))
+
+
+# -- the host's tree cache -----------------------------------------------------------------------
+def test_tree_cache_answers_until_a_file_a_folder_or_the_ledger_changes(tmp_path, monkeypatch):
+    """The second probe of an unchanged tree comes from the host's cache (a marker planted in it shows); an edited
+    file, a new backend file and sglops' state folder (the patch ledger's) each make the host scan afresh."""
+    monkeypatch.setenv("PYTHONPATH", str(trees.flashinfer_site("0.7.2")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = trees.make_sglang_checkout("0.4.10", tmp_path / "sglang")
+    fresh = scan(_local(root), cache=False)
+    assert not (tmp_path / "cache").exists()
+    first = scan(_local(root))
+    [kept] = (tmp_path / "cache" / "sglops" / "probe-scan").glob("*.json")
+    assert _comparable(first) == _comparable(fresh)
+
+    def plant() -> None:
+        doc = json.loads(kept.read_text())
+        hit = next(h for r in doc["answer"]["results"] for h in r["hits"])
+        hit["text"] = "PLANTED-IN-CACHE"
+        kept.write_text(json.dumps(doc))
+
+    plant()
+    assert "PLANTED-IN-CACHE" in json.dumps(scan(_local(root)).to_json())
+    attention = root / "python/sglang/srt/layers/attention"
+    backend = attention / "triton_backend.py"
+    backend.write_text(backend.read_text() + "\n# edited\n")
+    edited = scan(_local(root))
+    assert "PLANTED-IN-CACHE" not in json.dumps(edited.to_json())
+    plant()
+    (attention / "zz_new_backend.py").write_text("class ZzNewBackend:\n    pass\n")
+    added = scan(_local(root))
+    assert "PLANTED-IN-CACHE" not in json.dumps(added.to_json())
+    assert "srt/layers/attention/zz_new_backend.py" in [b.file for b in added.backends]
+    plant()
+    (root / ".sglops").mkdir()
+    assert "PLANTED-IN-CACHE" not in json.dumps(scan(_local(root)).to_json())

@@ -9,9 +9,11 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 
-from ._common import UserError, find_sglang, flashinfer_info, sh
+from ._common import UserError, find_sglang, flashinfer_info, sglops_dir, sh
+from ._tree_cache import TreeCache, glob_folders
 
 _OS_ERROR = re.compile(r"\s*\(os error \d+\)$")
 _QUOTED = re.compile(r"[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']")
@@ -521,24 +523,30 @@ def _model_config(path):
         return {"path": cfg, "error": getattr(exc, "strerror", None) or str(exc)}
 
 
-def main(args):
-    start = time.monotonic()
-    sglang = find_sglang(args.get("sglang_root"))
-    fi = flashinfer_info()
-    roots = {"sglang": sglang["package_dir"], "flashinfer": fi.get("location") if fi else None}
-    want = args.get("engine") or "auto"
+def _engine(want):
+    """(rg path or None, the engine's label)."""
     rg = shutil.which("rg")
     if want == "rg" and not rg:
         raise UserError("--engine rg: ripgrep (rg) is not on this host's PATH")
-    engine = "rg" if (rg and want in ("auto", "rg")) else "python"
-    engine_label = "python"
-    if engine == "rg":
-        rc, out, _ = sh([rg, "--version"])
-        engine_label = "rg " + (out.split()[1] if rc == 0 and out.split()[1:] else "?")
-    reader, fallbacks, errors = _Files(), [], []
-    backend_files = _glob_files(roots["sglang"], [args["backends"]["files"]])
-    follows = {}
-    jobs, results = [], []
+    if not (rg and want in ("auto", "rg")):
+        return None, "python"
+    rc, out, _ = sh([rg, "--version"])
+    return rg, "rg " + (out.split()[1] if rc == 0 and out.split()[1:] else "?")
+
+
+def _probe_globs(args, roots):
+    """{root folder: [patterns]}: every glob the scan will take (so their answers can be watched)."""
+    out = {roots["sglang"]: [args["backends"]["files"]]}
+    for probe in args["probes"]:
+        root = roots.get(probe.get("root") or "sglang")
+        if root:
+            out.setdefault(root, []).extend(list(probe.get("files") or []) + list(probe.get("follow") or []))
+    return out
+
+
+def _plan(args, roots, backend_files, reader, errors):
+    """Each probe's result (functions and fields filled in here) and the grep jobs the others need."""
+    follows, jobs, results = {}, [], []
     for probe in args["probes"]:
         root_name = probe.get("root") or "sglang"
         root = roots.get(root_name)
@@ -555,31 +563,42 @@ def main(args):
             paths = sorted(set(paths) | {m for ms in follows[key].values() for m in ms})
             res["follows"] = {_rel(root, b): [_rel(root, m) for m in ms] for b, ms in follows[key].items() if ms}
         res["files"] = len(paths)
-        if probe.get("kind") == "functions":
+        kind = probe.get("kind")
+        if kind == "functions":
             res["functions"] = _functions(root, paths, probe, reader, errors)
-            continue
-        if probe.get("kind") == "fields":
+        elif kind == "fields":
             res["fields"] = _fields(root, paths, reader, errors)
-            continue
-        if probe.get("kind") == "choices":
+        elif kind == "choices":
             regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
                              for o in probe["options"])
             jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": regex})
         else:
             jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": probe["regex"],
                          "ignore_case": probe.get("ignore_case")})
-    if engine == "rg":
-        found = _grep_rg(rg, jobs, reader, fallbacks)
-    else:
-        found = {j["id"]: _grep_python(j, reader) for j in jobs}
+    return jobs, results
+
+
+def _grep_hit(probe, root, path, line, text, reader):
+    """One grep hit as the laptop reads it: where, the line, the def it sits in, names near it (window)."""
+    hit = {"file": _rel(root, path), "line": line, "text": text.strip()[:300], "func": _enclosing(reader, path, line)}
+    window = probe.get("window")
+    if window is not None:
+        near = (reader.get(path) or [])[max(0, line - 1 - window):line]
+        if probe.get("context"):
+            ctx = re.compile(probe["context"])
+            near = [ln for ln in near if ctx.search(ln)]
+        hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
+        hit["raises"] = _raises_after(reader.get(path), line)
+    return hit
+
+
+def _fill(args, roots, backend_files, results, found, reader, errors):
+    """The grep probes' results from their hits (choices: the definitions the hits point at)."""
     by_id = {p["id"]: p for p in args["probes"]}
     for res in results:
-        if res.get("missing_root"):
+        if res.get("missing_root") or res["id"] not in found:
             continue
-        probe, root = by_id[res["id"]], roots[res["root"]]
-        if res["id"] not in found:
-            continue
-        hits = found[res["id"]]
+        probe, root, hits = by_id[res["id"]], roots[res["root"]], found[res["id"]]
         if probe.get("kind") == "choices":
             paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
             hit_lines = {}
@@ -587,18 +606,58 @@ def main(args):
                 hit_lines.setdefault(path, []).append(line)
             res["definitions"] = _choices(root, paths, hit_lines, probe, reader, errors)
             continue
-        window = probe.get("window")
-        for path, line, text in sorted(hits):
-            hit = {"file": _rel(root, path), "line": line, "text": text.strip()[:300],
-                   "func": _enclosing(reader, path, line)}
-            if window is not None:
-                near = (reader.get(path) or [])[max(0, line - 1 - window):line]
-                if probe.get("context"):
-                    ctx = re.compile(probe["context"])
-                    near = [ln for ln in near if ctx.search(ln)]
-                hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
-                hit["raises"] = _raises_after(reader.get(path), line)
-            res["hits"].append(hit)
+        res["hits"] = [_grep_hit(probe, root, path, line, text, reader) for path, line, text in sorted(hits)]
+
+
+def _unreadable(reader, roots):
+    out = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
+    for u in out:
+        for name, root in roots.items():
+            if root and os.path.abspath(u["file"]).startswith(os.path.abspath(root) + os.sep):
+                u["file"] = _rel(root, u["file"])
+                u["root"] = name
+    return out
+
+
+def _scan(args, roots, rg):
+    """Everything the probes find in the trees' files (what the cache keeps)."""
+    reader, fallbacks, errors = _Files(), [], []
+    backend_files = _glob_files(roots["sglang"], [args["backends"]["files"]])
+    jobs, results = _plan(args, roots, backend_files, reader, errors)
+    found = _grep_rg(rg, jobs, reader, fallbacks) if rg else {j["id"]: _grep_python(j, reader) for j in jobs}
+    _fill(args, roots, backend_files, results, found, reader, errors)
+    return {"fallbacks": sorted(set(fallbacks)), "backend_files": [_rel(roots["sglang"], f) for f in backend_files],
+            "results": results, "unreadable": _unreadable(reader, roots) + errors}
+
+
+def _cache(args, roots, sglang, engine_label):
+    """The tree cache for this scan: named by the probes, the roots, the engine, this script and the Python that
+    parses; watching every globbed file and folder and sglops' state folder (the patch ledger) of the tree."""
+    loader = globals().get("__loader__")
+    source = loader.get_source(__name__) if loader is not None and hasattr(loader, "get_source") else None
+    key = {"probes": args["probes"], "backends": args["backends"], "roots": roots, "engine": engine_label,
+           "script": source, "python": sys.version}
+    cache = TreeCache(key, enabled=bool(source) and args.get("cache", True))
+    paths = {sglops_dir(sglang["root"], create=False)}
+    for root, patterns in _probe_globs(args, roots).items():
+        paths.update(glob_folders(root, patterns))
+        for pat in patterns:
+            paths.update(_glob_files(root, [pat]))
+    return cache, paths
+
+
+def main(args):
+    start = time.monotonic()
+    sglang = find_sglang(args.get("sglang_root"))
+    fi = flashinfer_info()
+    roots = {"sglang": sglang["package_dir"], "flashinfer": fi.get("location") if fi else None}
+    rg, engine_label = _engine(args.get("engine") or "auto")
+    cache, watched = _cache(args, roots, sglang, engine_label)
+    found = cache.load()
+    if found is None:
+        watch = cache.snapshot(watched)
+        found = _scan(args, roots, rg)
+        cache.save(found, watch)
     extra = {}
     if args.get("model_path"):
         extra["model"] = _model_config(args["model_path"])
@@ -607,20 +666,5 @@ def main(args):
 
         rows, why = gpus()
         extra["gpus"] = {"gpus": rows, "error": why}
-    unreadable = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
-    for u in unreadable:
-        for name, root in roots.items():
-            if root and os.path.abspath(u["file"]).startswith(os.path.abspath(root) + os.sep):
-                u["file"] = _rel(root, u["file"])
-                u["root"] = name
-    return {
-        "sglang": sglang,
-        "flashinfer": fi,
-        "engine": engine_label,
-        "fallbacks": sorted(set(fallbacks)),
-        "backend_files": [_rel(roots["sglang"], f) for f in backend_files],
-        "results": results,
-        "unreadable": unreadable + errors,
-        "seconds": round(time.monotonic() - start, 4),
-        **extra,
-    }
+    return {"sglang": sglang, "flashinfer": fi, "engine": engine_label, **found,
+            "seconds": round(time.monotonic() - start, 4), **extra}
