@@ -151,12 +151,16 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 def _show(op: Op, opts: dict) -> Any:
     """How the task prints a result: the operation's own view, or sglops.views.show, with its view options."""
     options = {k: opts[k] for k in op.view_options}
-    if op.view:
-        module, _, name = op.view.partition(":")
-        fn = getattr(importlib.import_module(module), name)
-    else:
-        from sglops.views.show import show as fn
-    return lambda result: fn(result, **options)
+
+    def shown(result: Any) -> Any:  # the views (rich, every result class) load when there is a result to print
+        if op.view:
+            module, _, name = op.view.partition(":")
+            fn = getattr(importlib.import_module(module), name)
+        else:
+            from sglops.views.show import show as fn
+        return fn(result, **options)
+
+    return shown
 
 
 def _takes_any(params: Any) -> bool:
