@@ -7,60 +7,74 @@ operation's result has a view here (tests/test_result_contract.py walks the pack
 
 from __future__ import annotations
 
-from functools import singledispatch
-from typing import Any
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from rich.console import RenderableType
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
-from sglops.bench.compare import Comparison, RunList
-from sglops.bench.run import BenchResult
-from sglops.core.console import console
-from sglops.experiment.ab_result import AbResult
-from sglops.experiment.sweep_result import SweepResult
-from sglops.kernel.build import KernelAction, KernelBuild
-from sglops.launch.render import Rendered
-from sglops.launch.results import LogLines, RestartResult, ServerStatus, StopResult
-from sglops.patch.apply import PatchList, PatchResult
-from sglops.patch.capture import Capture
-from sglops.play.result import Planned, PlayResult
-from sglops.probe.facts import Facts
-from sglops.probe.report import ProbeReport
-from sglops.trace.analysis import TraceAnalysis
-from sglops.trace.diff import TraceDiff
-from sglops.trace.profile import ProfileResult
-from sglops.views import ab, bench, kernel, launch, patch, play, probe, sweep, trace, trace_diff
+# Result class (its module.qualname) -> (view module under sglops.views, the view taking (result, **options)).
+# By name, so printing a result imports its own view module and nothing else (importing every result class and
+# view cost a task ~130 ms); `render.registry` imports them all for the contract tests.
+_VIEWS: dict[str, tuple[str, Callable[[Any], Callable[..., RenderableType]]]] = {
+    "sglops.trace.analysis.TraceAnalysis": ("trace", lambda v: lambda a, top=12: v.table(a, top)),
+    "sglops.trace.diff.TraceDiff": ("trace_diff", lambda v: lambda d, top=12: v.tables(d, top)),
+    "sglops.trace.profile.ProfileResult": ("trace", lambda v: v.profile_table),
+    "sglops.launch.results.RestartResult": ("launch", lambda v: v.restart_table),
+    "sglops.launch.results.StopResult": ("launch", lambda v: v.stop_view),
+    "sglops.launch.results.ServerStatus": ("launch", lambda v: v.status_table),
+    "sglops.launch.results.LogLines": ("launch", lambda v: v.logs_view),
+    "sglops.launch.render.Rendered": ("launch", lambda v: v.rendered_view),
+    "sglops.bench.run.BenchResult": ("bench", lambda v: v.bench_table),
+    "sglops.bench.compare.Comparison": ("bench", lambda v: v.compare_table),
+    "sglops.bench.compare.RunList": ("bench", lambda v: v.runs_table),
+    "sglops.experiment.ab_result.AbResult": ("ab", lambda v: v.ab_table),
+    "sglops.experiment.sweep_result.SweepResult": ("sweep", lambda v: v.sweep_view),
+    "sglops.patch.apply.PatchResult": ("patch", lambda v: v.patch_table),
+    "sglops.patch.apply.PatchList": ("patch", lambda v: v.patch_list_table),
+    "sglops.kernel.build.KernelBuild": ("kernel", lambda v: v.build_table),
+    "sglops.kernel.build.KernelAction": ("kernel", lambda v: v.action_table),
+    "sglops.patch.capture.Capture": ("patch", lambda v: v.capture_view),
+    "sglops.probe.facts.Facts": ("probe", lambda v: v.facts_table),
+    "sglops.play.result.PlayResult": ("play", lambda v: v.play_table),
+    "sglops.play.result.Planned": ("play", lambda v: v.planned_view),
+    "sglops.probe.report.ProbeReport": ("probe", lambda v: lambda r, show_hits=False, wide=False:
+                                        v.probe_view(r, show_hits, wide)),
+}
 
 
-@singledispatch
-def render(result: Any) -> RenderableType:
-    """The rich renderable for result: the view registered for its class."""
-    raise TypeError(f"no view for {type(result).__name__} (register one in sglops.views.show)")
+def _view(entry: tuple[str, Callable[[Any], Callable[..., RenderableType]]]) -> Callable[..., RenderableType]:
+    module, pick = entry
+    return pick(importlib.import_module(f"sglops.views.{module}"))
 
 
-render.register(TraceAnalysis, lambda a, top=12: trace.table(a, top))
-render.register(TraceDiff, lambda d, top=12: trace_diff.tables(d, top))
-render.register(ProfileResult, trace.profile_table)
-render.register(RestartResult, launch.restart_table)
-render.register(StopResult, launch.stop_view)
-render.register(ServerStatus, launch.status_table)
-render.register(LogLines, launch.logs_view)
-render.register(Rendered, launch.rendered_view)
-render.register(BenchResult, bench.bench_table)
-render.register(Comparison, bench.compare_table)
-render.register(RunList, bench.runs_table)
-render.register(AbResult, ab.ab_table)
-render.register(SweepResult, sweep.sweep_view)
-render.register(PatchResult, patch.patch_table)
-render.register(PatchList, patch.patch_list_table)
-render.register(KernelBuild, kernel.build_table)
-render.register(KernelAction, kernel.action_table)
-render.register(Capture, patch.capture_view)
-render.register(Facts, probe.facts_table)
-render.register(PlayResult, play.play_table)
-render.register(Planned, play.planned_view)
-render.register(ProbeReport, lambda r, show_hits=False, wide=False: probe.probe_view(r, show_hits, wide))
+class _Render:
+    """render(result, **options): the rich renderable for result, from the view registered for its class (or the
+    nearest base class that has one)."""
+
+    def __call__(self, result: Any, **options: Any) -> RenderableType:
+        for cls in type(result).__mro__:
+            entry = _VIEWS.get(f"{cls.__module__}.{cls.__qualname__}")
+            if entry is not None:
+                return _view(entry)(result, **options)
+        raise TypeError(f"no view for {type(result).__name__} (register one in sglops.views.show)")
+
+    @property
+    def registry(self) -> dict[type, Callable[..., RenderableType]]:
+        """{result class: its view}, every one imported."""
+        out = {}
+        for name, entry in _VIEWS.items():
+            module, _, cls = name.rpartition(".")
+            out[getattr(importlib.import_module(module), cls)] = _view(entry)
+        return out
+
+
+render = _Render()
 
 
 def show(result: Any, **options: Any) -> None:
     """Print result's view on the console (options such as top= go to the view)."""
+    from sglops.core.console import console
+
     console.print(render(result, **options))
