@@ -89,6 +89,7 @@ def main() -> None:
             h = sb.host("h0")
             env = {**os.environ, "SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(base / "art"),
                    "PYTHONPATH": str(REPO)}
+            env.pop("PYTHONDONTWRITEBYTECODE", None)  # an operator's install has its .pyc files: compile once, not per run
             ssh = ["ssh", "-F", "/dev/null", "-p", str(h.port), "-i", str(sb.client_key), "-o", "BatchMode=yes",
                    "-o", f"UserKnownHostsFile={sb.known_hosts}", "-o", "StrictHostKeyChecking=yes", "root@127.0.0.1",
                    shell_command([HOST_PYTHON, "-c", BOOTSTRAP], timeout=300)]
