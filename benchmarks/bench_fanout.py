@@ -94,7 +94,9 @@ def pool_sizes(sb: Sandbox, sizes: list[int], repeats: int) -> list[dict]:
     for _ in range(repeats):
         for k in sizes:
             start, cpu = time.perf_counter(), time.process_time()
-            assert all(o.ok for o in on_hosts(hosts, gather, inventory=inv, max_workers=k))
+            failed = [f"{o.host.name}: {o.error}" for o in on_hosts(hosts, gather, inventory=inv, max_workers=k) if not o.ok]
+            if failed:
+                raise SystemExit(f"{len(failed)} hosts failed with {k} workers: {failed[:3]}")
             runs[k].append((time.perf_counter() - start, time.process_time() - cpu))
     rows = [{"workers": k, "hosts": len(hosts), "wall_s": statistics.median(w for w, _ in v),
              "client_cpu_s": statistics.median(c for _, c in v)} for k, v in runs.items()]
