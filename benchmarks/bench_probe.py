@@ -5,6 +5,9 @@ per file), sampled and extrapolated.
 Real sshd sandbox host on loopback. Cold = a fresh SSH connection per measurement, as a task and as
 `ssh host true` do; warm = one open connection (one extra exec). Interleaved, medians.
 Run: python3 benchmarks/bench_probe.py [--repeats 7] [--sample 40] [--out results.json]
+     python3 benchmarks/bench_probe.py --host-cpu [--repeats 5]: the host's CPU for one probe (the script and the
+     rg and git it starts) before the linear import scan and the tree cache, now (a miss, a hit), and the same
+     greps run alone.
 """
 
 from __future__ import annotations
@@ -54,12 +57,85 @@ def by_hand_pairs(probe_set, pkg: Path, fi_pkg: Path) -> list[tuple[str, str]]:
     return pairs
 
 
+# -- the host's CPU for one probe: the script before this change, now (a miss, a hit) and the greps alone ------------
+BEFORE = "8eb4a61"  # the commit before probe_scan's linear import scan and tree cache
+RUN_MAIN = ("import sys, json\nsys.path.insert(0, sys.argv[1])\nfrom sglops_host import probe_scan\n"
+            "probe_scan.main(json.load(sys.stdin))\n")
+RUN_JOBS = ("import sys, json\nsys.path.insert(0, sys.argv[1])\nfrom sglops_host import probe_scan as p\n"
+            "from sglops_host._common import find_sglang, flashinfer_info\n"
+            "a = json.load(sys.stdin); fi = flashinfer_info()\n"
+            "roots = {'sglang': find_sglang(a['sglang_root'])['package_dir'], 'flashinfer': fi and fi['location']}\n"
+            "jobs, _ = p._plan(a, roots, p._glob_files(roots['sglang'], [a['backends']['files']]), p._Files(), [])\n"
+            "print(json.dumps(jobs))\n")
+
+
+def _host_package(dest: Path, commit: str | None) -> Path:
+    """sglops/host as a package named sglops_host (as on a host), from the work tree or from a commit."""
+    pkg = dest / "sglops_host"
+    pkg.mkdir(parents=True)
+    for src in sorted((REPO / "sglops" / "host").glob("*.py")):
+        text = src.read_text() if commit is None else subprocess.run(
+            ["git", "show", f"{commit}:sglops/host/{src.name}"], cwd=REPO, capture_output=True, text=True).stdout
+        (pkg / src.name).write_text(text)
+    return dest
+
+
+def _child_cpu(argv: list[str], stdin: bytes, env: dict) -> float:
+    before = os.times()
+    subprocess.run(argv, input=stdin, env=env, capture_output=True, check=True)
+    after = os.times()
+    return (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
+def host_cpu(repeats: int) -> dict:
+    """CPU (the script and everything it starts: rg, git) of one probe with the default set on the 0.5.23 tree."""
+    ps = load_probe_set(SETS["default"])
+    root = trees.sglang_template("0.5.23") / "python"
+    args = {"sglang_root": str(root), "engine": "rg", "backends": {"files": ps.backend_files},
+            "probes": [p.to_wire() for p in ps.probes], "model_path": None, "gpus": False}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(trees.flashinfer_site("0.7.2")), "XDG_CACHE_HOME": f"{tmp}/cache"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        old, new = _host_package(Path(tmp, "old"), BEFORE), _host_package(Path(tmp, "new"), None)
+        jobs = json.loads(subprocess.run([sys.executable, "-c", RUN_JOBS, str(new)], input=json.dumps(args).encode(),
+                                         env=env, capture_output=True, check=True).stdout)
+        greps = [["rg", "--json", "--no-config", "-a", "-e", j["regex"], "--", *j["paths"]] for j in jobs if j["paths"]]
+        cases = {
+            "before": ([sys.executable, "-c", RUN_MAIN, str(old)], {**args, "cache": False}),
+            "now, cache miss": ([sys.executable, "-c", RUN_MAIN, str(new)], {**args, "cache": False}),
+            "now, cache hit": ([sys.executable, "-c", RUN_MAIN, str(new)], {**args, "cache": True}),
+        }
+        _child_cpu(cases["now, cache hit"][0], json.dumps(cases["now, cache hit"][1]).encode(), env)  # fill the cache
+        rows: dict = {k: [] for k in [*cases, "the greps alone", "python3 -c pass"]}
+        for _ in range(repeats):
+            for name, (argv, a) in cases.items():
+                rows[name].append(_child_cpu(argv, json.dumps(a).encode(), env))
+            before = os.times()
+            for g in greps:
+                subprocess.run(g, env=env, capture_output=True)
+            after = os.times()
+            rows["the greps alone"].append((after.children_user - before.children_user)
+                                           + (after.children_system - before.children_system))
+            rows["python3 -c pass"].append(_child_cpu([sys.executable, "-c", "pass"], b"", env))
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    for k, v in med.items():
+        print(f"host CPU, {k:18}: {v * 1000:5.0f} ms  ({v / med['the greps alone']:.2f}x the greps)")
+    return {"repeats": repeats, "greps": len(greps), "cpu_s": med, "runs": rows,
+            "load": open("/proc/loadavg").read().split()[:3]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--sample", type=int, default=40, help="by-hand calls actually made (then extrapolated)")
     ap.add_argument("--out", help="write the figures as JSON here")
+    ap.add_argument("--host-cpu", action="store_true", help="only: the host's CPU for one probe, before and now")
     args = ap.parse_args()
+    if args.host_cpu:
+        figures = host_cpu(args.repeats)
+        if args.out:
+            Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+        return
     figures: dict = {"repeats": args.repeats, "sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         sb = Sandbox(Path(tmp), [{"name": "b523", "sglang": "0.5.23", "flashinfer": "0.7.2"}]).start()

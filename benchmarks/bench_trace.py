@@ -61,19 +61,34 @@ def _timed(argv: list[str], env: dict) -> tuple[float, float, int]:
     return wall, usage.ru_utime + usage.ru_stime, proc.returncode
 
 
+def kernel_shares_gap(ours: dict, hta: dict) -> float | None:
+    """The largest difference, in percentage points of GPU time, between the kernel shares of `inv analyze-trace
+    --json` and of hta_breakdown.py --json (the kernels HTA names; its rows sum to its GPU time). None: no kernels."""
+    rows = hta.get("kernels") or []
+    total = sum(r["us"] for r in rows)
+    if not total or not ours.get("by_kernel"):
+        return None
+    mine = {r["name"]: r["us"] / (ours.get("gpu_us") or 1.0) for r in ours["by_kernel"]}
+    named = [r for r in rows if r["name"] in mine]
+    return max(abs(100 * r["us"] / total - 100 * mine[r["name"]]) for r in named) if named else None
+
+
 def command(hta_python: str, traces: list[str], repeats: int) -> dict:
-    """inv analyze-trace vs a plain HTA script, as whole processes, interleaved."""
+    """inv analyze-trace vs a plain HTA script, as whole processes, interleaved; and their kernel shares' agreement."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both as installed: with their .pyc files (HTA's venv has its own)
     out_dir = tempfile.mkdtemp(prefix="sglops-bench-cmd-")
     results = []
     try:
         for trace in traces:
             ours = [sys.executable, "-m", "invoke", "analyze-trace", str(trace), "--json", "--out", out_dir]
             hta = [hta_python, str(REPO / "benchmarks" / "hta_breakdown.py"), str(trace), "--json"]
-            for argv in (ours, hta):  # warm-up: page cache, .pyc files
-                _, _, code = _timed(argv, env)
-                if code:
-                    raise SystemExit(f"exit {code}: {' '.join(argv)}")
+            answers = []
+            for argv in (ours, hta):  # warm-up: page cache, .pyc files; the answers compared
+                proc = subprocess.run(argv, cwd=REPO, env={**env, "HTA_DISABLE_NS_ROUNDING": "1"}, capture_output=True)
+                if proc.returncode:
+                    raise SystemExit(f"exit {proc.returncode}: {' '.join(argv)}: {proc.stderr.decode()[-300:]}")
+                answers.append(json.loads(proc.stdout.decode().strip().splitlines()[-1] if argv is hta else proc.stdout))
             a, b = [], []
             for _ in range(repeats):
                 a.append(_timed(ours, env))
@@ -85,8 +100,15 @@ def command(hta_python: str, traces: list[str], repeats: int) -> dict:
                 "sglops_cpu_s": med(x[1] for x in a), "hta_cpu_s": med(x[1] for x in b),
                 "speedup_wall": med(y[0] / x[0] for x, y in zip(a, b, strict=True)),
                 "speedup_cpu": med(y[1] / x[1] for x, y in zip(a, b, strict=True)),
+                "kernel_share_gap_points": kernel_shares_gap(*answers),
                 "exit_codes": sorted({x[2] for x in a} | {y[2] for y in b}),
+                "load": open("/proc/loadavg").read().split()[0],
             })
+            r = results[-1]
+            gap = r["kernel_share_gap_points"]
+            print(f"{Path(trace).name:45} sglops {r['sglops_wall_s']:.2f} s  HTA {r['hta_wall_s']:.2f} s  "
+                  f"-> {r['speedup_wall']:.1f}x wall, {r['speedup_cpu']:.1f}x CPU; kernel shares within "
+                  f"{'-' if gap is None else f'{gap:.3f}'} points (load {r['load']})", flush=True)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     return {"python": sys.executable, "hta_python": hta_python, "results": results}
@@ -364,9 +386,12 @@ def main() -> None:
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
     ap.add_argument("--hta-python", default=sys.executable, help="command: a python with holistictraceanalysis")
     ap.add_argument("--trace", action="append", help="command: a trace to time (repeatable)")
+    ap.add_argument("--all-traces", action="store_true", help="command: every real trace in tests/data/traces")
     args = ap.parse_args()
     if args.part == "command":
-        res = command(args.hta_python, args.trace or [str(CPU_TRACE), str(_largest_gpu_trace())], args.repeats or 7)
+        every = sorted(str(p) for p in TRACES.glob("*.trace.json.gz")) if args.all_traces else None
+        res = command(args.hta_python, every or args.trace or [str(CPU_TRACE), str(_largest_gpu_trace())],
+                      args.repeats or 7)
     elif args.part == "cpu":
         res = cpu_analysis(args.repeats or 9)
     elif args.part == "speed":

@@ -272,3 +272,85 @@ def test_inv_probe_backends_bad_input_is_one_line(cli_env, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-x", "-q"]))
+
+
+# -- the host's tree cache -----------------------------------------------------------------------
+def test_tree_cache_answers_until_a_file_a_folder_or_the_ledger_changes(tmp_path, monkeypatch):
+    """The second probe of an unchanged tree comes from the host's cache (a marker planted in it shows); an edited
+    file, a new backend file and sglops' state folder (the patch ledger's) each make the host scan afresh."""
+    monkeypatch.setenv("PYTHONPATH", str(trees.flashinfer_site("0.7.2")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = trees.make_sglang_checkout("0.4.10", tmp_path / "sglang")
+    fresh = scan(_local(root), cache=False)
+    assert not (tmp_path / "cache").exists()
+    first = scan(_local(root))
+    [kept] = (tmp_path / "cache" / "sglops" / "probe-scan").glob("*.json")
+    assert _comparable(first) == _comparable(fresh)
+
+    def plant() -> None:
+        doc = json.loads(kept.read_text())
+        hit = next(h for r in doc["answer"]["results"] for h in r["hits"])
+        hit["text"] = "PLANTED-IN-CACHE"
+        kept.write_text(json.dumps(doc))
+
+    plant()
+    assert "PLANTED-IN-CACHE" in json.dumps(scan(_local(root)).to_json())
+    attention = root / "python/sglang/srt/layers/attention"
+    backend = attention / "triton_backend.py"
+    backend.write_text(backend.read_text() + "\n# edited\n")
+    edited = scan(_local(root))
+    assert "PLANTED-IN-CACHE" not in json.dumps(edited.to_json())
+    plant()
+    (attention / "zz_new_backend.py").write_text("class ZzNewBackend:\n    pass\n")
+    added = scan(_local(root))
+    assert "PLANTED-IN-CACHE" not in json.dumps(added.to_json())
+    assert "srt/layers/attention/zz_new_backend.py" in [b.file for b in added.backends]
+    plant()
+    (root / ".sglops").mkdir()
+    assert "PLANTED-IN-CACHE" not in json.dumps(scan(_local(root)).to_json())
+
+
+# -- the host's import scan (follow) -------------------------------------------------------------
+TRICKY = '''"""A docstring that shows code: import fake_in_docstring
+from fake.module import nothing
+"""
+import os, sglang.srt.a as a  # import fake_in_comment
+from . import (b,  # a comment with ) in it
+    c as cc)
+from ..d import e; import f
+x = "import fake_in_string"; y = 'from g import h'
+def lazy():
+    from sglang.srt.layers import (attention,
+                                   quantization)  # lazy and parenthesised
+    import \\
+        continued
+raise ValueError("x") from None
+s = rb"""import fake_in_bytes"""
+'''
+
+
+def test_import_scan_matches_the_parsed_module_on_every_file_of_a_release():
+    """The host finds a backend's imports with one regex pass (probe_scan._import_statements); the parsed module
+    (`ast`) is the reference, on tricky source and on every file of the 0.4.10 release's srt/layers (the backends and
+    the kernels they import)."""
+    import ast
+    from collections import Counter
+
+    from sglops.host.probe_scan import _import_statements
+
+    def parsed(text: str) -> Counter:
+        out: Counter = Counter()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                out.update((a.name, (), 0) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                out[(node.module, tuple(a.name for a in node.names), node.level)] += 1
+        return out
+
+    assert Counter(_import_statements(TRICKY)) == parsed(TRICKY)
+    assert ("sglang.srt.layers", ("attention", "quantization"), 0) in _import_statements(TRICKY)
+    files = sorted((trees.sglang_template("0.4.10") / "python" / "sglang" / "srt" / "layers").rglob("*.py"))
+    assert len(files) > 80
+    texts = {f: f.read_text(errors="replace") for f in files}  # a file may open with a BOM: Python skips it
+    differ = [f for f, t in texts.items() if Counter(_import_statements(t)) != parsed(t.removeprefix("\ufeff"))]
+    assert differ == []

@@ -3,14 +3,17 @@
 # so results are identical. Choice lists are read with `ast` (no import of sglang).
 import ast
 import bisect
+import collections
 import glob
 import json
 import os
 import re
 import shutil
+import sys
 import time
 
-from ._common import UserError, find_sglang, flashinfer_info, sh
+from ._common import UserError, find_sglang, flashinfer_info, sglops_dir, sh
+from ._tree_cache import TreeCache, glob_folders
 
 _OS_ERROR = re.compile(r"\s*\(os error \d+\)$")
 _QUOTED = re.compile(r"[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']")
@@ -39,33 +42,42 @@ def _rel(root, path):
 
 
 class _Files:
-    """Each file read at most once per scan (bytes split into lines)."""
+    """Each file read at most once per scan: its text decoded whole, split into lines only when asked."""
 
     def __init__(self):
         self.lines, self.errors = {}, {}
         self._text, self._starts, self._defs, self._trees, self._index = {}, {}, {}, {}, {}
 
-    def get(self, path):
-        if path in self.lines:
-            return self.lines[path]
+    def text(self, path):
+        """The file's text, lines joined by \\n without their \\r or the last line break ("" if unreadable)."""
+        if path in self._text:
+            return self._text[path]
         if path in self.errors:
-            return None
+            return ""
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
         except OSError as exc:
             self.errors[path] = exc.strerror or type(exc).__name__
-            return None
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        self.lines[path] = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
-        return self.lines[path]
+            return ""
+        text = data.decode("utf-8", "replace")  # a line break never falls inside a UTF-8 sequence
+        if text.endswith("\n"):
+            text = text[:-1]
+        if "\r" in text:
+            text = "\n".join(ln.rstrip("\r") for ln in text.split("\n"))
+        if not data:
+            self.lines[path] = []
+        self._text[path] = text
+        return text
 
-    def text(self, path):
-        if path not in self._text:
-            self._text[path] = "\n".join(self.get(path) or [])
-        return self._text[path]
+    def get(self, path):
+        """The file's lines, or None if it cannot be read."""
+        if path not in self.lines:
+            text = self.text(path)
+            if path in self.errors:
+                return None
+            self.lines.setdefault(path, text.split("\n"))
+        return self.lines[path]
 
     def starts(self, path):
         """Offset of each line's start in text(path)."""
@@ -93,11 +105,29 @@ class _Files:
             self._trees[path] = ast.parse(self.text(path), filename=path)
         return self._trees[path]
 
-    def index(self, path):
-        """Every option definition in a module, found in one walk: (flag-or-field, line, node, deprecated)."""
-        if path not in self._index:
-            self._index[path] = list(_all_definitions(self.tree(path)))
-        return self._index[path]
+    def index(self, path, lines):
+        """The option definitions in a module that span one of `lines` (the grep's hits there), found in one walk
+        that enters no statement away from them: (flag-or-field, line, node, deprecated)."""
+        key = (path, tuple(sorted(set(lines))))
+        if key not in self._index:
+            self._index[key] = list(_all_definitions(_walk_near(self.tree(path), key[1])))
+        return self._index[key]
+
+
+def _walk_near(tree, lines):
+    """ast.walk's nodes in ast.walk's order, less the subtrees whose lines hold none of `lines` (sorted)."""
+    todo = collections.deque([tree])
+    while todo:
+        node = todo.popleft()
+        for child in ast.iter_child_nodes(node):
+            lo = getattr(child, "lineno", None)
+            if lo is None:
+                todo.append(child)
+                continue
+            i = bisect.bisect_left(lines, lo)
+            if i < len(lines) and lines[i] <= (getattr(child, "end_lineno", None) or lo):
+                todo.append(child)
+        yield node
 
 
 def _compile(job):
@@ -198,33 +228,70 @@ def _enclosing(reader, path, lineno):
 
 
 # -- follow: the kernels a backend calls, as the modules it imports -----------------------------------
+# One left-to-right pass over the text: strings and comments are stepped over whole, so `import` is only seen
+# where the parser would see a statement (anywhere: lazy imports inside functions too). Linear in the file's size,
+# the same answer as walking the parsed module without building it. Every alternative starts with a literal
+# character, so the regex engine skips to the next quote, `#`, `f` or `i` at C speed.
+_WS = r"(?:[ \t]|\\\n)*"  # blanks, and a backslash's line break
+_IMPORT_SCAN = re.compile(
+    r"'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*'''"
+    r'|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*"""'
+    r"|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'"
+    r'|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'
+    r"|#[^\n]*"
+    r"|from\b(?P<dots>(?:[ \t.]|\\\n)*)(?P<from>[A-Za-z_][\w. \t]*?)?" + _WS + r"import\b"
+    r"|import\b"
+)
+_PAREN_BODY = re.compile(r"[ \t]*\(((?:#[^\n]*|[^)#])*)")
+_LINE_BODY = re.compile(r"(?:\\\n|[^\n;#])*")
+
+
+def _import_names(text, pos):
+    """The names an import statement lists from pos (after `import`): parenthesised (comments and line breaks
+    inside), or to the end of the logical line; `a.b as c` -> `a.b`."""
+    m = _PAREN_BODY.match(text, pos)
+    if m:
+        body = re.sub(r"#[^\n]*", "", m.group(1))
+    else:
+        body = _LINE_BODY.match(text, pos).group(0).replace("\\\n", " ")
+    return [n.split()[0] for n in body.split(",") if n.split()]
+
+
+def _import_statements(text):
+    """(module, names, level) of every import in the source: `import a.b` -> ("a.b", (), 0)."""
+    out = []
+    for m in _IMPORT_SCAN.finditer(text):
+        word, before = m.group(0), text[m.start() - 1] if m.start() else " "
+        if word[0] in "'\"#" or before.isalnum() or before in "_.":
+            continue
+        names = _import_names(text, m.end())
+        if word[0] == "f":
+            module = re.sub(r"[ \t]", "", m.group("from") or "") or None
+            out.append((module, tuple(names), m.group("dots").count(".")))
+        else:
+            out.extend((name, (), 0) for name in names)
+    return out
+
+
 def _imported_files(reader, pkg, path):
     """Files of the sglang package (folder pkg) that module `path` imports, anywhere in it (lazy imports too)."""
-    try:
-        tree = reader.tree(path)
-    except (SyntaxError, ValueError):
+    text = reader.text(path)
+    if path in reader.errors:
         return []
     here = os.path.relpath(os.path.dirname(path), pkg).replace(os.sep, "/").split("/")
     out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            mods = [(a.name, ()) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level:
-                base = [b for b in here[: len(here) - node.level + 1] if b and b != "."]
-                mod = ".".join(["sglang", *base, *([node.module] if node.module else [])])
-            mods = [(mod, tuple(a.name for a in node.names))]
-        else:
+    for module, names, level in _import_statements(text):
+        mod = module or ""
+        if level:
+            base = [b for b in here[: len(here) - level + 1] if b and b != "."]
+            mod = ".".join(["sglang", *base, *([module] if module else [])])
+        parts = mod.split(".")
+        if parts[0] != "sglang":
             continue
-        for mod, names in mods:
-            parts = mod.split(".")
-            if parts[0] != "sglang":
-                continue
-            base = os.path.join(pkg, *parts[1:])
-            for cand in [base + ".py", os.path.join(base, "__init__.py")] + [os.path.join(base, n + ".py") for n in names]:
-                if os.path.isfile(cand):
-                    out.append(os.path.normpath(cand))
+        base = os.path.join(pkg, *parts[1:])
+        for cand in [base + ".py", os.path.join(base, "__init__.py")] + [os.path.join(base, n + ".py") for n in names]:
+            if os.path.isfile(cand):
+                out.append(os.path.normpath(cand))
     return sorted(set(out))
 
 
@@ -283,9 +350,9 @@ def _const(node):
     return node.value if isinstance(node, ast.Constant) else None
 
 
-def _all_definitions(tree):
+def _all_definitions(nodes):
     """argparse add_argument calls ("--flag") and dataclass fields with choices= ("--field-name")."""
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
             action = _kw(node, "action")
             helptext = _const(_kw(node, "help"))
@@ -305,7 +372,7 @@ def _all_definitions(tree):
 
 
 def _choices(root, files, candidates, probe, reader, errors):
-    """Option definitions in the candidate files; NAME choices resolve through the probe's files."""
+    """Option definitions in the candidate files ({path: hit lines}); NAME choices resolve through the probe's files."""
 
     def parsed(path):
         try:
@@ -322,7 +389,7 @@ def _choices(root, files, candidates, probe, reader, errors):
                 return local[name]
             rx = re.compile(r"^" + re.escape(name) + r"\s*[:=]", re.M)
             for path in files:
-                if reader.get(path) is not None and rx.search(reader.text(path)):
+                if rx.search(reader.text(path)):
                     tree = parsed(path)
                     value = _module_names(tree).get(name) if tree else None
                     if value is not None:
@@ -337,7 +404,7 @@ def _choices(root, files, candidates, probe, reader, errors):
         if tree is None:
             continue
         lookup = lookup_in(_module_names(tree))
-        for flag, line, node, deprecated in reader.index(path):
+        for flag, line, node, deprecated in reader.index(path, candidates[path]):
             if flag not in wanted:
                 continue
             values = _literal_list(node, lookup) if node is not None else None
@@ -356,7 +423,7 @@ def _functions(root, paths, probe, reader, errors):
     rx = re.compile(probe["regex"]) if probe.get("regex") else None
     out = []
     for path in paths:
-        text = reader.text(path) if reader.get(path) is not None else ""
+        text = reader.text(path)
         if names is not None and not re.search(r"(?m)(?:def\s+(?:" + probe["names"] + r")\s*\(|^(?:"
                                                 + probe["names"] + r")\s*[:=])", text):
             continue
@@ -456,24 +523,30 @@ def _model_config(path):
         return {"path": cfg, "error": getattr(exc, "strerror", None) or str(exc)}
 
 
-def main(args):
-    start = time.monotonic()
-    sglang = find_sglang(args.get("sglang_root"))
-    fi = flashinfer_info()
-    roots = {"sglang": sglang["package_dir"], "flashinfer": fi.get("location") if fi else None}
-    want = args.get("engine") or "auto"
+def _engine(want):
+    """(rg path or None, the engine's label)."""
     rg = shutil.which("rg")
     if want == "rg" and not rg:
         raise UserError("--engine rg: ripgrep (rg) is not on this host's PATH")
-    engine = "rg" if (rg and want in ("auto", "rg")) else "python"
-    engine_label = "python"
-    if engine == "rg":
-        rc, out, _ = sh([rg, "--version"])
-        engine_label = "rg " + (out.split()[1] if rc == 0 and out.split()[1:] else "?")
-    reader, fallbacks, errors = _Files(), [], []
-    backend_files = _glob_files(roots["sglang"], [args["backends"]["files"]])
-    follows = {}
-    jobs, results = [], []
+    if not (rg and want in ("auto", "rg")):
+        return None, "python"
+    rc, out, _ = sh([rg, "--version"])
+    return rg, "rg " + (out.split()[1] if rc == 0 and out.split()[1:] else "?")
+
+
+def _probe_globs(args, roots):
+    """{root folder: [patterns]}: every glob the scan will take (so their answers can be watched)."""
+    out = {roots["sglang"]: [args["backends"]["files"]]}
+    for probe in args["probes"]:
+        root = roots.get(probe.get("root") or "sglang")
+        if root:
+            out.setdefault(root, []).extend(list(probe.get("files") or []) + list(probe.get("follow") or []))
+    return out
+
+
+def _plan(args, roots, backend_files, reader, errors):
+    """Each probe's result (functions and fields filled in here) and the grep jobs the others need."""
+    follows, jobs, results = {}, [], []
     for probe in args["probes"]:
         root_name = probe.get("root") or "sglang"
         root = roots.get(root_name)
@@ -490,47 +563,101 @@ def main(args):
             paths = sorted(set(paths) | {m for ms in follows[key].values() for m in ms})
             res["follows"] = {_rel(root, b): [_rel(root, m) for m in ms] for b, ms in follows[key].items() if ms}
         res["files"] = len(paths)
-        if probe.get("kind") == "functions":
+        kind = probe.get("kind")
+        if kind == "functions":
             res["functions"] = _functions(root, paths, probe, reader, errors)
-            continue
-        if probe.get("kind") == "fields":
+        elif kind == "fields":
             res["fields"] = _fields(root, paths, reader, errors)
-            continue
-        if probe.get("kind") == "choices":
+        elif kind == "choices":
             regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
                              for o in probe["options"])
             jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": regex})
         else:
             jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": probe["regex"],
                          "ignore_case": probe.get("ignore_case")})
-    if engine == "rg":
-        found = _grep_rg(rg, jobs, reader, fallbacks)
-    else:
-        found = {j["id"]: _grep_python(j, reader) for j in jobs}
+    return jobs, results
+
+
+def _grep_hit(probe, root, path, line, text, reader):
+    """One grep hit as the laptop reads it: where, the line, the def it sits in, names near it (window)."""
+    hit = {"file": _rel(root, path), "line": line, "text": text.strip()[:300], "func": _enclosing(reader, path, line)}
+    window = probe.get("window")
+    if window is not None:
+        near = (reader.get(path) or [])[max(0, line - 1 - window):line]
+        if probe.get("context"):
+            ctx = re.compile(probe["context"])
+            near = [ln for ln in near if ctx.search(ln)]
+        hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
+        hit["raises"] = _raises_after(reader.get(path), line)
+    return hit
+
+
+def _fill(args, roots, backend_files, results, found, reader, errors):
+    """The grep probes' results from their hits (choices: the definitions the hits point at)."""
     by_id = {p["id"]: p for p in args["probes"]}
     for res in results:
-        if res.get("missing_root"):
+        if res.get("missing_root") or res["id"] not in found:
             continue
-        probe, root = by_id[res["id"]], roots[res["root"]]
-        if res["id"] not in found:
-            continue
-        hits = found[res["id"]]
+        probe, root, hits = by_id[res["id"]], roots[res["root"]], found[res["id"]]
         if probe.get("kind") == "choices":
             paths = backend_files if probe.get("scope") == "backend" else _glob_files(root, probe["files"])
-            res["definitions"] = _choices(root, paths, {h[0] for h in hits}, probe, reader, errors)
+            hit_lines = {}
+            for path, line, _ in hits:
+                hit_lines.setdefault(path, []).append(line)
+            res["definitions"] = _choices(root, paths, hit_lines, probe, reader, errors)
             continue
-        window = probe.get("window")
-        for path, line, text in sorted(hits):
-            hit = {"file": _rel(root, path), "line": line, "text": text.strip()[:300],
-                   "func": _enclosing(reader, path, line)}
-            if window is not None:
-                near = (reader.get(path) or [])[max(0, line - 1 - window):line]
-                if probe.get("context"):
-                    ctx = re.compile(probe["context"])
-                    near = [ln for ln in near if ctx.search(ln)]
-                hit["names"] = sorted({m for ln in near for m in _QUOTED.findall(ln)})
-                hit["raises"] = _raises_after(reader.get(path), line)
-            res["hits"].append(hit)
+        res["hits"] = [_grep_hit(probe, root, path, line, text, reader) for path, line, text in sorted(hits)]
+
+
+def _unreadable(reader, roots):
+    out = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
+    for u in out:
+        for name, root in roots.items():
+            if root and os.path.abspath(u["file"]).startswith(os.path.abspath(root) + os.sep):
+                u["file"] = _rel(root, u["file"])
+                u["root"] = name
+    return out
+
+
+def _scan(args, roots, rg):
+    """Everything the probes find in the trees' files (what the cache keeps)."""
+    reader, fallbacks, errors = _Files(), [], []
+    backend_files = _glob_files(roots["sglang"], [args["backends"]["files"]])
+    jobs, results = _plan(args, roots, backend_files, reader, errors)
+    found = _grep_rg(rg, jobs, reader, fallbacks) if rg else {j["id"]: _grep_python(j, reader) for j in jobs}
+    _fill(args, roots, backend_files, results, found, reader, errors)
+    return {"fallbacks": sorted(set(fallbacks)), "backend_files": [_rel(roots["sglang"], f) for f in backend_files],
+            "results": results, "unreadable": _unreadable(reader, roots) + errors}
+
+
+def _cache(args, roots, sglang, engine_label):
+    """The tree cache for this scan: named by the probes, the roots, the engine, this script and the Python that
+    parses; watching every globbed file and folder and sglops' state folder (the patch ledger) of the tree."""
+    loader = globals().get("__loader__")
+    source = loader.get_source(__name__) if loader is not None and hasattr(loader, "get_source") else None
+    key = {"probes": args["probes"], "backends": args["backends"], "roots": roots, "engine": engine_label,
+           "script": source, "python": sys.version}
+    cache = TreeCache(key, enabled=bool(source) and args.get("cache", True))
+    paths = {sglops_dir(sglang["root"], create=False)}
+    for root, patterns in _probe_globs(args, roots).items():
+        paths.update(glob_folders(root, patterns))
+        for pat in patterns:
+            paths.update(_glob_files(root, [pat]))
+    return cache, paths
+
+
+def main(args):
+    start = time.monotonic()
+    sglang = find_sglang(args.get("sglang_root"))
+    fi = flashinfer_info()
+    roots = {"sglang": sglang["package_dir"], "flashinfer": fi.get("location") if fi else None}
+    rg, engine_label = _engine(args.get("engine") or "auto")
+    cache, watched = _cache(args, roots, sglang, engine_label)
+    found = cache.load()
+    if found is None:
+        watch = cache.snapshot(watched)
+        found = _scan(args, roots, rg)
+        cache.save(found, watch)
     extra = {}
     if args.get("model_path"):
         extra["model"] = _model_config(args["model_path"])
@@ -539,20 +666,5 @@ def main(args):
 
         rows, why = gpus()
         extra["gpus"] = {"gpus": rows, "error": why}
-    unreadable = [{"file": p, "error": e} for p, e in sorted(reader.errors.items())]
-    for u in unreadable:
-        for name, root in roots.items():
-            if root and os.path.abspath(u["file"]).startswith(os.path.abspath(root) + os.sep):
-                u["file"] = _rel(root, u["file"])
-                u["root"] = name
-    return {
-        "sglang": sglang,
-        "flashinfer": fi,
-        "engine": engine_label,
-        "fallbacks": sorted(set(fallbacks)),
-        "backend_files": [_rel(roots["sglang"], f) for f in backend_files],
-        "results": results,
-        "unreadable": unreadable + errors,
-        "seconds": round(time.monotonic() - start, 4),
-        **extra,
-    }
+    return {"sglang": sglang, "flashinfer": fi, "engine": engine_label, **found,
+            "seconds": round(time.monotonic() - start, 4), **extra}

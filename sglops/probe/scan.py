@@ -23,9 +23,11 @@ SCAN_TIMEOUT_S = 300
 
 
 def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto", model_path: str | None = None,
-         gpus: bool = False) -> ProbeReport:
+         gpus: bool = False, cache: bool = True) -> ProbeReport:
     """Run the whole probe set on the host in ONE round trip and derive the facts; `model_path`: also read its
-    config.json there, `gpus`: also the GPUs' compute capability (the launch question's inputs, same trip)."""
+    config.json there, `gpus`: also the GPUs' compute capability (the launch question's inputs, same trip).
+    `cache`: the host may answer from its tree cache (host/_tree_cache.py: kept until a file or folder the probes
+    read, or the patch ledger's folder, stats differently); False scans afresh and keeps nothing."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
     probe_set = probe_set or load_probe_set()
@@ -34,7 +36,7 @@ def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "au
         "engine": engine,
         "backends": {"files": probe_set.backend_files},
         "probes": [p.to_wire() for p in probe_set.probes],
-        "model_path": model_path, "gpus": gpus,
+        "model_path": model_path, "gpus": gpus, "cache": cache,
     }, timeout=SCAN_TIMEOUT_S)
     report = ProbeReport.build(remote.name, probe_set, raw)
     report.extra = {k: raw[k] for k in ("model", "gpus") if k in raw}

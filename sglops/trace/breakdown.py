@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sglops.trace.parse import STEP_RE, RawTrace, ids
-from sglops.trace.stacks import GRAPH_PREFIX, NO_FRAME, innermost
+from sglops.trace.stacks import GRAPH_PREFIX, NO_FRAME, innermost, unique_inverse
 
 if TYPE_CHECKING:
     import numpy as np
@@ -190,7 +190,7 @@ def _pairs(first, k_name, k_dur, scopes: dict, names: list[str], missing: str) -
         if not len(key):
             out[scope] = {}
             continue
-        uk, inv = np.unique(key, return_inverse=True)
+        uk, inv = unique_inverse(key)
         us = np.bincount(inv, weights=k_dur[mask])
         out[scope] = {(names[int(u // nn) - 1] if u // nn else missing, names[int(u % nn)]): float(v)
                       for u, v in zip(uk.tolist(), us.tolist(), strict=True)}

@@ -18,7 +18,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from sglops.trace.parse import STEP_RE, RawTrace, ids
-from sglops.trace.stacks import CHUNK, NO_FRAME, innermost, thread_order, use_numpy
+from sglops.trace.stacks import CHUNK, NO_FRAME, innermost, thread_order, unique_first, use_numpy
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
 ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
@@ -129,7 +129,7 @@ def _self_times_np(parent: array, dur: array, nid: array, annot: array) -> tuple
         np.add.at(tot, k, d)
         np.add.at(cnt, k, 1)
         np.bitwise_or.at(ann, k, a_np[lo:lo + CHUNK])
-        new, at = np.unique(k, return_index=True)
+        new, at = unique_first(k)
         first[new] = np.minimum(first[new], at + lo)
     seen = np.flatnonzero(first < n)
     by_id = {int(i): [float(slf[i]), int(cnt[i]), float(tot[i]), int(ann[i])]

@@ -19,6 +19,7 @@ import re
 import sys
 from array import array
 from dataclasses import dataclass
+from typing import Any
 
 FRAME_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 SGLANG_DIR = "sglang/"
@@ -79,6 +80,35 @@ def use_numpy(n: int) -> bool:
     return "numpy" in sys.modules or n > LARGE
 
 
+def sorted_groups(values: Any) -> tuple[Any, Any, Any]:
+    """(order, sorted values, first-of-group flags) of a numpy array: what np.unique computes, without np.unique,
+    whose first call imports numpy.ma (~45 ms of a small trace's whole command)."""
+    import numpy as np
+
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    flags = np.empty(len(s), dtype=bool)
+    flags[:1] = True
+    flags[1:] = s[1:] != s[:-1]
+    return order, s, flags
+
+
+def unique_inverse(values: Any) -> tuple[Any, Any]:
+    """np.unique(values, return_inverse=True), for a 1-d integer array."""
+    import numpy as np
+
+    order, s, flags = sorted_groups(values)
+    inverse = np.empty(len(s), dtype=np.intp)
+    inverse[order] = np.cumsum(flags) - 1
+    return s[flags], inverse
+
+
+def unique_first(values: Any) -> tuple[Any, Any]:
+    """np.unique(values, return_index=True), for a 1-d integer array: each distinct value and where it first is."""
+    order, s, flags = sorted_groups(values)
+    return s[flags], order[flags]
+
+
 CHUNK = 1 << 18  # items per numpy pass in thread_order: its temporaries stay a few MB at any trace size
 FEW_THREADS = 16  # past this many threads, one stable argsort by thread instead of a pass per thread
 
@@ -105,7 +135,7 @@ def thread_order(ts: array, th: array, dur: array | None = None, third=_neg_dur)
     t_np = np.frombuffer(ts, dtype=np.float64)
     th_np = np.frombuffer(th, dtype=th.typecode)
     d_np = np.frombuffer(dur, dtype=np.float64) if dur is not None else None
-    values = sorted({int(v) for lo in range(0, n, CHUNK) for v in np.unique(th_np[lo:lo + CHUNK])})
+    values = sorted({int(v) for lo in range(0, n, CHUNK) for v in unique_first(th_np[lo:lo + CHUNK])[0]})
     out = array("i" if n < 2**31 else "q")
     if len(values) <= FEW_THREADS:
         bounds = []
