@@ -116,7 +116,7 @@ def command(hta_python: str, traces: list[str], repeats: int) -> dict:
 
 def cpu_analysis(repeats: int) -> dict:
     """The analysis of the real SGLang CPU trace alone (no process start-up), median of repeats."""
-    from sglops.trace import analyze
+    from sglops.trace.analysis import analyze
 
     analyze([CPU_TRACE])
     cpu, wall = [], []
@@ -141,7 +141,7 @@ def _hta_breakdown(path: str, work: str) -> dict[str, float]:
 
 
 def speed(repeats: int) -> dict:
-    from sglops.trace import analyze
+    from sglops.trace.analysis import analyze
 
     logging.disable(logging.WARNING)
     work = tempfile.mkdtemp(prefix="sglops-bench-hta-")
@@ -236,7 +236,7 @@ def make_big(size_gb: float, source: Path = REAL, layout: str = "compact", reps:
 
 
 def memory(size_gb: float, gz: bool = False) -> dict:
-    from sglops.trace import analyze
+    from sglops.trace.analysis import analyze
 
     t = time.perf_counter()
     path, reps = make_big(size_gb)
@@ -249,7 +249,7 @@ def memory(size_gb: float, gz: bool = False) -> dict:
         path = zipped
     made_s = time.perf_counter() - t
     one = analyze([REAL])
-    code = ("import json, sys, time\nfrom sglops.trace import analyze\nt = time.perf_counter()\n"
+    code = ("import json, sys, time\nfrom sglops.trace.analysis import analyze\nt = time.perf_counter()\n"
             "a = analyze([sys.argv[1]])\n"
             "print(json.dumps({'s': time.perf_counter() - t, 'gpu_us': a.gpu_us, 'events': a.files[0].events,"
             " 'kernels': a.files[0].kernels, 'linked': a.files[0].linked, 'steps': len(a.steps),"
@@ -326,7 +326,7 @@ def parallel(size_gb: float, trace: str | None = None, force: bool = False) -> d
     the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and whether the
     two analyses are byte-identical (sha256 of analysis JSON, the path left out). Notes the load average."""
     path = Path(trace) if trace else make_big(size_gb)[0]
-    code = ("import hashlib, json, resource, sys, time\nfrom sglops.trace import analyze\nt = time.perf_counter()\n"
+    code = ("import hashlib, json, resource, sys, time\nfrom sglops.trace.analysis import analyze\nt = time.perf_counter()\n"
             "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\ndoc = a.to_json()\n"
             "[f.pop('path', None) for f in doc['files']]\n"
             "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
@@ -358,7 +358,7 @@ def small(before: str, repeats: int) -> dict:
     src = TRACES / "sglang-cpu-nostack-TP-0.trace.json.gz"
     plain = Path(tempfile.gettempdir()) / "sglops-bench-small.trace.json"
     plain.write_bytes(gzip.decompress(src.read_bytes()))
-    code = ("import sys, time\nt, c = time.perf_counter(), time.process_time()\nfrom sglops.trace import analyze\n"
+    code = ("import sys, time\nt, c = time.perf_counter(), time.process_time()\nfrom sglops.trace.analysis import analyze\n"
             "analyze([sys.argv[1]])\nprint(time.perf_counter() - t, time.process_time() - c)")
     runs: dict[str, list[list[float]]] = {}
     out: dict = {"load_before": os.getloadavg()}

@@ -95,7 +95,7 @@ def capture(out: Path, steps: int) -> dict:
     return done
 
 
-CHILD = ("import json, sys, time\nt = time.perf_counter()\nfrom sglops.trace import analyze\n"
+CHILD = ("import json, sys, time\nt = time.perf_counter()\nfrom sglops.trace.analysis import analyze\n"
          "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\n"
          "print(json.dumps({'s': s, 'events': a.files[0].events, 'frames': a.frames, 'ops': a.cpu.ops if a.cpu else 0, "
          "'top_line': (a.sources[0]['label'] if a.sources else None)}))")

@@ -177,8 +177,7 @@ def test_stop_finds_a_scheduler_that_left_the_group_by_its_mark_and_command_line
 def test_a_real_multi_rank_trace_is_analysed_per_rank_and_across_ranks(shape):
     from pathlib import Path
 
-    from sglops.trace import analyze
-    from sglops.trace.analysis import across_ranks
+    from sglops.trace.analysis import across_ranks, analyze
     from sglops.views.trace import across_line
 
     folder = Path(__file__).parent / "data" / "traces"

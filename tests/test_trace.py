@@ -10,9 +10,10 @@ import pytest
 from conftest import REPO, inv_cmd
 
 from sglops.core.errors import ConfigError
-from sglops.trace import TraceError, analyze
+from sglops.trace.analysis import analyze
 from sglops.trace.breakdown import UNATTRIBUTED
 from sglops.trace.diagnose import load_rules
+from sglops.trace.parse import TraceError
 from sglops.views.show import render
 
 TRACES = REPO / "tests" / "data" / "traces"  # real H200 traces, vendored: the suite needs nothing beside the repo
@@ -224,7 +225,7 @@ def test_bad_rule_file_names_file_and_line(tmp_path):
 
 
 def test_report_views(tmp_path, real):
-    from sglops.trace import save_report
+    from sglops.trace.analysis import save_report
     from sglops.views.files import draw
 
     saved = save_report(real, tmp_path / "rep", chart=True, draw=draw)

@@ -9,7 +9,7 @@ import statistics
 import pytest
 from conftest import REPO, inv_cmd
 
-from sglops.trace import analyze
+from sglops.trace.analysis import analyze
 from sglops.views import trace as trace_views
 from sglops.views.show import render
 
@@ -154,7 +154,7 @@ def test_a_cpu_only_trace_needs_neither_matplotlib_nor_numpy(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from sglops.trace import analyze_to; from sglops.views.files import draw; "
+    code = ("import sys; from sglops.trace.analysis import analyze_to; from sglops.views.files import draw; "
             "analyze_to(sys.argv[1], sys.argv[2], markdown=True, draw=draw); "
             "print('matplotlib' in sys.modules, 'numpy' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code, str(CPU20), str(tmp_path / "out")], capture_output=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglops.trace import analyze
+from sglops.trace.analysis import analyze
 from sglops.trace.diff import diff_specs
 from sglops.trace.names import _SEPARATORS, ELLIPSIS, full_names_markdown, short_kernel, shorten
 from sglops.views.trace import markdown as trace_markdown

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from trace_replica import replicate
 
-from sglops.trace import TraceError, analyze, parallel_read, parse
-from sglops.trace.parse import RawTrace
+from sglops.trace import parallel_read, parse
+from sglops.trace.analysis import analyze
+from sglops.trace.parse import RawTrace, TraceError
 
 DATA = Path(__file__).parent / "data" / "traces"
 TRACES = sorted(DATA.glob("*.trace.json.gz"))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from trace_replica import replicate
 
-from sglops.trace import analyze, parse, stacks
-from sglops.trace.analysis import TraceAnalysis
+from sglops.trace import parse, stacks
+from sglops.trace.analysis import TraceAnalysis, analyze
 
 DATA = Path(__file__).parent / "data" / "traces"
 STACK = DATA / "sglang-cpu-stack-TP-0.trace.json.gz"

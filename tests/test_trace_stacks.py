@@ -23,8 +23,8 @@ from conftest import inv_cmd
 from sglops.core.hosts import Host
 from sglops.core.remote import LocalRemote
 from sglops.patch.names import parse as parse_python
-from sglops.trace import analyze
 from sglops.trace import sources as src
+from sglops.trace.analysis import analyze
 from sglops.trace.stacks import package_path, parse_frame
 
 DATA = Path(__file__).parent / "data" / "traces"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from sglops.core.result import Observation
 from sglops.trace.breakdown import UNATTRIBUTED, Breakdown, breakdown, cpu_only_breakdown
 from sglops.trace.cpu import CpuSummary, CpuView, cpu_view, median, summarize
-from sglops.trace.names import short_kernel  # noqa: F401  (sglops.trace.short_kernel; used below)
+from sglops.trace.names import short_kernel
 from sglops.trace.parse import TraceError, read
 from sglops.trace.sources import ProbeIndex
 from sglops.trace.sources import rows as source_rows

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sglops.core.result import Observation
-from sglops.trace.analysis import TraceAnalysis, across_ranks, analyze, short_kernel
+from sglops.trace.analysis import TraceAnalysis, across_ranks, analyze
 from sglops.trace.cpu import step_kind
+from sglops.trace.names import short_kernel
 from sglops.trace.stacks import parse_frame
 
 UNIT_STEP = "per step"

@@ -21,7 +21,8 @@ from sglops.core.errors import ConfigError
 from sglops.core.op import Draw
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
-from sglops.trace import TraceAnalysis, TraceError, analyze, save_report
+from sglops.trace.analysis import TraceAnalysis, analyze, save_report
+from sglops.trace.parse import TraceError
 
 ACTIVITIES = ("CPU", "GPU", "MEM")
 
