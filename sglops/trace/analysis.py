@@ -315,14 +315,15 @@ def save_report(a: TraceAnalysis, folder: str | os.PathLike, *, markdown: bool =
     trace) only when asked and drawn by `draw` (the views a runner hands down): drawing costs more than
     analysing a small trace. Returns their paths."""
     from sglops.core import artifacts
+    from sglops.core.op import Chart, Page
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": str(artifacts.write_json(folder / "analysis.json", a.to_json()))}
     if markdown and draw is not None:
-        paths["markdown"] = str(draw("trace-markdown", a, folder / "report.md"))
+        paths["markdown"] = str(draw(Page(a), folder / "report.md"))
     if chart and draw is not None and (a.by_kernel or (a.cpu and a.cpu.by_self)):
-        paths["chart"] = str(draw("trace-chart", a, folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
+        paths["chart"] = str(draw(Chart(a), folder / ("top_kernels.png" if a.has_gpu else "top_cpu_ops.png")))
     return paths
 
 
