@@ -371,7 +371,8 @@ def server_info(host, port, timeout=5.0, spec=None, log_lines=None):
             except (ValueError, RecursionError):
                 return None
         info = logged_info(spec, fetch, log_lines or [])
-        return (kept_fields(info), "log: " + spec["args_log"]) if info else (None, None)
+        where = "the start-up log's arguments line" + (" and " + spec["version_path"] if spec.get("version_path") else "")
+        return (kept_fields(info), where) if info else (None, None)
     for path in (spec or {}).get("info_paths") or ("/server_info", "/get_server_info"):
         status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
         if status == 200:
