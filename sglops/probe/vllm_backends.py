@@ -49,12 +49,16 @@ class VllmProbeReport(Observation):
             fp8 = "refuses FP8 KV"
         elif f["fp8_dequant_in_kernel"]["hit"]:
             fp8 = "FP8 KV dequantised to the query dtype in the kernel"
+        elif f["fp8_scale_folded"]["hit"]:
+            fp8 = "FP8 KV read in the kernel (scales folded into bmm1_scale)"
+        elif f["fp8_query"]["hit"]:
+            fp8 = "FP8 KV (and an FP8 query) read by its kernel"
         elif f["fp8_native_kernel"]["hit"]:
             fp8 = "FP8 KV read by an FP8 kernel of its own"
         elif f["fp8_kv_listed"]["hit"]:
             fp8 = "FP8 KV listed (read mode not found)"
         else:
-            fp8 = "no FP8 KV"
+            fp8 = "no FP8 KV path in the backend file"
         gate = f["arch_gate"].get("capture")
         arch = f"CC major {gate}" if gate else "no arch gate in the backend"
         return f"{name}: {fp8}; {arch}" + ("; FP8 needs SM89+" if f["fp8_needs_sm89"]["hit"] else "")
