@@ -17,7 +17,6 @@ from typing import Any
 
 from sglops.core.errors import ConfigError
 from sglops.core.paths import REPO_ROOT
-from sglops.core.result import Observation
 from sglops.core.yamlio import check_fields, load_yaml
 
 PROBES = REPO_ROOT / "playbooks" / "probes-vllm.yaml"
@@ -25,8 +24,9 @@ PROBE_FIELDS = {"id", "regex", "capture", "fact", "hit", "miss", "follow"}
 
 
 @dataclass
-class VllmProbeReport(Observation):
-    """Per MLA backend its facts (hit, the lines, a captured value), and the priority lists per CC major."""
+class VllmProbeReport:
+    """Per MLA backend its facts (hit, the lines, a captured value), and the priority lists per CC major (plain
+    data: no operation returns it yet, so it has no view)."""
 
     tree: str
     version: str | None
@@ -35,7 +35,7 @@ class VllmProbeReport(Observation):
     priorities: dict[str, list[list[str]]] = field(default_factory=dict)
     absent: list[str] = field(default_factory=list)
 
-    def payload(self) -> dict:
+    def to_json(self) -> dict:
         from dataclasses import asdict
 
         return asdict(self)
