@@ -46,6 +46,11 @@ class Engine:
     cpu_bind_var: str | None = None  # the variable binding each CPU rank's threads (`0|1`: one group per rank)
     nccl_var: str | None = None  # the variable naming the NCCL library it loads (a path that cannot load: gloo)
     device_flag: bool = True  # a profile says `device: cpu` (else the engine picks its platform: no GPU is CPU)
+    # what its server reports for the knobs a duel makes equal (context_length, max_running_requests, kv_pool,
+    # kv_cache_dtype), under the names it reports them
+    reports: dict[str, str] = field(default_factory=dict)
+    kv_pool_flag: str | None = None  # the flag sizing its KV pool in bytes (None: the profile's max_total_tokens)
+    kv_dtype_spelling: dict[str, str] = field(default_factory=dict)  # a neutral KV dtype name -> its own
     unbound_ranks: str = ""  # what its ranks do on a CPU host without cpu_bind_var
     checkout_pythonpath: str | None = None  # a checkout's folder holding the package (for PYTHONPATH)
 

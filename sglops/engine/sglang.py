@@ -77,4 +77,7 @@ SGLANG = Engine(
     failures=(), argv=sglang_argv, expected=expected,
     cpu_bind_var="SGLANG_CPU_OMP_THREADS_BIND", nccl_var="SGLANG_NCCL_SO_PATH", checkout_pythonpath="python",
     unbound_ranks="every scheduler asserts 'SGLANG_CPU_OMP_THREADS_BIND is not set'",
+    reports={"context_length": "context_length", "max_running_requests": "max_running_requests",
+             "kv_pool": "max_total_tokens", "kv_cache_dtype": "kv_cache_dtype"},
+    kv_dtype_spelling={"bfloat16": "bf16"},
 )

@@ -96,4 +96,7 @@ VLLM = Engine(
     server_env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
     cpu_bind_var="VLLM_CPU_OMP_THREADS_BIND", device_flag=False,
     unbound_ranks="every CPU worker asserts 'Not enough allowed NUMA nodes to bind threads'",
+    reports={"context_length": "max_model_len", "max_running_requests": "max_num_seqs",
+             "kv_pool": "kv_cache_memory_bytes", "kv_cache_dtype": "cache_dtype"},
+    kv_pool_flag="--kv-cache-memory-bytes",
 )

@@ -16,6 +16,7 @@ from sglops.bench.compare import Comparison, RunList
 from sglops.bench.run import BenchResult
 from sglops.core.console import console
 from sglops.experiment.ab_result import AbResult
+from sglops.experiment.duel import DuelResult
 from sglops.experiment.sweep_result import SweepResult
 from sglops.kernel.build import KernelAction, KernelBuild
 from sglops.launch.render import Rendered
@@ -29,6 +30,7 @@ from sglops.trace.analysis import TraceAnalysis
 from sglops.trace.diff import TraceDiff
 from sglops.trace.profile import ProfileResult
 from sglops.views import ab, bench, kernel, launch, patch, play, probe, sweep, trace, trace_diff
+from sglops.views.duel import duel_view
 
 
 @singledispatch
@@ -50,6 +52,7 @@ render.register(Comparison, bench.compare_table)
 render.register(RunList, bench.runs_table)
 render.register(AbResult, ab.ab_table)
 render.register(SweepResult, sweep.sweep_view)
+render.register(DuelResult, duel_view)
 render.register(PatchResult, patch.patch_table)
 render.register(PatchList, patch.patch_list_table)
 render.register(KernelBuild, kernel.build_table)
