@@ -51,6 +51,7 @@ class Engine:
     reports: dict[str, str] = field(default_factory=dict)
     kv_pool_flag: str | None = None  # the flag sizing its KV pool in bytes (None: the profile's max_total_tokens)
     kv_dtype_spelling: dict[str, str] = field(default_factory=dict)  # a neutral KV dtype name -> its own
+    launch_path_rules: bool = False  # playbooks/attention_rules.yaml predicts its launch path (probe.launch_*)
     unbound_ranks: str = ""  # what its ranks do on a CPU host without cpu_bind_var
     checkout_pythonpath: str | None = None  # a checkout's folder holding the package (for PYTHONPATH)
 

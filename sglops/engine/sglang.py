@@ -79,5 +79,5 @@ SGLANG = Engine(
     unbound_ranks="every scheduler asserts 'SGLANG_CPU_OMP_THREADS_BIND is not set'",
     reports={"context_length": "context_length", "max_running_requests": "max_running_requests",
              "kv_pool": "max_total_tokens", "kv_cache_dtype": "kv_cache_dtype"},
-    kv_dtype_spelling={"bfloat16": "bf16"},
+    kv_dtype_spelling={"bfloat16": "bf16"}, launch_path_rules=True,
 )
