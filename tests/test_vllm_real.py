@@ -153,3 +153,20 @@ def test_vllms_own_crash_texts_are_classified(log):
     assert evidence.removesuffix("...") in " ".join(log.read_text(errors="replace").split())  # a line vLLM printed
     if cls != "thread_binding":  # SGLang's texts alone do not name vLLM's own classes
         assert classify(lines)[0] != cls
+
+
+def test_tp2_on_a_cpu_host_renders_vllms_own_binding_variable():
+    """No start: TP=2 on a host with 2 CPUs and one NUMA node gets VLLM_CPU_OMP_THREADS_BIND (without it every CPU
+    worker asserts, tests/data/server_logs/vllm/thread_binding--...), not SGLang's variable."""
+    from sglops.core.host import Host
+    from sglops.launch.render import TreeArgs, render
+
+    p = launch.load_profile(PROFILE)
+    p = launch.Profile(**{**p.__dict__, "args": {**p.args, "tp_size": 2}})
+    tree = TreeArgs("0.32.0", "/site", {"--tensor-parallel-size", "--model", "--host", "--port", "--max-model-len",
+                                        "--max-num-seqs", "--enforce-eager", "--dtype", "--kv-cache-memory-bytes"},
+                    {}, host_facts={"cpus": [0, 1], "numa_nodes": 1, "gpus_visible": False}, engine="vllm")
+    r = render(p, Host("vllm-a", "127.0.0.1", vars={"vllm_python": "/py", "vllm_model_dir": "/m"}), tree)
+    assert [(d["name"], d["value"]) for d in r.derived_env] == [("VLLM_CPU_OMP_THREADS_BIND", "0|1")]
+    assert "export VLLM_CPU_OMP_THREADS_BIND='0|1'" in r.script and "SGLANG" not in r.script
+    assert "--tensor-parallel-size 2" in r.script
