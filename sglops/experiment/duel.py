@@ -111,8 +111,9 @@ def duel(remote: Remote, profile_a: str, profile_b: str, *, runs: int = 3, input
     if dry_run:
         result.dry_run = True
         return result
+    # one vocabulary for both sides (the model's config.json): the same seeded prompt ids reach both engines
     bench_args = {"runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": str(concurrency),
-                  "vocab_size": vocab_size}
+                  "vocab_size": vocab_size or p.vocab_size}
     result.started = True
     try:
         side_a, bench_a, info_a = _side(remote, p.a, bench_args, keep)

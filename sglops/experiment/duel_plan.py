@@ -35,6 +35,7 @@ class DuelPlan:
     b: Any  # Profile (normalised to a)
     rows: list[dict] = field(default_factory=list)  # knob, a, b as asked, b as run, how
     bytes_per_token: int | None = None
+    vocab_size: int | None = None  # the model's (config.json): both sides draw the same prompt ids below it
 
 
 def kv_bytes_per_token(config: dict, dtype_bytes: int = 2) -> int:
@@ -68,7 +69,7 @@ def plan(a: Any, b: Any, model_config: dict) -> DuelPlan:
     ea, eb = get_engine(a.engine), get_engine(b.engine)
     if ea.name == eb.name:
         raise ConfigError(f"a duel is between two engines: {a.name} and {b.name} are both {ea.title}")
-    out = DuelPlan(a, b)
+    out = DuelPlan(a, b, vocab_size=model_config.get("vocab_size"))
     args_b, extra_b, cuda_graph_b = dict(b.args), list(b.extra_args), dict(b.cuda_graph)
     refusals = []
     for knob, (key, what) in SHARED.items():
