@@ -49,6 +49,7 @@ class Engine:
     # what its server reports for the knobs a duel makes equal (context_length, max_running_requests, kv_pool,
     # kv_cache_dtype), under the names it reports them
     reports: dict[str, str] = field(default_factory=dict)
+    reported_defaults: dict[str, Any] = field(default_factory=dict)  # a key its report leaves out reads as this
     kv_pool_flag: str | None = None  # the flag sizing its KV pool in bytes (None: the profile's max_total_tokens)
     kv_dtype_spelling: dict[str, str] = field(default_factory=dict)  # a neutral KV dtype name -> its own
     launch_path_rules: bool = False  # playbooks/attention_rules.yaml predicts its launch path (probe.launch_*)

@@ -99,4 +99,5 @@ VLLM = Engine(
     reports={"context_length": "max_model_len", "max_running_requests": "max_num_seqs",
              "kv_pool": "kv_cache_memory_bytes", "kv_cache_dtype": "cache_dtype"},
     kv_pool_flag="--kv-cache-memory-bytes",
+    reported_defaults={"cache_dtype": "auto"},  # the start-up line lists non-default arguments only
 )

@@ -126,7 +126,8 @@ def effective_rows(plan_: DuelPlan, info_a: dict, info_b: dict) -> list[dict]:
         vals = []
         for p, info in ((plan_.a, info_a), (plan_.b, info_b)):
             eng = get_engine(p.engine)
-            v = (info or {}).get(eng.reports.get(knob, ""))
+            key = eng.reports.get(knob, "")
+            v = (info or {}).get(key, eng.reported_defaults.get(key)) if info else None
             if knob == "kv_pool" and v is not None and eng.kv_pool_flag and plan_.bytes_per_token:
                 v = int(v) // plan_.bytes_per_token
             if knob == "kv_cache_dtype":
