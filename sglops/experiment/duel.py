@@ -84,8 +84,8 @@ def _side(remote: Remote, prof: Any, bench_args: dict, keep: Any) -> tuple[dict,
         result = bench.run_bench(remote, port=res.port, api="openai", with_facts=False, **bench_args)
     finally:
         launch.stop(remote, grace_s=prof.stop_grace)
-    if keep is not None:
-        keep(result, "bench.json")
+    if keep is not None:  # each side's bench is a run of its own (<run-id>-<engine>)
+        keep(result, eng.name)
     if result.status != "ok":
         raise DuelFailed(f"duel side {prof.name} ({eng.title}): bench {result.status}: {'; '.join(result.problems())}")
     lv = result.levels[0]

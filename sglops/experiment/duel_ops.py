@@ -13,8 +13,8 @@ def duel(ctx: Context, **o: Any):
 
     return duel_mod.duel(ctx.remote, o["a"], o["b"], runs=o["runs"], input_len=o["input_len"],
                          output_len=o["output_len"], concurrency=o["concurrency"], vocab_size=o.get("vocab_size"),
-                         dry_run=ctx.dry_run, keep=None if ctx.dry_run else lambda r, name: ctx.keep(r, name,
-                                                                                                       task="bench"))
+                         dry_run=ctx.dry_run, keep=None if ctx.dry_run else lambda r, engine: ctx.keep(
+                             r, "bench.json", task="bench", run_id=f"{ctx.own_run_id}-{engine}"))  # a run per side
 
 
 def _prepare(o: dict) -> None:
