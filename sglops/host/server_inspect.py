@@ -187,15 +187,28 @@ def main(args):
     spec = args.get("engine")
     first = (args.get("engines") or [spec])[0]
     if spec is None or spec == first:  # the inventory's tree (sglang_root), as before engines
-        tree = find_sglang(args.get("sglang_root"))
-        spec = spec or DEFAULT_SPEC
+        try:
+            tree = find_sglang(args.get("sglang_root"))
+            spec = spec or DEFAULT_SPEC
+        except UserError:  # a host with another engine only (stop, status, logs name no engine): that one's tree
+            tree = None
+            for other in (args.get("engines") or [])[1:]:
+                try:
+                    tree, spec = find_tree(other, None, args.get("python")), other
+                    break
+                except UserError:
+                    continue
+            if tree is None:
+                raise
     else:
         tree = find_tree(spec, None, args.get("python"))
     flags, choices = launch_arguments(tree["package_dir"], spec)
     if not flags:
         raise UserError("no launch arguments found in " + ", ".join(
             os.path.join(tree["package_dir"], rel) for rel in spec["flag_files"]))
-    state = tree if spec is DEFAULT_SPEC or spec == first else state_tree(args)
+    # the host's state folder: this tree's when the default engine was asked (or stood in for it), else the
+    # host's first engine tree, so a server of either engine is found by the commands that name none
+    state = tree if args.get("engine") in (None, first) else state_tree(args)
     keep = ("version", "root", "package_dir", "kind", "commit", "dirty")
     return {"sglang": {k: tree[k] for k in keep}, "engine_tree": {k: tree[k] for k in keep},
             "engine": spec.get("name"), "state_root": state["root"],
