@@ -27,8 +27,8 @@ from sglops.core.paths import REPO_ROOT
 from sglops.core.result import Observation
 from sglops.core.values import line_breaker, one_line
 from sglops.engine import DEFAULT as ENGINE_DEFAULT
-from sglops.engine import Engine
 from sglops.engine import get as get_engine
+from sglops.engine import host_specs
 from sglops.engine.base import pairs
 from sglops.launch import ranks
 from sglops.launch.profiles import Profile
@@ -183,10 +183,6 @@ def launcher_argv(p: Profile, host: Host | None) -> list[str]:
     return get_engine(p.engine).launcher(p.python or (host.python if host else "python3"))
 
 
-def engine_of(p: Profile) -> Engine:
-    return get_engine(p.engine)
-
-
 def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -> Rendered:
     """The launch script for this profile on this host (validated when the host's tree is given)."""
     p = p.for_host(host.name if host else None)
@@ -231,8 +227,6 @@ def inspect(remote: Remote, engine: str | None = None, python: str | None = None
     trip. python: the server's python when the profile names one (an engine's tree is found through it).
 
     Asked once until the next step that may change the host (the connection's memo: Remote.remembered)."""
-    from sglops.engine import host_specs
-
     eng = get_engine(engine)
     key = "server_inspect" if eng.name == ENGINE_DEFAULT else f"server_inspect:{eng.name}:{python}"
     return remote.remembered(key, lambda: remote.run_py(
