@@ -52,6 +52,10 @@ env_pid=$!
 t_vllm=$SECONDS
 setsid "$PY" -m sglops.sandbox.vllm_cpu >.cache/setup-vllm-env.log 2>&1 &
 vllm_pid=$!
+# the vLLM release trees the vLLM probes read (tests/test_vllm_probes.py; Python files of ~760 MB of wheels)
+setsid "$PY" -c "from sglops.sandbox.vllm_trees import vllm_site; [vllm_site(v) for v in ('0.10.2', '0.32.0')]" \
+  >.cache/setup-vllm-trees.log 2>&1 &
+vllm_trees_pid=$!
 # --- end of the vLLM block ---
 
 # the release wheels the sandbox hosts and the decision tests are made from, all at once (else one by one, mid-run),
@@ -112,5 +116,6 @@ else
   tail -n 2 .cache/setup-vllm-env.log >&2
   echo "setup: the real vLLM environment could not be built: tests/test_vllm_real.py will fail" >&2
 fi
+wait "$vllm_trees_pid" || echo "setup: vLLM release trees not fetched now; tests/test_vllm_probes.py fetches them" >&2
 # --- end of the vLLM block ---
 took "set-up done" $t_all

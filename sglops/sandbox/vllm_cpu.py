@@ -97,7 +97,10 @@ def wheel_requirements(wheel: Path) -> list[str]:
     release in place of the `+cpu` local version it pins."""
     from email.parser import Parser
 
-    from packaging.requirements import Requirement
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # set-up builds this before sglops' own packages are installed: pip's copy then
+        from pip._vendor.packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
