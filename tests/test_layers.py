@@ -21,20 +21,21 @@ from sglops.patch.names import parse as parse_python
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "sglops"
-DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox", "experiment"}
+DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox", "experiment", "engine"}
 
 # layer -> the layers it may import (besides its own); a domain's declared siblings are listed with it
 MAY_IMPORT: dict[str, set[str]] = {
     "host": set(),
     "core": set(),
     "probe": {"core", "launch.profiles"},  # probe-backends --profile: a profile's flags (profiles imports only core)
-    "launch": {"core", "probe"},  # the launch path predicted from the tree (probe.launch_*), removed backends
-    "sandbox": {"core"},
+    "engine": {"core"},  # what differs between serving engines: names and spellings, nothing above core
+    "launch": {"core", "probe", "engine"},  # the launch path predicted from the tree (probe.launch_*), removed backends
+    "sandbox": {"core", "engine"},
     "trace": {"core"},
     "kernel": {"core", "probe"},
     "patch": {"core", "probe"},
     "bench": {"core", "probe"},
-    "experiment": {"core", "bench", "launch", "patch", "probe", "trace"},  # ab, sweep: restarts, patches, profiles
+    "experiment": {"core", "bench", "launch", "patch", "probe", "trace", "engine"},  # ab, sweep: restarts, patches, profiles
     "ops": {"core", *DOMAINS},  # the catalogue: every domain's ops.py
     "views": {"core", *DOMAINS, "play.result"},  # results only
     "play": {"core", *DOMAINS, "ops", "views"},  # a runner: plays of the catalogue's operations

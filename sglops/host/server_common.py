@@ -11,6 +11,7 @@ import time
 
 from . import _fetch
 from ._common import PRIVATE_FILE, open_private, sglops_dir
+from ._server_engine import logged_info
 from ._server_info import kept_fields
 
 # (class, label, pattern): the first class whose pattern matches anywhere in the log since the restart marker
@@ -202,9 +203,16 @@ def _wait_gone(pgid, tree, deadline):
 SERVER_ID_VAR = "SGLOPS_SERVER_ID"  # exported to the server: every process of it inherits the mark
 
 
-def marked_processes(server_id):
+# Process titles and launch commands of servers when server.json names none (a server an older sglops started,
+# a container's own command): the engine specs' (sglops.engine) process_titles and launch modules.
+DEFAULT_TITLES = ("sglang::",)
+LAUNCH_MARKS = ("sglang.launch_server", "sglang-standin", "vllm.entrypoints.openai.api_server")
+
+
+def marked_processes(server_id, titles=DEFAULT_TITLES, marks=()):
     """Processes of this user whose environment carries this server's mark AND whose command line is a server's
-    (the launcher or an `sglang::` worker): found even when one left the process group and its parent died."""
+    (the launcher or a titled worker, e.g. `sglang::scheduler`): found even when one left the process group and
+    its parent died."""
     if not server_id:
         return []
     mark = f"{SERVER_ID_VAR}={server_id}".encode()
@@ -222,24 +230,26 @@ def marked_processes(server_id):
         fields = _stat_fields(f"/proc/{name}/stat")
         if fields is None or _has_exited(fields, name):
             continue
-        if argv and (argv[0].startswith("sglang::") or is_server_argv(argv)):
+        if argv and (argv[0].startswith(tuple(titles)) or is_server_argv(argv, marks)):
             found.append(int(name))
     return found
 
 
-def process_role(argv):
+def process_role(argv, titles=DEFAULT_TITLES, marks=()):
     """(role, rank words) of a server process from its command line: `sglang::scheduler_DP0_TP1` is
-    ("scheduler", {"dp": 0, "tp": 1}), `sglang::detokenizer` ("detokenizer", {}), the launch command "launcher"."""
+    ("scheduler", {"dp": 0, "tp": 1}), `sglang::detokenizer` ("detokenizer", {}), `VLLM::Worker_TP1` ("Worker",
+    {"tp": 1}), the launch command "launcher"."""
     first = argv[0] if argv else ""
-    if first.startswith("sglang::"):
-        name, *parts = first[len("sglang::"):].split()[0].split("_")
+    prefix = next((t for t in titles if first.startswith(t)), None)
+    if prefix is not None and first[len(prefix):].strip():
+        name, *parts = first[len(prefix):].split()[0].split("_")
         ranks = {}
         for part in parts:
             m = re.fullmatch(r"([A-Z]+(?:_[A-Z]+)?)(\d+)", part)
             if m:
                 ranks[m.group(1).lower()] = int(m.group(2))
         return name, ranks
-    if is_server_argv(argv):
+    if is_server_argv(argv, marks):
         return "launcher", {}
     return "other", {}
 
@@ -262,6 +272,11 @@ def kill_group(pgid, tree=()):
     _wait_gone(pgid, tree, time.monotonic() + KILL_WAIT_S)
 
 
+def server_marks(info):
+    """(process titles, launch marks) of the server server.json describes (its engine's, recorded at start)."""
+    return tuple(info.get("titles") or DEFAULT_TITLES), tuple(m for m in [info.get("launch_module")] if m)
+
+
 def stop_server(paths, grace_s=20.0):
     """TERM the server's process group, wait, then KILL; then KILL any descendant that left the group.
     Never matches processes by name: the group and the tree come from the pid we started."""
@@ -275,7 +290,8 @@ def stop_server(paths, grace_s=20.0):
     pgid = info.get("pgid") or info["pid"]
     tree = process_tree(info["pid"])
     seen = {p for p, _ in tree}
-    tree += [(p, start_ticks(p)) for p in marked_processes(info.get("server_id")) if p not in seen]
+    titles, marks = server_marks(info)
+    tree += [(p, start_ticks(p)) for p in marked_processes(info.get("server_id"), titles, marks) if p not in seen]
     os.killpg(pgid, signal.SIGTERM)
     for pid in [p for p, _ in tree if p not in seen]:
         try:  # a worker outside the group (it left it): TERM it too, it has the same grace
@@ -291,7 +307,7 @@ def stop_server(paths, grace_s=20.0):
     for name in ("server.pid", "server.json"):
         if os.path.exists(paths[name]):
             os.unlink(paths[name])
-    left = sorted(set(alive_of(tree)) | set(marked_processes(info.get("server_id"))))
+    left = sorted(set(alive_of(tree)) | set(marked_processes(info.get("server_id"), titles, marks)))
     return {"stopped": True, "pid": info["pid"], "signal": sent, "processes": len(tree), "left": left,
             "took_s": round(time.monotonic() - t0, 3), "outside_group": len(tree) - len(seen)}
 
@@ -321,9 +337,10 @@ def read_since(path, offset, cap=SINCE_CAP):
         return []
 
 
-def classify(log_lines):
-    """(class, label, evidence): the failure the log shows and the one line that shows it; Nones if none."""
-    for cls, label, pattern in FAILURE_CLASSES:
+def classify(log_lines, extra=()):
+    """(class, label, evidence): the failure the log shows and the one line that shows it; Nones if none.
+    extra: the engine's own (class, label, pattern) crash texts, tried before the common ones."""
+    for cls, label, pattern in [*extra, *FAILURE_CLASSES]:
         rx = re.compile(pattern, re.I | re.M)
         hit = next((ln for ln in reversed(log_lines) if rx.search(ln)), None)  # the last: what it ended in
         if hit is None:
@@ -341,10 +358,22 @@ def _shorten(line, width=300):
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def server_info(host, port, timeout=5.0):
-    """(effective server arguments, the endpoint that gave them): /server_info, or /get_server_info on
-    releases before it existed (404); (None, None) when neither answers with JSON."""
-    for path in ("/server_info", "/get_server_info"):
+def server_info(host, port, timeout=5.0, spec=None, log_lines=None):
+    """(effective server arguments, the endpoint that gave them): the engine's info endpoints in order
+    (/server_info, or /get_server_info on releases before it existed: 404); an engine with none says its
+    arguments in its start-up log (spec["args_log"]) and its version at spec["version_path"]. (None, None) when
+    nothing answers with JSON."""
+    if spec is not None and not spec.get("info_paths"):
+        def fetch(path):
+            status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
+            try:
+                return json.loads(body) if status == 200 else None
+            except (ValueError, RecursionError):
+                return None
+        info = logged_info(spec, fetch, log_lines or [])
+        where = "the start-up log's arguments line" + (" and " + spec["version_path"] if spec.get("version_path") else "")
+        return (kept_fields(info), where) if info else (None, None)
+    for path in (spec or {}).get("info_paths") or ("/server_info", "/get_server_info"):
         status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
         if status == 200:
             try:
@@ -394,10 +423,11 @@ def _cmdline(pid):
         return []
 
 
-def is_server_argv(argv):
-    """Does this command line start an LLM server (SGLang, vLLM, the sandbox stand-in)?"""
+def is_server_argv(argv, marks=()):
+    """Does this command line start an LLM server (an engine's launch module, `vllm serve`, the sandbox
+    stand-in; marks: more launch commands, e.g. the recorded server's)?"""
     text = " ".join(argv)
-    return ("sglang.launch_server" in text or "sglang-standin" in text
+    return (any(m in text for m in (*LAUNCH_MARKS, *marks))
             or any(os.path.basename(a) == "vllm" for a in argv[:3]) and "serve" in argv)
 
 

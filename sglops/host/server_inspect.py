@@ -5,21 +5,26 @@ import os
 import re
 import sys
 
-from ._common import UserError, find_sglang
+from ._common import UserError, find_sglang, try_find_sglang
+from ._server_engine import find_tree
 from .server_common import entrypoint_server, our_server, read_json_file, state_paths
 
-CHOICE_FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
-                "--nsa-prefill-backend", "--nsa-decode-backend", "--dsa-prefill-backend", "--dsa-decode-backend",
-                "--kv-cache-dtype", "--moe-runner-backend"]
+# The default engine's spec when the laptop sends none (an older caller): its flag files and checked choices.
+DEFAULT_SPEC = {"flag_files": ["srt/server_args.py", "srt/arg_groups"], "arg_classes": [],
+                "choice_flags": ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
+                                 "--nsa-prefill-backend", "--nsa-decode-backend", "--dsa-prefill-backend",
+                                 "--dsa-decode-backend", "--kv-cache-dtype", "--moe-runner-backend"]}
 
 
-def _files(srt):
-    yield os.path.join(srt, "server_args.py")
-    groups = os.path.join(srt, "arg_groups")
-    for folder, _, names in os.walk(groups):
-        for name in sorted(names):
-            if name.endswith(".py"):
-                yield os.path.join(folder, name)
+def _files(pkg, rels):
+    for rel in rels:
+        path = os.path.join(pkg, rel)
+        if os.path.isfile(path):
+            yield path
+        for folder, _, names in os.walk(path):
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    yield os.path.join(folder, name)
 
 
 def _strings(node, consts):
@@ -58,11 +63,12 @@ def _kw(call, name):
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-def launch_arguments(pkg):
-    """{flags, choices}: every --flag the tree's server_args defines and the choices of the backend flags."""
-    srt = os.path.join(pkg, "srt")
+def launch_arguments(pkg, spec=None):
+    """{flags, choices}: every --flag the engine's flag files define (add_argument calls, `A[...]` fields, and the
+    fields of its argument dataclasses) and the choices of the flags a render checks."""
+    spec = spec or DEFAULT_SPEC
     trees = []
-    for path in _files(srt):
+    for path in _files(pkg, spec["flag_files"]):
         try:
             with open(path, encoding="utf-8") as fh:
                 trees.append(ast.parse(fh.read(), path))
@@ -84,7 +90,10 @@ def launch_arguments(pkg):
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:
                     _field(item, consts, flags, choices)
-    return sorted(flags), {k: v for k, v in choices.items() if k in CHOICE_FLAGS}
+                    if node.name in spec["arg_classes"] and isinstance(item, ast.AnnAssign) and \
+                            isinstance(item.target, ast.Name) and not item.target.id.startswith("_"):
+                        flags.add("--" + item.target.id.replace("_", "-"))
+    return sorted(flags), {k: v for k, v in choices.items() if k in spec["choice_flags"]}
 
 
 def _field(item, consts, flags, choices):
@@ -159,11 +168,49 @@ def current(root):
             if os.path.exists(paths["launch.last-good.sh"]) else None, "entrypoint": entrypoint_server()}
 
 
+def state_tree(args):
+    """The tree whose state folder holds this host's server, whatever engine serves: the host's first engine
+    found (the inventory tree, else each engine's package as the host python finds it), so one server per host
+    is known to every command (stop, status, the next restart)."""
+    found, why = try_find_sglang(args.get("sglang_root"))
+    if found:
+        return found
+    for spec in args.get("engines") or []:
+        try:
+            return find_tree(spec, None, args.get("python"))
+        except UserError:
+            continue
+    raise UserError(why)
+
+
 def main(args):
-    tree = find_sglang(args.get("sglang_root"))
-    flags, choices = launch_arguments(tree["package_dir"])
+    spec = args.get("engine")
+    first = (args.get("engines") or [spec])[0]
+    if spec is None or spec == first:  # the inventory's tree (sglang_root), as before engines
+        try:
+            tree = find_sglang(args.get("sglang_root"))
+            spec = spec or DEFAULT_SPEC
+        except UserError:  # a host with another engine only (stop, status, logs name no engine): that one's tree
+            tree = None
+            for other in (args.get("engines") or [])[1:]:
+                try:
+                    tree, spec = find_tree(other, None, args.get("python")), other
+                    break
+                except UserError:
+                    continue
+            if tree is None:
+                raise
+    else:
+        tree = find_tree(spec, None, args.get("python"))
+    flags, choices = launch_arguments(tree["package_dir"], spec)
     if not flags:
-        raise UserError("no launch arguments found in " + os.path.join(tree["package_dir"], "srt", "server_args.py"))
-    return {"sglang": {k: tree[k] for k in ("version", "root", "package_dir", "kind", "commit", "dirty")},
+        raise UserError("no launch arguments found in " + ", ".join(
+            os.path.join(tree["package_dir"], rel) for rel in spec["flag_files"]))
+    # the host's state folder: this tree's when the default engine was asked (or stood in for it), else the
+    # host's first engine tree, so a server of either engine is found by the commands that name none
+    state = tree if args.get("engine") in (None, first) else state_tree(args)
+    keep = ("version", "root", "package_dir", "kind", "commit", "dirty")
+    return {"sglang": {k: tree[k] for k in keep}, "engine_tree": {k: tree[k] for k in keep},
+            "engine": spec.get("name"), "state_root": state["root"],
             "flags": flags, "choices": choices, "tree": tree_facts(tree["package_dir"]),
-            "current": current(tree["root"]), "host": launch_host()}
+            "current": current(state["root"]), "host": launch_host()}

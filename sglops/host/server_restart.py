@@ -64,6 +64,15 @@ FATAL = re.compile(r"Received sigquit from a child process|Scheduler hit an exce
 FATAL_GRACE_S = 5.0
 
 
+def _last_good_engine(paths):
+    """The engine spec the last healthy start was made with (a rollback restarts that engine)."""
+    try:
+        with open(paths["launch.last-good.json"]) as fh:
+            return json.load(fh).get("engine_spec")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def aborted(path, token):
     """Whether the laptop asked this start to give up (another node of its deployment failed): the abort file
     names this start's token, so an old request never stops a new start."""
@@ -239,7 +248,10 @@ def main(args):
     progress(phase="starting")
     # A checkout's launch script cds into it; an installed tree is never a working folder (state dir instead).
     proc, info = start(paths, paths["launch.sh"], root if is_checkout(root) else os.path.dirname(paths["server.log"]))
-    info.update({"profile": args.get("profile"), "port": args["port"], "host": args["host"],
+    spec = (args.get("engine") or _last_good_engine(paths)) if args.get("rollback") else args.get("engine")
+    info.update({"engine": (spec or {}).get("name"), "engine_spec": spec, "titles": (spec or {}).get("process_titles"),
+                 "launch_module": (spec or {}).get("launch_module"),
+                 "profile": args.get("profile"), "port": args["port"], "host": args["host"],
                  "log": paths["server.log"], "script": paths["launch.sh"], "rollback": bool(args.get("rollback")),
                  "nnodes": int(args.get("nnodes") or 1), "node_rank": args.get("node_rank")})
     write_atomic(paths["server.json"], json.dumps(info))
@@ -251,10 +263,11 @@ def main(args):
         paths["server.log"]), **waited, "server_info": None, "server_info_endpoint": None, "log_tail": [], "failure": None,
         "failure_label": None, "failure_detail": None}
     if waited["state"] == "healthy":
-        result["server_info"], result["server_info_endpoint"] = server_info(args["host"], args["port"])
+        result["server_info"], result["server_info_endpoint"] = server_info(
+            args["host"], args["port"], spec=spec, log_lines=read_since(paths["server.log"], info["log_offset"]))
         write_atomic(paths["launch.last-good.sh"], script, PRIVATE_SCRIPT)
         write_atomic(paths["launch.last-good.json"], json.dumps(
-            {"profile": args.get("profile"), "host": args["host"], "port": args["port"],
+            {"profile": args.get("profile"), "host": args["host"], "port": args["port"], "engine_spec": spec,
              "timeout_s": args["timeout_s"], "grace_s": args.get("grace_s", 20), "at": time.time(),
              "nnodes": info["nnodes"], "node_rank": info["node_rank"]}))
     else:
@@ -263,7 +276,7 @@ def main(args):
         time.sleep(0.1)
         since = read_since(paths["server.log"], info["log_offset"])
         result["log_tail"] = since[-int(args.get("tail", 30)):]
-        cls, label, evidence = classify(since)
+        cls, label, evidence = classify(since, [tuple(f) for f in (spec or {}).get("failures") or []])
         if waited["state"] == "aborted":  # its own log is not why it stopped: the laptop names the node that failed
             cls, label = "aborted", "stopped: another node of this server failed to come up"
         result["failure"], result["failure_label"], result["failure_detail"] = cls or waited["state"], label or (

@@ -8,6 +8,7 @@ import time
 from ._common import UserError, progress
 from .server_common import (
     _cmdline,
+    classify,
     entrypoint_server,
     http_get,
     local_url,
@@ -15,7 +16,10 @@ from .server_common import (
     our_server,
     process_role,
     process_tree,
+    read_json_file,
+    read_since,
     server_info,
+    server_marks,
     state_paths,
     tail,
 )
@@ -26,14 +30,15 @@ def server_processes(info):
     the launcher, each scheduler with its TP/PP/DP rank, the detokenizer."""
     if not info:
         return []
+    titles, marks = server_marks(info)
     pids = [p for p, _ in process_tree(info["pid"])]
-    pids += [p for p in marked_processes(info.get("server_id")) if p not in pids]
+    pids += [p for p in marked_processes(info.get("server_id"), titles, marks) if p not in pids]
     out = []
     for pid in pids:
         argv = _cmdline(pid)
         if not argv:
             continue
-        role, ranks = process_role(argv)
+        role, ranks = process_role(argv, titles, marks)
         if role == "other" and pid != info["pid"]:
             role = os.path.basename(argv[0])  # a helper of the launch script (bash, nohup): named, not hidden
         out.append({"pid": pid, "role": role, **ranks, "command": " ".join(argv)[:160]})
@@ -76,6 +81,19 @@ def follow(path, seconds):
     return 0
 
 
+def died(paths):
+    """Why the server sglops last started here is gone when server.json still names it (it came up, then died:
+    e.g. at its first request): its log since that start, classified with its engine's crash texts."""
+    gone = read_json_file(paths["server.json"])
+    if not isinstance(gone, dict) or "log_offset" not in gone:
+        return None
+    spec = gone.get("engine_spec") or {}
+    cls, label, evidence = classify(read_since(paths["server.log"], int(gone["log_offset"])),
+                                    [tuple(f) for f in spec.get("failures") or []])
+    return {"pid": gone.get("pid"), "profile": gone.get("profile"), "failure": cls or "died", "failure_label":
+            label or "exited", "failure_detail": evidence}
+
+
 def main(args):
     root = args["root"]
     paths = state_paths(root, create=False)  # read-only: makes no .sglops/
@@ -86,11 +104,13 @@ def main(args):
     out = {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
            "health": None, "server_info": None, "restarts": last_restarts(paths["restarts.jsonl"], 5),
            "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20))),
-           "entrypoint": entry, "processes": server_processes(info)}
+           "entrypoint": entry, "processes": server_processes(info), "died": None if info else died(paths)}
     if port:
         out["health"], _ = http_get(local_url(host, port, "/health"), timeout=3)
         if args.get("server_info", True) and out["health"] is not None:
-            out["server_info"], out["server_info_endpoint"] = server_info(host, port)
+            spec = (info or {}).get("engine_spec")
+            since = read_since(paths["server.log"], int(info["log_offset"])) if spec and info.get("log_offset") else []
+            out["server_info"], out["server_info_endpoint"] = server_info(host, port, spec=spec, log_lines=since)
     if args.get("follow_s") and not entry:  # shape (b): the log is the engine's, followed on the host
         for ln in out["log_tail"]:
             progress(line=ln)

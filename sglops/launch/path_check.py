@@ -89,10 +89,11 @@ def check_restart(remote: Remote, result: RestartResult, profile_args: dict[str,
 
 def check_after_restart(remote: Remote, result: RestartResult, profile: str) -> dict[str, Any] | None:
     """`inv restart PROFILE --check-path`: the profile's flags as this host renders them, then check_restart."""
+    from sglops.engine import get as get_engine
     from sglops.launch.profiles import load_profile
 
     p = load_profile(profile).for_host(remote.name)
-    if p.engine != "sglang":
+    if not get_engine(p.engine).launch_path_rules:
         return None
     if p.var_refs():
         p = p.with_vars(dict(getattr(remote.host, "vars", None) or {}), remote.name)

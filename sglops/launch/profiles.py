@@ -18,8 +18,9 @@ from typing import Any
 from sglops.core import paths, redact, values
 from sglops.core.errors import ConfigError
 from sglops.core.yamlio import check_fields, load_yaml
+from sglops.engine import DEFAULT as DEFAULT_ENGINE
+from sglops.engine import NAMES as ENGINES
 
-ENGINES = ("sglang", "vllm")
 SCALARS = {
     "model_path": str, "served_model_name": str, "tokenizer_path": str, "host": str, "port": int,
     "tp_size": int, "dp_size": int, "ep_size": int, "pp_size": int,
@@ -67,7 +68,7 @@ class Profile:
 
     name: str
     path: Path
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
     description: str = ""
     launcher: str | list[str] = "module"
     python: str | None = None

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglops.core.errors import ConfigError
+from sglops.engine import Engine
+from sglops.engine import get as get_engine
 
-BIND_VAR = "SGLANG_CPU_OMP_THREADS_BIND"
-NCCL_VAR = "SGLANG_NCCL_SO_PATH"
+BIND_VAR = get_engine(None).cpu_bind_var  # the default engine's names (tests and docs refer to them)
+NCCL_VAR = get_engine(None).nccl_var
 NO_NCCL = "/nonexistent/libnccl.so.2"  # any path that cannot load: SGLang then disables PyNccl and uses gloo
 
 
@@ -74,20 +76,29 @@ def _ranges(cpus: list[int]) -> str:
     return ",".join(out)
 
 
-def derived_env(args: dict[str, Any], env: dict[str, str], host_facts: dict[str, Any] | None) -> list[Derived]:
+def on_cpu(args: dict[str, Any], host_facts: dict[str, Any], engine: Engine) -> bool:
+    """Whether this launch runs on CPUs: the profile says so, or the engine picks its platform and sees no GPU."""
+    if engine.device_flag:
+        return str(args.get("device", "")) == "cpu"
+    return not host_facts.get("gpus_visible")
+
+
+def derived_env(args: dict[str, Any], env: dict[str, str], host_facts: dict[str, Any] | None,
+                engine: Engine | None = None) -> list[Derived]:
     """The variables this host needs for this launch that the profile does not set (none offline: no facts)."""
-    if not host_facts or str(args.get("device", "")) != "cpu" or world_size(args) <= 1:
+    engine = engine or get_engine(None)
+    if not host_facts or not on_cpu(args, host_facts, engine) or world_size(args) <= 1:
         return []
     out: list[Derived] = []
     numa = host_facts.get("numa_nodes") or 1
-    if BIND_VAR not in env and world_size(args) > numa:
+    bind_var, nccl_var = engine.cpu_bind_var, engine.nccl_var
+    if bind_var and bind_var not in env and world_size(args) > numa:
         ranks = local_ranks(args)
         value = cpu_groups(list(host_facts.get("cpus") or []), ranks)
-        out.append(Derived(BIND_VAR, value, f"{world_size(args)} ranks on {numa} NUMA node(s): {ranks} rank(s) on "
-                           f"this node, each bound to its own CPUs (unset, every scheduler asserts "
-                           f"'{BIND_VAR} is not set')"))
-    if NCCL_VAR not in env and host_facts.get("nccl_library") and not host_facts.get("gpus_visible"):
-        out.append(Derived(NCCL_VAR, NO_NCCL, f"the host's torch ships {host_facts['nccl_library']} but there is no "
+        out.append(Derived(bind_var, value, f"{world_size(args)} ranks on {numa} NUMA node(s): {ranks} rank(s) on "
+                           f"this node, each bound to its own CPUs (unset, {engine.unbound_ranks})"))
+    if nccl_var and nccl_var not in env and host_facts.get("nccl_library") and not host_facts.get("gpus_visible"):
+        out.append(Derived(nccl_var, NO_NCCL, f"the host's torch ships {host_facts['nccl_library']} but there is no "
                            "GPU: the ranks talk over gloo (else 'ValueError: Expected a cuda device, but got: cpu' "
                            "in pynccl)"))
     return out

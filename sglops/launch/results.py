@@ -66,7 +66,8 @@ class RestartResult(Result):
     port: int
     dry_run: bool = False
     rollback: bool = False
-    sglang_version: str | None = None
+    sglang_version: str | None = None  # the release of the engine that serves (named so before engines)
+    engine: str | None = None  # sglang | vllm (None: a rollback, the last good script's)
     pid: int | None = None
     stopped_pid: int | None = None
     stop_signal: str | None = None
@@ -123,6 +124,7 @@ class ServerStatus(Observation):
     log_path: str
     log_tail: list[str]
     container: dict | None = None  # restart shape (b): the engine's view of the container whose command it is
+    died: dict | None = None  # the server last started here came up and is gone: its log's crash class
     processes: list[dict] = field(default_factory=list)  # launcher, schedulers (with their ranks), detokenizer
     nnodes: int = 1
     node_rank: int | None = None

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from sglops.core import owner
 from sglops.core.errors import ConfigError, RemoteError, SglopsError
 from sglops.core.remote import Remote
+from sglops.engine import get as get_engine
 from sglops.launch import container as launch_container
 from sglops.launch.profiles import Profile, list_profiles, load_profile
 from sglops.launch.render import Rendered, TreeArgs, inspect, render
@@ -44,8 +45,17 @@ def render_for(remote: Remote | None, profile: str | Profile, *, port: int | Non
     p = _with_port(_profile(profile).for_host(remote.name if remote else None), port)
     if remote is None:
         return render(p)
-    tree = TreeArgs.from_inspect(inspect(remote)) if p.engine == "sglang" else None
-    return render(p, remote.host, tree)
+    return render(p, remote.host, tree_for(remote, p))
+
+
+def server_python(remote: Remote, p: Profile) -> str | None:
+    """The python the profile names for its server on this host ({vars.X} filled in), None: the host's."""
+    return p.with_vars(remote.host.vars, remote.name).python if p.python else None
+
+
+def tree_for(remote: Remote, p: Profile) -> TreeArgs:
+    """The host's tree of the profile's engine, found through the profile's python when it names one."""
+    return TreeArgs.from_inspect(inspect(remote, p.engine, server_python(remote, p)))
 
 
 def restart(
@@ -75,9 +85,10 @@ def restart(
                               "restart (ab, sweep, a play step) would start one node alone")
         if chosen.container_restart == "entrypoint":  # shape (b): the engine restarts the container's command
             return launch_container.restart(remote, chosen, dry_run=dry_run, timeout=timeout, on_progress=on_progress)
-    doc = inspect(remote)
+    chosen = None if rollback or profile is None else _with_port(_profile(profile).for_host(remote.name), port)
+    doc = inspect(remote, chosen.engine if chosen else None, server_python(remote, chosen) if chosen else None)
     tree = TreeArgs.from_inspect(doc)
-    remote.memo.put(ROOT_KEY, tree.root, lasting=True)
+    remote.memo.put(ROOT_KEY, tree.state_root, lasting=True)
     current = doc["current"]
     rendered = None
     if rollback:
@@ -96,16 +107,17 @@ def restart(
         if profile is None:
             raise SglopsError("give a profile to restart (or --rollback)")
         p = _with_port(_profile(profile).for_host(remote.name), port)
-        rendered = render(p, remote.host, tree if p.engine == "sglang" else None)
+        rendered = render(p, remote.host, tree)
         prof_name, bind, use_port = p.name, rendered.bind, rendered.port
         grace, wait = p.stop_grace, float(timeout or p.startup_timeout)
         nodes = {"nnodes": int(p.args.get("nnodes", 1)), "node_rank": rendered.node_rank}
+    eng = get_engine(rendered.engine if rendered else None)
     result = RestartResult(host=remote.name, profile=prof_name, ok=False, state="dry-run", port=use_port,
-                           rollback=rollback, sglang_version=tree.version,
+                           rollback=rollback, sglang_version=tree.version, engine=rendered.engine if rendered else None,
                            warnings=list(rendered.warnings) if rendered else [],
                            argv=rendered.argv if rendered else [], script=rendered.script if rendered else "",
                            node_rank=nodes["node_rank"], derived_env=list(rendered.derived_env) if rendered else [])
-    args = {"root": tree.root, "script": result.script, "rollback": rollback, "profile": prof_name,
+    args = {"root": tree.state_root, "engine": eng.host_spec() if rendered else None, "script": result.script, "rollback": rollback, "profile": prof_name,
             "host": bind, "port": use_port, "timeout_s": wait, "grace_s": grace, "operator": owner.user(),
             "lock_wait_s": lock_wait_s, **nodes, "abort_token": abort_token}
     if dry_run:  # the host script's own plan, from the host's own state: nothing changes there
@@ -131,7 +143,7 @@ def restart(
     if not result.ok:
         result.failure, result.failure_label = answer["failure"], answer["failure_label"]
         result.failure_detail = answer.get("failure_detail")
-        result.hint = HINTS.get(answer["failure"])
+        result.hint = eng.hints.get(answer["failure"]) or HINTS.get(answer["failure"])
     if result.server_info and rendered:
         confirm(result, rendered.expected, result.server_info)
     return result
@@ -178,7 +190,7 @@ def status(remote: Remote, *, port: int | None = None, tail: int = 20) -> Server
                         port=port or srv.get("port"), health=doc["health"], server_info=doc["server_info"],
                         restarts=doc["restarts"], log_path=doc["log_path"], log_tail=doc["log_tail"],
                         processes=doc.get("processes") or [], nnodes=int(srv.get("nnodes") or last.get("nnodes") or 1),
-                        node_rank=srv.get("node_rank", last.get("node_rank")))
+                        node_rank=srv.get("node_rank", last.get("node_rank")), died=doc.get("died"))
 
 
 def _state_or_entrypoint(remote: Remote, *, port: int | None = None, tail: int = 20, follow_s: float = 0,
@@ -217,7 +229,8 @@ ROOT_KEY = "sglang-root"  # where the tree is: read once per connection, sglops'
 
 
 def _root(remote: Remote) -> str:
-    return remote.remembered(ROOT_KEY, lambda: inspect(remote)["sglang"]["root"], lasting=True)
+    return remote.remembered(ROOT_KEY, lambda: (lambda d: d.get("state_root") or d["sglang"]["root"])(inspect(remote)),
+                             lasting=True)
 
 
 def server_info(remote: Remote, port: int | None = None) -> dict:

@@ -41,27 +41,37 @@ def make_tokenizer(dest: Path, vocab: int = VOCAB) -> None:
     fast.save_pretrained(dest)
 
 
-def make_model(dest: Path) -> None:
+# Attention heads (query, key/value): 4/2 gives head_dim 16; 2/1 gives head_dim 32, the smallest vLLM's CPU
+# attention serves (its CPU_ATTN head sizes start at 32). Either split has the same tensor shapes, so the same
+# seed gives the same weights.
+HEADS = {"h16": (4, 2), "h32": (2, 1)}
+
+
+def make_model(dest: Path, heads: str = "h16") -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
+    q_heads, kv_heads = HEADS[heads]
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         num_attention_heads=q_heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
                          bos_token_id=0, eos_token_id=1, pad_token_id=2, torch_dtype="bfloat16",
                          tie_word_embeddings=False)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(dest)
 
 
-def main(dest: str) -> None:
+def main(dest: str, heads: str = "h16") -> None:
     path = Path(dest)
     path.mkdir(parents=True, exist_ok=True)
     make_tokenizer(path)
-    make_model(path)
+    make_model(path, heads)
     (path / "sglops-model.json").write_text(json.dumps({"made_by": "sglops sandbox", "vocab_size": VOCAB,
-                                                        "seed": SEED, "weights": "random"}) + "\n")
+                                                        "seed": SEED, "weights": "random",
+                                                        "heads": list(HEADS[heads])}) + "\n")
 
 
-if __name__ == "__main__":
-    main(sys.argv[1])
+if __name__ == "__main__":  # make_tiny_model.py DEST [h16|h32]
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in HEADS):
+        sys.exit(f"usage: make_tiny_model.py DEST [{'|'.join(HEADS)}]")
+    main(*sys.argv[1:])

@@ -115,11 +115,14 @@ def _bench() -> None:
 @cache
 def _experiment() -> None:
     from sglops.experiment.ab_result import AbResult
+    from sglops.experiment.duel import DuelResult
     from sglops.experiment.sweep_result import SweepResult
     from sglops.views import ab, sweep
+    from sglops.views.duel import duel_view
 
     render.register(AbResult, ab.ab_table)
     render.register(SweepResult, sweep.sweep_view)
+    render.register(DuelResult, duel_view)
 
 
 @cache

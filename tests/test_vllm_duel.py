@@ -1,0 +1,58 @@
+"""The duel's plan, no server: the vLLM profile normalised to the SGLang reference (the repo's own profiles and the
+tiny h32 Llama's config.json shape), the refusals when more than the engine differs, and the limits as the servers
+report them side by side (their own names: SGLang's /server_info, vLLM's start-up arguments line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglops.core.errors import ConfigError
+from sglops.experiment.duel_plan import effective_rows, kv_bytes_per_token, plan
+from sglops.launch.profiles import load_profile
+
+# the tiny Llama with head_dim 32 (sglops/sandbox/make_tiny_model.py, HEADS["h32"])
+CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+          "head_dim": 32, "vocab_size": 1024}
+VARS = {"model_dir": "/m16", "vllm_model_dir": "/m32", "vllm_python": "/py"}
+
+
+def _profiles():
+    a = load_profile("sandbox-sglang-cpu-vllm-duel").with_vars(VARS, "h")
+    b = load_profile("sandbox-vllm-cpu").with_vars(VARS, "h")
+    return a, b
+
+
+def test_the_vllm_side_is_set_to_the_references_limits():
+    a, b = _profiles()
+    p = plan(a, b, CONFIG)
+    assert kv_bytes_per_token(CONFIG) == 256 and p.vocab_size == 1024  # 2 x 2 layers x 1 KV head x 32 x 2 bytes
+    assert p.b.args["max_running_requests"] == 8 and p.b.args["context_length"] == 2048
+    extra = p.b.extra_args
+    assert extra[extra.index("--kv-cache-memory-bytes") + 1] == str(8192 * 256)
+    assert extra.count("--kv-cache-memory-bytes") == 1 and p.b.cuda_graph["disable"] is True
+    how = {r["knob"]: r["how"] for r in p.rows}
+    assert how["max running requests"] == "sandbox-vllm-cpu set to sandbox-sglang-cpu-vllm-duel's"
+    assert how["the served model"] == "equal" and how["attention_backend"] == "the engine's own"
+
+
+def test_refused_unless_only_the_engine_differs():
+    a, b = _profiles()
+    other_model = type(b)(**{**b.__dict__, "args": {**b.args, "model_path": "/m16"}})
+    with pytest.raises(ConfigError, match="refused: more than the engine differs: the served model"):
+        plan(a, other_model, CONFIG)
+    unsized = type(a)(**{**a.__dict__, "args": {k: v for k, v in a.args.items() if k != "max_total_tokens"}})
+    with pytest.raises(ConfigError, match="does not size its KV pool"):
+        plan(unsized, b, CONFIG)
+    with pytest.raises(ConfigError, match="both SGLang"):
+        plan(a, a, CONFIG)
+
+
+def test_the_limits_the_servers_reported_side_by_side():
+    a, b = _profiles()
+    p = plan(a, b, CONFIG)
+    sglang = {"context_length": 2048, "max_running_requests": 8, "max_total_tokens": 8192, "kv_cache_dtype": "auto"}
+    vllm = {"max_model_len": 2048, "max_num_seqs": 8, "kv_cache_memory_bytes": 8192 * 256}
+    rows = {r["knob"]: r for r in effective_rows(p, sglang, vllm)}
+    assert all(r["same"] for r in rows.values()), rows  # vLLM's line omits defaults: cache_dtype reads as auto
+    rows = {r["knob"]: r for r in effective_rows(p, sglang, {**vllm, "max_num_seqs": 16})}
+    assert rows["max_running_requests"]["same"] is False and rows["kv_pool"]["b"] == 8192
