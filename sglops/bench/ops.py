@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglops.bench.params import (
     BENCH,
@@ -14,41 +14,36 @@ from sglops.core.errors import ConfigError
 from sglops.core.op import JSON, TARGETS, Context, Op, Param
 from sglops.core.values import Flag, StrList
 
+if TYPE_CHECKING:
+    from sglops.bench.plan import BenchPlan
+
 
 def _required(result: Any, o: dict) -> None:
     result.check(o["require_identical"], o["require_same_config"])
 
 
 # -- bench ----------------------------------------------------------------------------------------------
-def bench(ctx: Context, **options: Any):
+def bench(ctx: Context, plan: BenchPlan, **_flags: Any):
+    """The flags arrive parsed, as the prepare's plan (sglops.bench.plan); `_flags` are their raw forms."""
     from sglops.bench import run
 
-    result = run.run_bench(ctx.remote, on_progress=ctx.event, **options)
+    result = run.run_bench(ctx.remote, plan, on_progress=ctx.event)
     result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
     run.draw_sweep(result, ctx.draw)
     return result
 
 
-def _bench_prepare(o: dict) -> None:
-    """Every load flag checked before any host is touched (one line, exit 2)."""
-    from sglops.bench import loads
+def _bench_prepare(o: dict) -> dict:
+    """Every bench flag parsed once, into the plan, before any host is touched (a bad one: one line, exit 2)."""
+    from sglops.bench.plan import plan_bench
 
-    loads.levels(list(o.get("concurrency") or [1]), o.get("request_rate"), o.get("sweep"))
-    loads.parse_dataset(o.get("dataset"), o.get("output_len") or 2)
-    loads.parse_slo(o.get("slo"))
-    loads.check_metrics_interval(o.get("metrics_interval"))
-    if o.get("duration") and o.get("requests"):
-        raise ConfigError("--duration and --requests: a level is bounded by one of them")
+    return {**o, "plan": plan_bench(o, checked=True)}
 
 
-def _bench_plan(ctx: Context, runs: int, input_len: int, output_len: int, concurrency: list[int], api: str,
-                port: int | None, **o: Any) -> str:
-    from sglops.bench import loads
-
-    levels = loads.levels(list(concurrency), o.get("request_rate"), o.get("sweep"))
-    where = ", ".join(f"{lv['rate']:g} req/s" if lv["rate"] else f"C={lv['concurrency']}" for lv in levels)
-    return (f"bench {runs} repeats, {loads.describe(loads.parse_dataset(o.get('dataset'), output_len), input_len, output_len)}"
-            f", levels {where}, {api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
+def _bench_plan(ctx: Context, plan: BenchPlan, **_flags: Any) -> str:
+    where = ", ".join(f"{lv['rate']:g} req/s" if lv["rate"] else f"C={lv['concurrency']}" for lv in plan.levels)
+    return (f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {plan.api} API on "
+            f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run")
 
 
 def _bench_check(result: Any, _o: dict) -> None:

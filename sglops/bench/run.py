@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench import identity, loads, runconfig, stats
-from sglops.bench.params import DEFAULTS as _D
+from sglops.bench import identity, runconfig, stats
+from sglops.bench.plan import BenchPlan, plan_bench
 from sglops.bench.record import standin
 from sglops.core import artifacts, jsonsafe, redact
-from sglops.core.errors import ConfigError, Failed
+from sglops.core.errors import Failed
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
 
@@ -424,29 +424,6 @@ class BenchResult(Observation):
 
 
 # -- running it ---------------------------------------------------------------------------------------------
-def parse_levels(concurrency: str | int | Sequence[int]) -> list[int]:
-    """`1,4,16` -> [1, 4, 16]; refuses anything that is not a positive integer."""
-    items = str(concurrency).split(",") if isinstance(concurrency, str | int) else list(concurrency)
-    try:
-        levels = [int(str(c).strip()) for c in items if str(c).strip()]
-    except ValueError:
-        raise ConfigError(f"--concurrency must be integers like 1,4,16 (got {concurrency!r})") from None
-    if not levels or any(c < 1 for c in levels):
-        raise ConfigError(f"--concurrency must be positive integers like 1,4,16 (got {concurrency!r})")
-    return list(dict.fromkeys(levels))
-
-
-def _check(runs: int, input_len: int, output_len: int, api: str, port: int | None) -> None:
-    if api not in APIS:
-        raise ConfigError(f"--api must be one of {', '.join(APIS)} (got {api!r})")
-    if runs < 1:
-        raise ConfigError(f"--runs must be at least 1 (got {runs})")
-    if input_len < 1 or output_len < 2:
-        raise ConfigError(f"--input-len must be >= 1 and --output-len >= 2 (got {input_len}, {output_len})")
-    if port is not None and not 0 < port < 65536:
-        raise ConfigError(f"--port must be a TCP port (got {port})")
-
-
 def split_outputs(repeats: list[dict]) -> list[dict]:
     """Move what each measured request answered out of the raw records into one entry per request, in the
     order they were planned (`n`), leaving each raw record its prompt and output hashes."""
@@ -465,87 +442,35 @@ def split_outputs(repeats: list[dict]) -> list[dict]:
 
 def run_bench(
     remote: Remote,
+    plan: BenchPlan | None = None,
     *,
-    runs: int = _D["runs"],
-    input_len: int = _D["input_len"],
-    output_len: int = _D["output_len"],
-    concurrency: str | int | Sequence[int] = 1,
-    api: str = _D["api"],
-    port: int | None = None,
-    requests: int | None = None,
-    warmup: int = _D["warmup"],
-    vocab_size: int | None = None,
-    no_logprobs: bool = False,
     request_timeout: float = 120,
     timeout: float = 3600,
     with_facts: bool = True,
     on_progress: Callable[[dict], None] | None = None,
     test_options: dict | None = None,
-    request_rate: float | None = None,
-    arrival: str = "poisson",
-    burstiness: float = 1.0,
-    duration: float | None = None,
-    dataset: str | None = None,
-    slo: str | None = None,
-    sweep: str | None = None,
-    metrics_interval: float = 1.0,
-    request_deadline: float | None = None,
+    **flags: Any,
 ) -> BenchResult:
     """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
 
+    `plan` is the operation's (sglops.bench.plan, made by its prepare); library callers give the bench flags as
+    keywords instead (`runs=2, concurrency="1,4"`) and the plan is made from them the same way.
     A server that is down or unhealthy raises (nothing is measured); failed requests are counted
     per request and make the result partial or failed; a server that dies mid-run ends the run, and
     the result says so with the cause from the server's log. `test_options` (tests only) reach the
-    host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
+    host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}, `seed`.
     Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
     """
-    ask = {"runs": int(runs), "input_len": int(input_len), "output_len": int(output_len), "api": api,
-           "port": int(port) if port else None,  # None: the server sglops started on the host, else 30000
-           "warmup": int(warmup), "arrival": arrival, "burstiness": float(burstiness),
-           "duration_s": float(duration) if duration else None, "sweep": sweep,
-           "seed": int((test_options or {}).get("seed", 0))}
-    _check(ask["runs"], ask["input_len"], ask["output_len"], api, ask["port"])
-    plan, data, slos = _checked_load(concurrency, request_rate, sweep, dataset, slo, ask, duration, requests,
-                                     vocab_size)
-    loads.check_metrics_interval(metrics_interval)
-    args = _host_args(ask, plan, data, remote.host.sglang_root, requests=requests, metrics_interval=metrics_interval,
-                      request_timeout=request_timeout, vocab_size=vocab_size, logprobs=not no_logprobs,
-                      test_options=test_options)
-    args["request_deadline"] = float(request_deadline) if request_deadline else None
+    if plan is None:
+        plan = plan_bench(flags)
+    elif flags:
+        raise TypeError(f"run_bench: a plan and flags ({', '.join(flags)}) at once")
+    seed = int((test_options or {}).get("seed", 0))
+    args = {**plan.host_args(), "sglang_root": remote.host.sglang_root, "request_timeout": float(request_timeout),
+            "seed": seed, **(test_options or {})}
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
     facts = _facts(remote, raw["port"]) if with_facts else None
-    return _result(remote.name, raw, ask, plan, data, slos, facts)
-
-
-def _checked_load(concurrency: str | int | Sequence[int], request_rate: float | None, sweep: str | None,
-                  dataset: str | None, slo: str | None, ask: dict, duration: float | None, requests: int | None,
-                  vocab_size: int | None) -> tuple[list[dict], dict, dict | None]:
-    """The levels, dataset and SLOs asked for, each checked (a ConfigError of one line) before any host is asked."""
-    if vocab_size is not None and int(vocab_size) < 2:
-        raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
-    plan = loads.levels(parse_levels(concurrency), request_rate, sweep)
-    data = loads.parse_dataset(dataset, ask["output_len"])
-    slos = loads.parse_slo(slo)
-    if ask["arrival"] not in ("poisson", "constant"):
-        raise ConfigError(f"--arrival must be poisson or constant (got {ask['arrival']!r})")
-    if duration is not None and float(duration) <= 0:
-        raise ConfigError(f"--duration must be a positive number of seconds (got {duration})")
-    if duration is not None and requests:
-        raise ConfigError("--duration and --requests: a level is bounded by one of them")
-    return plan, data, slos
-
-
-def _host_args(ask: dict, plan: list[dict], data: dict, sglang_root: str | None, *, requests: int | None,
-               metrics_interval: float, request_timeout: float, vocab_size: int | None, logprobs: bool,
-               test_options: dict | None) -> dict:
-    """What the host script (host/bench_client.py) is sent; `test_options` (tests only) reach it as they are."""
-    return {"port": ask["port"], "api": ask["api"], "runs": ask["runs"], "input_len": ask["input_len"],
-            "output_len": ask["output_len"], "concurrency": [lv["concurrency"] for lv in plan], "levels": plan,
-            "dataset": data, "duration_s": ask["duration_s"], "arrival": ask["arrival"],
-            "burstiness": ask["burstiness"], "metrics_interval": float(metrics_interval or 0),
-            "requests": int(requests) if requests else None, "warmup": ask["warmup"],
-            "request_timeout": request_timeout, "sglang_root": sglang_root,
-            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": logprobs, **(test_options or {})}
+    return _result(remote.name, raw, plan, seed, facts)
 
 
 def _facts(remote: Remote, port: int) -> dict:
@@ -555,15 +480,14 @@ def _facts(remote: Remote, port: int) -> dict:
     return gather(remote, port=port).to_json()
 
 
-def _result(host: str, raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None,
-            facts: dict | None) -> BenchResult:
+def _result(host: str, raw: dict, plan: BenchPlan, seed: int, facts: dict | None) -> BenchResult:
     """The run from the host script's raw answer: figures per level, what served, outputs apart, the sweep."""
     outputs = split_outputs(raw["repeats"])
     tokens = raw["client_tokens"]
     result = BenchResult(
         host=host,
-        config=_config(raw, ask, plan, data, slos),
-        levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], slos) for lv in plan],
+        config=_config(raw, plan, seed),
+        levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], plan.slo) for lv in plan.levels],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
         patches=raw["patches"],
@@ -578,31 +502,31 @@ def _result(host: str, raw: dict, ask: dict, plan: list[dict], data: dict, slos:
         outputs=outputs,
         sweep=None,
     )
-    if ask["sweep"]:
+    if plan.sweep:
         from sglops.bench import load_curve as sweep_mod
 
         result.sweep = sweep_mod.summary([lv.to_json() for lv in result.levels])
     return result
 
 
-def _config(raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None) -> dict:
+def _config(raw: dict, plan: BenchPlan, seed: int) -> dict:
     """bench.json's `config`: what was asked and how the host script read it (port, model, levels)."""
-    open_loop = any(lv["rate"] for lv in plan)
+    open_loop = plan.open_loop
     return {
-        "api": ask["api"], "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
-        "runs": ask["runs"], "input_len": ask["input_len"], "output_len": ask["output_len"],
-        "concurrency": [lv["concurrency"] for lv in plan], "requests_per_run": raw["requests_per_run"],
-        "levels": raw.get("levels"), "warmup": ask["warmup"], "ignore_eos": True, "temperature": 0,
-        "input": loads.describe(data, ask["input_len"], ask["output_len"]),
-        "dataset": {k: v for k, v in data.items() if k != "items"},
+        "api": plan.api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
+        "runs": plan.runs, "input_len": plan.input_len, "output_len": plan.output_len,
+        "concurrency": [lv["concurrency"] for lv in plan.levels], "requests_per_run": raw["requests_per_run"],
+        "levels": raw.get("levels"), "warmup": plan.warmup, "ignore_eos": True, "temperature": 0,
+        "input": plan.describe(),
+        "dataset": {k: v for k, v in plan.dataset.items() if k != "items"},
         "loop": "open" if open_loop else "closed",
-        "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
-        "arrival": ask["arrival"] if open_loop else None,
-        "burstiness": ask["burstiness"] if open_loop else None,
-        "duration_s": ask["duration_s"], "slo_ms": slos, "sweep": ask["sweep"],
+        "request_rates": [lv["rate"] for lv in plan.levels if lv["rate"]] or None,
+        "arrival": plan.arrival if open_loop else None,
+        "burstiness": plan.burstiness if open_loop else None,
+        "duration_s": plan.duration, "slo_ms": plan.slo, "sweep": plan.sweep,
         "server_metrics": raw.get("server_metrics"),
         "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
-        "logprobs": bool(raw.get("logprobs")), "seed": ask["seed"],
+        "logprobs": bool(raw.get("logprobs")), "seed": seed,
         "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
                        "up to 32 tokens each; not counted"}
 

@@ -52,22 +52,17 @@ def prompt_ids(space, seed, n):
 
 # -- the run: what was asked, the server, the plan, progress, warm-up, measuring, the answer --------------------
 def _settings(args):
-    """What the laptop asked for (it always sends runs and lengths: sglops.bench.params has their defaults)."""
-    api = args.get("api") or "sglang"
-    if api not in ("sglang", "openai"):
-        raise UserError(f"unknown api {api!r} (sglang or openai)")
-    levels = [dict(lv) for lv in args.get("levels") or []] or [{"concurrency": int(c), "rate": None}
-                                                                for c in args.get("concurrency") or [1]]
+    """What the laptop asked for: every bench flag under its declared name, defaults filled there (sglops.bench.plan
+    sends them all), the levels, dataset and SLOs parsed there."""
     return SimpleNamespace(
-        api=api, levels=levels, runs=int(args["runs"]), in_len=int(args["input_len"]),
-        out_len=int(args["output_len"]), per_run=args.get("requests"),  # per repeat and level; default one per stream
-        warmup=int(args.get("warmup", 1)), timeout=float(args.get("request_timeout", 120)),
+        api=args["api"], levels=[dict(lv) for lv in args["levels"]], runs=int(args["runs"]),
+        in_len=int(args["input_len"]), out_len=int(args["output_len"]),
+        per_run=args["requests"],  # per repeat and level; None: one per stream
+        warmup=int(args["warmup"]), timeout=float(args["request_timeout"]),
         override=args.get("test_sampling_override"),  # tests only: the first request of each repeat asks for this
-        logprobs=bool(args.get("logprobs", True)), dataset=args.get("dataset") or {"kind": "random"},
-        duration=float(args["duration_s"]) if args.get("duration_s") else None,
-        arrival=args.get("arrival") or "poisson", burstiness=float(args.get("burstiness") or 1.0),
-        interval=float(args.get("metrics_interval") or 0), seed=int(args.get("seed", 0)),
-        limit_s=float(args["request_deadline"]) if args.get("request_deadline") else None)
+        logprobs=not args["no_logprobs"], dataset=args["dataset"], duration=args["duration"],
+        arrival=args["arrival"], burstiness=float(args["burstiness"]), interval=float(args["metrics_interval"] or 0),
+        seed=int(args["seed"]), limit_s=args["request_deadline"])
 
 
 def _server(args):
