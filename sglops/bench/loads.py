@@ -136,16 +136,22 @@ def parse_dataset(spec: str | None, output_len: int = 2) -> dict:
     - `shared-prefix:groups=4,prefix=512[,input=..,output=..]`: G prefixes of that many ids, request i gets
       prefix i % G then its own --input-len random ids (the server's prefix cache decides TTFT);
     - `jsonl:PATH`: one JSON object per line with `prompt` or `text` (a string) or `input_ids` (ids), and
-      optionally `output_len` (else --output-len); read here, offline, and sent with the script.
+      optionally `output_len` (else --output-len); read here, offline, and sent with the script;
+    - `trace:PATH[,layout=..,unit=..,block=..]`: a timestamped request trace (sglops.bench.workload_trace), each
+      request sent at its time.
     """
     if not spec or spec == "random":
         return {"kind": "random"}
     kind, _, rest = spec.partition(":")
     if kind == "jsonl":
         return _jsonl(rest, output_len)
+    if kind == "trace":
+        from sglops.bench import workload_trace
+
+        return workload_trace.parse(rest)
     if kind not in ("random", "shared-prefix"):
-        raise ConfigError(f"--dataset must be random, random:input=A-B,output=C-D, shared-prefix:groups=N,prefix=L "
-                          f"or jsonl:PATH (got {spec!r})")
+        raise ConfigError(f"--dataset must be random, random:input=A-B,output=C-D, shared-prefix:groups=N,prefix=L, "
+                          f"jsonl:PATH or trace:PATH (got {spec!r})")
     out: dict[str, Any] = {"kind": "shared_prefix" if kind == "shared-prefix" else "random"}
     allowed = {"input", "output"} | ({"groups", "prefix"} if kind == "shared-prefix" else set())
     for item in [x.strip() for x in rest.split(",") if x.strip()]:
@@ -249,6 +255,10 @@ def describe(dataset: dict, input_len: int, output_len: int) -> str:
     kind = dataset.get("kind", "random")
     lens = (f"input {'-'.join(map(str, dataset['input'])) if dataset.get('input') else input_len} / output "
             f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens")
+    if kind == "trace":
+        from sglops.bench import workload_trace
+
+        return workload_trace.describe(dataset)
     if kind == "prompts":
         return f"{len(dataset['items'])} prompts from {dataset.get('source')} (output {output_len} unless given)"
     if kind == "shared_prefix":

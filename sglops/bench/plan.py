@@ -71,7 +71,9 @@ def plan_bench(options: Mapping[str, Any], *, checked: bool = False) -> BenchPla
     loads.check_metrics_interval(flags["metrics_interval"])
     levels = loads.levels(list(flags["concurrency"] or [1]), flags["request_rate"], flags["sweep"])
     dataset = loads.parse_dataset(flags["dataset"], flags["output_len"])
-    if dataset.get("kind") == "trace" and (flags["request_rate"] is not None or flags["sweep"]):
-        raise ConfigError("--dataset trace: the trace's timestamps are the arrivals (scale them with --trace-speed, "
-                          "not --request-rate or --sweep)")
+    if dataset.get("kind") == "trace":
+        if flags["request_rate"] is not None or flags["sweep"] or list(flags["concurrency"] or [1]) != [1]:
+            raise ConfigError("--dataset trace: the trace's timestamps are the arrivals (scale them with "
+                              "--trace-speed, not --request-rate, --sweep or --concurrency)")
+        levels = [{"concurrency": 0, "rate": None, "trace": True}]
     return BenchPlan(flags, tuple(levels), dataset, loads.parse_slo(flags["slo"]))

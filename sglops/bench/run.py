@@ -158,10 +158,13 @@ class Level:
     prompt: dict | None = None  # prompt tokens sent and served from the server's prefix cache
     server: dict | None = None  # the server's own figures: /metrics over the level, per-request decode rate
     send_lag_ms: dict | None = None  # open loop: how late the client sent requests (a client bottleneck shows)
+    trace_speed: float | None = None  # a trace replayed at its timestamps, this many times faster
 
     @property
     def load(self) -> str:
-        """The level's name: `C=4`, or `4 req/s` for an open loop."""
+        """The level's name: `C=4`, `4 req/s` for an open loop, `trace x1` for a replayed trace."""
+        if self.trace_speed:
+            return f"trace x{self.trace_speed:g}"
         return f"{self.request_rate:g} req/s" if self.request_rate else f"C={self.concurrency}"
 
     @property
@@ -187,7 +190,7 @@ class Level:
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis,
                 "request_rate": self.request_rate, "request_throughput": self.request_throughput,
                 "goodput": self.goodput, "prompt": self.prompt, "server": self.server,
-                "send_lag_ms": self.send_lag_ms}
+                "send_lag_ms": self.send_lag_ms, "trace_speed": self.trace_speed}
 
 
 def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None,
@@ -236,6 +239,7 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         prompt=_prompt_tokens(recs),
         server=_server(mine, recs),
         send_lag_ms=stats.summary([rec["lag_s"] * 1e3 for rec in recs if rec.get("lag_s") is not None]),
+        trace_speed=next((r["trace_speed"] for r in mine if r.get("trace_speed")), None),
     )
 
 
@@ -523,7 +527,7 @@ def _config(raw: dict, plan: BenchPlan, seed: int) -> dict:
         "request_rates": [lv["rate"] for lv in plan.levels if lv["rate"]] or None,
         "arrival": plan.arrival if open_loop else None,
         "burstiness": plan.burstiness if open_loop else None,
-        "duration_s": plan.duration, "slo_ms": plan.slo, "sweep": plan.sweep,
+        "duration_s": plan.duration, "slo_ms": plan.slo, "sweep": plan.sweep, "flags": dict(plan.flags),
         "server_metrics": raw.get("server_metrics"),
         "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
         "logprobs": bool(raw.get("logprobs")), "seed": seed,

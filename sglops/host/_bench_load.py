@@ -17,6 +17,14 @@ def gaps(rate, arrival, burstiness, seed):
             yield rng.gammavariate(float(burstiness), mean / float(burstiness))
 
 
+def trace_gaps(items, speed):
+    """The gaps between a trace's requests (their `t`, seconds from the first), `speed` times faster."""
+    last = 0.0
+    for item in items:
+        yield (float(item["t"]) - last) / float(speed)
+        last = float(item["t"])
+
+
 def _length(rng, fixed, span):
     """A length: `fixed`, or uniform in the inclusive span [lo, hi]."""
     if span:
@@ -35,13 +43,36 @@ class Prompts:
         self.in_len, self.out_len = int(in_len), int(out_len)
         self.kind = self.d.get("kind", "random")
         self._prefixes = {}
+        self._blocks = {}
 
     def _prefix(self, g):
         if g not in self._prefixes:  # the same prefixes for every level and repeat: the radix cache keeps them
             self._prefixes[g] = self.draw(self.seed * 1000003 + 70000019 + g * 7919, int(self.d["prefix_len"]))
         return self._prefixes[g]
 
+    def _block(self, h):
+        """A trace's hash id -> its block of ids: the same for every request of this repeat naming it (the trace's
+        prefix sharing), another set for the next repeat (its cache does not serve the next replay)."""
+        if h not in self._blocks:
+            self._blocks[h] = self.draw(self.level_seed * 1000003 + 90000049 + int(h) * 7919, int(self.d["block"]))
+        return self._blocks[h]
+
+    def _trace_item(self, i):
+        items = self.d["items"]
+        if i >= len(items):
+            return None
+        item = items[i]
+        if item.get("ids") is not None:
+            return item["ids"], int(item["out"])
+        n = int(item["in"])
+        ids = [x for h in item.get("blocks") or [] for x in self._block(h)][:n]
+        if len(ids) < n:  # the tail no block names: the request's own ids
+            ids += self.draw(self.level_seed * 31 + 50000017 + i, n - len(ids))
+        return ids, int(item["out"])
+
     def prompt_at(self, i):
+        if self.kind == "trace":
+            return self._trace_item(i)
         rng = random.Random(self.level_seed * 31 + i)
         out_len = _length(rng, self.out_len, self.d.get("output"))
         if self.kind == "prompts":

@@ -10,13 +10,14 @@
 #
 # The run lives here (what was asked, the server as found, warm-up, the plan's steps, the answer); one request and
 # its loops are _bench_request.py, stream parsing _bench_stream.py, the server over HTTP _bench_server.py.
+import itertools
 import random
 import threading
 import time
 from types import SimpleNamespace
 
 from . import _bench_metrics
-from ._bench_load import Prompts
+from ._bench_load import Prompts, gaps, trace_gaps
 from ._bench_request import LIMIT, Counter, run_batch, run_closed, run_open
 from ._bench_server import (
     AUTH,
@@ -62,7 +63,7 @@ def _settings(args):
         override=args.get("test_sampling_override"),  # tests only: the first request of each repeat asks for this
         logprobs=not args["no_logprobs"], dataset=args["dataset"], duration=args["duration"],
         arrival=args["arrival"], burstiness=float(args["burstiness"]), interval=float(args["metrics_interval"] or 0),
-        seed=int(args["seed"]), limit_s=args["request_deadline"])
+        seed=int(args["seed"]), limit_s=args["request_deadline"], trace_speed=float(args["trace_speed"]))
 
 
 def _server(args):
@@ -104,11 +105,11 @@ def _inspect(srv, args, interval):
 def _check_dataset_ids(dataset, space):
     """A file's input_ids must lie in the model's vocabulary: SGLang does not check them, and an id past it kills
     the server (an IndexError in the embedding lookup)."""
-    if not dataset or dataset.get("kind") != "prompts" or not isinstance(space, dict):
+    if not dataset or dataset.get("kind") not in ("prompts", "trace") or not isinstance(space, dict):
         return
     high = space["high"]
     for no, item in enumerate(dataset.get("items") or [], 1):
-        bad = next((i for i in item.get("input_ids") or [] if not 0 <= i < high), None)
+        bad = next((i for i in item.get("input_ids") or item.get("ids") or [] if not 0 <= i < high), None)
         if bad is not None:
             where = item.get("line") or f"prompt {no}"
             raise UserError(f"{dataset.get('source') or 'jsonl'}:{where}: input id {bad} is past the model's "
@@ -120,7 +121,8 @@ def _plan(s):
     bounded by --duration; by default one per stream, or 10 s of arrivals of an open loop)."""
     for lv in s.levels:
         c, rate = int(lv["concurrency"]), lv.get("rate")
-        lv["requests"] = None if s.duration else max(1, int(s.per_run or (round(rate * 10) if rate else c)))
+        whole = len(s.dataset["items"]) if lv.get("trace") else (round(rate * 10) if rate else c)
+        lv["requests"] = None if s.duration else max(1, int(s.per_run or whole))
     return [(rep, lv) for rep in range(s.runs) for lv in s.levels]
 
 
@@ -212,9 +214,11 @@ def _level(s, srv, k, rep, lv, counter):
     deadline = time.perf_counter() + s.duration if s.duration else None
     scraper = _bench_metrics.Scraper(LOOPBACK, srv.port, s.interval).start() if not srv.metrics_off else None
     started = time.time()
-    if rate:
-        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, rate, s.arrival, s.burstiness, s.seed * 7 + k,
-                              s.timeout, counter, s.logprobs, srv.incremental, deadline, c if c > 0 else 0)
+    if rate or lv.get("trace"):
+        arrivals = (trace_gaps(s.dataset["items"], s.trace_speed) if lv.get("trace")
+                    else itertools.chain([0.0], gaps(rate, s.arrival, s.burstiness, s.seed * 7 + k)))
+        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, arrivals, s.timeout, counter, s.logprobs,
+                              srv.incremental, deadline, c if c > 0 else 0)
     else:
         recs, wall = run_closed(srv.port, s.api, srv.model, prompt_at, c, s.timeout, counter, s.override,
                                 s.logprobs, srv.incremental, deadline)
@@ -222,6 +226,8 @@ def _level(s, srv, k, rep, lv, counter):
     entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
     if rate:
         entry.update(request_rate=rate, arrival=s.arrival, burstiness=s.burstiness)
+    if lv.get("trace"):
+        entry["trace_speed"] = s.trace_speed
     if s.duration:
         entry["duration_s"] = s.duration
     if samples is not None:

@@ -31,8 +31,8 @@ def bench_table(r: BenchResult) -> Table:
         table.add_column(col, justify="left" if col in ("metric", "95% CI (repeats)") else "right")
     for lv in r.levels:
         dim = "" if lv.status == "ok" else "dim "
-        name_c = lv.load if lv.request_rate else str(lv.concurrency)
-        open_loop = bool(lv.request_rate)
+        name_c = lv.load if lv.request_rate or lv.trace_speed else str(lv.concurrency)
+        open_loop = bool(lv.request_rate or lv.trace_speed)
         figs = [("decode tok/s", lv.decode_tok_s), ("output tok/s", lv.output_tok_s)]
         if open_loop or r.sweep:
             figs.append(("requests/s", lv.request_throughput))
@@ -315,7 +315,8 @@ def markdown_loads(doc: dict) -> list[str]:
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lv in levels:
         srv, p = lv.get("server") or {}, lv.get("prompt") or {}
-        name = f"{lv['request_rate']:g} req/s" if lv.get("request_rate") else f"C={lv.get('concurrency')}"
+        name = (f"trace x{lv['trace_speed']:g}" if lv.get("trace_speed") else f"{lv['request_rate']:g} req/s"
+                if lv.get("request_rate") else f"C={lv.get('concurrency')}")
         cached = (f"{p['cached_tokens']}/{p['tokens']}" if p.get("cached_tokens") is not None else "-")
         out.append(f"| {name} | {fig(lv.get('output_tok_s'))} | {fig(lv.get('request_throughput'))} | "
                    f"{fig((lv.get('goodput') or {}).get('req_s'))} | {cached} | {fig(srv.get('gen_tok_s'))} | "

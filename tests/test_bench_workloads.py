@@ -1,0 +1,79 @@
+"""Loads from production against the stand-in server on a sandbox host (real sshd): a trace replayed at its
+timestamps (mooncake and vLLM timed_trace layouts, tests/data/workloads/). The real CPU server's side is
+tests/test_bench_workloads_real.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglops.bench import run as bench
+from sglops.bench.plan import plan_bench
+from sglops.core.errors import ConfigError
+from sglops.sandbox.standin_local import StandinProcess, start_standin
+
+DATA = Path(__file__).parent / "data" / "workloads"
+RANGE = {"test_token_range": [3, 1000]}
+
+
+@pytest.fixture
+def standin(use_sandbox, tmp_path):
+    servers: list[StandinProcess] = []
+
+    def start(tps: float = 400.0, **knobs) -> int:
+        server = start_standin("--model-path", "m", knobs={"TPS": tps, "TTFT_MS": 5, "STARTUP_S": 0.1, **knobs},
+                               sglang_python=use_sandbox.host("gpu-a").sglang_root / "python",
+                               log=tmp_path / f"standin-{len(servers)}.log")
+        servers.append(server)
+        server.wait_healthy(10)
+        return server.port
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+# -- trace replay -------------------------------------------------------------------------------------------
+def test_both_trace_layouts_parse_with_their_units_and_blocks():
+    moon = plan_bench({"dataset": f"trace:{DATA / 'mooncake_sample.jsonl'}"}).dataset
+    assert (moon["layout"], moon["unit"], moon["block"], moon["requests"]) == ("mooncake", "ms", 512, 5)
+    assert [it["t"] for it in moon["items"]] == [0, 0.25, 0.25, 0.9, 1.4]
+    assert moon["items"][4]["out"] == 2 and moon["outputs_raised_to_2"] == 1  # a 1-token output has no TPOT
+    timed = plan_bench({"dataset": f"trace:{DATA / 'timed_trace_sample.jsonl'}"}).dataset
+    assert (timed["layout"], timed["unit"], timed["block"]) == ("timed_trace", "s", 16)
+    assert timed["items"][3]["ids"] == [11, 12, 13, 14, 15] and timed["items"][0]["blocks"] == [0, 1, 2]
+    fast = plan_bench({"dataset": f"trace:{DATA / 'mooncake_sample.jsonl'},unit=s,block=500"}).dataset
+    assert fast["span_s"] == 1400 and fast["block"] == 500
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("trace:/no/such.jsonl", "no such file"),
+    ("trace:{d}/mooncake_sample.jsonl,layout=azure", "layout must be"),
+    ("trace:{d}/mooncake_sample.jsonl,block=4096", "more than input_length"),
+])
+def test_a_bad_trace_is_one_line(bad, says):
+    with pytest.raises(ConfigError, match=says):
+        plan_bench({"dataset": bad.format(d=DATA)})
+    with pytest.raises(ConfigError, match="--trace-speed"):
+        plan_bench({"dataset": f"trace:{DATA / 'mooncake_sample.jsonl'}", "request_rate": 4})
+
+
+def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_shared_blocks(standin, remote_a):
+    port = standin()
+    r = bench.run_bench(remote_a, runs=2, port=port, with_facts=False, dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}",
+                        trace_speed=2.0, test_options=RANGE)
+    assert r.status == "ok", r.problems()
+    (lv,) = r.levels
+    assert lv.load == "trace x2" and lv.outcomes == {"ok": 8} and lv.send_lag_ms["n"] == 8
+    for rep in r.raw:
+        assert [rec["sched_s"] for rec in rep["requests"]] == pytest.approx([0, 0.25, 0.25, 0.625], abs=1e-6)
+        assert [rec["tokens"] for rec in rep["requests"]] == [12, 6, 10, 4]
+    ins = [o["input_ids"] for o in r.outputs]
+    assert [len(x) for x in ins[:4]] == [40, 20, 36, 5] and ins[3] == [11, 12, 13, 14, 15]
+    assert ins[0][:32] == ins[2][:32] and ins[0][:16] == ins[1][:16] and ins[0][16:32] != ins[1][16:32]
+    assert ins[0][:16] != ins[4][:16]  # the next repeat draws other blocks: its replay finds no warm cache
+    again = bench.run_bench(remote_a, runs=2, port=port, with_facts=False,
+                            dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}", trace_speed=2.0, test_options=RANGE)
+    assert [o["input_ids"] for o in again.outputs] == ins  # the same seed: the same prompts, outputs comparable
+    assert r.config["flags"]["trace_speed"] == 2.0 and r.config["loop"] == "open"
