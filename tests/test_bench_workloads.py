@@ -77,3 +77,36 @@ def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_shared_blocks(st
                             dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}", trace_speed=2.0, test_options=RANGE)
     assert [o["input_ids"] for o in again.outputs] == ins  # the same seed: the same prompts, outputs comparable
     assert r.config["flags"]["trace_speed"] == 2.0 and r.config["loop"] == "open"
+
+
+# -- multi-turn sessions --------------------------------------------------------------------------------------
+def test_each_turn_carries_the_history_and_the_servers_own_answer(standin, remote_a):
+    port = standin()
+    r = bench.run_bench(remote_a, runs=1, port=port, with_facts=False, concurrency=2, output_len=5,
+                        dataset="sessions:count=3,turns=3,system=6,new=4", test_options=RANGE)
+    assert r.status == "ok", r.problems()
+    (lv,) = r.levels
+    recs = [rec for rep in r.raw for rec in rep["requests"]]
+    assert [(rec["session"], rec["turn"]) for rec in recs] == [(s, t) for s in range(3) for t in range(3)]
+    outs = {(o["n"] // 3, o["n"] % 3): o for o in r.outputs}
+    for s in range(3):
+        first, second, third = (outs[s, t] for t in range(3))
+        assert len(first["input_ids"]) == 6 + 4 and outs[0, 0]["input_ids"][:6] == first["input_ids"][:6]
+        assert second["input_ids"][:15] == first["input_ids"] + first["ids"]  # history + the server's answer
+        assert len(second["input_ids"]) == 10 + 5 + 4 and len(third["input_ids"]) == 19 + 5 + 4
+        assert third["input_ids"][:24] == second["input_ids"] + second["ids"]
+    # turns of one session are sequential: each starts after the one before ended
+    for s in range(3):
+        mine = [rec for rec in recs if rec["session"] == s]
+        assert all(b["start_s"] >= a["start_s"] + a["e2e_s"] - 1e-3 for a, b in zip(mine, mine[1:]))
+    # sessions run two at once: the second session started before the first one ended
+    assert recs[3]["start_s"] < recs[2]["start_s"]
+    assert [t["turn"] for t in lv.turns] == [1, 2, 3] and all(t["requests"] == 3 for t in lv.turns)
+    assert lv.turns[2]["prompt_tokens"] is None or lv.turns[2]["prompt_tokens"] > lv.turns[0]["prompt_tokens"]
+
+
+def test_a_bad_sessions_spec_is_one_line():
+    with pytest.raises(ConfigError, match="needs count=N, turns=T and new=M"):
+        plan_bench({"dataset": "sessions:count=3"})
+    with pytest.raises(ConfigError, match="turns must be a whole number from 1 to 64"):
+        plan_bench({"dataset": "sessions:count=3,turns=0,new=4"})

@@ -159,6 +159,7 @@ class Level:
     server: dict | None = None  # the server's own figures: /metrics over the level, per-request decode rate
     send_lag_ms: dict | None = None  # open loop: how late the client sent requests (a client bottleneck shows)
     trace_speed: float | None = None  # a trace replayed at its timestamps, this many times faster
+    turns: list[dict] | None = None  # multi-turn sessions: per turn, TTFT and the server's prefix-cache hits
 
     @property
     def load(self) -> str:
@@ -190,7 +191,7 @@ class Level:
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis,
                 "request_rate": self.request_rate, "request_throughput": self.request_throughput,
                 "goodput": self.goodput, "prompt": self.prompt, "server": self.server,
-                "send_lag_ms": self.send_lag_ms, "trace_speed": self.trace_speed}
+                "send_lag_ms": self.send_lag_ms, "trace_speed": self.trace_speed, "turns": self.turns}
 
 
 def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None,
@@ -240,6 +241,7 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         server=_server(mine, recs),
         send_lag_ms=stats.summary([rec["lag_s"] * 1e3 for rec in recs if rec.get("lag_s") is not None]),
         trace_speed=next((r["trace_speed"] for r in mine if r.get("trace_speed")), None),
+        turns=_turns(recs),
     )
 
 
@@ -268,6 +270,22 @@ def _repeat_figures(r: dict, ms: Sequence[dict], slo: dict[str, float] | None, p
     if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
         per["decode"].append(stats.median([m["decode_tok_s"] for m in ms]))
         per["output"].append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
+
+
+def _turns(recs: Sequence[dict]) -> list[dict] | None:
+    """Multi-turn sessions, per turn (1-based): requests, TTFT over its sound requests, the prompt it sent and the
+    share the server says its prefix cache served (`cached_tokens`; None where the server reports none)."""
+    if not any("turn" in rec for rec in recs):
+        return None
+    out = []
+    for t in sorted({rec["turn"] for rec in recs}):
+        mine = [rec for rec in recs if rec["turn"] == t]
+        ms = [m for m in (request_metrics(rec) for rec in mine) if m and not m["suspect"]]
+        p = _prompt_tokens(mine) or {}
+        out.append({"turn": t + 1, "requests": len(mine), "ok": sum(rec["outcome"] == "ok" for rec in mine),
+                    "ttft_ms": stats.summary([m["ttft_ms"] for m in ms]), "prompt_tokens": p.get("tokens"),
+                    "cached_tokens": p.get("cached_tokens"), "cache_hit": p.get("cached_share")})
+    return out
 
 
 def _prompt_tokens(recs: Sequence[dict]) -> dict | None:

@@ -47,7 +47,8 @@ class Prompts:
 
     def _prefix(self, g):
         if g not in self._prefixes:  # the same prefixes for every level and repeat: the radix cache keeps them
-            self._prefixes[g] = self.draw(self.seed * 1000003 + 70000019 + g * 7919, int(self.d["prefix_len"]))
+            n = int(self.d.get("prefix_len") or self.d.get("system") or 0)
+            self._prefixes[g] = self.draw(self.seed * 1000003 + 70000019 + g * 7919, n)
         return self._prefixes[g]
 
     def _block(self, h):
@@ -56,6 +57,17 @@ class Prompts:
         if h not in self._blocks:
             self._blocks[h] = self.draw(self.level_seed * 1000003 + 90000049 + int(h) * 7919, int(self.d["block"]))
         return self._blocks[h]
+
+    def system(self):
+        """A sessions dataset's system prompt: the same ids for every session, level and repeat (as shared prefixes)."""
+        n = int(self.d.get("system") or 0)
+        return self._prefix(0)[:n] if n else []
+
+    def turn(self, s, t):
+        """Session s's turn t: its new ids (its own, per repeat) and its output length."""
+        rng = random.Random(self.level_seed * 31 + s * 4099 + t)
+        ids = self.draw(self.level_seed * 1000003 + 60000013 + s * 4099 + t, int(self.d["new"]))
+        return ids, _length(rng, self.out_len, self.d.get("output"))
 
     def _trace_item(self, i):
         items = self.d["items"]

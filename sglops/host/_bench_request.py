@@ -116,7 +116,7 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter,
                       counter, override, logprobs, incremental)
 
 
-def _request(port, api, model, item, timeout, counter, override, logprobs, incremental):
+def counted_request(port, api, model, item, timeout, counter, override, logprobs, incremental):
     rec = one_request(port, api, model, item[0], item[1], timeout, override, logprobs, incremental, LIMIT["s"])
     with counter.lock:
         counter.done += 1
@@ -144,7 +144,7 @@ def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, overr
             if item is None:
                 return
             t0 = time.perf_counter()
-            rec = _request(port, api, model, item, timeout, counter, override if i == 0 else None, logprobs,
+            rec = counted_request(port, api, model, item, timeout, counter, override if i == 0 else None, logprobs,
                            incremental)
             rec["start_s"] = t0
             records[i] = rec
@@ -154,10 +154,10 @@ def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, overr
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, width))]
     for t in threads:
         t.start()
-    return _joined(threads, records, t0)
+    return joined(threads, records, t0)
 
 
-def _joined(threads, records, t0):
+def joined(threads, records, t0):
     """Both loops' end: every request done, (records in request order with start_s from t0, wall seconds)."""
     for t in threads:
         t.join()
@@ -195,7 +195,7 @@ def run_open(port, api, model, prompt_at, arrivals, timeout, counter, logprobs=T
             if wait > 0:
                 time.sleep(wait)
             start = time.perf_counter()
-            rec = _request(port, api, model, item, timeout, counter, None, logprobs, incremental)
+            rec = counted_request(port, api, model, item, timeout, counter, None, logprobs, incremental)
             rec["start_s"], rec["sched_s"], rec["lag_s"] = start, due, round(start - t0 - due, 6)
             records[i] = rec
         finally:
@@ -222,5 +222,5 @@ def run_open(port, api, model, prompt_at, arrivals, timeout, counter, logprobs=T
         threads.append(t)
         i += 1
         due += next(arrivals, 0.0)
-    return _joined(threads, records, t0)
+    return joined(threads, records, t0)
 
