@@ -4,7 +4,8 @@ telemetry sampler's cost.
 `lag`: a trace of constant gaps at 10, 50 and 200 req/s (tests/data/workloads-shaped, made here) replayed by the
 host client (`inv bench --dataset trace:...`, the real path: run_bench -> the host script on --host local) against
 the stand-in server and the real SGLang 0.5.23 CPU server, levels interleaved; per rate: send lag (actual - scheduled
-send time) p50/p99 and the host client's CPU seconds per request (its process time while measuring / requests).
+send time) p50/p99 and the host client's CPU seconds per request (its process time while measuring / requests), with
+the client's GIL hand-over interval at its own 0.5 ms and at python's 5 ms default, interleaved.
 
     python3 benchmarks/bench_workloads.py lag --seconds 4 --json benchmarks/results/workloads_send_lag.json
 
@@ -33,6 +34,7 @@ from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 
 RATES = (10, 50, 200)
+SWITCHES = (0.0005, 0.005)  # the host client's GIL interval while measuring (its own), and python's default
 
 
 def constant_trace(path: Path, rate: float, seconds: float) -> Path:
@@ -69,14 +71,17 @@ def lag(a: argparse.Namespace) -> dict:
     try:
         with connect(local_host(load_inventory(REPO / "no-inventory.yaml"))) as remote:
             for rnd in range(a.rounds):
-                for rate in RATES:  # interleaved: each rate on both servers before the next
+                for rate in RATES:  # interleaved: each rate on both servers, both GIL intervals, before the next
                     for name, server in servers.items():
-                        opts = {"test_token_range": [3, 1000]} if name == "standin" else None
-                        fig = lag_level(remote, server.port, traces[rate], opts)
-                        out["servers"].setdefault(name, {}).setdefault(str(rate), []).append(fig)
-                        print(f"round {rnd + 1} {name} {rate} req/s: lag p50 {fig['lag_p50_ms']:.3f} ms p99 "
-                              f"{fig['lag_p99_ms']:.3f} ms, client {fig['client_cpu_ms_per_request']:.3f} ms CPU/req",
-                              flush=True)
+                        for switch in SWITCHES:
+                            opts = {"test_switch_interval": switch,
+                                    **({"test_token_range": [3, 1000]} if name == "standin" else {})}
+                            fig = lag_level(remote, server.port, traces[rate], opts)
+                            key = f"{name} switch {switch * 1e3:g} ms"
+                            out["servers"].setdefault(key, {}).setdefault(str(rate), []).append(fig)
+                            print(f"round {rnd + 1} {key} {rate} req/s: lag p50 {fig['lag_p50_ms']:.3f} ms p99 "
+                                  f"{fig['lag_p99_ms']:.3f} ms, client {fig['client_cpu_ms_per_request']:.3f} ms "
+                                  f"CPU/req; load {open('/proc/loadavg').read().split()[0]}", flush=True)
     finally:
         for server in servers.values():
             server.stop()

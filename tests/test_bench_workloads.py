@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from sglops.bench import max_rate, pareto
 from sglops.bench import run as bench
+from sglops.bench.compare import compare
 from sglops.bench.plan import plan_bench
+from sglops.core.op import new_run_id
 from sglops.core.errors import ConfigError
 from sglops.sandbox.standin_local import StandinProcess, start_standin
+from sglops.views.files import draw
 
 DATA = Path(__file__).parent / "data" / "workloads"
 RANGE = {"test_token_range": [3, 1000]}
@@ -110,3 +114,58 @@ def test_a_bad_sessions_spec_is_one_line():
         plan_bench({"dataset": "sessions:count=3"})
     with pytest.raises(ConfigError, match="turns must be a whole number from 1 to 64"):
         plan_bench({"dataset": "sessions:count=3,turns=0,new=4"})
+
+
+# -- the largest rate under an SLO --------------------------------------------------------------------------------
+@pytest.mark.parametrize("boundary, start", [(7.3, 1.0), (0.37, 4.0), (100.0, 90.0)])
+def test_the_search_brackets_then_bisects_to_within_five_percent_in_eight_levels(boundary, start):
+    """A server whose goodput share falls from 1 to 0 at `boundary` req/s: the answer lies within 5% below it."""
+    seen = []
+
+    def probe(rate, phase):
+        seen.append((rate, phase))
+        return (1.0 if rate <= boundary else 0.5), f"p{len(seen)}"
+
+    s = max_rate.search(probe, {"ttft_ms": 100.0}, 0.9, start)
+    assert s.converged and len(s.probes) <= 8, s.to_json()
+    assert s.answer <= boundary < s.bound <= s.answer * 1.05**2 and abs(s.boundary / boundary - 1) <= 0.05
+    assert [p.phase for p in s.probes] == sorted((p.phase for p in s.probes), reverse=True)  # bracket first, then bisect
+    assert s.to_json()["probes"][0]["run_id"] == "p1" and "+-5%" in s.line()
+
+
+def test_max_rate_needs_an_slo_and_an_open_loop():
+    with pytest.raises(ConfigError, match="--max-rate needs --slo"):
+        plan_bench({"max_rate": True})
+    with pytest.raises(ConfigError, match="not with --sweep"):
+        plan_bench({"max_rate": True, "slo": "ttft=100", "sweep": "rate=1,2"})
+
+
+# -- the Pareto frontier ----------------------------------------------------------------------------------------
+def test_the_frontier_keeps_only_points_nothing_beats_on_both_axes():
+    pts = [{"config": c, "load": ld, "per_user_tok_s": u, "per_gpu_tok_s": g}
+           for c, ld, u, g in [("a", "C=1", 100, 50), ("a", "C=8", 60, 320), ("b", "C=1", 90, 40),
+                               ("b", "C=8", 70, 310), ("c", "C=4", 60, 320)]]
+    par = pareto.frontier(pts)
+    assert [(p["config"], p["load"]) for p in par["frontier"]] == [("a", "C=8"), ("c", "C=4"), ("b", "C=8"),
+                                                                   ("a", "C=1")]
+    assert par["configs"] == ["a", "c", "b"] and not par["points"][2]["on_frontier"]
+    assert pareto.gpus({"launch_args": {"tp_size": 4, "dp_size": 2}})["n"] == 8
+    assert pareto.gpus({"launch_args": {"tp_size": 4, "dp_size": 2, "enable_dp_attention": True}})["n"] == 4
+    assert pareto.gpus({"facts": {"gpus": [{}, {}]}}) == {"n": 2, "from": "the host's GPUs (facts)"}
+
+
+def test_compare_of_several_runs_draws_the_frontier(standin, remote_a, tmp_path):
+    ids = []
+    for tps in (300.0, 900.0):
+        port = standin(tps)
+        r = bench.run_bench(remote_a, runs=1, output_len=8, port=port, with_facts=False, sweep="concurrency=1,3",
+                            requests=3, test_options=RANGE)
+        ids.append(bench.record(r, new_run_id()).run_id)
+    comp = compare(ids, out_dir=tmp_path, draw=draw, run_id="t")
+    par = comp.pareto
+    assert len(par["points"]) == 4 and {p["load"] for p in par["points"]} == {"C=1", "C=3"}
+    assert par["frontier"] and all(p["gpus"] == 1 and p["gpus_from"].startswith("server parallelism tp 1")
+                                   for p in par["points"])
+    assert {p["config"].split(" ", 1)[1] for p in par["points"]} == {"(standin_decode_tps=300.0)",
+                                                                     "(standin_decode_tps=900.0)"}
+    assert Path(par["chart"]).is_file() and any(n.startswith("Pareto frontier") for n in comp.notes)

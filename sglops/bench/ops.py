@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +28,19 @@ def bench(ctx: Context, plan: BenchPlan, **_flags: Any):
     """The flags arrive parsed, as the prepare's plan (sglops.bench.plan); `_flags` are their raw forms."""
     from sglops.bench import run
 
-    result = run.run_bench(ctx.remote, plan, on_progress=ctx.event)
+    if plan.max_rate:
+        from sglops.bench.max_rate import run_max_rate
+
+        def keep(res: Any, run_id: str) -> None:
+            ctx.keep(res, "bench.json", task="bench", run_id=run_id)
+            run.draw_sweep(res, ctx.draw)
+
+        result = run_max_rate(ctx.remote, plan, ctx.own_run_id, keep, on_progress=ctx.event)
+    else:
+        result = run.run_bench(ctx.remote, plan, on_progress=ctx.event)
     result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
     run.draw_sweep(result, ctx.draw)
+    run.draw_max_rate(result, ctx.draw)
     return result
 
 
@@ -41,14 +52,23 @@ def _bench_prepare(o: dict) -> dict:
 
 
 def _bench_plan(ctx: Context, plan: BenchPlan, **_flags: Any) -> str:
-    where = ", ".join(f"{lv['rate']:g} req/s" if lv["rate"] else f"C={lv['concurrency']}" for lv in plan.levels)
+    where = ", ".join(f"trace x{plan.trace_speed:g}" if lv.get("trace") else f"{lv['rate']:g} req/s" if lv["rate"]
+                      else f"C={lv['concurrency']}" for lv in plan.levels)
+    if plan.max_rate:
+        where = (f"a max-rate search from {plan.request_rate or 1:g} req/s (goodput >= {plan.goodput:.0%} within "
+                 f"{plan.slo}; at most 8 levels, each a run)")
     return (f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {plan.api} API on "
             f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run")
 
 
 def _bench_check(result: Any, _o: dict) -> None:
+    """A run with failed requests exits 1; a max-rate search only when a level at or below its answer failed (past
+    the answer, an overloaded level is what the search looks for)."""
     from sglops.bench import run
 
+    answer = (result.max_rate or {}).get("answer_req_s")
+    if result.max_rate:
+        result = replace(result, levels=[lv for lv in result.levels if answer and lv.request_rate <= answer])
     run.check([result])
 
 

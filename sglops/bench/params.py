@@ -60,5 +60,9 @@ REQUEST_DEADLINE = Param("request_deadline", Float(1, 86400), "seconds one reque
                          "for its first data + output_len at 1 tok/s); a stream past it counts as timed out")
 TRACE_SPEED = Param("trace_speed", Float(0.001, 1000, 1.0), "--dataset trace: replay the trace this many times "
                     "faster (2: twice the rate; default {default})")
+MAX_RATE = Param("max_rate", Flag(), "search the highest request rate meeting --slo at --goodput (bracket, then "
+                 "bisect: within 5% in at most 8 levels, each a run of its own)", flag=False)
+GOODPUT = Param("goodput", Float(0.01, 1, 0.9), "--max-rate: share of requests that must meet every SLO (default "
+                "{default})")
 LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL, REQUEST_DEADLINE,
-         TRACE_SPEED)
+         TRACE_SPEED, MAX_RATE, GOODPUT)

@@ -76,4 +76,9 @@ def plan_bench(options: Mapping[str, Any], *, checked: bool = False) -> BenchPla
             raise ConfigError("--dataset trace: the trace's timestamps are the arrivals (scale them with "
                               "--trace-speed, not --request-rate, --sweep or --concurrency)")
         levels = [{"concurrency": 0, "rate": None, "trace": True}]
-    return BenchPlan(flags, tuple(levels), dataset, loads.parse_slo(flags["slo"]))
+    slo = loads.parse_slo(flags["slo"])
+    if flags["max_rate"] and not slo:
+        raise ConfigError("--max-rate needs --slo (e.g. --slo ttft=500,tpot=50): the rate is the highest that meets it")
+    if flags["max_rate"] and (flags["sweep"] or dataset.get("kind") in ("trace", "sessions")):
+        raise ConfigError("--max-rate probes open-loop rates: not with --sweep, a trace or sessions")
+    return BenchPlan(flags, tuple(levels), dataset, slo)

@@ -336,6 +336,7 @@ class BenchResult(Observation):
     server_changed: list[str] | None = None  # another server or configuration answered after measuring
     outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
     sweep: dict | None = None  # --sweep: the curve's points, its knee and the chart (sglops.bench.load_curve)
+    max_rate: dict | None = None  # --max-rate: the search's probes and answer (sglops.bench.max_rate)
 
     @property
     def status(self) -> str:
@@ -442,7 +443,7 @@ class BenchResult(Observation):
         return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
                 "warmup": self.warmup, "client": self.client, **self.run_manifest(), "sweep": self.sweep,
-                "raw": self.raw}
+                "max_rate": self.max_rate, "raw": self.raw}
 
 
 # -- running it ---------------------------------------------------------------------------------------------
@@ -563,6 +564,25 @@ def _served(raw: dict) -> dict | None:
             "python": proc.get("env"), "token_space": raw.get("token_space")}
 
 
+def merged(results: Sequence[BenchResult]) -> BenchResult:
+    """Several runs of one plan at different levels (a max-rate search's probes) as one result: levels by rate,
+    raw records and outputs one after the other, the first run's server, facts and config (with every rate)."""
+    first = results[0]
+    levels = sorted((lv for r in results for lv in r.levels), key=lambda lv: lv.request_rate or 0)
+    outputs = [{**o, "n": n} for n, o in enumerate(o for r in results for o in r.outputs)]
+    config = {**first.config, "request_rates": [lv.request_rate for lv in levels],
+              "concurrency": [lv.concurrency for lv in levels], "runs_merged": [r.run_id for r in results]}
+    return BenchResult(host=first.host, config=config, levels=levels, server_info=first.server_info,
+                       sglang=first.sglang, patches=first.patches, warmup=[w for r in results for w in r.warmup],
+                       client={"cpu_s": sum(r.client["cpu_s"] for r in results),
+                               "tokens": sum(r.client["tokens"] for r in results),
+                               "cpu_us_per_token": None},
+                       facts=first.facts, raw=[rep for r in results for rep in r.raw], server=first.server,
+                       server_down=next((r.server_down for r in results if r.server_down), None),
+                       server_changed=next((r.server_changed for r in results if r.server_changed), None),
+                       outputs=outputs)
+
+
 def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
     """The tree on the host (commit, dirty files) with the version the SERVER reported: that is what ran."""
     if not tree and not server_version:
@@ -589,6 +609,15 @@ def draw_sweep(result: BenchResult, draw: Callable | None) -> None:
         result.sweep["chart"] = str(draw("sweep-chart", {"runs": [{"label": result.run_id, **result.sweep}],
                                                          "title": f"sweep on {result.host}: {result.config['input']}"},
                                          chart))
+
+
+def draw_max_rate(result: BenchResult, draw: Callable | None) -> None:
+    """A max-rate search's chart (max_rate.png): goodput share per probed rate and latency against the SLOs."""
+    if result.max_rate and draw is not None and result.run_id:
+        chart = artifacts.run_dir(result.host, result.run_id) / "max_rate.png"
+        result.max_rate["chart"] = str(draw("max-rate-chart", {
+            "search": result.max_rate, "levels": [lv.to_json() for lv in result.levels],
+            "title": f"max rate on {result.host}: {result.config['input']}"}, chart))
 
 
 def outputs_json(result: BenchResult) -> bytes:

@@ -287,7 +287,7 @@ SWITCH_S = 0.0005  # the GIL's hand-over interval while measuring (python's 5 ms
 def main(args):
     """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records.
     A thread due to send waits for the GIL up to the switch interval: 0.5 ms instead of 5 while measuring."""
-    sys.setswitchinterval(SWITCH_S)
+    sys.setswitchinterval(float(args.get("test_switch_interval") or SWITCH_S))  # tests: python's own, to compare
     srv = _server(args)
     s = _settings(args)
     LIMIT["s"] = s.limit_s

@@ -32,6 +32,10 @@ def draw(what: str, data: Any, path: Path) -> Path:
         from sglops.views.charts import sweep_chart
 
         return sweep_chart(data["runs"], path, title=data["title"])
+    from sglops.views.charts import CHARTS
+
+    if what in CHARTS:
+        return CHARTS[what](data, path)
     raise ValueError(f"no view draws {what!r}")
 
 
