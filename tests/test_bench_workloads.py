@@ -13,8 +13,10 @@ from sglops.bench import run as bench
 from sglops.bench.compare import compare
 from sglops.bench.plan import plan_bench
 from sglops.core.op import new_run_id
+from sglops.host import telemetry
 from sglops.core.errors import ConfigError
 from sglops.sandbox.standin_local import StandinProcess, start_standin
+from sglops.views.bench import bench_table as render_table
 from sglops.views.files import draw
 
 DATA = Path(__file__).parent / "data" / "workloads"
@@ -169,3 +171,38 @@ def test_compare_of_several_runs_draws_the_frontier(standin, remote_a, tmp_path)
     assert {p["config"].split(" ", 1)[1] for p in par["points"]} == {"(standin_decode_tps=300.0)",
                                                                      "(standin_decode_tps=900.0)"}
     assert Path(par["chart"]).is_file() and any(n.startswith("Pareto frontier") for n in comp.notes)
+
+
+# -- GPU telemetry ----------------------------------------------------------------------------------------------
+def test_every_level_carries_the_hosts_gpu_telemetry_labelled_stand_in(standin, remote_a):
+    port = standin()
+    r = bench.run_bench(remote_a, runs=2, output_len=30, port=port, with_facts=False, concurrency="1,2",
+                        telemetry_interval=100, test_options=RANGE)
+    tel = r.telemetry
+    assert tel["source"] == "nvidia-smi (sglops stand-in: no GPU)" and tel["standin"] is True and not tel["errors"]
+    assert tel["sampler"]["cpu_s_per_s"] is not None and tel["sampler"]["wall_s"] > 0
+    for lv in r.levels:
+        assert lv.gpu["standin"] is True and lv.gpu["gpus"] == 8 and lv.gpu["samples"] >= 8, lv.gpu
+        assert lv.gpu["sm_clock_mhz"] == {"median": 0, "min": 0, "max": 0}  # a stand-in reports no clock
+    starts = [rep["started"] for rep in r.raw]
+    assert min(row[0] for row in tel["samples"]) >= min(starts) - 1  # sampled while measuring, not before
+    assert "STAND-IN" in render_text(r)
+    off = bench.run_bench(remote_a, runs=1, output_len=8, port=port, with_facts=False, telemetry_interval=0,
+                          test_options=RANGE)
+    assert off.levels[0].gpu == {"absent": "not asked (--telemetry-interval 0)"}
+
+
+def test_a_host_without_gpus_reports_them_absent(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi, and the test python has no NVML binding
+    got = telemetry.Sampler(50).start().stop()
+    assert got["absent"].startswith("no GPU telemetry") and got["samples"] == [] and got["source"] is None
+
+
+def render_text(result) -> str:
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(render_table(result))
+    return buf.getvalue()

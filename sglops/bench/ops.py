@@ -32,8 +32,8 @@ def bench(ctx: Context, plan: BenchPlan, **_flags: Any):
         from sglops.bench.max_rate import run_max_rate
 
         def keep(res: Any, run_id: str) -> None:
+            run.draw_telemetry(res, ctx.draw)
             ctx.keep(res, "bench.json", task="bench", run_id=run_id)
-            run.draw_sweep(res, ctx.draw)
 
         result = run_max_rate(ctx.remote, plan, ctx.own_run_id, keep, on_progress=ctx.event)
     else:
@@ -41,6 +41,7 @@ def bench(ctx: Context, plan: BenchPlan, **_flags: Any):
     result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
     run.draw_sweep(result, ctx.draw)
     run.draw_max_rate(result, ctx.draw)
+    run.draw_telemetry(result, ctx.draw)
     return result
 
 

@@ -64,5 +64,7 @@ MAX_RATE = Param("max_rate", Flag(), "search the highest request rate meeting --
                  "bisect: within 5% in at most 8 levels, each a run of its own)", flag=False)
 GOODPUT = Param("goodput", Float(0.01, 1, 0.9), "--max-rate: share of requests that must meet every SLO (default "
                 "{default})")
+TELEMETRY_INTERVAL = Param("telemetry_interval", Int(0, 60_000, 500), "ms between GPU telemetry samples on the "
+                           "host while measuring (clocks, utilisation, power, memory; 0: none; default {default})")
 LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL, REQUEST_DEADLINE,
-         TRACE_SPEED, MAX_RATE, GOODPUT)
+         TRACE_SPEED, MAX_RATE, GOODPUT, TELEMETRY_INTERVAL)

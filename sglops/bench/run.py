@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench import identity, runconfig, stats
+from sglops.bench import identity, runconfig, stats, telemetry
 from sglops.bench.plan import BenchPlan, plan_bench
 from sglops.bench.record import standin
 from sglops.core import artifacts, jsonsafe, redact
@@ -160,6 +160,7 @@ class Level:
     send_lag_ms: dict | None = None  # open loop: how late the client sent requests (a client bottleneck shows)
     trace_speed: float | None = None  # a trace replayed at its timestamps, this many times faster
     turns: list[dict] | None = None  # multi-turn sessions: per turn, TTFT and the server's prefix-cache hits
+    gpu: dict | None = None  # GPU telemetry over the level (sglops.bench.telemetry), or why there is none
 
     @property
     def load(self) -> str:
@@ -191,7 +192,8 @@ class Level:
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis,
                 "request_rate": self.request_rate, "request_throughput": self.request_throughput,
                 "goodput": self.goodput, "prompt": self.prompt, "server": self.server,
-                "send_lag_ms": self.send_lag_ms, "trace_speed": self.trace_speed, "turns": self.turns}
+                "send_lag_ms": self.send_lag_ms, "trace_speed": self.trace_speed, "turns": self.turns,
+                "gpu": self.gpu}
 
 
 def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None,
@@ -337,6 +339,7 @@ class BenchResult(Observation):
     outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
     sweep: dict | None = None  # --sweep: the curve's points, its knee and the chart (sglops.bench.load_curve)
     max_rate: dict | None = None  # --max-rate: the search's probes and answer (sglops.bench.max_rate)
+    telemetry: dict | None = None  # the host's GPU sampler while measuring: its rows, source, cost (host/telemetry.py)
 
     @property
     def status(self) -> str:
@@ -434,6 +437,9 @@ class BenchResult(Observation):
             "run_config": runconfig.summary(self.server_info, self.sglang, self.patches),
             "outputs": identity.summary(self.outputs, self.logprobs_kept, self.config["api"]),
             "facts": self.facts,
+            "gpu_telemetry": {k: (self.telemetry or {}).get(k) for k in ("source", "standin", "absent", "interval_ms",
+                                                                           "sampler", "errors", "chart")}
+            if self.telemetry else None,
         }
 
     def run_files(self) -> dict[str, bytes]:
@@ -443,7 +449,7 @@ class BenchResult(Observation):
         return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
                 "warmup": self.warmup, "client": self.client, **self.run_manifest(), "sweep": self.sweep,
-                "max_rate": self.max_rate, "raw": self.raw}
+                "max_rate": self.max_rate, "telemetry": self.telemetry, "raw": self.raw}
 
 
 # -- running it ---------------------------------------------------------------------------------------------
@@ -525,6 +531,10 @@ def _result(host: str, raw: dict, plan: BenchPlan, seed: int, facts: dict | None
         outputs=outputs,
         sweep=None,
     )
+    result.telemetry = raw.get("telemetry")
+    for lv, spec in zip(result.levels, plan.levels, strict=True):
+        lv.gpu = telemetry.level(result.telemetry, [r for r in raw["repeats"] if r["concurrency"] == spec["concurrency"]
+                                                    and r.get("request_rate") == spec["rate"]])
     if plan.sweep:
         from sglops.bench import load_curve as sweep_mod
 
@@ -580,7 +590,18 @@ def merged(results: Sequence[BenchResult]) -> BenchResult:
                        facts=first.facts, raw=[rep for r in results for rep in r.raw], server=first.server,
                        server_down=next((r.server_down for r in results if r.server_down), None),
                        server_changed=next((r.server_changed for r in results if r.server_changed), None),
-                       outputs=outputs)
+                       outputs=outputs, telemetry=_merged_telemetry([r.telemetry for r in results]))
+
+
+def _merged_telemetry(parts: Sequence[dict | None]) -> dict | None:
+    """The runs' samplers as one: the first's source and labels, every run's rows, their costs added."""
+    have = [p for p in parts if p]
+    if not have:
+        return None
+    cost = [p.get("sampler") or {} for p in have]
+    wall, cpu = sum(c.get("wall_s") or 0 for c in cost), sum(c.get("cpu_s") or 0 for c in cost)
+    return {**have[0], "samples": [row for p in have for row in p.get("samples") or []],
+            "sampler": {"wall_s": wall, "cpu_s": cpu, "cpu_s_per_s": cpu / wall if wall else None}}
 
 
 def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
@@ -618,6 +639,19 @@ def draw_max_rate(result: BenchResult, draw: Callable | None) -> None:
         result.max_rate["chart"] = str(draw("max-rate-chart", {
             "search": result.max_rate, "levels": [lv.to_json() for lv in result.levels],
             "title": f"max rate on {result.host}: {result.config['input']}"}, chart))
+
+
+def draw_telemetry(result: BenchResult, draw: Callable | None) -> None:
+    """The GPU telemetry chart (gpu.png): SM clock, utilisation and power over the run, levels shaded."""
+    tel = result.telemetry or {}
+    if not tel.get("samples") or draw is None or not result.run_id:
+        return
+    windows = [(lv.load, r["started"], r["started"] + r["wall_s"]) for lv in result.levels for r in result.raw
+               if r["concurrency"] == lv.concurrency and r.get("request_rate") == lv.request_rate and r.get("started")]
+    chart = artifacts.run_dir(result.host, result.run_id) / "gpu.png"
+    tel["chart"] = str(draw("telemetry-chart", {
+        "series": telemetry.series(tel), "windows": windows, "standin": tel.get("standin"),
+        "title": f"GPU telemetry on {result.host} ({tel.get('source')}, every {tel.get('interval_ms')} ms)"}, chart))
 
 
 def outputs_json(result: BenchResult) -> bytes:

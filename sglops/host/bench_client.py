@@ -35,6 +35,7 @@ from ._common import UserError, progress, server_port, try_find_sglang
 from ._fetch import LOOPBACK
 from ._server_proc import listening_pid, log_size, python_env, server_api_key, server_process
 from ._vocab import draw_prompt_ids, model_token_space
+from .telemetry import Sampler
 
 _print_lock = threading.Lock()
 
@@ -295,9 +296,12 @@ def main(args):
     plan = _plan(s)
     counter = Counter()
     progress = _Progress(plan, s, counter).start()
+    sampler = None
     try:
         warm = _warm_up(s, srv)
+        sampler = Sampler(args["telemetry_interval"]).start()  # one sampler while measuring, stopped with it
         repeats, down, cpu = _measure(s, srv, plan, progress, counter)
     finally:
         progress.stop()
-    return _answer(s, srv, warm, repeats, down, cpu)
+        gpu = sampler.stop() if sampler else None
+    return {**_answer(s, srv, warm, repeats, down, cpu), "telemetry": gpu}

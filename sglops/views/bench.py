@@ -53,6 +53,10 @@ def bench_table(r: BenchResult) -> Table:
                               f"{summ['p99']:.2f}", "", "")
         for name, value, note in _server_rows(lv):
             table.add_row(name_c, Text(name, style="cyan"), value, "", "", note, "")
+        gpu = gpu_line(lv.gpu)
+        if gpu:
+            table.add_row(name_c, Text("GPU", style="yellow" if (lv.gpu or {}).get("standin") else "cyan"), "", "", "",
+                          gpu, "")
         for t in lv.turns or []:
             summ = t["ttft_ms"] or {}
             hit = "cache hit " + (f"{t['cache_hit']:.0%}" if t["cache_hit"] is not None else "not reported")
@@ -135,6 +139,12 @@ def _caption(r: BenchResult) -> Text:
     if r.sweep and r.sweep.get("chart"):
         lines.append(f"sweep chart: {r.sweep['chart']}")
     lines += _max_rate_lines(r.max_rate)
+    tel = r.telemetry or {}
+    if tel.get("sampler") and tel.get("source"):
+        cost = tel["sampler"]
+        lines.append(f"GPU telemetry: {tel['source']} every {tel.get('interval_ms')} ms, {len(tel.get('samples') or [])} "
+                     f"samples, sampler {cost.get('cpu_s_per_s') or 0:.4f} CPU-s/s"
+                     + (f"; chart {tel['chart']}" if tel.get("chart") else ""))
     if r.server_down:
         lines.append(Text(str(r.server_down.get("line")), style="bold red"))
     if r.server_changed:
@@ -314,6 +324,7 @@ def markdown_loads(doc: dict) -> list[str]:
     cfg = doc.get("config") or {}
     levels = doc.get("levels") or []
     extra = [lv for lv in levels if lv.get("request_rate") or lv.get("goodput") or lv.get("server") or lv.get("turns")
+             or lv.get("gpu")
              or (lv.get("prompt") or {}).get("cached_tokens") is not None]
     data = cfg.get("dataset") or {}
     plain = data.get("kind", "random") == "random" and not data.get("input") and not data.get("output")
@@ -342,6 +353,14 @@ def markdown_loads(doc: dict) -> list[str]:
                    f"{fig(srv.get('request_decode_tok_s'))} | {fig(srv.get('running'), 'max', '{:g}')} | "
                    f"{fig(srv.get('queued'), 'max', '{:g}')} |")
     out += _markdown_turns(levels)
+    gpu = [(lv, gpu_line(lv.get("gpu"))) for lv in levels if lv.get("gpu")]
+    if gpu:
+        out += ["", "GPU telemetry per level (host sampler):", ""] + [
+            f"- {lv.get('trace_speed') and 'trace' or lv.get('request_rate') or 'C=' + str(lv.get('concurrency'))}: "
+            f"{line}" for lv, line in gpu]
+    chart = (doc.get("telemetry") or {}).get("chart")
+    if chart:
+        out += ["", f"![GPU telemetry]({chart})"]
     search = doc.get("max_rate") or {}
     if search:
         out += ["", f"Max rate: {search['line']}", "", "| probe | req/s | phase | goodput share | met | run |",
@@ -387,3 +406,21 @@ def pareto_markdown(par: dict | None) -> list[str]:
     if par.get("chart"):
         out += ["", f"![Pareto frontier]({par['chart']})"]
     return out
+
+
+def gpu_line(gpu: dict | None) -> str | None:
+    """One phrase for a level's table row."""
+    if not gpu:
+        return None
+    if gpu.get("absent"):
+        return f"GPU: {gpu['absent']}"
+    if not gpu.get("samples"):
+        return "GPU: no sample inside the level"
+    tag = " (STAND-IN nvidia-smi: no GPU)" if gpu.get("standin") else ""
+
+    def med(key: str, unit: str) -> str:
+        f = gpu.get(key)
+        return f"{f['median']:g}{unit}" if f else "n/a"
+
+    return (f"GPU x{gpu['gpus']}: SM {med('sm_clock_mhz', ' MHz')}, mem {med('mem_clock_mhz', ' MHz')}, util "
+            f"{med('util_pct', '%')}, power {med('power_w', ' W')}, used {med('memory_used_mib', ' MiB')}{tag}")

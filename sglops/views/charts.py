@@ -198,4 +198,40 @@ def pareto_chart(data: dict, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
-CHARTS = {"max-rate-chart": max_rate_chart, "pareto-chart": pareto_chart}  # ctx.draw's names (views.files.draw)
+def telemetry_chart(data: dict, path: str | Path) -> Path:
+    """GPU telemetry over a run: SM clock, utilisation and power per GPU against time, each level's measuring window
+    shaded and named; a stand-in's figures say so in the title.
+
+    data: {"title", "standin", "series": {"t0", "gpus": {index: {"t", "sm", "util", "power"}}},
+    "windows": [(level name, start unix s, end unix s)]}
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    series = data["series"]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 6.5), dpi=110, sharex=True)
+    for ax, key, label in zip(axes, ("sm", "util", "power"), ("SM clock MHz", "utilisation %", "power W"),
+                              strict=True):
+        for idx, s in sorted(series["gpus"].items(), key=lambda kv: int(kv[0])):
+            pts = [(t, y) for t, y in zip(s["t"], s[key], strict=True) if y is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), linewidth=1, label=f"GPU {idx}")
+        for k, (name, a, b) in enumerate(data.get("windows") or []):
+            ax.axvspan(a - series["t0"], b - series["t0"], color=f"C{k % 10}", alpha=0.08)
+            if key == "sm":
+                ax.annotate(name, (a - series["t0"], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                            va="top")
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds from the first sample")
+    if len(series["gpus"]) <= 8:
+        axes[0].legend(fontsize=6, ncol=4)
+    title = data.get("title") or "GPU telemetry"
+    if data.get("standin"):
+        title += "\nSTAND-IN nvidia-smi: no GPU, these are not a GPU's figures"
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+CHARTS = {"max-rate-chart": max_rate_chart, "pareto-chart": pareto_chart,  # ctx.draw's names (views.files.draw)
+          "telemetry-chart": telemetry_chart}
