@@ -9,6 +9,12 @@ the client's GIL hand-over interval at its own 0.5 ms and at python's 5 ms defau
 
     python3 benchmarks/bench_workloads.py lag --seconds 4 --json benchmarks/results/workloads_send_lag.json
 
+`maxrate`: `inv bench --host local --max-rate --slo ... --goodput 0.9` (the CLI itself, a subprocess) against the real
+SGLang 0.5.23 CPU server; every probed level (its own run) and the answer, from the recorded bench.json.
+
+    python3 benchmarks/bench_workloads.py maxrate --slo ttft=300,tpot=60 --seconds 8 \
+        --json benchmarks/results/workloads_max_rate.json
+
 `telemetry`: the GPU sampler (sglops/host/telemetry.py) alone for N seconds at its interval: CPU seconds per second of
 the sampler process (its own and its nvidia-smi child's), on this machine's stand-in nvidia-smi.
 
@@ -89,6 +95,35 @@ def lag(a: argparse.Namespace) -> dict:
     return out
 
 
+def maxrate(a: argparse.Namespace) -> dict:
+    import subprocess
+
+    from sglops.sandbox.sglang_cpu import start_server
+
+    tmp = Path(tempfile.mkdtemp(prefix="workloads-maxrate-"))
+    server = start_server(free_port(), tmp / "server.log", timeout=900)
+    env = {**os.environ, "SGLOPS_ARTIFACTS": str(tmp / "artifacts"), "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "invoke", "bench", "--host", "local", "--port", str(server.port), "--max-rate",
+            "--slo", a.slo, "--goodput", str(a.goodput), "--input-len", "16", "--output-len", "16", "--runs", "1",
+            "--duration", str(a.seconds), "--request-rate", str(a.start), "--warmup", "1"]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    finally:
+        server.stop()
+    print(proc.stdout[-6000:], proc.stderr[-3000:], sep="\n")
+    found = sorted((tmp / "artifacts").rglob("bench.json"), key=lambda p: len(p.parent.name))
+    doc = json.loads(found[0].read_text()) if found else {}
+    return {"argv": argv[2:], "exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1),
+            "loadavg_after": open("/proc/loadavg").read().split()[:3], "search": doc.get("max_rate"),
+            "levels": [{"rate": lv.get("request_rate"), "status": lv.get("status"), "requests": lv.get("requests"),
+                        "goodput_share": (lv.get("goodput") or {}).get("share"),
+                        "ttft_p99_ms": (lv.get("ttft_ms") or {}).get("p99"),
+                        "tpot_p99_ms": (lv.get("tpot_ms") or {}).get("p99"),
+                        "output_tok_s": (lv.get("output_tok_s") or {}).get("median")}
+                       for lv in doc.get("levels") or []]}
+
+
 def telemetry(a: argparse.Namespace) -> dict:
     from sglops.host import telemetry as tel
 
@@ -103,14 +138,17 @@ def telemetry(a: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("lag", "telemetry"))
+    ap.add_argument("what", choices=("lag", "maxrate", "telemetry"))
+    ap.add_argument("--slo", default="ttft=300,tpot=60")
+    ap.add_argument("--goodput", type=float, default=0.9)
+    ap.add_argument("--start", type=float, default=2.0, help="maxrate: the first rate probed (req/s)")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--interval-ms", type=int, default=500)
     ap.add_argument("--no-real", action="store_true", help="lag: the stand-in only")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    out = lag(a) if a.what == "lag" else telemetry(a)
+    out = {"lag": lag, "maxrate": maxrate, "telemetry": telemetry}[a.what](a)
     text = json.dumps(out, indent=1)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 # [unix time, gpu index, SM clock MHz, memory clock MHz, utilisation %, power W, memory used MiB]; the laptop
 # summarises them per level (sglops/bench/telemetry.py). No GPU is reported as absent, never as zeros; a stand-in
 # nvidia-smi (sglops' sandbox) is labelled so (facts.nvidia_smi reads what it says of itself). Standard library only.
+import importlib
 import os
 import shutil
 import subprocess
@@ -40,8 +41,7 @@ class Sampler:
             self.absent = "not asked (--telemetry-interval 0)"
             return self
         try:
-            import pynvml  # noqa: PLC0415 (optional on a host: NVML's python binding)
-
+            pynvml = importlib.import_module("pynvml")  # NVML's python binding, where the host's python has it
             pynvml.nvmlInit()
             self.nvml, self.source = pynvml, "nvml"
             self.thread = threading.Thread(target=self._poll_nvml, daemon=True)
