@@ -12,7 +12,7 @@ the client's GIL hand-over interval at its own 0.5 ms and at python's 5 ms defau
 `maxrate`: `inv bench --host local --max-rate --slo ... --goodput 0.9` (the CLI itself, a subprocess) against the real
 SGLang 0.5.23 CPU server; every probed level (its own run) and the answer, from the recorded bench.json.
 
-    python3 benchmarks/bench_workloads.py maxrate --slo ttft=300,tpot=60 --seconds 8 \
+    python3 benchmarks/bench_workloads.py maxrate --slo ttft=1000,tpot=150 --requests 12 --start 1 \
         --json benchmarks/results/workloads_max_rate.json
 
 `telemetry`: the GPU sampler (sglops/host/telemetry.py) alone for N seconds at its interval: CPU seconds per second of
@@ -105,7 +105,7 @@ def maxrate(a: argparse.Namespace) -> dict:
     env = {**os.environ, "SGLOPS_ARTIFACTS": str(tmp / "artifacts"), "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "invoke", "bench", "--host", "local", "--port", str(server.port), "--max-rate",
             "--slo", a.slo, "--goodput", str(a.goodput), "--input-len", "16", "--output-len", "16", "--runs", "1",
-            "--duration", str(a.seconds), "--request-rate", str(a.start), "--warmup", "1"]
+            "--requests", str(a.requests), "--request-rate", str(a.start), "--warmup", "1"]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
@@ -141,7 +141,8 @@ def main() -> None:
     ap.add_argument("what", choices=("lag", "maxrate", "telemetry"))
     ap.add_argument("--slo", default="ttft=300,tpot=60")
     ap.add_argument("--goodput", type=float, default=0.9)
-    ap.add_argument("--start", type=float, default=2.0, help="maxrate: the first rate probed (req/s)")
+    ap.add_argument("--start", type=float, default=1.0, help="maxrate: the first rate probed (req/s)")
+    ap.add_argument("--requests", type=int, default=12, help="maxrate: requests per probed level")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--interval-ms", type=int, default=500)

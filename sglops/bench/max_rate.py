@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 MOST_LEVELS = 8
 TOLERANCE = 0.05
 START_RATE = 1.0  # req/s, without --request-rate
+PROBE_SEED = 7001  # probe k sends seed PROBE_SEED + k's prompts: a later level never finds an earlier one's in the cache
 
 
 @dataclass
@@ -123,7 +124,7 @@ def run_max_rate(remote: Remote, plan: BenchPlan, run_id: str, keep: Callable[[B
         if on_progress:
             on_progress({"note": f"max-rate: level {len(results) + 1} ({phase}) at {rate:g} req/s"})
         res = run.run_bench(remote, plan.with_levels([{"concurrency": 0, "rate": rate}]), on_progress=on_progress,
-                            with_facts=not results)
+                            with_facts=not results, seed=PROBE_SEED + len(results))  # its own prompts: no warm cache
         res.run_id = f"{run_id}-p{len(results) + 1}"
         keep(res, res.run_id)
         results.append(res)

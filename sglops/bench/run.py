@@ -478,6 +478,7 @@ def run_bench(
     with_facts: bool = True,
     on_progress: Callable[[dict], None] | None = None,
     test_options: dict | None = None,
+    seed: int = 0,
     **flags: Any,
 ) -> BenchResult:
     """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
@@ -488,13 +489,14 @@ def run_bench(
     per request and make the result partial or failed; a server that dies mid-run ends the run, and
     the result says so with the cause from the server's log. `test_options` (tests only) reach the
     host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}, `seed`.
+    `seed` picks the prompts (the same seed: the same prompts; runs meant to be compared share one).
     Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
     """
     if plan is None:
         plan = plan_bench(flags)
     elif flags:
         raise TypeError(f"run_bench: a plan and flags ({', '.join(flags)}) at once")
-    seed = int((test_options or {}).get("seed", 0))
+    seed = int((test_options or {}).get("seed", seed))
     args = {**plan.host_args(), "sglang_root": remote.host.sglang_root, "request_timeout": float(request_timeout),
             "seed": seed, **(test_options or {})}
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
