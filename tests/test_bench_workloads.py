@@ -186,7 +186,7 @@ def test_every_level_carries_the_hosts_gpu_telemetry_labelled_stand_in(standin, 
         assert lv.gpu["sm_clock_mhz"] == {"median": 0, "min": 0, "max": 0}  # a stand-in reports no clock
     starts = [rep["started"] for rep in r.raw]
     assert min(row[0] for row in tel["samples"]) >= min(starts) - 1  # sampled while measuring, not before
-    assert "STAND-IN" in render_text(r)
+    assert "STAND-IN: no GPU" in render_text(r)
     off = bench.run_bench(remote_a, runs=1, output_len=8, port=port, with_facts=False, telemetry_interval=0,
                           test_options=RANGE)
     assert off.levels[0].gpu == {"absent": "not asked (--telemetry-interval 0)"}

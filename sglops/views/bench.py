@@ -53,10 +53,9 @@ def bench_table(r: BenchResult) -> Table:
                               f"{summ['p99']:.2f}", "", "")
         for name, value, note in _server_rows(lv):
             table.add_row(name_c, Text(name, style="cyan"), value, "", "", note, "")
-        gpu = gpu_line(lv.gpu)
-        if gpu:
-            table.add_row(name_c, Text("GPU", style="yellow" if (lv.gpu or {}).get("standin") else "cyan"), "", "", "",
-                          gpu, "")
+        for name, value, note in _gpu_rows(lv.gpu):
+            table.add_row(name_c, Text(name, style="yellow" if (lv.gpu or {}).get("standin") else "cyan"), value, "",
+                          "", note, "")
         for t in lv.turns or []:
             summ = t["ttft_ms"] or {}
             hit = "cache hit " + (f"{t['cache_hit']:.0%}" if t["cache_hit"] is not None else "not reported")
@@ -406,6 +405,22 @@ def pareto_markdown(par: dict | None) -> list[str]:
     if par.get("chart"):
         out += ["", f"![Pareto frontier]({par['chart']})"]
     return out
+
+
+GPU_ROWS = (("GPU SM clock MHz", "sm_clock_mhz"), ("GPU mem clock MHz", "mem_clock_mhz"), ("GPU util %", "util_pct"),
+            ("GPU power W", "power_w"), ("GPU memory MiB", "memory_used_mib"))
+
+
+def _gpu_rows(gpu: dict | None) -> list[tuple[str, str, str]]:
+    """A level's GPU telemetry as table rows (median over its GPUs' samples; the range beside), or one row saying
+    why there is none; a stand-in's rows say so."""
+    if not gpu:
+        return []
+    if gpu.get("absent") or not gpu.get("samples"):
+        return [("GPU", "-", (gpu.get("absent") or "no sample inside the level")[:60])]
+    tag = "STAND-IN: no GPU" if gpu.get("standin") else f"{gpu['gpus']} GPU(s)"
+    return [(name, f"{f['median']:g}", f"{f['min']:g}-{f['max']:g}; {tag}") for name, key in GPU_ROWS
+            if (f := gpu.get(key))]
 
 
 def gpu_line(gpu: dict | None) -> str | None:
