@@ -15,10 +15,11 @@ SGLang 0.5.23 CPU server; every probed level (its own run) and the answer, from 
     python3 benchmarks/bench_workloads.py maxrate --slo ttft=1000,tpot=150 --requests 12 --start 1 \
         --json benchmarks/results/workloads_max_rate.json
 
-`telemetry`: the GPU sampler (sglops/host/telemetry.py) alone for N seconds at its interval: CPU seconds per second of
-the sampler process (its own and its nvidia-smi child's), on this machine's stand-in nvidia-smi.
+`telemetry`: the GPU sampler (sglops/host/telemetry.py) alone for N seconds at 500 and 100 ms: CPU seconds per
+second of the nvidia-smi process and of the reader thread, on this machine's stand-in nvidia-smi.
 
-    python3 benchmarks/bench_workloads.py telemetry --seconds 10 --json benchmarks/results/workloads_telemetry.json
+    python3 benchmarks/bench_workloads.py telemetry --seconds 10 --rounds 2 \
+        --json benchmarks/results/workloads_telemetry.json
 """
 
 from __future__ import annotations
@@ -125,15 +126,23 @@ def maxrate(a: argparse.Namespace) -> dict:
 
 
 def telemetry(a: argparse.Namespace) -> dict:
+    """The sampler alone at each interval, interleaved over the rounds: its CPU seconds per second (the nvidia-smi
+    process and the reader thread apart). On this machine nvidia-smi is the sandbox's stand-in (a shell script that
+    forks `sleep` per sample): its process cost is the stand-in's, the reader's is sglops' own."""
     from sglops.host import telemetry as tel
 
-    env = {**os.environ, "PATH": f"{REPO / 'sglops/sandbox/bin'}:{os.environ['PATH']}"}
-    os.environ.update(env)
-    sampler = tel.Sampler(a.interval_ms).start()
-    time.sleep(a.seconds)
-    summary = sampler.stop()
-    return {"interval_ms": a.interval_ms, "seconds": a.seconds, "loadavg": open("/proc/loadavg").read().split()[:3],
-            "sampler": summary.get("sampler"), "source": summary.get("source"), "samples": summary.get("samples")}
+    os.environ["PATH"] = f"{REPO / 'sglops/sandbox/bin'}:{os.environ['PATH']}"
+    out: dict = {"seconds": a.seconds, "loadavg_before": open("/proc/loadavg").read().split()[:3], "intervals": {}}
+    for _ in range(a.rounds):
+        for ms in (500, 100):
+            sampler = tel.Sampler(ms).start()
+            time.sleep(a.seconds)
+            got = sampler.stop()
+            out["source"] = got["source"]
+            out["intervals"].setdefault(str(ms), []).append({**got["sampler"], "samples": len(got["samples"])})
+            print(ms, got["sampler"], flush=True)
+    out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
+    return out
 
 
 def main() -> None:
