@@ -24,9 +24,13 @@ def _required(result: Any, o: dict) -> None:
 
 
 # -- bench ----------------------------------------------------------------------------------------------
-def bench(ctx: Context, plan: BenchPlan, **_flags: Any):
-    """The flags arrive parsed, as the prepare's plan (sglops.bench.plan); `_flags` are their raw forms."""
+def bench(ctx: Context, plan: BenchPlan | None = None, **flags: Any):
+    """The flags arrive parsed, as the prepare's plan (sglops.bench.plan; the task and the play step run the prepare
+    first); a caller that skipped it has its checked flags made into the plan here."""
     from sglops.bench import run
+    from sglops.bench.plan import plan_bench
+
+    plan = plan or plan_bench(flags, checked=True)
 
     if plan.max_rate:
         from sglops.bench.max_rate import run_max_rate
