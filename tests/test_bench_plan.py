@@ -4,6 +4,7 @@ script is sent every declared flag under its declared name (and keeps no default
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -16,14 +17,20 @@ from sglops.core.errors import ConfigError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _callers(name: str) -> list[str]:
-    """Production calls of `loads.NAME` (sglops/ only), as file:line."""
+@functools.cache
+def _calls() -> tuple[tuple[str, str], ...]:
+    """Every attribute call in sglops/ (the production code): (called name, file:line), parsed once."""
     out = []
     for path in (ROOT / "sglops").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name:
-                out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    return out
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                out.append((node.func.attr, f"{path.relative_to(ROOT)}:{node.lineno}"))
+    return tuple(out)
+
+
+def _callers(name: str) -> list[str]:
+    """Production calls of `x.NAME`, as file:line."""
+    return [where for called, where in _calls() if called == name]
 
 
 @pytest.mark.parametrize("name", ["levels", "parse_dataset", "parse_slo"])

@@ -12,9 +12,9 @@ from sglops.bench import max_rate, pareto
 from sglops.bench import run as bench
 from sglops.bench.compare import compare
 from sglops.bench.plan import plan_bench
+from sglops.core.errors import ConfigError
 from sglops.core.op import new_run_id
 from sglops.host import telemetry
-from sglops.core.errors import ConfigError
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from sglops.views.bench import bench_table as render_table
 from sglops.views.files import draw
@@ -104,7 +104,7 @@ def test_each_turn_carries_the_history_and_the_servers_own_answer(standin, remot
     # turns of one session are sequential: each starts after the one before ended
     for s in range(3):
         mine = [rec for rec in recs if rec["session"] == s]
-        assert all(b["start_s"] >= a["start_s"] + a["e2e_s"] - 1e-3 for a, b in zip(mine, mine[1:]))
+        assert all(b["start_s"] >= a["start_s"] + a["e2e_s"] - 1e-3 for a, b in zip(mine, mine[1:], strict=False))
     # sessions run two at once: the second session started before the first one ended
     assert recs[3]["start_s"] < recs[2]["start_s"]
     assert [t["turn"] for t in lv.turns] == [1, 2, 3] and all(t["requests"] == 3 for t in lv.turns)
