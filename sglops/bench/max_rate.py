@@ -122,7 +122,7 @@ def run_max_rate(remote: Remote, plan: BenchPlan, run_id: str, keep: Callable[[B
 
     def probe(rate: float, phase: str) -> tuple[float | None, str]:
         if on_progress:
-            on_progress({"note": f"max-rate: level {len(results) + 1} ({phase}) at {rate:g} req/s"})
+            on_progress({"phase": f"max-rate level {len(results) + 1} ({phase}) at {rate:g} req/s"})
         res = run.run_bench(remote, plan.with_levels([{"concurrency": 0, "rate": rate}]), on_progress=on_progress,
                             with_facts=not results, seed=PROBE_SEED + len(results))  # its own prompts: no warm cache
         res.run_id = f"{run_id}-p{len(results) + 1}"
