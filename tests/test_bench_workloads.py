@@ -4,6 +4,7 @@ tests/test_bench_workloads_real.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,14 @@ from sglops.bench import max_rate, pareto
 from sglops.bench import run as bench
 from sglops.bench.compare import compare
 from sglops.bench.plan import plan_bench
+from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 from sglops.core.op import new_run_id
 from sglops.host import telemetry
 from sglops.sandbox.standin_local import StandinProcess, start_standin
 from sglops.views.bench import bench_table as render_table
 from sglops.views.files import draw
+from tests.inproc import run_inv
 
 DATA = Path(__file__).parent / "data" / "workloads"
 RANGE = {"test_token_range": [3, 1000]}
@@ -206,3 +209,20 @@ def render_text(result) -> str:
     buf = io.StringIO()
     Console(file=buf, width=200).print(render_table(result))
     return buf.getvalue()
+
+
+def test_inv_bench_max_rate_records_every_probe_and_one_table_and_chart(standin, capsys):
+    port = standin(tps=2000)
+    code, out, err = run_inv(capsys, "bench", "--host", "gpu-a", "--port", str(port), "--json", "--runs", "1",
+                             "--input-len", "4", "--output-len", "4", "--max-rate", "--slo", "ttft=60000,tpot=60000",
+                             "--request-rate", "4", "--requests", "3", "--vocab-size", "1000")
+    assert code == 0, err
+    doc = json.loads(out)
+    search = doc["max_rate"]
+    assert [p["rate"] for p in search["probes"]] == [4.0 * 2**k for k in range(8)]  # never missed: doubled 8 times
+    assert search["answer_req_s"] == 512 and search["bound_req_s"] is None and "every probed rate met" in search["line"]
+    assert [lv["request_rate"] for lv in doc["levels"]] == [p["rate"] for p in search["probes"]]
+    for p in search["probes"]:  # each level a normal record of its own
+        probe = json.loads((artifacts.find_run(p["run_id"]) / "bench.json").read_text())
+        assert probe["status"] == "ok" and [lv["request_rate"] for lv in probe["levels"]] == [p["rate"]]
+    assert Path(search["chart"]).is_file() and Path(doc["sweep"]["chart"]).is_file()
