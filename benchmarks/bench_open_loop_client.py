@@ -138,9 +138,11 @@ def profile(port: int, rate: float, seconds: float, top: int) -> str:
     threading.Thread.run = run
     bench_client.progress = lambda **kw: None
     main = cProfile.Profile(time.thread_time)
-    args = {"port": port, "api": "sglang", "runs": 1, "input_len": 4, "output_len": 2,
-            "levels": [{"concurrency": 0, "rate": rate}], "duration_s": seconds, "arrival": "constant",
-            "metrics_interval": 0, "warmup": 1, "request_timeout": 60, "test_token_range": [3, 1000]}
+    from sglops.bench.plan import plan_bench
+
+    flags = {"port": port, "runs": 1, "input_len": 4, "output_len": 2, "request_rate": rate, "duration": seconds,
+             "arrival": "constant", "metrics_interval": 0}
+    args = {**plan_bench(flags).host_args(), "request_timeout": 60, "seed": 0, "test_token_range": [3, 1000]}
     try:
         main.enable()
         raw = bench_client.main(args)

@@ -55,6 +55,7 @@ from sglops.bench import run as bench  # noqa: E402
 from sglops.bench import stats  # noqa: E402
 from sglops.core.hosts import load_inventory, local_host  # noqa: E402
 from sglops.core.remote import connect  # noqa: E402
+from sglops.core.values import IntList  # noqa: E402
 from sglops.sandbox.sglang_cpu import model_dir, start_server, venv_python  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 
@@ -224,7 +225,7 @@ def main() -> None:
         raise SystemExit(f"--model {a.model}: no such folder (bench_serving reads its tokenizer there)")
     a.serving_module = serving_module(a.python)
     print(f"bench_serving: {a.python} -m {a.serving_module}", flush=True)
-    levels = bench.parse_levels(a.concurrency)
+    levels = IntList(1, 4096).check(a.concurrency, "--concurrency")
     apis = [x.strip() for x in a.apis.split(",") if x.strip()]
     server = None
     port = a.port

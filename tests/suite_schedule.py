@@ -13,8 +13,9 @@ import os
 
 # modules whose tests use the session's shared real CPU server (conftest `cpu_server`): one unit, so one server.
 # In unit order readers come first; test_bench_real's last test kills the server on purpose.
-GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_real.py": "cpu-server"}
-GROUP_RANK = {"test_profile_real.py": 0, "test_bench_real.py": 1}
+GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_workloads_real.py": "cpu-server",
+          "test_bench_real.py": "cpu-server"}
+GROUP_RANK = {"test_profile_real.py": 0, "test_bench_workloads_real.py": 0, "test_bench_real.py": 1}
 # seconds per module (setup + call + teardown of its tests): one `-n 3` run on the shared 2-core machine while it
 # was ~6x slower than idle (2026-12-03, 2,925 s wall, 8,397 s of tests), divided by 6; only their order matters.
 # test_real_server.py was 312 (995 s alone at load 8-12 the same day); split in two, the halves took 525 s and
@@ -46,6 +47,8 @@ WEIGHTS: dict[str, float] = {
     "test_hostile_server.py": 25,  # 17 s of reads against tests/hostile_server.py + server-status over the sandbox
     "test_injection_sweep.py": 8,
     "test_bench.py": 23,
+    "test_bench_workloads.py": 12,  # ~30 s alone at load 10-20 (2026-12-06): stand-in runs, one telemetry sampler each
+    "test_bench_workloads_real.py": 6,  # two short runs on the shared server (its start is the group's)
     "test_remote_network.py": 14,
     "test_host_state.py": 14,
     "test_play.py": 14,

@@ -19,7 +19,7 @@ from sglops.bench.record import STANDIN_NOTE, Run, load_run, standin
 from sglops.bench.runconfig import ConfigDiff, config_diff
 from sglops.core import artifacts
 from sglops.core.errors import ConfigError, OutputsDiffer
-from sglops.core.op import Draw, handed_down
+from sglops.core.op import Curves, Draw, Frontier, handed_down
 from sglops.core.result import Observation
 
 MIN_EFFECT = 0.01
@@ -98,6 +98,7 @@ class Comparison(Observation):
     identities: dict[str, OutputsVerdict | None] = field(default_factory=dict)
     configs: dict[str, ConfigDiff] = field(default_factory=dict)
     tolerance: Tolerance | None = None
+    pareto: dict | None = None  # every run x level: tokens/s per user vs per GPU, the frontier (sglops.bench.pareto)
 
     @property
     def identity(self) -> OutputsVerdict | None:
@@ -159,7 +160,7 @@ class Comparison(Observation):
                 "headline": {r.run_id: self.headline(r.run_id) for r in self.runs[1:]},
                 "identity": {k: v.to_json() if v else None for k, v in self.identities.items()},
                 "config": {k: v.to_json() for k, v in self.configs.items()},
-                "tolerance": self.tolerance.to_json() if self.tolerance else None}
+                "tolerance": self.tolerance.to_json() if self.tolerance else None, "pareto": self.pareto}
 
 
 def _differences(base: Run, other: Run) -> list[str]:
@@ -211,8 +212,11 @@ def chart_title(runs: list[Run]) -> str:
 
 def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Path | None = None,
             tolerance: Tolerance | None = None, variable: Iterable[str] | str | None = (),
-            draw: Draw | None = None, run_id: str | None = None) -> Comparison:
+            draw: Draw | None = None, run_id: str | None = None, labels: dict[str, str] | None = None) -> Comparison:
     """Compare recorded bench runs (ids, id prefixes or folders); the first is the baseline.
+
+    `labels` names each run's configuration on the Pareto frontier (a sweep's candidates); by default the server
+    settings that differ between the runs.
 
     Besides speed: output identity of each run against the baseline (within `tolerance` when given) and
     every server-config difference, intended when it is the patch set or a key named in `variable`.
@@ -254,18 +258,34 @@ def compare(run_dirs: list[str | Path], *, chart: bool = True, out_dir: str | Pa
         result.configs[other.run_id] = config_diff(base, other, variable)
     out = Path(out_dir) if out_dir else artifacts.artifacts_root() / "compare" / f"cmp-{handed_down(run_id)}"
     if chart and draw is not None:
-        result.chart = str(draw("decode-chart", {"runs": [{"label": r.label, "levels": r.doc["levels"]} for r in runs],
-                                                 "title": chart_title(runs)}, out / "decode_tok_s.png"))
+        result.chart = str(draw(Curves([{"label": r.label, "levels": r.doc["levels"]} for r in runs], chart_title(runs)),
+                                  out / "decode_tok_s.png"))
+    _pareto(result, labels, draw if chart else None, out)
     sweeps = [r for r in runs if r.sweep]
     if chart and draw is not None and len(sweeps) >= 2:  # two sweeps: their curves overlaid
-        overlay = str(draw("sweep-chart", {"runs": [{"label": r.run_id, **r.sweep} for r in sweeps],
-                                           "title": "sweeps overlaid: " + chart_title(sweeps)}, out / "sweep.png"))
+        overlay = str(draw(Curves([{"label": r.run_id, **r.sweep} for r in sweeps],
+                                  "sweeps overlaid: " + chart_title(sweeps), sweep=True), out / "sweep.png"))
         result.notes.append(f"sweep chart: {overlay}")
         for r in sweeps:
             if (r.sweep.get("knee") or {}).get("line"):
                 result.notes.append(f"{r.run_id}: {r.sweep['knee']['line']}")
     result.saved = str(artifacts.write_json(out / "comparison.json", result.to_json()))
     return result
+
+
+def _pareto(result: Comparison, labels: dict[str, str] | None, draw: Draw | None, out: Path) -> None:
+    """Every run x level on tokens/s per user vs per GPU, the frontier marked, its chart (pareto.png) and line."""
+    from sglops.bench import pareto
+
+    names = {**pareto.labels({r.run_id: r.doc for r in result.runs}), **(labels or {})}
+    result.pareto = pareto.frontier(p for r in result.runs for p in pareto.points(names[r.run_id], r.run_id, r.doc))
+    if not result.pareto["points"]:
+        return
+    if draw is not None:
+        result.pareto["chart"] = str(draw(Frontier({"pareto": result.pareto, "title": chart_title(result.runs)}),
+                                          out / "pareto.png"))
+    result.notes.append(result.pareto["line"] + (f"; chart {result.pareto['chart']}" if result.pareto.get("chart")
+                                                   else ""))
 
 
 def compare_with(run_dirs: list[str | Path], options: dict, *, chart: bool = True,

@@ -136,16 +136,24 @@ def parse_dataset(spec: str | None, output_len: int = 2) -> dict:
     - `shared-prefix:groups=4,prefix=512[,input=..,output=..]`: G prefixes of that many ids, request i gets
       prefix i % G then its own --input-len random ids (the server's prefix cache decides TTFT);
     - `jsonl:PATH`: one JSON object per line with `prompt` or `text` (a string) or `input_ids` (ids), and
-      optionally `output_len` (else --output-len); read here, offline, and sent with the script.
+      optionally `output_len` (else --output-len); read here, offline, and sent with the script;
+    - `trace:PATH[,layout=..,unit=..,block=..]`: a timestamped request trace (sglops.bench.workload_trace), each
+      request sent at its time.
     """
     if not spec or spec == "random":
         return {"kind": "random"}
     kind, _, rest = spec.partition(":")
     if kind == "jsonl":
         return _jsonl(rest, output_len)
+    if kind == "trace":
+        from sglops.bench import workload_trace
+
+        return workload_trace.parse(rest)
+    if kind == "sessions":
+        return _sessions(spec, rest)
     if kind not in ("random", "shared-prefix"):
-        raise ConfigError(f"--dataset must be random, random:input=A-B,output=C-D, shared-prefix:groups=N,prefix=L "
-                          f"or jsonl:PATH (got {spec!r})")
+        raise ConfigError(f"--dataset must be random, random:input=A-B,output=C-D, shared-prefix:groups=N,prefix=L, "
+                          f"jsonl:PATH, trace:PATH or sessions:count=N,turns=T,new=M (got {spec!r})")
     out: dict[str, Any] = {"kind": "shared_prefix" if kind == "shared-prefix" else "random"}
     allowed = {"input", "output"} | ({"groups", "prefix"} if kind == "shared-prefix" else set())
     for item in [x.strip() for x in rest.split(",") if x.strip()]:
@@ -164,6 +172,33 @@ def parse_dataset(spec: str | None, output_len: int = 2) -> dict:
             out["groups" if key == "groups" else "prefix_len"] = n
     if kind == "shared-prefix" and not {"groups", "prefix_len"} <= set(out):
         raise ConfigError("--dataset shared-prefix needs groups=N and prefix=L (e.g. shared-prefix:groups=4,prefix=512)")
+    return out
+
+
+SESSION_KEYS = {"count": (1, 4096), "turns": (1, 64), "system": (0, 1 << 16), "new": (1, 1 << 16),
+                "think": (0, 600_000)}
+
+
+def _sessions(spec: str, rest: str) -> dict:
+    """`sessions:count=8,turns=4,new=32[,system=256][,output=16-64][,think=500]`: count conversations of `turns`
+    turns; each turn sends the whole history (system prompt, earlier turns and the server's own answers) plus `new`
+    fresh ids; `think` ms between a session's turns."""
+    out: dict[str, Any] = {"kind": "sessions", "system": 0, "think_ms": 0}
+    for item in [x.strip() for x in rest.split(",") if x.strip()]:
+        key, sep, value = item.partition("=")
+        if not sep or key not in {*SESSION_KEYS, "output"}:
+            raise ConfigError(f"--dataset sessions: unknown or malformed {item!r} (keys: count, turns, new, system, "
+                              f"output, think)")
+        if key == "output":
+            out["output"] = _span(value, "output", 2)
+            continue
+        lo, hi = SESSION_KEYS[key]
+        if not value.isdigit() or not lo <= int(value) <= hi:
+            raise ConfigError(f"--dataset sessions {key} must be a whole number from {lo} to {hi} (got {value!r})")
+        out["think_ms" if key == "think" else key] = int(value)
+    if not {"count", "turns", "new"} <= set(out):
+        raise ConfigError(f"--dataset sessions needs count=N, turns=T and new=M (e.g. sessions:count=8,turns=4,new=32; "
+                          f"got {spec!r})")
     return out
 
 
@@ -249,8 +284,16 @@ def describe(dataset: dict, input_len: int, output_len: int) -> str:
     kind = dataset.get("kind", "random")
     lens = (f"input {'-'.join(map(str, dataset['input'])) if dataset.get('input') else input_len} / output "
             f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens")
+    if kind == "trace":
+        from sglops.bench import workload_trace
+
+        return workload_trace.describe(dataset)
     if kind == "prompts":
         return f"{len(dataset['items'])} prompts from {dataset.get('source')} (output {output_len} unless given)"
+    if kind == "sessions":
+        return (f"{dataset['count']} sessions x {dataset['turns']} turns: history + the server's answers + "
+                f"{dataset['new']} new ids per turn (system prompt {dataset['system']} ids), output "
+                f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens")
     if kind == "shared_prefix":
         return (f"shared prefix: {dataset['groups']} groups x {dataset['prefix_len']}-token prefix + random ids, "
                 + lens)

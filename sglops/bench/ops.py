@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from sglops.core.values import Flag, StrList
 
 if TYPE_CHECKING:
     from sglops.bench.compare import Comparison, RunList
+    from sglops.bench.plan import BenchPlan
     from sglops.bench.run import BenchResult
 
 
@@ -25,40 +27,56 @@ def _required(result: Any, o: dict) -> None:
 
 
 # -- bench ----------------------------------------------------------------------------------------------
-def bench(ctx: Context, **options: Any) -> BenchResult:
+def bench(ctx: Context, plan: BenchPlan | None = None, **flags: Any) -> BenchResult:
+    """The flags arrive parsed, as the prepare's plan (sglops.bench.plan; the task and the play step run the prepare
+    first); a caller that skipped it has its checked flags made into the plan here."""
     from sglops.bench import run
+    from sglops.bench.plan import plan_bench
 
-    result = run.run_bench(ctx.remote, on_progress=ctx.event, **options)
+    plan = plan or plan_bench(flags, checked=True)
+
+    if plan.max_rate:
+        from sglops.bench.max_rate import run_max_rate
+
+        def keep(res: Any, run_id: str) -> None:
+            run.draw_telemetry(res, ctx.draw)
+            ctx.keep(res, "bench.json", task="bench", run_id=run_id)
+
+        result = run_max_rate(ctx.remote, plan, ctx.own_run_id, keep, on_progress=ctx.event)
+    else:
+        result = run.run_bench(ctx.remote, plan, on_progress=ctx.event)
     result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
     run.draw_sweep(result, ctx.draw)
+    run.draw_max_rate(result, ctx.draw)
+    run.draw_telemetry(result, ctx.draw)
     return result
 
 
-def _bench_prepare(o: dict) -> None:
-    """Every load flag checked before any host is touched (one line, exit 2)."""
-    from sglops.bench import loads
+def _bench_prepare(o: dict) -> dict:
+    """Every bench flag parsed once, into the plan, before any host is touched (a bad one: one line, exit 2)."""
+    from sglops.bench.plan import plan_bench
 
-    loads.levels(list(o.get("concurrency") or [1]), o.get("request_rate"), o.get("sweep"))
-    loads.parse_dataset(o.get("dataset"), o.get("output_len") or 2)
-    loads.parse_slo(o.get("slo"))
-    loads.check_metrics_interval(o.get("metrics_interval"))
-    if o.get("duration") and o.get("requests"):
-        raise ConfigError("--duration and --requests: a level is bounded by one of them")
+    return {**o, "plan": plan_bench(o, checked=True)}
 
 
-def _bench_plan(ctx: Context, runs: int, input_len: int, output_len: int, concurrency: list[int], api: str,
-                port: int | None, **o: Any) -> str:
-    from sglops.bench import loads
-
-    levels = loads.levels(list(concurrency), o.get("request_rate"), o.get("sweep"))
-    where = ", ".join(f"{lv['rate']:g} req/s" if lv["rate"] else f"C={lv['concurrency']}" for lv in levels)
-    return (f"bench {runs} repeats, {loads.describe(loads.parse_dataset(o.get('dataset'), output_len), input_len, output_len)}"
-            f", levels {where}, {api} API on 127.0.0.1:{port or 'the running server'}; recorded as a run")
+def _bench_plan(ctx: Context, plan: BenchPlan, **_flags: Any) -> str:
+    where = ", ".join(f"trace x{plan.trace_speed:g}" if lv.get("trace") else f"{lv['rate']:g} req/s" if lv["rate"]
+                      else f"C={lv['concurrency']}" for lv in plan.levels)
+    if plan.max_rate:
+        where = (f"a max-rate search from {plan.request_rate or 1:g} req/s (goodput >= {plan.goodput:.0%} within "
+                 f"{plan.slo}; at most 8 levels, each a run)")
+    return (f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {plan.api} API on "
+            f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run")
 
 
 def _bench_check(result: Any, _o: dict) -> None:
+    """A run with failed requests exits 1; a max-rate search only when a level at or below its answer failed (past
+    the answer, an overloaded level is what the search looks for)."""
     from sglops.bench import run
 
+    answer = (result.max_rate or {}).get("answer_req_s")
+    if result.max_rate:
+        result = replace(result, levels=[lv for lv in result.levels if answer and lv.request_rate <= answer])
     run.check([result])
 
 

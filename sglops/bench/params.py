@@ -49,7 +49,8 @@ BURSTINESS = Param("burstiness", Float(0.01, 100, 1.0), "gamma shape of Poisson 
 DURATION = Param("duration", Float(0.1, 86400), "seconds per level and repeat (instead of --requests): closed loop "
                  "keeps its streams busy, open loop sends arrivals until then")
 DATASET = Param("dataset", Str(), "random (default), random:input=64-256,output=16-128, "
-                "shared-prefix:groups=4,prefix=512, or jsonl:PATH (prompts from a local file)")
+                "shared-prefix:groups=4,prefix=512, jsonl:PATH (prompts from a local file), or trace:PATH (a "
+                "mooncake or timed_trace request trace, replayed at its timestamps)")
 SLO = Param("slo", Str(), "goodput's SLOs in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e, itl)")
 SWEEP = Param("sweep", Str(), "concurrency=1,2,4,8,16 or rate=1,2,4: one record, a throughput-vs-latency chart, "
               "the knee named")
@@ -57,4 +58,13 @@ METRICS_INTERVAL = Param("metrics_interval", Float(0, 3600, 1.0), "scrape the se
                          "during each level where it serves them (0: never; default {default})")
 REQUEST_DEADLINE = Param("request_deadline", Float(1, 86400), "seconds one request may take in all (default: 120 s "
                          "for its first data + output_len at 1 tok/s); a stream past it counts as timed out")
-LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL, REQUEST_DEADLINE)
+TRACE_SPEED = Param("trace_speed", Float(0.001, 1000, 1.0), "--dataset trace: replay the trace this many times "
+                    "faster (2: twice the rate; default {default})")
+MAX_RATE = Param("max_rate", Flag(), "search the highest request rate meeting --slo at --goodput (bracket, then "
+                 "bisect: within 5% in at most 8 levels, each a run of its own)", flag=False)
+GOODPUT = Param("goodput", Float(0.01, 1, 0.9), "--max-rate: share of requests that must meet every SLO (default "
+                "{default})")
+TELEMETRY_INTERVAL = Param("telemetry_interval", Int(0, 60_000, 500), "ms between GPU telemetry samples on the "
+                           "host while measuring (clocks, utilisation, power, memory; 0: none; default {default})")
+LOADS = (REQUEST_RATE, ARRIVAL, BURSTINESS, DURATION, DATASET, SLO, SWEEP, METRICS_INTERVAL, REQUEST_DEADLINE,
+         TRACE_SPEED, MAX_RATE, GOODPUT, TELEMETRY_INTERVAL)

@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglops.bench import identity, loads, runconfig, stats
-from sglops.bench.params import DEFAULTS as _D
+from sglops.bench import identity, runconfig, stats, telemetry
+from sglops.bench.plan import BenchPlan, plan_bench
 from sglops.bench.record import standin
 from sglops.core import artifacts, jsonsafe, redact
-from sglops.core.errors import ConfigError, Failed
+from sglops.core.errors import Failed
+from sglops.core.op import Curves, RateSearch, Telemetry
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
 
@@ -158,10 +159,15 @@ class Level:
     prompt: dict | None = None  # prompt tokens sent and served from the server's prefix cache
     server: dict | None = None  # the server's own figures: /metrics over the level, per-request decode rate
     send_lag_ms: dict | None = None  # open loop: how late the client sent requests (a client bottleneck shows)
+    trace_speed: float | None = None  # a trace replayed at its timestamps, this many times faster
+    turns: list[dict] | None = None  # multi-turn sessions: per turn, TTFT and the server's prefix-cache hits
+    gpu: dict | None = None  # GPU telemetry over the level (sglops.bench.telemetry), or why there is none
 
     @property
     def load(self) -> str:
-        """The level's name: `C=4`, or `4 req/s` for an open loop."""
+        """The level's name: `C=4`, `4 req/s` for an open loop, `trace x1` for a replayed trace."""
+        if self.trace_speed:
+            return f"trace x{self.trace_speed:g}"
         return f"{self.request_rate:g} req/s" if self.request_rate else f"C={self.concurrency}"
 
     @property
@@ -187,7 +193,8 @@ class Level:
                 "client_cpu_us_per_token": self.client_cpu_us_per_token, "itl_basis": self.itl_basis,
                 "request_rate": self.request_rate, "request_throughput": self.request_throughput,
                 "goodput": self.goodput, "prompt": self.prompt, "server": self.server,
-                "send_lag_ms": self.send_lag_ms}
+                "send_lag_ms": self.send_lag_ms, "trace_speed": self.trace_speed, "turns": self.turns,
+                "gpu": self.gpu}
 
 
 def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None,
@@ -236,6 +243,8 @@ def analyze(repeats: Sequence[dict], concurrency: int, rate: float | None = None
         prompt=_prompt_tokens(recs),
         server=_server(mine, recs),
         send_lag_ms=stats.summary([rec["lag_s"] * 1e3 for rec in recs if rec.get("lag_s") is not None]),
+        trace_speed=next((r["trace_speed"] for r in mine if r.get("trace_speed")), None),
+        turns=_turns(recs),
     )
 
 
@@ -264,6 +273,22 @@ def _repeat_figures(r: dict, ms: Sequence[dict], slo: dict[str, float] | None, p
     if ms and all(rec["outcome"] == "ok" for rec in r["requests"]):
         per["decode"].append(stats.median([m["decode_tok_s"] for m in ms]))
         per["output"].append(sum(rec["tokens"] for rec in r["requests"]) / r["wall_s"])
+
+
+def _turns(recs: Sequence[dict]) -> list[dict] | None:
+    """Multi-turn sessions, per turn (1-based): requests, TTFT over its sound requests, the prompt it sent and the
+    share the server says its prefix cache served (`cached_tokens`; None where the server reports none)."""
+    if not any("turn" in rec for rec in recs):
+        return None
+    out = []
+    for t in sorted({rec["turn"] for rec in recs}):
+        mine = [rec for rec in recs if rec["turn"] == t]
+        ms = [m for m in (request_metrics(rec) for rec in mine) if m and not m["suspect"]]
+        p = _prompt_tokens(mine) or {}
+        out.append({"turn": t + 1, "requests": len(mine), "ok": sum(rec["outcome"] == "ok" for rec in mine),
+                    "ttft_ms": stats.summary([m["ttft_ms"] for m in ms]), "prompt_tokens": p.get("tokens"),
+                    "cached_tokens": p.get("cached_tokens"), "cache_hit": p.get("cached_share")})
+    return out
 
 
 def _prompt_tokens(recs: Sequence[dict]) -> dict | None:
@@ -314,6 +339,8 @@ class BenchResult(Observation):
     server_changed: list[str] | None = None  # another server or configuration answered after measuring
     outputs: list[dict] = field(default_factory=list, repr=False)  # per measured request (outputs.json)
     sweep: dict | None = None  # --sweep: the curve's points, its knee and the chart (sglops.bench.load_curve)
+    max_rate: dict | None = None  # --max-rate: the search's probes and answer (sglops.bench.max_rate)
+    telemetry: dict | None = None  # the host's GPU sampler while measuring: its rows, source, cost (host/telemetry.py)
 
     @property
     def status(self) -> str:
@@ -411,6 +438,9 @@ class BenchResult(Observation):
             "run_config": runconfig.summary(self.server_info, self.sglang, self.patches),
             "outputs": identity.summary(self.outputs, self.logprobs_kept, self.config["api"]),
             "facts": self.facts,
+            "gpu_telemetry": {k: (self.telemetry or {}).get(k) for k in ("source", "standin", "absent", "interval_ms",
+                                                                           "sampler", "errors", "chart")}
+            if self.telemetry else None,
         }
 
     def run_files(self) -> dict[str, bytes]:
@@ -420,33 +450,10 @@ class BenchResult(Observation):
         return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
                 "warmup": self.warmup, "client": self.client, **self.run_manifest(), "sweep": self.sweep,
-                "raw": self.raw}
+                "max_rate": self.max_rate, "telemetry": self.telemetry, "raw": self.raw}
 
 
 # -- running it ---------------------------------------------------------------------------------------------
-def parse_levels(concurrency: str | int | Sequence[int]) -> list[int]:
-    """`1,4,16` -> [1, 4, 16]; refuses anything that is not a positive integer."""
-    items = str(concurrency).split(",") if isinstance(concurrency, str | int) else list(concurrency)
-    try:
-        levels = [int(str(c).strip()) for c in items if str(c).strip()]
-    except ValueError:
-        raise ConfigError(f"--concurrency must be integers like 1,4,16 (got {concurrency!r})") from None
-    if not levels or any(c < 1 for c in levels):
-        raise ConfigError(f"--concurrency must be positive integers like 1,4,16 (got {concurrency!r})")
-    return list(dict.fromkeys(levels))
-
-
-def _check(runs: int, input_len: int, output_len: int, api: str, port: int | None) -> None:
-    if api not in APIS:
-        raise ConfigError(f"--api must be one of {', '.join(APIS)} (got {api!r})")
-    if runs < 1:
-        raise ConfigError(f"--runs must be at least 1 (got {runs})")
-    if input_len < 1 or output_len < 2:
-        raise ConfigError(f"--input-len must be >= 1 and --output-len >= 2 (got {input_len}, {output_len})")
-    if port is not None and not 0 < port < 65536:
-        raise ConfigError(f"--port must be a TCP port (got {port})")
-
-
 def split_outputs(repeats: list[dict]) -> list[dict]:
     """Move what each measured request answered out of the raw records into one entry per request, in the
     order they were planned (`n`), leaving each raw record its prompt and output hashes."""
@@ -465,87 +472,37 @@ def split_outputs(repeats: list[dict]) -> list[dict]:
 
 def run_bench(
     remote: Remote,
+    plan: BenchPlan | None = None,
     *,
-    runs: int = _D["runs"],
-    input_len: int = _D["input_len"],
-    output_len: int = _D["output_len"],
-    concurrency: str | int | Sequence[int] = 1,
-    api: str = _D["api"],
-    port: int | None = None,
-    requests: int | None = None,
-    warmup: int = _D["warmup"],
-    vocab_size: int | None = None,
-    no_logprobs: bool = False,
     request_timeout: float = 120,
     timeout: float = 3600,
     with_facts: bool = True,
     on_progress: Callable[[dict], None] | None = None,
     test_options: dict | None = None,
-    request_rate: float | None = None,
-    arrival: str = "poisson",
-    burstiness: float = 1.0,
-    duration: float | None = None,
-    dataset: str | None = None,
-    slo: str | None = None,
-    sweep: str | None = None,
-    metrics_interval: float = 1.0,
-    request_deadline: float | None = None,
+    seed: int = 0,
+    **flags: Any,
 ) -> BenchResult:
     """Bench the server on remote's 127.0.0.1:port in one round trip (plus one for host facts).
 
+    `plan` is the operation's (sglops.bench.plan, made by its prepare); library callers give the bench flags as
+    keywords instead (`runs=2, concurrency="1,4"`) and the plan is made from them the same way.
     A server that is down or unhealthy raises (nothing is measured); failed requests are counted
     per request and make the result partial or failed; a server that dies mid-run ends the run, and
     the result says so with the cause from the server's log. `test_options` (tests only) reach the
-    host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}.
+    host script as is: `test_token_range` [low, high), `test_sampling_override` {"max_new_tokens": N}, `seed`.
+    `seed` picks the prompts (the same seed: the same prompts; runs meant to be compared share one).
     Every measured request's output ids (and, unless `no_logprobs`, its chosen tokens' logprobs) are kept.
     """
-    ask = {"runs": int(runs), "input_len": int(input_len), "output_len": int(output_len), "api": api,
-           "port": int(port) if port else None,  # None: the server sglops started on the host, else 30000
-           "warmup": int(warmup), "arrival": arrival, "burstiness": float(burstiness),
-           "duration_s": float(duration) if duration else None, "sweep": sweep,
-           "seed": int((test_options or {}).get("seed", 0))}
-    _check(ask["runs"], ask["input_len"], ask["output_len"], api, ask["port"])
-    plan, data, slos = _checked_load(concurrency, request_rate, sweep, dataset, slo, ask, duration, requests,
-                                     vocab_size)
-    loads.check_metrics_interval(metrics_interval)
-    args = _host_args(ask, plan, data, remote.host.sglang_root, requests=requests, metrics_interval=metrics_interval,
-                      request_timeout=request_timeout, vocab_size=vocab_size, logprobs=not no_logprobs,
-                      test_options=test_options)
-    args["request_deadline"] = float(request_deadline) if request_deadline else None
+    if plan is None:
+        plan = plan_bench(flags)
+    elif flags:
+        raise TypeError(f"run_bench: a plan and flags ({', '.join(flags)}) at once")
+    seed = int((test_options or {}).get("seed", seed))
+    args = {**plan.host_args(), "sglang_root": remote.host.sglang_root, "request_timeout": float(request_timeout),
+            "seed": seed, **(test_options or {})}
     raw = remote.run_py("bench_client", args, timeout=timeout, on_progress=on_progress)
     facts = _facts(remote, raw["port"]) if with_facts else None
-    return _result(remote.name, raw, ask, plan, data, slos, facts)
-
-
-def _checked_load(concurrency: str | int | Sequence[int], request_rate: float | None, sweep: str | None,
-                  dataset: str | None, slo: str | None, ask: dict, duration: float | None, requests: int | None,
-                  vocab_size: int | None) -> tuple[list[dict], dict, dict | None]:
-    """The levels, dataset and SLOs asked for, each checked (a ConfigError of one line) before any host is asked."""
-    if vocab_size is not None and int(vocab_size) < 2:
-        raise ConfigError(f"--vocab-size must be at least 2 (got {vocab_size})")
-    plan = loads.levels(parse_levels(concurrency), request_rate, sweep)
-    data = loads.parse_dataset(dataset, ask["output_len"])
-    slos = loads.parse_slo(slo)
-    if ask["arrival"] not in ("poisson", "constant"):
-        raise ConfigError(f"--arrival must be poisson or constant (got {ask['arrival']!r})")
-    if duration is not None and float(duration) <= 0:
-        raise ConfigError(f"--duration must be a positive number of seconds (got {duration})")
-    if duration is not None and requests:
-        raise ConfigError("--duration and --requests: a level is bounded by one of them")
-    return plan, data, slos
-
-
-def _host_args(ask: dict, plan: list[dict], data: dict, sglang_root: str | None, *, requests: int | None,
-               metrics_interval: float, request_timeout: float, vocab_size: int | None, logprobs: bool,
-               test_options: dict | None) -> dict:
-    """What the host script (host/bench_client.py) is sent; `test_options` (tests only) reach it as they are."""
-    return {"port": ask["port"], "api": ask["api"], "runs": ask["runs"], "input_len": ask["input_len"],
-            "output_len": ask["output_len"], "concurrency": [lv["concurrency"] for lv in plan], "levels": plan,
-            "dataset": data, "duration_s": ask["duration_s"], "arrival": ask["arrival"],
-            "burstiness": ask["burstiness"], "metrics_interval": float(metrics_interval or 0),
-            "requests": int(requests) if requests else None, "warmup": ask["warmup"],
-            "request_timeout": request_timeout, "sglang_root": sglang_root,
-            "vocab_size": int(vocab_size) if vocab_size else None, "logprobs": logprobs, **(test_options or {})}
+    return _result(remote.name, raw, plan, seed, facts)
 
 
 def _facts(remote: Remote, port: int) -> dict:
@@ -555,15 +512,14 @@ def _facts(remote: Remote, port: int) -> dict:
     return gather(remote, port=port).to_json()
 
 
-def _result(host: str, raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None,
-            facts: dict | None) -> BenchResult:
+def _result(host: str, raw: dict, plan: BenchPlan, seed: int, facts: dict | None) -> BenchResult:
     """The run from the host script's raw answer: figures per level, what served, outputs apart, the sweep."""
     outputs = split_outputs(raw["repeats"])
     tokens = raw["client_tokens"]
     result = BenchResult(
         host=host,
-        config=_config(raw, ask, plan, data, slos),
-        levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], slos) for lv in plan],
+        config=_config(raw, plan, seed),
+        levels=[analyze(raw["repeats"], lv["concurrency"], lv["rate"], plan.slo) for lv in plan.levels],
         server_info=raw["server_info"],
         sglang=sglang_record(raw.get("sglang"), raw.get("server_version")),
         patches=raw["patches"],
@@ -578,31 +534,35 @@ def _result(host: str, raw: dict, ask: dict, plan: list[dict], data: dict, slos:
         outputs=outputs,
         sweep=None,
     )
-    if ask["sweep"]:
+    result.telemetry = raw.get("telemetry")
+    for lv, spec in zip(result.levels, plan.levels, strict=True):
+        lv.gpu = telemetry.level(result.telemetry, [r for r in raw["repeats"] if r["concurrency"] == spec["concurrency"]
+                                                    and r.get("request_rate") == spec["rate"]])
+    if plan.sweep:
         from sglops.bench import load_curve as sweep_mod
 
         result.sweep = sweep_mod.summary([lv.to_json() for lv in result.levels])
     return result
 
 
-def _config(raw: dict, ask: dict, plan: list[dict], data: dict, slos: dict | None) -> dict:
+def _config(raw: dict, plan: BenchPlan, seed: int) -> dict:
     """bench.json's `config`: what was asked and how the host script read it (port, model, levels)."""
-    open_loop = any(lv["rate"] for lv in plan)
+    open_loop = plan.open_loop
     return {
-        "api": ask["api"], "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
-        "runs": ask["runs"], "input_len": ask["input_len"], "output_len": ask["output_len"],
-        "concurrency": [lv["concurrency"] for lv in plan], "requests_per_run": raw["requests_per_run"],
-        "levels": raw.get("levels"), "warmup": ask["warmup"], "ignore_eos": True, "temperature": 0,
-        "input": loads.describe(data, ask["input_len"], ask["output_len"]),
-        "dataset": {k: v for k, v in data.items() if k != "items"},
+        "api": plan.api, "port": raw["port"], "port_from": raw.get("port_from"), "model": raw["model"],
+        "runs": plan.runs, "input_len": plan.input_len, "output_len": plan.output_len,
+        "concurrency": [lv["concurrency"] for lv in plan.levels], "requests_per_run": raw["requests_per_run"],
+        "levels": raw.get("levels"), "warmup": plan.warmup, "ignore_eos": True, "temperature": 0,
+        "input": plan.describe(),
+        "dataset": {k: v for k, v in plan.dataset.items() if k != "items"},
         "loop": "open" if open_loop else "closed",
-        "request_rates": [lv["rate"] for lv in plan if lv["rate"]] or None,
-        "arrival": ask["arrival"] if open_loop else None,
-        "burstiness": ask["burstiness"] if open_loop else None,
-        "duration_s": ask["duration_s"], "slo_ms": slos, "sweep": ask["sweep"],
+        "request_rates": [lv["rate"] for lv in plan.levels if lv["rate"]] or None,
+        "arrival": plan.arrival if open_loop else None,
+        "burstiness": plan.burstiness if open_loop else None,
+        "duration_s": plan.duration, "slo_ms": plan.slo, "sweep": plan.sweep, "flags": dict(plan.flags),
         "server_metrics": raw.get("server_metrics"),
         "token_space": raw.get("token_space"), "order": "repeats interleaved across concurrency levels",
-        "logprobs": bool(raw.get("logprobs")), "seed": ask["seed"],
+        "logprobs": bool(raw.get("logprobs")), "seed": seed,
         "warmup_wave": "each warm-up round sends C requests at once per level (a full wave of C streams), "
                        "up to 32 tokens each; not counted"}
 
@@ -615,6 +575,36 @@ def _served(raw: dict) -> dict | None:
     return {"version": raw.get("server_version"), "pid": proc.get("pid"), "argv": proc.get("argv"),
             "log": proc.get("log"), "started_by_sglops": proc.get("started_by_sglops"),
             "python": proc.get("env"), "token_space": raw.get("token_space")}
+
+
+def merged(results: Sequence[BenchResult]) -> BenchResult:
+    """Several runs of one plan at different levels (a max-rate search's probes) as one result: levels by rate,
+    raw records and outputs one after the other, the first run's server, facts and config (with every rate)."""
+    first = results[0]
+    levels = sorted((lv for r in results for lv in r.levels), key=lambda lv: lv.request_rate or 0)
+    outputs = [{**o, "n": n} for n, o in enumerate(o for r in results for o in r.outputs)]
+    config = {**first.config, "request_rates": [lv.request_rate for lv in levels],
+              "concurrency": [lv.concurrency for lv in levels], "runs_merged": [r.run_id for r in results]}
+    return BenchResult(host=first.host, config=config, levels=levels, server_info=first.server_info,
+                       sglang=first.sglang, patches=first.patches, warmup=[w for r in results for w in r.warmup],
+                       client={"cpu_s": sum(r.client["cpu_s"] for r in results),
+                               "tokens": sum(r.client["tokens"] for r in results),
+                               "cpu_us_per_token": None},
+                       facts=first.facts, raw=[rep for r in results for rep in r.raw], server=first.server,
+                       server_down=next((r.server_down for r in results if r.server_down), None),
+                       server_changed=next((r.server_changed for r in results if r.server_changed), None),
+                       outputs=outputs, telemetry=_merged_telemetry([r.telemetry for r in results]))
+
+
+def _merged_telemetry(parts: Sequence[dict | None]) -> dict | None:
+    """The runs' samplers as one: the first's source and labels, every run's rows, their costs added."""
+    have = [p for p in parts if p]
+    if not have:
+        return None
+    cost = [p.get("sampler") or {} for p in have]
+    wall, cpu = sum(c.get("wall_s") or 0 for c in cost), sum(c.get("cpu_s") or 0 for c in cost)
+    return {**have[0], "samples": [row for p in have for row in p.get("samples") or []],
+            "sampler": {"wall_s": wall, "cpu_s": cpu, "cpu_s_per_s": cpu / wall if wall else None}}
 
 
 def sglang_record(tree: dict | None, server_version: str | None) -> dict | None:
@@ -640,9 +630,30 @@ def draw_sweep(result: BenchResult, draw: Callable | None) -> None:
     """A sweep's chart (sweep.png in the run's folder), drawn by the runner's views; nothing for other runs."""
     if result.sweep and draw is not None and result.run_id:
         chart = artifacts.run_dir(result.host, result.run_id) / "sweep.png"
-        result.sweep["chart"] = str(draw("sweep-chart", {"runs": [{"label": result.run_id, **result.sweep}],
-                                                         "title": f"sweep on {result.host}: {result.config['input']}"},
-                                         chart))
+        result.sweep["chart"] = str(draw(Curves([{"label": result.run_id, **result.sweep}],
+                                                f"sweep on {result.host}: {result.config['input']}", sweep=True), chart))
+
+
+def draw_max_rate(result: BenchResult, draw: Callable | None) -> None:
+    """A max-rate search's chart (max_rate.png): goodput share per probed rate and latency against the SLOs."""
+    if result.max_rate and draw is not None and result.run_id:
+        chart = artifacts.run_dir(result.host, result.run_id) / "max_rate.png"
+        result.max_rate["chart"] = str(draw(RateSearch({
+            "search": result.max_rate, "levels": [lv.to_json() for lv in result.levels],
+            "title": f"max rate on {result.host}: {result.config['input']}"}), chart))
+
+
+def draw_telemetry(result: BenchResult, draw: Callable | None) -> None:
+    """The GPU telemetry chart (gpu.png): SM clock, utilisation and power over the run, levels shaded."""
+    tel = result.telemetry or {}
+    if not tel.get("samples") or draw is None or not result.run_id:
+        return
+    windows = [(lv.load, r["started"], r["started"] + r["wall_s"]) for lv in result.levels for r in result.raw
+               if r["concurrency"] == lv.concurrency and r.get("request_rate") == lv.request_rate and r.get("started")]
+    chart = artifacts.run_dir(result.host, result.run_id) / "gpu.png"
+    tel["chart"] = str(draw(Telemetry({
+        "series": telemetry.series(tel), "windows": windows, "standin": tel.get("standin"),
+        "title": f"GPU telemetry on {result.host} ({tel.get('source')}, every {tel.get('interval_ms')} ms)"}), chart))
 
 
 def outputs_json(result: BenchResult) -> bytes:

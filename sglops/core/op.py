@@ -156,8 +156,29 @@ class Curves:
     sweep: bool = False
 
 
+@dataclass(frozen=True)
+class RateSearch:
+    """A max-rate search (sglops.bench.max_rate): goodput per probed rate and latency against the SLOs."""
+
+    data: dict
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Configurations x load levels on tokens/s per user vs per GPU, the Pareto frontier marked."""
+
+    data: dict
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """GPU telemetry samples over a run, each level's measuring window shaded."""
+
+    data: dict
+
+
 # How domain code keeps a report file it cannot draw itself (views): draw(figure, path) -> the path written,
-# the view found by the figure's type (Page, Chart, Curves) and what it is of. Runners hand
+# the view found by the figure's type (Page, Chart, Curves, RateSearch, Frontier, Telemetry) and what it is of. Runners hand
 # sglops.views.files.draw down; None draws nothing.
 Draw = Callable[[Any, Path], Path]
 

@@ -297,8 +297,8 @@ def compare_outputs(result: SweepResult, tolerance: Any, draw: Draw | None) -> N
         return
     varied = sorted({k for r in result.rows for k, _ in r.candidate.settings})
     comp = cmp.compare([base.run_id, *[r.run_id for r in others]], out_dir=Path(result.folder or "."),
-                       tolerance=tolerance, variable=varied, draw=draw)
-    result.comparison, result.chart = comp.saved, comp.chart
+                       tolerance=tolerance, variable=varied, draw=draw, labels={r.run_id: r.candidate.label for r in runs})
+    result.comparison, result.chart, result.pareto = comp.saved, comp.chart, comp.pareto
     for r in others:
         v = comp.identities.get(r.run_id)
         if v is None or v.status == "not_compared":

@@ -120,6 +120,7 @@ class SweepResult(Result):
     baseline: str | None = None  # the baseline candidate's run id
     comparison: str | None = None
     chart: str | None = None  # the comparison's decode tok/s chart (the sweep's folder)
+    pareto: dict | None = None  # candidates x load levels: tokens/s per user vs per GPU, the frontier (bench.pareto)
     restore: dict = field(default_factory=dict)
     failure: str | None = None
     wall_s: float | None = None
@@ -204,7 +205,7 @@ class SweepResult(Result):
                 "found": self.found.to_json(), "managed_patches": self.managed, "bench": self.bench,
                 "force": self.force, "profile_trace": self.profile_trace, "run_id": self.run_id,
                 "folder": self.folder, "baseline": self.baseline, "rows": [r.to_json() for r in self.rows],
-                "recommendation": self.recommendation(), "comparison": self.comparison, "chart": self.chart, "restore": self.restore,
+                "recommendation": self.recommendation(), "comparison": self.comparison, "chart": self.chart, "pareto": self.pareto, "restore": self.restore,
                 "failure": self.failure, "wall_s": self.wall_s, "split": self.split, "interrupted": self.interrupted,
                 "ok": self.ok, "nodes": self.nodes, "earlier_line": self.earlier_line}
 

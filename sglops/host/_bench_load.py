@@ -17,6 +17,14 @@ def gaps(rate, arrival, burstiness, seed):
             yield rng.gammavariate(float(burstiness), mean / float(burstiness))
 
 
+def trace_gaps(items, speed):
+    """The gaps between a trace's requests (their `t`, seconds from the first), `speed` times faster."""
+    last = 0.0
+    for item in items:
+        yield (float(item["t"]) - last) / float(speed)
+        last = float(item["t"])
+
+
 def _length(rng, fixed, span):
     """A length: `fixed`, or uniform in the inclusive span [lo, hi]."""
     if span:
@@ -35,13 +43,48 @@ class Prompts:
         self.in_len, self.out_len = int(in_len), int(out_len)
         self.kind = self.d.get("kind", "random")
         self._prefixes = {}
+        self._blocks = {}
 
     def _prefix(self, g):
         if g not in self._prefixes:  # the same prefixes for every level and repeat: the radix cache keeps them
-            self._prefixes[g] = self.draw(self.seed * 1000003 + 70000019 + g * 7919, int(self.d["prefix_len"]))
+            n = int(self.d.get("prefix_len") or self.d.get("system") or 0)
+            self._prefixes[g] = self.draw(self.seed * 1000003 + 70000019 + g * 7919, n)
         return self._prefixes[g]
 
+    def _block(self, h):
+        """A trace's hash id -> its block of ids: the same for every request of this repeat naming it (the trace's
+        prefix sharing), another set for the next repeat (its cache does not serve the next replay)."""
+        if h not in self._blocks:
+            self._blocks[h] = self.draw(self.level_seed * 1000003 + 90000049 + int(h) * 7919, int(self.d["block"]))
+        return self._blocks[h]
+
+    def system(self):
+        """A sessions dataset's system prompt: the same ids for every session, level and repeat (as shared prefixes)."""
+        n = int(self.d.get("system") or 0)
+        return self._prefix(0)[:n] if n else []
+
+    def turn(self, s, t):
+        """Session s's turn t: its new ids (its own, per repeat) and its output length."""
+        rng = random.Random(self.level_seed * 31 + s * 4099 + t)
+        ids = self.draw(self.level_seed * 1000003 + 60000013 + s * 4099 + t, int(self.d["new"]))
+        return ids, _length(rng, self.out_len, self.d.get("output"))
+
+    def _trace_item(self, i):
+        items = self.d["items"]
+        if i >= len(items):
+            return None
+        item = items[i]
+        if item.get("ids") is not None:
+            return item["ids"], int(item["out"])
+        n = int(item["in"])
+        ids = [x for h in item.get("blocks") or [] for x in self._block(h)][:n]
+        if len(ids) < n:  # the tail no block names: the request's own ids
+            ids += self.draw(self.level_seed * 31 + 50000017 + i, n - len(ids))
+        return ids, int(item["out"])
+
     def prompt_at(self, i):
+        if self.kind == "trace":
+            return self._trace_item(i)
         rng = random.Random(self.level_seed * 31 + i)
         out_len = _length(rng, self.out_len, self.d.get("output"))
         if self.kind == "prompts":

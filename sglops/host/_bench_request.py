@@ -11,12 +11,12 @@ import threading
 import time
 
 from . import _fetch
-from ._bench_load import gaps
 from ._bench_server import AUTH
 from ._bench_stream import checked, error_text, prompt_hash, read_events, settle
 
 NL = "\n"
-LIMIT = {"s": None}  # seconds one request may take in all, when the run sets it (--request-deadline)
+LIMIT = {"s": None}
+LEAD_S = 0.01  # an open loop's thread is started this early and sleeps to its arrival: its start-up is not lag  # seconds one request may take in all, when the run sets it (--request-deadline)
 
 
 def make_body(api, model, ids, out_len, override=None, logprobs=True):
@@ -116,7 +116,7 @@ def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter,
                       counter, override, logprobs, incremental)
 
 
-def _request(port, api, model, item, timeout, counter, override, logprobs, incremental):
+def counted_request(port, api, model, item, timeout, counter, override, logprobs, incremental):
     rec = one_request(port, api, model, item[0], item[1], timeout, override, logprobs, incremental, LIMIT["s"])
     with counter.lock:
         counter.done += 1
@@ -144,7 +144,7 @@ def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, overr
             if item is None:
                 return
             t0 = time.perf_counter()
-            rec = _request(port, api, model, item, timeout, counter, override if i == 0 else None, logprobs,
+            rec = counted_request(port, api, model, item, timeout, counter, override if i == 0 else None, logprobs,
                            incremental)
             rec["start_s"] = t0
             records[i] = rec
@@ -154,10 +154,10 @@ def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, overr
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, width))]
     for t in threads:
         t.start()
-    return _joined(threads, records, t0)
+    return joined(threads, records, t0)
 
 
-def _joined(threads, records, t0):
+def joined(threads, records, t0):
     """Both loops' end: every request done, (records in request order with start_s from t0, wall seconds)."""
     for t in threads:
         t.join()
@@ -176,12 +176,14 @@ def _count(prompt_at, most):
     return n
 
 
-def run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed, timeout, counter, logprobs=True,
-             incremental=False, deadline=None, max_in_flight=0):
-    """Open loop: request i is sent at its arrival time whatever the others are doing (Poisson or constant
-    arrivals at `rate` per second), until prompt_at(i) is None or the next arrival falls after `deadline`.
+def run_open(port, api, model, prompt_at, arrivals, timeout, counter, logprobs=True, incremental=False, deadline=None,
+             max_in_flight=0):
+    """Open loop: request i is sent at its arrival time whatever the others are doing (`arrivals`: the gaps before
+    each request, seconds: a rate's Poisson or constant draws, or a trace's own), until prompt_at(i) is None or the
+    next arrival falls after `deadline`.
     Each record keeps `sched_s` (when it was due) and `lag_s` (how late the client sent it: a client that
-    cannot keep up shows here first). `max_in_flight` > 0 caps the requests in flight (arrivals then wait).
+    cannot keep up shows here first). Each request's thread starts LEAD_S before its arrival and sleeps to it, so a
+    thread's start-up is not counted as lag. `max_in_flight` > 0 caps the requests in flight (arrivals then wait).
     Returns (records in arrival order, wall seconds from the first arrival to the last request's end)."""
     records = {}
     threads = []
@@ -189,17 +191,20 @@ def run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed, timeo
 
     def send(i, item, due):
         try:
+            wait = t0 + due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
             start = time.perf_counter()
-            rec = _request(port, api, model, item, timeout, counter, None, logprobs, incremental)
+            rec = counted_request(port, api, model, item, timeout, counter, None, logprobs, incremental)
             rec["start_s"], rec["sched_s"], rec["lag_s"] = start, due, round(start - t0 - due, 6)
             records[i] = rec
         finally:
             if cap:
                 cap.release()
 
-    t0 = time.perf_counter()
-    due = 0.0
-    arrivals = gaps(rate, arrival, burstiness, seed)
+    t0 = time.perf_counter() + LEAD_S
+    arrivals = iter(arrivals)
+    due = next(arrivals, 0.0)
     i = 0
     while True:
         if deadline is not None and t0 + due >= deadline:
@@ -207,7 +212,7 @@ def run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed, timeo
         item = prompt_at(i)
         if item is None:
             break
-        wait = t0 + due - time.perf_counter()
+        wait = t0 + due - LEAD_S - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
         if cap:
@@ -216,6 +221,6 @@ def run_open(port, api, model, prompt_at, rate, arrival, burstiness, seed, timeo
         t.start()
         threads.append(t)
         i += 1
-        due += next(arrivals)
-    return _joined(threads, records, t0)
+        due += next(arrivals, 0.0)
+    return joined(threads, records, t0)
 

@@ -10,13 +10,15 @@
 #
 # The run lives here (what was asked, the server as found, warm-up, the plan's steps, the answer); one request and
 # its loops are _bench_request.py, stream parsing _bench_stream.py, the server over HTTP _bench_server.py.
+import itertools
 import random
+import sys
 import threading
 import time
 from types import SimpleNamespace
 
 from . import _bench_metrics
-from ._bench_load import Prompts
+from ._bench_load import Prompts, gaps, trace_gaps
 from ._bench_request import LIMIT, Counter, run_batch, run_closed, run_open
 from ._bench_server import (
     AUTH,
@@ -28,10 +30,12 @@ from ._bench_server import (
     server_down,
     server_info,
 )
+from ._bench_sessions import run_sessions
 from ._common import UserError, progress, server_port, try_find_sglang
 from ._fetch import LOOPBACK
 from ._server_proc import listening_pid, log_size, python_env, server_api_key, server_process
 from ._vocab import draw_prompt_ids, model_token_space
+from .telemetry import Sampler
 
 _print_lock = threading.Lock()
 
@@ -52,22 +56,17 @@ def prompt_ids(space, seed, n):
 
 # -- the run: what was asked, the server, the plan, progress, warm-up, measuring, the answer --------------------
 def _settings(args):
-    """What the laptop asked for (it always sends runs and lengths: sglops.bench.params has their defaults)."""
-    api = args.get("api") or "sglang"
-    if api not in ("sglang", "openai"):
-        raise UserError(f"unknown api {api!r} (sglang or openai)")
-    levels = [dict(lv) for lv in args.get("levels") or []] or [{"concurrency": int(c), "rate": None}
-                                                                for c in args.get("concurrency") or [1]]
+    """What the laptop asked for: every bench flag under its declared name, defaults filled there (sglops.bench.plan
+    sends them all), the levels, dataset and SLOs parsed there."""
     return SimpleNamespace(
-        api=api, levels=levels, runs=int(args["runs"]), in_len=int(args["input_len"]),
-        out_len=int(args["output_len"]), per_run=args.get("requests"),  # per repeat and level; default one per stream
-        warmup=int(args.get("warmup", 1)), timeout=float(args.get("request_timeout", 120)),
+        api=args["api"], levels=[dict(lv) for lv in args["levels"]], runs=int(args["runs"]),
+        in_len=int(args["input_len"]), out_len=int(args["output_len"]),
+        per_run=args["requests"],  # per repeat and level; None: one per stream
+        warmup=int(args["warmup"]), timeout=float(args["request_timeout"]),
         override=args.get("test_sampling_override"),  # tests only: the first request of each repeat asks for this
-        logprobs=bool(args.get("logprobs", True)), dataset=args.get("dataset") or {"kind": "random"},
-        duration=float(args["duration_s"]) if args.get("duration_s") else None,
-        arrival=args.get("arrival") or "poisson", burstiness=float(args.get("burstiness") or 1.0),
-        interval=float(args.get("metrics_interval") or 0), seed=int(args.get("seed", 0)),
-        limit_s=float(args["request_deadline"]) if args.get("request_deadline") else None)
+        logprobs=not args["no_logprobs"], dataset=args["dataset"], duration=args["duration"],
+        arrival=args["arrival"], burstiness=float(args["burstiness"]), interval=float(args["metrics_interval"] or 0),
+        seed=int(args["seed"]), limit_s=args["request_deadline"], trace_speed=float(args["trace_speed"]))
 
 
 def _server(args):
@@ -109,11 +108,11 @@ def _inspect(srv, args, interval):
 def _check_dataset_ids(dataset, space):
     """A file's input_ids must lie in the model's vocabulary: SGLang does not check them, and an id past it kills
     the server (an IndexError in the embedding lookup)."""
-    if not dataset or dataset.get("kind") != "prompts" or not isinstance(space, dict):
+    if not dataset or dataset.get("kind") not in ("prompts", "trace") or not isinstance(space, dict):
         return
     high = space["high"]
     for no, item in enumerate(dataset.get("items") or [], 1):
-        bad = next((i for i in item.get("input_ids") or [] if not 0 <= i < high), None)
+        bad = next((i for i in item.get("input_ids") or item.get("ids") or [] if not 0 <= i < high), None)
         if bad is not None:
             where = item.get("line") or f"prompt {no}"
             raise UserError(f"{dataset.get('source') or 'jsonl'}:{where}: input id {bad} is past the model's "
@@ -125,7 +124,9 @@ def _plan(s):
     bounded by --duration; by default one per stream, or 10 s of arrivals of an open loop)."""
     for lv in s.levels:
         c, rate = int(lv["concurrency"]), lv.get("rate")
-        lv["requests"] = None if s.duration else max(1, int(s.per_run or (round(rate * 10) if rate else c)))
+        whole = (len(s.dataset["items"]) if lv.get("trace") else s.dataset["count"] * s.dataset["turns"]
+                 if s.dataset["kind"] == "sessions" else (round(rate * 10) if rate else c))
+        lv["requests"] = None if s.duration else max(1, int(s.per_run or whole))
     return [(rep, lv) for rep in range(s.runs) for lv in s.levels]
 
 
@@ -217,9 +218,14 @@ def _level(s, srv, k, rep, lv, counter):
     deadline = time.perf_counter() + s.duration if s.duration else None
     scraper = _bench_metrics.Scraper(LOOPBACK, srv.port, s.interval).start() if not srv.metrics_off else None
     started = time.time()
-    if rate:
-        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, rate, s.arrival, s.burstiness, s.seed * 7 + k,
-                              s.timeout, counter, s.logprobs, srv.incremental, deadline, c if c > 0 else 0)
+    if rate or lv.get("trace"):
+        arrivals = (trace_gaps(s.dataset["items"], s.trace_speed) if lv.get("trace")
+                    else itertools.chain([0.0], gaps(rate, s.arrival, s.burstiness, s.seed * 7 + k)))
+        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, arrivals, s.timeout, counter, s.logprobs,
+                              srv.incremental, deadline, c if c > 0 else 0)
+    elif s.dataset["kind"] == "sessions":
+        recs, wall = run_sessions(srv.port, s.api, srv.model, prompts, c, s.timeout, counter, s.logprobs,
+                                  srv.incremental, deadline)
     else:
         recs, wall = run_closed(srv.port, s.api, srv.model, prompt_at, c, s.timeout, counter, s.override,
                                 s.logprobs, srv.incremental, deadline)
@@ -227,6 +233,8 @@ def _level(s, srv, k, rep, lv, counter):
     entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
     if rate:
         entry.update(request_rate=rate, arrival=s.arrival, burstiness=s.burstiness)
+    if lv.get("trace"):
+        entry["trace_speed"] = s.trace_speed
     if s.duration:
         entry["duration_s"] = s.duration
     if samples is not None:
@@ -274,8 +282,13 @@ def _answer(s, srv, warm, repeats, down, cpu):
     }
 
 
+SWITCH_S = 0.0005  # the GIL's hand-over interval while measuring (python's 5 ms default is an open loop's p99 lag)
+
+
 def main(args):
-    """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records."""
+    """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records.
+    A thread due to send waits for the GIL up to the switch interval: 0.5 ms instead of 5 while measuring."""
+    sys.setswitchinterval(float(args.get("test_switch_interval") or SWITCH_S))  # tests: python's own, to compare
     srv = _server(args)
     s = _settings(args)
     LIMIT["s"] = s.limit_s
@@ -283,9 +296,12 @@ def main(args):
     plan = _plan(s)
     counter = Counter()
     progress = _Progress(plan, s, counter).start()
+    sampler = None
     try:
         warm = _warm_up(s, srv)
+        sampler = Sampler(args["telemetry_interval"]).start()  # one sampler while measuring, stopped with it
         repeats, down, cpu = _measure(s, srv, plan, progress, counter)
     finally:
         progress.stop()
-    return _answer(s, srv, warm, repeats, down, cpu)
+        gpu = sampler.stop() if sampler else None
+    return {**_answer(s, srv, warm, repeats, down, cpu), "telemetry": gpu}

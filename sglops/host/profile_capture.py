@@ -17,10 +17,12 @@ from ._server_info import kept_fields
 from ._server_proc import death_cause, listening_pid, server_api_key
 from ._vocab import draw_prompt_ids, model_token_space
 from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
+from .telemetry import Sampler
 
 _CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
 PREFIX = "sglops"
 PROMPT_LEN = 32
+TELEMETRY_MS = 100  # GPU samples during the profiled request (a few seconds: every 100 ms)
 AUTH = {}  # Authorization for a server started with --api-key (its own key, read from its command line here)
 
 
@@ -310,10 +312,12 @@ def main(args):
             raise UserError(explain_failure(base, "/start_profile", status, text, log_path))
         raise UserError(f"/start_profile on {host}:{port} refused: {status} {text.strip()[:200]}")
     progress(phase="decode", output_len=output_len)
+    sampler = Sampler(TELEMETRY_MS).start()  # GPU telemetry over the profiled request, stopped with it
     t0 = time.monotonic()
     gen = {"input_ids": ids, "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}}
     status, text = _post(base + "/generate", gen, timeout=float(args.get("generate_timeout_s", 300)))
     decode_s = time.monotonic() - t0
+    gpu = sampler.stop()
     if status != 200:
         line = explain_failure(base, f"/generate on {host}:{port} during profiling", status, text, log_path)
         _post(base + "/stop_profile", {}, timeout=30)
@@ -347,4 +351,5 @@ def main(args):
             "waited_s": round(time.monotonic() - started, 3), "completion_tokens": meta.get("completion_tokens"),
             "request": req, "prompt_ids": {"count": len(ids), "max": max(ids)},
             "tp_size": info.get("tp_size"), "sglang_version": info.get("version"), "device": info.get("device"),
-            "model_path": info.get("model_path"), "standin": bool(info.get("standin")), "files": files}
+            "model_path": info.get("model_path"), "standin": bool(info.get("standin")), "files": files,
+            "telemetry": gpu}

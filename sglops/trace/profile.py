@@ -51,6 +51,7 @@ class ProfileResult(Observation):
     request: dict | None = None
     sglang_version: str | None = None
     device: str | None = None
+    gpu_telemetry: dict | None = None  # the host's GPU sampler over the profiled request (host/telemetry.py)
     error: str | None = None
 
     def payload(self) -> dict:
@@ -114,7 +115,8 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
               "output_len": doc["output_len"], "stopped_by": doc["stopped_by"], "remote_dir": doc["output_dir"],
               "traces": local, "decode_s": doc["decode_s"], "waited_s": doc["waited_s"],
               "download_s": round(download_s, 3), "standin": doc.get("standin", False),
-              "request": doc.get("request"), "sglang_version": doc.get("sglang_version"), "device": doc.get("device")}
+              "request": doc.get("request"), "sglang_version": doc.get("sglang_version"), "device": doc.get("device"),
+              "gpu_telemetry": doc.get("telemetry")}
     if probe_path is None:
         probe_path = sources.latest_for(remote.name, doc.get("sglang_version"))
     try:

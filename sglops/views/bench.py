@@ -31,8 +31,8 @@ def bench_table(r: BenchResult) -> Table:
         table.add_column(col, justify="left" if col in ("metric", "95% CI (repeats)") else "right")
     for lv in r.levels:
         dim = "" if lv.status == "ok" else "dim "
-        name_c = lv.load if lv.request_rate else str(lv.concurrency)
-        open_loop = bool(lv.request_rate)
+        name_c = lv.load if lv.request_rate or lv.trace_speed else str(lv.concurrency)
+        open_loop = bool(lv.request_rate or lv.trace_speed)
         figs = [("decode tok/s", lv.decode_tok_s), ("output tok/s", lv.output_tok_s)]
         if open_loop or r.sweep:
             figs.append(("requests/s", lv.request_throughput))
@@ -53,6 +53,14 @@ def bench_table(r: BenchResult) -> Table:
                               f"{summ['p99']:.2f}", "", "")
         for name, value, note in _server_rows(lv):
             table.add_row(name_c, Text(name, style="cyan"), value, "", "", note, "")
+        for name, value, note in _gpu_rows(lv.gpu):
+            table.add_row(name_c, Text(name, style="yellow" if (lv.gpu or {}).get("standin") else "cyan"), value, "",
+                          "", note, "")
+        for t in lv.turns or []:
+            summ = t["ttft_ms"] or {}
+            hit = "cache hit " + (f"{t['cache_hit']:.0%}" if t["cache_hit"] is not None else "not reported")
+            table.add_row(name_c, f"turn {t['turn']} TTFT ms", *(f"{summ[k]:.2f}" if summ else "-"
+                                                                  for k in ("median", "p90", "p99")), hit, "")
         if lv.status != "ok":
             bad = ", ".join(f"{k} {v}" for k, v in sorted(lv.outcomes.items()) if k != "ok")
             table.add_row(str(lv.concurrency), Text(lv.status.upper(), style="bold red"),
@@ -90,6 +98,19 @@ def _server_rows(lv: Any) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _max_rate_lines(search: dict | None) -> list[Any]:
+    """A max-rate search: its answer, then every probed level in search order, then its chart."""
+    if not search:
+        return []
+    probes = ", ".join(f"{p['order']}) {p['rate']:g} req/s "
+                       + (f"{p['goodput_share']:.0%}" if p["goodput_share"] is not None else "-")
+                       + (" met" if p["met"] else " missed") for p in search["probes"])
+    out: list[Any] = [Text(search["line"], style="bold"), f"probed (goodput share): {probes}"]
+    if search.get("chart"):
+        out.append(f"max-rate chart: {search['chart']}")
+    return out
+
+
 def _caption(r: BenchResult) -> Text:
     """What ran (status, sglang, patches, client CPU, server python) and what a reader should know."""
     sgl = r.sglang or {}
@@ -116,6 +137,13 @@ def _caption(r: BenchResult) -> Text:
         lines.append(Text(r.sweep["knee"]["line"], style="bold"))
     if r.sweep and r.sweep.get("chart"):
         lines.append(f"sweep chart: {r.sweep['chart']}")
+    lines += _max_rate_lines(r.max_rate)
+    tel = r.telemetry or {}
+    if tel.get("sampler") and tel.get("source"):
+        cost = tel["sampler"]
+        lines.append(f"GPU telemetry: {tel['source']} every {tel.get('interval_ms')} ms, {len(tel.get('samples') or [])} "
+                     f"samples, sampler {cost.get('cpu_s_per_s') or 0:.4f} CPU-s/s"
+                     + (f"; chart {tel['chart']}" if tel.get("chart") else ""))
     if r.server_down:
         lines.append(Text(str(r.server_down.get("line")), style="bold red"))
     if r.server_changed:
@@ -294,7 +322,8 @@ def markdown_loads(doc: dict) -> list[str]:
     requests/s, goodput, prefix-cache tokens and the server's own figures, and a sweep's knee and chart."""
     cfg = doc.get("config") or {}
     levels = doc.get("levels") or []
-    extra = [lv for lv in levels if lv.get("request_rate") or lv.get("goodput") or lv.get("server")
+    extra = [lv for lv in levels if lv.get("request_rate") or lv.get("goodput") or lv.get("server") or lv.get("turns")
+             or lv.get("gpu")
              or (lv.get("prompt") or {}).get("cached_tokens") is not None]
     data = cfg.get("dataset") or {}
     plain = data.get("kind", "random") == "random" and not data.get("input") and not data.get("output")
@@ -315,15 +344,98 @@ def markdown_loads(doc: dict) -> list[str]:
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lv in levels:
         srv, p = lv.get("server") or {}, lv.get("prompt") or {}
-        name = f"{lv['request_rate']:g} req/s" if lv.get("request_rate") else f"C={lv.get('concurrency')}"
+        name = (f"trace x{lv['trace_speed']:g}" if lv.get("trace_speed") else f"{lv['request_rate']:g} req/s"
+                if lv.get("request_rate") else f"C={lv.get('concurrency')}")
         cached = (f"{p['cached_tokens']}/{p['tokens']}" if p.get("cached_tokens") is not None else "-")
         out.append(f"| {name} | {fig(lv.get('output_tok_s'))} | {fig(lv.get('request_throughput'))} | "
                    f"{fig((lv.get('goodput') or {}).get('req_s'))} | {cached} | {fig(srv.get('gen_tok_s'))} | "
                    f"{fig(srv.get('request_decode_tok_s'))} | {fig(srv.get('running'), 'max', '{:g}')} | "
                    f"{fig(srv.get('queued'), 'max', '{:g}')} |")
+    out += _markdown_turns(levels)
+    gpu = [(lv, gpu_line(lv.get("gpu"))) for lv in levels if lv.get("gpu")]
+    if gpu:
+        out += ["", "GPU telemetry per level (host sampler):", ""] + [
+            f"- {lv.get('trace_speed') and 'trace' or lv.get('request_rate') or 'C=' + str(lv.get('concurrency'))}: "
+            f"{line}" for lv, line in gpu]
+    chart = (doc.get("telemetry") or {}).get("chart")
+    if chart:
+        out += ["", f"![GPU telemetry]({chart})"]
+    search = doc.get("max_rate") or {}
+    if search:
+        out += ["", f"Max rate: {search['line']}", "", "| probe | req/s | phase | goodput share | met | run |",
+                "| ---: | ---: | --- | ---: | --- | --- |"]
+        out += [f"| {p['order']} | {p['rate']:g} | {p['phase']} | "
+                + (f"{p['goodput_share']:.1%}" if p["goodput_share"] is not None else "-")
+                + f" | {'yes' if p['met'] else 'no'} | {p.get('run_id') or '-'} |" for p in search["probes"]]
+        if search.get("chart"):
+            out += ["", f"![max rate]({search['chart']})"]
     sweep = doc.get("sweep") or {}
     if (sweep.get("knee") or {}).get("line"):
         out += ["", f"Sweep: {sweep['knee']['line']}"]
     if sweep.get("chart"):
         out += ["", f"![sweep]({sweep['chart']})"]
     return out
+
+
+def _markdown_turns(levels: list[dict]) -> list[str]:
+    """Multi-turn sessions: per level and turn, TTFT and the share of the prompt the server's prefix cache served."""
+    rows = [(lv, t) for lv in levels for t in lv.get("turns") or []]
+    if not rows:
+        return []
+    out = ["", "| level | turn | requests | TTFT median ms | TTFT p99 ms | prompt tokens | cache hit |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for lv, t in rows:
+        ttft = t.get("ttft_ms") or {}
+        hit = f"{t['cache_hit']:.1%}" if t.get("cache_hit") is not None else "not reported"
+        out.append(f"| C={lv.get('concurrency')} | {t['turn']} | {t['requests']} | {ttft.get('median', 0):.2f} | "
+                   f"{ttft.get('p99', 0):.2f} | {t.get('prompt_tokens') or '-'} | {hit} |")
+    return out
+
+
+def pareto_markdown(par: dict | None) -> list[str]:
+    """A Pareto frontier (sglops.bench.pareto) as markdown: every point, on the frontier or not, and its chart."""
+    if not par or not par.get("points"):
+        return []
+    out = ["", "## Pareto frontier", "", par["line"], "",
+           "| configuration | load | tokens/s per user | tokens/s per GPU | GPUs (from) | frontier |",
+           "| --- | --- | ---: | ---: | --- | --- |"]
+    for p in sorted(par["points"], key=lambda p: (not p["on_frontier"], p["per_user_tok_s"])):
+        out.append(f"| {p['config'].replace('|', '/')} | {p['load']} | {p['per_user_tok_s']:.2f} | "
+                   f"{p['per_gpu_tok_s']:.2f} | {p['gpus']} ({p['gpus_from']}) | {'yes' if p['on_frontier'] else ''} |")
+    if par.get("chart"):
+        out += ["", f"![Pareto frontier]({par['chart']})"]
+    return out
+
+
+GPU_ROWS = (("GPU SM clock MHz", "sm_clock_mhz"), ("GPU mem clock MHz", "mem_clock_mhz"), ("GPU util %", "util_pct"),
+            ("GPU power W", "power_w"), ("GPU memory MiB", "memory_used_mib"))
+
+
+def _gpu_rows(gpu: dict | None) -> list[tuple[str, str, str]]:
+    """A level's GPU telemetry as table rows (median over its GPUs' samples; the range beside), or one row saying
+    why there is none; a stand-in's rows say so."""
+    if not gpu:
+        return []
+    if gpu.get("absent") or not gpu.get("samples"):
+        return [("GPU", "-", (gpu.get("absent") or "no sample inside the level")[:60])]
+    tag = "STAND-IN: no GPU" if gpu.get("standin") else f"{gpu['gpus']} GPU(s)"
+    return [(name, f"{f['median']:g}", f"{f['min']:g}-{f['max']:g}; {tag}") for name, key in GPU_ROWS
+            if (f := gpu.get(key))]
+
+
+def gpu_line(gpu: dict | None) -> str | None:
+    """One phrase for a level's table row."""
+    if not gpu:
+        return None
+    if gpu.get("absent"):
+        return f"GPU: {gpu['absent']}"
+    if not gpu.get("samples"):
+        return "GPU: no sample inside the level"
+    tag = " (STAND-IN nvidia-smi: no GPU)" if gpu.get("standin") else ""
+
+    def med(key: str, unit: str) -> str:
+        f = gpu.get(key)
+        return f"{f['median']:g}{unit}" if f else "n/a"
+
+    return (f"GPU x{gpu['gpus']}: SM {med('sm_clock_mhz', ' MHz')}, mem {med('mem_clock_mhz', ' MHz')}, util "
+            f"{med('util_pct', '%')}, power {med('power_w', ' W')}, used {med('memory_used_mib', ' MiB')}{tag}")

@@ -118,3 +118,123 @@ def sweep_chart(runs: Sequence[dict], path: str | Path, *, title: str = "sweep")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def max_rate_chart(data: dict, path: str | Path) -> Path:
+    """A max-rate search: goodput share per probed rate (target line, each probe numbered in search order, met in
+    green, missed in red, the answer ringed) and TTFT / TPOT p99 per rate against their SLOs.
+
+    data: {"title", "search": sglops.bench.max_rate.Search.to_json(), "levels": [bench.json levels]}
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    search, levels = data["search"], {lv.get("request_rate"): lv for lv in data["levels"]}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    for p in search["probes"]:
+        share = p["goodput_share"] if p["goodput_share"] is not None else 0.0
+        left.scatter([p["rate"]], [share], color="tab:green" if p["met"] else "tab:red", zorder=3)
+        left.annotate(str(p["order"]), (p["rate"], share), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if search.get("answer_req_s"):
+        ans = next(p for p in search["probes"] if p["rate"] == search["answer_req_s"])
+        left.scatter([ans["rate"]], [ans["goodput_share"]], s=200, facecolors="none", edgecolors="black", zorder=4)
+    left.axhline(search["target"], color="grey", linestyle="--", label=f"target {search['target']:.0%}")
+    left.set_xscale("log")
+    left.set_ylim(-0.05, 1.05)
+    left.set_xlabel("request rate (req/s, log)")
+    left.set_ylabel("share of requests within every SLO")
+    left.set_title(search["line"], fontsize=8)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7)
+    rates = sorted(r for r in levels if r)
+    for key, style in (("ttft_ms", "o-"), ("tpot_ms", "s-")):
+        ys = [(levels[r].get(key) or {}).get("p99") for r in rates]
+        pts = [(r, y) for r, y in zip(rates, ys, strict=True) if y is not None]
+        if pts:
+            line, = right.plot(*zip(*pts, strict=True), style, label=f"{key[:4].upper()} p99")
+            limit = (search.get("slo_ms") or {}).get(key)
+            if limit:
+                right.axhline(limit, color=line.get_color(), linestyle="--", alpha=0.6, label=f"SLO {limit:g} ms")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("request rate (req/s, log)")
+    right.set_ylabel("ms (log)")
+    right.set_title("latency p99 per probed rate vs the SLO", fontsize=9)
+    right.grid(alpha=0.3)
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=7)
+    fig.suptitle(data.get("title") or "max rate under an SLO", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def pareto_chart(data: dict, path: str | Path) -> Path:
+    """Every configuration x load level: tokens/s per user (x) against tokens/s per GPU (y), one colour per
+    configuration, each point labelled with its load, the frontier drawn through its points and its configurations
+    named in the legend (sglops.bench.pareto).
+
+    data: {"title", "pareto": {"points": [{config, load, per_user_tok_s, per_gpu_tok_s, on_frontier, gpus_from}],
+    "frontier": [...], "configs": [...]}}
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    par = data["pareto"]
+    fig, ax = plt.subplots(figsize=(7.5, 5), dpi=120)
+    configs = list(dict.fromkeys(p["config"] for p in par["points"]))
+    for i, config in enumerate(configs):
+        mine = [p for p in par["points"] if p["config"] == config]
+        on = " (on the frontier)" if config in par["configs"] else ""
+        ax.scatter([p["per_user_tok_s"] for p in mine], [p["per_gpu_tok_s"] for p in mine], color=f"C{i % 10}",
+                   label=f"{config}{on}"[:70], zorder=3)
+        for p in mine:
+            ax.annotate(p["load"], (p["per_user_tok_s"], p["per_gpu_tok_s"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7, color=f"C{i % 10}")
+    front = par["frontier"]
+    if front:
+        ax.step([p["per_user_tok_s"] for p in front], [p["per_gpu_tok_s"] for p in front], where="post", color="black",
+                linewidth=1.2, alpha=0.7, label="Pareto frontier", zorder=2)
+    per = sorted({p["gpus_from"] for p in par["points"]})
+    ax.set_xlabel("tokens/s per user (median request's decode rate)")
+    ax.set_ylabel("tokens/s per GPU (output tok/s / GPUs)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{data.get('title') or 'Pareto frontier'}\nGPUs: {'; '.join(per)}", fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def telemetry_chart(data: dict, path: str | Path) -> Path:
+    """GPU telemetry over a run: SM clock, utilisation and power per GPU against time, each level's measuring window
+    shaded and named; a stand-in's figures say so in the title.
+
+    data: {"title", "standin", "series": {"t0", "gpus": {index: {"t", "sm", "util", "power"}}},
+    "windows": [(level name, start unix s, end unix s)]}
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    series = data["series"]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 6.5), dpi=110, sharex=True)
+    for ax, key, label in zip(axes, ("sm", "util", "power"), ("SM clock MHz", "utilisation %", "power W"),
+                              strict=True):
+        for idx, s in sorted(series["gpus"].items(), key=lambda kv: int(kv[0])):
+            pts = [(t, y) for t, y in zip(s["t"], s[key], strict=True) if y is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), linewidth=1, label=f"GPU {idx}")
+        for k, (name, a, b) in enumerate(data.get("windows") or []):
+            ax.axvspan(a - series["t0"], b - series["t0"], color=f"C{k % 10}", alpha=0.08)
+            if key == "sm":
+                ax.annotate(name, (a - series["t0"], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                            va="top")
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds from the first sample")
+    if len(series["gpus"]) <= 8:
+        axes[0].legend(fontsize=6, ncol=4)
+    title = data.get("title") or "GPU telemetry"
+    if data.get("standin"):
+        title += "\nSTAND-IN nvidia-smi: no GPU, these are not a GPU's figures"
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path)
+

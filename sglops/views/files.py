@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sglops.core import redact
-from sglops.core.op import Chart, Curves, Page
+from sglops.core.op import Chart, Curves, Frontier, Page, RateSearch, Telemetry
 
 
 @singledispatch
@@ -33,21 +33,19 @@ def _curves(figure: Curves, path: Path) -> Path:
     return (sweep_chart if figure.sweep else decode_chart)(figure.runs, path, title=figure.title)
 
 
-def _named(what: str, data: Any, path: Path) -> Path:
-    """The figure a name stood for, for the call sites in bench/ and trace/ that still name one (their own
-    branches move them to figures); unknown names are refused as before."""
-    figures = {"trace-markdown": lambda: Page(data), "trace-diff-markdown": lambda: Page(data),
-               "trace-chart": lambda: Chart(data), "decode-chart": lambda: Curves(data["runs"], data["title"]),
-               "sweep-chart": lambda: Curves(data["runs"], data["title"], sweep=True)}
-    if what not in figures:
-        raise ValueError(f"no view draws {what!r}")
-    return draw(figures[what](), path)
+def _plot(figure: RateSearch | Frontier | Telemetry, path: Path) -> Path:
+    from sglops.views.charts import max_rate_chart, pareto_chart, telemetry_chart
+
+    chart = {RateSearch: max_rate_chart, Frontier: pareto_chart, Telemetry: telemetry_chart}[type(figure)]
+    return chart(figure.data, path)
 
 
 draw.register(Page, _page)
 draw.register(Chart, _chart)
 draw.register(Curves, _curves)
-draw.register(str, _named)
+draw.register(RateSearch, _plot)
+draw.register(Frontier, _plot)
+draw.register(Telemetry, _plot)
 
 
 @cache

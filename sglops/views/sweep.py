@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sglops.trace.names import printable
+from sglops.views.bench import pareto_markdown
 
 if TYPE_CHECKING:
     from sglops.experiment.sweep_result import Row, SweepResult
@@ -70,6 +71,7 @@ def sweep_view(r: SweepResult) -> Group:
     good = r.ok and bool(r.measured())
     lines: list[Any] = [t, Text(printable(r.recommendation()), style="bold green" if good else "bold red")]
     lines += [Text(f"skipped before start: {s}", style="yellow") for s in skipped_lines(r)]
+    lines += [Text(printable(x), style="bold") for x in pareto_lines(r.pareto)]
     if r.earlier_line:
         lines.append(Text(printable(f"took over: {r.earlier_line}"), style="yellow"))
     if r.split:
@@ -82,6 +84,13 @@ def sweep_view(r: SweepResult) -> Group:
         lines.append(Text(f"saved {r.folder}/sweep.json; each candidate's bench is a run of its own (inv compare, "
                           "inv report)", style="dim"))
     return Group(*lines)
+
+
+def pareto_lines(par: dict | None) -> list[str]:
+    """The frontier's line and its chart (sglops.bench.pareto)."""
+    if not par or not par.get("points"):
+        return []
+    return [par["line"]] + ([f"Pareto chart: {par['chart']}"] if par.get("chart") else [])
 
 
 def _md(text: str) -> str:
@@ -116,6 +125,7 @@ def sweep_report(r: SweepResult, chart: str | None = None) -> list[str]:
         out += ["", "<details><summary>probe notes</summary>", "", *[f"- {_md(n)}" for n in notes], "", "</details>"]
     if chart:
         out += ["", f"![decode tok/s per candidate]({chart})"]
+    out += pareto_markdown(r.pareto)
     out += ["", "## Host afterwards", "", printable(r.restore_line())]
     if r.failure:
         out += ["", f"**FAILED**: {printable(r.failure)}"]
