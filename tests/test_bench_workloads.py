@@ -219,8 +219,15 @@ def test_inv_bench_max_rate_records_every_probe_and_one_table_and_chart(standin,
     assert code == 0, err
     doc = json.loads(out)
     search = doc["max_rate"]
-    assert [p["rate"] for p in search["probes"]] == [4.0 * 2**k for k in range(8)]  # never missed: doubled 8 times
-    assert search["answer_req_s"] == 512 and search["bound_req_s"] is None and "every probed rate met" in search["line"]
+    probes = search["probes"]
+    met = [p["rate"] for p in probes if p["met"]]
+    assert probes[0]["rate"] == 4.0 and len(probes) <= 8
+    assert search["answer_req_s"] == (max(met) if met else None)
+    if all(p["met"] for p in probes):  # the usual case: never missed, doubled 8 times
+        assert [p["rate"] for p in probes] == [4.0 * 2**k for k in range(8)]
+        assert search["bound_req_s"] is None and "every probed rate met" in search["line"]
+    else:  # a loaded machine can make the stand-in burst its tokens (suspect requests count against goodput)
+        assert search["bound_req_s"] == min(p["rate"] for p in probes if not p["met"])
     assert [lv["request_rate"] for lv in doc["levels"]] == [p["rate"] for p in search["probes"]]
     for p in search["probes"]:  # each level a normal record of its own
         probe = json.loads((artifacts.find_run(p["run_id"]) / "bench.json").read_text())

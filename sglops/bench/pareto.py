@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sglops.bench.record import standin
+
 
 def gpus(doc: Mapping[str, Any]) -> dict[str, Any]:
     """How many GPUs a recorded run's server used, and where that number came from."""
@@ -47,7 +49,8 @@ def points(config: str, run_id: str, doc: Mapping[str, Any]) -> list[dict]:
         if user is None or total is None:
             continue
         out.append({"config": config, "run_id": run_id, "load": level_name(lv), "per_user_tok_s": user,
-                    "per_gpu_tok_s": total / n["n"], "gpus": n["n"], "gpus_from": n["from"]})
+                    "per_gpu_tok_s": total / n["n"], "gpus": n["n"], "gpus_from": n["from"],
+                    "standin": standin(doc)})
     return out
 
 

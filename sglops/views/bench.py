@@ -400,7 +400,8 @@ def pareto_markdown(par: dict | None) -> list[str]:
            "| configuration | load | tokens/s per user | tokens/s per GPU | GPUs (from) | frontier |",
            "| --- | --- | ---: | ---: | --- | --- |"]
     for p in sorted(par["points"], key=lambda p: (not p["on_frontier"], p["per_user_tok_s"])):
-        out.append(f"| {p['config'].replace('|', '/')} | {p['load']} | {p['per_user_tok_s']:.2f} | "
+        config = p["config"].replace("|", "/") + (" (STAND-IN)" if p.get("standin") else "")
+        out.append(f"| {config} | {p['load']} | {p['per_user_tok_s']:.2f} | "
                    f"{p['per_gpu_tok_s']:.2f} | {p['gpus']} ({p['gpus_from']}) | {'yes' if p['on_frontier'] else ''} |")
     if par.get("chart"):
         out += ["", f"![Pareto frontier]({par['chart']})"]
