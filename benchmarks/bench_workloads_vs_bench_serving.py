@@ -5,8 +5,9 @@ The model is benchmarks/bench_vs_bench_serving.py (its helpers are imported): pe
 the same work back to back, in alternating order (A B, then B A), the server's prefix cache flushed before each tool's
 run, and the paired per-round ratio sglops / bench_serving of the TTFT and TPOT medians is reported (median, range).
 
-What bench_serving does (read in 0.5.23's installed source and 0.5.17's release tree: the two modules are the same
-here) and how sglops' side is shaped to the same work:
+What bench_serving does (read in 0.5.23's installed source and 0.5.17's release tree: the mooncake generator is the
+same file; generated-shared-prefix differs only by 0.5.23's token-id mode, which refuses multi-turn) and how sglops'
+side is shaped to the same work:
 
 - **trace** - `--dataset-name mooncake --dataset-path TRACE --mooncake-num-rounds 1 --mooncake-slowdown-factor F`
   (backend `sglang`, /generate, text prompts): each record is sent at `timestamp` ms x F. Its prompt does NOT have
@@ -19,7 +20,11 @@ here) and how sglops' side is shaped to the same work:
   the trace, tokenizes each prompt with the model's tokenizer exactly as the server's /generate does
   (`tokenizer.encode(text)`) and writes the same requests as a `timed_trace` file with `prompt_ids`
   (timestamps in ms, `unit=ms`): sglops replays THAT with `--trace-speed 1/F` on /generate. Same timestamps, same
-  prompt tokens, same output lengths, same prefix sharing.
+  prompt tokens, same output lengths, same prefix sharing. bench_serving 0.5.17 (the GPU tier's release) cannot
+  replay a mooncake trace at all: `benchmark()` reads `input_requests[0].prompt` to detect multi-turn before it
+  knows the rows are the trace's raw dicts (serving.py:1354, AttributeError before any request; 0.5.23 checks for
+  mooncake first). `--trace-client DIR` then runs another release's unmodified `sglang/benchmark/` (0.5.23's: its
+  mooncake generator is the same file) over the installed sglang.
 - **sessions** - `--dataset-name generated-shared-prefix --gsp-num-turns T` (multi-turn needs a chat backend:
   `sglang-oai-chat`, /v1/chat/completions): G groups x P sessions, each of T turns; turn 1 is the group's system
   prompt (S random tokens decoded to text), "\\n\\n" and a question (Q tokens), later turns a new question each, and
@@ -36,7 +41,8 @@ here) and how sglops' side is shaped to the same work:
 Both tools send one warm-up (sglops: C random prompts; bench_serving: the first session / a 512-"hi" prompt) and
 bench_serving flushes the cache after it (`--flush-cache`); this script flushes before each tool's run, so both
 measure from a cold cache. The server's own prefill counters over each tool's run (its "Prefill batch" log lines:
-new + cached tokens, warm-ups included) show the work is the same size on both sides.
+new + cached tokens, warm-ups included: they differ by the warm-ups' sizes) show whether the work is the same size.
+sglops asks for the chosen tokens' logprobs unless `--no-logprobs` (bench_serving asks none).
 
     python3 benchmarks/bench_workloads_vs_bench_serving.py --rounds 2 --trace-requests 6 --sessions 2,2,32,16,8 \\
         --session-concurrency 2                                   # the real CPU server (started here)
@@ -45,8 +51,11 @@ On the GPU tier (a server started with `--chat-template benchmarks/results/workl
 concat.jinja`), with that server's python for bench_serving and its model folder for the tokenizer:
 
     . /tmp/gpu-tier/env.sh && python3 benchmarks/bench_workloads_vs_bench_serving.py --port 30000 \\
-        --server-log /tmp/gpu-tier/logs/server.log --python python3 --model /tmp/gpu-tier/tiny-mla --rounds 4 \\
-        --json $OUT/workloads_vs_bench_serving.json
+        --server-log /tmp/gpu-tier/server.log --python python3 --model /tmp/gpu-tier/tiny-mla --rounds 4 \\
+        --trace-client overlay --json $OUT/workloads_vs_bench_serving.json
+
+(`overlay/sglang/benchmark/`: 0.5.23's installed folder, copied unmodified; the device call and its figures:
+benchmarks/results/workloads-agreement-2026-12-06/README.md.)
 """
 
 from __future__ import annotations
