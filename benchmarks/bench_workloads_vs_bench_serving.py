@@ -42,7 +42,8 @@ Both tools send one warm-up (sglops: C random prompts; bench_serving: the first 
 bench_serving flushes the cache after it (`--flush-cache`); this script flushes before each tool's run, so both
 measure from a cold cache. The server's own prefill counters over each tool's run (its "Prefill batch" log lines:
 new + cached tokens, warm-ups included: they differ by the warm-ups' sizes) show whether the work is the same size.
-sglops asks for the chosen tokens' logprobs unless `--no-logprobs` (bench_serving asks none).
+sglops asks for the chosen tokens' logprobs unless `--no-logprobs` and samples GPU telemetry on the host every
+500 ms unless `--telemetry-interval 0` (bench_serving does neither).
 
     python3 benchmarks/bench_workloads_vs_bench_serving.py --rounds 2 --trace-requests 6 --sessions 2,2,32,16,8 \\
         --session-concurrency 2                                   # the real CPU server (started here)
@@ -230,13 +231,15 @@ def run_sglops(remote, port: int, workload: str, a: argparse.Namespace, seed: in
     if workload == "trace":
         res = bench.run_bench(remote, runs=1, dataset=f"trace:{a.derived},layout=timed_trace,unit=ms",
                               trace_speed=1.0 / a.slowdown, api="sglang", port=port, warmup=1,
-                              input_len=64, output_len=16, with_facts=False, seed=seed, no_logprobs=a.no_logprobs)
+                              input_len=64, output_len=16, with_facts=False, seed=seed, no_logprobs=a.no_logprobs,
+                              telemetry_interval=a.telemetry_interval)
     else:
         p, t, _, _, o = a.session_shape
         s, q = a.session_tokens[seed]["system"], a.session_tokens[seed]["new"]
         res = bench.run_bench(remote, runs=1, dataset=f"sessions:count={p},turns={t},system={s},new={q}",
                               output_len=o, input_len=q, concurrency=str(a.session_concurrency), api=a.session_api,
-                              port=port, warmup=1, with_facts=False, seed=seed, no_logprobs=a.no_logprobs)
+                              port=port, warmup=1, with_facts=False, seed=seed, no_logprobs=a.no_logprobs,
+                              telemetry_interval=a.telemetry_interval)
     lv = res.levels[0]
     if lv.status != "ok":
         raise SystemExit(f"sglops {workload} run not clean: {res.problems()}")
@@ -349,6 +352,8 @@ def main() -> None:
     ap.add_argument("--session-api", choices=("openai", "sglang"), default="openai")
     ap.add_argument("--no-logprobs", action="store_true", help="sglops asks no logprobs (bench_serving asks none; "
                     "sglops' default asks the chosen tokens')")
+    ap.add_argument("--telemetry-interval", type=int, default=500, help="sglops' GPU telemetry sampler, ms between "
+                    "samples (0: none, as bench_serving; default 500, sglops' own)")
     ap.add_argument("--port", type=int, help="an SGLang server already running on 127.0.0.1, started with "
                     "--chat-template CONCAT_TEMPLATE (default: start the CPU one)")
     ap.add_argument("--server-log", type=Path, help="with --port: that server's log")
