@@ -198,3 +198,34 @@ def test_the_seeds_glm5_profile_is_forced_dense_by_its_own_flag():
     assert "is_attention_backend_not_set" in _line("0.5.23", where)
     d = next(c for c in lp["choices"] if c["stage"] == "decode")
     assert (d["backend_file"], d["read_mode"]) == ("flashinfer_mla", "whole_pool_cast")
+
+
+def test_a_start_that_died_after_resolving_its_arguments_is_checked_against_its_logged_server_args(tmp_path):
+    """The GPU tier's default launch of 0.5.17 resolved fa3 and died importing it: what a dead start chose is in
+    the `server_args=ServerArgs(...)` line it logged, and the check reads it there."""
+    from sglops.launch.path_check import check_restart
+    from sglops.launch.results import RestartResult
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["DeepseekV2ForCausalLM"]}))
+    remote = LocalRemote(Host(name="local", address="local", python="/usr/bin/python3",
+                              sglang_root=str(trees.sglang_site("0.5.17") / "sglang")))
+    args = {"model_path": str(model), "attention_backend": "triton", "kv_cache_dtype": "fp8_e4m3"}
+
+    def dead(backend: str | None) -> RestartResult:
+        logged = [] if backend is None else [
+            f"[2026-12-06] server_args=ServerArgs(model_path='{model}', attention_backend='{backend}', "
+            "decode_attention_backend=None, prefill_attention_backend=None, mm_attention_backend=None)"]
+        return RestartResult(host="local", profile="p", ok=False, state="died", port=1,
+                             log_tail=[*logged, "ImportError: Can not import FA3 in sgl_kernel"])
+
+    same = dead("triton")
+    cmp = check_restart(remote, same, args)
+    assert cmp is not None and "logged server_args" in cmp["source"]
+    assert same.confirmed["attention decode"].startswith("triton as predicted (--attention-backend)")
+    other = dead("flashinfer")
+    check_restart(remote, other, args)
+    assert other.mismatches["attention decode"] == {"asked": "predicted triton", "effective": "flashinfer"}
+    silent = dead(None)
+    assert check_restart(remote, silent, args) is None and not silent.confirmed and not silent.mismatches

@@ -51,7 +51,7 @@ def restart(ctx: Context, profile: str | None = None, rollback: bool = False, ti
                                        dry_run=ctx.dry_run)
     res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
                          on_progress=ctx.event, take_over=take_over)
-    if check_path and res.ok and not res.dry_run and profile and not rollback:
+    if check_path and not res.dry_run and profile and not rollback:
         from sglops.launch.path_check import check_after_restart
 
         check_after_restart(ctx.remote, res, profile)

@@ -3,7 +3,9 @@
 `inv restart` calls `check_restart` once the server is healthy: one probe round trip (the release's rules and the
 model's config.json), the prediction of sglops/probe/launch_path.py for the profile's flags, then a comparison
 with the server's own `/server_info` (or `/get_server_info`) fields and the backend lines of its log. A difference
-lands in the restart's `mismatches` (printed, recorded in restart.json); a match in `confirmed`.
+lands in the restart's `mismatches` (printed, recorded in restart.json); a match in `confirmed`. A start that died
+after resolving its arguments (a default backend whose library the host lacks) is compared with the resolved
+arguments its log printed (`server_args=ServerArgs(...)`): what it chose is known even though it never served.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from sglops.core.remote import Remote
     from sglops.launch.results import RestartResult
 
+SERVER_ARGS = re.compile(r"\b(\w*attention_backend|\w*_(?:prefill|decode)_backend)=(?:'([^']*)'|None)")
 LOG_LINE = re.compile(r"attention backend|DSA backends|NSA backends|dsa_(prefill|decode)|nsa_(prefill|decode)", re.I)
 
 
@@ -30,6 +33,14 @@ def reported(info: dict[str, Any], stage: str, sparse: bool) -> tuple[str | None
         if info.get(key):
             return str(info[key]), key
     return None, ""
+
+
+def logged_args(log_lines: list[str]) -> dict[str, str]:
+    """The backend fields of the last `server_args=ServerArgs(...)` line a server logged (empty if none)."""
+    for line in reversed(log_lines):
+        if "server_args=ServerArgs(" in line:
+            return {k: v for k, v in SERVER_ARGS.findall(line) if v}
+    return {}
 
 
 def compare(predicted: dict[str, Any], info: dict[str, Any], log_lines: list[str]) -> dict[str, Any]:
@@ -54,7 +65,10 @@ def check_restart(remote: Remote, result: RestartResult, profile_args: dict[str,
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set, with_launch_probes
 
-    if not result.ok or result.dry_run or not result.server_info:
+    info, source = result.server_info, "/server_info"
+    if not result.ok:
+        info, source = logged_args(result.log_tail), "the server's logged server_args (it then died)"
+    if result.dry_run or not info:
         return None
     if not profile_args.get("model_path"):
         result.warnings.append("attention path not predicted: the profile names no model_path")
@@ -75,15 +89,15 @@ def check_restart(remote: Remote, result: RestartResult, profile_args: dict[str,
     except (SglopsError, OSError, KeyError, ValueError) as exc:
         result.warnings.append(f"attention path not predicted: {exc}")
         return None
-    cmp = compare(predicted, result.server_info, result.log_tail)
+    cmp = compare(predicted, info, result.log_tail)
     for stage, row in cmp["stages"].items():
         key = f"attention {stage}"
         if row["match"]:
             where = f" ({row['rule']})" if row.get("rule") else ""
-            result.confirmed[key] = f"{row['reported']} as predicted{where}, /server_info {row['field']}"
+            result.confirmed[key] = f"{row['reported']} as predicted{where}, {source} {row['field']}"
         else:
             result.mismatches[key] = {"asked": f"predicted {row['predicted']}", "effective": row["reported"]}
-    cmp["predicted"] = predicted
+    cmp["predicted"], cmp["source"] = predicted, source
     return cmp
 
 
