@@ -131,13 +131,19 @@ def print_logs(r: LogLines, follow: bool = False) -> None:
         console.print(logs_view(r))
 
 
+def validated_line(r: Rendered) -> str:
+    """What the script was checked against: the engine's own tree and release on the host, or nothing."""
+    if r.validated:
+        return f"# validated against {r.engine} {r.sglang_version} on {r.host}"
+    return f"# not validated against a host's {r.engine} tree (pass --host)"
+
+
 def show_script(rendered: Rendered) -> None:
     """The launch script alone on stdout, unwrapped, so `inv render P > launch.sh` writes exactly the script;
     what it was checked against and any warnings go to stderr."""
     from sglops.core.console import note, print_raw
 
-    note(f"# validated against sglang {rendered.sglang_version} on {rendered.host}" if rendered.validated else
-         "# not validated against a host's SGLang tree (pass --host)")
+    note(validated_line(rendered))
     for w in rendered.warnings:
         err_console.print(Text("warning: " + w, style="yellow"), soft_wrap=True)
     for d in rendered.derived_env:
@@ -154,11 +160,9 @@ def stop_view(r: StopResult) -> RenderableType:
     return Text(f"{r.host}: stopped pid {r.pid} ({r.signal})", style="green")
 
 
-
 def rendered_view(r: Rendered) -> RenderableType:
     """`inv render` inside a task that prints results (the plain task prints the bare script: show_script)."""
-    head = f"# validated against sglang {r.sglang_version} on {r.host}" if r.validated else \
-        "# not validated against a host's SGLang tree (pass --host)"
+    head = validated_line(r)
     return Group(Text(head, style="dim"), *[Text("warning: " + w, style="yellow") for w in r.warnings],
                  *[Text(f"# from the host: {d['name']}={d['value']}: {d['why']}", style="dim") for d in r.derived_env],
                  Text(r.script, no_wrap=True, overflow="ignore"))
