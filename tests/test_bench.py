@@ -366,6 +366,38 @@ def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one
     assert host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/missing"}, vocab_size=128)["high"] == 128
 
 
+def test_a_server_without_model_info_is_asked_its_openai_model_list(tmp_path):
+    """vLLM answers no /model_info: the model it loaded is `root` in its /v1/models (a real server's answer's shape)."""
+    import http.server
+    import threading
+
+    host = _host_helpers()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 300, "eos_token_id": 2}))
+    body = json.dumps({"object": "list", "data": [{"id": "tiny", "object": "model", "root": str(model)}]}).encode()
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            ok = self.path == "/v1/models"
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Length", str(len(body) if ok else 0))
+            self.end_headers()
+            if ok:
+                self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        space = host["model_token_space"](f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    assert space["high"] == 300 and space["special"] == [2] and space["model_dir"] == str(model)
+
+
 def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(standin, use_sandbox, tmp_path):
     import yaml
 

@@ -138,6 +138,20 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
                     continue
                 if isinstance(answer, dict):
                     return answer
+        return _openai_model()
+
+    def _openai_model():
+        """An OpenAI-style server with no /model_info (vLLM) names its model in /v1/models: `root` is the path it
+        loaded (vLLM), else `id`."""
+        status, text = _vget(base_url + "/v1/models")
+        try:
+            models = json.loads(text).get("data") if status == 200 else None
+        except (ValueError, RecursionError, AttributeError):
+            models = None
+        for m in models if isinstance(models, list) else []:
+            path = m.get("root") or m.get("id") if isinstance(m, dict) else None
+            if isinstance(path, str):
+                return {"model_path": path}
         return {}
 
     if not info.get("model_path"):
