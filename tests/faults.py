@@ -64,7 +64,16 @@ def home_snapshot(home: Path, *, hashes: bool = True) -> dict[str, tuple]:
             path = os.path.join(dirpath, name)
             out[os.path.normpath(os.path.join(rel_dir, name))] = _entry(path, hashes)
     out["."] = _entry(base, False)
-    return out
+    return {p: e for p, e in out.items() if not _probe_cache(p)}
+
+
+def _probe_cache(rel: str) -> bool:
+    """The probes' answer cache (sglops/host/_tree_cache.py: ~/.cache/sglops/probe-scan) is a cache a read-only
+    probe may fill, never state: it and the folders that only hold it are left out of "what changed"."""
+    return rel in (".cache", ".cache/sglops") or rel == PROBE_CACHE or rel.startswith(PROBE_CACHE + "/")
+
+
+PROBE_CACHE = ".cache/sglops/probe-scan"
 
 
 def _entry(path: str, hashes: bool) -> tuple:

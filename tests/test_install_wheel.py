@@ -183,7 +183,9 @@ def test_setup_makes_the_projects_own_venv(python, installed, tmp_path):
     where = _run([py, "-c", "import sys, os; print(sys.prefix); print(os.path.realpath(sys._base_executable))"],
                  checkout, env)
     prefix, base = where.stdout.split()
-    assert Path(prefix) == checkout / ".venv" and base == os.path.realpath(python)
+    real = subprocess.run([python, "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
+                          capture_output=True, text=True).stdout.strip()  # a pyenv shim execs the real one
+    assert Path(prefix) == checkout / ".venv" and base == real
     again = _run(["bash", "-c", ". scripts/python.sh && make_venv"], checkout, env)
     assert again.returncode == 0 and ".venv made" not in again.stderr, "a second set-up keeps the venv"
     same_abi = _run([py, "-c", "import sys; print(sys.version_info[:2])"], checkout, env).stdout.strip() == \

@@ -208,8 +208,10 @@ def record(wheel: Path) -> dict[str, tuple[str, int]]:
 
 
 def tree_files(root: Path) -> dict[str, Path]:
+    """The tree's files; bytecode Python wrote beside a cached tree once something imported from it is not the
+    wheel's (and is no file a probe reads)."""
     return {p.relative_to(root).as_posix(): p for p in root.rglob("*")
-            if (p.is_file() or p.is_symlink()) and ".git" not in p.relative_to(root).parts}
+            if (p.is_file() or p.is_symlink()) and not {".git", "__pycache__"} & set(p.relative_to(root).parts)}
 
 
 def sha256_record(path: Path) -> str:

@@ -103,6 +103,7 @@ class SandboxHost:
     def prepare(self, user_pub: Path) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self.bin.mkdir(exist_ok=True)
+        (self.home / ".cache").mkdir(exist_ok=True)  # as a lived-in host has (pip's, HF's; sglops' probe cache)
         smi = self.bin / "nvidia-smi"
         shutil.copy(HERE / "bin" / "nvidia-smi", smi)
         smi.chmod(0o755)

@@ -418,7 +418,8 @@ def _gpu_rows(gpu: dict | None) -> list[tuple[str, str, str]]:
     if not gpu:
         return []
     if gpu.get("absent") or not gpu.get("samples"):
-        return [("GPU", "-", (gpu.get("absent") or "no sample inside the level")[:60])]
+        said = gpu.get("absent") or "no sample inside the level" + ("; STAND-IN nvidia-smi" if gpu.get("standin") else "")
+        return [("GPU", "-", said[:60])]
     tag = "STAND-IN: no GPU" if gpu.get("standin") else f"{gpu['gpus']} GPU(s)"
     return [(name, f"{f['median']:g}", f"{f['min']:g}-{f['max']:g}; {tag}") for name, key in GPU_ROWS
             if (f := gpu.get(key))]
@@ -430,9 +431,9 @@ def gpu_line(gpu: dict | None) -> str | None:
         return None
     if gpu.get("absent"):
         return f"GPU: {gpu['absent']}"
-    if not gpu.get("samples"):
-        return "GPU: no sample inside the level"
     tag = " (STAND-IN nvidia-smi: no GPU)" if gpu.get("standin") else ""
+    if not gpu.get("samples"):
+        return f"GPU: no sample inside the level{tag}"
 
     def med(key: str, unit: str) -> str:
         f = gpu.get(key)
