@@ -197,23 +197,25 @@ def ensure_model(log: Path | None = None) -> Path:
 
 @dataclass
 class CpuServer:
-    """A real `python -m sglang.launch_server` on loopback, in its own process group."""
+    """A real server process on loopback (`python -m sglang.launch_server`, or vLLM's API server: vllm_cpu), in its
+    own process group, so its workers die with it; `grace`: how long a TERM is given before KILL."""
 
     port: int
     proc: subprocess.Popen
     log: Path
+    grace: float = 15.0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def stop(self, grace: float = 15.0) -> None:
+    def stop(self, grace: float | None = None) -> None:
         import signal
 
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(grace)
+                self.proc.wait(self.grace if grace is None else grace)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()

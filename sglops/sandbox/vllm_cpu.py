@@ -18,11 +18,10 @@ import subprocess
 import sys
 import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
-from sglops.sandbox.sglang_cpu import site_packages, uv_command
+from sglops.sandbox.sglang_cpu import CpuServer, site_packages, uv_command
 from sglops.sandbox.trees import cache_dir
 
 VLLM_VERSION = "0.32.0"
@@ -184,38 +183,6 @@ def leftovers() -> list[Path]:
     return [p for p in found if p.exists()]
 
 
-@dataclass
-class CpuServer:
-    """A real vLLM API server on loopback, in its own process group (its workers die with it)."""
-
-    port: int
-    proc: subprocess.Popen
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self, grace: float = 20.0) -> None:
-        import signal
-
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
-
-    def __enter__(self) -> CpuServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
 def server_argv(port: int, model: Path | None = None, extra: tuple[str, ...] = ()) -> list[str]:
     return [str(venv_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model or model_dir()),
             "--host", "127.0.0.1", "--port", str(port), *SERVER_FLAGS, *extra]
@@ -232,7 +199,8 @@ def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: flo
     with open(log, "ab") as out:
         proc = subprocess.Popen(server_argv(port, extra=extra), stdout=out, stderr=subprocess.STDOUT,
                                 env={**base, **SERVER_ENV, **(env or {})}, start_new_session=True)
-    server = CpuServer(port, proc, log)
+    # three processes to stop (API server, engine core, worker), each importing torch: more grace than SGLang's
+    server = CpuServer(port, proc, log, grace=20.0)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
