@@ -230,6 +230,26 @@ def test_a_native_crash_is_named_by_its_fatal_signal_and_frame(tmp_path):
     assert ns["death_cause"](str(later)) == "RuntimeError: a later failure"
 
 
+def test_a_server_started_by_hand_has_its_redirected_output_read_for_the_cause(tmp_path):
+    # `nohup python -m sglang.launch_server ... > server.log 2>&1 &`: sglops kept no log of its own for it, but the
+    # file its stderr goes to is the log that names the crash
+    ns = _host_script()
+    log = tmp_path / "by-hand.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["sleep", "30"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        assert ns["stdio_log"](proc.pid) == str(log)
+    finally:
+        proc.kill()
+        proc.wait()
+    quiet = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert ns["stdio_log"](quiet.pid) is None and ns["stdio_log"](None) is None
+    finally:
+        quiet.kill()
+        quiet.wait()
+
+
 def test_runs_table_shows_a_profiles_own_status():
     """`inv runs` shows a profile run's status (ok / failed) though it has no bench headline."""
     from rich.console import Console

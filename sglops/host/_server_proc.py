@@ -45,6 +45,21 @@ def listening_pid(port):
     return None
 
 
+def stdio_log(pid):
+    """The file a server's stderr (or stdout) goes to, when it is a plain file: the log of a server sglops did not
+    start (a `nohup ... > server.log 2>&1` launch), read for the cause when it dies."""
+    if not pid:
+        return None
+    for fd in (2, 1):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/") and not target.startswith(("/dev/", "/proc/")) and os.path.isfile(target):
+            return target
+    return None
+
+
 def _environ(pid):
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:

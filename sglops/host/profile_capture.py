@@ -14,7 +14,7 @@ import time
 from ._common import UserError, find_sglang, http, progress, server_port, sglops_dir
 from ._fetch import INFO_MAX
 from ._server_info import kept_fields
-from ._server_proc import death_cause, listening_pid, server_api_key
+from ._server_proc import death_cause, listening_pid, server_api_key, stdio_log
 from ._vocab import draw_prompt_ids, model_token_space
 from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
 from .telemetry import Sampler
@@ -304,7 +304,7 @@ def main(args):
     if args.get("output_dir"):
         os.makedirs(out_dir, exist_ok=True)
     ranks = own_ranks(root) if args.get("own_ranks_only") else None
-    log_path = _log_of(root)
+    log_path = _log_of(root) or stdio_log(pid)
     req = start_request(args, info, out_dir, profile_id)
     status, text = _post(base + "/start_profile", req, timeout=60)
     if status != 200:
