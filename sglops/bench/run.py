@@ -36,8 +36,6 @@ from sglops.core.result import Observation
 # what a request answered: moved from the raw records to outputs.json (bench.json keeps timings and hashes)
 OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
 
-APIS = ("sglang", "openai")
-
 
 class BenchIncomplete(Failed):
     """Some requests failed: the run is recorded as partial/failed, never as a clean figure."""

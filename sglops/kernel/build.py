@@ -32,10 +32,6 @@ class KernelBuildError(Refused):
     """A build, self-test or install step failed on the host; nothing was installed."""
 
 
-def kernels_root() -> Path:
-    return paths.folders("kernels", env="SGLOPS_KERNELS")[0]
-
-
 @dataclass(frozen=True)
 class Arch:
     """What to build for: `sm_90a`, with nvcc's -gencode and torch's TORCH_CUDA_ARCH_LIST spelling."""

@@ -225,7 +225,6 @@ class State:
         self.last_gen_throughput = 0.0
         self._window_start = time.monotonic()
         self.profile: dict | None = None
-        self.request_no = 0
         diverge = os.environ.get("SGLOPS_STANDIN_DIVERGE_AT")
         self.diverge_at = int(diverge) if diverge else None
         self.logprob_noise = float(os.environ.get("SGLOPS_STANDIN_LOGPROB_NOISE") or 0)
@@ -469,9 +468,7 @@ class Handler(BaseHTTPRequestHandler):
         ptoks = self._tokens(prompt)
         seed = self._seed(prompt)
         want_lp = bool(body.get("return_logprob"))
-        with st.lock:
-            st.request_no += 1
-            rid = body.get("rid") or uuid.uuid4().hex
+        rid = body.get("rid") or uuid.uuid4().hex
         start = time.monotonic()
         ids: list[int] = []
         text = ""
