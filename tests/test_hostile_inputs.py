@@ -125,7 +125,7 @@ def _journal_of_another_operator(sandbox, owner: dict) -> Path:
     who = {**owners.me(), "pid": os.getppid()} if owner["who"] == "live" else \
         {"user": "ops", "machine": "laptop-far-away", "pid": 4242}
     path = Path(ab_journal.path(str(sandbox.host("gpu-a").sglang_root), create=True))
-    path.write_text(json.dumps({"kind": "sglops.ab.journal", "version": 1, "run_id": f"other-{owner['what']}",
+    path.write_text(json.dumps({"kind": "sglops-ab-journal", "version": 1, "run_id": f"other-{owner['what']}",
                                 "what": owner["what"], "owner": who, "started": "2026-12-06T05:00:00Z",
                                 "found": {"running": False, "profile": None, "port": None, "patches": []},
                                 "managed": ["gather-cast"], "adopted_from": [], "nodes": []}))

@@ -109,7 +109,7 @@ def _run(tmp_path: Path, name: str, launch: dict | None, patches: list[dict] | N
     folder = tmp_path / name
     folder.mkdir()
     if outputs is not None:
-        (folder / OUTPUTS_FILE).write_bytes(orjson.dumps({"kind": "sglops.outputs", "requests": outputs}))
+        (folder / OUTPUTS_FILE).write_bytes(orjson.dumps({"kind": "sglops-outputs", "requests": outputs}))
     doc = {"launch_args": launch, "patches": patches or [], "sglang": {"version": (launch or {}).get("version")},
            "outputs": {"hashes": {e["prompt"]: e["output"] for e in outputs or []}}}
     return Run(name, "h", folder, doc)

@@ -152,7 +152,7 @@ class Comparison(Observation):
             raise OutputsDiffer("; ".join(bad))
 
     def payload(self) -> dict:
-        return {"kind": "sglops.bench.compare", "baseline": self.runs[0].run_id,
+        return {"kind": "sglops-compare", "baseline": self.runs[0].run_id,
                 "runs": [{"run_id": r.run_id, "host": r.host, "path": str(r.path), "status": r.doc.get("status"),
                           "patches": [p.get("patch") for p in r.doc.get("patches") or []], "standin": r.standin,
                           "sglang_commit": (r.doc.get("sglang") or {}).get("commit")} for r in self.runs],

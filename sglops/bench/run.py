@@ -445,7 +445,7 @@ class BenchResult(Observation):
         return {identity.OUTPUTS_FILE: outputs_json(self)}
 
     def payload(self) -> dict:
-        return {"kind": "sglops.bench.run", "version": 1, "host": self.host, "status": self.status,
+        return {"kind": "sglops-bench", "version": 1, "host": self.host, "status": self.status,
                 "run_id": self.run_id, "config": self.config, "levels": [lv.to_json() for lv in self.levels],
                 "warmup": self.warmup, "client": self.client, **self.run_manifest(), "sweep": self.sweep,
                 "max_rate": self.max_rate, "telemetry": self.telemetry, "raw": self.raw}
@@ -656,7 +656,7 @@ def draw_telemetry(result: BenchResult, draw: Callable | None) -> None:
 
 def outputs_json(result: BenchResult) -> bytes:
     """outputs.json: one compact line of JSON (ids, logprobs, text per request)."""
-    doc = {"kind": "sglops.outputs", "version": 1, "api": result.config["api"], "logprobs": result.logprobs_kept,
+    doc = {"kind": "sglops-outputs", "version": 1, "api": result.config["api"], "logprobs": result.logprobs_kept,
            "hash": "sha256 over the comma-joined ids, 16 hex",
            "requests": result.outputs}
     return jsonsafe.dumps(redact.obj(doc))

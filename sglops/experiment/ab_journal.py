@@ -49,7 +49,7 @@ class Journal:
                    list(doc.get("adopted_from") or []), str(doc.get("what") or "ab"), list(doc.get("nodes") or []))
 
     def to_json(self) -> dict:
-        return {"kind": "sglops.ab.journal", "version": VERSION, "run_id": self.run_id, "found": self.found.to_json(),
+        return {"kind": "sglops-ab-journal", "version": VERSION, "run_id": self.run_id, "found": self.found.to_json(),
                 "managed": self.managed, "owner": self.owner, "started": self.started,
                 "adopted_from": self.adopted_from, "what": self.what, "nodes": self.nodes}
 

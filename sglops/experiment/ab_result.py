@@ -139,7 +139,7 @@ class AbResult(Result):
         return [s.line() for s in self.plan]
 
     def payload(self) -> dict:
-        return {"kind": "sglops.experiment.ab", "version": 1, "host": self.host, "run_id": self.run_id, "folder": self.folder,
+        return {"kind": "sglops-ab", "version": 1, "host": self.host, "run_id": self.run_id, "folder": self.folder,
                 "dry_run": self.dry_run, "ok": self.ok, "verdict": self.verdict(),
                 "a": self.a.to_json(), "b": self.b.to_json(), "rounds_asked": self.rounds_asked,
                 "order": "ABAB... (a restart before every bench)", "found": self.found.to_json(),

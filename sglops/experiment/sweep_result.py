@@ -200,7 +200,7 @@ class SweepResult(Result):
         return [r for r in self.rows if r.status == "skipped"]
 
     def payload(self) -> dict:
-        return {"kind": "sglops.experiment.sweep", "version": 1, "host": self.host, "profile": self.profile,
+        return {"kind": "sglops-sweep", "version": 1, "host": self.host, "profile": self.profile,
                 "sglang_version": self.sglang_version, "compute_capability": self.compute_capability,
                 "found": self.found.to_json(), "managed_patches": self.managed, "bench": self.bench,
                 "force": self.force, "profile_trace": self.profile_trace, "run_id": self.run_id,
