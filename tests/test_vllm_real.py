@@ -138,6 +138,73 @@ def test_bench_on_the_openai_api_and_the_native_one_refused_in_one_line(vllm_hos
     assert "404" in said or "generate" in said
 
 
+def test_facts_name_the_serving_vllm_its_release_and_platform(vllm_host):
+    from sglops.probe.facts import gather
+
+    remote, res, _ = vllm_host
+    t0 = time.monotonic()
+    fx = gather(remote)
+    print(f"\nfacts on the vLLM host: {time.monotonic() - t0:.2f} s")
+    e = fx.engine
+    assert e and e["name"] == "vllm" and e["version"] == vllm_cpu.VLLM_VERSION and e["running"], fx.data
+    assert (e["platform"], e["platform_source"]) == ("cpu", "the server's start-up log")
+    assert e["package_dir"] == str(vllm_cpu.vllm_tree()) and e["port"] == res.port
+    assert fx.data["python"]["executable"] == str(vllm_cpu.venv_python())  # the server's own python, not the host's
+    rows = dict(fx.rows())
+    assert rows["vllm"].startswith(vllm_cpu.VLLM_VERSION) and rows["vllm platform"].startswith("cpu")
+
+
+def test_probe_backends_probes_the_serving_vllm_tree(vllm_host):
+    from sglops.probe.scan import scan
+    from sglops.probe.vllm_backends import VllmProbeReport
+
+    remote, _, _ = vllm_host
+    t0 = time.monotonic()
+    rep = scan(remote, other_engines=True)
+    print(f"\nprobe-backends on the vLLM host: {time.monotonic() - t0:.2f} s (host side {rep.seconds} s)")
+    assert isinstance(rep, VllmProbeReport) and rep.version == vllm_cpu.VLLM_VERSION
+    assert rep.tree == str(vllm_cpu.vllm_tree()) and rep.found["source"] == "the server sglops started here"
+    assert rep.summary("TRITON_MLA").startswith("TRITON_MLA: FP8 KV dequantised to the query dtype in the kernel")
+    assert rep.priorities["12"] == [["TRITON_MLA"]]  # the same release as PyPI's CUDA wheel: the same sources
+    assert rep.to_json()["engine"] == "vllm" and rep.to_json()["changed"] is False
+
+
+def test_profile_reads_vllms_trace_folder_and_analyses_its_worker_trace(vllm_host):
+    from sglops.trace.profile import run_profile
+
+    remote, res, _ = vllm_host
+    t0 = time.monotonic()
+    prof = run_profile(remote, steps=3, output_len=16, vocab_size=1024, run_id="vllm-profile")
+    print(f"\nprofile on the vLLM host: {time.monotonic() - t0:.2f} s (decode {prof.decode_s} s, wait "
+          f"{prof.waited_s} s); top CPU ops {[n for n, *_ in prof.analysis.cpu.top_self(5)]}")
+    assert prof.stopped_by == "/stop_profile" and prof.sglang_version == vllm_cpu.VLLM_VERSION
+    assert prof.device == "cpu" and prof.remote_dir.endswith("/.cache/sglops/vllm-traces")
+    names = [os.path.basename(t) for t in prof.traces]
+    assert any("_rank0." in n for n in names) and any(".async_llm." in n for n in names), names
+    assert all(n.startswith(f"sglops-{prof.profile_id}_") for n in names)
+    ops = set(prof.analysis.cpu.by_self)
+    assert any("cpu_attention" in op for op in ops), sorted(ops)[:40]  # vLLM's CPU attention op, by its own name
+    kinds = {step["kind"] for step in prof.analysis.cpu.step_types()}
+    assert "DECODE" in kinds, kinds  # vLLM's execute_context_0(0)_generation_1(1) ranges are steps, not ops
+    assert not any(op.startswith("execute_context_") for op, *_ in prof.analysis.cpu.top_self(15))
+    for f in prof.traces:  # the server's folder keeps them; this module's server is gone after it
+        Path(prof.remote_dir, os.path.basename(f)).unlink(missing_ok=True)
+
+
+def test_a_vllm_server_without_a_profiler_is_refused_in_one_line():
+    """No start: the trace folder comes from the server's own --profiler-config; without it, one line."""
+    from sglops.host._profile_configured import trace_dir
+
+    prof = get_engine("vllm").profiler
+    with pytest.raises(Exception, match=r"started without --profiler-config: its profiler does not exist .*"
+                                        r"restart it with --profiler-config"):
+        trace_dir(1, ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"], prof)
+    assert trace_dir(1, ["x", "--profiler-config", '{"profiler": "torch", "torch_profiler_dir": "/t/p"}'],
+                     prof) == "/t/p"
+    assert trace_dir(1, ["x", "--profiler-config.torch_profiler_dir=/t/q", "--profiler-config.profiler",
+                         "torch"], prof) == "/t/q"
+
+
 def test_every_vllm_crash_class_has_a_real_log():
     assert {p.name.split("--")[0] for p in REAL_LOGS} == {"unsupported_head_size", "thread_binding", "empty_env"}
 
@@ -164,7 +231,8 @@ def test_tp2_on_a_cpu_host_renders_vllms_own_binding_variable():
     p = launch.load_profile(PROFILE)
     p = launch.Profile(**{**p.__dict__, "args": {**p.args, "tp_size": 2}})
     tree = TreeArgs("0.32.0", "/site", {"--tensor-parallel-size", "--model", "--host", "--port", "--max-model-len",
-                                        "--max-num-seqs", "--enforce-eager", "--dtype", "--kv-cache-memory-bytes"},
+                                        "--max-num-seqs", "--enforce-eager", "--dtype", "--kv-cache-memory-bytes",
+                                        "--profiler-config"},
                     {}, host_facts={"cpus": [0, 1], "numa_nodes": 1, "gpus_visible": False}, engine="vllm")
     r = render(p, Host("vllm-a", "127.0.0.1", vars={"vllm_python": "/py", "vllm_model_dir": "/m"}), tree)
     assert [(d["name"], d["value"]) for d in r.derived_env] == [("VLLM_CPU_OMP_THREADS_BIND", "0|1")]
