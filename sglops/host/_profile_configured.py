@@ -13,7 +13,16 @@ from ._common import UserError, progress
 from ._engine_here import platform
 from ._server_engine import logged_info
 from ._server_proc import _environ, death_cause, server_api_key
-from .profile_capture import AUTH, PREFIX, PROMPT_LEN, _compress, _post, _wait, explain_failure, prompt_ids
+from .profile_capture import (
+    AUTH,
+    PREFIX,
+    PROMPT_LEN,
+    _compress,
+    _post,
+    _wait,
+    explain_failure,
+    prompt_ids,
+)
 from .server_common import _cmdline, http_get, local_url, read_since
 from .telemetry import Sampler
 
@@ -65,6 +74,17 @@ def trace_dir(pid, argv, prof):
             raise UserError(f"the server's trace folder {folder!r} is relative and its working folder is not "
                             "readable here") from None
     return os.path.normpath(folder)
+
+
+class _Workers:
+    """The worker ranks' files of a trace pattern (group 1, the rank, present): what _wait counts."""
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+
+    def match(self, name):
+        m = self.pattern.match(name)
+        return m if m and m.group(1) is not None else None
 
 
 def _models(base):
@@ -141,22 +161,24 @@ def capture(args, found):
         tokens = None
     pattern = re.compile(prof["traces"].replace("{prefix}", re.escape(prefix)))
     started = time.monotonic()
-    names = _wait(out_dir, pattern, None, float(args.get("wait_s", 120)), started)
+    # one file per worker rank (tensor x pipeline parallel, as the start-up line says); the front end's (the API
+    # server's own, a handful of events unless stacks are on) stays on the host, named, not analysed with the ranks
+    ranks = int(info.get("tensor_parallel_size") or 1) * int(info.get("pipeline_parallel_size") or 1)
+    names = _wait(out_dir, _Workers(pattern), ranks, float(args.get("wait_s", 120)), started)
+    front = sorted(os.path.join(out_dir, n) for n in os.listdir(out_dir)
+                   if pattern.match(n) and pattern.match(n).group(1) is None)
     files = []
     for n in names:
         path = os.path.join(out_dir, n)
         if not n.endswith(".gz"):
             path = _compress(path)
-        rank = pattern.match(n).group(1)
-        files.append({"path": path, "size": os.path.getsize(path), "rank": int(rank) if rank is not None else None,
-                      "stage": None, "role": "worker" if rank is not None else "front end"})
-    if not any(f["rank"] is not None for f in files):
-        raise UserError(f"{spec['profile_stop']} wrote no worker trace in {out_dir} (only "
-                        f"{', '.join(names) or 'nothing'})")
+        files.append({"path": path, "size": os.path.getsize(path), "rank": int(pattern.match(n).group(1)),
+                      "stage": None})
     return {"host": host, "port": port, "port_from": found["port_from"], "profile_id": profile_id,
             "output_dir": out_dir, "steps": steps, "output_len": output_len, "stopped_by": spec["profile_stop"],
             "decode_s": round(decode_s, 3), "waited_s": round(time.monotonic() - started, 3),
             "completion_tokens": tokens, "request": req, "prompt_ids": {"count": len(ids), "max": max(ids)},
             "tp_size": info.get("tensor_parallel_size", 1), "sglang_version": info.get("version"),
-            "engine": spec["name"], "device": platform(spec, found["tree"], lines)[0], "model_path": model_path, "standin": False, "files": files,
+            "engine": spec["name"], "device": platform(spec, found["tree"], lines)[0], "model_path": model_path,
+            "standin": False, "files": files, "front_end_files": front,
             "telemetry": gpu}
