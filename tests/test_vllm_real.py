@@ -48,10 +48,9 @@ def _leftovers() -> set[Path]:
 
 
 @pytest.fixture(scope="module")
-def vllm_host(tmp_path_factory):
-    """(remote, restart result, seconds): a sandbox host whose inventory vars point at the vLLM venv and model,
-    the profile restarted once; after the module the server is stopped and what vLLM left in /tmp and /dev/shm
-    during it is removed."""
+def vllm_sandbox(tmp_path_factory):
+    """(sandbox, artifacts): a sandbox host vllm-a whose inventory vars point at the vLLM venv and model, the
+    inventory and artifacts set for the module; afterwards what vLLM left in /tmp and /dev/shm is removed."""
     require_vllm_env()
     before = _leftovers()
     base = tmp_path_factory.mktemp("vllm-real")
@@ -60,21 +59,61 @@ def vllm_host(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SGLOPS_INVENTORY", str(sb.inventory))
         mp.setenv("SGLOPS_ARTIFACTS", str(base / "artifacts"))
-        inv = load_inventory(sb.inventory)
         try:
-            with connect(inv.get("vllm-a"), inventory=inv) as remote:
-                t0 = time.monotonic()
-                res = launch.restart(remote, PROFILE)
-                took = time.monotonic() - t0
-                print(f"\nvLLM restart: {res.state} after {took:.1f} s (health wait {res.waited_s} s), load "
-                      f"{os.getloadavg()[0]:.1f}")
-                yield remote, res, took
-                stopped = launch.stop(remote, grace_s=20)
-                assert stopped["stopped"] and stopped["left"] == []
+            yield sb, base / "artifacts"
         finally:
             sb.stop()
             for path in _leftovers() - before:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_host(vllm_sandbox):
+    """(remote, restart result, seconds): the profile restarted once on vllm-a; stopped after the module."""
+    sb, _ = vllm_sandbox
+    inv = load_inventory(sb.inventory)
+    with connect(inv.get("vllm-a"), inventory=inv) as remote:
+        t0 = time.monotonic()
+        res = launch.restart(remote, PROFILE)
+        took = time.monotonic() - t0
+        print(f"\nvLLM restart: {res.state} after {took:.1f} s (health wait {res.waited_s} s), load "
+              f"{os.getloadavg()[0]:.1f}")
+        yield remote, res, took
+        stopped = launch.stop(remote, grace_s=20)
+        assert stopped["stopped"] and stopped["left"] == []
+
+
+def test_a_sweep_over_one_vllm_argument_serves_one_and_names_the_other_crash(vllm_sandbox):
+    """The sweep runs before the module's shared server (nothing runs: the restore is a stop), so it costs one
+    start and one refused one: max_model_len 2048 serves (benched, profiled: its top cost named), 8192 is past the
+    model's 4096 positions and vLLM refuses it at start, named from its own log line."""
+    import json
+    import subprocess
+    import sys
+
+    _, arts = vllm_sandbox
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "invoke", "sweep", "--host", "vllm-a", "--profile", PROFILE,
+                           "--candidates", "context_length=2048;context_length=8192", "--api", "openai",
+                           "--runs", "2", "--input-len", "16", "--output-len", "64", "--requests", "2",
+                           "--warmup", "1", "--profile-trace", "--json"],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "COLUMNS": "220"},
+                          timeout=900)
+    took = time.monotonic() - t0
+    assert proc.stdout.strip().startswith("{"), proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    rows = doc["rows"]
+    print(f"\nvLLM sweep: {took:.1f} s, load {os.getloadavg()[0]:.1f}\n" + "\n".join(
+        f"{r['candidate']['label']}: {r['outcome']} | restart {r['restart_s']} s | {r['decode_tok_s']} "
+        f"{r['ci95']} | {r['top_cost']}" for r in rows) + f"\n{doc['recommendation']}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served, refused = rows
+    assert served["status"] == "started" and served["decode_tok_s"] > 0, served
+    assert served["top_cost"] and not served["top_cost"].startswith(("profile failed", "execute_")), served
+    assert refused["status"] == "crashed" and "max_model_len" in (refused["crash_line"] or ""), refused
+    assert doc["sglang_version"] == vllm_cpu.VLLM_VERSION  # the engine's release, not the host's SGLang tree's
+    assert doc["ok"] and doc["found"]["running"] is False  # nothing ran before: the restore stopped the server
+    assert (arts / "vllm-a").is_dir()
 
 
 def test_render_is_validated_against_the_hosts_vllm_tree(vllm_host):
