@@ -110,7 +110,8 @@ def test_a_sweep_over_one_vllm_argument_serves_one_and_names_the_other_crash(vll
     served, refused = rows
     assert served["status"] == "started" and served["decode_tok_s"] > 0, served
     assert served["top_cost"] and not served["top_cost"].startswith(("profile failed", "execute_")), served
-    assert refused["status"] == "crashed" and "max_model_len" in (refused["crash_line"] or ""), refused
+    # vLLM refuses it while building its config: `ValidationError: 1 validation error for ModelConfig` (max_model_len)
+    assert refused["status"] == "crashed" and "ModelConfig" in (refused["crash_line"] or ""), refused
     assert doc["sglang_version"] == vllm_cpu.VLLM_VERSION  # the engine's release, not the host's SGLang tree's
     assert doc["ok"] and doc["found"]["running"] is False  # nothing ran before: the restore stopped the server
     assert (arts / "vllm-a").is_dir()
@@ -220,7 +221,7 @@ def test_profile_reads_vllms_trace_folder_and_analyses_its_worker_trace(vllm_hos
     assert prof.stopped_by == "/stop_profile" and prof.sglang_version == vllm_cpu.VLLM_VERSION
     assert prof.device == "cpu" and prof.remote_dir.endswith("/.cache/sglops/vllm-traces")
     names = [os.path.basename(t) for t in prof.traces]
-    assert any("_rank0." in n for n in names) and any(".async_llm." in n for n in names), names
+    assert len(names) == 1 and "_rank0." in names[0], names  # the worker's; the API server's stays on the host
     assert all(n.startswith(f"sglops-{prof.profile_id}_") for n in names)
     ops = set(prof.analysis.cpu.by_self)
     assert any("cpu_attention" in op for op in ops), sorted(ops)[:40]  # vLLM's CPU attention op, by its own name
