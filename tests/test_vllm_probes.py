@@ -67,3 +67,16 @@ def test_the_files_a_host_sends_back_probe_as_the_tree_itself(new):
     sent = scan_files(files, "h", {"package_dir": "/far/vllm", "version": None})
     assert sent.tree == "/far/vllm" and sent.version == "0.32.0" and sent.priorities == new.priorities
     assert {n: sent.summary(n) for n in sent.names()} == {n: new.summary(n) for n in new.names()}
+
+
+def test_a_vllm_probe_record_is_not_taken_for_the_source_lines_of_a_profile(new, tmp_path, monkeypatch):
+    """`inv profile` joins a trace's stacks with the host's newest SGLang probe record; a vLLM one has no such
+    probes and is passed over (it would not read as one)."""
+    from sglops.core import artifacts
+    from sglops.trace import sources
+
+    monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path))
+    new.host = "h"
+    artifacts.keep("h", "r1", "probe.json", new, task="probe-backends")
+    assert (tmp_path / "h" / "r1" / "probe.json").is_file()
+    assert sources.latest_for("h") is None and sources.latest_for("h", "0.32.0") is None
