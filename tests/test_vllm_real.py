@@ -246,6 +246,12 @@ def test_a_vllm_server_without_a_profiler_is_refused_in_one_line():
                      prof) == "/t/p"
     assert trace_dir(1, ["x", "--profiler-config.torch_profiler_dir=/t/q", "--profiler-config.profiler",
                          "torch"], prof) == "/t/q"
+    from sglops.host._profile_configured import capture
+
+    found = {"spec": get_engine("vllm").host_spec(), "port": 1, "port_from": "--port"}
+    with pytest.raises(Exception, match=r"^--with-stack --by-stage: the vLLM server's profiler is configured at its "
+                                        r"launch \(--profiler-config: .*torch_profiler_with_stack"):
+        capture({"with_stack": True, "by_stage": True, "steps": 3, "output_len": 8}, found)
 
 
 def test_every_vllm_crash_class_has_a_real_log():

@@ -102,6 +102,11 @@ def capture(args, found):
     """The profile of the server `found` (host/_engine_here.serving_engine) describes."""
     spec, prof = found["spec"], found["spec"]["profiler"]
     host, port, title = found.get("host") or "127.0.0.1", found["port"], spec["title"]
+    fixed = [f"--{k.replace('_', '-')}" for k in ("activities", "with_stack", "record_shapes", "by_stage") if args.get(k)]
+    if fixed:
+        raise UserError(f"{' '.join(fixed)}: the {title} server's profiler is configured at its launch "
+                        f"({prof['config_flag']}: torch_profiler_activities, torch_profiler_with_stack, "
+                        "torch_profiler_record_shapes); set them in the profile's extra_args and restart it")
     pid = (found.get("proc") or {}).get("pid")
     if not pid:
         raise UserError(f"no {title} server answering on {host}:{port} (port from {found['port_from']}): start one "
