@@ -56,3 +56,33 @@ def test_the_limits_the_servers_reported_side_by_side():
     assert all(r["same"] for r in rows.values()), rows  # vLLM's line omits defaults: cache_dtype reads as auto
     rows = {r["knob"]: r for r in effective_rows(p, sglang, {**vllm, "max_num_seqs": 16})}
     assert rows["max_running_requests"]["same"] is False and rows["kv_pool"]["b"] == 8192
+
+
+def test_each_sides_profile_names_its_top_cost_and_a_failed_one_is_named_not_fatal():
+    """No start: the side's profile (a ProfileResult's analysis) gives its top cost; a profile that fails is said in
+    the side and the verdict, the duel's figures stand."""
+    from types import SimpleNamespace
+
+    from sglops.core.errors import SglopsError
+    from sglops.experiment.duel import DuelResult, _profiled, verdict_line
+
+    cpu = SimpleNamespace(self_total_us=100.0, top_self=lambda n: [
+        ("execute_context_0(0)_generation_1(1)", 60.0, 3, 90.0, True), ("_C::cpu_attention_with_kv_cache", 30.0, 3,
+                                                                         30.0, False)])
+    got = SimpleNamespace(analysis=SimpleNamespace(has_gpu=False, gpu_us=0.0, cpu=cpu), run_id="r-vllm-profile")
+    ok = _profiled(lambda port, engine: got, 1, "vllm")
+    assert ok == {"top_cost": "_C::cpu_attention_with_kv_cache 30.0% of CPU self time (3 calls)",
+                  "profile_run": "r-vllm-profile"}
+
+    def broken(port: int, engine: str) -> None:
+        raise SglopsError("no trace files")
+
+    bad = _profiled(broken, 1, "sglang")
+    assert bad["top_cost"] == "profile failed: no trace files"
+    tok = {"median": 10.0, "values": [10.0, 10.0, 10.0]}
+    r = DuelResult("h", ["a", "b"], ["sglang", "vllm"], [], sides=[
+        {"engine": "sglang", "decode_tok_s": tok, **bad}, {"engine": "vllm", "decode_tok_s": tok, **ok}],
+        outputs={"identical": 2, "compared": 2, "max_logprob_diff": 0.0})
+    line = verdict_line(r)
+    assert line.endswith("; top cost: sglang profile failed: no trace files; vllm _C::cpu_attention_with_kv_cache "
+                         "30.0% of CPU self time (3 calls)"), line

@@ -54,3 +54,29 @@ def test_mla_priorities_per_compute_capability(old, new):
     assert new.priorities["12"] == [["TRITON_MLA"]]  # SM120 (RTX PRO 6000): Triton MLA only
     assert new.priorities["other"] == [["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA"]]
     assert not any("SPARSE" in n for lists in new.priorities.values() for names in lists for n in names)
+
+
+def test_the_files_a_host_sends_back_probe_as_the_tree_itself(new):
+    """probe-backends on a vLLM host: the files the probe set reads (host/engine_probe.py) are all it needs."""
+    from sglops.host.engine_probe import read_files
+    from sglops.probe.vllm_backends import files_read, scan_files
+
+    tree = vllm_tree("0.32.0")
+    files = read_files(str(tree), files_read())
+    assert "platforms/cuda.py" in files and "_version.py" in files and len(files) < 40
+    sent = scan_files(files, "h", {"package_dir": "/far/vllm", "version": None})
+    assert sent.tree == "/far/vllm" and sent.version == "0.32.0" and sent.priorities == new.priorities
+    assert {n: sent.summary(n) for n in sent.names()} == {n: new.summary(n) for n in new.names()}
+
+
+def test_a_vllm_probe_record_is_not_taken_for_the_source_lines_of_a_profile(new, tmp_path, monkeypatch):
+    """`inv profile` joins a trace's stacks with the host's newest SGLang probe record; a vLLM one has no such
+    probes and is passed over (it would not read as one)."""
+    from sglops.core import artifacts
+    from sglops.trace import sources
+
+    monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path))
+    new.host = "h"
+    artifacts.keep("h", "r1", "probe.json", new, task="probe-backends")
+    assert (tmp_path / "h" / "r1" / "probe.json").is_file()
+    assert sources.latest_for("h") is None and sources.latest_for("h", "0.32.0") is None

@@ -48,10 +48,9 @@ def _leftovers() -> set[Path]:
 
 
 @pytest.fixture(scope="module")
-def vllm_host(tmp_path_factory):
-    """(remote, restart result, seconds): a sandbox host whose inventory vars point at the vLLM venv and model,
-    the profile restarted once; after the module the server is stopped and what vLLM left in /tmp and /dev/shm
-    during it is removed."""
+def vllm_sandbox(tmp_path_factory):
+    """(sandbox, artifacts): a sandbox host vllm-a whose inventory vars point at the vLLM venv and model, the
+    inventory and artifacts set for the module; afterwards what vLLM left in /tmp and /dev/shm is removed."""
     require_vllm_env()
     before = _leftovers()
     base = tmp_path_factory.mktemp("vllm-real")
@@ -60,21 +59,62 @@ def vllm_host(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SGLOPS_INVENTORY", str(sb.inventory))
         mp.setenv("SGLOPS_ARTIFACTS", str(base / "artifacts"))
-        inv = load_inventory(sb.inventory)
         try:
-            with connect(inv.get("vllm-a"), inventory=inv) as remote:
-                t0 = time.monotonic()
-                res = launch.restart(remote, PROFILE)
-                took = time.monotonic() - t0
-                print(f"\nvLLM restart: {res.state} after {took:.1f} s (health wait {res.waited_s} s), load "
-                      f"{os.getloadavg()[0]:.1f}")
-                yield remote, res, took
-                stopped = launch.stop(remote, grace_s=20)
-                assert stopped["stopped"] and stopped["left"] == []
+            yield sb, base / "artifacts"
         finally:
             sb.stop()
             for path in _leftovers() - before:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_host(vllm_sandbox):
+    """(remote, restart result, seconds): the profile restarted once on vllm-a; stopped after the module."""
+    sb, _ = vllm_sandbox
+    inv = load_inventory(sb.inventory)
+    with connect(inv.get("vllm-a"), inventory=inv) as remote:
+        t0 = time.monotonic()
+        res = launch.restart(remote, PROFILE)
+        took = time.monotonic() - t0
+        print(f"\nvLLM restart: {res.state} after {took:.1f} s (health wait {res.waited_s} s), load "
+              f"{os.getloadavg()[0]:.1f}")
+        yield remote, res, took
+        stopped = launch.stop(remote, grace_s=20)
+        assert stopped["stopped"] and stopped["left"] == []
+
+
+def test_a_sweep_over_one_vllm_argument_serves_one_and_names_the_other_crash(vllm_sandbox):
+    """The sweep runs before the module's shared server (nothing runs: the restore is a stop), so it costs one
+    start and one refused one: max_model_len 2048 serves (benched, profiled: its top cost named), 8192 is past the
+    model's 4096 positions and vLLM refuses it at start, named from its own log line."""
+    import json
+    import subprocess
+    import sys
+
+    _, arts = vllm_sandbox
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "invoke", "sweep", "--host", "vllm-a", "--profile", PROFILE,
+                           "--candidates", "context_length=2048;context_length=8192", "--api", "openai",
+                           "--runs", "2", "--input-len", "16", "--output-len", "64", "--requests", "2",
+                           "--warmup", "1", "--profile-trace", "--json"],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "COLUMNS": "220"},
+                          timeout=900)
+    took = time.monotonic() - t0
+    assert proc.stdout.strip().startswith("{"), proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    rows = doc["rows"]
+    print(f"\nvLLM sweep: {took:.1f} s, load {os.getloadavg()[0]:.1f}\n" + "\n".join(
+        f"{r['candidate']['label']}: {r['outcome']} | restart {r['restart_s']} s | {r['decode_tok_s']} "
+        f"{r['ci95']} | {r['top_cost']}" for r in rows) + f"\n{doc['recommendation']}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served, refused = rows
+    assert served["status"] == "started" and served["decode_tok_s"] > 0, served
+    assert served["top_cost"] and not served["top_cost"].startswith(("profile failed", "execute_")), served
+    # vLLM refuses it while building its config: `ValidationError: 1 validation error for ModelConfig` (max_model_len)
+    assert refused["status"] == "crashed" and "ModelConfig" in (refused["crash_line"] or ""), refused
+    assert doc["sglang_version"] == vllm_cpu.VLLM_VERSION  # the engine's release, not the host's SGLang tree's
+    assert doc["ok"] and doc["found"]["running"] is False  # nothing ran before: the restore stopped the server
+    assert (arts / "vllm-a").is_dir()
 
 
 def test_render_is_validated_against_the_hosts_vllm_tree(vllm_host):
@@ -138,6 +178,82 @@ def test_bench_on_the_openai_api_and_the_native_one_refused_in_one_line(vllm_hos
     assert "404" in said or "generate" in said
 
 
+def test_facts_name_the_serving_vllm_its_release_and_platform(vllm_host):
+    from sglops.probe.facts import gather
+
+    remote, res, _ = vllm_host
+    t0 = time.monotonic()
+    fx = gather(remote)
+    print(f"\nfacts on the vLLM host: {time.monotonic() - t0:.2f} s")
+    e = fx.engine
+    assert e and e["name"] == "vllm" and e["version"] == vllm_cpu.VLLM_VERSION and e["running"], fx.data
+    assert (e["platform"], e["platform_source"]) == ("cpu", "the server's start-up log")
+    assert e["package_dir"] == str(vllm_cpu.vllm_tree()) and e["port"] == res.port
+    assert fx.data["python"]["executable"] == str(vllm_cpu.venv_python())  # the server's own python, not the host's
+    rows = dict(fx.rows())
+    assert rows["vllm"].startswith(vllm_cpu.VLLM_VERSION) and rows["vllm platform"].startswith("cpu")
+
+
+def test_probe_backends_probes_the_serving_vllm_tree(vllm_host):
+    from sglops.probe.scan import scan
+    from sglops.probe.vllm_backends import VllmProbeReport
+
+    remote, _, _ = vllm_host
+    t0 = time.monotonic()
+    rep = scan(remote, other_engines=True)
+    print(f"\nprobe-backends on the vLLM host: {time.monotonic() - t0:.2f} s (host side {rep.seconds} s)")
+    assert isinstance(rep, VllmProbeReport) and rep.version == vllm_cpu.VLLM_VERSION
+    assert rep.tree == str(vllm_cpu.vllm_tree()) and rep.found["source"] == "the server sglops started here"
+    assert rep.summary("TRITON_MLA").startswith("TRITON_MLA: FP8 KV dequantised to the query dtype in the kernel")
+    assert rep.priorities["12"] == [["TRITON_MLA"]]  # the same release as PyPI's CUDA wheel: the same sources
+    assert rep.to_json()["engine"] == "vllm" and rep.to_json()["changed"] is False
+
+
+def test_profile_reads_vllms_trace_folder_and_analyses_its_worker_trace(vllm_host):
+    from sglops.experiment.sweep import top_cost
+    from sglops.trace.profile import run_profile
+
+    remote, res, _ = vllm_host
+    t0 = time.monotonic()
+    prof = run_profile(remote, steps=3, output_len=16, vocab_size=1024, run_id="vllm-profile")
+    print(f"\nprofile on the vLLM host: {time.monotonic() - t0:.2f} s (decode {prof.decode_s} s, wait "
+          f"{prof.waited_s} s); top CPU ops {[n for n, *_ in prof.analysis.cpu.top_self(5)]}")
+    assert prof.stopped_by == "/stop_profile" and prof.sglang_version == vllm_cpu.VLLM_VERSION
+    assert prof.device == "cpu" and prof.remote_dir.endswith("/.cache/sglops/vllm-traces")
+    names = [os.path.basename(t) for t in prof.traces]
+    assert len(names) == 1 and "_rank0." in names[0], names  # the worker's; the API server's stays on the host
+    assert all(n.startswith(f"sglops-{prof.profile_id}_") for n in names)
+    ops = set(prof.analysis.cpu.by_self)
+    assert any("cpu_attention" in op for op in ops), sorted(ops)[:40]  # vLLM's CPU attention op, by its own name
+    kinds = {step["kind"] for step in prof.analysis.cpu.step_types()}
+    assert "DECODE" in kinds, kinds  # vLLM's execute_context_0(0)_generation_1(1) ranges are steps, not ops
+    ranges = [r for r in prof.analysis.cpu.top_self(30) if r[0].startswith("execute_context_")]
+    assert ranges and all(r[4] for r in ranges)  # record_function ranges, never an op's cost
+    assert not top_cost(prof.analysis).startswith("execute_")
+    for f in Path(prof.remote_dir).glob(f"sglops-{prof.profile_id}_*"):  # the server's folder keeps them
+        f.unlink()
+
+
+def test_a_vllm_server_without_a_profiler_is_refused_in_one_line():
+    """No start: the trace folder comes from the server's own --profiler-config; without it, one line."""
+    from sglops.host._profile_configured import trace_dir
+
+    prof = get_engine("vllm").profiler
+    with pytest.raises(Exception, match=r"started without --profiler-config: its profiler does not exist .*"
+                                        r"restart it with --profiler-config"):
+        trace_dir(1, ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"], prof)
+    assert trace_dir(1, ["x", "--profiler-config", '{"profiler": "torch", "torch_profiler_dir": "/t/p"}'],
+                     prof) == "/t/p"
+    assert trace_dir(1, ["x", "--profiler-config.torch_profiler_dir=/t/q", "--profiler-config.profiler",
+                         "torch"], prof) == "/t/q"
+    from sglops.host._profile_configured import capture
+
+    found = {"spec": get_engine("vllm").host_spec(), "port": 1, "port_from": "--port"}
+    with pytest.raises(Exception, match=r"^--with-stack --by-stage: the vLLM server's profiler is configured at its "
+                                        r"launch \(--profiler-config: .*torch_profiler_with_stack"):
+        capture({"with_stack": True, "by_stage": True, "steps": 3, "output_len": 8}, found)
+
+
 def test_every_vllm_crash_class_has_a_real_log():
     assert {p.name.split("--")[0] for p in REAL_LOGS} == {"unsupported_head_size", "thread_binding", "empty_env"}
 
@@ -164,7 +280,8 @@ def test_tp2_on_a_cpu_host_renders_vllms_own_binding_variable():
     p = launch.load_profile(PROFILE)
     p = launch.Profile(**{**p.__dict__, "args": {**p.args, "tp_size": 2}})
     tree = TreeArgs("0.32.0", "/site", {"--tensor-parallel-size", "--model", "--host", "--port", "--max-model-len",
-                                        "--max-num-seqs", "--enforce-eager", "--dtype", "--kv-cache-memory-bytes"},
+                                        "--max-num-seqs", "--enforce-eager", "--dtype", "--kv-cache-memory-bytes",
+                                        "--profiler-config"},
                     {}, host_facts={"cpus": [0, 1], "numa_nodes": 1, "gpus_visible": False}, engine="vllm")
     r = render(p, Host("vllm-a", "127.0.0.1", vars={"vllm_python": "/py", "vllm_model_dir": "/m"}), tree)
     assert [(d["name"], d["value"]) for d in r.derived_env] == [("VLLM_CPU_OMP_THREADS_BIND", "0|1")]

@@ -55,6 +55,14 @@ class Engine:
     launch_path_rules: bool = False  # playbooks/attention_rules.yaml predicts its launch path (probe.launch_*)
     unbound_ranks: str = ""  # what its ranks do on a CPU host without cpu_bind_var
     checkout_pythonpath: str | None = None  # a checkout's folder holding the package (for PYTHONPATH)
+    # Profiling where the trace folder is fixed at launch (None: /start_profile names it, as SGLang's does):
+    # {config_flag, dir_key, fields (what /start_profile takes), traces (regex of one profile's files, {prefix}
+    # its profile_prefix; group 1 the rank, none for the front end's), api (the request to profile), example}
+    profiler: dict[str, Any] | None = None
+    platform_log: str | None = None  # a start-up log line naming the platform the server picked (group 1)
+    platform_marks: tuple[tuple[str, str], ...] = ()  # (text in the install's dist name + version, platform)
+    platform_default: str | None = None  # the platform of an install with none of those marks
+    probe_set: str | None = None  # playbooks/<file>: the probes of its tree when it serves a host (probe-backends)
 
     def launcher(self, python: str) -> list[str]:
         return [python, "-m", self.launch_module]
@@ -67,7 +75,9 @@ class Engine:
                 "choice_flags": list(self.choice_flags), "info_paths": list(self.info_paths),
                 "version_path": self.version_path, "args_log": self.args_log,
                 "process_titles": list(self.process_titles), "failures": [list(f) for f in self.failures],
-                "default_port": self.default_port}
+                "default_port": self.default_port, "profile_start": self.profile_start,
+                "profile_stop": self.profile_stop, "profiler": self.profiler, "platform_log": self.platform_log,
+                "platform_marks": [list(m) for m in self.platform_marks], "platform_default": self.platform_default}
 
 
 def dest_name(flag: str) -> str:

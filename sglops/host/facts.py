@@ -1,6 +1,7 @@
-# What is on this GPU host, in one round trip: GPUs, driver/CUDA, Python, torch, FlashInfer, SGLang.
-# "python" and "torch" describe the Python SGLang runs on: the running server's interpreter (found from the
-# process listening on the server port), else the venv the SGLang package is installed in; only when neither
+# What is on this GPU host, in one round trip: GPUs, driver/CUDA, Python, torch, FlashInfer, SGLang, and the engine
+# that serves here when it is another one (its release, tree and platform: `engine`).
+# "python" and "torch" describe the Python the server runs on: the running server's interpreter (found from the
+# process listening on the server port), else the venv the engine's package is installed in; only when neither
 # is known, the python running this script (always reported as "host_python").
 import os
 import re
@@ -17,7 +18,9 @@ from ._common import (
     torch_info,
     try_find_sglang,
 )
+from ._engine_here import platform, serving_engine
 from ._server_proc import python_env, server_process
+from .server_common import read_since
 
 GPU_FIELDS = ["index", "name", "compute_cap", "memory.total", "driver_version", "uuid"]
 
@@ -88,18 +91,44 @@ def sglang_python(sglang, port):
     return None, None
 
 
+def _serving(args):
+    """(the non-default engine serving here, or None; the one line why its tree was not found)."""
+    from ._common import UserError
+
+    try:
+        return serving_engine(args), None
+    except (UserError, OSError, ValueError, KeyError) as exc:
+        return None, str(exc)
+
+
+def engine_facts(found):
+    """The serving engine's own block: name, release, tree, platform (and where each was read)."""
+    spec, tree = found["spec"], found["tree"]
+    lines = read_since(found["log"], int(found.get("log_offset") or 0)) if found.get("log") else []
+    plat, plat_from = platform(spec, tree, lines)
+    return {"name": spec["name"], "title": spec["title"], "version": tree.get("version"),
+            "version_source": tree.get("version_source"), "package_dir": tree["package_dir"], "kind": tree["kind"],
+            "platform": plat, "platform_source": plat_from, "python": found.get("python"), "port": found["port"],
+            "running": bool((found.get("proc") or {}).get("pid")), "source": found["source"]}
+
+
 def main(args):
-    (gpu_rows, gpu_error), cuda, (sglang, sglang_error), (rc, rg, _) = parallel(
-        gpus, cuda_version, lambda: try_find_sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]))
+    (gpu_rows, gpu_error), cuda, (sglang, sglang_error), (rc, rg, _), (found, found_error) = parallel(
+        gpus, cuda_version, lambda: try_find_sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]),
+        lambda: _serving(args))
     port, _ = server_port((sglang or {}).get("root"), args.get("port"))
     env, source = sglang_python(sglang, port)
+    if found and found.get("python") and not (env and env.get("executable") == found["python"]):
+        other = python_env(found["python"])
+        if other.get("version"):
+            env, source = other, f"the {found['spec']['title']} server on port {found['port']} ({found['source']})"
     host = python_info()
     if env:
         python = {"executable": env["executable"], "version": env["version"], "prefix": env.get("prefix"),
                   "source": source}
         torch, triton, flashinfer = env.get("torch"), env.get("triton"), env.get("flashinfer")
     else:
-        python = {**host, "source": "the python running sglops' host scripts (no server or venv of SGLang found)"}
+        python = {**host, "source": "the python running sglops' host scripts (no server or engine venv found)"}
         torch = torch_info()
         triton = dist_version("triton")
         flashinfer = flashinfer_info()
@@ -116,6 +145,8 @@ def main(args):
         "flashinfer": flashinfer,
         "sglang": sglang,
         "sglang_error": sglang_error,
+        "engine": engine_facts(found) if found else None,
+        "engine_error": found_error,
         "ripgrep": rg.split()[1] if rc == 0 and rg else None,
         "container": container_identity(),
     }

@@ -1,4 +1,5 @@
-# Profile SGLang on this host in one round trip: POST /start_profile with the fields SGLang reads (num_steps,
+# Profile SGLang on this host in one round trip (an engine whose trace folder is fixed at launch, vLLM: see
+# _profile_configured.py): POST /start_profile with the fields SGLang reads (num_steps,
 # activities, profile_prefix, profile_id, output_dir, with_stack, record_shapes, profile_by_stage), one
 # single-stream /generate whose prompt ids lie inside the model's vocabulary, stop the profiler if it did not
 # stop itself, wait until every rank's (and stage's) trace file is complete, gzip any plain ones. Talks to
@@ -283,6 +284,14 @@ def start_request(args, info, out_dir, profile_id):
 
 
 def main(args):
+    if not args.get("collect_only") and args.get("engines"):
+        from ._engine_here import serving_engine
+
+        found = serving_engine(args)  # another engine than the default serves here
+        if found and found["spec"].get("profiler"):  # its trace folder is fixed at launch
+            from ._profile_configured import capture
+
+            return capture(args, found)
     root, host, port, port_from = _where(args)
     if args.get("collect_only"):
         return collect(args, root)

@@ -34,6 +34,11 @@ class Facts(Observation):
     def sglang(self) -> dict | None:
         return self.data.get("sglang")
 
+    @property
+    def engine(self) -> dict | None:
+        """The engine serving on the host when it is not the default one (its release, tree, platform)."""
+        return self.data.get("engine")
+
     def rows(self) -> list[tuple[str, str]]:
         d = self.data
         gpus = d.get("gpus") or []
@@ -84,8 +89,22 @@ class Facts(Observation):
             ("sglang", ver),
             ("sglang at", where),
             ("ripgrep", d.get("ripgrep") or "not found (probes use grep)"),
-        ] + ([("host python", f"{host['version']} ({host['executable']}), runs sglops' scripts")]
+        ] + self._engine_rows() + ([("host python", f"{host['version']} ({host['executable']}), runs sglops' scripts")]
              if (host := d.get("host_python")) and host.get("executable") != d["python"].get("executable") else [])
+
+
+    def _engine_rows(self) -> list[tuple[str, str]]:
+        e = self.data.get("engine")
+        if not e:
+            return [("serving engine", f"none other found ({self.data['engine_error']})")] \
+                if self.data.get("engine_error") else []
+        name = e["name"]
+        ver = (e.get("version") or "unknown version") + (f" (from {e['version_source']})"
+                                                         if e.get("version_source") else "")
+        state = f"serving on port {e['port']}" if e.get("running") else "not running"
+        return [(name, ver), (f"{name} at", f"{e['package_dir']} ({e['kind']}; {state}, {e['source']})"),
+                (f"{name} platform", f"{e.get('platform') or 'unknown'}"
+                                     + (f" (from {e['platform_source']})" if e.get("platform_source") else ""))]
 
 
 def gather(remote: Remote, port: int | None = None) -> Facts:
@@ -93,5 +112,7 @@ def gather(remote: Remote, port: int | None = None) -> Facts:
 
     `port`: the server whose Python to describe (default: the one sglops started there, else 30000).
     """
-    args = {"sglang_root": remote.host.sglang_root, "port": port}
+    from sglops.engine import host_specs
+
+    args = {"sglang_root": remote.host.sglang_root, "port": port, "engines": host_specs()}
     return Facts(remote.name, remote.remembered(("facts", port), lambda: remote.run_py("facts", args)))

@@ -10,6 +10,7 @@ from sglops.core.values import Choice, Flag, Str
 if TYPE_CHECKING:
     from sglops.probe.facts import Facts
     from sglops.probe.report import ProbeReport
+    from sglops.probe.vllm_backends import VllmProbeReport
 
 
 ENGINE = Param("engine", Choice(("auto", "python", "rg"), "auto"), "auto (rg if the host has it), rg, or python "
@@ -24,7 +25,8 @@ def facts(ctx: Context) -> Facts:
 
 def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hits: bool = False,
           arch: str | None = None, model: str | None = None, kv_dtype: str | None = None, sm: str | None = None,
-          profile: str | None = None, attention_backend: str | None = None) -> ProbeReport:
+          profile: str | None = None, attention_backend: str | None = None) -> ProbeReport | VllmProbeReport:
+    from sglops.probe.report import ProbeReport
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
 
@@ -43,7 +45,10 @@ def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hi
         from sglops.probe.spec import with_launch_probes
 
         probe_set = with_launch_probes(probe_set)
-    report = scan(ctx.remote, probe_set, engine=engine, model_path=model_path, gpus=asked and not sm)
+    report = scan(ctx.remote, probe_set, engine=engine, model_path=model_path, gpus=asked and not sm,
+                  other_engines=not probes and not asked)  # the host's server's own engine, when it has probes
+    if not isinstance(report, ProbeReport):
+        return report
     if asked:
         from sglops.probe.launch_path import ask
 
@@ -64,11 +69,12 @@ def _probe_summary(doc: dict) -> str:
 
 
 OPS = [
-    Op("facts", facts, "What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang.",
+    Op("facts", facts, "What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang, "
+       "and the engine serving there when it is another (vLLM: release, platform).",
        (TARGETS, JSON), step="facts", record="facts.json",
-       manifest=lambda _step, doc: {"facts": doc, "sglang": doc.get("sglang")}),
+       manifest=lambda _step, doc: {"facts": doc, "sglang": doc.get("sglang"), "engine": doc.get("engine")}),
     Op("probe-backends", probe, "Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; "
-       "FlashInfer MLA FP8.",
+       "FlashInfer MLA FP8 (a host serving vLLM: its tree's MLA backends, playbooks/probes-vllm.yaml).",
        (TARGETS, JSON, Param("probes", Str(), "probe file (default playbooks/probes.yaml)"),
         Param("show_hits", Flag(), "list every hit as file:line:text", flag=False, play=False), ENGINE,
         Param("arch", Str(), "the launch question: model architecture (a seed config, e.g. GlmMoeDsaForCausalLM)"),

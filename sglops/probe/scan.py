@@ -16,6 +16,7 @@ from sglops.probe.spec import (
     ProbeSet,
     load_probe_set,
 )
+from sglops.probe.vllm_backends import VllmProbeReport
 
 __all__ = ["Probe", "ProbeReport", "ProbeSet", "load_probe_set", "scan"]
 
@@ -23,21 +24,45 @@ SCAN_TIMEOUT_S = 300
 
 
 def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto", model_path: str | None = None,
-         gpus: bool = False, cache: bool = True) -> ProbeReport:
+         gpus: bool = False, cache: bool = True, other_engines: bool = False) -> ProbeReport | VllmProbeReport:
     """Run the whole probe set on the host in ONE round trip and derive the facts; `model_path`: also read its
     config.json there, `gpus`: also the GPUs' compute capability (the launch question's inputs, same trip).
     `cache`: the host may answer from its tree cache (host/_tree_cache.py: kept until a file or folder the probes
-    read, or the patch ledger's folder, stats differently); False scans afresh and keeps nothing."""
+    read, or the patch ledger's folder, stats differently); False scans afresh and keeps nothing.
+    other_engines: where the host's server is another engine with a probe set of its own (sglops.engine:
+    probe_set), that engine's tree is probed instead, in the same round trip (host/engine_probe.py)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
     probe_set = probe_set or load_probe_set()
-    raw = remote.run_py("probe_scan", {
+    args = {
         "sglang_root": remote.host.sglang_root,
         "engine": engine,
         "backends": {"files": probe_set.backend_files},
         "probes": [p.to_wire() for p in probe_set.probes],
         "model_path": model_path, "gpus": gpus, "cache": cache,
-    }, timeout=SCAN_TIMEOUT_S)
+    }
+    sets = _engine_probe_sets() if other_engines else {}
+    if sets:
+        from sglops.engine import host_specs
+        from sglops.probe.vllm_backends import files_read, scan_files
+
+        raw = remote.run_py("engine_probe", {**args, "engines": host_specs(), "engine_probes": {
+            name: files_read(path) for name, path in sets.items()}}, timeout=SCAN_TIMEOUT_S)
+        if "engine_tree" in raw:
+            found = raw["engine_tree"]
+            report = scan_files(raw["files"], remote.name, found, sets[found["engine"]])
+            report.seconds = raw.get("seconds")
+            return report
+    else:
+        raw = remote.run_py("probe_scan", args, timeout=SCAN_TIMEOUT_S)
     report = ProbeReport.build(remote.name, probe_set, raw)
     report.extra = {k: raw[k] for k in ("model", "gpus") if k in raw}
     return report
+
+
+def _engine_probe_sets() -> dict:
+    """{engine name: its probe set's path} of the engines that have one of their own."""
+    from sglops.core.paths import REPO_ROOT
+    from sglops.engine import ENGINES as SERVING
+
+    return {e.name: REPO_ROOT / "playbooks" / e.probe_set for e in SERVING.values() if e.probe_set}

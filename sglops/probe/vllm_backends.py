@@ -17,6 +17,7 @@ from typing import Any
 
 from sglops.core.errors import ConfigError
 from sglops.core.paths import REPO_ROOT
+from sglops.core.result import Observation
 from sglops.core.yamlio import check_fields, load_yaml
 
 PROBES = REPO_ROOT / "playbooks" / "probes-vllm.yaml"
@@ -24,9 +25,9 @@ PROBE_FIELDS = {"id", "regex", "capture", "fact", "hit", "miss", "follow"}
 
 
 @dataclass
-class VllmProbeReport:
-    """Per MLA backend its facts (hit, the lines, a captured value), and the priority lists per CC major (plain
-    data: no operation returns it yet, so it has no view)."""
+class VllmProbeReport(Observation):
+    """Per MLA backend its facts (hit, the lines, a captured value), and the priority lists per CC major;
+    `inv probe-backends` on a host whose server is vLLM answers with it (host and where the tree was found)."""
 
     tree: str
     version: str | None
@@ -34,11 +35,17 @@ class VllmProbeReport:
     platform: dict[str, Any] = field(default_factory=dict)
     priorities: dict[str, list[list[str]]] = field(default_factory=dict)
     absent: list[str] = field(default_factory=list)
+    host: str | None = None
+    found: dict[str, Any] = field(default_factory=dict)  # the host's answer: engine, version source, why this tree
+    seconds: float | None = None
 
-    def to_json(self) -> dict:
+    def payload(self) -> dict:
         from dataclasses import asdict
 
-        return asdict(self)
+        return {"engine": "vllm", **asdict(self)}
+
+    def names(self) -> list[str]:
+        return sorted(set(self.backends) | set(self.absent))
 
     def summary(self, name: str) -> str:
         """One line per backend: the FP8 read mode and the arch gate, as the probes found them."""
@@ -74,6 +81,36 @@ def load_spec(path: Path = PROBES) -> dict:
         except re.error as exc:
             raise ConfigError(f"{path.name}: probe {probe['id']}: bad regex: {exc}") from None
     return spec
+
+
+def files_read(spec_path: Path = PROBES) -> list[str]:
+    """The globs (under the package) of every file the probe set reads: what a host sends back to be probed."""
+    spec = load_spec(spec_path)
+    globs = [spec["backends"]["files"], "_version.py"]
+    for probe in spec.get("probes") or []:
+        globs += list(probe.get("follow") or [])
+    for part in ("platform", "priorities"):
+        if (spec.get(part) or {}).get("file"):
+            globs.append(spec[part]["file"])
+    return list(dict.fromkeys(globs))
+
+
+def scan_files(files: dict[str, str], host: str, found: dict[str, Any], spec_path: Path = PROBES) -> VllmProbeReport:
+    """The probe set over a host's files ({path under the package: text}), laid out as the package here."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sglops-vllm-probe-") as tmp:
+        pkg = Path(tmp) / "vllm"
+        for rel, text in files.items():
+            target = (pkg / rel).resolve()
+            if not target.is_relative_to(pkg.resolve()):
+                raise ConfigError(f"{host}: the host sent a file outside its vLLM tree: {rel!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        report = scan_tree(pkg, spec_path)
+    report.tree, report.host, report.found = found.get("package_dir") or report.tree, host, found
+    report.version = report.version or found.get("version")
+    return report
 
 
 def _grep(probe: dict, files: list[Path], pkg: Path) -> dict:

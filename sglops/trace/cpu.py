@@ -23,6 +23,7 @@ from sglops.trace.stacks import CHUNK, NO_FRAME, innermost, thread_order, unique
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
 ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
 STEP_KIND_RE = re.compile(r"^step\[(\w+)")
+VLLM_STEP_RE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(")  # requests of each kind
 EPS_US = 0.005  # as in breakdown: timestamps are ns rounded to us floats
 
 
@@ -32,9 +33,14 @@ def op_key(name: str) -> str:
 
 
 def step_kind(name: str) -> str:
-    """`step[DECODE bs=1]` -> DECODE; `ProfilerStep#3` -> ProfilerStep; anything else as is."""
+    """`step[DECODE bs=1]` -> DECODE; `ProfilerStep#3` -> ProfilerStep; vLLM's `execute_context_0(0)_generation_1(1)`
+    -> DECODE (prefill requests only: EXTEND, both: MIXED); anything else as is."""
     if name.startswith("ProfilerStep#"):
         return "ProfilerStep"
+    v = VLLM_STEP_RE.match(name)
+    if v:
+        ctx, gen = int(v.group(1)), int(v.group(2))
+        return "MIXED" if ctx and gen else "EXTEND" if ctx else "DECODE"
     m = STEP_KIND_RE.match(name)
     return m.group(1) if m else name
 

@@ -40,7 +40,9 @@ OP_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_SPAN_CAT = "gpu_user_annotation"  # record_function ranges as seen on the GPU stream
 FRAME_CAT = "python_function"  # with_stack: one event per Python frame, "file.py(LINE): function"
 BUILTIN = "<built-in"  # frames of C functions (getattr, Tensor.to): no file or line, never kept
-STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\])$")
+# one forward step: torch's ProfilerStep#N, SGLang's `step[DECODE bs=1]`, vLLM's worker range
+# `execute_context_0(0)_generation_1(1)` (`execute_N_context_...(sq.. sk..)_generation_...` with detailed annotations)
+STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\]|execute_(?:\d+_)?context_\d+\(.*\)_generation_\d+\(.*\))$")
 RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
 HEAD_BYTES = 1 << 20

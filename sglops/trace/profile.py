@@ -100,7 +100,9 @@ def run_profile(remote: Remote, *, steps: int = 5, output_len: int = 64, port: i
     probe_path = sources.probe_file(probe) if probe else None  # a bad --probe is refused before the host is touched
     say = on_progress or (lambda _ev: None)
     say({"phase": "profiling", "steps": steps})
-    args = {"sglang_root": remote.host.sglang_root, "port": port, "steps": steps, "output_len": output_len,
+    from sglops.engine import host_specs
+
+    args = {"sglang_root": remote.host.sglang_root, "engines": host_specs(), "port": port, "steps": steps, "output_len": output_len,
             "wait_s": wait_s, "activities": _activities(activities), "with_stack": with_stack,
             "record_shapes": record_shapes, "by_stage": by_stage, "vocab_size": vocab_size, **(node or {})}
     doc = remote.run_py("profile_capture", args, timeout=wait_s + 600, on_progress=say)

@@ -148,13 +148,15 @@ def latest_for(host: str, version: str | None = None) -> Path | None:
         path = Path(run["path"]) / "probe.json"
         if "probe.json" not in (run.get("files") or []) or not path.is_file():
             continue
-        if version:
-            try:
-                got = (_read_json(path).get("facts") or {}).get("sglang_version")
-            except ConfigError:
-                continue
-            if got and got != version:
-                continue
+        try:
+            doc = _read_json(path)
+        except ConfigError:
+            continue
+        if not isinstance(doc.get("probes"), list):  # another engine's probe record (no source-line probes)
+            continue
+        got = (doc.get("facts") or {}).get("sglang_version")
+        if version and got and got != version:
+            continue
         return path
     return None
 

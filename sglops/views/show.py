@@ -149,10 +149,12 @@ def _kernel() -> None:
 def _probe() -> None:
     from sglops.probe.facts import Facts
     from sglops.probe.report import ProbeReport
-    from sglops.views import probe
+    from sglops.probe.vllm_backends import VllmProbeReport
+    from sglops.views import probe, vllm_probe
 
     render.register(Facts, probe.facts_table)
     render.register(ProbeReport, lambda r, show_hits=False, wide=False: probe.probe_view(r, show_hits, wide))
+    render.register(VllmProbeReport, vllm_probe.vllm_probe_view)
 
 
 @cache
