@@ -61,7 +61,8 @@ def test_a_bundle_holds_the_script_and_what_it_imports_once():
     assert host_bundle.modules("bench_client") == ("__init__", "bench_client", "_bench_metrics", "_fetch",
                                                    "_bench_load", "_bench_request", "_bench_server", "_common",
                                                    "_server_info", "_server_proc", "_bench_stream", "_bench_sessions",
-                                                   "_vocab", "telemetry", "facts")
+                                                   "_vocab", "telemetry", "facts", "_engine_here",
+                                                   "_server_engine", "server_common")
     assert host_bundle.modules("patch_txn") == ("__init__", "patch_txn", "_common", "ab_journal", "patch_lib")
     sent = json.loads(host_bundle.payload("patch_txn", {"a": 1}))
     sources = json.loads(zlib.decompress(base64.b64decode(sent["bundle"])))

@@ -27,11 +27,12 @@ DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox", "e
 MAY_IMPORT: dict[str, set[str]] = {
     "host": set(),
     "core": set(),
-    "probe": {"core", "launch.profiles"},  # probe-backends --profile: a profile's flags (profiles imports only core)
+    # probe-backends --profile: a profile's flags (profiles imports only core); engine: the serving engine's tree
+    "probe": {"core", "engine", "launch.profiles"},
     "engine": {"core"},  # what differs between serving engines: names and spellings, nothing above core
     "launch": {"core", "probe", "engine"},  # the launch path predicted from the tree (probe.launch_*), removed backends
     "sandbox": {"core", "engine"},
-    "trace": {"core"},
+    "trace": {"core", "engine"},  # where an engine's profiler writes its traces
     "kernel": {"core", "probe"},
     "patch": {"core", "probe"},
     "bench": {"core", "probe"},

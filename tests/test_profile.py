@@ -16,6 +16,7 @@ from conftest import REPO, inv_cmd
 from sglops.core import artifacts
 from sglops.core.errors import RemoteError
 from sglops.core.op import new_run_id
+from sglops.host import _profile_request as profile_request
 from sglops.host import profile_capture
 from sglops.sandbox.sshd import HOST_PYTHON, free_port
 from sglops.trace.profile import run_profile
@@ -131,7 +132,7 @@ def test_inv_profile_json(use_sandbox, standin, tmp_path):
 
 def test_host_script_completeness_and_compression(tmp_path):
     """The host-side checks, run as the host runs them (the script's own source, stdlib only)."""
-    ns = vars(profile_capture)
+    ns = _host_script()
     whole = gzip.compress(b'{"traceEvents": []}' * 1000)
     good, cut = tmp_path / "a-TP-0.trace.json.gz", tmp_path / "b-TP-0.trace.json.gz"
     good.write_bytes(whole)
@@ -142,7 +143,7 @@ def test_host_script_completeness_and_compression(tmp_path):
     half = tmp_path / "p1-TP-2.trace.json"
     half.write_text('{"traceEvents": [{"ph": "X", "args": {"grid": [1, 2]}}, {"ph": "X"}')
     assert ns["_complete"](str(plain)) and not ns["_complete"](str(half))
-    out = ns["_compress"](str(plain))
+    out = ns["compress"](str(plain))
     assert out.endswith(".trace.json.gz") and not plain.exists()
     assert json.loads(gzip.decompress(Path(out).read_bytes())) ["traceEvents"] == [{"ph": "X"}]
     pat = ns["_pattern"]("1700")
@@ -157,7 +158,8 @@ def test_host_script_completeness_and_compression(tmp_path):
 
 
 def _host_script():
-    return vars(profile_capture)
+    """The profile host script's names and those of the module it shares with vLLM's profiler (read-only)."""
+    return {**vars(profile_request), **vars(profile_capture)}
 
 
 def test_prompt_ids_stay_inside_the_vocabulary(tmp_path):
@@ -206,8 +208,9 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path, monkeypatch):
     def dies_mid_answer(*_a, **_kw):
         raise http.client.IncompleteRead(b"")
 
-    monkeypatch.setitem(ns, "http", dies_mid_answer)  # the connection breaks mid-answer: an answer to explain
-    assert ns["_post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")
+    shared = vars(profile_request)
+    monkeypatch.setitem(shared, "http", dies_mid_answer)  # the connection breaks mid-answer: an answer to explain
+    assert shared["post"](base + "/generate", {}, 5) == (None, "IncompleteRead: IncompleteRead(0 bytes read)")
 
 
 def test_a_native_crash_is_named_by_its_fatal_signal_and_frame(tmp_path):

@@ -32,12 +32,9 @@ class Engine:
     info_paths: tuple[str, ...]  # endpoints with the effective launch arguments, tried in order (404: next)
     version_path: str | None  # an endpoint answering {"version": ...}
     args_log: str | None  # a log line (regex, group 1 a Python dict) naming the arguments it runs with
-    metrics_prefix: str  # its Prometheus families' prefix
     process_titles: tuple[str, ...]  # prefixes of its worker processes' titles (ps)
     profile_start: str
     profile_stop: str
-    profile_dir_env: str | None  # the variable naming where traces land, when the engine takes one
-    trace_glob: str  # the trace files one profile writes
     failures: tuple[tuple[str, str, str], ...]  # (class, label, regex) of its own crash texts, before the common ones
     hints: dict[str, str] = field(default_factory=dict)  # class -> what to do
     argv: Callable[..., tuple[list[str], dict[str, Any]]] | None = None  # (profile, host, tree) -> (argv, effective)

@@ -77,9 +77,8 @@ VLLM = Engine(
     flag_files=("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py"),
     arg_classes=("BaseFrontendArgs", "FrontendArgs"),
     choice_flags=("--attention-backend", "--kv-cache-dtype", "--dtype", "--quantization"),
-    info_paths=(), version_path="/version", args_log=r"non-default args: (\{.*\})\s*$", metrics_prefix="vllm:",
+    info_paths=(), version_path="/version", args_log=r"non-default args: (\{.*\})\s*$",
     process_titles=("VLLM::",), profile_start="/start_profile", profile_stop="/stop_profile",
-    profile_dir_env=None, trace_glob="*.pt.trace.json.gz",
     failures=(
         ("unsupported_head_size", "attention head size not supported by this platform's attention",
          r"Unsupported CPU attention configuration: head_dim=\d+|Head size \d+ is not supported"),

@@ -11,18 +11,18 @@ import time
 
 from ._common import UserError, progress
 from ._engine_here import platform
-from ._server_engine import logged_info
-from ._server_proc import _environ, death_cause, server_api_key
-from .profile_capture import (
+from ._profile_request import (
     AUTH,
     PREFIX,
     PROMPT_LEN,
-    _compress,
-    _post,
-    _wait,
+    compress,
     explain_failure,
+    post,
     prompt_ids,
+    wait_for_traces,
 )
+from ._server_engine import logged_info
+from ._server_proc import _environ, death_cause, server_api_key
 from .server_common import _cmdline, http_get, local_url, read_since
 from .telemetry import Sampler
 
@@ -77,7 +77,7 @@ def trace_dir(pid, argv, prof):
 
 
 class _Workers:
-    """The worker ranks' files of a trace pattern (group 1, the rank, present): what _wait counts."""
+    """The worker ranks' files of a trace pattern (group 1, the rank, present): what wait_for_traces counts."""
 
     def __init__(self, pattern):
         self.pattern = pattern
@@ -139,7 +139,7 @@ def capture(args, found):
     profile_id = args.get("profile_id") or (time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     prefix = f"{PREFIX}-{profile_id}"
     req = {k: v for k, v in {"profile_prefix": prefix}.items() if k in prof["fields"]}
-    status, text = _post(base + spec["profile_start"], req, timeout=60)
+    status, text = post(base + spec["profile_start"], req, timeout=60)
     if status != 200:
         if status is None:
             raise UserError(explain_failure(base, spec["profile_start"], status, text, log_path))
@@ -149,10 +149,10 @@ def capture(args, found):
     t0 = time.monotonic()
     body = {"prompt": ids, "max_tokens": output_len, "temperature": 0, "ignore_eos": True,
             **({"model": model} if model else {})}
-    status, text = _post(base + "/v1/completions", body, timeout=float(args.get("generate_timeout_s", 300)))
+    status, text = post(base + "/v1/completions", body, timeout=float(args.get("generate_timeout_s", 300)))
     decode_s = time.monotonic() - t0
     gpu = sampler.stop()
-    stop_status, stop_text = _post(base + spec["profile_stop"], {}, timeout=300)
+    stop_status, stop_text = post(base + spec["profile_stop"], {}, timeout=300)
     if status != 200:
         raise UserError(explain_failure(base, f"/v1/completions on {host}:{port} during profiling", status, text,
                                         log_path))
@@ -169,14 +169,14 @@ def capture(args, found):
     # one file per worker rank (tensor x pipeline parallel, as the start-up line says); the front end's (the API
     # server's own, a handful of events unless stacks are on) stays on the host, named, not analysed with the ranks
     ranks = int(info.get("tensor_parallel_size") or 1) * int(info.get("pipeline_parallel_size") or 1)
-    names = _wait(out_dir, _Workers(pattern), ranks, float(args.get("wait_s", 120)), started)
+    names = wait_for_traces(out_dir, _Workers(pattern), ranks, float(args.get("wait_s", 120)), started)
     front = sorted(os.path.join(out_dir, n) for n in os.listdir(out_dir)
                    if pattern.match(n) and pattern.match(n).group(1) is None)
     files = []
     for n in names:
         path = os.path.join(out_dir, n)
         if not n.endswith(".gz"):
-            path = _compress(path)
+            path = compress(path)
         files.append({"path": path, "size": os.path.getsize(path), "rank": int(pattern.match(n).group(1)),
                       "stage": None})
     return {"host": host, "port": port, "port_from": found["port_from"], "profile_id": profile_id,

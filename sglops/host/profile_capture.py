@@ -4,38 +4,30 @@
 # single-stream /generate whose prompt ids lie inside the model's vocabulary, stop the profiler if it did not
 # stop itself, wait until every rank's (and stage's) trace file is complete, gzip any plain ones. Talks to
 # 127.0.0.1 only. A failed request asks /health: a dead server is named as dead, with its log's last error.
-import gzip
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 
-from ._common import UserError, find_sglang, http, progress, server_port, sglops_dir
+from ._common import UserError, find_sglang, progress, server_port, sglops_dir
 from ._fetch import INFO_MAX
+from ._profile_request import (
+    AUTH,
+    PREFIX,
+    PROMPT_LEN,
+    compress,
+    explain_failure,
+    post,
+    prompt_ids,
+    wait_for_traces,
+)
 from ._server_info import kept_fields
-from ._server_proc import death_cause, listening_pid, server_api_key, stdio_log
-from ._vocab import draw_prompt_ids, model_token_space
+from ._server_proc import listening_pid, server_api_key, stdio_log
 from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
 from .telemetry import Sampler
 
-_CLOSED = re.compile(rb'^(?:,\s*"[^"]*"\s*:\s*(?:"[^"]*"|[-+\d.eE]+|true|false|null)\s*)*\}$')
-PREFIX = "sglops"
-PROMPT_LEN = 32
 TELEMETRY_MS = 100  # GPU samples during the profiled request (a few seconds: every 100 ms)
-AUTH = {}  # Authorization for a server started with --api-key (its own key, read from its command line here)
-
-
-def _post(url, body, timeout):
-    """(status, text), or (None, what broke) also when the connection dies mid-answer (IncompleteRead is
-    not an OSError): a server that dies during the request is then asked about, not a traceback."""
-    from http.client import HTTPException
-
-    try:
-        return http(url, body, timeout, headers=AUTH)
-    except HTTPException as exc:
-        return None, f"{type(exc).__name__}: {exc}"
 
 
 def own_ranks(root):
@@ -73,7 +65,7 @@ def collect(args, root):
             raise UserError(f"no trace folder {out_dir} on this node after {float(args.get('wait_s', 120)):g} s: its "
                             f"ranks {ranks} wrote nothing (is node 0 profiling this server?)")
         time.sleep(0.25)
-    names = _wait(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
+    names = wait_for_traces(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
     return {"profile_id": profile_id, "output_dir": out_dir, "ranks": ranks, "files": _finish(out_dir, names, pattern),
             "waited_s": round(time.monotonic() - started, 3)}
 
@@ -84,7 +76,7 @@ def _finish(out_dir, names, pattern):
         path = os.path.join(out_dir, n)
         if not n.endswith(".gz"):
             progress(phase="compress", file=n)
-            path = _compress(path)
+            path = compress(path)
         m = pattern.match(os.path.basename(path))
         files.append({"path": path, "size": os.path.getsize(path), "rank": int(m.group(1)) if m else None,
                       "stage": m.group(3) if m else None})
@@ -144,37 +136,6 @@ def _pattern(profile_id, prefix=None):
                       r"\.trace\.json(\.gz)?$")
 
 
-def _complete(path):
-    """A gzip file is complete when its stream decodes to the end; plain JSON when its event array
-    is closed and only simple top-level keys (torch's traceName) follow before the final '}'."""
-    if path.endswith(".gz"):
-        try:
-            with gzip.open(path, "rb") as fh:
-                while fh.read(1 << 20):
-                    pass
-            return True
-        except (OSError, EOFError, ValueError):
-            return False
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.path.getsize(path) - 65536))
-            tail = fh.read()
-    except OSError:
-        return False
-    after = tail[tail.rfind(b"]") + 1:].strip() if b"]" in tail else b""
-    return bool(_CLOSED.match(after))
-
-
-def _compress(path):
-    final = path + ".gz"
-    tmp = final + ".sglops-tmp"
-    with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-    os.replace(tmp, final)
-    os.unlink(path)
-    return final
-
-
 def _expected(info, by_stage):
     """How many files the server will write: one per TP x PP x DP rank, times two stages with profile_by_stage."""
     if not isinstance(info, dict):
@@ -191,13 +152,6 @@ def _expected(info, by_stage):
 # -- prompt ids inside the model's vocabulary ---------------------------------------------------------------
 # SGLang does not check input_ids: an id past the vocabulary makes the embedding lookup raise and the server
 # dies. The token space is read as the bench client reads it (_vocab: config.json, tokenizer, --vocab-size).
-PROMPT_SEED = 20261202
-
-
-def prompt_ids(info, n, vocab_size=None, base=""):
-    """n ordinary token ids of the served model (below its vocabulary, no special id), the same every run."""
-    space = model_token_space(base, info=info, vocab_size=vocab_size)
-    return draw_prompt_ids(space, PROMPT_SEED, n)
 
 
 # -- a request that failed: is the server still there? ------------------------------------------------------
@@ -211,65 +165,6 @@ def _log_of(root):
         if cand and os.path.isfile(cand):
             return cand
     return None
-
-
-def explain_failure(base, what, status, text, log_path):
-    """One line for a failed request: the server died (and why, from its log), stopped answering, or refused."""
-    time.sleep(0.5)  # a dying server closes its socket a moment after the connection drops
-    health, _ = http_get(base + "/health", timeout=5)
-    got = f"{status or ''} {str(text).strip()[:160]}".strip()
-    if health == 200:
-        return f"{what} failed while the server stays healthy: {got}"
-    cause = death_cause(log_path)  # the last exception line, or the fatal signal of a native crash
-    state = "died" if health is None else f"is unhealthy (/health answered {health})"
-    return (f"{what} failed ({got}) and the server {state}"
-            + (f": {cause} (from {log_path})" if cause else "; its log says why")
-            + ("" if health is not None else "; restart it (inv restart) before profiling again"))
-
-
-def _wait(out_dir, pattern, expected, wait_s, started, ranks=None):
-    """Poll until the expected files (or, not knowing how many, a set stable for 3 s) are complete; with ranks,
-    only the files of those ranks count (a node's own share of a server over several hosts)."""
-    sizes = {}
-    done = {}
-    stable_since = None
-    last_report = 0.0
-    while True:
-        names = sorted(n for n in os.listdir(out_dir) if pattern.match(n)
-                       and (ranks is None or int(pattern.match(n).group(1)) in ranks))
-        now = time.monotonic()
-        for n in names:
-            p = os.path.join(out_dir, n)
-            try:
-                size = os.path.getsize(p)
-            except OSError:
-                continue
-            if n in done and done[n] == size:
-                continue
-            if sizes.get(n) == size and size > 0 and _complete(p):
-                done[n] = size
-            sizes[n] = size
-        complete = [n for n in names if n in done and done[n] == sizes.get(n)]
-        if now - last_report > 0.5:
-            progress(phase="waiting", files=len(names), complete=len(complete), expected=expected,
-                     bytes=sum(sizes.get(n, 0) for n in names))
-            last_report = now
-        if expected and len(complete) >= expected:
-            return complete
-        if not expected and complete and len(complete) == len(names):
-            stable_since = stable_since or now
-            if now - stable_since >= 3.0:
-                return complete
-        else:
-            stable_since = None
-        if now - started > wait_s:
-            if not names:
-                raise UserError(
-                    f"no trace files in {out_dir} after {wait_s:g} s: the server accepted /start_profile but wrote "
-                    "nothing (torch profiler disabled on the server, or it writes elsewhere?)")
-            raise UserError(f"only {len(complete)} of {expected or len(names)} trace files in {out_dir} were complete "
-                            f"after {wait_s:g} s ({', '.join(names)})")
-        time.sleep(0.25)
 
 
 def start_request(args, info, out_dir, profile_id):
@@ -315,7 +210,7 @@ def main(args):
     ranks = own_ranks(root) if args.get("own_ranks_only") else None
     log_path = _log_of(root) or stdio_log(pid)
     req = start_request(args, info, out_dir, profile_id)
-    status, text = _post(base + "/start_profile", req, timeout=60)
+    status, text = post(base + "/start_profile", req, timeout=60)
     if status != 200:
         if status is None:
             raise UserError(explain_failure(base, "/start_profile", status, text, log_path))
@@ -324,12 +219,12 @@ def main(args):
     sampler = Sampler(TELEMETRY_MS).start()  # GPU telemetry over the profiled request, stopped with it
     t0 = time.monotonic()
     gen = {"input_ids": ids, "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}}
-    status, text = _post(base + "/generate", gen, timeout=float(args.get("generate_timeout_s", 300)))
+    status, text = post(base + "/generate", gen, timeout=float(args.get("generate_timeout_s", 300)))
     decode_s = time.monotonic() - t0
     gpu = sampler.stop()
     if status != 200:
         line = explain_failure(base, f"/generate on {host}:{port} during profiling", status, text, log_path)
-        _post(base + "/stop_profile", {}, timeout=30)
+        post(base + "/stop_profile", {}, timeout=30)
         raise UserError(line)
     try:
         meta = json.loads(text).get("meta_info") or {}
@@ -351,9 +246,9 @@ def main(args):
     while time.monotonic() < deadline and len(present()) < (expected or 1):
         time.sleep(0.1)
     if len(present()) < (expected or 1):
-        s, _ = _post(base + "/stop_profile", {}, timeout=120)
+        s, _ = post(base + "/stop_profile", {}, timeout=120)
         stopped_by = "stop_profile" if s == 200 else "num_steps"
-    names = _wait(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
+    names = wait_for_traces(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
     files = _finish(out_dir, names, pattern)
     return {"host": host, "port": port, "port_from": port_from, "profile_id": profile_id, "output_dir": out_dir,
             "steps": steps, "output_len": output_len, "stopped_by": stopped_by, "decode_s": round(decode_s, 3),
