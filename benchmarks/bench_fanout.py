@@ -14,6 +14,8 @@ tree cache emptied before every run (`--cold`, the greps run every time) or kept
 Interleaved (every tool once per round), medians, the load stated.
 Run: python3 benchmarks/bench_fanout.py --hosts 1,4,16 --repeats 3 --pyinfra ~/.cache/sglops/bench-pyinfra/bin \
      --ansible ~/.cache/sglops/bench-ansible/bin [--cold] [--out benchmarks/results/fanout.json]
+`--before DIR` adds sglops as an earlier commit has it (`git archive COMMIT | tar -x -C DIR`), in the same rounds
+("sglops-before"); `--tools sglops,pyinfra` runs only those.
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ def main() -> None:  # noqa: C901 - one linear script: set-up, the command lines
     ap.add_argument("--ops", default="facts,probe-backends")
     ap.add_argument("--cold", action="store_true", help="empty every host's probe cache before each probe run")
     ap.add_argument("--pool", help="also: facts on the most hosts with these worker counts (in-process on_hosts)")
+    ap.add_argument("--before", help="a checkout of an earlier sglops (git archive): also run it, as sglops-before")
+    ap.add_argument("--tools", help="only these tools (sglops, sglops-before, pyinfra, ansible, xargs)")
     ap.add_argument("--out")
     args = ap.parse_args()
     counts = [int(n) for n in args.hosts.split(",")]
@@ -174,6 +178,12 @@ def main() -> None:  # noqa: C901 - one linear script: set-up, the command lines
                     if args.ansible:
                         tools["ansible"] = [f"{args.ansible}/ansible", "all", "-i", str(base / f"ansible{n}.ini"),
                                             "-f", str(n), "-m", "shell", "-a", remote[op]]
+                    if args.before:
+                        before = str(Path(args.before).resolve())
+                        tools["sglops-before"] = ["env", f"PYTHONPATH={before}", *tools["sglops"][:4], before,
+                                                  *tools["sglops"][5:]]
+                    if args.tools:
+                        tools = {t: argv for t, argv in tools.items() if t in args.tools.split(",")}
 
                     def cold(op: str = op, hosts: list = hosts) -> None:
                         if args.cold and op == "probe-backends":

@@ -77,6 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cold", action="store_true", help="empty the host's probe cache before each probe run")
+    ap.add_argument("--before", help="a checkout of an earlier sglops (git archive): its inv too, in the same rounds")
     ap.add_argument("--out")
     args = ap.parse_args()
     figures: dict = {"repeats": args.repeats, "load_before": open("/proc/loadavg").read().split()[:3]}
@@ -103,20 +104,30 @@ def main() -> None:
                 "probe-backends": (["probe-backends", "--host", "h0"], payload("probe_scan", probe_args)),
             }
             inv = [sys.executable, "-m", "invoke"]
+            before = str(Path(args.before).resolve()) if args.before else None
+            before_env = {**env, "PYTHONPATH": before} if before else env
             for argv, stdin in cases.values():  # warm: page cache, .pyc, the host's probe cache
                 timed(inv + argv, env), timed(ssh, env, stdin)
-            rows: dict = {name: {"inv": [], "ssh": []} for name in cases}
+                if before:
+                    timed([*inv, "-r", before, *argv], before_env)
+            rows: dict = {name: {"inv": [], "ssh": [], **({"before": []} if before else {})} for name in cases}
             for _ in range(args.repeats):
                 for name, (argv, stdin) in cases.items():
-                    for tool, cmd, data in (("inv", inv + argv, None), ("ssh", ssh, stdin)):
+                    runs = [("inv", inv + argv, None, env), ("ssh", ssh, stdin, env)]
+                    if before:
+                        runs.append(("before", [*inv, "-r", before, *argv], None, before_env))
+                    for tool, cmd, data, tool_env in runs:
                         if args.cold and name == "probe-backends":
                             shutil.rmtree(cache, ignore_errors=True)
-                        rows[name][tool].append(timed(cmd, env, data))
+                        rows[name][tool].append(timed(cmd, tool_env, data))
             for name, r in rows.items():
                 med = {t: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for t, v in r.items()}
                 figures[name] = {"inv_wall_s": med["inv"][0], "inv_client_cpu_s": med["inv"][1],
                                  "ssh_wall_s": med["ssh"][0], "ssh_client_cpu_s": med["ssh"][1],
                                  "ratio": med["inv"][0] / med["ssh"][0], "runs": r}
+                if before:
+                    figures[name].update({"before_wall_s": med["before"][0], "before_client_cpu_s": med["before"][1],
+                                          "before_ratio": med["before"][0] / med["ssh"][0]})
             figures["imports_ms"] = {name: imports_before_connect(argv, env)[0] for name, (argv, _) in cases.items()}
             base_ms = imports_before_connect(["--list"], env)
             figures["imports_ms"]["inv --list (no connect: all)"] = base_ms[0]
@@ -128,6 +139,9 @@ def main() -> None:
         print(f"{name}: inv {f['inv_wall_s'] * 1000:.0f} ms (client CPU {f['inv_client_cpu_s'] * 1000:.0f} ms) vs ssh "
               f"{f['ssh_wall_s'] * 1000:.0f} ms (client CPU {f['ssh_client_cpu_s'] * 1000:.0f} ms) -> {f['ratio']:.2f}x"
               " (target <= 1.5x)")
+        if "before_ratio" in f:
+            print(f"{name}: before {f['before_wall_s'] * 1000:.0f} ms (client CPU {f['before_client_cpu_s'] * 1000:.0f} ms)"
+                  f" -> {f['before_ratio']:.2f}x")
     print("imports before the first byte:", ", ".join(f"{k} {v:.0f} ms" for k, v in figures["imports_ms"].items()))
     print("load", figures["load_before"], "->", figures["load_after"], f"({os.cpu_count()} cores)")
     if args.out:

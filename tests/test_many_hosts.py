@@ -63,3 +63,25 @@ def test_the_exit_code_is_the_class_the_failures_share(use_sandbox, capsys):
 def test_a_hosts_list_naming_no_host_or_one_twice_is_a_user_error(use_sandbox, capsys, hosts):
     code, out, err = run_inv(capsys, "facts", "--hosts", hosts)
     assert code == EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--hosts names" in err
+
+
+def test_each_hosts_result_is_laid_out_in_its_worker_and_a_broken_view_is_that_hosts_bug(use_sandbox, capsys,
+                                                                                       monkeypatch):
+    import threading
+
+    from sglops.views import show
+
+    real, threads = show.laid_out, []
+
+    def laid_out(result, **options):
+        threads.append(threading.current_thread())
+        if result.host == "gpu-a":
+            raise ValueError("view broke")  # stands for a bug in one host's view
+        return real(result, **options)
+
+    monkeypatch.setattr(show, "laid_out", laid_out)
+    code, out, err = run_inv(capsys, "facts", "--hosts", "gpu-a,gpu-b")
+    assert code == EXIT_BUG
+    assert len(threads) == 2 and threading.main_thread() not in threads  # laid out beside the other host's wait
+    assert "facts: gpu-b" in out and "facts: gpu-a" not in out and "facts: 1 ok, 1 failed (gpu-a: bug)" in out
+    assert "error: [gpu-a] internal error (a bug in sglops): ValueError: view broke" in err

@@ -105,3 +105,20 @@ def test_a_connection_cut_inside_the_ssh_banner_is_one_line_and_nothing_else(use
         assert proxy.stats.dropped >= 1  # the proxy cut it (each direction may count its cut)
     finally:
         proxy.stop()
+
+
+def test_a_hashed_line_among_many_hosts_lines_is_found_and_the_file_is_read_again_once_changed(gpu_a):
+    """Each connection adds only the lines naming its host (plain or hashed): a file of many hosts is parsed
+    once per process and never added whole; a changed file (the host's key line gone) is read afresh."""
+    from paramiko.hostkeys import HostKeys
+
+    host, line, known = gpu_a
+    name, key = line.split(" ", 1)
+    others = "".join(f"[127.0.0.1]:{port} {OTHER_KEY}\n" for port in range(20000, 20200))
+    known.write_text(others + f"{HostKeys.hash_host(name)} {key}")
+    with connect(host) as r:
+        assert r.run(["true"]).exit_code == 0
+        assert len(r._connection().client.get_host_keys().keys()) == 1  # this host's line, not all 201
+    known.write_text(others)
+    with pytest.raises(HostKeyError, match="unknown host key"):
+        connect(host).run(["true"])

@@ -76,6 +76,7 @@ def per_host(
     show: Callable[[Any], None] | None = None,
     check: Callable[[Any], None] | None = None,
     max_workers: int | None = None,
+    lay_out: Callable[[Any], str | None] | None = None,
 ) -> list[Any]:
     """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
@@ -84,18 +85,48 @@ def per_host(
     for a result that counts as a failure though it is kept and shown (a partial bench, a stopped play).
     Whatever goes wrong on one host (a user error, an unreachable host, a bug) is that host's outcome: the
     others' results are still saved and printed, and the exit code follows errors.combined_exit.
+    `lay_out(value)`: the text `show` would print (None: show prints it); with several hosts each host's result is
+    then checked and laid out in its own worker as soon as it is there, while the other hosts still work, and
+    only written here, in the hosts' order.
     """
     inventory, targets = hosts
-    outcomes = on_hosts(targets, step, accept_new_host_key=accept_new_host_key, inventory=inventory,
-                        **({"max_workers": max_workers} if max_workers else {}))
-    documents = []
-    many = len(outcomes) > 1
-    for out in outcomes:
-        doc = _result_document(out, run_id, artifact, check) if out.ok else None
+    many = len(targets) > 1
+    early: dict[int, tuple[Outcome, dict | None, str | None, bool]] = {}  # id(host) -> checked, JSON, text, shown
+
+    def step_and_lay_out(remote: Remote) -> Any:
+        value = step(remote)
+        out = Outcome(remote.host, value)
+        doc = _result_document(out, run_id, artifact, check)
+        text, shown = None, False
         if doc is not None and not json:
-            shown = guard(out.host, lambda v=out.value: show(v) if show else None)
-            if not shown.ok and out.ok:
-                out.fail_from(shown)
+            drawn = guard(out.host, lambda: lay_out(value))
+            text = drawn.value if drawn.ok else None
+            shown = text is not None or not drawn.ok  # a view that broke is this host's bug, not shown again
+            if not drawn.ok and out.ok:
+                out.fail_from(drawn)
+        early[id(remote.host)] = (out, doc, text, shown)
+        return value
+
+    early_work = many and lay_out is not None
+    outcomes = on_hosts(targets, step_and_lay_out if early_work else step, accept_new_host_key=accept_new_host_key,
+                        inventory=inventory, **({"max_workers": max_workers} if max_workers else {}))
+    documents = []
+    for out in outcomes:
+        done = early.get(id(out.host)) if out.ok else None
+        text, shown = None, False
+        if done is not None:
+            checked, doc, text, shown = done
+            if not checked.ok:
+                out.fail_from(checked)
+        else:
+            doc = _result_document(out, run_id, artifact, check) if out.ok else None
+        if text is not None:
+            console.file.write(text)
+            console.file.flush()
+        elif doc is not None and not json and not shown:
+            printed = guard(out.host, lambda v=out.value: show(v) if show else None)
+            if not printed.ok and out.ok:
+                out.fail_from(printed)
         if not out.ok and not json:
             error_line(f"[{out.host.name}] {out.error}" if many else out.error)
             if out.traceback:

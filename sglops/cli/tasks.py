@@ -126,11 +126,24 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
             per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key,
                      run_id=run_id, json=json, artifact=None if dry_run else op.record, show=show,
                      check=lambda r: op.checked(r, opts),
-                     max_workers=len(hosts) if op.together else None)
+                     max_workers=len(hosts) if op.together else None,
+                     lay_out=_lay_out(op, opts) if op.live is None else None)  # no live display to share rich with
         finally:
             from sglops.core import meet
 
             meet.forget(run_id)
+
+
+def _lay_out(op: Op, opts: dict) -> Any:
+    """The text the task's view prints for a result (sglops.views.show.laid_out), None where it prints otherwise."""
+    options = {k: opts[k] for k in op.view_options}
+
+    def lay_out(result: Any) -> str | None:
+        from sglops.views.show import laid_out
+
+        return laid_out(result, **options)
+
+    return lay_out
 
 
 def _show(op: Op, opts: dict) -> Any:

@@ -10,14 +10,38 @@ server's command line, its log, its /server_info. Every output path (console, ar
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+
+class _SecretSet(set):
+    """The registered secrets, and the same longest first (`ordered`, rebuilt whenever the set changes): text() runs
+    for every string of every record and reads that tuple without taking the lock or sorting."""
+
+    ordered: tuple[str, ...] = ()
+
+    def _reorder(self) -> None:
+        self.ordered = tuple(sorted(self, key=len, reverse=True))
+
+    def add(self, value: str) -> None:
+        super().add(value)
+        self._reorder()
+
+    def discard(self, value: str) -> None:
+        super().discard(value)
+        self._reorder()
+
+    def clear(self) -> None:
+        super().clear()
+        self._reorder()
+
+
 _lock = threading.Lock()
-_secrets: set[str] = set()
+_secrets = _SecretSet()
 MASK = "****"
 MIN_LEN = 4  # shorter values would mask ordinary words everywhere
 # Names whose values are secret wherever they appear (env vars, JSON keys, flags, inventory/play vars).
@@ -25,9 +49,9 @@ MIN_LEN = 4  # shorter values would mask ordinary words everywhere
 # token_logprobs or cpu_us_per_token (the per-token figures of a bench).
 SECRET_NAME = re.compile(r"(?<!PER[_-])TOKEN(?![A-Za-z0-9_-])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY"
                          r"|PRIVATE[_-]?KEY|CREDENTIAL", re.I)
+_SECRET_NAME_LOWER = re.compile(SECRET_NAME.pattern.lower())  # the same on lower-cased text: 3x a case-blind search
 # ...unless the name says the value is where a secret is, not the secret: password_env, api_key_file, token_ids.
 _NOT_SECRET = re.compile(r"[_-](ENV|FILE|PATH|DIR|IDS?|NAME|LEN|LENGTH|COUNT)$", re.I)
-_NAME_WORDS = ("token", "secret", "passw", "key", "credential")  # one of these is in every SECRET_NAME match
 _EMPTY = {"", "None", "none", "null", "''", '""', MASK, "'****'", '"****"'}
 _VALUE = r"('[^'\n]*'|\"[^\"\n]*\"|[^\s'\",;)}\]]+)"
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(=|[ \t]+)" + _VALUE)       # --api-key X, --hf-token=X
@@ -38,7 +62,13 @@ _LISTED = re.compile(r"([\"'])(--?[\w-]+)\1(\s*,\s*)" + _VALUE)                 
 
 def is_secret_name(name: object) -> bool:
     """A key, variable or flag name whose value is a secret (`HF_TOKEN`, `--api-key`, `db_password`)."""
-    return isinstance(name, str) and bool(SECRET_NAME.search(name)) and not _NOT_SECRET.search(name)
+    return isinstance(name, str) and _secret_name(name)
+
+
+@functools.lru_cache(maxsize=8192)
+def _secret_name(name: str) -> bool:
+    """is_secret_name of a str, remembered: a record repeats the same few hundred keys thousands of times."""
+    return bool(SECRET_NAME.search(name)) and not _NOT_SECRET.search(name)
 
 
 def register(secret: str | None) -> None:
@@ -95,9 +125,7 @@ def _by_name(s: str) -> str:
 
 def text(s: str) -> str:
     """The string with every registered secret, and every value after a secret-looking name, replaced by ****."""
-    with _lock:
-        secrets = sorted(_secrets, key=len, reverse=True)
-    for secret in secrets:
+    for secret in _secrets.ordered:
         if secret in s:
             s = s.replace(secret, MASK)
     if len(s) <= 65536:
@@ -121,9 +149,11 @@ def text(s: str) -> str:
 
 
 def _may_name(s: str) -> bool:
-    """Whether s holds a word every secret name has (a cheap test before the regexes)."""
-    low = s.lower()
-    return any(w in low for w in _NAME_WORDS) and SECRET_NAME.search(s) is not None
+    """Whether s holds a word every secret name has (token, secret, passw, key, credential: a cheap test before
+    the regexes)."""
+    low = s.lower()  # then str's own search: 6x a case-blind regex over the same words, and no generator
+    return (("token" in low or "secret" in low or "passw" in low or "key" in low or "credential" in low)
+            and _SECRET_NAME_LOWER.search(low) is not None)
 
 
 def _argv(words: list[Any]) -> list[Any]:
@@ -145,12 +175,26 @@ def obj(value: Any) -> Any:
     if isinstance(value, str):
         return text(value)
     if isinstance(value, dict):
-        register_named(value)
-        return {k: (MASK if is_secret_name(k) and isinstance(v, str) and v not in _EMPTY else obj(v))
-                for k, v in value.items()}
+        return _mapping(value)
     if isinstance(value, (list, tuple)):
         return _argv(list(value))
     return value
+
+
+def _mapping(value: dict) -> dict:
+    """obj() of a dict in one pass: a secret-looking key's value is registered (register_named) and masked."""
+    out = {}
+    for k, v in value.items():
+        if isinstance(k, str) and _secret_name(k):
+            if isinstance(v, str | int) and not isinstance(v, bool):
+                register(str(v))
+            out[k] = MASK if isinstance(v, str) and v not in _EMPTY else obj(v)
+        else:
+            out[k] = v if v is None or v.__class__ in _PLAIN else obj(v)
+    return out
+
+
+_PLAIN = {int, float, bool}  # nothing to mask in them (a str may hold a secret, a container its strings)
 
 
 register_environment()

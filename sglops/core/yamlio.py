@@ -1,14 +1,22 @@
 """YAML loading that remembers line numbers, so config errors can say `file:line`, and refuses what no config
 needs: duplicate keys (a second `hosts:` silently replacing the first), unhashable keys, nesting deeper than
 MAX_DEPTH, documents that expand through aliases past MAX_NODES (a "billion laughs" of 9 levels x 10 aliases is
-90 aliases and 10^9 nodes once anything walks it), and files over MAX_BYTES. Each ends in one ConfigError line."""
+90 aliases and 10^9 nodes once anything walks it), and files over MAX_BYTES. Each ends in one ConfigError line.
+
+PyYAML's own loader is pure Python (the line numbers and the checks need its composer): the probe set takes it
+0.1-0.25 s, on every command that reads it. A file read once is kept parsed (`marshal`, the format of Python's own
+`.pyc` caches, in the cache folder `yaml/`) under the hash of its text and name, and read back from there while it is
+the same text: every check ran when it was parsed, and an error is never kept.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import marshal
+import os
+import sys
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from sglops.core.errors import ConfigError
 
@@ -28,8 +36,10 @@ class LineDict(dict):
         return f"{self.file}:{self.line}"
 
 
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
     """Nodes in the document once every alias is expanded (aliases share nodes: counted per use, computed once)."""
+    import yaml
+
     key = id(node)
     if key not in memo:
         memo[key] = 0  # a recursive alias (`&a [*a]`) counts once rather than forever
@@ -42,7 +52,9 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return memo[key]
 
 
-def _loader_for(file: str) -> type[yaml.SafeLoader]:
+def _loader_for(file: str) -> type:
+    import yaml
+
     class Loader(yaml.SafeLoader):
         depth = 0
 
@@ -102,10 +114,82 @@ def load_yaml(path: str | Path) -> Any:
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as UTF-8") from None
-    return loads_yaml(text, str(path))
+    return _kept_parse(text, str(path))
+
+
+_KEPT_FORMAT = b"sglops-yaml-1"  # a change to what a parse yields (LineDict's fields, the checks) bumps it
+
+
+def _kept_parse(text: str, file: str) -> Any:
+    """loads_yaml(text, file), read back from the cache when this very text of this file was parsed before."""
+    from sglops.core import paths
+
+    key = hashlib.sha256(b"\0".join((_KEPT_FORMAT, sys.implementation.cache_tag.encode(), file.encode(),
+                                      text.encode()))).hexdigest()
+    kept = paths.cache("yaml") / f"{key[:40]}.marshal"
+    try:
+        tag, frozen = marshal.loads(kept.read_bytes())
+        if tag == _KEPT_FORMAT:
+            return _thawed(frozen, file)
+    except (OSError, EOFError, ValueError, TypeError):  # none yet, or not one of ours: parsed (and kept) again
+        pass
+    data = loads_yaml(text, file)
+    frozen = _frozen(data, set())
+    if frozen is not _UNKEPT:
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps((_KEPT_FORMAT, frozen)))
+            os.replace(tmp, kept)
+        except OSError:
+            pass  # a read-only cache: parsed again next time
+    return data
+
+
+_UNKEPT = object()  # a value marshal cannot keep as it is (a date, one object reached twice through an alias)
+
+
+def _frozen(value: Any, seen: set[int]) -> Any:
+    """A parse as marshal keeps it: each LineDict as the tuple (line, key, value, key, value, ...) (a parse has no
+    tuples of its own); _UNKEPT for what would not come back the same."""
+    if isinstance(value, str | int | float | bytes | None):
+        return value
+    if isinstance(value, list | dict | set):
+        if id(value) in seen:  # an alias: read back, it would be two objects
+            return _UNKEPT
+        seen.add(id(value))
+    if isinstance(value, LineDict):
+        out: list = [value.line]
+        for k, v in value.items():
+            fk, fv = _frozen(k, seen), _frozen(v, seen)
+            if fk is _UNKEPT or fv is _UNKEPT:
+                return _UNKEPT
+            out += (fk, fv)
+        return tuple(out)
+    if type(value) is list:
+        items = [_frozen(v, seen) for v in value]
+        return _UNKEPT if any(v is _UNKEPT for v in items) else items
+    if type(value) is set and all(isinstance(v, str | int | float | bytes | None) for v in value):
+        return value
+    return _UNKEPT
+
+
+def _thawed(value: Any, file: str) -> Any:
+    """The parse back from _frozen's form."""
+    if type(value) is tuple:
+        d = LineDict()
+        for i in range(1, len(value), 2):
+            d[_thawed(value[i], file)] = _thawed(value[i + 1], file)
+        d.file, d.line = file, value[0]
+        return d
+    if type(value) is list:
+        return [_thawed(v, file) for v in value]
+    return value
 
 
 def loads_yaml(text: str, file: str = "<string>") -> Any:
+    import yaml
+
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{file}: {len(text):,} characters; sglops reads YAML up to {MAX_BYTES:,}")
     try:

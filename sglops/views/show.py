@@ -67,6 +67,17 @@ def show(result: Any, **options: Any) -> None:
 _plain = show.dispatch(object)
 
 
+def laid_out(result: Any, **options: Any) -> str | None:
+    """The text show(result) would print, laid out now (rich buffers per thread: a host's worker lays out its
+    result while the other hosts still work); None for a result printed otherwise than as one renderable."""
+    _registered(type(result))
+    if show.dispatch(type(result)) is not _plain:
+        return None
+    with console.capture() as captured:
+        console.print(render(result, **options))
+    return captured.get()
+
+
 def every_view() -> None:
     """Register every domain's views (the contract test asks the registry about every result class)."""
     for registrar in set(_VIEWS.values()):

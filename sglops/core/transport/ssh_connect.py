@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 from sglops.core import redact
 from sglops.core.errors import ConfigError, ConnectError, HostKeyError
 from sglops.core.ssh_config import ssh_config_path
-from sglops.core.transport.ssh_keys import KnownHosts, _VerifyPolicy, fingerprint, known_hosts_path
+from sglops.core.transport.ssh_keys import (
+    KnownHosts,
+    _VerifyPolicy,
+    fingerprint,
+    known_hosts_path,
+    lookup_names,
+    read_known_hosts,
+)
 
 if TYPE_CHECKING:
     from sglops.core.host import Host
@@ -137,8 +144,8 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
     chain.append(_Hop(conn, host.name, path, accept_new, host.connect_timeout))
     for hop in chain:
         client = hop.conn.client
-        hop.known = KnownHosts(hop.known_hosts)
-        hop.known.load_into(client.get_host_keys())
+        hop.known = read_known_hosts(hop.known_hosts)
+        hop.known.load_into(client.get_host_keys(), lookup_names(hop.conn.host, int(hop.conn.port)))
         client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known))
     return chain
 

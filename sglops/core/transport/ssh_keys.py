@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,16 +32,16 @@ class KnownHosts:
     CA for host certificates, which sglops never uses, so they are skipped; a line that does not parse is skipped
     (as ssh does) rather than failing every host in the file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, data: bytes | None = None) -> None:
         from paramiko.hostkeys import HostKeyEntry
 
         self.path = path
         self.entries: list[HostKeyEntry] = []
         self.revoked: list[tuple[int, HostKeyEntry]] = []
-        if not path.exists():
+        if data is None and not path.exists():
             return
         try:
-            text = path.read_bytes().decode("utf-8")
+            text = (path.read_bytes() if data is None else data).decode("utf-8")
         except IsADirectoryError:
             raise ConfigError(f"known_hosts {path} is a folder, not a file; point known_hosts at a file") from None
         except OSError as exc:
@@ -73,13 +74,53 @@ class KnownHosts:
                 return lineno
         return None
 
-    def load_into(self, host_keys) -> None:  # noqa: ANN001 - paramiko.HostKeys
+    def load_into(self, host_keys, names: tuple[str, ...] | None = None) -> None:  # noqa: ANN001 - paramiko.HostKeys
         """Add the trusted entries to a client's keys, leaving out any key that a revoked line names (for
-        one of its hosts), so paramiko asks our policy about it instead of trusting it."""
+        one of its hosts), so paramiko asks our policy about it instead of trusting it. `names`: only the entries
+        for these names (paramiko looks a host's key up by `addr` or `[addr]:port`, plain or hashed, never by a
+        wildcard): each add walks the keys added before, so a whole file of N hosts was N^2 work per connection."""
         for entry in self.entries:
             for name in entry.hostnames:
+                if names is not None and not _named(name, names):
+                    continue
                 if not any(r.key.asbytes() == entry.key.asbytes() and _matches(name, r.hostnames) for _, r in self.revoked):
                     host_keys.add(name, entry.key.get_name(), entry.key)
+
+
+_read: dict[Path, tuple[bytes, KnownHosts]] = {}
+_read_lock = threading.Lock()
+
+
+def read_known_hosts(path: Path) -> KnownHosts:
+    """KnownHosts(path), parsed once per process while the file holds the same bytes: every host of a fan-out
+    checks its key against the same file (a key accepted on the way changes it, and it is parsed again). Reading
+    it is cheap; parsing every line into a key for every host was the cost."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return KnownHosts(path)  # no file (nothing known), or one that cannot be read: its own error
+    with _read_lock:
+        kept = _read.get(path)
+    if kept is not None and kept[0] == data:
+        return kept[1]
+    known = KnownHosts(path, data)
+    with _read_lock:
+        _read[path] = (data, known)
+    return known
+
+
+def lookup_names(address: str, port: int) -> tuple[str, ...]:
+    """The names paramiko looks a host's key up by (`addr` on port 22, else `[addr]:port`): both, to be sure."""
+    return (address, f"[{address}]:{port}")
+
+
+def _named(name: str, names: tuple[str, ...]) -> bool:
+    """Whether a known_hosts name (plain or hashed, |1|salt|hash) is one of names."""
+    if not name.startswith("|1|"):
+        return name in names
+    from paramiko.hostkeys import HostKeys
+
+    return any(HostKeys.hash_host(n, name) == name for n in names)
 
 
 def _entry(line: str, lineno: int):  # noqa: ANN202 - paramiko.hostkeys.HostKeyEntry | None
