@@ -26,7 +26,7 @@ WEIGHTS: dict[str, float] = {
     "test_ab_real.py": 316,
     "test_container_server.py": 303,
     "test_ab.py": 290,
-    "test_sweep_real.py": 230,  # 262 when its starts imported every model module
+    "test_sweep_real.py": 262,
     "test_real_server.py": 245,  # with the attention path check (was test_attention_path_real.py, 80 s: a start)
     "test_ab_real_interrupt.py": 224,
     "test_multirank_real.py": 222,

@@ -45,8 +45,8 @@ def real_sweep(tmp_path_factory):
     doc = yaml.safe_load((REPO / "playbooks" / "profiles" / "sandbox-sglang-cpu.yaml").read_text())
     doc.update(port=free_port(), per_host={})
     # cheaper starts, as every other real-server module has them (real_server_host.cheaper_starts): without it each
-    # candidate's start imports the ~250 model modules the tiny Llama does not need, compiling them where no .pyc
-    # was ever written (CI's venv: the warm-up start writes only what a cheaper start imports)
+    # candidate's start imports the ~250 model modules the tiny Llama does not need (and on a fresh CI venv the first
+    # such start compiles them: the warm-up start wrote .pyc files only for what a cheaper start imports)
     doc["env"] = {**(doc.get("env") or {}), **sglang_cpu.start_env()}
     (profiles / "cpu.yaml").write_text(yaml.safe_dump(doc))
     sb = Sandbox(base / "hosts", [{"name": "cpu-a", "sglang_env": "cpu"}]).start()
