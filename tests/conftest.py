@@ -144,8 +144,8 @@ def _shared_cpu_server(tmp_path_factory):
 
 @pytest.fixture
 def cpu_server(_shared_cpu_server):
-    """The real SGLang 0.5.23 CPU server (the sandbox profile's flags) that read-only tests share: alive and
-    healthy when the test starts (restarted, with a fresh log, if an earlier test killed it)."""
+    """The real SGLang 0.5.23 CPU server (the sandbox profile's flags, and suite_server.SHARED_FLAGS) that read-only
+    tests share: alive and healthy when the test starts (restarted, with a fresh log, if an earlier test killed it)."""
     require_real_server_env()
     return _shared_cpu_server.get()
 

@@ -14,53 +14,65 @@ import os
 # modules whose tests use the session's shared real CPU server (conftest `cpu_server`): one unit, so one server.
 # In unit order readers come first; test_bench_real's last test kills the server on purpose.
 GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_workloads_real.py": "cpu-server",
-          "test_bench_real.py": "cpu-server"}
-GROUP_RANK = {"test_profile_real.py": 0, "test_bench_workloads_real.py": 0, "test_bench_real.py": 1}
-# seconds per module (setup + call + teardown of its tests): one `-n 3` run on the shared 2-core machine while it
-# was ~6x slower than idle (2026-12-03, 2,925 s wall, 8,397 s of tests), divided by 6; only their order matters.
-# test_real_server.py was 312 (995 s alone at load 8-12 the same day); split in two, the halves took 525 s and
-# 489 s side by side on 2 workers (load 6-11), in these units 165 and 153 (at load 2-4: 259 s alone; halves
-# 206 s and 183 s side by side). Every run prints its own table now
-# (tests/suite_timing.py; scripts/test.sh keeps it in .cache/suite-times.json): update from there.
-# test_ab_real.py was 240 (696 s in the last 3-worker run, where most modules took ~2x their weight; 294 s alone
-# idle); split in two, the halves took 155 s and 90 s alone idle, 220 s and 135 s side by side on 2 workers: at
-# ~2x, 183 and 107. test_ab.py was 30 but took 336 s in that run (187 s alone idle, 117 s after its cuts): 105.
+          "test_bench_loads_real.py": "cpu-server", "test_bench_real.py": "cpu-server"}
+GROUP_RANK = {"test_profile_real.py": 0, "test_bench_workloads_real.py": 0, "test_bench_loads_real.py": 0,
+              "test_bench_real.py": 1}
+# seconds per module (setup + call + teardown of its tests): the CI run of 2026-12-06 (scripts/test.sh, -n 3 on a fresh
+# 2-core machine, 1,685 s of tests) for the 15 modules its table listed, the last local -n 3 run for the rest
+# (tests/suite_timing.py prints the table; scripts/test.sh keeps it in .cache/suite-times.json): update from there.
+# Modules changed since are marked with what they should weigh now; only the order matters.
 WEIGHTS: dict[str, float] = {
-    "test_ab_real.py": 183,
-    "test_real_server.py": 165,
-    "test_real_server_crashes.py": 153,
-    "test_container_server.py": 145,
-    "test_multinode_real.py": 85,  # 120 s alone at load 1-3 (2026-12-04): two real starts, two crash starts
-    "test_multirank_real.py": 70,  # 98 s alone at load 1: two real TP=2 starts
-    "test_ab_real_interrupt.py": 107,
-    "test_ab.py": 105,
-    "test_bench_real.py": 88,
-    "test_gather_cast_numeric.py": 81,
-    "test_patches.py": 64,
-    "test_hostile_inputs.py": 90,  # 63 + the 103 cases of issue 38 (28 s alone at load 2, 2026-12-06)
-    "test_profile_real.py": 50,
-    "test_crash_points.py": 42,
-    "test_kernels.py": 41,
-    "test_versions.py": 35,
-    "test_container.py": 35,
-    "test_launch.py": 29,
-    "test_hostile_server.py": 25,  # 17 s of reads against tests/hostile_server.py + server-status over the sandbox
-    "test_injection_sweep.py": 8,
-    "test_bench.py": 23,
-    "test_bench_workloads.py": 12,  # ~30 s alone at load 10-20 (2026-12-06): stand-in runs, one telemetry sampler each
-    "test_bench_workloads_real.py": 6,  # two short runs on the shared server (its start is the group's)
-    "test_remote_network.py": 14,
-    "test_host_state.py": 14,
-    "test_play.py": 14,
-    "test_probe.py": 13,
-    "test_standin_server.py": 7,
-    "test_play_steps.py": 6,
-    "test_trace.py": 6,
-    "test_fp8_mla_decode.py": 6,
-    "test_facts.py": 5,
-    "test_decisions_patches.py": 5,
-    "test_profile.py": 4,
-    "test_gpu_tier.py": 4,
+    "test_multinode_real.py": 483,
+    "test_ab_real.py": 316,
+    "test_container_server.py": 303,
+    "test_ab.py": 290,
+    "test_sweep_real.py": 262,
+    "test_real_server.py": 245,  # with the attention path check (was test_attention_path_real.py, 80 s: a start)
+    "test_ab_real_interrupt.py": 224,
+    "test_multirank_real.py": 222,
+    "test_real_server_crashes.py": 208,
+    "test_bench_real.py": 180,
+    "test_hostile_inputs.py": 178,
+    "test_experiment_nodes.py": 152,
+    "test_profile_real.py": 125,
+    "test_fp8_mla_decode.py": 70,  # 109 when each of its 16 variant cases imported torch + Triton in a process of its own
+    "test_patches.py": 100,
+    "test_sweep_record.py": 79,
+    "test_gather_cast_numeric.py": 75,
+    "test_bench_workloads_real.py": 73,
+    "test_kernels.py": 72,
+    "test_bench_loads_real.py": 20,  # two levels on the shared server (68 s when it started a server of its own)
+    "test_crash_points.py": 68,
+    "test_html_report.py": 65,
+    "test_fp8_mla_cuda.py": 59,
+    "test_launch.py": 58,
+    "test_remote_network.py": 57,
+    "test_bench.py": 55,
+    "test_vllm_real.py": 55,
+    "test_play.py": 41,
+    "test_versions.py": 41,
+    "test_host_state.py": 39,
+    "test_gpu_tier.py": 32,
+    "test_install_wheel.py": 32,
+    "test_container.py": 31,
+    "test_bench_workloads.py": 30,
+    "test_bench_loads.py": 29,
+    "test_hostile_server.py": 26,
+    "test_play_steps.py": 23,
+    "test_help_walk.py": 19,
+    "test_profile.py": 18,
+    "test_sweep.py": 18,
+    "test_trace_scale.py": 18,
+    "test_patches_across_nodes.py": 17,
+    "test_patches_releases.py": 17,
+    "test_standin_labels.py": 17,
+    "test_probe.py": 16,
+    "test_trace_hostile.py": 15,
+    "test_secrets.py": 14,
+    "test_trace_parallel.py": 13,
+    "test_probe_view.py": 12,
+    "test_remote_memo.py": 10,
+    "test_trace.py": 10,
 }
 HEAVY_FIXTURES = {"dockerd", "cpu_server"}
 

@@ -1,4 +1,5 @@
-"""One real SGLang CPU server for the tests that only read from it (bench, profile), per test run (per xdist worker).
+"""One real SGLang CPU server for the tests that only read from it (bench, loads, profile), per test run (per xdist
+worker).
 
 Why: each start costs 20-60 s of CPU (three processes import torch, transformers and sglang) and ~2.4 GB; the
 bench and profile proofs send requests and read what comes back, so one server serves them all. A test may kill it
@@ -13,6 +14,11 @@ from pathlib import Path
 
 from sglops.sandbox.sglang_cpu import CpuServer, start_server
 from sglops.sandbox.sshd import free_port
+
+# --enable-metrics: test_bench_loads_real scrapes /metrics during a level, so it reads this server too instead of
+# starting one of its own (a start is 40-100 s of CPU). The readers' other proofs do not depend on it; a server
+# compared with this one for its config (test_bench_real's bf16 KV server) is started with the same flags.
+SHARED_FLAGS = ("--enable-metrics",)
 
 
 def healthy(server: CpuServer, timeout: float = 5.0) -> bool:
@@ -39,9 +45,11 @@ class SharedServer:
             return self.server
         self.stop()
         self.starts += 1
-        # busy-polling (no --sleep-on-idle): test_bench_real asserts on stream timing (sglang_cpu.IDLE_FLAGS)
-        self.server = start_server(free_port(), self.folder / f"server-{self.starts}.log", timeout=600,
-                                   sleep_on_idle=False)
+        # --sleep-on-idle (start_server's default): SGLang's scheduler sleeps only while it has no request at all,
+        # so a stream is timed as without it; busy-polling, the idle server took a core's share from the other
+        # workers for the whole of its modules (~300 s on CI). The timing proofs allow a starved host's bursts.
+        self.server = start_server(free_port(), self.folder / f"server-{self.starts}.log", extra=SHARED_FLAGS,
+                                   timeout=600)
         return self.server
 
     def stop(self) -> None:

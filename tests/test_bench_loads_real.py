@@ -1,4 +1,4 @@
-"""Bench loads against a REAL SGLang 0.5.23 CPU server with --enable-metrics (one server for the module, reached
+"""Bench loads against a REAL SGLang 0.5.23 CPU server with --enable-metrics (the run's shared `cpu_server`, reached
 through a sandbox sshd host with --port): an open loop of shared-prefix prompts, the server's prefix cache seen in
 its own usage fields, and its /metrics scraped during the level beside the client's figures.
 """
@@ -6,24 +6,19 @@ its own usage fields, and its /metrics scraped during the level beside the clien
 from __future__ import annotations
 
 import pytest
-from conftest import require_real_server_env
+from suite_server import SHARED_FLAGS
 
 from sglops.bench import run as bench
-from sglops.sandbox.sshd import free_port
 
 pytestmark = pytest.mark.real_server
 PREFIX, SUFFIX, OUT = 48, 8, 24
 
 
-@pytest.fixture(scope="module")
-def metrics_server(tmp_path_factory):
-    require_real_server_env()
-    from sglops.sandbox.sglang_cpu import start_server
-
-    server = start_server(free_port(), tmp_path_factory.mktemp("loads-real") / "server.log",
-                          extra=("--enable-metrics",), timeout=600)
-    yield server
-    server.stop()
+@pytest.fixture
+def metrics_server(cpu_server):
+    """The run's shared real server (conftest `cpu_server`), which runs with --enable-metrics for this module."""
+    assert "--enable-metrics" in SHARED_FLAGS
+    return cpu_server
 
 
 def test_open_loop_shared_prefix_with_the_servers_cache_and_metrics(metrics_server, remote_a):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from suite_server import SHARED_FLAGS
 
 from sglops.bench import run as bench
 from sglops.bench.compare import compare
@@ -29,13 +30,14 @@ IN, OUT = 16, 16
 @pytest.fixture(scope="module")
 def _bf16_kv_start(tmp_path_factory):
     """The second server, started in the background as the module begins (20-40 s, minutes on a loaded machine):
-    launched like the shared one but with `--kv-cache-dtype bf16` (for the config-difference test)."""
+    launched like the shared one (its flags, suite_server.SHARED_FLAGS) but with `--kv-cache-dtype bf16` (for the
+    config-difference test)."""
     from concurrent.futures import ThreadPoolExecutor
 
     logs = tmp_path_factory.mktemp("real-bench")
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(start_server, free_port(), logs / "server-bf16-kv.log",
-                             extra=("--kv-cache-dtype", "bf16"), timeout=600, sleep_on_idle=False)  # as the shared one
+        future = pool.submit(start_server, free_port(), logs / "server-bf16-kv.log",  # as the shared one
+                             extra=(*SHARED_FLAGS, "--kv-cache-dtype", "bf16"), timeout=600)
         try:
             yield future
         finally:

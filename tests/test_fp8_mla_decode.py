@@ -86,53 +86,79 @@ print("\n".join(failures) if failures else "ok")
 """
 
 VARIANT_SCRIPT = r"""
+import json
 import sys
+import traceback
 import torch
 from sglops_kernels.fp8_mla_decode import reference, workspace
 import _variants as V  # lab/fp8_mla_decode/_variants.py (research variants, out of the package since v0.6)
 
-name, heads, page, splits = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-torch.manual_seed(2)
-ROWS = 700
-pool = (torch.randn(ROWS, 1, 576) * 0.5).to(torch.float8_e4m3fn)
-if page == 1:
-    indptr = torch.tensor([0, 37, 37, 150], dtype=torch.int32)
-    ids = torch.randint(0, ROWS, (190,), dtype=torch.int32)
-    ids[150:] = 10**8  # stale tail, never to be read
-    args, kw = (indptr, ids), {}
-else:
-    indptr = torch.tensor([0, 1, 1, 4], dtype=torch.int32)
-    ids = torch.tensor([3, 0, 7, 5, 10**7], dtype=torch.int32)
-    args, kw = (indptr, ids), {"page_size": 64, "kv_lens": torch.tensor([50, 0, 129], dtype=torch.int32)}
-q = torch.randn(3, heads, 576).to(torch.bfloat16)
-ref = reference(q, pool, *args, 0.07, 0.5, **kw)
-cfg = {"block_h": 16 if heads == 16 else 64, "block_n": 32, "warps": 4, "stages": 1, "trans": 0,
-       "programs_per_sm": 1, "min_rows": 256}
-out = torch.full((3, heads, 512), float("nan"), dtype=torch.float32)
-ws = workspace(3, heads, splits, "cpu") if splits > 1 else None
-V.mla_decode_variant(name, q, pool.view(torch.uint8), *args, 0.07, 0.5, n_splits=splits, out=out, workspace=ws,
-                     config=cfg, **kw)
-err = float((out - ref).abs().max())
-# q and p are rounded to the variant's 16-bit MMA type (the interpreter multiplies in fp32)
-tol = float(ref.abs().max()) * 2 ** -7
-print("ok" if not torch.isnan(out).any() and err <= tol else f"err {err:.3g} > {tol:.3g}")
+
+def one(name, heads, page, splits):
+    torch.manual_seed(2)
+    ROWS = 700
+    pool = (torch.randn(ROWS, 1, 576) * 0.5).to(torch.float8_e4m3fn)
+    if page == 1:
+        indptr = torch.tensor([0, 37, 37, 150], dtype=torch.int32)
+        ids = torch.randint(0, ROWS, (190,), dtype=torch.int32)
+        ids[150:] = 10**8  # stale tail, never to be read
+        args, kw = (indptr, ids), {}
+    else:
+        indptr = torch.tensor([0, 1, 1, 4], dtype=torch.int32)
+        ids = torch.tensor([3, 0, 7, 5, 10**7], dtype=torch.int32)
+        args, kw = (indptr, ids), {"page_size": 64, "kv_lens": torch.tensor([50, 0, 129], dtype=torch.int32)}
+    q = torch.randn(3, heads, 576).to(torch.bfloat16)
+    ref = reference(q, pool, *args, 0.07, 0.5, **kw)
+    cfg = {"block_h": 16 if heads == 16 else 64, "block_n": 32, "warps": 4, "stages": 1, "trans": 0,
+           "programs_per_sm": 1, "min_rows": 256}
+    out = torch.full((3, heads, 512), float("nan"), dtype=torch.float32)
+    ws = workspace(3, heads, splits, "cpu") if splits > 1 else None
+    V.mla_decode_variant(name, q, pool.view(torch.uint8), *args, 0.07, 0.5, n_splits=splits, out=out, workspace=ws,
+                         config=cfg, **kw)
+    err = float((out - ref).abs().max())
+    # q and p are rounded to the variant's 16-bit MMA type (the interpreter multiplies in fp32)
+    tol = float(ref.abs().max()) * 2 ** -7
+    return "ok" if not torch.isnan(out).any() and err <= tol else f"err {err:.3g} > {tol:.3g}"
+
+
+for name, heads, page, splits in json.loads(sys.argv[1]):
+    try:
+        said = one(name, heads, page, splits)
+    except Exception:
+        said = traceback.format_exc().replace("\n", " | ")
+    print(json.dumps([[name, heads, page, splits], said]), flush=True)
 """
 
-
-@pytest.mark.parametrize("name,heads,page,splits", [
+# One interpreter process for every case (each one imported torch and Triton for itself: ~16 x 4 s of CPU); each
+# case starts from the same seed as in a process of its own, and reports its own outcome to its own test.
+VARIANT_CASES = [
     ("f16", 16, 1, 3), ("pf", 16, 1, 3), ("f16pf", 16, 1, 1), ("f16pf", 16, 64, 3), ("f16pf_n64", 16, 1, 3),
     ("f16pf_w4", 16, 64, 1), ("f16pf_t64", 16, 1, 3), ("f16pf_t64", 16, 64, 1),
     ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2),
     ("cpa", 16, 1, 3), ("cpa_vm", 16, 64, 1), ("cpa_vm_n16", 16, 1, 3), ("cpa_vm_n64", 16, 64, 3),
-    ("cpa_vm", 128, 1, 2)])
-def test_split_stage_variants_match_fp32_attention_in_the_interpreter(name, heads, page, splits):
-    """The candidate split stages (lab/fp8_mla_decode/_variants.py: FP16 MMA, register prefetch, 64-row tiles) give
-    the same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale ids."""
+    ("cpa_vm", 128, 1, 2)]
+
+
+@pytest.fixture(scope="module")
+def variant_outcomes() -> dict:
+    """{case: what the interpreter said} for every VARIANT_CASES case, from one process."""
+    import json
+
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(KERNEL), str(LAB), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", VARIANT_SCRIPT, name, str(heads), str(page), str(splits)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
+    proc = subprocess.run([sys.executable, "-c", VARIANT_SCRIPT, json.dumps(VARIANT_CASES)], env=env,
+                          capture_output=True, text=True, timeout=300 * len(VARIANT_CASES))
+    said = {tuple(case): line for case, line in (json.loads(ln) for ln in proc.stdout.splitlines()
+                                                 if ln.startswith("[["))}
+    return {"said": said, "rc": proc.returncode, "tail": (proc.stdout[-2000:], proc.stderr[-2000:])}
+
+
+@pytest.mark.parametrize("name,heads,page,splits", VARIANT_CASES)
+def test_split_stage_variants_match_fp32_attention_in_the_interpreter(variant_outcomes, name, heads, page, splits):
+    """The candidate split stages (lab/fp8_mla_decode/_variants.py: FP16 MMA, register prefetch, 64-row tiles) give
+    the same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale ids."""
+    said = variant_outcomes["said"].get((name, heads, page, splits))
+    assert said == "ok", (said, variant_outcomes["rc"], variant_outcomes["tail"])
 
 
 def test_split_kv_decode_matches_fp32_attention_in_the_interpreter():

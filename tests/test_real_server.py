@@ -2,7 +2,8 @@
 
 The host's python is the server venv's and its SGLang tree is the venv's pip-installed site-packages/sglang; the
 profile is the repo's playbooks/profiles/sandbox-sglang-cpu.yaml. One host and one server for the module (a real
-start takes 20-60 s here): render, facts, restart, status, logs, stop, some crash classes, rollback. The other
+start takes 20-60 s here): render, facts, restart (with the attention path check of `--check-path`), status, logs,
+stop, some crash classes, rollback. The other
 crash classes and a port taken run on a host of their own in tests/test_real_server_crashes.py (another xdist
 worker); the host and helpers of both are tests/real_server_host.py. Needs the environment scripts/setup.sh builds
 (`python -m sglops.sandbox.sglang_cpu`): without it these tests skip with that reason, except on CI, where they fail.
@@ -26,13 +27,19 @@ from real_server_host import (
 )
 
 from sglops.core.errors import ConfigError
+from sglops.core.op import Context, new_run_id
+from sglops.launch import ops as launch_ops
 from sglops.launch import server as launch
-from sglops.launch.results import confirm
+from sglops.launch.path_check import check_restart
+from sglops.launch.results import RestartResult, confirm
 from sglops.sandbox import sglang_cpu
 from sglops.sandbox.sshd import free_port
 from tests.conftest import inv_cmd
 
 pytestmark = pytest.mark.real_server
+
+
+_STATE: dict = {}  # the restart test's server (port, log tail), for the path check that reads it
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +84,14 @@ def test_a_missing_host_var_is_one_line(real):
 
 # -- restart, status, logs, stop ----------------------------------------------------------------------
 def test_restart_comes_up_and_every_rendered_argument_is_confirmed(real):
+    """Through what `inv restart PROFILE --check-path` runs (sglops.launch.ops.restart: the restart, then the
+    attention path predicted from the host's tree checked against the server's /server_info)."""
     sb, remote = real
     seen: list[dict] = []
-    res = launch.restart(remote, PROFILE, port=free_port(), on_progress=seen.append)
+    res = launch_ops.restart(Context(remote, new_run_id(), on_event=seen.append), PROFILE, port=free_port(),
+                             check_path=True)
     assert res.ok and res.state == "healthy", (res.failure_line(), res.log_tail)
+    _STATE.update(port=res.port, log_tail=res.log_tail)
     print(f"\nrestart-to-healthy {res.waited_s:.1f}s")
     assert res.server_info_endpoint == "/server_info" and res.server_info["version"] == sglang_cpu.SGLANG_VERSION
     assert not res.mismatches and not res.unconfirmed, (res.mismatches, res.unconfirmed)
@@ -88,6 +99,11 @@ def test_restart_comes_up_and_every_rendered_argument_is_confirmed(real):
                 "max_running_requests", "mem_fraction_static", "cuda_graph_backend_decode", "cuda_graph_backend_prefill"):
         assert key in res.confirmed, key
     assert any(ev.get("phase") == "waiting for /health" for ev in seen)
+    # --check-path: the predicted backends confirmed from /server_info (a difference would be in mismatches)
+    assert res.server_info["attention_backend"] == "torch_native"
+    for stage in ("prefill", "decode"):
+        said = res.confirmed[f"attention {stage}"]
+        assert said.startswith("torch_native as predicted (--attention-backend)"), said
     names = " ".join(server_processes(res.pid).values())
     assert "sglang::scheduler" in names and "sglang::detokenizer" in names
     state = Path(res.log_path).parent
@@ -102,6 +118,34 @@ def test_server_status_and_logs_read_the_real_server(real):
     assert st["running"] and st["health"] == 200 and st["server_info"]["attention_backend"] == "torch_native"
     r = inv_cmd("logs", "--host", "cpu-a", "--lines", "400")
     assert r.returncode == 0 and "fired up and ready to roll" in r.stdout
+
+
+def test_check_path_is_a_flag_of_inv_restart(real):
+    """The flag the restart test's path takes on the command line (a dry run: nothing is started or checked)."""
+    r = inv_cmd("restart", PROFILE, "--host", "cpu-a", "--port", str(free_port()), "--check-path", "--dry-run",
+                "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    res = res[0] if isinstance(res, list) else res
+    assert res.get("result", res)["state"] == "dry-run"
+
+
+def test_a_prediction_the_server_does_not_run_is_called_a_difference(real):
+    """A launch the server did NOT get (--attention-backend triton), checked against the running server: the
+    check says they differ, and reads the prediction from the host's own config.json."""
+    sb, remote = real
+    if "port" not in _STATE:
+        pytest.skip("the restart above did not come up")
+    info = launch.server_info(remote, _STATE["port"])
+    result = RestartResult(host="cpu-a", profile=PROFILE, ok=True, state="healthy", port=_STATE["port"],
+                           server_info=info, log_tail=_STATE["log_tail"])
+    args = {"model_path": str(sglang_cpu.model_dir()), "attention_backend": "triton"}
+    cmp = check_restart(remote, result, args)
+    assert cmp is not None and cmp["predicted"]["arch"] == "LlamaForCausalLM"  # read from the host's config.json
+    assert cmp["predicted"]["mla"] is False and cmp["predicted"]["sparse"] is False
+    assert result.mismatches["attention decode"] == {"asked": "predicted triton", "effective": "torch_native"}
+    assert result.mismatches["attention prefill"]["effective"] == "torch_native"
+    assert cmp["stages"]["decode"]["field"] == "attention_backend"
 
 
 def test_a_misspelt_argument_is_caught_by_the_confirmation(real):

@@ -25,6 +25,7 @@ from conftest import REPO, inv_cmd, require_real_server_env
 from sglops.core.hosts import load_inventory
 from sglops.core.remote import connect
 from sglops.launch import server as launch
+from sglops.sandbox import sglang_cpu
 from sglops.sandbox.sshd import Sandbox, free_port
 
 pytestmark = pytest.mark.real_server
@@ -43,6 +44,10 @@ def real_sweep(tmp_path_factory):
     profiles.mkdir()
     doc = yaml.safe_load((REPO / "playbooks" / "profiles" / "sandbox-sglang-cpu.yaml").read_text())
     doc.update(port=free_port(), per_host={})
+    # cheaper starts, as every other real-server module has them (real_server_host.cheaper_starts): without it each
+    # candidate's start imports the ~250 model modules the tiny Llama does not need (and on a fresh CI venv the first
+    # such start compiles them: the warm-up start wrote .pyc files only for what a cheaper start imports)
+    doc["env"] = {**(doc.get("env") or {}), **sglang_cpu.start_env()}
     (profiles / "cpu.yaml").write_text(yaml.safe_dump(doc))
     sb = Sandbox(base / "hosts", [{"name": "cpu-a", "sglang_env": "cpu"}]).start()
     env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_PROFILES": str(profiles),
