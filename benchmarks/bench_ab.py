@@ -1,9 +1,10 @@
 """`inv ab` wall time for N rounds on the REAL SGLang 0.5.23 CPU server, and where the time goes.
 
-A sandbox sshd host with the real server environment (read-only here: the same profile on both sides, no patch),
-`ab -a cpu -b cpu --rounds N` run in-process through the real SSH path. Prints the wall time, the per-round
-restart and bench seconds, what is left for ab's own steps (ledger checks, restore), and the paired interval of
-the B/A ratio next to the unpaired one over the same rounds (how much of the spread is drift both sides share).
+A sandbox sshd host with the real server environment (read-only here: the same profile on both sides, no
+patch), `ab -a cpu -b cpu --rounds N` run in-process through the real SSH path. Prints the wall time, the
+per-round restart and bench seconds, what is left for ab's own steps (ledger checks, restore), and the paired
+interval of the B/A ratio next to the unpaired one over the same rounds (how much of the spread is drift both
+sides share).
 
     python3 benchmarks/bench_ab.py --rounds 3 --requests 2 --input-len 16 --output-len 16
 """
@@ -50,35 +51,57 @@ def main() -> None:
     doc.update(port=free_port(), per_host={})
     (profiles / "cpu.yaml").write_text(yaml.safe_dump(doc))
     sb = Sandbox(base / "hosts", [{"name": "cpu-a", "sglang_env": "cpu"}]).start()
-    os.environ.update(SGLOPS_INVENTORY=str(sb.inventory), SGLOPS_PROFILES=str(profiles),
-                      SGLOPS_ARTIFACTS=str(base / "artifacts"))
+    os.environ.update(
+        SGLOPS_INVENTORY=str(sb.inventory),
+        SGLOPS_PROFILES=str(profiles),
+        SGLOPS_ARTIFACTS=str(base / "artifacts"),
+    )
     inv = load_inventory(sb.inventory)
     try:
         with connect(inv.get("cpu-a"), inventory=inv) as remote:
             t0 = time.monotonic()
-            ctx = Context(remote, new_run_id(), on_event=lambda ev: print(
-                f"  {time.monotonic() - t0:6.1f}s {ev.get('note')}", flush=True))
-            res = ab.run_ab(ctx, ab.parse_sides("cpu", "cpu", None), rounds=args.rounds,
-                            bench={"runs": 1, "requests": args.requests, "input_len": args.input_len,
-                                   "output_len": args.output_len})
-            artifacts.keep(remote.name, ctx.run_id, "ab.json", res, task="ab")  # as the runner records it
+            ctx = Context(
+                remote,
+                new_run_id(),
+                on_event=lambda ev: print(f"  {time.monotonic() - t0:6.1f}s {ev.get('note')}", flush=True),
+            )
+            res = ab.run_ab(
+                ctx,
+                ab.parse_sides("cpu", "cpu", None),
+                rounds=args.rounds,
+                bench={
+                    "runs": 1,
+                    "requests": args.requests,
+                    "input_len": args.input_len,
+                    "output_len": args.output_len,
+                },
+            )
+            # as the runner records it
+            artifacts.keep(remote.name, ctx.run_id, "ab.json", res, task="ab")
             wall = time.monotonic() - t0
             launch.stop(remote)
     finally:
         sb.stop()
     restart = sum(r.restart_s or 0 for r in res.rounds)
     bench = sum(r.bench_s or 0 for r in res.rounds)
-    print(f"\nab {args.rounds} rounds (2 x {args.rounds} restarts + benches), {args.requests} requests per bench, "
-          f"in {args.input_len} / out {args.output_len}: wall {wall:.1f} s")
-    print(f"  restarts {restart:.1f} s ({restart / len(res.rounds):.1f} s each), benches {bench:.1f} s "
-          f"({bench / len(res.rounds):.1f} s each), ab's own steps + restore {wall - restart - bench:.1f} s")
+    print(
+        f"\nab {args.rounds} rounds (2 x {args.rounds} restarts + benches), {args.requests} requests per"
+        f" bench, in {args.input_len} / out {args.output_len}: wall {wall:.1f} s"
+    )
+    print(
+        f"  restarts {restart:.1f} s ({restart / len(res.rounds):.1f} s each), benches {bench:.1f} s "
+        f"({bench / len(res.rounds):.1f} s each), ab's own steps + restore {wall - restart - bench:.1f} s"
+    )
     print(f"  verdict: {res.verdict()}")
     a = [r.decode_tok_s for r in res.rounds if r.side == "A"]
     b = [r.decode_tok_s for r in res.rounds if r.side == "B"]
     if len(a) >= 2 and None not in a + b:
         unpaired = stats.bootstrap_ratio_ci(a, b)
-        print(f"  decode tok/s A {', '.join(f'{x:.1f}' for x in a)}; B {', '.join(f'{x:.1f}' for x in b)}; B/A paired "
-              f"{res.ratio:.3f} {res.ratio_ci}, unpaired {stats.median(b) / stats.median(a):.3f} {unpaired}")
+        print(
+            f"  decode tok/s A {', '.join(f'{x:.1f}' for x in a)}; B {', '.join(f'{x:.1f}' for x in b)}; B/A"
+            f" paired {res.ratio:.3f} {res.ratio_ci}, unpaired {stats.median(b) / stats.median(a):.3f}"
+            f" {unpaired}"
+        )
     print(f"  host restored: {res.restore}")
 
 

@@ -40,8 +40,9 @@ RATES = "5,10.5,13.5,50,200,1000,2000,5000,10000"
 @contextlib.contextmanager
 def standin(rate: float, ttft_ms: float = 20):
     """A stand-in server on a free loopback port, decoding at `rate` tok/s."""
-    server = start_standin("--model-path", "standin",
-                           knobs={"TPS": repr(rate), "TTFT_MS": str(ttft_ms), "STARTUP_S": "0.05"})
+    server = start_standin(
+        "--model-path", "standin", knobs={"TPS": repr(rate), "TTFT_MS": str(ttft_ms), "STARTUP_S": "0.05"}
+    )
     try:
         server.wait_healthy(10)
         yield server.port
@@ -58,8 +59,10 @@ def bench_host(local: bool):
     from sglops.core.hosts import load_inventory
     from sglops.sandbox.sshd import Sandbox
 
-    with tempfile.TemporaryDirectory(prefix="sglops-accuracy-") as base, \
-            Sandbox(Path(base), [{"name": "bench-host"}]) as sb:
+    with (
+        tempfile.TemporaryDirectory(prefix="sglops-accuracy-") as base,
+        Sandbox(Path(base), [{"name": "bench-host"}]) as sb,
+    ):
         inv = load_inventory(sb.inventory)
         with connect(inv.get("bench-host"), inventory=inv) as remote:
             yield remote
@@ -82,38 +85,66 @@ def main() -> int:
     ap.add_argument("--json", help="also write the rows to this file")
     opts = ap.parse_args()
     rows = []
-    print(f"# bench accuracy on {platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
-          f"{'LocalRemote' if opts.local else 'sandbox sshd host'}, {opts.runs} repeats + 1 warm-up")
-    print("| api | true tok/s | tokens/request | measured tok/s (median) | error | 95% CI | CV "
-          "| client CPU us/token | client CPU at this rate | within 1% |")
+    print(
+        f"# bench accuracy on {platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
+        f"{'LocalRemote' if opts.local else 'sandbox sshd host'}, {opts.runs} repeats + 1 warm-up"
+    )
+    print(
+        "| api | true tok/s | tokens/request | measured tok/s (median) | error | 95% CI | CV "
+        "| client CPU us/token | client CPU at this rate | within 1% |"
+    )
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
     with bench_host(opts.local) as remote:
         for api in opts.apis.split(","):
             for rate in (float(r) for r in opts.rates.split(",")):
                 n = tokens_for(api, rate, opts.seconds, opts.native_max_tokens, opts.max_tokens)
                 with standin(rate) as port:
-                    res = run_bench(remote, runs=opts.runs, input_len=32, output_len=n, api=api, port=port,
-                                    with_facts=False)
+                    res = run_bench(
+                        remote,
+                        runs=opts.runs,
+                        input_len=32,
+                        output_len=n,
+                        api=api,
+                        port=port,
+                        with_facts=False,
+                    )
                 lv = res.levels[0]
                 fig = lv.decode_tok_s or {}
                 med = fig.get("median")
                 err = med / rate - 1 if med else None
                 cpu = lv.client_cpu_us_per_token
-                row = {"api": api, "rate": rate, "tokens": n, "status": res.status, "measured": med, "error": err,
-                       "ci95": fig.get("ci95"), "cv": fig.get("cv"), "values": fig.get("values"),
-                       "client_cpu_us_per_token": cpu,
-                       "client_cpu_share": cpu * rate / 1e6 if cpu else None,
-                       "ok": res.status == "ok" and err is not None and abs(err) < 0.01}
+                row = {
+                    "api": api,
+                    "rate": rate,
+                    "tokens": n,
+                    "status": res.status,
+                    "measured": med,
+                    "error": err,
+                    "ci95": fig.get("ci95"),
+                    "cv": fig.get("cv"),
+                    "values": fig.get("values"),
+                    "client_cpu_us_per_token": cpu,
+                    "client_cpu_share": cpu * rate / 1e6 if cpu else None,
+                    "ok": res.status == "ok" and err is not None and abs(err) < 0.01,
+                }
                 rows.append(row)
                 ci = row["ci95"]
-                print(f"| {api} | {rate:g} | {n} | {med:.3f} | {err:+.3%} | "
-                      + (f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-")
-                      + f" | {row['cv']:.2%} | {cpu:.1f} | {row['client_cpu_share']:.1%} | "
-                      + ("yes" if row["ok"] else "**no**") + " |" if med else f"| {api} | {rate:g} | {n} | "
-                      f"{res.status} | | | | | | **no** |", flush=True)
+                print(
+                    f"| {api} | {rate:g} | {n} | {med:.3f} | {err:+.3%} | "
+                    + (f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-")
+                    + f" | {row['cv']:.2%} | {cpu:.1f} | {row['client_cpu_share']:.1%} | "
+                    + ("yes" if row["ok"] else "**no**")
+                    + " |"
+                    if med
+                    else f"| {api} | {rate:g} | {n} | {res.status} | | | | | | **no** |",
+                    flush=True,
+                )
     if opts.json:
-        Path(opts.json).write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
-                                               "local": opts.local, "rows": rows}, indent=2))
+        Path(opts.json).write_text(
+            json.dumps(
+                {"host": platform.node(), "cpus": os.cpu_count(), "local": opts.local, "rows": rows}, indent=2
+            )
+        )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

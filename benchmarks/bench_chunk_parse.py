@@ -28,13 +28,25 @@ def host_client() -> dict:
 
 
 def chunk(n: int, final: bool = False) -> bytes:
-    meta = {"id": "8b4100c1d18d48dca3a4ef03366a8459", "finish_reason": {"type": "length", "length": n} if final
-            else None, "prompt_tokens": 128, "weight_version": "default", "num_retractions": 0,
-            "input_token_logprobs": [], "output_token_logprobs": [[-6.374382019042969, 805, None]] * n,
-            "output_token_logprobs_length": n, "reasoning_tokens": 0, "completion_tokens": n, "cached_tokens": 0,
-            "cached_tokens_details": None, "dp_rank": None, "response_sent_to_client_ts": 1796245032.8021667}
-    return json.dumps({"text": " date" * n, "output_ids": [805] * n, "meta_info": meta},
-                      separators=(",", ":")).encode()
+    meta = {
+        "id": "8b4100c1d18d48dca3a4ef03366a8459",
+        "finish_reason": {"type": "length", "length": n} if final else None,
+        "prompt_tokens": 128,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "input_token_logprobs": [],
+        "output_token_logprobs": [[-6.374382019042969, 805, None]] * n,
+        "output_token_logprobs_length": n,
+        "reasoning_tokens": 0,
+        "completion_tokens": n,
+        "cached_tokens": 0,
+        "cached_tokens_details": None,
+        "dp_rank": None,
+        "response_sent_to_client_ts": 1796245032.8021667,
+    }
+    return json.dumps(
+        {"text": " date" * n, "output_ids": [805] * n, "meta_info": meta}, separators=(",", ":")
+    ).encode()
 
 
 def per_chunk_us(fn, data: bytes, repeats: int, batches: int = 7) -> float:
@@ -62,10 +74,14 @@ def main() -> None:
         at = [chunk(max(1, n * k // 8)) for k in (1, 3, 5, 7)]
         req_fast = statistics.mean(per_chunk_us(native_meta, c, reps, 3) for c in at)
         req_full = statistics.mean(per_chunk_us(json.loads, c, max(5, reps // 20), 3) for c in at)
-        out[n] = {"chunk_bytes": len(data), "client_us_per_chunk": round(fast, 1),
-                  "json_loads_us_per_chunk": round(full, 1), "ratio": round(full / fast, 1),
-                  "client_us_per_token_over_request": round(req_fast, 1),
-                  "json_loads_us_per_token_over_request": round(req_full, 1)}
+        out[n] = {
+            "chunk_bytes": len(data),
+            "client_us_per_chunk": round(fast, 1),
+            "json_loads_us_per_chunk": round(full, 1),
+            "ratio": round(full / fast, 1),
+            "client_us_per_token_over_request": round(req_fast, 1),
+            "json_loads_us_per_token_over_request": round(req_full, 1),
+        }
     print(json.dumps(out, indent=1))
 
 

@@ -49,24 +49,40 @@ def main() -> None:
         name = f"sglops-bench-{uuid.uuid4().hex[:6]}"
         docker.run_container(daemon, image, name)
         h = sb.host("host")
-        sb.write_inventory(extra=[{"name": "ctr", "address": "127.0.0.1", "port": h.port, "container": name,
-                                   "python": "python3"}])
+        sb.write_inventory(
+            extra=[
+                {
+                    "name": "ctr",
+                    "address": "127.0.0.1",
+                    "port": h.port,
+                    "container": name,
+                    "python": "python3",
+                }
+            ]
+        )
         inv = load_inventory(sb.inventory)
         results = {}
         with connect(inv.get("host"), inventory=inv) as plain, connect(inv.get("ctr"), inventory=inv) as ctr:
-            for r in (plain, ctr):  # warm both connections
+            # warm both connections
+            for r in (plain, ctr):
                 r.run(["true"])
             for label in ("ssh", "ssh+docker exec"):
                 results[f"{label}: shell step"] = []
                 results[f"{label}: python step"] = []
-            for _ in range(n):  # interleaved, so drift hits both
+            # interleaved, so drift hits both
+            for _ in range(n):
                 for label, r in (("ssh", plain), ("ssh+docker exec", ctr)):
                     results[f"{label}: shell step"] += timed(lambda r=r: r.run(["true"]), 1)
                     results[f"{label}: python step"] += timed(lambda r=r: r.run(["python3", "-c", "pass"]), 1)
-        rows = {k: {"min_ms": min(v) * 1e3, "median_ms": statistics.median(v) * 1e3, "max_ms": max(v) * 1e3}
-                for k, v in results.items()}
+        rows = {
+            k: {"min_ms": min(v) * 1e3, "median_ms": statistics.median(v) * 1e3, "max_ms": max(v) * 1e3}
+            for k, v in results.items()
+        }
         for k, v in rows.items():
-            print(f"{k:32s} min {v['min_ms']:7.1f} ms  median {v['median_ms']:7.1f} ms  max {v['max_ms']:7.1f} ms")
+            print(
+                f"{k:32s} min {v['min_ms']:7.1f} ms  median {v['median_ms']:7.1f} ms  max"
+                f" {v['max_ms']:7.1f} ms"
+            )
         for kind in ("shell step", "python step"):
             ratio = rows[f"ssh+docker exec: {kind}"]["median_ms"] / rows[f"ssh: {kind}"]["median_ms"]
             print(f"ratio ({kind}, median): x{ratio:.2f}")

@@ -28,7 +28,9 @@ from sglops.host import bench_client as new_client  # noqa: E402
 def load_client(tree: Path, name: str):
     """bench_client of another tree, imported as package `name` (its relative imports from that tree)."""
     host = tree / "sglops" / "host"
-    spec = importlib.util.spec_from_file_location(name, host / "__init__.py", submodule_search_locations=[str(host)])
+    spec = importlib.util.spec_from_file_location(
+        name, host / "__init__.py", submodule_search_locations=[str(host)]
+    )
     pkg = importlib.util.module_from_spec(spec)
     sys.modules[name] = pkg
     spec.loader.exec_module(pkg)
@@ -41,18 +43,32 @@ class _Stream(socketserver.BaseRequestHandler):
         while b"\r\n\r\n" not in buf:
             buf += sock.recv(65536)
         head, _, rest = buf.partition(b"\r\n\r\n")
-        length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+        length = int(
+            next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length"))
+        )
         while len(rest) < length:
             rest += sock.recv(65536)
         n = json.loads(rest)["sampling_params"]["max_new_tokens"]
-        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         ids, lps = [], []
         for i in range(1, n + 1):
             ids.append(i % 1000)
             lps.append([-0.5, i % 1000, None])
-            meta = {"prompt_tokens": 8, "completion_tokens": i, "cached_tokens": 0, "output_token_logprobs": lps,
-                    "finish_reason": {"type": "length"} if i == n else None, "e2e_latency": 0.01}
-            data = b"data: " + json.dumps({"text": "x" * i, "output_ids": ids, "meta_info": meta}).encode() + b"\n\n"
+            meta = {
+                "prompt_tokens": 8,
+                "completion_tokens": i,
+                "cached_tokens": 0,
+                "output_token_logprobs": lps,
+                "finish_reason": {"type": "length"} if i == n else None,
+                "e2e_latency": 0.01,
+            }
+            data = (
+                b"data: "
+                + json.dumps({"text": "x" * i, "output_ids": ids, "meta_info": meta}).encode()
+                + b"\n\n"
+            )
             sock.sendall(b"%x\r\n%s\r\n" % (len(data), data))
         done = b"data: [DONE]\n\n"
         sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
@@ -81,11 +97,19 @@ def main() -> None:
     server.shutdown()
     med = {k: statistics.median(v) for k, v in cpu.items()}
     medw = {k: statistics.median(v) for k, v in wall.items()}
-    print(json.dumps({"requests": args.requests, "output_len": args.output_len,
-                      "client_cpu_ms_median": {k: round(v * 1e3, 3) for k, v in med.items()},
-                      "wall_ms_median": {k: round(v * 1e3, 3) for k, v in medw.items()},
-                      "cpu_ratio_after_over_before": round(med["after"] / med["before"], 4),
-                      "wall_ratio_after_over_before": round(medw["after"] / medw["before"], 4)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "requests": args.requests,
+                "output_len": args.output_len,
+                "client_cpu_ms_median": {k: round(v * 1e3, 3) for k, v in med.items()},
+                "wall_ms_median": {k: round(v * 1e3, 3) for k, v in medw.items()},
+                "cpu_ratio_after_over_before": round(med["after"] / med["before"], 4),
+                "wall_ratio_after_over_before": round(medw["after"] / medw["before"], 4),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

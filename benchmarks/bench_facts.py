@@ -47,9 +47,11 @@ def main() -> None:
         try:
             inv = load_inventory(sb.inventory)
             hosts = [inv.get(f"h{i}") for i in range(4)]
-            timed(hosts, inv)  # warm caches (page cache, pyc) once
+            # warm caches (page cache, pyc) once
+            timed(hosts, inv)
             one, four, cpu1 = [], [], []
-            for _ in range(args.repeats):  # interleaved so drift hits both alike
+            # interleaved so drift hits both alike
+            for _ in range(args.repeats):
                 wall, cpu = timed(hosts[:1], inv)
                 one.append(wall)
                 cpu1.append(cpu)
@@ -60,12 +62,16 @@ def main() -> None:
     cores = os.cpu_count() or 1
     # The sandbox hosts run on this machine's cores: 4 hosts cannot finish before 4x one host's CPU / cores.
     floor = max(m1, 4 * c1 / cores)
-    print(f"facts, 1 host : median {m1 * 1000:.0f} ms  (runs: {', '.join(f'{x * 1000:.0f}' for x in one)})"
-          f"; machine CPU per 1-host run {c1 * 1000:.0f} ms")
+    print(
+        f"facts, 1 host : median {m1 * 1000:.0f} ms  (runs: {', '.join(f'{x * 1000:.0f}' for x in one)})"
+        f"; machine CPU per 1-host run {c1 * 1000:.0f} ms"
+    )
     print(f"facts, 4 hosts: median {m4 * 1000:.0f} ms  (runs: {', '.join(f'{x * 1000:.0f}' for x in four)})")
     print(f"ratio 4 hosts / 1 host: {m4 / m1:.2f}x (target <= 1.5x)")
-    print(f"CPU floor on {cores} shared cores: {floor * 1000:.0f} ms = {floor / m1:.2f}x; "
-          f"4 hosts took {m4 / floor:.2f}x that floor")
+    print(
+        f"CPU floor on {cores} shared cores: {floor * 1000:.0f} ms = {floor / m1:.2f}x; "
+        f"4 hosts took {m4 / floor:.2f}x that floor"
+    )
 
 
 if __name__ == "__main__":

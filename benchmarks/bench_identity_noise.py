@@ -53,12 +53,24 @@ def main() -> None:
     port = free_port()
     runs: dict[str, str] = {}
     with connect(local_host(load_inventory("/nonexistent/hosts.yaml"))) as remote:
+
         def one(name: str, c: int, do_flush: bool = True) -> None:
             if do_flush:
                 flush(port)
-            res = bench.record(bench.run_bench(remote, runs=1, input_len=args.input_len, output_len=args.output_len,
-                                               concurrency=c, requests=args.requests, port=port, warmup=1,
-                                               with_facts=False), new_run_id())
+            res = bench.record(
+                bench.run_bench(
+                    remote,
+                    runs=1,
+                    input_len=args.input_len,
+                    output_len=args.output_len,
+                    concurrency=c,
+                    requests=args.requests,
+                    port=port,
+                    warmup=1,
+                    with_facts=False,
+                ),
+                new_run_id(),
+            )
             assert res.status == "ok", res.problems()
             runs[name] = res.run_id
 
@@ -82,9 +94,13 @@ def main() -> None:
             continue
         v = compare.compare([runs["base"], runs[name]], chart=False, out_dir=tmp / f"cmp-{name}").identity
         d = v.first_divergence
-        out["against_base"][name] = {"identical_prompts": f"{v.identical_prompts}/{v.compared}",
-                                     "max_logprob_diff": v.max_logprob_diff, "tokens_compared": v.logprob_tokens,
-                                     "first_divergence": d.describe() if d else None, "line": v.line()}
+        out["against_base"][name] = {
+            "identical_prompts": f"{v.identical_prompts}/{v.compared}",
+            "max_logprob_diff": v.max_logprob_diff,
+            "tokens_compared": v.logprob_tokens,
+            "first_divergence": d.describe() if d else None,
+            "line": v.line(),
+        }
     print(json.dumps(out, indent=1))
 
 

@@ -1,8 +1,9 @@
 """Benchmark: the REAL SGLang 0.5.23 CPU server at 1 rank, TP=2 on one host, and one server over two hosts.
 
-Same model (the tiny Llama), same machine, one run each, one after the other, the load average printed with each:
-- start-to-healthy of each shape (the host-side wait for /health; for two nodes, the slower node's), and the whole
-  command as the operator waits for it;
+Same model (the tiny Llama), same machine, one run each,
+one after the other, the load average printed with each:
+- start-to-healthy of each shape (the host-side wait for /health; for two nodes, the slower node's), and the
+  whole command as the operator waits for it;
 - processes left after `stop` on each node, by process group and by sglops' mark (0 expected);
 - a profile of each multi-rank shape: per-rank trace sizes and the analysis time over every rank;
 - two nodes: node 1 killed (SIGKILL of its process group) -> how long until `inv server-status --hosts` names
@@ -43,15 +44,22 @@ NODES = ("cpu-n0", "cpu-n1")
 
 
 def inv(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=1200, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=dict(os.environ),
+    )
 
 
 def profiles_in(folder: Path) -> None:
     for name in (BASE, f"{BASE}-tp2", f"{BASE}-2node"):
         shutil.copy(REPO / "playbooks" / "profiles" / f"{name}.yaml", folder)
     base = yaml.safe_load((folder / f"{BASE}.yaml").read_text())
-    base["env"] = {**(base.get("env") or {}), **sglang_cpu.start_env()}  # as the suite starts it
+    # as the suite starts it
+    base["env"] = {**(base.get("env") or {}), **sglang_cpu.start_env()}
     (folder / f"{BASE}.yaml").write_text(yaml.safe_dump(base))
     two = yaml.safe_load((folder / f"{BASE}-2node.yaml").read_text())
     two["dist_init_addr"] = f"127.0.0.1:{free_port()}"
@@ -70,16 +78,21 @@ def one_host(remote, profile: str, out: dict) -> None:
     t0 = time.perf_counter()
     res = launch.restart(remote, profile, port=free_port())
     assert res.ok, res.failure_line()
-    row = {"healthy_after_s": res.waited_s, "command_s": round(time.perf_counter() - t0, 2),
-           "load1": round(os.getloadavg()[0], 2)}
+    row = {
+        "healthy_after_s": res.waited_s,
+        "command_s": round(time.perf_counter() - t0, 2),
+        "load1": round(os.getloadavg()[0], 2),
+    }
     st = launch.status(remote)
     row["processes"] = len(st.processes)
     if profile.endswith("tp2"):
         row["profile"] = profile_of(["--host", remote.name])
     mark = server_id(st)
     stopped = launch.stop(remote, grace_s=15)
-    row["stop_s"], row["left_after_stop"] = stopped["took_s"], len(stopped["left"]) + len(
-        server_common.marked_processes(mark))
+    row["stop_s"], row["left_after_stop"] = (
+        stopped["took_s"],
+        len(stopped["left"]) + len(server_common.marked_processes(mark)),
+    )
     out[profile] = row
     print(profile, json.dumps(row), flush=True)
 
@@ -93,8 +106,12 @@ def profile_of(target: list[str]) -> dict:
     traces = sorted(t for d in docs for t in d["traces"])
     t1 = time.perf_counter()
     analysis = analyze(traces)
-    return {"command_s": round(t1 - t0, 2), "trace_bytes": {os.path.basename(t): os.path.getsize(t) for t in traces},
-            "analysis_s": round(time.perf_counter() - t1, 3), "ranks": [f.rank for f in analysis.files]}
+    return {
+        "command_s": round(t1 - t0, 2),
+        "trace_bytes": {os.path.basename(t): os.path.getsize(t) for t in traces},
+        "analysis_s": round(time.perf_counter() - t1, 3),
+        "ranks": [f.rank for f in analysis.files],
+    }
 
 
 def two_nodes(inv_doc, out: dict) -> None:
@@ -103,11 +120,16 @@ def two_nodes(inv_doc, out: dict) -> None:
     r = inv("restart", f"{BASE}-2node", "--hosts", hosts, "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     docs = {d["host"]: d for d in json.loads(r.stdout)}
-    row = {"healthy_after_s": max(d["waited_s"] for d in docs.values()),
-           "command_s": round(time.perf_counter() - t0, 2), "load1": round(os.getloadavg()[0], 2),
-           "profile": profile_of(["--hosts", hosts])}
-    with connect(inv_doc.get("cpu-n1"), inventory=inv_doc) as n1, connect(inv_doc.get("cpu-n0"),
-                                                                            inventory=inv_doc) as n0:
+    row = {
+        "healthy_after_s": max(d["waited_s"] for d in docs.values()),
+        "command_s": round(time.perf_counter() - t0, 2),
+        "load1": round(os.getloadavg()[0], 2),
+        "profile": profile_of(["--hosts", hosts]),
+    }
+    with (
+        connect(inv_doc.get("cpu-n1"), inventory=inv_doc) as n1,
+        connect(inv_doc.get("cpu-n0"), inventory=inv_doc) as n0,
+    ):
         st1 = launch.status(n1)
         os.killpg(st1.pid, signal.SIGKILL)
         t_dead = time.perf_counter()
@@ -126,21 +148,45 @@ def two_nodes(inv_doc, out: dict) -> None:
 
 
 def ab_two_nodes(out: dict) -> None:
-    """`inv ab --hosts n0,n1`: one round A/B on the two-node server (each side's restart starts both nodes), from
-    no server running, restored to none; then diff-trace per rank on the repo's real TP=2 / two-node traces."""
+    """`inv ab --hosts n0,n1`: one round A/B on the two-node server (each side's restart starts both nodes),
+    from no server running, restored to none; then diff-trace per rank on the repo's real TP=2 / two-node
+    traces."""
     hosts = ",".join(NODES)
     t0 = time.perf_counter()
-    r = inv("ab", "--hosts", hosts, "-a", f"{BASE}-2node", "-b", "ab-b-2node", "--rounds", "1", "--input-len", "16",
-            "--output-len", "8", "--variable", "max_running_requests", "--json")
+    r = inv(
+        "ab",
+        "--hosts",
+        hosts,
+        "-a",
+        f"{BASE}-2node",
+        "-b",
+        "ab-b-2node",
+        "--rounds",
+        "1",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--variable",
+        "max_running_requests",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)[0]
-    row = {"command_s": round(time.perf_counter() - t0, 2), "load1": round(os.getloadavg()[0], 2),
-           "restart_s": [x["restart_s"] for x in doc["rounds"]], "bench_s": [x["bench_s"] for x in doc["rounds"]],
-           "decode_tok_s": [x["decode_tok_s"] for x in doc["rounds"]], "restored": doc["restore"]["ok"]}
+    row = {
+        "command_s": round(time.perf_counter() - t0, 2),
+        "load1": round(os.getloadavg()[0], 2),
+        "restart_s": [x["restart_s"] for x in doc["rounds"]],
+        "bench_s": [x["bench_s"] for x in doc["rounds"]],
+        "decode_tok_s": [x["decode_tok_s"] for x in doc["rounds"]],
+        "restored": doc["restore"]["ok"],
+    }
     data = REPO / "tests" / "data" / "traces"
     t1 = time.perf_counter()
-    d = diff_files([data / f"sglang-cpu-tp2-TP-{k}.trace.json.gz" for k in (0, 1)],
-                   [data / f"sglang-cpu-2node-TP-{k}.trace.json.gz" for k in (0, 1)])
+    d = diff_files(
+        [data / f"sglang-cpu-tp2-TP-{k}.trace.json.gz" for k in (0, 1)],
+        [data / f"sglang-cpu-2node-TP-{k}.trace.json.gz" for k in (0, 1)],
+    )
     row["diff_trace_per_rank_s"] = round(time.perf_counter() - t1, 3)
     row["ranks"] = [{"rank": x["rank"], "own_us": x["own_us"]} for x in d.ranks]
     out["ab-two-nodes"] = row
@@ -150,7 +196,9 @@ def ab_two_nodes(out: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="also write the figures here")
-    ap.add_argument("--ab-only", action="store_true", help="only the ab over the two nodes (and diff-trace per rank)")
+    ap.add_argument(
+        "--ab-only", action="store_true", help="only the ab over the two nodes (and diff-trace per rank)"
+    )
     args = ap.parse_args()
     reason = sglang_cpu.not_ready()
     if reason:
@@ -160,12 +208,21 @@ def main() -> None:
         base = Path(tmp)
         (base / "profiles").mkdir()
         profiles_in(base / "profiles")
-        (base / "profiles" / "ab-b-2node.yaml").write_text(yaml.safe_dump({"extends": f"{BASE}-2node",
-                                                                           "max_running_requests": 4}))
-        sb = Sandbox(base, [{"name": "cpu-a", "sglang_env": "cpu"}] + [
-            {"name": n, "sglang_env": "cpu", "node_rank": i} for i, n in enumerate(NODES)]).start()
-        os.environ.update({"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_PROFILES": str(base / "profiles"),
-                           "SGLOPS_ARTIFACTS": str(base / "artifacts")})
+        (base / "profiles" / "ab-b-2node.yaml").write_text(
+            yaml.safe_dump({"extends": f"{BASE}-2node", "max_running_requests": 4})
+        )
+        sb = Sandbox(
+            base,
+            [{"name": "cpu-a", "sglang_env": "cpu"}]
+            + [{"name": n, "sglang_env": "cpu", "node_rank": i} for i, n in enumerate(NODES)],
+        ).start()
+        os.environ.update(
+            {
+                "SGLOPS_INVENTORY": str(sb.inventory),
+                "SGLOPS_PROFILES": str(base / "profiles"),
+                "SGLOPS_ARTIFACTS": str(base / "artifacts"),
+            }
+        )
         try:
             inventory = load_inventory(sb.inventory)
             if not args.ab_only:

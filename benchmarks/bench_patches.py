@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cuda"
     rows = []
     for pool_rows in (262_144, 1_048_576):
-        pool = torch.randint(0, 256, (pool_rows + 1, 1, 576), dtype=torch.uint8, device=dev).view(torch.float8_e4m3fn)
+        pool = torch.randint(0, 256, (pool_rows + 1, 1, 576), dtype=torch.uint8, device=dev).view(
+            torch.float8_e4m3fn
+        )
         for bs, ctx in ((1, 4096), (32, 2048), (64, 4096), (128, 8192)):
             n = bs * ctx
             if n > pool_rows:
@@ -77,16 +79,33 @@ def main(argv: list[str] | None = None) -> int:
             full = pool.to(torch.bfloat16)
             compact = ns["_sglops_gather_cast"](pool, wrapper, torch.bfloat16)
             same = all(
-                torch.equal(full[idx[indptr[b]:indptr[b + 1]].long()].view(torch.int16),
-                            compact[planned[indptr[b]:indptr[b + 1]].long()].view(torch.int16))
-                for b in range(bs))
-            rows.append({"pool_rows": pool_rows, "bs": bs, "ctx": ctx, "active_rows": n,
-                         "whole_pool_cast_ms": round(whole, 4), "gather_cast_ms": round(gather, 4),
-                         "speedup": round(whole / gather, 2), "bit_exact": same,
-                         "fused_kernel": ns["_fused_gather_cast"] is not None})
+                torch.equal(
+                    full[idx[indptr[b] : indptr[b + 1]].long()].view(torch.int16),
+                    compact[planned[indptr[b] : indptr[b + 1]].long()].view(torch.int16),
+                )
+                for b in range(bs)
+            )
+            rows.append(
+                {
+                    "pool_rows": pool_rows,
+                    "bs": bs,
+                    "ctx": ctx,
+                    "active_rows": n,
+                    "whole_pool_cast_ms": round(whole, 4),
+                    "gather_cast_ms": round(gather, 4),
+                    "speedup": round(whole / gather, 2),
+                    "bit_exact": same,
+                    "fused_kernel": ns["_fused_gather_cast"] is not None,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
         del pool
-    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "variant": args.variant, "rows": rows}
+    out = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "variant": args.variant,
+        "rows": rows,
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0 if all(r["bit_exact"] for r in rows) else 1

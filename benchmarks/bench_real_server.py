@@ -51,10 +51,17 @@ def main() -> None:
                     stopped = launch.stop(remote, grace_s=15)
                     stop_s = time.perf_counter() - t1
                     assert stopped["left"] == [], stopped
-                    row = {"round": i + 1, "healthy_after_s": res.waited_s, "restart_s": round(whole, 2),
-                           "confirmed": len(res.confirmed), "mismatches": len(res.mismatches),
-                           "stop_s": round(stop_s, 2), "stop_host_s": stopped["took_s"],
-                           "processes": stopped["processes"], "load1": os.getloadavg()[0]}
+                    row = {
+                        "round": i + 1,
+                        "healthy_after_s": res.waited_s,
+                        "restart_s": round(whole, 2),
+                        "confirmed": len(res.confirmed),
+                        "mismatches": len(res.mismatches),
+                        "stop_s": round(stop_s, 2),
+                        "stop_host_s": stopped["took_s"],
+                        "processes": stopped["processes"],
+                        "load1": os.getloadavg()[0],
+                    }
                     rounds.append(row)
                     print(json.dumps(row), flush=True)
         finally:

@@ -68,8 +68,13 @@ def _exec_stopping_at_exit_status(self, command, stdin, timeout, on_output):
         raise ConnectError(f"{self.name}: connection lost during a command: {exc}") from None
     finally:
         chan.close()
-    return remote.CommandResult(command, code, b"".join(out).decode(errors="replace"),
-                                b"".join(err).decode(errors="replace"), time.monotonic() - start)
+    return remote.CommandResult(
+        command,
+        code,
+        b"".join(out).decode(errors="replace"),
+        b"".join(err).decode(errors="replace"),
+        time.monotonic() - start,
+    )
 
 
 # Writes the whole answer into the pipe at once (a pipe as large as the answer) and exits at once:
@@ -101,7 +106,8 @@ def loop(r, calls: int, size: int) -> dict:
     for i in range(calls):
         try:
             out = r.run(argv, timeout=120).stdout
-        except Exception as exc:  # the connection died: count it, reconnect, go on
+        # the connection died: count it, reconnect, go on
+        except Exception as exc:
             lost.append(f"call {i}: {type(exc).__name__}: {exc}")
             r.close()
             continue
@@ -109,14 +115,22 @@ def loop(r, calls: int, size: int) -> dict:
             truncated += 1
             shortest = min(shortest, len(out))
     wall = time.perf_counter() - start
-    return {"calls": calls, "size": size, "truncated": truncated, "shortest": shortest, "seconds": round(wall, 1),
-            "ms_per_call": round(wall / max(calls, 1) * 1000, 1), "connections_lost": lost}
+    return {
+        "calls": calls,
+        "size": size,
+        "truncated": truncated,
+        "shortest": shortest,
+        "seconds": round(wall, 1),
+        "ms_per_call": round(wall / max(calls, 1) * 1000, 1),
+        "connections_lost": lost,
+    }
 
 
 def tree_state(root: Path) -> tuple[str, list[str]]:
     """(`git status` of the release tree, patches in the ledger): what a half state would show."""
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.strip()
     ledger = root / ".sglops" / "applied.json"
     names = [e["patch"] for e in json.loads(ledger.read_text())["applied"]] if ledger.exists() else []
     return status, names
@@ -142,9 +156,15 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--reader", choices=["new", "old", "both"], default="both")
-    ap.add_argument("--network", choices=["hostile", "none"], default="hostile",
-                    help="hostile: through the delaying, splitting proxy; none: plain loopback")
-    ap.add_argument("--apply-revert", type=int, default=0, help="apply/revert cycles of gather-cast (fixed reader)")
+    ap.add_argument(
+        "--network",
+        choices=["hostile", "none"],
+        default="hostile",
+        help="hostile: through the delaying, splitting proxy; none: plain loopback",
+    )
+    ap.add_argument(
+        "--apply-revert", type=int, default=0, help="apply/revert cycles of gather-cast (fixed reader)"
+    )
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args()
     results = {}
@@ -156,7 +176,7 @@ def main() -> None:
             inv = load_inventory(sb.inventory)
             host = inv.get("far")
             fixed = remote.SSHRemote._exec
-            for reader in (["new", "old"] if args.reader == "both" else [args.reader]):
+            for reader in ["new", "old"] if args.reader == "both" else [args.reader]:
                 remote.SSHRemote._exec = fixed if reader == "new" else _exec_stopping_at_exit_status
                 try:
                     with remote.connect(host, inventory=inv) as r:
@@ -169,8 +189,16 @@ def main() -> None:
                     results["apply_revert"] = apply_revert(r, sb.host("far").sglang_root, args.apply_revert)
                 print(f"apply/revert: {json.dumps(results['apply_revert'])}", flush=True)
             proxy = sb.host("far").proxy
-            results["network"] = {**NETWORK, "connections": proxy.stats.connections, "bytes_down": proxy.stats.bytes_down,
-                                  "pieces": proxy.stats.pieces} if proxy else "plain loopback"
+            results["network"] = (
+                {
+                    **NETWORK,
+                    "connections": proxy.stats.connections,
+                    "bytes_down": proxy.stats.bytes_down,
+                    "pieces": proxy.stats.pieces,
+                }
+                if proxy
+                else "plain loopback"
+            )
         finally:
             sb.stop()
     print(json.dumps(results, indent=2))

@@ -62,8 +62,9 @@ def _timed(argv: list[str], env: dict) -> tuple[float, float, int]:
 
 
 def kernel_shares_gap(ours: dict, hta: dict) -> float | None:
-    """The largest difference, in percentage points of GPU time, between the kernel shares of `inv analyze-trace
-    --json` and of hta_breakdown.py --json (the kernels HTA names; its rows sum to its GPU time). None: no kernels."""
+    """The largest difference, in percentage points of GPU time, between the kernel shares of `inv
+    analyze-trace --json` and of hta_breakdown.py --json (the kernels HTA names; its rows sum to its GPU
+    time). None: no kernels."""
     rows = hta.get("kernels") or []
     total = sum(r["us"] for r in rows)
     if not total or not ours.get("by_kernel"):
@@ -74,9 +75,11 @@ def kernel_shares_gap(ours: dict, hta: dict) -> float | None:
 
 
 def command(hta_python: str, traces: list[str], repeats: int) -> dict:
-    """inv analyze-trace vs a plain HTA script, as whole processes, interleaved; and their kernel shares' agreement."""
+    """inv analyze-trace vs a plain HTA script, as whole
+    processes, interleaved; and their kernel shares' agreement."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both as installed: with their .pyc files (HTA's venv has its own)
+    # both as installed: with their .pyc files (HTA's venv has its own)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     out_dir = tempfile.mkdtemp(prefix="sglops-bench-cmd-")
     results = []
     try:
@@ -84,31 +87,47 @@ def command(hta_python: str, traces: list[str], repeats: int) -> dict:
             ours = [sys.executable, "-m", "invoke", "analyze-trace", str(trace), "--json", "--out", out_dir]
             hta = [hta_python, str(REPO / "benchmarks" / "hta_breakdown.py"), str(trace), "--json"]
             answers = []
-            for argv in (ours, hta):  # warm-up: page cache, .pyc files; the answers compared
-                proc = subprocess.run(argv, cwd=REPO, env={**env, "HTA_DISABLE_NS_ROUNDING": "1"}, capture_output=True)
+            # warm-up: page cache, .pyc files; the answers compared
+            for argv in (ours, hta):
+                proc = subprocess.run(
+                    argv, cwd=REPO, env={**env, "HTA_DISABLE_NS_ROUNDING": "1"}, capture_output=True
+                )
                 if proc.returncode:
-                    raise SystemExit(f"exit {proc.returncode}: {' '.join(argv)}: {proc.stderr.decode()[-300:]}")
-                answers.append(json.loads(proc.stdout.decode().strip().splitlines()[-1] if argv is hta else proc.stdout))
+                    raise SystemExit(
+                        f"exit {proc.returncode}: {' '.join(argv)}: {proc.stderr.decode()[-300:]}"
+                    )
+                answers.append(
+                    json.loads(proc.stdout.decode().strip().splitlines()[-1] if argv is hta else proc.stdout)
+                )
             a, b = [], []
             for _ in range(repeats):
                 a.append(_timed(ours, env))
                 b.append(_timed(hta, env))
             med = statistics.median
-            results.append({
-                "trace": str(trace), "bytes": Path(trace).stat().st_size, "repeats": repeats,
-                "sglops_wall_s": med(x[0] for x in a), "hta_wall_s": med(x[0] for x in b),
-                "sglops_cpu_s": med(x[1] for x in a), "hta_cpu_s": med(x[1] for x in b),
-                "speedup_wall": med(y[0] / x[0] for x, y in zip(a, b, strict=True)),
-                "speedup_cpu": med(y[1] / x[1] for x, y in zip(a, b, strict=True)),
-                "kernel_share_gap_points": kernel_shares_gap(*answers),
-                "exit_codes": sorted({x[2] for x in a} | {y[2] for y in b}),
-                "load": open("/proc/loadavg").read().split()[0],
-            })
+            results.append(
+                {
+                    "trace": str(trace),
+                    "bytes": Path(trace).stat().st_size,
+                    "repeats": repeats,
+                    "sglops_wall_s": med(x[0] for x in a),
+                    "hta_wall_s": med(x[0] for x in b),
+                    "sglops_cpu_s": med(x[1] for x in a),
+                    "hta_cpu_s": med(x[1] for x in b),
+                    "speedup_wall": med(y[0] / x[0] for x, y in zip(a, b, strict=True)),
+                    "speedup_cpu": med(y[1] / x[1] for x, y in zip(a, b, strict=True)),
+                    "kernel_share_gap_points": kernel_shares_gap(*answers),
+                    "exit_codes": sorted({x[2] for x in a} | {y[2] for y in b}),
+                    "load": open("/proc/loadavg").read().split()[0],
+                }
+            )
             r = results[-1]
             gap = r["kernel_share_gap_points"]
-            print(f"{Path(trace).name:45} sglops {r['sglops_wall_s']:.2f} s  HTA {r['hta_wall_s']:.2f} s  "
-                  f"-> {r['speedup_wall']:.1f}x wall, {r['speedup_cpu']:.1f}x CPU; kernel shares within "
-                  f"{'-' if gap is None else f'{gap:.3f}'} points (load {r['load']})", flush=True)
+            print(
+                f"{Path(trace).name:45} sglops {r['sglops_wall_s']:.2f} s  HTA {r['hta_wall_s']:.2f} s  "
+                f"-> {r['speedup_wall']:.1f}x wall, {r['speedup_cpu']:.1f}x CPU; kernel shares within "
+                f"{'-' if gap is None else f'{gap:.3f}'} points (load {r['load']})",
+                flush=True,
+            )
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     return {"python": sys.executable, "hta_python": hta_python, "results": results}
@@ -125,9 +144,15 @@ def cpu_analysis(repeats: int) -> dict:
         a = analyze([CPU_TRACE])
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-    return {"trace": str(CPU_TRACE), "bytes": CPU_TRACE.stat().st_size, "events": a.files[0].events,
-            "cpu_ops": a.cpu.ops, "repeats": repeats, "analysis_wall_s": statistics.median(wall),
-            "analysis_cpu_s": statistics.median(cpu)}
+    return {
+        "trace": str(CPU_TRACE),
+        "bytes": CPU_TRACE.stat().st_size,
+        "events": a.files[0].events,
+        "cpu_ops": a.cpu.ops,
+        "repeats": repeats,
+        "analysis_wall_s": statistics.median(wall),
+        "analysis_cpu_s": statistics.median(cpu),
+    }
 
 
 def _hta_breakdown(path: str, work: str) -> dict[str, float]:
@@ -149,7 +174,8 @@ def speed(repeats: int) -> dict:
     shutil.copy(REAL, path)
     ours_s, hta_s = [], []
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
-    _hta_breakdown(path, work), analyze([path])  # warm imports and caches for both
+    # warm imports and caches for both
+    _hta_breakdown(path, work), analyze([path])
     for _ in range(repeats):
         t = time.perf_counter()
         ours = analyze([path])
@@ -163,29 +189,40 @@ def speed(repeats: int) -> dict:
     mine = {k: us for k, (us, _) in ours.by_kernel.items()}
     worst = max(abs(mine[k] - v) / v for k, v in hta.items() if v)
     return {
-        "trace": str(REAL), "repeats": repeats,
-        "sglops_s": statistics.median(ours_s), "hta_s": statistics.median(hta_s),
+        "trace": str(REAL),
+        "repeats": repeats,
+        "sglops_s": statistics.median(ours_s),
+        "hta_s": statistics.median(hta_s),
         "speedup": statistics.median(hta_s) / statistics.median(ours_s),
-        "same_kernels": sorted(mine) == sorted(hta), "max_kernel_rel_diff": worst,
-        "sglops_total_us": sum(mine.values()), "hta_total_us": sum(hta.values()),
+        "same_kernels": sorted(mine) == sorted(hta),
+        "max_kernel_rel_diff": worst,
+        "sglops_total_us": sum(mine.values()),
+        "hta_total_us": sum(hta.values()),
         "hta_rounded_total_us": sum(hta_rounded.values()),
     }
 
 
-LAYOUTS = ("compact", "indent")  # compact: orjson's one line per event; indent: 2-space indented, as torch spaces
+# compact: orjson's one line per event; indent: 2-space indented, as torch spaces
+LAYOUTS = ("compact", "indent")
 
 
-def make_big(size_gb: float, source: Path = REAL, layout: str = "compact", reps: int | None = None) -> tuple[Path, int]:
-    """Replicate a real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb, or to exactly
-    `reps` copies. compact packs more events per GB than torch writes (torch's own files are 1.2-1.4x larger for
-    the same events); indent is within 10% of torch's bytes per event on the CPU traces here (1.06-1.09x)."""
+def make_big(
+    size_gb: float, source: Path = REAL, layout: str = "compact", reps: int | None = None
+) -> tuple[Path, int]:
+    """Replicate a real trace's events (ts shifted, correlation/External/flow ids offset) to size_gb, or to
+    exactly `reps` copies. compact packs more events per GB than torch writes (torch's own files are 1.2-1.4x
+    larger for the same events); indent is within 10% of torch's bytes per event on the CPU traces here
+    (1.06-1.09x)."""
     import orjson
 
     if layout not in LAYOUTS:
         raise SystemExit(f"--layout {layout}: one of {', '.join(LAYOUTS)}")
     stem = "" if source == REAL else source.name.split(".")[0] + "-"
     size = f"x{reps}" if reps else f"{size_gb:g}g"
-    out = Path(tempfile.gettempdir()) / f"sglops-bench-{stem}{size}{'' if layout == 'compact' else '-' + layout}.trace.json"
+    out = (
+        Path(tempfile.gettempdir())
+        / f"sglops-bench-{stem}{size}{'' if layout == 'compact' else '-' + layout}.trace.json"
+    )
     doc = orjson.loads(gzip.decompress(source.read_bytes()))
     events = doc.pop("traceEvents")
     timed = [e for e in events if isinstance(e.get("ts"), int | float)]
@@ -193,8 +230,12 @@ def make_big(size_gb: float, source: Path = REAL, layout: str = "compact", reps:
     top = 0
     for e in events:
         a = e.get("args") or {}
-        top = max(top, int(a.get("correlation", 0) or 0), int(a.get("External id", 0) or 0), int(e.get("id", 0) or 0)
-                  if isinstance(e.get("id"), int) else 0)
+        top = max(
+            top,
+            int(a.get("correlation", 0) or 0),
+            int(a.get("External id", 0) or 0),
+            int(e.get("id", 0) or 0) if isinstance(e.get("id"), int) else 0,
+        )
     offset = top + 1
     target = int(size_gb * 2**30)
     option = orjson.OPT_INDENT_2 if layout == "indent" else 0
@@ -240,7 +281,8 @@ def memory(size_gb: float, gz: bool = False) -> dict:
 
     t = time.perf_counter()
     path, reps = make_big(size_gb)
-    if gz:  # the same events, gzipped as SGLang writes them (level 1: the bench's own time)
+    # the same events, gzipped as SGLang writes them (level 1: the bench's own time)
+    if gz:
         zipped = path.with_name(path.name + ".gz")
         if not zipped.exists():
             with open(path, "rb") as src, gzip.open(str(zipped) + ".tmp", "wb", compresslevel=1) as dst:
@@ -249,25 +291,35 @@ def memory(size_gb: float, gz: bool = False) -> dict:
         path = zipped
     made_s = time.perf_counter() - t
     one = analyze([REAL])
-    code = ("import json, sys, time\nfrom sglops.trace.analysis import analyze\nt = time.perf_counter()\n"
-            "a = analyze([sys.argv[1]])\n"
-            "print(json.dumps({'s': time.perf_counter() - t, 'gpu_us': a.gpu_us, 'events': a.files[0].events,"
-            " 'kernels': a.files[0].kernels, 'linked': a.files[0].linked, 'steps': len(a.steps),"
-            " 'mm_us': a.by_op['aten::mm'][0]}))")
+    code = (
+        "import json, sys, time\nfrom sglops.trace.analysis import analyze\nt = time.perf_counter()\n"
+        "a = analyze([sys.argv[1]])\n"
+        "print(json.dumps({'s': time.perf_counter() - t, 'gpu_us': a.gpu_us, 'events': a.files[0].events,"
+        " 'kernels': a.files[0].kernels, 'linked': a.files[0].linked, 'steps': len(a.steps),"
+        " 'mm_us': a.by_op['aten::mm'][0]}))"
+    )
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO)
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
     got = json.loads(proc.stdout)
-    return {"trace": str(path), "bytes": path.stat().st_size, "replicas": reps, "made_s": made_s, **got,
-            "peak_rss_mb": peak_kb / 1024, "earlier_children_peak_mb": before / 1024,
-            "gpu_us_expected": one.gpu_us * reps, "mm_us_expected": one.by_op["aten::mm"][0] * reps}
+    return {
+        "trace": str(path),
+        "bytes": path.stat().st_size,
+        "replicas": reps,
+        "made_s": made_s,
+        **got,
+        "peak_rss_mb": peak_kb / 1024,
+        "earlier_children_peak_mb": before / 1024,
+        "gpu_us_expected": one.gpu_us * reps,
+        "mm_us_expected": one.by_op["aten::mm"][0] * reps,
+    }
 
 
 def diff(size_gb: float) -> dict:
-    """`inv diff-trace A B` on two big traces (the whole-pool cast and the gather-cast H200 decode traces, each
-    replicated to size_gb), as the operator runs it: wall time and peak RSS of the command."""
+    """`inv diff-trace A B` on two big traces (the whole-pool cast and the gather-cast H200 decode traces,
+    each replicated to size_gb), as the operator runs it: wall time and peak RSS of the command."""
     a, reps_a = make_big(size_gb, TRACES / "h200_decode_fullcast.trace.json.gz")
     b, reps_b = make_big(size_gb, REAL)
     argv = [sys.executable, "-m", "invoke", "diff-trace", str(a), str(b), "--json"]
@@ -278,10 +330,18 @@ def diff(size_gb: float) -> dict:
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:] or proc.stdout[-2000:])
     doc = json.loads(proc.stdout)
-    return {"a": str(a), "a_bytes": a.stat().st_size, "a_replicas": reps_a, "b": str(b),
-            "b_bytes": b.stat().st_size, "b_replicas": reps_b, "wall_s": round(wall, 2),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "earlier_children_peak_mb": before / 1024, "headline": doc.get("headline") or doc.get("line")}
+    return {
+        "a": str(a),
+        "a_bytes": a.stat().st_size,
+        "a_replicas": reps_a,
+        "b": str(b),
+        "b_bytes": b.stat().st_size,
+        "b_replicas": reps_b,
+        "wall_s": round(wall, 2),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "earlier_children_peak_mb": before / 1024,
+        "headline": doc.get("headline") or doc.get("line"),
+    }
 
 
 def _tree(pid: int) -> list[int]:
@@ -299,48 +359,65 @@ def _tree(pid: int) -> list[int]:
 
 
 def _sample_tree(proc: subprocess.Popen, every: float = 0.05) -> dict:
-    """The largest sum, over one analysis' processes (parent + workers) alive at once, of RSS and of PSS (shared
-    pages counted once across them), sampled every 50 ms until it exits."""
+    """The largest sum, over one analysis' processes (parent + workers) alive at once, of RSS and of PSS
+    (shared pages counted once across them), sampled every 50 ms until it exits."""
     top_rss = top_pss = top_private = 0
     while proc.poll() is None:
         rss = pss = 0
         for p in _tree(proc.pid):
             try:
-                fields = dict(line.split(":", 1) for line in Path(f"/proc/{p}/smaps_rollup").read_text()
-                              .splitlines()[1:])
+                fields = dict(
+                    line.split(":", 1)
+                    for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines()[1:]
+                )
             except (OSError, ValueError):
                 continue
             kb = {k: int(v.split()[0]) for k, v in fields.items()}
             rss += kb.get("Rss", 0)
             pss += kb.get("Pss", 0)
-            if p != proc.pid:  # a worker: the memory only it holds (what each more worker adds)
+            # a worker: the memory only it holds (what each more worker adds)
+            if p != proc.pid:
                 top_private = max(top_private, kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0))
         top_rss, top_pss = max(top_rss, rss), max(top_pss, pss)
         time.sleep(every)
-    return {"together_rss_mb": round(top_rss / 1024, 1), "together_pss_mb": round(top_pss / 1024, 1),
-            "worker_private_mb": round(top_private / 1024, 1)}
+    return {
+        "together_rss_mb": round(top_rss / 1024, 1),
+        "together_pss_mb": round(top_pss / 1024, 1),
+        "worker_private_mb": round(top_private / 1024, 1),
+    }
 
 
 def parallel(size_gb: float, trace: str | None = None, force: bool = False) -> dict:
-    """The reader sequential (SGLOPS_TRACE_WORKERS=1) then parallel (default workers), one fresh process each, on
-    the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and whether the
-    two analyses are byte-identical (sha256 of analysis JSON, the path left out). Notes the load average."""
+    """The reader sequential (SGLOPS_TRACE_WORKERS=1) then parallel (default workers), one fresh process each,
+    on the 1 GB H200 replica (or `trace`): wall, CPU of parent + workers, parent and worker peak RSS, and
+    whether the two analyses are byte-identical (sha256 of analysis JSON, the path left out). Notes the load
+    average."""
     path = Path(trace) if trace else make_big(size_gb)[0]
-    code = ("import hashlib, json, resource, sys, time\nfrom sglops.trace.analysis import analyze\nt = time.perf_counter()\n"
-            "a = analyze([sys.argv[1]])\ns = time.perf_counter() - t\ndoc = a.to_json()\n"
-            "[f.pop('path', None) for f in doc['files']]\n"
-            "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-            "print(json.dumps({'s': round(s, 2), 'cpu_s': round(me.ru_utime + me.ru_stime + kids.ru_utime + "
-            "kids.ru_stime, 2), 'parent_peak_mb': round(me.ru_maxrss / 1024, 1), 'workers_peak_mb': "
-            "round(kids.ru_maxrss / 1024, 1), 'events': a.files[0].events, 'sha256': hashlib.sha256(json.dumps("
-            "doc, sort_keys=True).encode()).hexdigest()}))")
-    if force:  # files under the size threshold read in parallel too (identity checks on small replicas)
+    code = (
+        "import hashlib, json, resource, sys, time\nfrom sglops.trace.analysis import analyze\nt ="
+        " time.perf_counter()\na = analyze([sys.argv[1]])\ns = time.perf_counter() - t\ndoc ="
+        " a.to_json()\n[f.pop('path', None) for f in doc['files']]\nme, kids ="
+        " resource.getrusage(resource.RUSAGE_SELF),"
+        " resource.getrusage(resource.RUSAGE_CHILDREN)\nprint(json.dumps({'s': round(s, 2), 'cpu_s':"
+        " round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 2), 'parent_peak_mb':"
+        " round(me.ru_maxrss / 1024, 1), 'workers_peak_mb': round(kids.ru_maxrss / 1024, 1), 'events':"
+        " a.files[0].events, 'sha256': hashlib.sha256(json.dumps(doc,"
+        " sort_keys=True).encode()).hexdigest()}))"
+    )
+    # files under the size threshold read in parallel too (identity checks on small replicas)
+    if force:
         code = "import sglops.trace.parse as P\nP.PARALLEL_MIN_BYTES = 0\n" + code
     out: dict = {"trace": str(path), "bytes": path.stat().st_size, "load_before": os.getloadavg()}
     for label, workers in (("sequential", "1"), ("parallel", "")):
         env = {**os.environ, "PYTHONPATH": str(REPO), "SGLOPS_TRACE_WORKERS": workers}
-        proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
         together = _sample_tree(proc)
         stdout, stderr = proc.communicate()
         if proc.returncode != 0:
@@ -352,26 +429,35 @@ def parallel(size_gb: float, trace: str | None = None, force: bool = False) -> d
 
 
 def small(before: str, repeats: int) -> dict:
-    """What a small trace pays for the parallel reader's checks: `analyze` of a test-data CPU trace (gzipped as
-    kept, and gunzipped) in fresh processes, this checkout vs `before` (another checkout), interleaved; medians
-    (ms, imports included)."""
+    """What a small trace pays for the parallel reader's checks: `analyze` of a test-data CPU trace (gzipped
+    as kept, and gunzipped) in fresh processes, this checkout vs `before` (another checkout), interleaved;
+    medians (ms, imports included)."""
     src = TRACES / "sglang-cpu-nostack-TP-0.trace.json.gz"
     plain = Path(tempfile.gettempdir()) / "sglops-bench-small.trace.json"
     plain.write_bytes(gzip.decompress(src.read_bytes()))
-    code = ("import sys, time\nt, c = time.perf_counter(), time.process_time()\nfrom sglops.trace.analysis import analyze\n"
-            "analyze([sys.argv[1]])\nprint(time.perf_counter() - t, time.process_time() - c)")
+    code = (
+        "import sys, time\nt, c = time.perf_counter(), time.process_time()\nfrom sglops.trace.analysis import"
+        " analyze\nanalyze([sys.argv[1]])\nprint(time.perf_counter() - t, time.process_time() - c)"
+    )
     runs: dict[str, list[list[float]]] = {}
     out: dict = {"load_before": os.getloadavg()}
     for _ in range(repeats):
         for label, tree in (("before", before), ("after", str(REPO))):
             for kind, path in (("gz", src), ("plain", plain)):
-                proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                                      env={**os.environ, "PYTHONPATH": tree}, check=True)
+                proc = subprocess.run(
+                    [sys.executable, "-c", code, str(path)],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": tree},
+                    check=True,
+                )
                 runs.setdefault(f"{label}_{kind}", []).append([float(x) * 1000 for x in proc.stdout.split()])
     for key, rows in runs.items():
-        out[key] = {"wall_ms": round(statistics.median(r[0] for r in rows), 1),
-                    "cpu_ms": round(statistics.median(r[1] for r in rows), 1),
-                    "wall_ms_range": [round(min(r[0] for r in rows), 1), round(max(r[0] for r in rows), 1)]}
+        out[key] = {
+            "wall_ms": round(statistics.median(r[0] for r in rows), 1),
+            "cpu_ms": round(statistics.median(r[1] for r in rows), 1),
+            "wall_ms_range": [round(min(r[0] for r in rows), 1), round(max(r[0] for r in rows), 1)],
+        }
     out["load_after"] = os.getloadavg()
     return out
 
@@ -384,14 +470,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--gzip", action="store_true", help="memory: analyse a gzipped copy of the big trace")
-    ap.add_argument("--hta-python", default=sys.executable, help="command: a python with holistictraceanalysis")
+    ap.add_argument(
+        "--hta-python", default=sys.executable, help="command: a python with holistictraceanalysis"
+    )
     ap.add_argument("--trace", action="append", help="command: a trace to time (repeatable)")
-    ap.add_argument("--all-traces", action="store_true", help="command: every real trace in tests/data/traces")
+    ap.add_argument(
+        "--all-traces", action="store_true", help="command: every real trace in tests/data/traces"
+    )
     args = ap.parse_args()
     if args.part == "command":
         every = sorted(str(p) for p in TRACES.glob("*.trace.json.gz")) if args.all_traces else None
-        res = command(args.hta_python, every or args.trace or [str(CPU_TRACE), str(_largest_gpu_trace())],
-                      args.repeats or 7)
+        res = command(
+            args.hta_python,
+            every or args.trace or [str(CPU_TRACE), str(_largest_gpu_trace())],
+            args.repeats or 7,
+        )
     elif args.part == "cpu":
         res = cpu_analysis(args.repeats or 9)
     elif args.part == "speed":

@@ -59,8 +59,17 @@ from sglops.core.values import IntList  # noqa: E402
 from sglops.sandbox.sglang_cpu import model_dir, start_server, venv_python  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 
-FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "output_tok_s", "server_gen_tok_s",
-           "decode_vs_server", "client_cpu_us_per_token")
+FIGURES = (
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+    "e2e_ms",
+    "decode_tok_s",
+    "output_tok_s",
+    "server_gen_tok_s",
+    "decode_vs_server",
+    "client_cpu_us_per_token",
+)
 GEN = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 
 
@@ -75,22 +84,41 @@ def server_rate(log: Path | None, offset: int) -> float | None:
         text = fh.read().decode(errors="replace")
     rates = [float(m.group(2)) / int(m.group(1)) for m in GEN.finditer(text) if int(m.group(1))]
     return stats.median(rates) if rates else None
+
+
 BACKENDS = {"sglang": "sglang", "openai": "sglang-oai"}
 
 
 def run_sglops(remote, port: int, api: str, c: int, a: argparse.Namespace) -> dict:
-    res = bench.run_bench(remote, runs=1, input_len=a.input_len, output_len=a.output_len, concurrency=c, api=api,
-                          port=port, requests=a.requests, warmup=1, with_facts=False)
+    res = bench.run_bench(
+        remote,
+        runs=1,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        concurrency=c,
+        api=api,
+        port=port,
+        requests=a.requests,
+        warmup=1,
+        with_facts=False,
+    )
     lv = res.levels[0]
     if lv.status != "ok":
         raise SystemExit(f"sglops run not clean at C={c} {api}: {res.problems()}")
-    return {"ttft_ms": lv.ttft_ms["median"], "tpot_ms": lv.tpot_ms["median"], "itl_ms": lv.itl_ms["median"],
-            "e2e_ms": lv.e2e_ms["median"], "decode_tok_s": lv.decode_tok_s["median"],
-            "output_tok_s": (lv.output_tok_s or {}).get("median"),
-            "client_cpu_us_per_token": res.client["cpu_us_per_token"], "suspect": lv.suspects}
+    return {
+        "ttft_ms": lv.ttft_ms["median"],
+        "tpot_ms": lv.tpot_ms["median"],
+        "itl_ms": lv.itl_ms["median"],
+        "e2e_ms": lv.e2e_ms["median"],
+        "decode_tok_s": lv.decode_tok_s["median"],
+        "output_tok_s": (lv.output_tok_s or {}).get("median"),
+        "client_cpu_us_per_token": res.client["cpu_us_per_token"],
+        "suspect": lv.suspects,
+    }
 
 
-SERVING_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # new path first, the alias on older releases
+# new path first, the alias on older releases
+SERVING_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")
 
 
 _FIND = """
@@ -110,7 +138,9 @@ def find_serving_module(python: str, env: dict | None = None) -> str:
     """Which bench_serving module the SGLang that python sees has: `sglang.benchmark.serving` (0.5.17+) first,
     else the old `sglang.bench_serving`. Found from the package's files, without importing sglang (whose
     __init__ may need what is missing)."""
-    proc = subprocess.run([python, "-c", _FIND], capture_output=True, text=True, env=env or os.environ, timeout=120)
+    proc = subprocess.run(
+        [python, "-c", _FIND], capture_output=True, text=True, env=env or os.environ, timeout=120
+    )
     answer = proc.stdout.strip()
     if proc.returncode != 0 or answer not in SERVING_MODULES:
         raise SystemExit(f"{python}: no SGLang bench_serving ({answer or proc.stderr.strip()[-200:]})")
@@ -121,7 +151,9 @@ def serving_module(python: str) -> str:
     """The module to run, checked to import (a missing dependency is one line naming it)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     module = find_serving_module(python, env)
-    proc = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [python, "-c", f"import {module}"], capture_output=True, text=True, env=env, timeout=600
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise SystemExit(f"{python} cannot import {module}: {last}")
@@ -131,13 +163,41 @@ def serving_module(python: str) -> str:
 def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: int) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-serving-")) / "out.jsonl"
     model = str(a.model)
-    argv = [a.python, "-m", a.serving_module, "--backend", BACKENDS[api],
-            "--base-url", f"http://127.0.0.1:{port}", "--model", model, "--tokenizer", model,
-            "--dataset-name", "random-ids", *(["--tokenize-prompt"] if api == "sglang" else []),
-            "--random-input-len", str(a.input_len),
-            "--random-output-len", str(a.output_len), "--random-range-ratio", "1.0", "--num-prompts", str(a.requests),
-            "--max-concurrency", str(c), "--request-rate", "inf", "--warmup-requests", "1", "--seed", str(seed),
-            "--disable-tqdm", "--output-file", str(out)]
+    argv = [
+        a.python,
+        "-m",
+        a.serving_module,
+        "--backend",
+        BACKENDS[api],
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        model,
+        "--tokenizer",
+        model,
+        "--dataset-name",
+        "random-ids",
+        *(["--tokenize-prompt"] if api == "sglang" else []),
+        "--random-input-len",
+        str(a.input_len),
+        "--random-output-len",
+        str(a.output_len),
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        str(a.requests),
+        "--max-concurrency",
+        str(c),
+        "--request-rate",
+        "inf",
+        "--warmup-requests",
+        "1",
+        "--seed",
+        str(seed),
+        "--disable-tqdm",
+        "--output-file",
+        str(out),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0 or not out.exists():
@@ -145,10 +205,16 @@ def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: 
     doc = json.loads(out.read_text().strip().splitlines()[-1])
     if doc["completed"] != a.requests:
         raise SystemExit(f"bench_serving completed {doc['completed']} of {a.requests} requests")
-    return {"ttft_ms": doc["median_ttft_ms"], "tpot_ms": doc["median_tpot_ms"], "itl_ms": doc["median_itl_ms"],
-            "e2e_ms": doc["median_e2e_latency_ms"], "decode_tok_s": 1000 / doc["median_tpot_ms"],
-            "output_tok_s": doc["output_throughput"] if c > 1 else None,
-            "client_cpu_us_per_token": None}  # its process CPU is mostly imports and tokenizer loading
+    # its process CPU is mostly imports and tokenizer loading
+    return {
+        "ttft_ms": doc["median_ttft_ms"],
+        "tpot_ms": doc["median_tpot_ms"],
+        "itl_ms": doc["median_itl_ms"],
+        "e2e_ms": doc["median_e2e_latency_ms"],
+        "decode_tok_s": 1000 / doc["median_tpot_ms"],
+        "output_tok_s": doc["output_throughput"] if c > 1 else None,
+        "client_cpu_us_per_token": None,
+    }
 
 
 def spread(values: list[float]) -> float | None:
@@ -160,46 +226,79 @@ def summarise(runs: list[dict]) -> list[dict]:
     keys = sorted({(r["api"], r["c"]) for r in runs})
     for api, c in keys:
         for fig in FIGURES:
-            mine = [r["sglops"][fig] for r in runs if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] is not None]
-            theirs = [r["bench_serving"][fig] for r in runs
-                      if (r["api"], r["c"]) == (api, c) and r["bench_serving"][fig] is not None]
+            mine = [
+                r["sglops"][fig]
+                for r in runs
+                if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] is not None
+            ]
+            theirs = [
+                r["bench_serving"][fig]
+                for r in runs
+                if (r["api"], r["c"]) == (api, c) and r["bench_serving"][fig] is not None
+            ]
             if not mine or not theirs:
                 continue
-            paired = [r["sglops"][fig] / r["bench_serving"][fig] for r in runs
-                      if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] and r["bench_serving"][fig]]
-            rows.append({"api": api, "c": c, "figure": fig, "sglops": stats.median(mine),
-                         "bench_serving": stats.median(theirs), "ratio": stats.median(mine) / stats.median(theirs),
-                         "paired_ratios": paired, "paired_median": stats.median(paired) if paired else None,
-                         "paired_spread": spread(paired) if paired else None, "sglops_spread": spread(mine),
-                         "bench_serving_spread": spread(theirs)})
+            paired = [
+                r["sglops"][fig] / r["bench_serving"][fig]
+                for r in runs
+                if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] and r["bench_serving"][fig]
+            ]
+            rows.append(
+                {
+                    "api": api,
+                    "c": c,
+                    "figure": fig,
+                    "sglops": stats.median(mine),
+                    "bench_serving": stats.median(theirs),
+                    "ratio": stats.median(mine) / stats.median(theirs),
+                    "paired_ratios": paired,
+                    "paired_median": stats.median(paired) if paired else None,
+                    "paired_spread": spread(paired) if paired else None,
+                    "sglops_spread": spread(mine),
+                    "bench_serving_spread": spread(theirs),
+                }
+            )
     return rows
 
 
 def floor_lines(rows: list[dict]) -> list[str]:
-    """Per level, the agreement on TPOT and decode tok/s this server allows: the paired per-round ratios' range."""
+    """Per level, the agreement on TPOT and decode tok/s this
+    server allows: the paired per-round ratios' range."""
     out = []
     for r in rows:
         if r["figure"] in ("tpot_ms", "decode_tok_s") and r["paired_ratios"]:
             lo, hi = min(r["paired_ratios"]), max(r["paired_ratios"])
-            out.append(f"{r['api']} C={r['c']} {r['figure']}: sglops / bench_serving paired per round median "
-                       f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} round(s) "
-                       + (f"(spread {r['paired_spread']:.2%})" if r["paired_spread"] is not None else "(one round)")
-                       + ": within 1% "
-                       + ("shown" if lo >= 0.99 and hi <= 1.01 else
-                          f"not resolvable here; the floor this server allows is +-{max(abs(lo - 1), abs(hi - 1)):.1%}"))
+            out.append(
+                f"{r['api']} C={r['c']} {r['figure']}: sglops / bench_serving paired per round median "
+                f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} round(s) "
+                + (f"(spread {r['paired_spread']:.2%})" if r["paired_spread"] is not None else "(one round)")
+                + ": within 1% "
+                + (
+                    "shown"
+                    if lo >= 0.99 and hi <= 1.01
+                    else (
+                        "not resolvable here; the floor this server allows is"
+                        f" +-{max(abs(lo - 1), abs(hi - 1)):.1%}"
+                    )
+                )
+            )
     return out
 
 
 def print_table(rows: list[dict]) -> None:
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
-    head = f"{'api':7} {'C':>2} {'figure':24} {'sglops':>10} {'bench_serving':>13} {'ratio':>7} " \
-           f"{'paired ratios':>22} {'self-spread sglops':>19} {'self-spread b_s':>16}"
+    head = (
+        f"{'api':7} {'C':>2} {'figure':24} {'sglops':>10} {'bench_serving':>13} {'ratio':>7} "
+        f"{'paired ratios':>22} {'self-spread sglops':>19} {'self-spread b_s':>16}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         pr = f"{min(r['paired_ratios']):.3f}-{max(r['paired_ratios']):.3f}" if r["paired_ratios"] else "-"
-        print(f"{r['api']:7} {r['c']:>2} {r['figure']:24} {r['sglops']:>10.2f} {r['bench_serving']:>13.2f} "
-              f"{r['ratio']:>7.3f} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}")
+        print(
+            f"{r['api']:7} {r['c']:>2} {r['figure']:24} {r['sglops']:>10.2f} {r['bench_serving']:>13.2f} "
+            f"{r['ratio']:>7.3f} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}"
+        )
 
 
 def main() -> None:
@@ -210,13 +309,24 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--apis", default="sglang,openai")
-    ap.add_argument("--port", type=int, help="an SGLang server already running on 127.0.0.1 (default: start one)")
-    ap.add_argument("--server-log", type=Path, help="with --port: that server's log (its gen throughput lines)")
+    ap.add_argument(
+        "--port", type=int, help="an SGLang server already running on 127.0.0.1 (default: start one)"
+    )
+    ap.add_argument(
+        "--server-log", type=Path, help="with --port: that server's log (its gen throughput lines)"
+    )
     ap.add_argument("--json", type=Path, help="write every run and the summary here")
-    ap.add_argument("--python", help="the python that runs bench_serving (default: the CPU server's venv python, "
-                    "else this one)")
-    ap.add_argument("--model", type=Path, help="the served model's folder, for bench_serving's tokenizer "
-                    "(default: the CPU sandbox's tiny model)")
+    ap.add_argument(
+        "--python",
+        help="the python that runs bench_serving (default: the CPU server's venv python, else this one)",
+    )
+    ap.add_argument(
+        "--model",
+        type=Path,
+        help=(
+            "the served model's folder, for bench_serving's tokenizer (default: the CPU sandbox's tiny model)"
+        ),
+    )
     a = ap.parse_args()
     if a.python is None:
         a.python = str(venv_python()) if venv_python().exists() else sys.executable
@@ -241,22 +351,31 @@ def main() -> None:
             for rnd in range(a.rounds):
                 for combo, (api, c) in enumerate((api, c) for api in apis for c in levels):
                     # each combination alternates which tool goes first from round to round
-                    order = ("sglops", "bench_serving") if (rnd + combo) % 2 == 0 else ("bench_serving", "sglops")
+                    order = (
+                        ("sglops", "bench_serving") if (rnd + combo) % 2 == 0 else ("bench_serving", "sglops")
+                    )
                     row = {"round": rnd, "api": api, "c": c, "order": list(order)}
                     for tool in order:
                         t0 = time.monotonic()
                         mark = log.stat().st_size if log else 0
-                        row[tool] = (run_sglops(remote, port, api, c, a) if tool == "sglops"
-                                     else run_bench_serving(port, api, c, a, seed=rnd))
+                        row[tool] = (
+                            run_sglops(remote, port, api, c, a)
+                            if tool == "sglops"
+                            else run_bench_serving(port, api, c, a, seed=rnd)
+                        )
                         row[tool]["wall_s"] = round(time.monotonic() - t0, 2)
                         ref = server_rate(log, mark)
                         row[tool]["server_gen_tok_s"] = ref
                         row[tool]["decode_vs_server"] = row[tool]["decode_tok_s"] / ref if ref else None
                     runs.append(row)
-                    print(f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
-                          f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
-                          f"(order {' -> '.join(order)})", flush=True)
-                    save(a, runs)  # after every pair: a run cut short by a time limit keeps its rounds
+                    print(
+                        f"round {rnd} {api} C={c}: sglops TPOT {row['sglops']['tpot_ms']:.2f} ms, "
+                        f"bench_serving {row['bench_serving']['tpot_ms']:.2f} ms "
+                        f"(order {' -> '.join(order)})",
+                        flush=True,
+                    )
+                    # after every pair: a run cut short by a time limit keeps its rounds
+                    save(a, runs)
     finally:
         if server:
             server.stop()
@@ -272,8 +391,17 @@ def save(a: argparse.Namespace, runs: list[dict]) -> None:
     """--json: every pair so far, the summary and the floor lines."""
     if a.json:
         rows = summarise(runs)
-        a.json.write_text(json.dumps({"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
-                                      "runs": runs, "summary": rows, "floor": floor_lines(rows)}, indent=1))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+                    "runs": runs,
+                    "summary": rows,
+                    "floor": floor_lines(rows),
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

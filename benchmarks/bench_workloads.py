@@ -41,25 +41,46 @@ from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox.sshd import free_port  # noqa: E402
 
 RATES = (10, 50, 200)
-SWITCHES = (0.0005, 0.005)  # the host client's GIL interval while measuring (its own), and python's default
+# the host client's GIL interval while measuring (its own), and python's default
+SWITCHES = (0.0005, 0.005)
 
 
 def constant_trace(path: Path, rate: float, seconds: float) -> Path:
-    """A mooncake-layout trace of constant gaps at `rate` (ms timestamps), 4-token prompts, 2-token outputs."""
+    """A mooncake-layout trace of constant gaps at `rate`
+    (ms timestamps), 4-token prompts, 2-token outputs."""
     n = max(1, int(rate * seconds))
-    path.write_text("".join(json.dumps({"timestamp": round(i * 1000.0 / rate, 3), "input_length": 4,
-                                        "output_length": 2}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": round(i * 1000.0 / rate, 3), "input_length": 4, "output_length": 2})
+            + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
 def lag_level(remote, port: int, trace: Path, test_options: dict | None) -> dict:
-    r = bench.run_bench(remote, runs=1, port=port, with_facts=False, warmup=1, dataset=f"trace:{trace}",
-                        test_options=test_options, request_timeout=60)
+    r = bench.run_bench(
+        remote,
+        runs=1,
+        port=port,
+        with_facts=False,
+        warmup=1,
+        dataset=f"trace:{trace}",
+        test_options=test_options,
+        request_timeout=60,
+    )
     (lv,) = r.levels
     n = lv.requests_total
-    return {"requests": n, "ok": lv.ok, "lag_p50_ms": lv.send_lag_ms["median"], "lag_p99_ms": lv.send_lag_ms["p99"],
-            "lag_max_ms": lv.send_lag_ms["max"], "client_cpu_ms_per_request": r.client["cpu_s"] / n * 1e3,
-            "wall_s": r.raw[0]["wall_s"]}
+    return {
+        "requests": n,
+        "ok": lv.ok,
+        "lag_p50_ms": lv.send_lag_ms["median"],
+        "lag_p99_ms": lv.send_lag_ms["p99"],
+        "lag_max_ms": lv.send_lag_ms["max"],
+        "client_cpu_ms_per_request": r.client["cpu_s"] / n * 1e3,
+        "wall_s": r.raw[0]["wall_s"],
+    }
 
 
 def lag(a: argparse.Namespace) -> dict:
@@ -68,27 +89,42 @@ def lag(a: argparse.Namespace) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="workloads-"))
     traces = {rate: constant_trace(tmp / f"trace-{rate}.jsonl", rate, a.seconds) for rate in RATES}
-    servers = {"standin": start_standin("--model-path", "m", knobs={"TPS": 2000, "TTFT_MS": 2, "STARTUP_S": 0.1},
-                                        log=tmp / "standin.log")}
+    servers = {
+        "standin": start_standin(
+            "--model-path", "m", knobs={"TPS": 2000, "TTFT_MS": 2, "STARTUP_S": 0.1}, log=tmp / "standin.log"
+        )
+    }
     servers["standin"].wait_healthy(10)
     if not a.no_real:
         servers["sglang-cpu"] = start_server(free_port(), tmp / "server.log", timeout=900)
-    out: dict = {"rates": list(RATES), "seconds": a.seconds, "loadavg_before": open("/proc/loadavg").read().split()[:3],
-                 "cpus": os.cpu_count(), "rounds": a.rounds, "servers": {}}
+    out: dict = {
+        "rates": list(RATES),
+        "seconds": a.seconds,
+        "loadavg_before": open("/proc/loadavg").read().split()[:3],
+        "cpus": os.cpu_count(),
+        "rounds": a.rounds,
+        "servers": {},
+    }
     try:
         with connect(local_host(load_inventory(REPO / "no-inventory.yaml"))) as remote:
             for rnd in range(a.rounds):
-                for rate in RATES:  # interleaved: each rate on both servers, both GIL intervals, before the next
+                # interleaved: each rate on both servers, both GIL intervals, before the next
+                for rate in RATES:
                     for name, server in servers.items():
                         for switch in SWITCHES:
-                            opts = {"test_switch_interval": switch,
-                                    **({"test_token_range": [3, 1000]} if name == "standin" else {})}
+                            opts = {
+                                "test_switch_interval": switch,
+                                **({"test_token_range": [3, 1000]} if name == "standin" else {}),
+                            }
                             fig = lag_level(remote, server.port, traces[rate], opts)
                             key = f"{name} switch {switch * 1e3:g} ms"
                             out["servers"].setdefault(key, {}).setdefault(str(rate), []).append(fig)
-                            print(f"round {rnd + 1} {key} {rate} req/s: lag p50 {fig['lag_p50_ms']:.3f} ms p99 "
-                                  f"{fig['lag_p99_ms']:.3f} ms, client {fig['client_cpu_ms_per_request']:.3f} ms "
-                                  f"CPU/req; load {open('/proc/loadavg').read().split()[0]}", flush=True)
+                            print(
+                                f"round {rnd + 1} {key} {rate} req/s: lag p50 {fig['lag_p50_ms']:.3f} ms p99"
+                                f" {fig['lag_p99_ms']:.3f} ms, client {fig['client_cpu_ms_per_request']:.3f}"
+                                f" ms CPU/req; load {open('/proc/loadavg').read().split()[0]}",
+                                flush=True,
+                            )
     finally:
         for server in servers.values():
             server.stop()
@@ -104,9 +140,33 @@ def maxrate(a: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="workloads-maxrate-"))
     server = start_server(free_port(), tmp / "server.log", timeout=900)
     env = {**os.environ, "SGLOPS_ARTIFACTS": str(tmp / "artifacts"), "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "invoke", "bench", "--host", "local", "--port", str(server.port), "--max-rate",
-            "--slo", a.slo, "--goodput", str(a.goodput), "--input-len", "16", "--output-len", "16", "--runs", "1",
-            "--requests", str(a.requests), "--request-rate", str(a.start), "--warmup", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "invoke",
+        "bench",
+        "--host",
+        "local",
+        "--port",
+        str(server.port),
+        "--max-rate",
+        "--slo",
+        a.slo,
+        "--goodput",
+        str(a.goodput),
+        "--input-len",
+        "16",
+        "--output-len",
+        "16",
+        "--runs",
+        "1",
+        "--requests",
+        str(a.requests),
+        "--request-rate",
+        str(a.start),
+        "--warmup",
+        "1",
+    ]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
@@ -115,31 +175,49 @@ def maxrate(a: argparse.Namespace) -> dict:
     print(proc.stdout[-6000:], proc.stderr[-3000:], sep="\n")
     found = sorted((tmp / "artifacts").rglob("bench.json"), key=lambda p: len(p.parent.name))
     doc = json.loads(found[0].read_text()) if found else {}
-    return {"argv": argv[2:], "exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1),
-            "loadavg_after": open("/proc/loadavg").read().split()[:3], "search": doc.get("max_rate"),
-            "levels": [{"rate": lv.get("request_rate"), "status": lv.get("status"), "requests": lv.get("requests"),
-                        "goodput_share": (lv.get("goodput") or {}).get("share"),
-                        "ttft_p99_ms": (lv.get("ttft_ms") or {}).get("p99"),
-                        "tpot_p99_ms": (lv.get("tpot_ms") or {}).get("p99"),
-                        "output_tok_s": (lv.get("output_tok_s") or {}).get("median")}
-                       for lv in doc.get("levels") or []]}
+    return {
+        "argv": argv[2:],
+        "exit": proc.returncode,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "loadavg_after": open("/proc/loadavg").read().split()[:3],
+        "search": doc.get("max_rate"),
+        "levels": [
+            {
+                "rate": lv.get("request_rate"),
+                "status": lv.get("status"),
+                "requests": lv.get("requests"),
+                "goodput_share": (lv.get("goodput") or {}).get("share"),
+                "ttft_p99_ms": (lv.get("ttft_ms") or {}).get("p99"),
+                "tpot_p99_ms": (lv.get("tpot_ms") or {}).get("p99"),
+                "output_tok_s": (lv.get("output_tok_s") or {}).get("median"),
+            }
+            for lv in doc.get("levels") or []
+        ],
+    }
 
 
 def telemetry(a: argparse.Namespace) -> dict:
-    """The sampler alone at each interval, interleaved over the rounds: its CPU seconds per second (the nvidia-smi
-    process and the reader thread apart). On this machine nvidia-smi is the sandbox's stand-in (a shell script that
-    forks `sleep` per sample): its process cost is the stand-in's, the reader's is sglops' own."""
+    """The sampler alone at each interval, interleaved over the rounds: its CPU seconds per second (the
+    nvidia-smi process and the reader thread apart). On this machine nvidia-smi is the sandbox's stand-in (a
+    shell script that forks `sleep` per sample): its process cost is the stand-in's, the reader's is sglops'
+    own."""
     from sglops.host import telemetry as tel
 
     os.environ["PATH"] = f"{REPO / 'sglops/sandbox/bin'}:{os.environ['PATH']}"
-    out: dict = {"seconds": a.seconds, "loadavg_before": open("/proc/loadavg").read().split()[:3], "intervals": {}}
+    out: dict = {
+        "seconds": a.seconds,
+        "loadavg_before": open("/proc/loadavg").read().split()[:3],
+        "intervals": {},
+    }
     for _ in range(a.rounds):
         for ms in (500, 100):
             sampler = tel.Sampler(ms).start()
             time.sleep(a.seconds)
             got = sampler.stop()
             out["source"] = got["source"]
-            out["intervals"].setdefault(str(ms), []).append({**got["sampler"], "samples": len(got["samples"])})
+            out["intervals"].setdefault(str(ms), []).append(
+                {**got["sampler"], "samples": len(got["samples"])}
+            )
             print(ms, got["sampler"], flush=True)
     out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     return out

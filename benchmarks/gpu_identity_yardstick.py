@@ -3,13 +3,13 @@
 
     python3 benchmarks/gpu_identity_yardstick.py DIR      # DIR: what `scripts/gpu-tier.sh collect` brought back
 
-Per run against gather-cast (the baseline: bit-exact to stock FlashInfer by construction): prompts whose greedy
-outputs are identical, where they part, the median and max |dlogprob| on the tokens chosen alike before parting,
-the largest logprob gap between the two runs' own tokens at a divergence (a near tie when small), and whether the
-first output token (the prefill's alone) is bit-equal on the prompts whose prefix the server had cached (an extend
-over cached FP8 rows: FlashInfer's paged prefill, where each patch casts its plan's rows). Then decode tok/s and
-TTFT per level, with the share of prompt tokens the server served from its prefix cache. Every figure is read from
-the records; nothing is computed beyond medians and ratios of what they hold.
+Per run against gather-cast (the baseline: bit-exact to stock FlashInfer by construction): prompts whose
+greedy outputs are identical, where they part, the median and max |dlogprob| on the tokens chosen alike before
+parting, the largest logprob gap between the two runs' own tokens at a divergence (a near tie when small), and
+whether the first output token (the prefill's alone) is bit-equal on the prompts whose prefix the server had
+cached (an extend over cached FP8 rows: FlashInfer's paged prefill, where each patch casts its plan's rows).
+Then decode tok/s and TTFT per level, with the share of prompt tokens the server served from its prefix cache.
+Every figure is read from the records; nothing is computed beyond medians and ratios of what they hold.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglops.bench.identity import OUTPUTS_FILE, OutputsVerdict, compare_entries  # noqa: E402
 
-RUNS = (("stock", "stock-bench", "FP8 pool, stock FlashInfer (whole-pool cast)"),
-        ("native", "native-bench", "FP8 pool, fp8-mla-native (FP8 read in the kernel)"),
-        ("bf16", "bf16-bench", "BF16 pool (no KV quantisation): the yardstick"))
+RUNS = (
+    ("stock", "stock-bench", "FP8 pool, stock FlashInfer (whole-pool cast)"),
+    ("native", "native-bench", "FP8 pool, fp8-mla-native (FP8 read in the kernel)"),
+    ("bf16", "bf16-bench", "BF16 pool (no KV quantisation): the yardstick"),
+)
 BASE = "gather-bench"
 
 
@@ -66,7 +68,10 @@ def row(name: str, what: str, v: OutputsVerdict, prefill: str) -> str:
     med = f"{v.median_logprob_diff:.3g}" if v.median_logprob_diff is not None else "-"
     mx = f"{v.max_logprob_diff:.3g}" if v.max_logprob_diff is not None else "-"
     gap = f"{v.divergence_gap:.3g}" if v.divergence_gap is not None else "-"
-    return f"| {name} | {what} | {parted} | {first} | {med} | {mx} ({v.logprob_tokens} tokens) | {gap} | {prefill} |"
+    return (
+        f"| {name} | {what} | {parted} | {first} | {med} | {mx} ({v.logprob_tokens} tokens) | {gap} |"
+        f" {prefill} |"
+    )
 
 
 def levels(run: Path) -> dict[int, dict]:
@@ -80,18 +85,28 @@ def markdown(root: Path) -> str:
     runs = {step: run_dir(art, play, step) for step in (BASE, *(step for _, step, _ in RUNS))}
     outputs = {step: entries(run) for step, run in runs.items()}
     base = outputs[BASE]
-    out = ["| run vs gather-cast | pool / path | prompts parted | first parting | median \\|dlogprob\\| | max "
-           "\\|dlogprob\\| | gap at a parting | first token bit-equal (cached prefix) |",
-           "|---|---|---:|---|---:|---:|---:|---:|"]
+    out = [
+        (
+            "| run vs gather-cast | pool / path | prompts parted | first parting | median \\|dlogprob\\| |"
+            " max \\|dlogprob\\| | gap at a parting | first token bit-equal (cached prefix) |"
+        ),
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
     for name, step, what in RUNS:
-        on_cached = compare_entries(cached(base), cached(outputs[step]))  # prompts cached on both servers
+        # prompts cached on both servers
+        on_cached = compare_entries(cached(base), cached(outputs[step]))
         out.append(row(name, what, compare_entries(base, outputs[step]), first_tokens(on_cached)))
-    out += ["", "| run | C | decode tok/s | TTFT median ms | prompt tokens from the prefix cache |",
-            "|---|---:|---:|---:|---:|"]
+    out += [
+        "",
+        "| run | C | decode tok/s | TTFT median ms | prompt tokens from the prefix cache |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, step in (("gather", BASE), *((n, s) for n, s, _ in RUNS)):
         for c, lv in sorted(levels(runs[step]).items()):
-            out.append(f"| {name} | {c} | {lv['decode_tok_s']['median']:.1f} | "
-                       f"{lv['ttft_ms']['median']:.2f} | {lv['prompt'].get('cached_share', 0):.0%} |")
+            out.append(
+                f"| {name} | {c} | {lv['decode_tok_s']['median']:.1f} | "
+                f"{lv['ttft_ms']['median']:.2f} | {lv['prompt'].get('cached_share', 0):.0%} |"
+            )
     return "\n".join(out)
 
 

@@ -2,11 +2,11 @@
 
 Runs on the GPU machine after the `gpu-fp8-kv` play (scripts/gpu-tier.sh loop), which benched flashinfer at a
 1M-token FP8 pool with and without gather-cast. Each further candidate gets what an operator would do by hand:
-`inv apply-patch` where it has a patch, `inv restart PROFILE`, the same `inv bench` as the play's, `inv logs` when
-it does not start (sglops names the crash class from the log), then `inv revert-patch`. One `inv compare` puts every
-run against the play's flashinfer baseline: decode tok/s per concurrency and output identity (token ids and
-logprobs). Every command's JSON and exit code are kept in ROOT/backends.json; `--table FILE` prints the markdown
-table of docs/gpu.md from a backends.json and the play's record (on any machine).
+`inv apply-patch` where it has a patch, `inv restart PROFILE`, the same `inv bench` as the play's, `inv logs`
+when it does not start (sglops names the crash class from the log), then `inv revert-patch`. One `inv compare`
+puts every run against the play's flashinfer baseline: decode tok/s per concurrency and output identity (token
+ids and logprobs). Every command's JSON and exit code are kept in ROOT/backends.json; `--table FILE` prints
+the markdown table of docs/gpu.md from a backends.json and the play's record (on any machine).
 """
 
 from __future__ import annotations
@@ -20,20 +20,32 @@ from pathlib import Path
 
 PROFILE = "h200-tiny-mla-fp8"
 BENCH = ["--runs", "3", "--input-len", "128", "--output-len", "256", "--concurrency", "1,4,8"]
-CANDIDATES = [  # most telling first: a device lease may end before the last
+# most telling first: a device lease may end before the last
+CANDIDATES = [
     {"name": "triton", "profile": f"{PROFILE}-triton", "pool": "1M"},
     {"name": "flashinfer + fp8-kv-direct", "profile": PROFILE, "patch": "fp8-kv-direct", "pool": "1M"},
     {"name": "flashinfer", "profile": f"{PROFILE}-pool256k", "pool": "256K"},
-    {"name": "flashinfer + gather-cast", "profile": f"{PROFILE}-pool256k", "patch": "gather-cast", "pool": "256K"},
+    {
+        "name": "flashinfer + gather-cast",
+        "profile": f"{PROFILE}-pool256k",
+        "patch": "gather-cast",
+        "pool": "256K",
+    },
     {"name": "flashmla", "profile": f"{PROFILE}-flashmla", "pool": "1M"},
 ]
 
 
 def inv(*args: str, timeout: float = 900) -> dict:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "invoke", *args], capture_output=True, text=True, timeout=timeout)
-    out = {"argv": list(args), "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1),
-           "stderr": proc.stderr[-4000:]}
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", *args], capture_output=True, text=True, timeout=timeout
+    )
+    out = {
+        "argv": list(args),
+        "rc": proc.returncode,
+        "seconds": round(time.monotonic() - t0, 1),
+        "stderr": proc.stderr[-4000:],
+    }
     try:
         out["json"] = json.loads(proc.stdout)
     except ValueError:
@@ -62,7 +74,9 @@ def play_runs(artifacts: Path) -> dict[str, str]:
     for path in reversed(plays):
         doc = json.loads(path.read_text())
         if doc.get("play") == "gpu-fp8-kv" and not doc.get("dry_run"):
-            return {s["id"]: find_key(s.get("result") or {}, "run_id") for s in doc["steps"] if s["do"] == "bench"}
+            return {
+                s["id"]: find_key(s.get("result") or {}, "run_id") for s in doc["steps"] if s["do"] == "bench"
+            }
     return {}
 
 
@@ -98,15 +112,24 @@ def main_run(root: Path) -> int:
     print(f"the play's bench runs: {base}", flush=True)
     doc: dict = {"play_runs": base, "candidates": []}
     out = root / "backends.json"
-    for c in CANDIDATES:  # saved after each candidate: what ran survives a lease that ends early
+    # saved after each candidate: what ran survives a lease that ends early
+    for c in CANDIDATES:
         doc["candidates"].append(run_candidate(c))
         out.write_text(json.dumps(doc, indent=1))
     runs = [r for r in (base.get("baseline-bench"), base.get("patched-bench")) if r]
     runs += [r["run_id"] for r in doc["candidates"] if r.get("run_id")]
     if len(runs) > 1:
-        doc["compare"] = inv("compare", runs[0], ",".join(runs[1:]), "--json", "--variable", "attention_backend,max_total_tokens")
+        doc["compare"] = inv(
+            "compare",
+            runs[0],
+            ",".join(runs[1:]),
+            "--json",
+            "--variable",
+            "attention_backend,max_total_tokens",
+        )
     out.write_text(json.dumps(doc, indent=1))
-    inv("restart", PROFILE, "--host", "local", "--json")  # leave the host on the profile it was found with
+    # leave the host on the profile it was found with
+    inv("restart", PROFILE, "--host", "local", "--json")
     return 0
 
 
@@ -116,7 +139,8 @@ def main() -> int:
     ap.add_argument("--table", type=Path, help="print the markdown table from this backends.json")
     args = ap.parse_args()
     if args.table:
-        from gpu_tier_table import markdown  # beside this script
+        # beside this script
+        from gpu_tier_table import markdown
 
         print(markdown(json.loads(args.table.read_text())))
         return 0

@@ -1,8 +1,9 @@
 """The GPU tier's tables (docs/gpu.md) from its kept records: `python3 benchmarks/gpu_tier_table.py DIR`.
 
-DIR is what `scripts/gpu-tier.sh collect` brought back, unpacked (the 2026-12-03 run's: `git show a75f672:benchmarks/results/gpu-e2e/records.tar.gz`):
-`artifacts/` (sglops run records), `logs/`, `backends.json`. Every figure printed is read from those records;
-nothing is computed that the records do not hold, except ratios of two recorded medians.
+DIR is what `scripts/gpu-tier.sh collect` brought back, unpacked (the 2026-12-03 run's: `git show
+a75f672:benchmarks/results/gpu-e2e/records.tar.gz`): `artifacts/` (sglops run records), `logs/`,
+`backends.json`. Every figure printed is read from those records; nothing is computed that the records do not
+hold, except ratios of two recorded medians.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ def play_doc(art: Path) -> dict:
 
 def decode(art: Path, run_id: str) -> dict[int, tuple[float, list[float]]]:
     doc = load(art / "local" / run_id / "bench.json")
-    return {lv["concurrency"]: (lv["decode_tok_s"]["median"], lv["decode_tok_s"].get("ci95") or [])
-            for lv in doc["levels"]}
+    return {
+        lv["concurrency"]: (lv["decode_tok_s"]["median"], lv["decode_tok_s"].get("ci95") or [])
+        for lv in doc["levels"]
+    }
 
 
 def identity(art: Path, base: str, run_id: str) -> str:
@@ -55,9 +58,15 @@ def markdown(root: Path) -> str:
     for s in play["steps"]:
         out.append(f"| {s['id']} | {s['do']} | {s['seconds']:.1f} | {s.get('summary') or s['status']} |")
     base = steps["baseline-bench"]["result"]["run_id"]
-    rows = [("flashinfer (whole-pool cast)", "1M", base, steps["baseline-restart"]["seconds"]),
-            ("flashinfer + gather-cast", "1M", steps["patched-bench"]["result"]["run_id"],
-             steps["patched-restart"]["seconds"])]
+    rows = [
+        ("flashinfer (whole-pool cast)", "1M", base, steps["baseline-restart"]["seconds"]),
+        (
+            "flashinfer + gather-cast",
+            "1M",
+            steps["patched-bench"]["result"]["run_id"],
+            steps["patched-restart"]["seconds"],
+        ),
+    ]
     back = load(root / "backends.json") if (root / "backends.json").exists() else {"candidates": []}
     refused = []
     for c in back["candidates"]:
@@ -66,20 +75,33 @@ def markdown(root: Path) -> str:
             rows.append((c["name"], c["pool"], c["run_id"], restart))
         else:
             why = next((s for s in c["steps"] if s["rc"] != 0), {})
-            refused.append(f"- {c['name']} (pool {c['pool']}): {c.get('outcome')}: "
-                           f"{(why.get('json') or {}).get('error') or why.get('stderr', '')[-300:]}")
+            refused.append(
+                f"- {c['name']} (pool {c['pool']}): {c.get('outcome')}: "
+                f"{(why.get('json') or {}).get('error') or why.get('stderr', '')[-300:]}"
+            )
     b = decode(art, base)
-    out += ["", "| candidate | FP8 pool | restart s | decode tok/s C=1 | C=4 | C=8 | x baseline (C=1) | outputs vs baseline |",
-            "|---|---|---:|---:|---:|---:|---:|---|"]
+    out += [
+        "",
+        (
+            "| candidate | FP8 pool | restart s | decode tok/s C=1 | C=4 | C=8 | x baseline (C=1) | outputs"
+            " vs baseline |"
+        ),
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     for name, pool, run, restart in rows:
         d = decode(art, run)
         cells = " | ".join(f"{d[c][0]:.1f}" if c in d else "-" for c in (1, 4, 8))
         ratio = d[1][0] / b[1][0] if 1 in d and 1 in b else float("nan")
         ident = "baseline" if run == base else identity(art, base, run)
         out.append(f"| {name} | {pool} | {restart:.1f} | {cells} | {ratio:.2f} | {ident} |")
-    out += ["", *refused, "", "trace, decode steps (baseline / gather-cast):",
-            f"- {top(art, steps['baseline-profile']['result']['run_id'])}",
-            f"- {top(art, steps['patched-profile']['result']['run_id'])}"]
+    out += [
+        "",
+        *refused,
+        "",
+        "trace, decode steps (baseline / gather-cast):",
+        f"- {top(art, steps['baseline-profile']['result']['run_id'])}",
+        f"- {top(art, steps['patched-profile']['result']['run_id'])}",
+    ]
     ab = steps.get("ab", {}).get("summary")
     if ab:
         out += ["", f"ab: {ab}"]

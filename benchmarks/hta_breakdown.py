@@ -1,10 +1,12 @@
-"""A plain Holistic Trace Analysis script: the yardstick `bench_trace.py command` times `inv analyze-trace` against.
+"""A plain Holistic Trace Analysis script: the yardstick
+`bench_trace.py command` times `inv analyze-trace` against.
 
     python benchmarks/hta_breakdown.py TRACE [--json]
 
-What a user writes with HTA to get what `inv analyze-trace` gives: load one trace; the GPU kernel breakdown and the
-GPU idle time (temporal breakdown) where there are kernels; time and calls per CPU op and per record_function range
-(SGLang's scheduler phases and step markers). Run it with a Python that has `holistictraceanalysis` (the `bench` extra).
+What a user writes with HTA to get what `inv analyze-trace` gives: load one trace; the GPU kernel breakdown
+and the GPU idle time (temporal breakdown) where there are kernels; time and calls per CPU op and per
+record_function range (SGLang's scheduler phases and step markers). Run it with a Python that has
+`holistictraceanalysis` (the `bench` extra).
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ def breakdown(path: str) -> dict:
             out: dict = {}
             try:
                 _, kernels = ta.get_gpu_kernel_breakdown(visualize=False, num_kernels=15, duration_ratio=1.0)
-                out["kernels"] = [{"name": r["name"], "us": float(r["sum (us)"])} for _, r in kernels.iterrows()]
+                out["kernels"] = [
+                    {"name": r["name"], "us": float(r["sum (us)"])} for _, r in kernels.iterrows()
+                ]
                 temporal = ta.get_temporal_breakdown(visualize=False)
                 out["idle_pct"] = float(temporal["idle_time_pctg"].iloc[0])
-            except Exception as exc:  # a CPU-only trace has no kernels: HTA has no GPU breakdown for it
+            # a CPU-only trace has no kernels: HTA has no GPU breakdown for it
+            except Exception as exc:
                 out["kernels_error"] = f"{type(exc).__name__}: {exc}"[:200]
             df = ta.t.get_trace(0)
             ids = ta.t.symbol_table.get_sym_id_map()
@@ -42,8 +47,10 @@ def breakdown(path: str) -> dict:
             for label, cat in (("cpu_ops", "cpu_op"), ("ranges", "user_annotation")):
                 rows = df[df["cat"] == ids.get(cat, -2)].groupby("name")["dur"].agg(["sum", "count"])
                 rows = rows.sort_values("sum", ascending=False).head(15)
-                out[label] = [{"name": names[int(i)], "us": float(r["sum"]), "count": int(r["count"])}
-                              for i, r in rows.iterrows()]
+                out[label] = [
+                    {"name": names[int(i)], "us": float(r["sum"]), "count": int(r["count"])}
+                    for i, r in rows.iterrows()
+                ]
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)

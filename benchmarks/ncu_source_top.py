@@ -1,8 +1,8 @@
 """Where a kernel's warps stall, instruction by instruction, from Nsight Compute's source page (SASS, CSV).
 
-Why: `ncu --page source --csv --print-source sass` writes one row per SASS instruction with ~80 columns; what a
-kernel engineer reads from it is the stall-reason totals and the few instructions that hold most samples (round 7
-of kernels/fp8_mla_decode found 18% of all samples on one instruction this way).
+Why: `ncu --page source --csv --print-source sass` writes one row per SASS instruction with ~80 columns; what
+a kernel engineer reads from it is the stall-reason totals and the few instructions that hold most samples
+(round 7 of kernels/fp8_mla_decode found 18% of all samples on one instruction this way).
 
     ncu --import R.ncu-rep --page source --csv --print-source sass > S.csv
     python3 benchmarks/ncu_source_top.py S.csv [--top 25]
@@ -19,14 +19,17 @@ SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
 def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    """The header and the instruction rows (the file's first line names the kernel, the second is the header)."""
+    """The header and the instruction rows (the file's first
+    line names the kernel, the second is the header)."""
     with path.open(newline="") as fh:
         rows = list(csv.reader(fh))
     start = next((i for i, r in enumerate(rows) if SAMPLES in r), None)
     if start is None:
-        raise SystemExit(f"error: {path}: no '{SAMPLES}' column (export with --page source --csv --print-source sass)")
+        raise SystemExit(
+            f"error: {path}: no '{SAMPLES}' column (export with --page source --csv --print-source sass)"
+        )
     header = rows[start]
-    return header, [r for r in rows[start + 1:] if len(r) >= len(header)]
+    return header, [r for r in rows[start + 1 :] if len(r) >= len(header)]
 
 
 def as_int(text: str) -> int:

@@ -2,9 +2,9 @@
 
 Each release is the PyPI wheel laid out as pip installs it (sglops.sandbox.trees.sglang_site: cached under the
 sglops cache, never committed). One sandbox host (a real sshd on loopback) and one inventory entry per release
-(its sglang_root that release's tree); `inv patches --hosts ... --json` runs once, as a user would, and the table
-is its answer: per patch and release, the status, the variant and how it was chosen (or why it is refused).
-Nothing is changed on any tree (`inv patches` is read-only).
+(its sglang_root that release's tree); `inv patches --hosts ... --json` runs once, as a user would, and the
+table is its answer: per patch and release, the status, the variant and how it was chosen (or why it is
+refused). Nothing is changed on any tree (`inv patches` is read-only).
 
     python3 benchmarks/patches_release_table.py                      # the markdown table
     python3 benchmarks/patches_release_table.py --patches gather-cast --versions 0.5.20,0.5.23
@@ -39,17 +39,45 @@ def host_name(version: str) -> str:
 def listing(versions: list[str]) -> tuple[list[dict], float]:
     """`inv patches --hosts` over SSH against each release's tree; (its JSON answer, its seconds)."""
     with tempfile.TemporaryDirectory() as tmp:
-        sb = Sandbox(Path(tmp) / "sandbox", [{"name": "rel", "sglang": "0.5.23", "tags": ["sandbox"]}]).start()
+        sb = Sandbox(
+            Path(tmp) / "sandbox", [{"name": "rel", "sglang": "0.5.23", "tags": ["sandbox"]}]
+        ).start()
         try:
             port = sb.hosts[0].client_port
-            sb.write_inventory([{"name": host_name(v), "address": "127.0.0.1", "port": port,
-                                 "sglang_root": str(sglang_site(v) / "sglang")} for v in versions])
-            env = {**os.environ, "SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(Path(tmp) / "art"),
-                   "PYTHONPATH": str(REPO)}
+            sb.write_inventory(
+                [
+                    {
+                        "name": host_name(v),
+                        "address": "127.0.0.1",
+                        "port": port,
+                        "sglang_root": str(sglang_site(v) / "sglang"),
+                    }
+                    for v in versions
+                ]
+            )
+            env = {
+                **os.environ,
+                "SGLOPS_INVENTORY": str(sb.inventory),
+                "SGLOPS_ARTIFACTS": str(Path(tmp) / "art"),
+                "PYTHONPATH": str(REPO),
+            }
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "invoke", "patches", "--hosts",
-                                   ",".join(host_name(v) for v in versions), "--json"],
-                                  cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "invoke",
+                    "patches",
+                    "--hosts",
+                    ",".join(host_name(v) for v in versions),
+                    "--json",
+                ],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             took = time.monotonic() - t0
         finally:
             sb.stop()
@@ -61,8 +89,13 @@ def listing(versions: list[str]) -> tuple[list[dict], float]:
 def cell(row: dict) -> str:
     status, variant, detail = row["status"], row.get("variant"), row.get("detail") or ""
     if status in ("applicable", "available"):
-        how = "exact" if detail.startswith("exact match") or "exact match" in detail else \
-            "checked" if "(checked)" in detail else ""
+        how = (
+            "exact"
+            if detail.startswith("exact match") or "exact match" in detail
+            else "checked"
+            if "(checked)" in detail
+            else ""
+        )
         text = f"{status}: {variant}" + (f" ({how})" if how and status == "applicable" else "")
         if status == "available":
             text += f" - needs {detail.split(' is ')[0]}"

@@ -33,8 +33,14 @@ def probe_package(pkg: Path) -> dict:
     """Facts (True: hit, False: files but no hit, None: no such file) and the hit lines."""
     facts, hits = {}, {}
     for p in flashinfer_probes():
-        files = sorted({os.path.normpath(f) for pat in p.files for f in glob.glob(str(pkg / pat), recursive=True)
-                        if os.path.isfile(f)})
+        files = sorted(
+            {
+                os.path.normpath(f)
+                for pat in p.files
+                for f in glob.glob(str(pkg / pat), recursive=True)
+                if os.path.isfile(f)
+            }
+        )
         rx = re.compile(p.regex, re.IGNORECASE if p.ignore_case else 0)
         found = []
         for f in files:
@@ -54,11 +60,15 @@ def package_dir(arg: str, tmp: str) -> tuple[str, Path]:
         version = path.name.split("-")[1]
         dest = Path(tmp) / version
         with zipfile.ZipFile(path) as zf:
-            wanted = [n for n in zf.namelist() if n.startswith("flashinfer/") and
-                      (n.endswith(".py") or "/include/flashinfer/" in n)]
+            wanted = [
+                n
+                for n in zf.namelist()
+                if n.startswith("flashinfer/") and (n.endswith(".py") or "/include/flashinfer/" in n)
+            ]
             zf.extractall(dest, wanted)
         return version, dest / "flashinfer"
-    dist = sorted(path.parent.glob("flashinfer_python-*.dist-info"))  # an installed package's metadata
+    # an installed package's metadata
+    dist = sorted(path.parent.glob("flashinfer_python-*.dist-info"))
     return (re.sub(r"^flashinfer_python-|\.dist-info$", "", dist[0].name) if dist else path.name), path
 
 

@@ -2,9 +2,9 @@
 
 Runs `sglops/host/probe_scan.py:main` (as the host runs it: a fresh python, the tree's FlashInfer on the path)
 on the cached 0.5.15 / 0.5.17 / 0.5.23 checkouts with every probe set (default, default + launch, tree) and
-both engines (rg, python), the host's tree cache off (`--cached`: a miss then a hit), and prints one sha256 per run of the JSON with the timing field dropped.
-`--save FILE` keeps the digests; `--compare FILE` exits 1 naming every run whose JSON changed;
-`--dump DIR` writes the JSON itself (to diff a failure).
+both engines (rg, python), the host's tree cache off (`--cached`: a miss then a hit), and prints one sha256
+per run of the JSON with the timing field dropped. `--save FILE` keeps the digests; `--compare FILE` exits 1
+naming every run whose JSON changed; `--dump DIR` writes the JSON itself (to diff a failure).
 Run: python3 benchmarks/probe_json_check.py --compare benchmarks/results/probe_json_digests.json
 """
 
@@ -39,16 +39,31 @@ sys.stdout.write(json.dumps(out, sort_keys=True))
 
 def probe_sets() -> dict:
     default = load_probe_set(REPO / "playbooks" / "probes.yaml")
-    return {"default": default, "launch": with_launch_probes(default),
-            "tree": load_probe_set(REPO / "playbooks" / "probes-tree.yaml")}
+    return {
+        "default": default,
+        "launch": with_launch_probes(default),
+        "tree": load_probe_set(REPO / "playbooks" / "probes-tree.yaml"),
+    }
 
 
 def run_one(version: str, probe_set, engine: str, env: dict, cache: bool) -> bytes:
     root = trees.sglang_template(version) / "python"
-    args = {"sglang_root": str(root), "engine": engine, "backends": {"files": probe_set.backend_files},
-            "probes": [p.to_wire() for p in probe_set.probes], "model_path": None, "gpus": False, "cache": cache}
-    proc = subprocess.run([sys.executable, "-c", RUN, str(REPO)], input=json.dumps(args).encode(),
-                          capture_output=True, env=env, check=True)
+    args = {
+        "sglang_root": str(root),
+        "engine": engine,
+        "backends": {"files": probe_set.backend_files},
+        "probes": [p.to_wire() for p in probe_set.probes],
+        "model_path": None,
+        "gpus": False,
+        "cache": cache,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, str(REPO)],
+        input=json.dumps(args).encode(),
+        capture_output=True,
+        env=env,
+        check=True,
+    )
     return proc.stdout
 
 
@@ -58,8 +73,11 @@ def main() -> int:
     ap.add_argument("--compare")
     ap.add_argument("--dump")
     ap.add_argument("--engines", default="rg,python")
-    ap.add_argument("--cached", action="store_true",
-                    help="each run twice through the host's tree cache (a fresh one): the miss, then the hit")
+    ap.add_argument(
+        "--cached",
+        action="store_true",
+        help="each run twice through the host's tree cache (a fresh one): the miss, then the hit",
+    )
     a = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(trees.flashinfer_site(FLASHINFER)), "PYTHONDONTWRITEBYTECODE": "1"}
     tmp = tempfile.TemporaryDirectory()

@@ -22,10 +22,11 @@ _.pre_tokenizer
 _.decoder
 _.mtime
 _.linkname
-_.__signature__  # inspect.signature reads it: Invoke builds a task's flags from it
+# inspect.signature reads it: Invoke builds a task's flags from it
+_.__signature__
 
-# The stand-in torch and sgl_kernel the KV-cost model runs SGLang's own backend code against: SGLang's code calls
-# these by name.
+# The stand-in torch and sgl_kernel the KV-cost model runs SGLang's own backend code against: SGLang's code
+# calls these by name.
 _.is_floating_point
 _.is_tensor
 layer_id
@@ -34,12 +35,21 @@ assign_req_to_token_pool_cpu
 copy_all_layer_kv_cache_cpu
 
 # Fields of records written as JSON (dataclasses.asdict / to_dict) and read by people, reports and tests.
-repeat  # bench/identity.py Divergence: which repeat of a prompt diverged
-identity_line  # experiment/sweep_result.py
-profile_run  # experiment/sweep_result.py
-mla_rule  # probe/launch_rules.py
-sparse_rule  # probe/launch_rules.py
-limits  # probe/launch_rules.py
-top_kernel  # trace/diagnose.py
-gpu_telemetry  # trace/profile.py
-selftest  # kernel/build.py Arch: kernel.yaml's `selftest` command, run by name per stage
+# bench/identity.py Divergence: which repeat of a prompt diverged
+repeat
+# experiment/sweep_result.py
+identity_line
+# experiment/sweep_result.py
+profile_run
+# probe/launch_rules.py
+mla_rule
+# probe/launch_rules.py
+sparse_rule
+# probe/launch_rules.py
+limits
+# trace/diagnose.py
+top_kernel
+# trace/profile.py
+gpu_telemetry
+# kernel/build.py Arch: kernel.yaml's `selftest` command, run by name per stage
+selftest

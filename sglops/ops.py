@@ -17,5 +17,15 @@ from sglops.probe import ops as probe
 from sglops.sandbox import ops as sandbox
 from sglops.trace import ops as trace
 
-OPS: list[Op] = [*probe.OPS, *patch.OPS, *trace.OPS, *bench.OPS, *experiment.OPS, *duel_ops.OPS, *launch.OPS, *kernel.OPS, *sandbox.OPS]
+OPS: list[Op] = [
+    *probe.OPS,
+    *patch.OPS,
+    *trace.OPS,
+    *bench.OPS,
+    *experiment.OPS,
+    *duel_ops.OPS,
+    *launch.OPS,
+    *kernel.OPS,
+    *sandbox.OPS,
+]
 STEP_KINDS: dict[str, Op] = {op.step: op for op in OPS if op.step}

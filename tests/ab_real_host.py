@@ -1,14 +1,16 @@
-"""The host and helpers of `inv ab`'s real-server proofs, shared by tests/test_ab_real.py (a perturbing patch, a
-KV-dtype profile change, two runs of one profile) and tests/test_ab_real_interrupt.py (Ctrl-C on the real server).
+"""The host and helpers of `inv ab`'s real-server proofs, shared by tests/test_ab_real.py (a perturbing patch,
+a KV-dtype profile change, two runs of one profile) and tests/test_ab_real_interrupt.py (Ctrl-C on the real
+server).
 
 Why two modules: each real start of the tiny model costs 20-60 s of CPU, and the suite hands whole modules to
-xdist workers; the one module of all four proofs was the suite's longest (696 s at load) and its critical path.
-Each module has a host of its own, so the two run on two workers at once; every test and assertion is the one
-they had in the one module.
+xdist workers; the one module of all four proofs was the suite's longest (696 s at load) and its critical
+path. Each module has a host of its own, so the two run on two workers at once; every test and assertion is
+the one they had in the one module.
 
-The host's SGLang tree is a PRIVATE hard-linked copy of the server venv's site-packages/sglang (on PYTHONPATH in
-the profile), so the test patch that perturbs the sampler never touches the tree other tests and servers use: a
-patch replaces a file by rename, so the shared inode is never written. Few requests, short outputs, 1 round.
+The host's SGLang tree is a PRIVATE hard-linked copy of the server venv's site-packages/sglang (on PYTHONPATH
+in the profile), so the test patch that perturbs the sampler never touches the tree other tests and servers
+use: a patch replaces a file by rename, so the shared inode is never written. Few requests, short outputs, 1
+round.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def private_tree(base: Path) -> Path:
 
 
 def real_ab_host(tmp_path_factory, name: str) -> Iterator[tuple[Sandbox, dict, Path]]:
-    """(sandbox, env, site): host cpu-a on a private tree, profiles cpu / cpu-kv-bf16, the test patch (a module
-    fixture's body: the server stopped and the host torn down after the module)."""
+    """(sandbox, env, site): host cpu-a on a private tree, profiles cpu / cpu-kv-bf16, the test patch (a
+    module fixture's body: the server stopped and the host torn down after the module)."""
     require_real_server_env()
     base = tmp_path_factory.mktemp(name)
     site = private_tree(base / "tree")
@@ -55,7 +57,8 @@ def real_ab_host(tmp_path_factory, name: str) -> Iterator[tuple[Sandbox, dict, P
     profiles.mkdir()
     doc = yaml.safe_load((REPO / "playbooks" / "profiles" / "sandbox-sglang-cpu.yaml").read_text())
     doc.update(port=free_port(), per_host={})
-    doc["env"] = {**doc.get("env", {}), "PYTHONPATH": str(site), **sglang_cpu.start_env()}  # cheaper starts
+    # cheaper starts
+    doc["env"] = {**doc.get("env", {}), "PYTHONPATH": str(site), **sglang_cpu.start_env()}
     (profiles / "cpu.yaml").write_text(yaml.safe_dump(doc))
     (profiles / "cpu-kv-bf16.yaml").write_text(yaml.safe_dump({"extends": "cpu", "kv_cache_dtype": "bf16"}))
     patch_root = base / "patches"
@@ -66,8 +69,13 @@ def real_ab_host(tmp_path_factory, name: str) -> Iterator[tuple[Sandbox, dict, P
         h["sglang_root"] = str(site / "sglang")
     inventory = base / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(inv_doc))
-    env = {"SGLOPS_INVENTORY": str(inventory), "SGLOPS_PROFILES": str(profiles), "SGLOPS_PATCHES": str(patch_root),
-           "SGLOPS_ARTIFACTS": str(base / "artifacts"), "COLUMNS": "200"}
+    env = {
+        "SGLOPS_INVENTORY": str(inventory),
+        "SGLOPS_PROFILES": str(profiles),
+        "SGLOPS_PATCHES": str(patch_root),
+        "SGLOPS_ARTIFACTS": str(base / "artifacts"),
+        "COLUMNS": "200",
+    }
     try:
         yield sb, env, site
     finally:
@@ -82,15 +90,21 @@ def real_ab_host(tmp_path_factory, name: str) -> Iterator[tuple[Sandbox, dict, P
 
 def run_ab(env: dict, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """`inv ab --json` as a user runs it (a real server restarts take minutes on a busy machine)."""
-    proc = subprocess.run([sys.executable, "-m", "invoke", "ab", "--host", "cpu-a", *args, *BENCH, "--json"],
-                          cwd=REPO, capture_output=True, text=True, env={**os.environ, **env}, timeout=3000)
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "ab", "--host", "cpu-a", *args, *BENCH, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=3000,
+    )
     assert proc.stdout.strip().startswith("{"), proc.stderr[-3000:]
     return proc, json.loads(proc.stdout)
 
 
 def why(proc: subprocess.CompletedProcess, doc: dict, env: dict) -> str:
-    """A failed `inv ab --json`'s own account: its one-line error (it goes to the JSON, not stderr), the tail of
-    the sandbox host's server log, and stderr's tail."""
+    """A failed `inv ab --json`'s own account: its one-line error (it goes to the JSON, not stderr), the tail
+    of the sandbox host's server log, and stderr's tail."""
     lines = [f"exit {proc.returncode}: {doc.get('error') or doc.get('verdict')}"]
     for log in sorted(Path(env["SGLOPS_ARTIFACTS"]).parent.glob("hosts/**/server.log"))[-1:]:
         lines.append(f"--- {log}:\n" + log.read_text(errors="replace")[-2000:])

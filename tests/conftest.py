@@ -2,12 +2,12 @@
 
 `make_sandbox(hosts)` starts a sandbox for a module's own needs; `sandbox` is the default
 two-host one (sglang 0.5.23 and 0.5.15, FlashInfer 0.7.2, 8x SM120 stand-in GPUs).
-SGLOPS_TEST_NETWORK=hostile puts every sandbox host behind sglops/sandbox/netproxy.py (50 ms +- 10 ms each way).
-Every fixture points SGLOPS_INVENTORY / SGLOPS_ARTIFACTS at temp folders, so tests never
+SGLOPS_TEST_NETWORK=hostile puts every sandbox host behind sglops/sandbox/netproxy.py (50 ms +- 10 ms each
+way). Every fixture points SGLOPS_INVENTORY / SGLOPS_ARTIFACTS at temp folders, so tests never
 touch the operator's inventory, known_hosts or artifacts, and never leave loopback.
 `cpu_server` is one real SGLang CPU server shared by the tests that only read from it (started on first use,
-started again if a test killed it). Under pytest-xdist (scripts/test.sh runs `-n`) whole modules go to a worker,
-heaviest first (tests/suite_schedule.py), so a module's fixtures still start once.
+started again if a test killed it). Under pytest-xdist (scripts/test.sh runs `-n`) whole modules go to a
+worker, heaviest first (tests/suite_schedule.py), so a module's fixtures still start once.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def make_sandbox(tmp_path_factory):
     started: list[Sandbox] = []
 
     def make(hosts: list[dict], name: str = "sbx") -> Sandbox:
-        if os.environ.get("SGLOPS_TEST_NETWORK") == "hostile":  # every sandbox host behind the hostile network
+        # every sandbox host behind the hostile network
+        if os.environ.get("SGLOPS_TEST_NETWORK") == "hostile":
             hosts = [{"network": {"seed": 7}, **h} for h in hosts]
         sb = Sandbox(tmp_path_factory.mktemp(name), hosts).start()
         started.append(sb)
@@ -46,10 +47,13 @@ def make_sandbox(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sandbox(make_sandbox) -> Sandbox:
-    return make_sandbox([
-        {"name": "gpu-a", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
-        {"name": "gpu-b", "sglang": "0.5.15", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
-    ], name="default")
+    return make_sandbox(
+        [
+            {"name": "gpu-a", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
+            {"name": "gpu-b", "sglang": "0.5.15", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]},
+        ],
+        name="default",
+    )
 
 
 @pytest.fixture
@@ -87,12 +91,19 @@ def inv_cmd(*args: str, env: dict | None = None, cwd: Path = REPO):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def require_real_server_env() -> None:
-    """The real SGLang CPU environment (scripts/setup.sh builds it) or a clear reason: skip here, fail on CI."""
+    """The real SGLang CPU environment (scripts/setup.sh
+    builds it) or a clear reason: skip here, fail on CI."""
     from sglops.sandbox import sglang_cpu
 
     reason = sglang_cpu.not_ready()
@@ -104,8 +115,9 @@ def require_real_server_env() -> None:
 
 @pytest.fixture(scope="module")
 def dockerd():
-    """A real dockerd of the suite's own (no host networking touched), one per test module; skipped with its one
-    reason where none can start. A daemon a killed run left behind is stopped first (tests/dockerd_leaks.py)."""
+    """A real dockerd of the suite's own (no host networking touched), one per test module; skipped with its
+    one reason where none can start. A daemon a killed run left behind is stopped first
+    (tests/dockerd_leaks.py)."""
     import subprocess
     import uuid
     import warnings
@@ -120,7 +132,8 @@ def dockerd():
     stopped, stuck = dockerd_leaks.stop_leaked(docker.DOCKER)
     for line in stopped:
         warnings.warn(f"stopped {line}", stacklevel=1)
-    root = Path(f"{dockerd_leaks.ROOT_PREFIX}{uuid.uuid4().hex[:8]}")  # short: unix sockets have a length limit
+    # short: unix sockets have a length limit
+    root = Path(f"{dockerd_leaks.ROOT_PREFIX}{uuid.uuid4().hex[:8]}")
     try:
         daemon = docker.Dockerd(root).start()
     except Exception as exc:  # noqa: BLE001 (skipping needs the one reason, whatever it is)
@@ -144,13 +157,15 @@ def _shared_cpu_server(tmp_path_factory):
 
 @pytest.fixture
 def cpu_server(_shared_cpu_server):
-    """The real SGLang 0.5.23 CPU server (the sandbox profile's flags, and suite_server.SHARED_FLAGS) that read-only
-    tests share: alive and healthy when the test starts (restarted, with a fresh log, if an earlier test killed it)."""
+    """The real SGLang 0.5.23 CPU server (the sandbox profile's flags, and suite_server.SHARED_FLAGS) that
+    read-only tests share: alive and healthy when the test starts (restarted, with a fresh log, if an earlier
+    test killed it)."""
     require_real_server_env()
     return _shared_cpu_server.get()
 
 
-# -- pytest-xdist: whole modules per worker, heaviest first (tests/suite_schedule.py) ---------------------------------
+# -- pytest-xdist: whole modules per worker, heaviest first
+# (tests/suite_schedule.py) ---------------------------------
 TERMINAL_ENV = ("COLUMNS", "LINES")
 
 
@@ -170,7 +185,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps pytest's own order
+    # an xdist worker; a plain run keeps pytest's own order
+    if hasattr(config, "workerinput"):
         items[:] = suite_schedule.heaviest_first(items)
 
 
@@ -179,7 +195,8 @@ def pytest_xdist_make_scheduler(config, log):
     return suite_schedule.make_scheduler(config, log)
 
 
-# -- where the time goes: seconds per module and per worker at the end of the run (tests/suite_timing.py) -------------
+# -- where the time goes: seconds per module and per worker
+# at the end of the run (tests/suite_timing.py) -------------
 def pytest_runtest_logreport(report):
     suite_timing.record(report)
 

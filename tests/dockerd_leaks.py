@@ -1,9 +1,9 @@
 """The suite's own dockerds left behind by a killed run: found from /proc and stopped before a new one starts.
 
-Why: a test run killed mid-way (Ctrl-C twice, SIGKILL, a CI timeout) leaves its dockerd running (it is started in a
-session of its own), and once the run's process is gone nothing holds the cached data-root's lock: the next run's
-daemon then shares that data-root with the leaked one, containerd waits on the other's database and the container
-tests skipped with "dockerd not ready". A daemon of ours is one whose `-H` socket lies in a
+Why: a test run killed mid-way (Ctrl-C twice, SIGKILL, a CI timeout) leaves its dockerd running (it is started
+in a session of its own), and once the run's process is gone nothing holds the cached data-root's lock: the
+next run's daemon then shares that data-root with the leaked one, containerd waits on the other's database and
+the container tests skipped with "dockerd not ready". A daemon of ours is one whose `-H` socket lies in a
 `/tmp/sglops-dockerd-*` root; it is leaked when the process that started it (recorded in `<root>/owner`) is no
 longer its parent. Daemons of live runs (another engineer's, a benchmark's) are never touched.
 """
@@ -63,7 +63,7 @@ def ours() -> list[Daemon]:
             continue
         st = _stat(int(entry.name))
         if st:
-            found.append(Daemon(int(entry.name), st[0], Path(sock[len("unix://"):]).parent))
+            found.append(Daemon(int(entry.name), st[0], Path(sock[len("unix://") :]).parent))
     return found
 
 
@@ -76,7 +76,8 @@ def is_leaked(d: Daemon) -> bool:
     """Its starter is gone: not its parent any more (an orphan is re-parented to init or a subreaper)."""
     try:
         owner = int((d.root / OWNER).read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # started without an owner record (a benchmark, older code)
+    # started without an owner record (a benchmark, older code)
+    except (OSError, ValueError, IndexError):
         return d.ppid == 1 or _stat(d.ppid) is None
     return d.ppid != owner
 
@@ -86,11 +87,14 @@ def stop(d: Daemon, docker: str, grace: float = 30) -> str | None:
     its root folder removed. None when it is gone, else why not."""
     env = {**os.environ, "DOCKER_HOST": d.socket}
     try:
-        ids = subprocess.run([docker, "ps", "-aq"], env=env, capture_output=True, text=True, timeout=30).stdout.split()
+        ids = subprocess.run(
+            [docker, "ps", "-aq"], env=env, capture_output=True, text=True, timeout=30
+        ).stdout.split()
         if ids:
             subprocess.run([docker, "rm", "-f", *ids], env=env, capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
-        pass  # the daemon may not answer at all: it is stopped below either way
+        # the daemon may not answer at all: it is stopped below either way
+        pass
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
         try:
             os.killpg(d.pid, sig)

@@ -28,12 +28,16 @@ class Faults:
         folder.mkdir(parents=True, exist_ok=True)
         self.env_file = folder / "faults.env"
         wrapper = folder / "python-faults"
-        wrapper.write_text(f'#!/bin/sh\nif [ -f "{self.env_file}" ]; then set -a; . "{self.env_file}"; set +a; fi\n'
-                           f'exec {HOST_PYTHON} "$@"\n')
+        wrapper.write_text(
+            f'#!/bin/sh\nif [ -f "{self.env_file}" ]; then set -a; . "{self.env_file}"; set +a; fi\n'
+            f'exec {HOST_PYTHON} "$@"\n'
+        )
         wrapper.chmod(0o755)
         doc = yaml.safe_load(sandbox.inventory.read_text())
-        doc["hosts"] += [{**h, "name": f"{h['name']}-faults", "python": str(wrapper), "node_rank": 100 + i}
-                         for i, h in enumerate(list(doc["hosts"]))]
+        doc["hosts"] += [
+            {**h, "name": f"{h['name']}-faults", "python": str(wrapper), "node_rank": 100 + i}
+            for i, h in enumerate(list(doc["hosts"]))
+        ]
         self.inventory = folder / "hosts.yaml"
         self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
         self.clear()
@@ -68,8 +72,9 @@ def home_snapshot(home: Path, *, hashes: bool = True) -> dict[str, tuple]:
 
 
 def _probe_cache(rel: str) -> bool:
-    """The probes' answer cache (sglops/host/_tree_cache.py: ~/.cache/sglops/probe-scan) is a cache a read-only
-    probe may fill, never state: it and the folders that only hold it are left out of "what changed"."""
+    """The probes' answer cache (sglops/host/_tree_cache.py: ~/.cache/sglops/probe-scan) is a cache a
+    read-only probe may fill, never state: it and the folders that only hold it are left out of "what
+    changed"."""
     return rel in (".cache", ".cache/sglops") or rel == PROBE_CACHE or rel.startswith(PROBE_CACHE + "/")
 
 
@@ -93,6 +98,9 @@ def snapshot_diff(before: dict, after: dict) -> list[str]:
     """What changed between two home snapshots, one line each (empty when nothing did)."""
     lines = [f"added {p}" for p in sorted(after.keys() - before.keys())]
     lines += [f"removed {p}" for p in sorted(before.keys() - after.keys())]
-    lines += [f"changed {p}: {before[p]} -> {after[p]}" for p in sorted(before.keys() & after.keys())
-              if before[p] != after[p]]
+    lines += [
+        f"changed {p}: {before[p]} -> {after[p]}"
+        for p in sorted(before.keys() & after.keys())
+        if before[p] != after[p]
+    ]
     return lines

@@ -1,13 +1,14 @@
-"""A small HTTP server on loopback that answers the way a broken or hostile server (or a proxy before one) does:
-streams without end, keep-alive comments forever, a byte at a time, 30 MB documents, JSON nested 50,000 deep,
-wrong types, integers past 64 bits, garbage instead of HTTP. Tests point sglops' host scripts at it (the bench
-client, server-status, the restart's /health wait) and check that each read ends in time with one line.
+"""A small HTTP server on loopback that answers the way a broken or hostile server (or a proxy before one)
+does: streams without end, keep-alive comments forever, a byte at a time, 30 MB documents, JSON nested 50,000
+deep, wrong types, integers past 64 bits, garbage instead of HTTP. Tests point sglops' host scripts at it (the
+bench client, server-status, the restart's /health wait) and check that each read ends in time with one line.
 
     with HostileServer("endless") as srv:   # srv.port
         ...
 
-Every behaviour answers /health 200 and a plausible /server_info unless it is the one being broken, so a client
-gets past its checks to the read under test. Standard library only; threads end when the client hangs up.
+Every behaviour answers /health 200 and a plausible /server_info unless it is the one being broken, so a
+client gets past its checks to the read under test. Standard library only; threads end when the client hangs
+up.
 """
 
 from __future__ import annotations
@@ -20,12 +21,22 @@ import time
 from collections.abc import Callable
 
 VOCAB = 32000
-INFO = {"model_path": "/models/tiny", "served_model_name": "tiny", "vocab_size": VOCAB, "version": "0.5.23",
-        "tp_size": 1}
+INFO = {
+    "model_path": "/models/tiny",
+    "served_model_name": "tiny",
+    "vocab_size": VOCAB,
+    "version": "0.5.23",
+    "tp_size": 1,
+}
 
 
-def _head(status: int = 200, ctype: str = "application/json", length: int | None = None, chunked: bool = False,
-          extra: str = "") -> bytes:
+def _head(
+    status: int = 200,
+    ctype: str = "application/json",
+    length: int | None = None,
+    chunked: bool = False,
+    extra: str = "",
+) -> bytes:
     lines = [f"HTTP/1.1 {status} X", f"Content-Type: {ctype}"]
     if length is not None:
         lines.append(f"Content-Length: {length}")
@@ -44,12 +55,21 @@ def _json(sock: socket.socket, doc: object, status: int = 200) -> None:
 
 
 def _event(meta: dict, **more: object) -> bytes:
-    return b"data: " + json.dumps({"text": "x", "output_ids": [1], "meta_info": meta, **more}).encode() + b"\n\n"
+    return (
+        b"data: " + json.dumps({"text": "x", "output_ids": [1], "meta_info": meta, **more}).encode() + b"\n\n"
+    )
 
 
 def _finished(n: int = 4, **meta: object) -> bytes:
-    return _event({"completion_tokens": n, "prompt_tokens": 4, "finish_reason": {"type": "length"},
-                   "e2e_latency": 0.01, **meta})
+    return _event(
+        {
+            "completion_tokens": n,
+            "prompt_tokens": 4,
+            "finish_reason": {"type": "length"},
+            "e2e_latency": 0.01,
+            **meta,
+        }
+    )
 
 
 def _stream(sock: socket.socket, events: list[bytes], done: bool = True) -> None:
@@ -68,7 +88,8 @@ def _forever(sock: socket.socket, piece: Callable[[int], bytes], every: float) -
         time.sleep(every)
 
 
-# -- behaviours: (method, path) -> what the server does; None falls back to a sane answer ---------------------
+# -- behaviours: (method, path) -> what the server does;
+# None falls back to a sane answer ---------------------
 def _endless_tokens(sock, path):
     if path == "/generate":
         sock.sendall(_head(chunked=True, ctype="text/event-stream"))
@@ -92,7 +113,7 @@ def _byte_trickle(sock, path):
 
 def _health_trickle(sock, path):
     if path == "/health":
-        _forever(sock, lambda i: b"HTTP/1.1 200 OK\r\n"[i:i + 1] if i < 17 else b"X", 0.3)
+        _forever(sock, lambda i: b"HTTP/1.1 200 OK\r\n"[i : i + 1] if i < 17 else b"X", 0.3)
     return None
 
 
@@ -141,8 +162,11 @@ def _string_info(sock, path):
 
 def _wide_info(sock, path):
     if path in ("/server_info", "/get_server_info", "/model_info"):
-        _json(sock, b'{"model_path": "/models/tiny", "vocab_size": 1180591620717411303424, "max_total_num_tokens": '
-                    b'1180591620717411303424}')
+        _json(
+            sock,
+            b'{"model_path": "/models/tiny", "vocab_size": 1180591620717411303424, "max_total_num_tokens": '
+            b"1180591620717411303424}",
+        )
         return True
     return None
 
@@ -156,9 +180,14 @@ def _number_path(sock, path):
 
 def _wide_counts(sock, path):
     if path == "/generate":
-        _stream(sock, [b'data: {"text": "x", "output_ids": [1], "meta_info": {"completion_tokens": '
-                       b'1180591620717411303424, "prompt_tokens": 1180591620717411303424, "finish_reason": '
-                       b'{"type": "length"}, "e2e_latency": 0.01}}\n\n'])
+        _stream(
+            sock,
+            [
+                b'data: {"text": "x", "output_ids": [1], "meta_info": {"completion_tokens": '
+                b'1180591620717411303424, "prompt_tokens": 1180591620717411303424, "finish_reason": '
+                b'{"type": "length"}, "e2e_latency": 0.01}}\n\n'
+            ],
+        )
         return True
     return None
 
@@ -213,12 +242,25 @@ def _unauthorized(sock, path):
 
 
 BEHAVIOURS: dict[str, Callable] = {
-    "endless-tokens": _endless_tokens, "keep-alive-forever": _keepalive, "byte-trickle": _byte_trickle,
-    "health-trickle": _health_trickle, "info-trickle": _info_trickle, "metrics-endless": _metrics_endless,
-    "huge-info": _huge_info, "deep-info": _deep_info, "list-info": _list_info, "string-info": _string_info,
-    "wide-info": _wide_info, "number-model-path": _number_path, "wide-counts": _wide_counts,
-    "string-latency": _string_latency, "meta-not-a-map": _meta_not_a_map, "garbage": _garbage,
-    "bad-status": _bad_status, "endless-error": _endless_error, "deep-chunk": _deep_chunk,
+    "endless-tokens": _endless_tokens,
+    "keep-alive-forever": _keepalive,
+    "byte-trickle": _byte_trickle,
+    "health-trickle": _health_trickle,
+    "info-trickle": _info_trickle,
+    "metrics-endless": _metrics_endless,
+    "huge-info": _huge_info,
+    "deep-info": _deep_info,
+    "list-info": _list_info,
+    "string-info": _string_info,
+    "wide-info": _wide_info,
+    "number-model-path": _number_path,
+    "wide-counts": _wide_counts,
+    "string-latency": _string_latency,
+    "meta-not-a-map": _meta_not_a_map,
+    "garbage": _garbage,
+    "bad-status": _bad_status,
+    "endless-error": _endless_error,
+    "deep-chunk": _deep_chunk,
     "unauthorized": _unauthorized,
 }
 
@@ -250,8 +292,14 @@ class _Handler(socketserver.BaseRequestHandler):
             head, _, rest = buf.partition(b"\r\n\r\n")
             first = head.split(b"\r\n")[0].split()
             path = first[1].decode() if len(first) > 1 else "/"
-            length = next((int(ln.split(b":")[1]) for ln in head.split(b"\r\n")
-                           if ln.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(ln.split(b":")[1])
+                    for ln in head.split(b"\r\n")
+                    if ln.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             while len(rest) < length:
                 got = sock.recv(65536)
                 if not got:
@@ -278,7 +326,9 @@ class HostileServer:
         self.server.behaviour = self.behaviour  # type: ignore[attr-defined]
         self.server.seen = []  # type: ignore[attr-defined]
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     @property

@@ -1,12 +1,14 @@
 """The real-server launch tier's host and helpers, shared by tests/test_real_server.py (the workflow: render,
-restart, status, stop, some crashes, rollback) and tests/test_real_server_crashes.py (the other crash classes).
+restart, status, stop, some crashes, rollback) and
+tests/test_real_server_crashes.py (the other crash classes).
 
-Why two modules: each start of the real server costs 20-60 s of CPU, and the suite hands whole modules to xdist
-workers; one module of ~10 starts was the suite's critical path. Each module has a sandbox host of its own, so
-the two run on two workers at once; every test and assertion is the same as in the one module they came from.
-The host's python is the server venv's and its SGLang tree is the venv's pip-installed site-packages/sglang; the
-profile is the repo's playbooks/profiles/sandbox-sglang-cpu.yaml. Needs the environment scripts/setup.sh builds
-(`python -m sglops.sandbox.sglang_cpu`): without it these tests skip with that reason, except on CI, where they fail.
+Why two modules: each start of the real server costs 20-60 s of CPU, and the suite hands whole modules to
+xdist workers; one module of ~10 starts was the suite's critical path. Each module has a sandbox host of its
+own, so the two run on two workers at once; every test and assertion is the same as in the one module they
+came from. The host's python is the server venv's and its SGLang tree is the venv's pip-installed
+site-packages/sglang; the profile is the repo's playbooks/profiles/sandbox-sglang-cpu.yaml. Needs the
+environment scripts/setup.sh builds (`python -m sglops.sandbox.sglang_cpu`): without it these tests skip with
+that reason, except on CI, where they fail.
 """
 
 from __future__ import annotations
@@ -31,12 +33,21 @@ PROFILE = "sandbox-sglang-cpu"
 
 # case: (class, profile changes, text the cause line shows)
 CRASHES = {
-    "unknown-backend": ("unknown_backend", {"attention_backend": None,
-                                            "extra_args": ["--attention-backend", "bogus_attn"]},
-                        "invalid choice: 'bogus_attn'"),
-    "model-path-missing": ("model_missing", {"model_path": "/nonexistent/tiny-model"}, "Repo id must be in the form"),
-    "bad-kv-cache-dtype": ("bad_argument", {"extra_args": ["--kv-cache-dtype", "fp9_e9m9"]},
-                           "invalid choice: 'fp9_e9m9'"),
+    "unknown-backend": (
+        "unknown_backend",
+        {"attention_backend": None, "extra_args": ["--attention-backend", "bogus_attn"]},
+        "invalid choice: 'bogus_attn'",
+    ),
+    "model-path-missing": (
+        "model_missing",
+        {"model_path": "/nonexistent/tiny-model"},
+        "Repo id must be in the form",
+    ),
+    "bad-kv-cache-dtype": (
+        "bad_argument",
+        {"extra_args": ["--kv-cache-dtype", "fp9_e9m9"]},
+        "invalid choice: 'fp9_e9m9'",
+    ),
     # valid choices this CPU host cannot run; the scheduler fails and the launcher hangs until sglops stops it
     "flashinfer-on-cpu": ("unsupported", {"attention_backend": "flashinfer"}, "NameError"),
     "fp8-kv-without-amx": ("unsupported", {"kv_cache_dtype": "fp8_e4m3"}, "requires Intel AMX support"),
@@ -77,7 +88,8 @@ def cheaper_starts(profile: Path) -> None:
 
 
 def variant(name: str, **changes) -> str:
-    """A profile beside the repo's real one (in SGLOPS_PROFILES) with some fields changed (None removes one)."""
+    """A profile beside the repo's real one (in SGLOPS_PROFILES)
+    with some fields changed (None removes one)."""
     return variant_in(Path(os.environ["SGLOPS_PROFILES"]), name, **changes)
 
 
@@ -95,7 +107,8 @@ def variant_in(folder: Path, name: str, **changes) -> str:
 
 
 def server_processes(pid: int) -> dict[int, str]:
-    """{pid: name} of the server's process group and every descendant of pid, from /proc (no name matching)."""
+    """{pid: name} of the server's process group and every
+    descendant of pid, from /proc (no name matching)."""
     stats = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -129,8 +142,8 @@ def port_free(port: int) -> bool:
 
 
 def start_up_failure_is_named_and_leaves_nothing(remote: Remote, case: str) -> None:
-    """A real start with CRASHES[case]'s profile dies, is named with its class and cause line, and no process of
-    it is left (the body of the crash tests of both modules)."""
+    """A real start with CRASHES[case]'s profile dies, is named with its class and cause line, and no process
+    of it is left (the body of the crash tests of both modules)."""
     cls, changes, cause = CRASHES[case]
     res = launch.restart(remote, variant(f"crash-{case}", **changes), port=free_port(), timeout=600)
     assert not res.ok and res.state == "died", res.log_tail
@@ -142,7 +155,7 @@ def start_up_failure_is_named_and_leaves_nothing(remote: Remote, case: str) -> N
 
 # Which module runs which crash class: the workflow module runs some between its stop and its rollback (so the
 # rollback still follows failed starts), the crash module the rest; together every case once. Balanced by the
-# seconds each took in the one module (2026-12-03, serial, load 8-12): the workflow's own tests 376 s, port taken
-# 194, flashinfer 133, fp8 107, no-cpu-engine 75, model-path 37, bad-kv 36, unknown-backend 13.
+# seconds each took in the one module (2026-12-03, serial, load 8-12): the workflow's own tests 376 s, port
+# taken 194, flashinfer 133, fp8 107, no-cpu-engine 75, model-path 37, bad-kv 36, unknown-backend 13.
 WORKFLOW_CRASHES = ("model-path-missing", "no-cpu-engine")
 OTHER_CRASHES = ("bad-kv-cache-dtype", "flashinfer-on-cpu", "fp8-kv-without-amx", "unknown-backend")

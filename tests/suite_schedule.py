@@ -1,33 +1,42 @@
 """How the suite is spread over pytest-xdist workers: whole modules (their module fixtures start once: a real
 server, a sandbox, a dockerd), modules that share the session's real CPU server on one worker, heaviest first.
 
-Why heaviest first: with whole modules as units, a long module handed out last leaves the other workers idle at the
-end (longest-processing-time-first keeps the tail short). The weights are measured seconds per module on the
-2-core machine (WEIGHTS); a module missing from the table weighs 1 s a test, plus 60 s when it starts a real
-server or a dockerd. Only the order changes: every test runs, in its module's own order.
+Why heaviest first: with whole modules as units, a long module handed out last leaves the other workers idle
+at the end (longest-processing-time-first keeps the tail short). The weights are measured seconds per module
+on the 2-core machine (WEIGHTS); a module missing from the table weighs 1 s a test, plus 60 s when it starts a
+real server or a dockerd. Only the order changes: every test runs, in its module's own order.
 """
 
 from __future__ import annotations
 
 import os
 
-# modules whose tests use the session's shared real CPU server (conftest `cpu_server`): one unit, so one server.
-# In unit order readers come first; test_bench_real's last test kills the server on purpose.
-GROUPS = {"test_profile_real.py": "cpu-server", "test_bench_workloads_real.py": "cpu-server",
-          "test_bench_loads_real.py": "cpu-server", "test_bench_real.py": "cpu-server"}
-GROUP_RANK = {"test_profile_real.py": 0, "test_bench_workloads_real.py": 0, "test_bench_loads_real.py": 0,
-              "test_bench_real.py": 1}
-# seconds per module (setup + call + teardown of its tests): the CI run of 2026-12-06 (scripts/test.sh, -n 3 on a fresh
-# 2-core machine, 1,685 s of tests) for the 15 modules its table listed, the last local -n 3 run for the rest
-# (tests/suite_timing.py prints the table; scripts/test.sh keeps it in .cache/suite-times.json): update from there.
-# Modules changed since are marked with what they should weigh now; only the order matters.
+# modules whose tests use the session's shared real CPU server (conftest `cpu_server`): one unit, so one
+# server. In unit order readers come first; test_bench_real's last test kills the server on purpose.
+GROUPS = {
+    "test_profile_real.py": "cpu-server",
+    "test_bench_workloads_real.py": "cpu-server",
+    "test_bench_loads_real.py": "cpu-server",
+    "test_bench_real.py": "cpu-server",
+}
+GROUP_RANK = {
+    "test_profile_real.py": 0,
+    "test_bench_workloads_real.py": 0,
+    "test_bench_loads_real.py": 0,
+    "test_bench_real.py": 1,
+}
+# seconds per module (setup + call + teardown of its tests): the CI run of 2026-12-06 (scripts/test.sh, -n 3
+# on a fresh 2-core machine, 1,685 s of tests) for the 15 modules its table listed, the last local -n 3 run
+# for the rest (tests/suite_timing.py prints the table; scripts/test.sh keeps it in .cache/suite-times.json):
+# update from there. Modules changed since are marked with what they should weigh now; only the order matters.
 WEIGHTS: dict[str, float] = {
     "test_multinode_real.py": 483,
     "test_ab_real.py": 316,
     "test_container_server.py": 303,
     "test_ab.py": 290,
     "test_sweep_real.py": 262,
-    "test_real_server.py": 245,  # with the attention path check (was test_attention_path_real.py, 80 s: a start)
+    # with the attention path check (was test_attention_path_real.py, 80 s: a start)
+    "test_real_server.py": 245,
     "test_ab_real_interrupt.py": 224,
     "test_multirank_real.py": 222,
     "test_real_server_crashes.py": 208,
@@ -35,13 +44,15 @@ WEIGHTS: dict[str, float] = {
     "test_hostile_inputs.py": 178,
     "test_experiment_nodes.py": 152,
     "test_profile_real.py": 125,
-    "test_fp8_mla_decode.py": 70,  # 109 when each of its 16 variant cases imported torch + Triton in a process of its own
+    # 109 when each of its 16 variant cases imported torch + Triton in a process of its own
+    "test_fp8_mla_decode.py": 70,
     "test_patches.py": 100,
     "test_sweep_record.py": 79,
     "test_gather_cast_numeric.py": 75,
     "test_bench_workloads_real.py": 73,
     "test_kernels.py": 72,
-    "test_bench_loads_real.py": 20,  # two levels on the shared server (68 s when it started a server of its own)
+    # two levels on the shared server (68 s when it started a server of its own)
+    "test_bench_loads_real.py": 20,
     "test_crash_points.py": 68,
     "test_html_report.py": 65,
     "test_fp8_mla_cuda.py": 59,
@@ -105,7 +116,8 @@ def _weights(items) -> dict[str, float]:
 
 
 def heaviest_first(items: list) -> list:
-    """The items with their units ordered by weight (heaviest first), each module's tests in their own order."""
+    """The items with their units ordered by weight (heaviest
+    first), each module's tests in their own order."""
     units = _weights(items)
 
     def key(pair):
@@ -127,5 +139,6 @@ def make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
-    config.option.loadscopereorder = False  # keep heaviest_first's order, not "most tests first"
+    # keep heaviest_first's order, not "most tests first"
+    config.option.loadscopereorder = False
     return ModuleUnits(config, log)

@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         b_env = sglang_cpu.start_env()
     # side A: the stock start (every model module imported); neutralise a START_ENV the caller's env may carry
     a_env = {k: "" for k in b_env}
-    print(f"load before: {os.getloadavg()[0]:.2f}; B sets {', '.join(f'{k} ({len(v)} chars)' for k, v in b_env.items())}")
+    print(
+        f"load before: {os.getloadavg()[0]:.2f}; B sets"
+        f" {', '.join(f'{k} ({len(v)} chars)' for k, v in b_env.items())}"
+    )
     times: dict[str, list[float]] = {"A": [], "B": []}
     with tempfile.TemporaryDirectory(prefix="start-cost-") as tmp:
         for i in range(args.rounds):
@@ -59,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
                 times[side].append(s)
                 print(f"round {i + 1} {side}: {s:.1f} s to /health 200", flush=True)
     a, b = statistics.median(times["A"]), statistics.median(times["B"])
-    print(f"median A {a:.1f} s, B {b:.1f} s: B/A = {b / a:.2f} ({args.rounds} rounds each); "
-          f"load after: {os.getloadavg()[0]:.2f}")
+    print(
+        f"median A {a:.1f} s, B {b:.1f} s: B/A = {b / a:.2f} ({args.rounds} rounds each); "
+        f"load after: {os.getloadavg()[0]:.2f}"
+    )
     return 0
 
 

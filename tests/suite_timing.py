@@ -1,5 +1,5 @@
-"""Where the suite's time goes: seconds per module (setup + call + teardown of its tests) and per xdist worker,
-printed at the end of every run, so a CI log that keeps nothing else still says which modules to cut.
+"""Where the suite's time goes: seconds per module (setup + call + teardown of its tests) and per xdist
+worker, printed at the end of every run, so a CI log that keeps nothing else still says which modules to cut.
 
 Why per module: scripts/test.sh hands whole modules to workers (tests/suite_schedule.py), so a module's summed
 durations are its share of one worker's wall time, and the busiest worker's total is the critical path. The
@@ -22,13 +22,14 @@ def cpu_ticks() -> tuple[int, int] | None:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    # idle + iowait
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     return sum(fields[:8]) - idle, sum(fields[:8])
 
 
 def cpu_line(start: tuple[int, int] | None, end: tuple[int, int] | None) -> str | None:
-    """How busy the machine's cores were over the run: near 100% the suite is CPU-bound (only less work makes it
-    shorter); well below, it waits (more workers or less waiting would)."""
+    """How busy the machine's cores were over the run: near 100% the suite is CPU-bound (only less work makes
+    it shorter); well below, it waits (more workers or less waiting would)."""
     if not start or not end or end[1] <= start[1]:
         return None
     busy = (end[0] - start[0]) / (end[1] - start[1])
@@ -67,12 +68,16 @@ class SuiteTimes:
         return out
 
     def lines(self, top: int = TOP) -> list[str]:
-        """The summary: the slowest modules, then each worker's total (the largest one bounds the wall time)."""
+        """The summary: the slowest modules, then each worker's
+        total (the largest one bounds the wall time)."""
         if not self.modules:
             return []
         total = sum(m.seconds for m in self.modules.values())
         ranked = sorted(self.modules.items(), key=lambda kv: -kv[1].seconds)
-        out = [f"slowest modules (setup + call + teardown; {len(ranked)} modules, {total:.0f} s of tests in all):"]
+        out = [
+            f"slowest modules (setup + call + teardown; {len(ranked)} modules, {total:.0f} s of tests in"
+            " all):"
+        ]
         for name, m in ranked[:top]:
             where = ",".join(sorted(m.workers))
             out.append(f"  {m.seconds:8.1f} s  {m.tests:4d} tests  {name}  [{where}]")
@@ -83,8 +88,10 @@ class SuiteTimes:
         return out + ([cpu] if cpu else [])
 
     def to_json(self) -> dict:
-        return {name: {"seconds": round(m.seconds, 2), "tests": m.tests, "workers": sorted(m.workers)}
-                for name, m in sorted(self.modules.items())}
+        return {
+            name: {"seconds": round(m.seconds, 2), "tests": m.tests, "workers": sorted(m.workers)}
+            for name, m in sorted(self.modules.items())
+        }
 
 
 TIMES = SuiteTimes()
@@ -92,7 +99,8 @@ TIMES = SuiteTimes()
 
 def record(report) -> None:
     """pytest_runtest_logreport: every phase of every test, wherever it ran."""
-    node = getattr(report, "node", None)  # xdist's WorkerController on the controller
+    # xdist's WorkerController on the controller
+    node = getattr(report, "node", None)
     worker = getattr(getattr(node, "gateway", None), "id", None) or "main"
     TIMES.add(report.nodeid, report.when, float(getattr(report, "duration", 0.0) or 0.0), worker)
 

@@ -22,7 +22,8 @@ from conftest import inv_cmd
 from sglops.sandbox import sglang_cpu
 
 pytestmark = pytest.mark.real_server
-A_ROUNDS: list[str] = []  # the unpatched "cpu" rounds of the abs below: two runs of one profile, two restarts apart
+# the unpatched "cpu" rounds of the abs below: two runs of one profile, two restarts apart
+A_ROUNDS: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +36,11 @@ def test_a_patch_that_perturbs_the_logits_is_caught_and_reverted(real_ab):
     sb, env, site = real_ab
     sampler = site / "sglang" / "srt" / "layers" / "sampler.py"
     shared = sglang_cpu.sglang_tree() / "srt" / "layers" / "sampler.py"
-    assert sampler.stat().st_ino == shared.stat().st_ino  # hard-linked until the patch replaces it
+    # hard-linked until the patch replaces it
+    assert sampler.stat().st_ino == shared.stat().st_ino
     proc, doc = run_ab(env, "-a", "cpu", "--patch", PATCH, "--rounds", "1", "--require-identical")
-    assert proc.returncode == 8, why(proc, doc, env)  # --require-identical: a difference is a failure
+    # --require-identical: a difference is a failure
+    assert proc.returncode == 8, why(proc, doc, env)
     assert doc["kind"] == "differ" and "OUTPUTS DIFFER" in doc["error"] and "Traceback" not in proc.stderr
     print(f"\nab perturbed, 1 round: {doc['wall_s']} s; {doc['verdict']}")
     assert doc["rounds"][1]["patches"] == [PATCH] and doc["rounds"][0]["patches"] == []
@@ -67,8 +70,9 @@ def test_a_kv_dtype_profile_change_is_an_unintended_config_difference(real_ab):
     assert "1 UNINTENDED config difference: kv_cache_dtype auto -> bf16" in doc["verdict"]
     # named as the variable, the same rounds are what the engineer meant to compare
     a, b = doc["rounds"][0]["run_id"], doc["rounds"][1]["run_id"]
-    named = inv_cmd("compare", a, b, "--variable", "kv_dtype", "--require-same-config", "--no-chart", "--json",
-                    env=env)
+    named = inv_cmd(
+        "compare", a, b, "--variable", "kv_dtype", "--require-same-config", "--no-chart", "--json", env=env
+    )
     assert named.returncode == 0, named.stderr
     cfg = json.loads(named.stdout)["config"][b]
     assert cfg["unintended"] == [] and cfg["line"] == "config differs only as intended (kv_cache_dtype)"
@@ -79,22 +83,34 @@ def test_a_kv_dtype_profile_change_is_an_unintended_config_difference(real_ab):
 
 
 def test_two_runs_of_the_same_profile_are_identical(real_ab):
-    """The A rounds of the two abs above: the same profile, each after its own real restart (no restart spent here).
-    Run alone (-k), an ab of the profile against itself makes the two runs."""
+    """The A rounds of the two abs above: the same profile, each after its own real restart (no restart spent
+    here). Run alone (-k), an ab of the profile against itself makes the two runs."""
     sb, env, site = real_ab
     runs = A_ROUNDS[:2]
     if len(runs) < 2:
         proc, doc = run_ab(env, "-a", "cpu", "-b", "cpu", "--rounds", "1", "--require-identical")
         assert proc.returncode == 0, why(proc, doc, env)
         assert "outputs identical (2 prompts, logprobs equal)" in doc["verdict"]
-        assert "too few rounds for a speed verdict (1 < 3)" in doc["verdict"]  # honest with 1 round
-        assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")  # none ran before
+        # honest with 1 round
+        assert "too few rounds for a speed verdict (1 < 3)" in doc["verdict"]
+        # none ran before
+        assert doc["restore"]["ok"] and doc["restore"]["server"].startswith("stopped")
         runs = [r["run_id"] for r in doc["rounds"]]
-    cmp = inv_cmd("compare", runs[0], runs[1], "--require-identical", "--require-same-config", "--no-chart", "--json",
-                  env=env)
+    cmp = inv_cmd(
+        "compare",
+        runs[0],
+        runs[1],
+        "--require-identical",
+        "--require-same-config",
+        "--no-chart",
+        "--json",
+        env=env,
+    )
     assert cmp.returncode == 0, cmp.stderr[-3000:]
     doc = json.loads(cmp.stdout)
     ident = doc["identity"][runs[1]]
-    assert ident["identical"] and ident["compared"] == 2 and ident["logprobs"] and ident["max_logprob_diff"] == 0
+    assert (
+        ident["identical"] and ident["compared"] == 2 and ident["logprobs"] and ident["max_logprob_diff"] == 0
+    )
     assert "outputs identical (2 prompts, logprobs equal)" in doc["headline"][runs[1]]
     assert doc["config"][runs[1]]["unintended"] == []

@@ -1,7 +1,8 @@
-"""Ctrl-C during an `inv ab` on the REAL SGLang 0.5.23 CPU server (red team F11), on a sandbox host of its own.
+"""Ctrl-C during an `inv ab` on the REAL SGLang 0.5.23
+CPU server (red team F11), on a sandbox host of its own.
 
-A module of its own so that another xdist worker takes its real starts while tests/test_ab_real.py runs the other
-real-server ab proofs; the host, profiles and patch are the same (tests/ab_real_host.py).
+A module of its own so that another xdist worker takes its real starts while tests/test_ab_real.py runs the
+other real-server ab proofs; the host, profiles and patch are the same (tests/ab_real_host.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def test_ctrl_c_on_the_real_server_restores_the_tree_and_a_second_one_waits(real
     ab_run = _Ab(env, "-a", f"cpu+{PATCH}", "-b", "cpu", "--rounds", "2", *BENCH, host="cpu-a")
     ab_run.wait_for("round 1/2 A: restart", timeout=1500)
     ab_run.proc.send_signal(signal.SIGINT)
-    assert any(f"round 1/2 A: apply {PATCH}" in ln for ln in ab_run.err)  # the patch was on the host by then
+    # the patch was on the host by then
+    assert any(f"round 1/2 A: apply {PATCH}" in ln for ln in ab_run.err)
     ab_run.wait_for("restore: ", timeout=600)
     ab_run.proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
@@ -47,8 +49,11 @@ def test_ctrl_c_on_the_real_server_restores_the_tree_and_a_second_one_waits(real
     assert err.count("restoring, please wait") == 1, err[-3000:]
     (line,) = [ln for ln in err.splitlines() if "interrupted (SIGINT)" in ln]
     assert "host restored (server cpu on port" in line and "patches none" in line, line
-    assert applied(env) == [] and "sglops: perturb-logits-test" not in (site / "sglang" / "srt" / "layers" /
-                                                                        "sampler.py").read_text()
+    assert (
+        applied(env) == []
+        and "sglops: perturb-logits-test"
+        not in (site / "sglang" / "srt" / "layers" / "sampler.py").read_text()
+    )
     doc = json.loads(inv_cmd("patches", "--host", "cpu-a", "--json", env=env).stdout)
     assert doc["ab"] is None
     st = json.loads(inv_cmd("server-status", "--host", "cpu-a", "--json", env=env).stdout)

@@ -31,16 +31,30 @@ def standin(use_sandbox, tmp_path):
     servers: list[StandinProcess] = []
     root = use_sandbox.host("gpu-a").sglang_root
     # the model as the host's Hugging Face cache holds it: bench reads its vocabulary there
-    snap = use_sandbox.host("gpu-a").home / ".cache/huggingface/hub/models--deepseek-ai--DeepSeek-V2-Lite/snapshots/0"
+    snap = (
+        use_sandbox.host("gpu-a").home
+        / ".cache/huggingface/hub/models--deepseek-ai--DeepSeek-V2-Lite/snapshots/0"
+    )
     snap.mkdir(parents=True, exist_ok=True)
-    (snap / "config.json").write_text(json.dumps({"vocab_size": 102400, "bos_token_id": 100000,
-                                                  "eos_token_id": 100001}))
+    (snap / "config.json").write_text(
+        json.dumps({"vocab_size": 102400, "bos_token_id": 100000, "eos_token_id": 100001})
+    )
 
     def start(tps: float, wait: bool = True, launch: tuple[str, ...] = (), **knobs) -> int:
-        server = start_standin("--model-path", "deepseek-ai/DeepSeek-V2-Lite", "--tp-size", "2",
-                               "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "flashinfer", *launch,
-                               knobs={"TPS": tps, "TTFT_MS": 20, "STARTUP_S": 0.1, **knobs},
-                               sglang_python=root / "python", log=tmp_path / f"standin-{len(servers)}.log")
+        server = start_standin(
+            "--model-path",
+            "deepseek-ai/DeepSeek-V2-Lite",
+            "--tp-size",
+            "2",
+            "--kv-cache-dtype",
+            "fp8_e4m3",
+            "--attention-backend",
+            "flashinfer",
+            *launch,
+            knobs={"TPS": tps, "TTFT_MS": 20, "STARTUP_S": 0.1, **knobs},
+            sglang_python=root / "python",
+            log=tmp_path / f"standin-{len(servers)}.log",
+        )
         servers.append(server)
         if wait:
             server.wait_healthy(10)
@@ -69,9 +83,19 @@ def test_single_stream_decode_is_the_servers_true_rate_and_is_kept_with_what_ran
     ledger = root / ".sglops" / "applied.json"
     ledger.parent.mkdir(exist_ok=True)
     digest = __import__("hashlib").sha256(target.read_bytes()).hexdigest()
-    ledger.write_text(json.dumps({"applied": [{"patch": "gather-cast", "variant": "sglang-0.5.23",
-                                               "files": {"python/sglang/srt/server_args.py":
-                                                         {"before": "0" * 64, "after": digest}}}]}))
+    ledger.write_text(
+        json.dumps(
+            {
+                "applied": [
+                    {
+                        "patch": "gather-cast",
+                        "variant": "sglang-0.5.23",
+                        "files": {"python/sglang/srt/server_args.py": {"before": "0" * 64, "after": digest}},
+                    }
+                ]
+            }
+        )
+    )
     try:
         proc, doc = bench_json("--port", str(port), "--runs", "3", "--input-len", "64", "--output-len", "60")
     finally:
@@ -84,10 +108,13 @@ def test_single_stream_decode_is_the_servers_true_rate_and_is_kept_with_what_ran
     lo, hi = level["decode_tok_s"]["ci95"]
     assert lo <= level["decode_tok_s"]["median"] <= hi
     assert level["tpot_ms"]["median"] == pytest.approx(1000 / rate, rel=0.01)
-    assert level["itl_ms"]["n"] == 3 * 59  # one ITL per token after the first
-    assert level["ttft_ms"]["median"] >= 20  # the stand-in's TTFT, plus the trip
+    # one ITL per token after the first
+    assert level["itl_ms"]["n"] == 3 * 59
+    # the stand-in's TTFT, plus the trip
+    assert level["ttft_ms"]["median"] >= 20
     raw = doc["raw"][0]["requests"][0]
-    assert raw["tokens"] == 60 and raw["prompt_tokens"] == 64  # the server's own counts; input_ids are exact
+    # the server's own counts; input_ids are exact
+    assert raw["tokens"] == 60 and raw["prompt_tokens"] == 64
     # the run is kept, with what was running
     run = artifacts.find_run(doc["run_id"])
     manifest = artifacts.read_json(run / "manifest.json")
@@ -95,29 +122,43 @@ def test_single_stream_decode_is_the_servers_true_rate_and_is_kept_with_what_ran
     assert manifest["launch_args"]["tp_size"] == 2 and manifest["launch_args"]["kv_cache_dtype"] == "fp8_e4m3"
     assert manifest["sglang"]["version"] == "0.5.23" and len(manifest["sglang"]["commit"]) == 40
     assert manifest["patches"][0]["patch"] == "gather-cast" and manifest["patches"][0]["intact"] is True
-    assert manifest["facts"]["gpus"] and manifest["bench"]["decode_tok_s"]["median"] == pytest.approx(rate, rel=0.01)
+    assert manifest["facts"]["gpus"] and manifest["bench"]["decode_tok_s"]["median"] == pytest.approx(
+        rate, rel=0.01
+    )
 
 
-@pytest.mark.flaky(reruns=2, reruns_delay=5)  # a timing figure: a busy machine (other xdist workers) can skew one try
+# a timing figure: a busy machine (other xdist workers) can skew one try
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 def test_openai_api_concurrency_and_chunked_streams(standin, remote_a):
     rate = 150.0
     port = standin(rate, stream_interval=4)
     seen = []
-    native = bench.run_bench(remote_a, runs=2, input_len=32, output_len=41, port=port, with_facts=False,
-                             on_progress=seen.append)
+    native = bench.run_bench(
+        remote_a, runs=2, input_len=32, output_len=41, port=port, with_facts=False, on_progress=seen.append
+    )
     lv = native.levels[0]
     # chunks of 4 tokens: ITL spreads each gap over its tokens, the rate is still the true one
     assert lv.itl_ms["median"] == pytest.approx(1000 / rate, rel=0.02)
     assert lv.decode_tok_s["median"] == pytest.approx(rate, rel=0.01)
-    assert seen and seen[-1]["done"] == seen[-1]["total"] == 2  # progress reached the laptop live
+    # progress reached the laptop live
+    assert seen and seen[-1]["done"] == seen[-1]["total"] == 2
     port = standin(rate)
-    oai = bench.run_bench(remote_a, runs=2, input_len=32, output_len=40, port=port, api="openai",
-                          concurrency="1,3", with_facts=False)
+    oai = bench.run_bench(
+        remote_a,
+        runs=2,
+        input_len=32,
+        output_len=40,
+        port=port,
+        api="openai",
+        concurrency="1,3",
+        with_facts=False,
+    )
     one, three = oai.levels
     assert oai.status == "ok" and oai.config["model"] == "deepseek-ai/DeepSeek-V2-Lite"
     assert one.decode_tok_s["median"] == pytest.approx(rate, rel=0.01)
     assert three.outcomes == {"ok": 6} and three.decode_tok_s["median"] == pytest.approx(rate, rel=0.02)
-    assert three.output_tok_s["median"] > 2 * rate  # three streams in flight
+    # three streams in flight
+    assert three.output_tok_s["median"] > 2 * rate
     assert "output tok/s" in _render(render(oai))
 
 
@@ -167,8 +208,9 @@ def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
         if ev.get("done", 0) >= 1:
             server.stop()
 
-    result = bench.run_bench(remote_a, runs=4, output_len=30, port=port, with_facts=False,
-                             on_progress=kill_after_first)
+    result = bench.run_bench(
+        remote_a, runs=4, output_len=30, port=port, with_facts=False, on_progress=kill_after_first
+    )
     lv = result.levels[0]
     assert result.status == "partial" and lv.ok >= 1 and lv.ok < 4
     # the run stops at the first request that finds the server gone: nothing more is sent to a dead server
@@ -180,14 +222,18 @@ def test_a_server_dying_mid_run_makes_it_partial(standin, remote_a):
     assert "PARTIAL" in text and f"127.0.0.1:{port} died" in text
 
 
-@pytest.mark.flaky(reruns=2, reruns_delay=5)  # a timing figure: a busy machine (other xdist workers) can skew one try
+# a timing figure: a busy machine (other xdist workers) can skew one try
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 def test_compare_gives_a_verdict_an_interval_and_a_chart(standin, remote_a, tmp_path):
     slow, fast = 150.0, 195.0
     ids = []
     for rate in (slow, slow, fast):
         port = standin(rate)
-        ids.append(bench.record(bench.run_bench(remote_a, runs=5, output_len=30, port=port, with_facts=False),
-                                new_run_id()).run_id)
+        ids.append(
+            bench.record(
+                bench.run_bench(remote_a, runs=5, output_len=30, port=port, with_facts=False), new_run_id()
+            ).run_id
+        )
     proc = inv_cmd("compare", ids[0], f"{ids[1]},{ids[2]}", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "within noise" in proc.stdout and "faster" in proc.stdout
@@ -209,14 +255,28 @@ def test_outputs_are_kept_and_compare_names_the_first_divergence(standin, remote
     """Stand-in outputs are a function of the prompt (not a model's): what is checked here is the plumbing,
     from the server's fields through outputs.json and the manifest to compare's verdict and exit code."""
     ids = {}
-    for name, api, knobs, launch in (("a", "sglang", {}, ()), ("b", "sglang", {}, ()),
-                                     ("diverged", "sglang", {"diverge_at": 7}, ()),
-                                     ("noisy", "sglang", {"logprob_noise": 2e-4}, ()),
-                                     ("kv", "sglang", {}, ("--kv-cache-dtype", "auto")),
-                                     ("oai", "openai", {}, ())):
+    for name, api, knobs, launch in (
+        ("a", "sglang", {}, ()),
+        ("b", "sglang", {}, ()),
+        ("diverged", "sglang", {"diverge_at": 7}, ()),
+        ("noisy", "sglang", {"logprob_noise": 2e-4}, ()),
+        ("kv", "sglang", {}, ("--kv-cache-dtype", "auto")),
+        ("oai", "openai", {}, ()),
+    ):
         port = standin(400.0, launch=launch, **knobs)
-        res = bench.record(bench.run_bench(remote_a, runs=3, input_len=24, output_len=20, concurrency="1,2",
-                                           port=port, api=api, with_facts=False), new_run_id())
+        res = bench.record(
+            bench.run_bench(
+                remote_a,
+                runs=3,
+                input_len=24,
+                output_len=20,
+                concurrency="1,2",
+                port=port,
+                api=api,
+                with_facts=False,
+            ),
+            new_run_id(),
+        )
         assert res.status == "ok", res.problems()
         ids[name] = res.run_id
     run = artifacts.find_run(ids["a"])
@@ -228,7 +288,8 @@ def test_outputs_are_kept_and_compare_names_the_first_divergence(standin, remote
     assert manifest["outputs"]["hashes"] == {e["prompt"]: e["output"] for e in reqs}
     assert manifest["run_config"]["kv_cache_dtype"] == "fp8_e4m3" and manifest["run_config"]["tp_size"] == 2
     bench_doc = artifacts.read_json(run / "bench.json")
-    assert "ids" not in bench_doc["raw"][0]["requests"][0]  # timings stay in bench.json, outputs apart
+    # timings stay in bench.json, outputs apart
+    assert "ids" not in bench_doc["raw"][0]["requests"][0]
 
     same = compare([ids["a"], ids["b"]], out_dir=tmp_path / "same", chart=False)
     assert same.identity.identical and same.identity.compared == 9 and same.config.same
@@ -240,69 +301,130 @@ def test_outputs_are_kept_and_compare_names_the_first_divergence(standin, remote
     d = diverged.identity.first_divergence
     assert (d.prompt_index, d.token_index) == (0, 7) and d.a_id != d.b_id and d.a_after != d.b_after
     assert "OUTPUTS DIFFER at token 7 of prompt 0" in diverged.headline()
-    proc = inv_cmd("compare", ids["a"], ids["diverged"], "--require-identical", "--no-chart",
-                   env={"COLUMNS": "200"})
+    proc = inv_cmd(
+        "compare", ids["a"], ids["diverged"], "--require-identical", "--no-chart", env={"COLUMNS": "200"}
+    )
     assert proc.returncode == 8, proc.stderr
     assert "OUTPUTS DIFFER at token 7 of prompt 0" in proc.stdout and "OUTPUTS DIFFER" in proc.stderr
     assert inv_cmd("compare", ids["a"], ids["b"], "--require-identical", "--no-chart").returncode == 0
 
     noisy = compare([ids["a"], ids["noisy"]], out_dir=tmp_path / "noisy", chart=False)
-    assert noisy.identity.tokens_identical and noisy.identity.max_logprob_diff == pytest.approx(2e-4, rel=0.01)
+    assert noisy.identity.tokens_identical and noisy.identity.max_logprob_diff == pytest.approx(
+        2e-4, rel=0.01
+    )
     assert inv_cmd("compare", ids["a"], ids["noisy"], "--require-identical", "--no-chart").returncode == 8
-    assert inv_cmd("compare", ids["a"], ids["noisy"], "--require-identical", "--tolerance-logprob", "1e-3",
-                   "--no-chart").returncode == 0
+    assert (
+        inv_cmd(
+            "compare",
+            ids["a"],
+            ids["noisy"],
+            "--require-identical",
+            "--tolerance-logprob",
+            "1e-3",
+            "--no-chart",
+        ).returncode
+        == 0
+    )
     bad = inv_cmd("compare", ids["a"], ids["noisy"], "--min-identical-share", "2")
     assert bad.returncode == 2 and "--min-identical-share must be" in bad.stderr
 
     kv = compare([ids["a"], ids["kv"]], out_dir=tmp_path / "kv", chart=False)
     assert [(x.key, x.a, x.b, x.intended) for x in kv.config.differences] == [
-        ("kv_cache_dtype", "fp8_e4m3", "auto", False)]
+        ("kv_cache_dtype", "fp8_e4m3", "auto", False)
+    ]
     assert "1 UNINTENDED config difference: kv_cache_dtype fp8_e4m3 -> auto" in kv.headline()
-    strict = inv_cmd("compare", ids["a"], ids["kv"], "--require-same-config", "--no-chart", env={"COLUMNS": "200"})
+    strict = inv_cmd(
+        "compare", ids["a"], ids["kv"], "--require-same-config", "--no-chart", env={"COLUMNS": "200"}
+    )
     assert strict.returncode == 8 and "kv_cache_dtype" in strict.stderr
-    named = inv_cmd("compare", ids["a"], ids["kv"], "--require-same-config", "--variable", "kv_cache_dtype",
-                    "--no-chart", "--json")
+    named = inv_cmd(
+        "compare",
+        ids["a"],
+        ids["kv"],
+        "--require-same-config",
+        "--variable",
+        "kv_cache_dtype",
+        "--no-chart",
+        "--json",
+    )
     assert named.returncode == 0, named.stderr
     doc = json.loads(named.stdout)
     assert doc["config"][ids["kv"]]["differences"][0]["intended"] is True
 
 
-# -- the suspect-request rule, on recorded chunk timelines -------------------------------------------------------
-# A request as the real SGLang 0.5.23 CPU server streamed it to bench_client at C=4 on a loaded 2-core machine
-# (raw record: arrival of each chunk that raised completion_tokens, and the count it raised it to).
-REAL = {"outcome": "ok", "tokens": 16, "e2e_s": 6.097292, "server_e2e_s": 6.009426256000097,
-        "chunk_t": [0.980563, 1.938822, 2.197151, 2.449397, 3.015748, 3.349479, 3.425548, 3.907308, 4.344339,
-                    4.656458, 4.890566, 5.22956, 5.708195, 5.844024, 6.026442, 6.097229],
-        "chunk_n": list(range(1, 17))}
-# the same stream had two pairs of tokens been merged into one chunk each (59-64 chunks for 64 tokens is usual)
-MERGED = dict(REAL, chunk_t=REAL["chunk_t"][:3] + REAL["chunk_t"][4:9] + REAL["chunk_t"][10:],
-              chunk_n=[1, 2, 3, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16])
+# -- the suspect-request rule, on recorded chunk timelines
+# ------------------------------------------------------- A request as the real SGLang 0.5.23 CPU server
+# streamed it to bench_client at C=4 on a loaded 2-core machine (raw record: arrival of each chunk that raised
+# completion_tokens, and the count it raised it to).
+REAL = {
+    "outcome": "ok",
+    "tokens": 16,
+    "e2e_s": 6.097292,
+    "server_e2e_s": 6.009426256000097,
+    "chunk_t": [
+        0.980563,
+        1.938822,
+        2.197151,
+        2.449397,
+        3.015748,
+        3.349479,
+        3.425548,
+        3.907308,
+        4.344339,
+        4.656458,
+        4.890566,
+        5.22956,
+        5.708195,
+        5.844024,
+        6.026442,
+        6.097229,
+    ],
+    "chunk_n": list(range(1, 17)),
+}
+# the same stream had two pairs of tokens been merged into
+# one chunk each (59-64 chunks for 64 tokens is usual)
+MERGED = dict(
+    REAL,
+    chunk_t=REAL["chunk_t"][:3] + REAL["chunk_t"][4:9] + REAL["chunk_t"][10:],
+    chunk_n=[1, 2, 3, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16],
+)
 
 
 def _burst(first_t: float, tokens: int, server_e2e: float) -> dict:
     """The field report: one token, then every other token in one chunk 0.4 ms later (a stalled stream)."""
-    return {"outcome": "ok", "tokens": tokens, "e2e_s": first_t + 0.000424, "server_e2e_s": server_e2e,
-            "chunk_t": [first_t, first_t + 0.000424], "chunk_n": [1, tokens]}
+    return {
+        "outcome": "ok",
+        "tokens": tokens,
+        "e2e_s": first_t + 0.000424,
+        "server_e2e_s": server_e2e,
+        "chunk_t": [first_t, first_t + 0.000424],
+        "chunk_n": [1, tokens],
+    }
 
 
 def test_an_ordinary_real_timeline_with_merged_chunks_is_not_suspect():
     for rec in (REAL, MERGED):
         m = bench.request_metrics(rec)
         assert m["suspect"] is None
-        assert m["ttft_ms"] == pytest.approx(980.563) and len(m["itl_ms"]) == 15  # merged chunks spread per token
+        # merged chunks spread per token
+        assert m["ttft_ms"] == pytest.approx(980.563) and len(m["itl_ms"]) == 15
         assert m["tpot_ms"] == pytest.approx((6097.292 - 980.563) / 15)
     merged = bench.request_metrics(MERGED)["itl_ms"]
-    assert merged[2] == merged[3] == pytest.approx((3015.748 - 2197.151) / 2)  # one gap, two tokens
+    # one gap, two tokens
+    assert merged[2] == merged[3] == pytest.approx((3015.748 - 2197.151) / 2)
 
 
 def test_a_burst_is_suspect_and_kept_out_of_the_figures_but_counted():
     burst = _burst(0.150, 64, 0.151)
     m = bench.request_metrics(burst)
-    assert m["decode_tok_s"] > 100_000  # the impossible figure it used to report as ok
+    # the impossible figure it used to report as ok
+    assert m["decode_tok_s"] > 100_000
     assert m["suspect"] == "burst: 63 of 63 decode tokens in one chunk"
-    repeats = [{"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]},
-               {"concurrency": 1, "wall_s": 0.3, "requests": [burst]},
-               {"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]}]
+    repeats = [
+        {"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]},
+        {"concurrency": 1, "wall_s": 0.3, "requests": [burst]},
+        {"concurrency": 1, "wall_s": 0.3, "requests": [dict(REAL)]},
+    ]
     lv = bench.analyze(repeats, 1)
     assert lv.suspect == {"burst": 1} and lv.suspects == 1 and lv.status == "ok"
     assert len(lv.per_request["decode_tok_s"]) == 2 and max(lv.per_request["decode_tok_s"]) < 100
@@ -311,14 +433,22 @@ def test_a_burst_is_suspect_and_kept_out_of_the_figures_but_counted():
 
 
 def test_a_stream_that_ends_before_the_server_finished_is_suspect():
-    early = dict(REAL, server_e2e_s=6.150)  # the server says it finished 53 ms after the client saw the end
+    # the server says it finished 53 ms after the client saw the end
+    early = dict(REAL, server_e2e_s=6.150)
     assert bench.request_metrics(early)["suspect"].startswith("stream ended 52.7 ms before the server's own")
-    assert bench.request_metrics(dict(REAL, server_e2e_s=6.0985))["suspect"] is None  # within the clock slack
+    # within the clock slack
+    assert bench.request_metrics(dict(REAL, server_e2e_s=6.0985))["suspect"] is None
 
 
 def test_half_the_tokens_in_one_chunk_is_the_line():
     # 8 decode tokens: a chunk of 4 is ordinary merging, a chunk of 5 is more than half
-    ok = {"outcome": "ok", "tokens": 9, "e2e_s": 0.1, "chunk_t": [0.01, 0.04, 0.06, 0.1], "chunk_n": [1, 3, 5, 9]}
+    ok = {
+        "outcome": "ok",
+        "tokens": 9,
+        "e2e_s": 0.1,
+        "chunk_t": [0.01, 0.04, 0.06, 0.1],
+        "chunk_n": [1, 3, 5, 9],
+    }
     bad = dict(ok, chunk_n=[1, 2, 4, 9])
     assert bench.request_metrics(ok)["suspect"] is None
     assert bench.request_metrics(bad)["suspect"] == "burst: 5 of 8 decode tokens in one chunk"
@@ -326,7 +456,8 @@ def test_half_the_tokens_in_one_chunk_is_the_line():
     assert bench.request_metrics(uncounted)["suspect"] == "burst: 40 tokens in 2 chunks"
 
 
-# -- prompt ids from the model's own vocabulary (host-side helper, shared with profile) ------------------------
+# -- prompt ids from the model's own vocabulary (host-side
+# helper, shared with profile) ------------------------
 def _host_helpers() -> dict:
     """The host-side vocabulary helper as a host runs it (the module sent to hosts, with its imports)."""
     from sglops.host import _vocab
@@ -338,18 +469,30 @@ def test_prompt_ids_stay_below_the_vocabulary_and_skip_every_special_token(tmp_p
     host = _host_helpers()
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"vocab_size": 64, "bos_token_id": 0, "eos_token_id": [1, 7],
-                                                   "pad_token_id": None}))
-    (model / "tokenizer.json").write_text(json.dumps({
-        "model": {"vocab": {f"t{i}": i for i in range(60)}},  # the tokenizer's own vocabulary is smaller
-        "added_tokens": [{"id": 5, "content": "<|im_start|>", "special": True},
-                         {"id": 9, "content": "word", "special": False}]}))
-    (model / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"11": {"special": True}}}))
+    (model / "config.json").write_text(
+        json.dumps({"vocab_size": 64, "bos_token_id": 0, "eos_token_id": [1, 7], "pad_token_id": None})
+    )
+    (model / "tokenizer.json").write_text(
+        json.dumps(
+            {
+                # the tokenizer's own vocabulary is smaller
+                "model": {"vocab": {f"t{i}": i for i in range(60)}},
+                "added_tokens": [
+                    {"id": 5, "content": "<|im_start|>", "special": True},
+                    {"id": 9, "content": "word", "special": False},
+                ],
+            }
+        )
+    )
+    (model / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": {"11": {"special": True}}})
+    )
     space = host["model_token_space"]("http://127.0.0.1:1", {"model_path": str(model)})
     assert space["high"] == 60 and space["special"] == [0, 1, 5, 7, 11]
     ids = [i for seed in range(50) for i in host["draw_prompt_ids"](space, seed, 40)]
     assert max(ids) < 60 and not set(ids) & {0, 1, 5, 7, 11} and 9 in ids
-    assert host["draw_prompt_ids"](space, 3, 40) == host["draw_prompt_ids"](space, 3, 40)  # seeded: same prompt
+    # seeded: same prompt
+    assert host["draw_prompt_ids"](space, 3, 40) == host["draw_prompt_ids"](space, 3, 40)
 
 
 def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one_clear_line(tmp_path):
@@ -357,17 +500,24 @@ def test_a_hub_id_is_read_from_the_servers_hugging_face_cache_and_unknown_is_one
     snap = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / "abc"
     snap.mkdir(parents=True)
     (snap / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 500, "eos_token_id": 2}}))
-    space = host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/tiny"}, env={"HF_HOME": str(tmp_path / "hf")})
+    space = host["model_token_space"](
+        "http://127.0.0.1:1", {"model_path": "org/tiny"}, env={"HF_HOME": str(tmp_path / "hf")}
+    )
     assert space["high"] == 500 and space["special"] == [2]
     closed = free_port()
     with pytest.raises(host["UserError"], match="cannot tell the served model's vocabulary.*--vocab-size"):
-        host["model_token_space"](f"http://127.0.0.1:{closed}", {"model_path": "org/missing"},
-                                  env={"HF_HOME": str(tmp_path / "hf")})
-    assert host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/missing"}, vocab_size=128)["high"] == 128
+        host["model_token_space"](
+            f"http://127.0.0.1:{closed}", {"model_path": "org/missing"}, env={"HF_HOME": str(tmp_path / "hf")}
+        )
+    assert (
+        host["model_token_space"]("http://127.0.0.1:1", {"model_path": "org/missing"}, vocab_size=128)["high"]
+        == 128
+    )
 
 
 def test_a_server_without_model_info_is_asked_its_openai_model_list(tmp_path):
-    """vLLM answers no /model_info: the model it loaded is `root` in its /v1/models (a real server's answer's shape)."""
+    """vLLM answers no /model_info: the model it loaded is
+    `root` in its /v1/models (a real server's answer's shape)."""
     import http.server
     import threading
 
@@ -375,7 +525,9 @@ def test_a_server_without_model_info_is_asked_its_openai_model_list(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"vocab_size": 300, "eos_token_id": 2}))
-    body = json.dumps({"object": "list", "data": [{"id": "tiny", "object": "model", "root": str(model)}]}).encode()
+    body = json.dumps(
+        {"object": "list", "data": [{"id": "tiny", "object": "model", "root": str(model)}]}
+    ).encode()
 
     class Models(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
@@ -398,7 +550,9 @@ def test_a_server_without_model_info_is_asked_its_openai_model_list(tmp_path):
     assert space["high"] == 300 and space["special"] == [2] and space["model_dir"] == str(model)
 
 
-def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(standin, use_sandbox, tmp_path):
+def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(
+    standin, use_sandbox, tmp_path
+):
     import yaml
 
     from sglops.play.run import run_play
@@ -408,10 +562,22 @@ def test_a_play_compare_step_with_require_identical_fails_on_different_outputs(s
     same, diverged = standin(400.0), standin(400.0, diverge_at=3)
     bench_with = {"runs": 1, "input_len": 8, "output_len": 8, "warmup": 0}
     play_file = tmp_path / "identity.yaml"
-    play_file.write_text(yaml.safe_dump({"name": "identity", "steps": [
-        {"id": "a", "do": "bench", "with": {**bench_with, "port": same}},
-        {"id": "b", "do": "bench", "with": {**bench_with, "port": diverged}},
-        {"id": "check", "do": "compare", "with": {"require_identical": True, "variable": ["kv_cache_dtype"]}}]}))
+    play_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "identity",
+                "steps": [
+                    {"id": "a", "do": "bench", "with": {**bench_with, "port": same}},
+                    {"id": "b", "do": "bench", "with": {**bench_with, "port": diverged}},
+                    {
+                        "id": "check",
+                        "do": "compare",
+                        "with": {"require_identical": True, "variable": ["kv_cache_dtype"]},
+                    },
+                ],
+            }
+        )
+    )
     with open_remote(use_sandbox, "gpu-a") as remote:
         result = run_play(remote, load_play(str(play_file)), show=False)
     step = result.steps[-1]
@@ -427,7 +593,8 @@ def test_another_server_answering_after_the_run_makes_it_partial(standin, remote
     first = standin(400.0)
     before = host["server_info"](first)
     pid = host["listening_pid"](first)
-    assert host["config_changed"](first, before, {"pid": pid}) is None  # the same server: nothing changed
+    # the same server: nothing changed
+    assert host["config_changed"](first, before, {"pid": pid}) is None
     second = standin(400.0, launch=("--kv-cache-dtype", "auto"))
     changed = host["config_changed"](second, before, {"pid": pid})
     assert changed[0].startswith(f"server pid {pid} -> ") and "kv_cache_dtype fp8_e4m3 -> auto" in changed

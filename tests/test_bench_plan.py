@@ -1,5 +1,5 @@
-"""Parse once: a bench's flags become one plan on the laptop; its parsers have one production caller each; the host
-script is sent every declared flag under its declared name (and keeps no defaults of its own)."""
+"""Parse once: a bench's flags become one plan on the laptop; its parsers have one production caller each; the
+host script is sent every declared flag under its declared name (and keeps no defaults of its own)."""
 
 from __future__ import annotations
 
@@ -56,8 +56,10 @@ def test_the_host_script_reads_flags_without_defaults():
 
 def test_checked_flags_are_not_parsed_again():
     """The runner's checked values (a list for --concurrency) go straight in; raw ones are checked here."""
-    assert plan_bench({"concurrency": [2, 8]}, checked=True).levels == ({"concurrency": 2, "rate": None},
-                                                                       {"concurrency": 8, "rate": None})
+    assert plan_bench({"concurrency": [2, 8]}, checked=True).levels == (
+        {"concurrency": 2, "rate": None},
+        {"concurrency": 8, "rate": None},
+    )
     with pytest.raises(ConfigError, match="--concurrency"):
         plan_bench({"concurrency": "2,,8"})
     with pytest.raises(ConfigError, match="--duration and --requests"):

@@ -31,9 +31,13 @@ def standin(use_sandbox, tmp_path):
     servers: list[StandinProcess] = []
 
     def start(tps: float = 400.0, **knobs) -> int:
-        server = start_standin("--model-path", "m", knobs={"TPS": tps, "TTFT_MS": 5, "STARTUP_S": 0.1, **knobs},
-                               sglang_python=use_sandbox.host("gpu-a").sglang_root / "python",
-                               log=tmp_path / f"standin-{len(servers)}.log")
+        server = start_standin(
+            "--model-path",
+            "m",
+            knobs={"TPS": tps, "TTFT_MS": 5, "STARTUP_S": 0.1, **knobs},
+            sglang_python=use_sandbox.host("gpu-a").sglang_root / "python",
+            log=tmp_path / f"standin-{len(servers)}.log",
+        )
         servers.append(server)
         server.wait_healthy(10)
         return server.port
@@ -48,7 +52,8 @@ def test_both_trace_layouts_parse_with_their_units_and_blocks():
     moon = plan_bench({"dataset": f"trace:{DATA / 'mooncake_sample.jsonl'}"}).dataset
     assert (moon["layout"], moon["unit"], moon["block"], moon["requests"]) == ("mooncake", "ms", 512, 5)
     assert [it["t"] for it in moon["items"]] == [0, 0.25, 0.25, 0.9, 1.4]
-    assert moon["items"][4]["out"] == 2 and moon["outputs_raised_to_2"] == 1  # a 1-token output has no TPOT
+    # a 1-token output has no TPOT
+    assert moon["items"][4]["out"] == 2 and moon["outputs_raised_to_2"] == 1
     timed = plan_bench({"dataset": f"trace:{DATA / 'timed_trace_sample.jsonl'}"}).dataset
     assert (timed["layout"], timed["unit"], timed["block"]) == ("timed_trace", "s", 16)
     assert timed["items"][3]["ids"] == [11, 12, 13, 14, 15] and timed["items"][0]["blocks"] == [0, 1, 2]
@@ -56,11 +61,14 @@ def test_both_trace_layouts_parse_with_their_units_and_blocks():
     assert fast["span_s"] == 1400 and fast["block"] == 500
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("trace:/no/such.jsonl", "no such file"),
-    ("trace:{d}/mooncake_sample.jsonl,layout=azure", "layout must be"),
-    ("trace:{d}/mooncake_sample.jsonl,block=4096", "more than input_length"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("trace:/no/such.jsonl", "no such file"),
+        ("trace:{d}/mooncake_sample.jsonl,layout=azure", "layout must be"),
+        ("trace:{d}/mooncake_sample.jsonl,block=4096", "more than input_length"),
+    ],
+)
 def test_a_bad_trace_is_one_line(bad, says):
     with pytest.raises(ConfigError, match=says):
         plan_bench({"dataset": bad.format(d=DATA)})
@@ -70,8 +78,15 @@ def test_a_bad_trace_is_one_line(bad, says):
 
 def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_shared_blocks(standin, remote_a):
     port = standin()
-    r = bench.run_bench(remote_a, runs=2, port=port, with_facts=False, dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}",
-                        trace_speed=2.0, test_options=RANGE)
+    r = bench.run_bench(
+        remote_a,
+        runs=2,
+        port=port,
+        with_facts=False,
+        dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}",
+        trace_speed=2.0,
+        test_options=RANGE,
+    )
     assert r.status == "ok", r.problems()
     (lv,) = r.levels
     assert lv.load == "trace x2" and lv.outcomes == {"ok": 8} and lv.send_lag_ms["n"] == 8
@@ -81,18 +96,36 @@ def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_shared_blocks(st
     ins = [o["input_ids"] for o in r.outputs]
     assert [len(x) for x in ins[:4]] == [40, 20, 36, 5] and ins[3] == [11, 12, 13, 14, 15]
     assert ins[0][:32] == ins[2][:32] and ins[0][:16] == ins[1][:16] and ins[0][16:32] != ins[1][16:32]
-    assert ins[0][:16] != ins[4][:16]  # the next repeat draws other blocks: its replay finds no warm cache
-    again = bench.run_bench(remote_a, runs=2, port=port, with_facts=False,
-                            dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}", trace_speed=2.0, test_options=RANGE)
-    assert [o["input_ids"] for o in again.outputs] == ins  # the same seed: the same prompts, outputs comparable
+    # the next repeat draws other blocks: its replay finds no warm cache
+    assert ins[0][:16] != ins[4][:16]
+    again = bench.run_bench(
+        remote_a,
+        runs=2,
+        port=port,
+        with_facts=False,
+        dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}",
+        trace_speed=2.0,
+        test_options=RANGE,
+    )
+    # the same seed: the same prompts, outputs comparable
+    assert [o["input_ids"] for o in again.outputs] == ins
     assert r.config["flags"]["trace_speed"] == 2.0 and r.config["loop"] == "open"
 
 
-# -- multi-turn sessions --------------------------------------------------------------------------------------
+# -- multi-turn sessions
+# --------------------------------------------------------------------------------------
 def test_each_turn_carries_the_history_and_the_servers_own_answer(standin, remote_a):
     port = standin()
-    r = bench.run_bench(remote_a, runs=1, port=port, with_facts=False, concurrency=2, output_len=5,
-                        dataset="sessions:count=3,turns=3,system=6,new=4", test_options=RANGE)
+    r = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=port,
+        with_facts=False,
+        concurrency=2,
+        output_len=5,
+        dataset="sessions:count=3,turns=3,system=6,new=4",
+        test_options=RANGE,
+    )
     assert r.status == "ok", r.problems()
     (lv,) = r.levels
     recs = [rec for rep in r.raw for rec in rep["requests"]]
@@ -101,13 +134,16 @@ def test_each_turn_carries_the_history_and_the_servers_own_answer(standin, remot
     for s in range(3):
         first, second, third = (outs[s, t] for t in range(3))
         assert len(first["input_ids"]) == 6 + 4 and outs[0, 0]["input_ids"][:6] == first["input_ids"][:6]
-        assert second["input_ids"][:15] == first["input_ids"] + first["ids"]  # history + the server's answer
+        # history + the server's answer
+        assert second["input_ids"][:15] == first["input_ids"] + first["ids"]
         assert len(second["input_ids"]) == 10 + 5 + 4 and len(third["input_ids"]) == 19 + 5 + 4
         assert third["input_ids"][:24] == second["input_ids"] + second["ids"]
     # turns of one session are sequential: each starts after the one before ended
     for s in range(3):
         mine = [rec for rec in recs if rec["session"] == s]
-        assert all(b["start_s"] >= a["start_s"] + a["e2e_s"] - 1e-3 for a, b in zip(mine, mine[1:], strict=False))
+        assert all(
+            b["start_s"] >= a["start_s"] + a["e2e_s"] - 1e-3 for a, b in zip(mine, mine[1:], strict=False)
+        )
     # sessions run two at once: the second session started before the first one ended
     assert recs[3]["start_s"] < recs[2]["start_s"]
     assert [t["turn"] for t in lv.turns] == [1, 2, 3] and all(t["requests"] == 3 for t in lv.turns)
@@ -121,10 +157,12 @@ def test_a_bad_sessions_spec_is_one_line():
         plan_bench({"dataset": "sessions:count=3,turns=0,new=4"})
 
 
-# -- the largest rate under an SLO --------------------------------------------------------------------------------
+# -- the largest rate under an SLO
+# --------------------------------------------------------------------------------
 @pytest.mark.parametrize("boundary, start", [(7.3, 1.0), (0.37, 4.0), (100.0, 90.0)])
 def test_the_search_brackets_then_bisects_to_within_five_percent_in_eight_levels(boundary, start):
-    """A server whose goodput share falls from 1 to 0 at `boundary` req/s: the answer lies within 5% below it."""
+    """A server whose goodput share falls from 1 to 0 at
+    `boundary` req/s: the answer lies within 5% below it."""
     seen = []
 
     def probe(rate, phase):
@@ -134,7 +172,8 @@ def test_the_search_brackets_then_bisects_to_within_five_percent_in_eight_levels
     s = max_rate.search(probe, {"ttft_ms": 100.0}, 0.9, start)
     assert s.converged and len(s.probes) <= 8, s.to_json()
     assert s.answer <= boundary < s.bound <= s.answer * 1.05**2 and abs(s.boundary / boundary - 1) <= 0.05
-    assert [p.phase for p in s.probes] == sorted((p.phase for p in s.probes), reverse=True)  # bracket first, then bisect
+    # bracket first, then bisect
+    assert [p.phase for p in s.probes] == sorted((p.phase for p in s.probes), reverse=True)
     assert s.to_json()["probes"][0]["run_id"] == "p1" and "+-5%" in s.line()
 
 
@@ -145,14 +184,26 @@ def test_max_rate_needs_an_slo_and_an_open_loop():
         plan_bench({"max_rate": True, "slo": "ttft=100", "sweep": "rate=1,2"})
 
 
-# -- the Pareto frontier ----------------------------------------------------------------------------------------
+# -- the Pareto frontier
+# ----------------------------------------------------------------------------------------
 def test_the_frontier_keeps_only_points_nothing_beats_on_both_axes():
-    pts = [{"config": c, "load": ld, "per_user_tok_s": u, "per_gpu_tok_s": g}
-           for c, ld, u, g in [("a", "C=1", 100, 50), ("a", "C=8", 60, 320), ("b", "C=1", 90, 40),
-                               ("b", "C=8", 70, 310), ("c", "C=4", 60, 320)]]
+    pts = [
+        {"config": c, "load": ld, "per_user_tok_s": u, "per_gpu_tok_s": g}
+        for c, ld, u, g in [
+            ("a", "C=1", 100, 50),
+            ("a", "C=8", 60, 320),
+            ("b", "C=1", 90, 40),
+            ("b", "C=8", 70, 310),
+            ("c", "C=4", 60, 320),
+        ]
+    ]
     par = pareto.frontier(pts)
-    assert [(p["config"], p["load"]) for p in par["frontier"]] == [("a", "C=8"), ("c", "C=4"), ("b", "C=8"),
-                                                                   ("a", "C=1")]
+    assert [(p["config"], p["load"]) for p in par["frontier"]] == [
+        ("a", "C=8"),
+        ("c", "C=4"),
+        ("b", "C=8"),
+        ("a", "C=1"),
+    ]
     assert par["configs"] == ["a", "c", "b"] and not par["points"][2]["on_frontier"]
     assert pareto.gpus({"launch_args": {"tp_size": 4, "dp_size": 2}})["n"] == 8
     assert pareto.gpus({"launch_args": {"tp_size": 4, "dp_size": 2, "enable_dp_attention": True}})["n"] == 4
@@ -163,40 +214,68 @@ def test_compare_of_several_runs_draws_the_frontier(standin, remote_a, tmp_path)
     ids = []
     for tps in (300.0, 900.0):
         port = standin(tps)
-        r = bench.run_bench(remote_a, runs=1, output_len=8, port=port, with_facts=False, sweep="concurrency=1,3",
-                            requests=3, test_options=RANGE)
+        r = bench.run_bench(
+            remote_a,
+            runs=1,
+            output_len=8,
+            port=port,
+            with_facts=False,
+            sweep="concurrency=1,3",
+            requests=3,
+            test_options=RANGE,
+        )
         ids.append(bench.record(r, new_run_id()).run_id)
     comp = compare(ids, out_dir=tmp_path, draw=draw, run_id="t")
     par = comp.pareto
     assert len(par["points"]) == 4 and {p["load"] for p in par["points"]} == {"C=1", "C=3"}
-    assert par["frontier"] and all(p["gpus"] == 1 and p["gpus_from"].startswith("server parallelism tp 1")
-                                   for p in par["points"])
-    assert {p["config"].split(" ", 1)[1] for p in par["points"]} == {"(standin_decode_tps=300.0)",
-                                                                     "(standin_decode_tps=900.0)"}
+    assert par["frontier"] and all(
+        p["gpus"] == 1 and p["gpus_from"].startswith("server parallelism tp 1") for p in par["points"]
+    )
+    assert {p["config"].split(" ", 1)[1] for p in par["points"]} == {
+        "(standin_decode_tps=300.0)",
+        "(standin_decode_tps=900.0)",
+    }
     assert Path(par["chart"]).is_file() and any(n.startswith("Pareto frontier") for n in comp.notes)
 
 
-# -- GPU telemetry ----------------------------------------------------------------------------------------------
+# -- GPU telemetry
+# ----------------------------------------------------------------------------------------------
 def test_every_level_carries_the_hosts_gpu_telemetry_labelled_stand_in(standin, remote_a):
     port = standin()
-    r = bench.run_bench(remote_a, runs=2, output_len=30, port=port, with_facts=False, concurrency="1,2",
-                        telemetry_interval=100, test_options=RANGE)
+    r = bench.run_bench(
+        remote_a,
+        runs=2,
+        output_len=30,
+        port=port,
+        with_facts=False,
+        concurrency="1,2",
+        telemetry_interval=100,
+        test_options=RANGE,
+    )
     tel = r.telemetry
-    assert tel["source"] == "nvidia-smi (sglops stand-in: no GPU)" and tel["standin"] is True and not tel["errors"]
+    assert (
+        tel["source"] == "nvidia-smi (sglops stand-in: no GPU)"
+        and tel["standin"] is True
+        and not tel["errors"]
+    )
     assert tel["sampler"]["cpu_s_per_s"] is not None and tel["sampler"]["wall_s"] > 0
     for lv in r.levels:
         assert lv.gpu["standin"] is True and lv.gpu["gpus"] == 8 and lv.gpu["samples"] >= 8, lv.gpu
-        assert lv.gpu["sm_clock_mhz"] == {"median": 0, "min": 0, "max": 0}  # a stand-in reports no clock
+        # a stand-in reports no clock
+        assert lv.gpu["sm_clock_mhz"] == {"median": 0, "min": 0, "max": 0}
     starts = [rep["started"] for rep in r.raw]
-    assert min(row[0] for row in tel["samples"]) >= min(starts) - 1  # sampled while measuring, not before
+    # sampled while measuring, not before
+    assert min(row[0] for row in tel["samples"]) >= min(starts) - 1
     assert "STAND-IN: no GPU" in render_text(r)
-    off = bench.run_bench(remote_a, runs=1, output_len=8, port=port, with_facts=False, telemetry_interval=0,
-                          test_options=RANGE)
+    off = bench.run_bench(
+        remote_a, runs=1, output_len=8, port=port, with_facts=False, telemetry_interval=0, test_options=RANGE
+    )
     assert off.levels[0].gpu == {"absent": "not asked (--telemetry-interval 0)"}
 
 
 def test_a_host_without_gpus_reports_them_absent(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi, and the test python has no NVML binding
+    # no nvidia-smi, and the test python has no NVML binding
+    monkeypatch.setenv("PATH", str(tmp_path))
     got = telemetry.Sampler(50).start().stop()
     assert got["absent"].startswith("no GPU telemetry") and got["samples"] == [] and got["source"] is None
 
@@ -213,9 +292,30 @@ def render_text(result) -> str:
 
 def test_inv_bench_max_rate_records_every_probe_and_one_table_and_chart(standin, capsys):
     port = standin(tps=2000)
-    code, out, err = run_inv(capsys, "bench", "--host", "gpu-a", "--port", str(port), "--json", "--runs", "1",
-                             "--input-len", "4", "--output-len", "4", "--max-rate", "--slo", "ttft=60000,tpot=60000",
-                             "--request-rate", "4", "--requests", "3", "--vocab-size", "1000")
+    code, out, err = run_inv(
+        capsys,
+        "bench",
+        "--host",
+        "gpu-a",
+        "--port",
+        str(port),
+        "--json",
+        "--runs",
+        "1",
+        "--input-len",
+        "4",
+        "--output-len",
+        "4",
+        "--max-rate",
+        "--slo",
+        "ttft=60000,tpot=60000",
+        "--request-rate",
+        "4",
+        "--requests",
+        "3",
+        "--vocab-size",
+        "1000",
+    )
     assert code == 0, err
     doc = json.loads(out)
     search = doc["max_rate"]
@@ -223,13 +323,16 @@ def test_inv_bench_max_rate_records_every_probe_and_one_table_and_chart(standin,
     met = [p["rate"] for p in probes if p["met"]]
     assert probes[0]["rate"] == 4.0 and len(probes) <= 8
     assert search["answer_req_s"] == (max(met) if met else None)
-    if all(p["met"] for p in probes):  # the usual case: never missed, doubled 8 times
+    # the usual case: never missed, doubled 8 times
+    if all(p["met"] for p in probes):
         assert [p["rate"] for p in probes] == [4.0 * 2**k for k in range(8)]
         assert search["bound_req_s"] is None and "every probed rate met" in search["line"]
-    else:  # a loaded machine can make the stand-in burst its tokens (suspect requests count against goodput)
+    # a loaded machine can make the stand-in burst its tokens (suspect requests count against goodput)
+    else:
         assert search["bound_req_s"] == min(p["rate"] for p in probes if not p["met"])
     assert [lv["request_rate"] for lv in doc["levels"]] == [p["rate"] for p in search["probes"]]
-    for p in search["probes"]:  # each level a normal record of its own
+    # each level a normal record of its own
+    for p in search["probes"]:
         probe = json.loads((artifacts.find_run(p["run_id"]) / "bench.json").read_text())
         assert probe["status"] == "ok" and [lv["request_rate"] for lv in probe["levels"]] == [p["rate"]]
     assert Path(search["chart"]).is_file() and Path(doc["sweep"]["chart"]).is_file()

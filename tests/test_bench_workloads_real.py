@@ -1,7 +1,7 @@
-"""Production loads against the REAL SGLang 0.5.23 CPU server (the run's shared `cpu_server`, reached through a
-sandbox sshd host with --port): a timed_trace replayed at its timestamps, and multi-turn sessions whose later turns
-the server's own prefix cache serves (its meta_info.cached_tokens), with GPU telemetry (the sandbox host's stand-in
-nvidia-smi) labelled stand-in beside the real server's figures."""
+"""Production loads against the REAL SGLang 0.5.23 CPU server (the run's shared `cpu_server`, reached through
+a sandbox sshd host with --port): a timed_trace replayed at its timestamps, and multi-turn sessions whose
+later turns the server's own prefix cache serves (its meta_info.cached_tokens), with GPU telemetry (the
+sandbox host's stand-in nvidia-smi) labelled stand-in beside the real server's figures."""
 
 from __future__ import annotations
 
@@ -23,25 +23,43 @@ def server(cpu_server):
 
 
 def test_a_timed_trace_replays_on_the_real_server_at_its_timestamps(server, remote_a):
-    r = bench.run_bench(remote_a, runs=1, port=server.port, with_facts=False, trace_speed=4.0,
-                        dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}")
+    r = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=server.port,
+        with_facts=False,
+        trace_speed=4.0,
+        dataset=f"trace:{DATA / 'timed_trace_sample.jsonl'}",
+    )
     assert r.status == "ok", r.problems()
     (lv,) = r.levels
     recs = r.raw[0]["requests"]
     assert [rec["sched_s"] for rec in recs] == pytest.approx([0, 0.125, 0.125, 0.3125], abs=1e-6)
-    assert [rec["prompt_tokens"] for rec in recs] == [40, 20, 36, 5]  # the server's own count: lengths from the trace
+    # the server's own count: lengths from the trace
+    assert [rec["prompt_tokens"] for rec in recs] == [40, 20, 36, 5]
     assert [rec["tokens"] for rec in recs] == [12, 6, 10, 4]
-    assert lv.send_lag_ms["n"] == 4 and lv.send_lag_ms["median"] < 50  # sent on time, not after the one before
-    assert lv.gpu["standin"] is True  # the sandbox host's nvidia-smi: labelled, never a GPU's figure
+    # sent on time, not after the one before
+    assert lv.send_lag_ms["n"] == 4 and lv.send_lag_ms["median"] < 50
+    # the sandbox host's nvidia-smi: labelled, never a GPU's figure
+    assert lv.gpu["standin"] is True
 
 
 def test_later_turns_of_a_session_are_served_from_the_servers_prefix_cache(server, remote_a):
-    r = bench.run_bench(remote_a, runs=1, port=server.port, with_facts=False, concurrency=2, output_len=8,
-                        dataset="sessions:count=2,turns=3,system=16,new=8")
+    r = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=server.port,
+        with_facts=False,
+        concurrency=2,
+        output_len=8,
+        dataset="sessions:count=2,turns=3,system=16,new=8",
+    )
     assert r.status == "ok", r.problems()
     (lv,) = r.levels
     turns = {t["turn"]: t for t in lv.turns}
-    assert [turns[t]["prompt_tokens"] for t in (1, 2, 3)] == [2 * 24, 2 * 40, 2 * 56]  # history + answers + new
-    # turn 2 and 3: everything but the new ids (and the last answer token) came from the cache, as the server says
+    # history + answers + new
+    assert [turns[t]["prompt_tokens"] for t in (1, 2, 3)] == [2 * 24, 2 * 40, 2 * 56]
+    # turn 2 and 3: everything but the new ids (and the last
+    # answer token) came from the cache, as the server says
     assert turns[2]["cache_hit"] > 0.6 and turns[3]["cache_hit"] > 0.7, lv.turns
     assert turns[1]["ttft_ms"]["n"] == 2 and turns[3]["ttft_ms"]["n"] == 2

@@ -3,7 +3,8 @@
 The suite starts its own dockerd (`--iptables=false --ip-forward=false --bridge=none`, its own socket and
 exec-root: the machine's networking is untouched), builds the sandbox image from files already on this machine
 (no registry), and runs containers with `--network none`. The sandbox host is a real sshd on loopback whose
-`docker` talks to that daemon, so the path is the operator's: laptop -> SSH -> host -> docker exec -> container.
+`docker` talks to that daemon, so the path is the operator's:
+laptop -> SSH -> host -> docker exec -> container.
 """
 
 from __future__ import annotations
@@ -34,14 +35,26 @@ def image(dockerd):
 
 @pytest.fixture(scope="module")
 def csb(make_sandbox, dockerd, image):
-    """A sandbox GPU host with a container `sglang` of the image; inventory host `ctr` targets the container."""
+    """A sandbox GPU host with a container `sglang` of the
+    image; inventory host `ctr` targets the container."""
     sb = make_sandbox([{"name": "ctr-host", "sglang": "0.5.23", "flashinfer": "0.7.2"}], name="container")
     docker.docker_wrapper(dockerd, sb.host("ctr-host").bin)
     sb.cname = f"sglops-ctr-{uuid.uuid4().hex[:6]}"
     docker.run_container(dockerd, image, sb.cname)
     h = sb.host("ctr-host")
-    sb.write_inventory(extra=[{"name": "ctr", "address": "127.0.0.1", "port": h.port, "container": sb.cname,
-                               "sglang_root": SITE_TREE, "python": "python3", "tags": ["container"]}])
+    sb.write_inventory(
+        extra=[
+            {
+                "name": "ctr",
+                "address": "127.0.0.1",
+                "port": h.port,
+                "container": sb.cname,
+                "sglang_root": SITE_TREE,
+                "python": "python3",
+                "tags": ["container"],
+            }
+        ]
+    )
     yield sb
     dockerd.docker("rm", "-f", sb.cname, check=False)
 
@@ -69,7 +82,8 @@ def test_facts_describe_the_container_not_the_host(env, csb, dockerd):
     doc = json.loads(res.stdout)
     inspect = dockerd.docker("inspect", "--format", "{{.Id}} {{.Image}}", csb.cname).stdout.decode().split()
     assert doc["container"] == {"id": inspect[0], "image": inspect[1]}
-    assert doc["python"]["executable"] in ("/usr/bin/python3", "/usr/bin/python3.11")  # the image's python
+    # the image's python
+    assert doc["python"]["executable"] in ("/usr/bin/python3", "/usr/bin/python3.11")
     assert doc["sglang"]["package_dir"] == SITE_TREE
     host = json.loads(inv_cmd("facts", "--host", "ctr-host", "--json", env=env).stdout)
     assert host["container"] is None and doc["hostname"] == inspect[0][:12] != host["hostname"]
@@ -103,13 +117,15 @@ def test_a_recreated_container_says_its_patches_are_gone(env, csb, dockerd, imag
     res = inv_cmd("apply-patch", "gather-cast", "--host", "ctr", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     old = dockerd.docker("inspect", "--format", "{{.Id}}", csb.cname).stdout.decode().strip()
-    dockerd.docker("rm", "-f", csb.cname)  # what a redeploy does: a new container from the same image
+    # what a redeploy does: a new container from the same image
+    dockerd.docker("rm", "-f", csb.cname)
     docker.run_container(dockerd, image, csb.cname)
     res = inv_cmd("patches", "--host", "ctr", "--json", env=env)
     assert res.returncode == 0, res.stderr
     row = next(r for r in json.loads(res.stdout)["patches"] if r["patch"] == "gather-cast")
     assert row["status"] == "gone" and old[:12] in row["detail"] and "recreated" in row["detail"]
-    res = inv_cmd("apply-patch", "gather-cast", "--host", "ctr", "--json", env=env)  # and it can be applied again
+    # and it can be applied again
+    res = inv_cmd("apply-patch", "gather-cast", "--host", "ctr", "--json", env=env)
     assert res.returncode == 0 and json.loads(res.stdout)["ledger_entry"]["container"]["id"] != old
     assert inv_cmd("revert-patch", "gather-cast", "--host", "ctr", env=env).returncode == 0
 
@@ -124,11 +140,13 @@ def test_files_in_and_out_through_the_exec_stream(env, csb, tmp_path):
         r.get("/tmp/sglops-in/blob.bin", back)
         listing = r.run(["ls", "-a", "/tmp/sglops-in"]).stdout.split()
     assert back.read_bytes() == blob
-    assert listing == [".", "..", "blob.bin"]  # renamed into place, no temp file left
+    # renamed into place, no temp file left
+    assert listing == [".", "..", "blob.bin"]
 
 
 def test_a_timed_out_step_leaves_no_process_inside(env, csb, dockerd):
-    marker = f"sleep {300 + uuid.uuid4().int % 10_000}"  # a duration no other process has
+    # a duration no other process has
+    marker = f"sleep {300 + uuid.uuid4().int % 10_000}"
     with open_ctr(csb) as r:
         start = time.monotonic()
         with pytest.raises(RemoteTimeout):
@@ -136,7 +154,8 @@ def test_a_timed_out_step_leaves_no_process_inside(env, csb, dockerd):
         assert time.monotonic() - start < 20
     ps = in_container(dockerd, csb, "ps", "-eo", "args").stdout.decode()
     assert marker not in ps
-    with open_ctr(csb) as r:  # a Python step too: the bootstrap runs under `timeout` inside
+    # a Python step too: the bootstrap runs under `timeout` inside
+    with open_ctr(csb) as r:
         with pytest.raises(RemoteTimeout):
             r.run(["python3", "-c", "import time; time.sleep(300)"], timeout=2)
     assert "time.sleep(300)" not in in_container(dockerd, csb, "ps", "-eo", "args").stdout.decode()
@@ -152,7 +171,8 @@ def test_a_stopped_container_is_one_clear_line(env, csb, dockerd, image):
     with connect(host, inventory=inv) as r:
         with pytest.raises(RemoteError, match=f"container '{name}' is not running on the host"):
             r.run_py("facts", {})
-    assert h.port  # the SSH side was fine
+    # the SSH side was fine
+    assert h.port
 
 
 def test_identity_is_passed_in_the_same_round_trip(env, csb):
@@ -172,13 +192,21 @@ def test_quoting_survives_both_shells(env, csb):
 
 
 def test_container_flag_on_a_host_and_on_local(env, csb, dockerd):
-    """`--container NAME` targets a container of the host given by --host, also `--host local` on the GPU host."""
+    """`--container NAME` targets a container of the host
+    given by --host, also `--host local` on the GPU host."""
     cid = dockerd.docker("inspect", "--format", "{{.Id}}", csb.cname).stdout.decode().strip()
     res = inv_cmd("facts", "--host", "ctr-host", "--container", csb.cname, "--json", env=env)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["container"]["id"] == cid
-    res = inv_cmd("facts", "--host", "local", "--container", csb.cname, "--json",
-                  env={**env, "DOCKER_HOST": dockerd.host})
+    res = inv_cmd(
+        "facts",
+        "--host",
+        "local",
+        "--container",
+        csb.cname,
+        "--json",
+        env={**env, "DOCKER_HOST": dockerd.host},
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["container"]["id"] == cid and doc["hostname"] == cid[:12]
@@ -192,7 +220,9 @@ def test_container_restart_is_a_checked_profile_field(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SGLOPS_PROFILES", str(tmp_path))
     (tmp_path / "sideways.yaml").write_text("model_path: /m\ncontainer_restart: sideways\n")
-    res = inv_cmd("restart", "sideways", "--host", "local", "--dry-run", env={"SGLOPS_PROFILES": str(tmp_path)})
+    res = inv_cmd(
+        "restart", "sideways", "--host", "local", "--dry-run", env={"SGLOPS_PROFILES": str(tmp_path)}
+    )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "container_restart must be one of exec, entrypoint (got 'sideways')" in res.stderr
     (tmp_path / "ep.yaml").write_text("model_path: /m\ncontainer_restart: entrypoint\n")

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.real_server
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, dockerd):
-    """A sandbox host (real sshd) whose `docker` talks to our daemon, the serving image, the profiles, the env."""
+    """A sandbox host (real sshd) whose `docker` talks to
+    our daemon, the serving image, the profiles, the env."""
     require_real_server_env()
     base = tmp_path_factory.mktemp("ctr-server")
     profiles = base / "profiles"
@@ -45,11 +46,25 @@ def world(tmp_path_factory, dockerd):
     names = {"exec": f"sglops-srv-{uuid.uuid4().hex[:6]}", "entry": f"sglops-ep-{uuid.uuid4().hex[:6]}"}
     # what an operator writes for a containerised host: the paths are the container's (here the bind mounts
     # put the real environment at the same paths as on this machine)
-    sb.write_inventory(extra=[{"name": f"ctr-{k}", "address": "127.0.0.1", "port": h.client_port, "container": v,
-                               "python": h.python, "sglang_root": str(h.sglang_root), "vars": dict(h.vars)}
-                              for k, v in names.items()])
-    env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(base / "artifacts"),
-           "SGLOPS_PROFILES": str(profiles)}
+    sb.write_inventory(
+        extra=[
+            {
+                "name": f"ctr-{k}",
+                "address": "127.0.0.1",
+                "port": h.client_port,
+                "container": v,
+                "python": h.python,
+                "sglang_root": str(h.sglang_root),
+                "vars": dict(h.vars),
+            }
+            for k, v in names.items()
+        ]
+    )
+    env = {
+        "SGLOPS_INVENTORY": str(sb.inventory),
+        "SGLOPS_ARTIFACTS": str(base / "artifacts"),
+        "SGLOPS_PROFILES": str(profiles),
+    }
     try:
         yield {"sb": sb, "image": image, "env": env, "profiles": profiles, "dockerd": dockerd, "names": names}
     finally:
@@ -81,22 +96,46 @@ def test_exec_shape_restart_bench_status_stop(world, exec_ctr):
     at = ["--host", "ctr-exec", "--container", exec_ctr]
     dry = inv_cmd("restart", PROFILE, *at, "--dry-run", "--json", env=env)
     assert dry.returncode == 0, dry.stderr
-    assert json.loads(dry.stdout)["state"] == "dry-run" and processes(dockerd, exec_ctr) == ["/sbin/docker-init -- sleep infinity", "sleep infinity"]
+    assert json.loads(dry.stdout)["state"] == "dry-run" and processes(dockerd, exec_ctr) == [
+        "/sbin/docker-init -- sleep infinity",
+        "sleep infinity",
+    ]
     r = inv_cmd("restart", PROFILE, *at, "--json", env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + dockerd.docker(
-        "exec", exec_ctr, "sh", "-c", "tail -n 30 /root/.local/state/sglops/*/server.log", check=False).stdout.decode()
+    assert r.returncode == 0, (
+        r.stdout[-3000:]
+        + r.stderr[-3000:]
+        + dockerd.docker(
+            "exec", exec_ctr, "sh", "-c", "tail -n 30 /root/.local/state/sglops/*/server.log", check=False
+        ).stdout.decode()
+    )
     res = json.loads(r.stdout)
     print(f"\nrestart-to-healthy inside the container {res['waited_s']:.1f}s")
     assert res["state"] == "healthy" and res["server_info"]["version"] == sglang_cpu.SGLANG_VERSION
     assert not res["mismatches"] and not res["unconfirmed"]
     assert {"model_path", "device", "attention_backend", "max_total_tokens"} <= set(res["confirmed"])
     inside = " ".join(processes(dockerd, exec_ctr))
-    assert "sglang.launch_server" in inside and "sglang::scheduler" in inside  # the server runs IN the container
-    assert res["log_path"].startswith("/root/.local/state/sglops/")  # state in the container's filesystem
+    # the server runs IN the container
+    assert "sglang.launch_server" in inside and "sglang::scheduler" in inside
+    # state in the container's filesystem
+    assert res["log_path"].startswith("/root/.local/state/sglops/")
     assert dockerd.docker("exec", exec_ctr, "ls", res["log_path"], check=False).returncode == 0
 
-    b = inv_cmd("bench", *at, "--runs", "1", "--requests", "2", "--output-len", "16", "--input-len", "16",
-                "--warmup", "0", "--json", env=env)
+    b = inv_cmd(
+        "bench",
+        *at,
+        "--runs",
+        "1",
+        "--requests",
+        "2",
+        "--output-len",
+        "16",
+        "--input-len",
+        "16",
+        "--warmup",
+        "0",
+        "--json",
+        env=env,
+    )
     assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
     level = json.loads(b.stdout)["levels"][0]
     assert level["status"] == "ok" and level["requests"] == 2 and level["decode_tok_s"]["median"] > 0
@@ -115,17 +154,23 @@ def test_exec_shape_restart_bench_status_stop(world, exec_ctr):
 
 # -- shape (b): the container's command is the server --------------------------------------------------------
 def started_at(dockerd, name: str) -> str:
-    return dockerd.docker("inspect", "--format", "{{.State.StartedAt}} {{.State.Status}}", name).stdout.decode().strip()
+    return (
+        dockerd.docker("inspect", "--format", "{{.State.StartedAt}} {{.State.Status}}", name)
+        .stdout.decode()
+        .strip()
+    )
 
 
 def create_server_container(world, name: str, profile: str) -> None:
     """`docker create` a container whose command is the profile's rendered server (not started: the first
     `inv restart` starts it, so no server start is spent on set-up)."""
-    r = inv_cmd("render", profile, "--host", "gpu-host", "--json", env=world["env"])  # same paths as in the image
+    # same paths as in the image
+    r = inv_cmd("render", profile, "--host", "gpu-host", "--json", env=world["env"])
     assert r.returncode == 0, r.stderr
     argv = json.loads(r.stdout)["argv"]
     args = ["create", "--init", "--name", name, "--network", "none", "-e", "SGLANG_USE_CPU_ENGINE=1"]
-    args += [a for k, v in sglang_cpu.start_env().items() for a in ("-e", f"{k}={v}")]  # as the profile (cheaper_starts)
+    # as the profile (cheaper_starts)
+    args += [a for k, v in sglang_cpu.start_env().items() for a in ("-e", f"{k}={v}")]
     for src, dst in docker.serve_mounts():
         args += ["-v", f"{src}:{dst}:ro"]
     world["dockerd"].docker(*args, world["image"], *argv)
@@ -150,14 +195,17 @@ def test_entrypoint_shape_restart_status_logs_rollback_stop(world, entry_ctr):
     plan = json.loads(dry.stdout)
     assert plan["state"] == "dry-run" and plan["shape"] == "entrypoint"
     assert any(f"docker restart -t 15 {name}" in step for step in plan["plan"])
-    assert started_at(dockerd, name) == before  # the dry run changed nothing
+    # the dry run changed nothing
+    assert started_at(dockerd, name) == before
 
     r = inv_cmd("restart", profile, *at, "--json", env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(r.stdout)
     print(f"\nentrypoint restart-to-healthy {res['waited_s']:.1f}s")
     assert res["state"] == "healthy" and res["shape"] == "entrypoint" and started_at(dockerd, name) != before
-    assert not res["mismatches"] and {"model_path", "attention_backend", "max_total_tokens"} <= set(res["confirmed"])
+    assert not res["mismatches"] and {"model_path", "attention_backend", "max_total_tokens"} <= set(
+        res["confirmed"]
+    )
 
     st = inv_cmd("server-status", *at, "--json", env=env)
     assert st.returncode == 0, st.stderr
@@ -165,9 +213,11 @@ def test_entrypoint_shape_restart_status_logs_rollback_stop(world, entry_ctr):
     assert doc["running"] and doc["health"] == 200 and doc["container"]["status"] == "running"
     assert doc["profile"] == profile and doc["server_info"]["attention_backend"] == "torch_native"
     lg = inv_cmd("logs", *at, "--lines", "400", env=env)
-    assert lg.returncode == 0 and "fired up and ready to roll" in lg.stdout  # from `docker logs`
+    # from `docker logs`
+    assert lg.returncode == 0 and "fired up and ready to roll" in lg.stdout
     inv = load_inventory(world["sb"].inventory)
-    with connect(inv.get("ctr-entry"), inventory=inv) as remote:  # logs --follow: the engine's log, streamed
+    # logs --follow: the engine's log, streamed
+    with connect(inv.get("ctr-entry"), inventory=inv) as remote:
         seen: list[str] = []
         followed = launch.logs(remote, lines=5, follow=True, follow_s=2, on_line=seen.append)
     assert len(seen) >= 5 and followed.lines == seen and followed.path == f"docker logs {name}"
@@ -182,10 +232,14 @@ def test_entrypoint_shape_restart_status_logs_rollback_stop(world, entry_ctr):
     assert started_at(dockerd, name) == running
 
     rb = inv_cmd("rollback", *at, env=env)
-    assert rb.returncode != 0 and "is the entrypoint of container" in rb.stderr and "Traceback" not in rb.stderr
+    assert (
+        rb.returncode != 0 and "is the entrypoint of container" in rb.stderr and "Traceback" not in rb.stderr
+    )
 
     dry = inv_cmd("stop", *at, "--dry-run", env=env)
-    assert dry.returncode == 0 and f"docker stop {name}" in dry.stdout and started_at(dockerd, name) == running
+    assert (
+        dry.returncode == 0 and f"docker stop {name}" in dry.stdout and started_at(dockerd, name) == running
+    )
     stop = inv_cmd("stop", *at, "--json", env=env)
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)["stopped"] and started_at(dockerd, name).endswith("exited")
@@ -198,15 +252,23 @@ def test_entrypoint_crash_is_named_from_docker_logs(world):
     """A container whose command has an unknown attention backend: the crash is named from `docker logs`."""
     dockerd = world["dockerd"]
     name = f"sglops-crash-{uuid.uuid4().hex[:6]}"
-    profile = variant(world, "entry-bad", container_restart="entrypoint", attention_backend=None,
-                      extra_args=["--attention-backend", "bogus_attn"])
+    profile = variant(
+        world,
+        "entry-bad",
+        container_restart="entrypoint",
+        attention_backend=None,
+        extra_args=["--attention-backend", "bogus_attn"],
+    )
     create_server_container(world, name, profile)
     try:
-        r = inv_cmd("restart", profile, "--host", "ctr-entry", "--container", name, "--json", env=world["env"])
+        r = inv_cmd(
+            "restart", profile, "--host", "ctr-entry", "--container", name, "--json", env=world["env"]
+        )
         assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
         doc = json.loads(r.stdout)
         assert "unknown backend" in doc["error"] and "invalid choice: 'bogus_attn'" in doc["error"]
         assert f"docker logs {name}" in doc["error"] and "Traceback" not in r.stderr
-        assert started_at(dockerd, name).endswith("exited")  # nothing left running
+        # nothing left running
+        assert started_at(dockerd, name).endswith("exited")
     finally:
         dockerd.docker("rm", "-f", name, check=False)

@@ -1,4 +1,5 @@
-"""Naming a failed start from what a REAL SGLang 0.5.23 server printed (tests/data/server_logs/, kept verbatim).
+"""Naming a failed start from what a REAL SGLang 0.5.23
+server printed (tests/data/server_logs/, kept verbatim).
 
 Each file is named CLASS--what-was-done.log; the classifier must name it from the whole log since the restart
 marker, with the one line that shows the cause. The same classes are met end to end in test_real_server.py.
@@ -19,27 +20,38 @@ REAL_LOGS = sorted(LOGS.glob("*.log"))
 
 @pytest.fixture(scope="module")
 def host_side() -> dict:
-    """The host-side helpers (server_restart and what it imports from server_common), as they run on a host."""
+    """The host-side helpers (server_restart and what it
+    imports from server_common), as they run on a host."""
     return vars(server_restart)
 
 
 def test_every_class_has_a_real_log():
     named = {p.name.split("--")[0] for p in REAL_LOGS}
-    assert {"unknown_backend", "model_missing", "bad_argument", "unsupported", "import_error", "port_in_use"} <= named
-    assert {"thread_binding", "nccl_on_cpu", "dist_init_timeout", "peer_lost"} <= named  # multi-rank and multi-node
+    assert {
+        "unknown_backend",
+        "model_missing",
+        "bad_argument",
+        "unsupported",
+        "import_error",
+        "port_in_use",
+    } <= named
+    # multi-rank and multi-node
+    assert {"thread_binding", "nccl_on_cpu", "dist_init_timeout", "peer_lost"} <= named
 
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.stem)
 def test_a_real_start_up_failure_is_named_with_its_cause(host_side, log):
     lines = log.read_text(errors="replace").splitlines()
     cls, label, evidence = host_side["classify"](lines)
-    if log.name.startswith("healthy--"):  # a start that came up: nothing to name, nothing fatal
+    # a start that came up: nothing to name, nothing fatal
+    if log.name.startswith("healthy--"):
         assert (cls, evidence) == (None, None) and not host_side["FATAL"].search(log.read_text())
         return
     assert cls == log.name.split("--")[0], (cls, evidence)
     assert label and evidence
     flat = re.sub(r"\s+", " ", log.read_text(errors="replace"))
-    assert evidence.removesuffix("...") in flat  # a line the server printed, not one we made up
+    # a line the server printed, not one we made up
+    assert evidence.removesuffix("...") in flat
 
 
 def test_the_cause_is_the_line_a_person_would_quote(host_side):
@@ -50,19 +62,25 @@ def test_the_cause_is_the_line_a_person_would_quote(host_side):
     assert cause("model_missing").startswith("OSError: Repo id must be in the form")
     assert "argument --attention-backend: invalid choice: 'bogus_attn'" in cause("unknown_backend")
     assert "argument --kv-cache-dtype: invalid choice: 'fp9_e9m9'" in cause("bad_argument")
-    assert cause("unsupported--flashinfer").startswith("NameError:")  # the exception, not a stack frame
+    # the exception, not a stack frame
+    assert cause("unsupported--flashinfer").startswith("NameError:")
     assert cause("unsupported--fp8") == "ValueError: CPU FP8 KV cache requires Intel AMX support."
     assert cause("import_error") == "ModuleNotFoundError: No module named 'vllm'"
     assert "[Errno 98] error while attempting to bind on address" in cause("port_in_use")
     assert cause("thread_binding").startswith("AssertionError: SGLANG_CPU_OMP_THREADS_BIND is not set")
     assert cause("nccl_on_cpu") == "ValueError: Expected a cuda device, but got: cpu"
-    assert cause("dist_init_timeout") == ("torch.distributed.DistStoreError: Timed out after 41 seconds waiting for "
-                                          "clients. 1/2 clients joined.")
-    assert "gloo/transport/tcp/pair.cc" in cause("peer_lost") and "Connection closed by peer" in cause("peer_lost")
+    assert cause("dist_init_timeout") == (
+        "torch.distributed.DistStoreError: Timed out after 41 seconds waiting for "
+        "clients. 1/2 clients joined."
+    )
+    assert "gloo/transport/tcp/pair.cc" in cause("peer_lost") and "Connection closed by peer" in cause(
+        "peer_lost"
+    )
 
 
 def test_the_last_30_lines_are_not_enough(host_side):
-    """The usage text argparse prints pushes the cause out of any short tail: only the whole start names it."""
+    """The usage text argparse prints pushes the cause out
+    of any short tail: only the whole start names it."""
     path = next(p for p in REAL_LOGS if p.name.startswith("unsupported--flashinfer"))
     lines = path.read_text(errors="replace").splitlines()
     assert host_side["classify"](lines)[0] == "unsupported"
@@ -86,15 +104,17 @@ def test_a_server_that_says_it_failed_but_hangs_is_recognised(host_side):
     path = next(p for p in REAL_LOGS if p.name.startswith("unsupported--flashinfer"))
     assert host_side["FATAL"].search(path.read_text(errors="replace"))
     port = next(p for p in REAL_LOGS if p.name.startswith("port_in_use"))
-    assert host_side["FATAL"].search(port.read_text(errors="replace").split("Waiting for application shutdown")[0])
+    assert host_side["FATAL"].search(
+        port.read_text(errors="replace").split("Waiting for application shutdown")[0]
+    )
     healthy = "[2026-12-02 17:00:30] The server is fired up and ready to roll!\n"
     assert not host_side["FATAL"].search(healthy)
 
 
 def test_a_health_answer_cut_short_reads_as_no_answer_not_as_a_crash_of_the_wait(host_side):
     """A server dying while it answers /health (seen under load: the restart step failed with http.client's
-    IncompleteRead, which is not an OSError) is "not up yet" to the health wait, which goes on until the process
-    dies or the timeout passes."""
+    IncompleteRead, which is not an OSError) is "not up yet" to the health wait, which goes on until the
+    process dies or the timeout passes."""
     import socket
     import subprocess
     import sys
@@ -112,7 +132,8 @@ def test_a_health_answer_cut_short_reads_as_no_answer_not_as_a_crash_of_the_wait
             except OSError:
                 return
             conn.recv(4096)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n")  # then dies: no body
+            # then dies: no body
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n")
             conn.close()
 
     threading.Thread(target=answer_half, daemon=True).start()

@@ -45,8 +45,9 @@ NO_FACTS = {"facts_fn": lambda _r: {}}
 
 @pytest.fixture(scope="module")
 def csb(make_sandbox):
-    return make_sandbox([{"name": HOST, "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}],
-                        name="crash")
+    return make_sandbox(
+        [{"name": HOST, "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}], name="crash"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +60,27 @@ def crash_env(csb, tmp_path_factory):
     args_text = (root / ARGS).read_text()
     edited = args_text.replace("class ServerArgs:", "class ServerArgs:  # sglops: gather-cast-two", 1)
     assert edited != args_text
-    diff = (REPO / "patches" / "gather-cast" / "sglang-0.5.23.diff").read_text() + patch_diff.make(ARGS, args_text, edited)
+    diff = (REPO / "patches" / "gather-cast" / "sglang-0.5.23.diff").read_text() + patch_diff.make(
+        ARGS, args_text, edited
+    )
     (pdir / "sglang-0.5.23.diff").write_text(diff)
-    (pdir / "patch.yaml").write_text(json.dumps({
-        "description": "gather-cast plus a one-line edit of server_args.py: a real multi-file patch",
-        "files": FILES, "variants": [{"name": "sglang-0.5.23", "diff": "sglang-0.5.23.diff", "sglang": ["0.5.23"]}]}))
+    (pdir / "patch.yaml").write_text(
+        json.dumps(
+            {
+                "description": "gather-cast plus a one-line edit of server_args.py: a real multi-file patch",
+                "files": FILES,
+                "variants": [{"name": "sglang-0.5.23", "diff": "sglang-0.5.23.diff", "sglang": ["0.5.23"]}],
+            }
+        )
+    )
     faults = Faults(csb, folder / "faults")
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in {"SGLOPS_PATCHES": str(folder / "patches"), "SGLOPS_INVENTORY": str(faults.inventory),
-                     "SGLOPS_ARTIFACTS": str(folder / "artifacts"), "SGLOPS_PATCH_LOCK_WAIT_S": "3"}.items():
+        for k, v in {
+            "SGLOPS_PATCHES": str(folder / "patches"),
+            "SGLOPS_INVENTORY": str(faults.inventory),
+            "SGLOPS_ARTIFACTS": str(folder / "artifacts"),
+            "SGLOPS_PATCH_LOCK_WAIT_S": "3",
+        }.items():
             mp.setenv(k, v)
         yield faults
 
@@ -88,27 +101,39 @@ def reset(root: Path) -> None:
 def assert_whole(root: Path, old: dict, new: dict, expect: str) -> None:
     """Tree whole-old or whole-new as expected, ledger and backups agreeing, no orphan, lock free."""
     state = root / ".sglops"
-    book = json.loads((state / "applied.json").read_text()) if (state / "applied.json").exists() else {"applied": []}
+    book = (
+        json.loads((state / "applied.json").read_text())
+        if (state / "applied.json").exists()
+        else {"applied": []}
+    )
     entries = [e for e in book["applied"] if e["patch"] == NAME]
     if expect == "new":
         assert digests(root) == new
         (entry,) = entries
         assert entry["files"] == {rel: {"before": old[rel], "after": new[rel]} for rel in FILES}
-        assert {rel: hashlib.sha256((state / "backups" / NAME / rel).read_bytes()).hexdigest() for rel in FILES} == old
+        assert {
+            rel: hashlib.sha256((state / "backups" / NAME / rel).read_bytes()).hexdigest() for rel in FILES
+        } == old
     else:
         assert digests(root) == old
         assert not entries and not (state / "backups" / NAME).exists()
     assert not (state / "journal.json").exists()
     assert not (state / "txn").exists() or not any((state / "txn").iterdir()), list((state / "txn").iterdir())
     assert not [p.name for p in state.glob("*.tmp")]
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root, capture_output=True,
-                            text=True, check=True).stdout.splitlines()
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     assert sorted(status) == (sorted(f" M {rel}" for rel in FILES) if expect == "new" else []), status
     lock = state / "lock"
     if lock.exists():
         assert lock.read_text() == "", f"stale lock holder: {lock.read_text()!r}"
         with open(lock) as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anything still holds it
+            # raises if anything still holds it
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def run_until_crash(faults: Faults, fr, crash_at: int | str, op: str) -> str | None:
@@ -153,7 +178,9 @@ def crash(faults, r, fr, sbx, op: str, n: int | str) -> tuple[str | None, str, d
     return step, "new" if status == "applied" else "old", pending
 
 
-def next_command_ends_whole(r, sbx, op: str, will_be: str, pending: dict | None, old: dict, new: dict, why) -> None:
+def next_command_ends_whole(
+    r, sbx, op: str, will_be: str, pending: dict | None, old: dict, new: dict, why
+) -> None:
     """The same command again recovers first, then does its job; the reverse command then works."""
     root = sbx.sglang_root
     if op == "apply":
@@ -170,7 +197,8 @@ def next_command_ends_whole(r, sbx, op: str, will_be: str, pending: dict | None,
         assert_whole(root, old, new, "new")
     if pending:
         assert res.recovered and res.recovered["outcome"] == (
-            "finished" if pending["will"] == "roll forward" else "rolled back"), (why, res.recovered)
+            "finished" if pending["will"] == "roll forward" else "rolled back"
+        ), (why, res.recovered)
         assert (will_be == "new") == ((op == "apply") == (pending["will"] == "roll forward")), why
 
 
@@ -204,11 +232,14 @@ def sweep_recovery(faults: Faults, r, fr, sbx, op: str, n: str, old: dict, new: 
             break
         names.append(second)
         status, _ = read_only_look(r, sbx.home)
-        assert ("new" if status == "applied" else "old") == will_be, (step, second)  # the same way, whatever the crash
+        # the same way, whatever the crash
+        assert ("new" if status == "applied" else "old") == will_be, (step, second)
         assert len(names) < 10, names
     # the op went past recovery (and was perhaps killed in its own first step): once more, cleanly
     status, pending2 = read_only_look(r, sbx.home)
-    next_command_ends_whole(r, sbx, op, "new" if status == "applied" else "old", pending2, old, new, (step, second))
+    next_command_ends_whole(
+        r, sbx, op, "new" if status == "applied" else "old", pending2, old, new, (step, second)
+    )
     return names
 
 
@@ -232,8 +263,10 @@ def test_every_crash_point_of_apply_and_revert_recovers_whole(crash_env, csb, re
     t0 = time.monotonic()
     applied = sweep(crash_env, r, fr, sbx, "apply", old, new)
     reverted = sweep(crash_env, r, fr, sbx, "revert", old, new)
-    print(f"\ncrash-point sweep: apply {len(applied)} points {applied}; revert {len(reverted)} points {reverted}; "
-          f"{time.monotonic() - t0:.1f} s")
+    print(
+        f"\ncrash-point sweep: apply {len(applied)} points {applied}; revert {len(reverted)} points"
+        f" {reverted}; {time.monotonic() - t0:.1f} s"
+    )
     per_file = ["saved 1", "staged 1", "saved 2", "staged 2", "renamed 1", "renamed 2"]
     assert all(s in applied and s in reverted for s in per_file + ["preparing", "prepared", "committed"])
     assert applied[-3:] == ["backups kept", "txn removed", "journal removed"]
@@ -250,5 +283,6 @@ def test_a_crash_during_recovery_is_recovered_again(crash_env, csb, remotes, op,
     steps = sweep_recovery(crash_env, r, fr, sbx, op, at, old, new)
     print(f"\nrecovery sweep after {op} {at}: {len(steps)} points {steps}; {time.monotonic() - t0:.1f} s")
     assert steps[-2:] == ["txn removed", "journal removed"]
-    assert steps[0] == ("rolled-back" if at != "committed" else "backups kept" if op == "apply" else "backups dropped")
-
+    assert steps[0] == (
+        "rolled-back" if at != "committed" else "backups kept" if op == "apply" else "backups dropped"
+    )

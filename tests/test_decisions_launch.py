@@ -1,7 +1,8 @@
 """Launch rendering and flag spelling per SGLang release (cases: tests/cases/launch_render.yaml).
 
 The flags come from the real release trees (PyPI wheels, sglops.sandbox.trees), read by the host script's own
-`launch_arguments` / `tree_facts` here in the test process: what `inv render --host` checks against, without sshd.
+`launch_arguments` / `tree_facts` here in the test process:
+what `inv render --host` checks against, without sshd.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from tests.cases import cases
 
 @functools.cache
 def tree_args(release: str) -> launch_render.TreeArgs:
-    """What a host with this release's checkout accepts, read from the wheel's files as server_inspect reads them."""
+    """What a host with this release's checkout accepts, read
+    from the wheel's files as server_inspect reads them."""
     root = trees.sglang_template(release)
     pkg = str(root / "python" / "sglang")
     flags, choices = server_inspect.launch_arguments(pkg)
-    return launch_render.TreeArgs(release, str(root), set(flags), choices, server_inspect.tree_facts(pkg), "git")
+    return launch_render.TreeArgs(
+        release, str(root), set(flags), choices, server_inspect.tree_facts(pkg), "git"
+    )
 
 
 def _runs(argv: list[str], run: list[str]) -> bool:
-    return any(argv[i:i + len(run)] == run for i in range(len(argv) - len(run) + 1))
+    return any(argv[i : i + len(run)] == run for i in range(len(argv) - len(run) + 1))
 
 
 @pytest.mark.parametrize("case", cases("launch_render"))

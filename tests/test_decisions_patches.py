@@ -26,7 +26,8 @@ def site(tmp_path_factory):
 
 
 def reported(case: dict, site) -> tuple[str | None, str | None]:
-    """(version, commit) as the host reports them: given by the case, or read by find_sglang from a real tree."""
+    """(version, commit) as the host reports them: given by
+    the case, or read by find_sglang from a real tree."""
     layout = case.get("layout")
     if layout is None:
         return case.get("version"), case.get("commit")
@@ -60,10 +61,15 @@ def host_texts(patch: patch_spec.Patch, case: dict) -> dict[str, str]:
 def test_patch_variant(case, site):
     patch = patch_spec.load(case["patch"])
     extra = case.get("commits") or {}
-    patch.variants = [dataclasses.replace(v, commits=v.commits + extra.get(v.name, [])) for v in patch.variants]
+    patch.variants = [
+        dataclasses.replace(v, commits=v.commits + extra.get(v.name, [])) for v in patch.variants
+    ]
     version, commit = reported(case, site)
-    state = {"files": {rel: {"text": t} for rel, t in host_texts(patch, case).items()},
-             "version": version, "commit": commit}
+    state = {
+        "files": {rel: {"text": t} for rel, t in host_texts(patch, case).items()},
+        "version": version,
+        "commit": commit,
+    }
     trial, how = patches.choose(patch, state, case.get("forced"))
     want = case["expect"]
     assert (trial.variant.name, trial.outcome) == (want["variant"], want["outcome"]), how

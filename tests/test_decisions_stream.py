@@ -1,9 +1,10 @@
 """Stream-chunk parsing of the bench client, both APIs, from real SGLang 0.5.23 streams re-chunked at awkward
 places (cases: tests/cases/stream_chunks.yaml).
 
-The host script's own `one_request` runs here, in the test process, against a loopback HTTP server that replays
-the recorded bytes as HTTP chunks split where each case says (inside a JSON key, between the two newlines of an
-event, one byte at a time) or cuts the connection; the real client code reads them with http.client as on a host.
+The host script's own `one_request` runs here, in the test process, against a loopback HTTP server that
+replays the recorded bytes as HTTP chunks split where each case says (inside a JSON key, between the two
+newlines of an event, one byte at a time) or cuts the connection; the real client code reads them with
+http.client as on a host.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ PATHS = {"sglang": "/generate", "openai": "/v1/completions"}
 def split(body: bytes, how) -> list[bytes]:
     """The body as the HTTP chunks a case asks for."""
     if how == "as_sent":
-        return []  # the caller sends the recorded pieces
+        # the caller sends the recorded pieces
+        return []
     if "every" in how:
         n = how["every"]
-        return [body[i:i + n] for i in range(0, len(body), n)]
+        return [body[i : i + n] for i in range(0, len(body), n)]
     cuts = sorted({i for text in how["at"] for i in _all(body, text.encode())} - {0})
     return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
 
@@ -71,7 +73,7 @@ class Replay(http.server.BaseHTTPRequestHandler):
         sent = 0
         for chunk in chunks:
             if cut is not None and sent + len(chunk) > cut:
-                chunk = chunk[:cut - sent]
+                chunk = chunk[: cut - sent]
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
@@ -88,7 +90,8 @@ class Replay(http.server.BaseHTTPRequestHandler):
 
 class QuietServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
-        pass  # a client that stopped reading after an error chunk resets the connection: expected here
+        # a client that stopped reading after an error chunk resets the connection: expected here
+        pass
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,11 @@ from conftest import inv_cmd
 
 
 def _env(sandbox, tmp_path, **more):
-    return {"SGLOPS_INVENTORY": str(sandbox.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"), **more}
+    return {
+        "SGLOPS_INVENTORY": str(sandbox.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
+        **more,
+    }
 
 
 def test_facts_on_one_host(use_sandbox, tmp_path):
@@ -36,7 +40,8 @@ def test_facts_json_for_a_tag(use_sandbox, tmp_path):
 
 def test_one_host_down_others_still_reported(use_sandbox, tmp_path):
     res = inv_cmd("facts", "--hosts", "gpu-a,127.0.0.1:1,gpu-b", env=_env(use_sandbox, tmp_path))
-    assert res.returncode == 3  # the connect class (README "Exit codes")
+    # the connect class (README "Exit codes")
+    assert res.returncode == 3
     assert "facts: gpu-a" in res.stdout and "facts: gpu-b" in res.stdout
     assert "[127.0.0.1:1]" in res.stderr and "refused" in res.stderr
     assert "2 ok, 1 failed (127.0.0.1:1: connect)" in res.stdout
@@ -45,7 +50,9 @@ def test_one_host_down_others_still_reported(use_sandbox, tmp_path):
 
 def test_local_host_and_sglang_root_override(use_sandbox, tmp_path):
     tree = use_sandbox.host("gpu-b").sglang_root
-    res = inv_cmd("facts", "--host", "local", "--sglang-root", str(tree), "--json", env=_env(use_sandbox, tmp_path))
+    res = inv_cmd(
+        "facts", "--host", "local", "--sglang-root", str(tree), "--json", env=_env(use_sandbox, tmp_path)
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["host"] == "local" and doc["sglang"]["version"] == "0.5.15" and doc["sglang"]["kind"] == "git"
@@ -62,8 +69,12 @@ def test_ssh_config_alias_is_honoured(use_sandbox, tmp_path):
         f"  IdentityFile {key}\n"
     )
     (home / ".ssh" / "known_hosts").write_text(a.host_key_line())
-    env = {"HOME": str(home), "SGLOPS_INVENTORY": str(tmp_path / "none.yaml"),
-           "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"), "USER": os.environ.get("USER", "root")}
+    env = {
+        "HOME": str(home),
+        "SGLOPS_INVENTORY": str(tmp_path / "none.yaml"),
+        "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
+        "USER": os.environ.get("USER", "root"),
+    }
     res = inv_cmd("facts", "--host", "sbx-alias", "--sglang-root", str(a.sglang_root), "--json", env=env)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["sglang"]["version"] == "0.5.23"

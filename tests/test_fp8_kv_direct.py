@@ -29,8 +29,12 @@ from probe_flashinfer_releases import probe_package  # noqa: E402
 
 PATCH = load("fp8-kv-direct")
 VARIANTS = [v.name for v in PATCH.variants]
-FP8_FACTS = ("flashinfer_mla_hopper_fp8", "flashinfer_mla_fp8_scale_mode", "flashinfer_mla_fp8_run_scales",
-             "flashinfer_mla_fp8_sm90_only")
+FP8_FACTS = (
+    "flashinfer_mla_hopper_fp8",
+    "flashinfer_mla_fp8_scale_mode",
+    "flashinfer_mla_fp8_run_scales",
+    "flashinfer_mla_fp8_sm90_only",
+)
 
 
 def patched_text(variant: str) -> str:
@@ -61,12 +65,17 @@ def unmet(facts: dict) -> list:
 
 def test_probes_read_fp8_mla_terms_per_release(release_facts):
     assert all(release_facts["0.7.2"][f] is True for f in FP8_FACTS)
-    assert all(release_facts["0.6.12"][f] is False for f in FP8_FACTS)  # files scanned, nothing found
+    # files scanned, nothing found
+    assert all(release_facts["0.6.12"][f] is False for f in FP8_FACTS)
 
 
 def test_requirements_are_the_probe_facts(release_facts):
-    assert {r.fact for r in PATCH.requires} == {"flashinfer_mla_hopper_fp8", "flashinfer_mla_fp8_scale_mode",
-                                                 "flashinfer_mla_fp8_run_scales", "gpu_sm"}
+    assert {r.fact for r in PATCH.requires} == {
+        "flashinfer_mla_hopper_fp8",
+        "flashinfer_mla_fp8_scale_mode",
+        "flashinfer_mla_fp8_run_scales",
+        "gpu_sm",
+    }
     assert unmet({**release_facts["0.7.2"], "gpu_sm": "sm90"}) == []
     assert [m.split(" ")[0] for m in unmet({**release_facts["0.7.2"], "gpu_sm": "sm120"})] == ["gpu_sm"]
     assert len(unmet({**release_facts["0.6.12"], "gpu_sm": "sm90"})) == 3
@@ -78,7 +87,8 @@ def test_plans_and_runs_carry_the_fp8_terms(variant):
     ns = helpers(text)
     real = SimpleNamespace(plan=lambda *a, **k: None)
     fast = SimpleNamespace()
-    fast.plan = partial(lambda *a: None, fast)  # SGLang's fast re-plan under graphs: positional only
+    # SGLang's fast re-plan under graphs: positional only
+    fast.plan = partial(lambda *a: None, fast)
     assert ns["_sglops_fp8_plan_kwargs"](real, torch.float8_e4m3fn) == {"scale_mode": "kv-per-tensor"}
     assert ns["_sglops_fp8_plan_kwargs"](fast, torch.float8_e4m3fn) == {}
     assert ns["_sglops_fp8_plan_kwargs"](real, torch.bfloat16) == {}

@@ -1,7 +1,8 @@
-"""The CUDA C++ FP8 MLA decode kernel without a GPU: its catalogue matches its source, the kernels the package picks
-fit their targets (the H200 machine's own ptxas reports, kept with the results), and the pick follows heads and
-batch. Where this machine has nvcc, the source is compiled for sm_90a and sm_120 and checked the same way.
-The numbers (H200) are in kernels/fp8_mla_decode/BENCH.md; the GPU self-test is kernels/fp8_mla_decode/selftest.py."""
+"""The CUDA C++ FP8 MLA decode kernel without a GPU: its catalogue matches its source, the kernels the package
+picks fit their targets (the H200 machine's own ptxas reports, kept with the results), and the pick follows
+heads and batch. Where this machine has nvcc, the source is compiled for sm_90a and sm_120 and checked the
+same way. The numbers (H200) are in kernels/fp8_mla_decode/BENCH.md; the GPU self-test is
+kernels/fp8_mla_decode/selftest.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")  # the kernel package imports it (the subprocesses below use this interpreter)
+# the kernel package imports it (the subprocesses below use this interpreter)
+pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = ROOT / "kernels" / "fp8_mla_decode"
@@ -33,13 +35,15 @@ def run(code: str) -> dict:
 
 
 def test_every_kernel_the_source_defines_is_catalogued_and_every_catalogued_one_is_defined():
-    # DEFINE_DECODE: name, rows per tile, ring depth, CTAs per SM; the package's source holds the picks and nothing
-    # else (no variant, no #ifdef: the research kernels are in lab/fp8_mla_decode/)
+    # DEFINE_DECODE: name, rows per tile, ring depth, CTAs per SM; the package's source holds the picks and
+    # nothing else (no variant, no #ifdef: the research kernels are in lab/fp8_mla_decode/)
     text = SOURCE.read_text()
     found = list(re.finditer(r"^DEFINE_DECODE\(fp8_mla_(\w+), (\d+), (\d+), (\d+),", text, re.M))
     defined = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in found}
-    got = run("import json; from sglops_kernels.fp8_mla_decode import _cuda; "
-              "print(json.dumps([_cuda.KERNELS, sorted(_cuda.SHIPPED)]))")
+    got = run(
+        "import json; from sglops_kernels.fp8_mla_decode import _cuda; "
+        "print(json.dumps([_cuda.KERNELS, sorted(_cuda.SHIPPED)]))"
+    )
     shapes, shipped = got
     assert set(defined) == set(shapes) == set(shipped)
     for name, shape in shapes.items():
@@ -61,8 +65,13 @@ print(json.dumps(out))
 
 def check_picks(reports: list[tuple[str, str, str]]) -> None:
     env = {**os.environ, "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-c", CHECK_PICKS, json.dumps(reports)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK_PICKS, json.dumps(reports)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for arch, picks in json.loads(proc.stdout).items():
         for heads, r in picks.items():
@@ -71,21 +80,28 @@ def check_picks(reports: list[tuple[str, str, str]]) -> None:
 
 
 def test_the_picked_kernels_fit_each_target_by_recorded_ptxas_reports():
-    # sm_90a: the H200 machine's own nvcc 13.0 (round 9, the run that picked it); sm_120: the same release on the
-    # CPU machine, of the round-7 source (the sm120 pick has not changed since)
+    # sm_90a: the H200 machine's own nvcc 13.0 (round 9, the run that picked it); sm_120: the same release on
+    # the CPU machine, of the round-7 source (the sm120 pick has not changed since)
     round9 = ROOT / "benchmarks" / "results" / "fp8-mla-round9-2026-12-04" / "round9-ptxas_sm_90a.txt"
-    check_picks([("sm90", "sm_90a", str(round9)),
-                 ("sm120", "sm_120", str(REPORTS / "round7-ptxas-cpu-machine-nvcc13.0-sm_120.txt"))])
+    check_picks(
+        [
+            ("sm90", "sm_90a", str(round9)),
+            ("sm120", "sm_120", str(REPORTS / "round7-ptxas-cpu-machine-nvcc13.0-sm_120.txt")),
+        ]
+    )
 
 
 def test_an_sm120_gpu_loads_its_own_picks_and_leaves_out_kernels_too_big_for_its_blocks():
-    """Every cubin holds both families' picks; the sm90 pick's shared memory (112,768 B) is more than an sm_120 block
-    may have (101,376), and raising its limit there would fail the whole module on the seeds' GPUs (RTX PRO 6000)."""
+    """Every cubin holds both families' picks; the sm90 pick's shared memory (112,768 B) is more than an
+    sm_120 block may have (101,376), and raising its limit there would fail the whole module on the seeds'
+    GPUs (RTX PRO 6000)."""
     got = run("""import json
 from sglops_kernels.fp8_mla_decode import _cuda
 print(json.dumps({a: {"required": _cuda.required_kernels(a), "fits": {n: _cuda.fits_block(n, a) for n in _cuda.SHIPPED},
                       "family": _cuda.family_of(a)} for a in ("sm_90a", "sm_120")}))""")
-    assert got["sm_120"]["required"] == ["n32_s2_b2_tma4"] and got["sm_90a"]["required"] == ["n64_s2_b2_1b_lz_x2"]
+    assert got["sm_120"]["required"] == ["n32_s2_b2_tma4"] and got["sm_90a"]["required"] == [
+        "n64_s2_b2_1b_lz_x2"
+    ]
     assert got["sm_120"]["fits"] == {"n32_s2_b2_tma4": True, "n64_s2_b2_1b_lz_x2": False}
     assert all(got["sm_90a"]["fits"].values()) and [got[a]["family"] for a in got] == ["sm90", "sm120"]
 
@@ -104,27 +120,48 @@ print(json.dumps(_cuda.resources(text, "sm_120")))""")
     assert res["n64_s2_b2_1b_lz_x2"]["ctas_by_smem"] == 0 and not res["n64_s2_b2_1b_lz_x2"]["fits"]
 
 
-NEEDS_NVCC = pytest.mark.skipif(shutil.which("nvcc") is None,
-                                reason="no nvcc on this machine (CI): the recorded reports are checked above")
+NEEDS_NVCC = pytest.mark.skipif(
+    shutil.which("nvcc") is None,
+    reason="no nvcc on this machine (CI): the recorded reports are checked above",
+)
 
 
 def nvcc_entries(tmp_path: Path, arch: str, *flags: str) -> tuple[str, set[str]]:
     """ptxas's -v report of the .cu compiled for arch, and the kernels the cubin holds."""
     num = arch.removeprefix("sm_")
-    proc = subprocess.run(["nvcc", "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3", *flags, "-Xptxas",
-                           "-v", "-o", str(tmp_path / f"{arch}.cubin"), str(SOURCE)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "nvcc",
+            "-cubin",
+            f"-gencode=arch=compute_{num},code=sm_{num}",
+            "-O3",
+            *flags,
+            "-Xptxas",
+            "-v",
+            "-o",
+            str(tmp_path / f"{arch}.cubin"),
+            str(SOURCE),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stderr, set(re.findall(r"Compiling entry function 'fp8_mla_(\w+)'", proc.stderr))
 
 
 @NEEDS_NVCC
 def test_the_source_compiles_for_both_targets_and_the_picks_fit(tmp_path):
-    shipped = set(run("import json; from sglops_kernels.fp8_mla_decode import _cuda; "
-                      "print(json.dumps(sorted(_cuda.SHIPPED)))"))
+    shipped = set(
+        run(
+            "import json; from sglops_kernels.fp8_mla_decode import _cuda; "
+            "print(json.dumps(sorted(_cuda.SHIPPED)))"
+        )
+    )
     reports = []
     for family, arch in (("sm90", "sm_90a"), ("sm120", "sm_120")):
         text, built = nvcc_entries(tmp_path, arch)
-        assert built == shipped | {"merge"}  # a host's build-kernel compiles the picks and the merge alone
+        # a host's build-kernel compiles the picks and the merge alone
+        assert built == shipped | {"merge"}
         (tmp_path / f"{arch}.txt").write_text(text)
         reports.append((family, arch, str(tmp_path / f"{arch}.txt")))
     check_picks(reports)
@@ -132,9 +169,22 @@ def test_the_source_compiles_for_both_targets_and_the_picks_fit(tmp_path):
 
 @NEEDS_NVCC
 def test_the_lab_source_still_compiles_with_its_variants(tmp_path):
-    # the research record (lab/fp8_mla_decode/fp8_mla_decode_rounds.cu) builds as it did at v0.5, variants and all
-    proc = subprocess.run(["nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-DFP8_MLA_VARIANTS",
-                           "-o", str(tmp_path / "lab.cubin"), str(LAB_SOURCE)], capture_output=True, text=True)
+    # the research record (lab/fp8_mla_decode/fp8_mla_decode_rounds.cu)
+    # builds as it did at v0.5, variants and all
+    proc = subprocess.run(
+        [
+            "nvcc",
+            "-cubin",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-O3",
+            "-DFP8_MLA_VARIANTS",
+            "-o",
+            str(tmp_path / "lab.cubin"),
+            str(LAB_SOURCE),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -151,8 +201,8 @@ print(json.dumps({
 
 
 def _waits() -> tuple[str, str]:
-    """The parity expressions of the warp-specialised pipeline's two waits, as the lab's .cu writes them (PIPE 2 was
-    never shipped; the model keeps checking the record)."""
+    """The parity expressions of the warp-specialised pipeline's two waits, as the lab's .cu writes them (PIPE
+    2 was never shipped; the model keeps checking the record)."""
     text = LAB_SOURCE.read_text()
     producer = re.search(r"if \(tl >= STAGES\) mbar_wait\(&empty\[st\], (.+?)\);", text)
     consumer = re.search(r"mbar_wait\(&bars\[i % STAGES\], (.+?)\);", text)
@@ -161,10 +211,11 @@ def _waits() -> tuple[str, str]:
 
 
 def _run_pipeline(producer_parity: str, consumer_parity: str, stages: int, ntiles: int, seed: int) -> str:
-    """Runs the .cu's PIPE 2 protocol (one producer, four consumer warps, a full and an empty mbarrier per stage,
-    bulk copies that land at random later times) under a random interleaving; returns "ok", "deadlock" or
-    what went wrong. An mbarrier here: a phase completes when its pending arrivals and bytes reach zero;
-    try_wait.parity(P) succeeds once the phase of parity P has completed (the current phase's parity is not P)."""
+    """Runs the .cu's PIPE 2 protocol (one producer, four consumer warps, a full and an empty mbarrier per
+    stage, bulk copies that land at random later times) under a random interleaving; returns "ok", "deadlock"
+    or what went wrong. An mbarrier here: a phase completes when its pending arrivals and bytes reach zero;
+    try_wait.parity(P) succeeds once the phase of parity P
+    has completed (the current phase's parity is not P)."""
     import random
 
     rnd = random.Random(seed)
@@ -173,9 +224,11 @@ def _run_pipeline(producer_parity: str, consumer_parity: str, stages: int, ntile
     par_c = eval("lambda i, STAGES: " + consumer_parity.replace("/", "//"))  # noqa: S307
     full = [{"phase": 0, "pending": 1, "tx": 0} for _ in range(stages)]
     empty = [{"phase": 0, "pending": 4} for _ in range(stages)]
-    stage_tile = [None] * stages  # which tile's rows a stage holds (None: being written)
+    # which tile's rows a stage holds (None: being written)
+    stage_tile = [None] * stages
     readers = [set() for _ in range(stages)]
-    in_flight = []  # (stage, tile) copies issued, not landed
+    # (stage, tile) copies issued, not landed
+    in_flight = []
     prod = {"tl": 0, "step": "wait"}
     cons = [{"i": 0, "step": "wait"} for _ in range(4)]
 
@@ -217,7 +270,8 @@ def _run_pipeline(producer_parity: str, consumer_parity: str, stages: int, ntile
                     continue
                 if readers[st] or any(s2 == st for s2, _ in in_flight):
                     return f"tile {tl} issued into stage {st} while it is read or still being written"
-                full[st]["tx"] += 1  # expect_tx then the copy: one unit per tile
+                # expect_tx then the copy: one unit per tile
+                full[st]["tx"] += 1
                 complete(full[st], 1)
                 stage_tile[st] = None
                 in_flight.append((st, tl))
@@ -254,8 +308,8 @@ def test_the_warp_specialised_pipeline_never_refills_a_stage_in_use_nor_stalls()
 
 
 def test_the_pipeline_model_catches_a_wrong_parity():
-    # the producer waiting on the phase one round late (no wait at all in effect) or the consumers on the wrong
-    # phase must show up as an overwrite, a stale read or a deadlock
+    # the producer waiting on the phase one round late (no wait at all in effect) or the consumers on the
+    # wrong phase must show up as an overwrite, a stale read or a deadlock
     _, consumer = _waits()
     results = {_run_pipeline("(tl / STAGES) & 1", consumer, 3, 13, seed) for seed in range(20)}
     assert results != {"ok"}

@@ -20,7 +20,8 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 KERNEL = Path(__file__).resolve().parent.parent / "kernels" / "fp8_mla_decode"
-LAB = Path(__file__).resolve().parent.parent / "lab" / "fp8_mla_decode"  # research variants, out of the package (v0.6)
+# research variants, out of the package (v0.6)
+LAB = Path(__file__).resolve().parent.parent / "lab" / "fp8_mla_decode"
 SCRIPT = r"""
 import torch
 from sglops_kernels.fp8_mla_decode import mla_decode, reference, splits_for, workspace
@@ -129,14 +130,26 @@ for name, heads, page, splits in json.loads(sys.argv[1]):
     print(json.dumps([[name, heads, page, splits], said]), flush=True)
 """
 
-# One interpreter process for every case (each one imported torch and Triton for itself: ~16 x 4 s of CPU); each
-# case starts from the same seed as in a process of its own, and reports its own outcome to its own test.
+# One interpreter process for every case (each one imported torch and Triton for itself: ~16 x 4 s of CPU);
+# each case starts from the same seed as in a process of its own, and reports its own outcome to its own test.
 VARIANT_CASES = [
-    ("f16", 16, 1, 3), ("pf", 16, 1, 3), ("f16pf", 16, 1, 1), ("f16pf", 16, 64, 3), ("f16pf_n64", 16, 1, 3),
-    ("f16pf_w4", 16, 64, 1), ("f16pf_t64", 16, 1, 3), ("f16pf_t64", 16, 64, 1),
-    ("f16pf2", 16, 1, 3), ("f16pf2", 16, 64, 1), ("f16pf", 128, 1, 2),
-    ("cpa", 16, 1, 3), ("cpa_vm", 16, 64, 1), ("cpa_vm_n16", 16, 1, 3), ("cpa_vm_n64", 16, 64, 3),
-    ("cpa_vm", 128, 1, 2)]
+    ("f16", 16, 1, 3),
+    ("pf", 16, 1, 3),
+    ("f16pf", 16, 1, 1),
+    ("f16pf", 16, 64, 3),
+    ("f16pf_n64", 16, 1, 3),
+    ("f16pf_w4", 16, 64, 1),
+    ("f16pf_t64", 16, 1, 3),
+    ("f16pf_t64", 16, 64, 1),
+    ("f16pf2", 16, 1, 3),
+    ("f16pf2", 16, 64, 1),
+    ("f16pf", 128, 1, 2),
+    ("cpa", 16, 1, 3),
+    ("cpa_vm", 16, 64, 1),
+    ("cpa_vm_n16", 16, 1, 3),
+    ("cpa_vm_n64", 16, 64, 3),
+    ("cpa_vm", 128, 1, 2),
+]
 
 
 @pytest.fixture(scope="module")
@@ -144,27 +157,49 @@ def variant_outcomes() -> dict:
     """{case: what the interpreter said} for every VARIANT_CASES case, from one process."""
     import json
 
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(KERNEL), str(LAB), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", VARIANT_SCRIPT, json.dumps(VARIANT_CASES)], env=env,
-                          capture_output=True, text=True, timeout=300 * len(VARIANT_CASES))
-    said = {tuple(case): line for case, line in (json.loads(ln) for ln in proc.stdout.splitlines()
-                                                 if ln.startswith("[["))}
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(KERNEL), str(LAB), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", VARIANT_SCRIPT, json.dumps(VARIANT_CASES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300 * len(VARIANT_CASES),
+    )
+    said = {
+        tuple(case): line
+        for case, line in (json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("[["))
+    }
     return {"said": said, "rc": proc.returncode, "tail": (proc.stdout[-2000:], proc.stderr[-2000:])}
 
 
 @pytest.mark.parametrize("name,heads,page,splits", VARIANT_CASES)
-def test_split_stage_variants_match_fp32_attention_in_the_interpreter(variant_outcomes, name, heads, page, splits):
-    """The candidate split stages (lab/fp8_mla_decode/_variants.py: FP16 MMA, register prefetch, 64-row tiles) give
-    the same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale ids."""
+def test_split_stage_variants_match_fp32_attention_in_the_interpreter(
+    variant_outcomes, name, heads, page, splits
+):
+    """The candidate split stages (lab/fp8_mla_decode/_variants.py: FP16 MMA, register prefetch, 64-row tiles)
+    give the same attention as fp32 torch: page 1 and 64, one split and several, an empty request, stale
+    ids."""
     said = variant_outcomes["said"].get((name, heads, page, splits))
     assert said == "ok", (said, variant_outcomes["rc"], variant_outcomes["tail"])
 
 
 def test_split_kv_decode_matches_fp32_attention_in_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
+        proc.stdout[-2000:],
+        proc.stderr[-2000:],
+    )
 
 
 PATCH_SCRIPT = r"""
@@ -277,27 +312,50 @@ def test_fp8_mla_native_patch_helpers_decode_from_the_fp8_pool(variant, tmp_path
 
     v = load("fp8-mla-native").variant(variant)
     (fp,) = v.files()
-    new, conflicts = patch_diff.apply([fp], {fp.path: (trees.sglang_template(v.sglang[0]) / fp.path).read_text()})
+    new, conflicts = patch_diff.apply(
+        [fp], {fp.path: (trees.sglang_template(v.sglang[0]) / fp.path).read_text()}
+    )
     assert not conflicts
     tree = parse_python(new[fp.path])
-    keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name.startswith("_sglops_native"))
-            or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
-            or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).startswith("_SGLOPS"))]
+    keep = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name.startswith("_sglops_native"))
+        or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
+        or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).startswith("_SGLOPS"))
+    ]
     helpers = tmp_path / "helpers.py"
     helpers.write_text(ast.unparse(ast.Module(keep, [])))
-    gather = KERNEL.parent / "gather_cast"  # the live-row cast the patch falls back to above 16 heads
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(KERNEL), str(gather), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", PATCH_SCRIPT, str(helpers)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-2000:], proc.stderr[-2000:])
+    # the live-row cast the patch falls back to above 16 heads
+    gather = KERNEL.parent / "gather_cast"
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(KERNEL), str(gather), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", PATCH_SCRIPT, str(helpers)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
+        proc.stdout[-2000:],
+        proc.stderr[-2000:],
+    )
 
 
 def _variants_script(*args: str) -> subprocess.CompletedProcess:
     root = KERNEL.parent.parent
     env = {**os.environ, "PYTHONPATH": f"{KERNEL}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_fp8_mla_variants.py"), *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "gpu_fp8_mla_variants.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
@@ -317,15 +375,20 @@ def test_variants_bench_registry_resolves_every_default_variant_without_a_gpu():
     assert cfgs["cpa_h64"]["16"] is None
     assert cfgs["cpa_vm_n16"]["16"]["block_n"] == 16 and cfgs["cpa_vm_n16"]["16"]["programs_per_sm"] == 2
     assert cfgs["f16pf_w4"]["128"] is None and cfgs["base"]["128"]["block_h"] == 64
-    for bad, why in ((("--variants", "cpa,nope"), "unknown variant(s) nope"), (("--heads", "16,x"), "integers"),
-                     (("--heads", "32"), "16 and/or 128")):
+    for bad, why in (
+        (("--variants", "cpa,nope"), "unknown variant(s) nope"),
+        (("--heads", "16,x"), "integers"),
+        (("--heads", "32"), "16 and/or 128"),
+    ):
         proc = _variants_script("--list", *bad)
-        assert proc.returncode != 0 and why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.returncode != 0 and why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (
+            proc.stderr
+        )
 
 
 def _run_ptx(asm: str, word: int) -> tuple[int, int]:
-    """Execute the straight-line PTX of lab/fp8_mla_decode/_variants._e4m3_f16_int (prmt.b32, shr.b32, and.b32, add.u32 on
-    32-bit registers) for one packed input word; returns ($0, $1)."""
+    """Execute the straight-line PTX of lab/fp8_mla_decode/_variants._e4m3_f16_int (prmt.b32, shr.b32,
+    and.b32, add.u32 on 32-bit registers) for one packed input word; returns ($0, $1)."""
     import re
 
     regs = {"$2": word}
@@ -364,7 +427,9 @@ def test_integer_pipe_e4m3_conversion_is_exact_for_every_finite_code():
             lanes = [int(codes[(c + k * 37) % 256]) for k in range(4)]
             lanes[shift] = c
             lo, hi = _run_ptx(asm, sum(b << (8 * i) for i, b in enumerate(lanes)))
-            halves = np.array([lo & 0xFFFF, lo >> 16, hi & 0xFFFF, hi >> 16], dtype=np.uint16).view(np.float16)
+            halves = np.array([lo & 0xFFFF, lo >> 16, hi & 0xFFFF, hi >> 16], dtype=np.uint16).view(
+                np.float16
+            )
             for b, h in zip(lanes, halves.astype(np.float32), strict=True):
                 if np.isfinite(ref[b]) and h != ref[b]:
                     bad.append((b, float(h), float(ref[b])))
@@ -379,7 +444,9 @@ def test_variants_summary_reads_the_recorded_h200_run(capsys):
     import json
 
     root = KERNEL.parent.parent
-    spec = importlib.util.spec_from_file_location("gpu_fp8_mla_variants", root / "benchmarks" / "gpu_fp8_mla_variants.py")
+    spec = importlib.util.spec_from_file_location(
+        "gpu_fp8_mla_variants", root / "benchmarks" / "gpu_fp8_mla_variants.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rec = json.loads((root / "benchmarks/results/fp8-mla-decode-h200/variants-2026-12-03.json").read_text())
@@ -387,5 +454,7 @@ def test_variants_summary_reads_the_recorded_h200_run(capsys):
     lines = capsys.readouterr().out.splitlines()
     row = next(line for line in lines if line.split()[:3] == ["16", "131072", "64"])
     assert row.split("|")[1].split() == ["5258.9", "3625.9", "-"], row
-    assert row.split("|")[-1].split()[:3] == ["f16pf_w4", "1.33", "31.6%"] and "1.31" in row.split("|")[-1], row
+    assert row.split("|")[-1].split()[:3] == ["f16pf_w4", "1.33", "31.6%"] and "1.31" in row.split("|")[-1], (
+        row
+    )
     assert sum(line.startswith("check ") for line in lines) == len(rec["correctness"]) > 0

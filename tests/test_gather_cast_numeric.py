@@ -31,7 +31,8 @@ from sglops_kernels.gather_cast import torch_cast_live_rows  # noqa: E402
 
 HELPERS = ("_sglops_graph_rows", "_sglops_record_rows", "_sglops_cast_kv")
 VARIANTS = [v.name for v in load("gather-cast").variants]
-POISON = -12345  # int16 bits no e4m3 -> bf16 cast produces
+# int16 bits no e4m3 -> bf16 cast produces
+POISON = -12345
 
 
 def patched_text(variant: str) -> str:
@@ -48,9 +49,12 @@ def patched_text(variant: str) -> str:
 
 def helper_block(text: str) -> ast.Module:
     tree = parse_python(text)
-    keep = [n for n in tree.body
-            if (isinstance(n, ast.FunctionDef) and n.name in HELPERS)
-            or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))]
+    keep = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name in HELPERS)
+        or (isinstance(n, ast.Try) and "sglops_kernels" in ast.unparse(n))
+    ]
     assert {n.name for n in keep if isinstance(n, ast.FunctionDef)} == set(HELPERS)
     return ast.Module(keep, [])
 
@@ -67,7 +71,7 @@ def patched_helpers(variant: str) -> dict:
 
 def kernel_reads(buf, kv_indptr, kv_indices) -> list:
     """What FlashInfer's paged MLA kernel reads per request: buf[kv_indices[indptr[b]:indptr[b+1]]]."""
-    return [buf[kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()] for b in range(len(kv_indptr) - 1)]
+    return [buf[kv_indices[kv_indptr[b] : kv_indptr[b + 1]].long()] for b in range(len(kv_indptr) - 1)]
 
 
 def bits(t):
@@ -79,8 +83,9 @@ def assert_same_reads(pool, buf, kv_indices, kv_indptr) -> None:
     equal, bit for bit, the rows it reads from the whole-pool cast through the same ids."""
     assert buf.shape == pool.shape and buf.dtype == torch.bfloat16
     stock = pool.to(torch.bfloat16) if pool.dtype != torch.bfloat16 else pool
-    for e, g in zip(kernel_reads(stock, kv_indptr, kv_indices), kernel_reads(buf, kv_indptr, kv_indices),
-                    strict=True):
+    for e, g in zip(
+        kernel_reads(stock, kv_indptr, kv_indices), kernel_reads(buf, kv_indptr, kv_indices), strict=True
+    ):
         assert torch.equal(bits(e), bits(g))
 
 
@@ -129,7 +134,8 @@ def test_eager_plan_reads_the_whole_pool_cast_rows(variant, pool_rows, bs, max_l
     assert_same_reads(pool, ns["_sglops_cast_kv"](pool, wrapper, torch.bfloat16), kv_indices, kv_indptr)
     calls = device_count_kernel(ns)
     assert_same_reads(pool, ns["_sglops_cast_kv"](pool, wrapper, torch.bfloat16), kv_indices, kv_indptr)
-    assert calls == [(len(kv_indices), len(kv_indices), False)]  # the host knows n: no device count
+    # the host knows n: no device count
+    assert calls == [(len(kv_indices), len(kv_indices), False)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -169,7 +175,9 @@ def test_the_package_fallback_is_what_the_patch_falls_back_to():
     kv_indptr, kv_indices = random_batch(gen, 2000, 6, 300)
     n = len(kv_indices)
     assert_same_reads(pool, torch_cast_live_rows(pool, kv_indices, n), kv_indices, kv_indptr)
-    assert_same_reads(pool, torch_cast_live_rows(pool, kv_indices, kv_indptr[-1:], cap=n), kv_indices, kv_indptr)
+    assert_same_reads(
+        pool, torch_cast_live_rows(pool, kv_indices, kv_indptr[-1:], cap=n), kv_indices, kv_indptr
+    )
 
 
 # --- CUDA graphs ---------------------------------------------------------------------------------
@@ -195,18 +203,22 @@ class FakeGraphBackend:
 
     def __init__(self, max_bs: int, max_context_len: int):
         self.cuda_graph_kv_indices = torch.zeros(max_bs * max_context_len, dtype=torch.int32)
-        self.kv_indptr = torch.zeros(max_bs + 1, dtype=torch.int32)  # the updater's, shared by every bs
+        # the updater's, shared by every bs
+        self.kv_indptr = torch.zeros(max_bs + 1, dtype=torch.int32)
 
 
 def capture(ns, backend, bs, row_width, enable=True):
     """Capture-time code of the patched backend for the decode graph of batch size bs."""
     wrapper = SimpleNamespace(_use_cuda_graph=True, _kv_indices_buf=backend.cuda_graph_kv_indices)
     wrapper._sglops_graph = ns["_sglops_graph_rows"](backend.cuda_graph_kv_indices, bs, row_width)
-    seq_lens = torch.ones(bs, dtype=torch.int32)  # capture batch: seq_len_fill_value
-    backend.kv_indptr[1: bs + 1] = torch.cumsum(seq_lens, 0)
-    capture_ids = torch.arange(1, bs + 1, dtype=torch.int32)  # a fresh tensor, as in capture
+    # capture batch: seq_len_fill_value
+    seq_lens = torch.ones(bs, dtype=torch.int32)
+    backend.kv_indptr[1 : bs + 1] = torch.cumsum(seq_lens, 0)
+    # a fresh tensor, as in capture
+    capture_ids = torch.arange(1, bs + 1, dtype=torch.int32)
     ns["_sglops_record_rows"](wrapper, capture_ids, backend.kv_indptr[: bs + 1], enable)
-    backend.cuda_graph_kv_indices[:bs].copy_(capture_ids)  # stock plan(), use_cuda_graph branch
+    # stock plan(), use_cuda_graph branch
+    backend.cuda_graph_kv_indices[:bs].copy_(capture_ids)
     return wrapper
 
 
@@ -216,11 +228,11 @@ def replay(gen, backend, bs, pool_rows, max_len, raw_bs=None):
     raw_bs = bs if raw_bs is None else raw_bs
     seq_lens = torch.ones(bs, dtype=torch.int64)
     seq_lens[:raw_bs] = torch.randint(1, max_len + 1, (raw_bs,), generator=gen)
-    backend.kv_indptr[1: bs + 1] = torch.cumsum(seq_lens, 0)
+    backend.kv_indptr[1 : bs + 1] = torch.cumsum(seq_lens, 0)
     kv_indptr = backend.kv_indptr[: bs + 1].clone()
     n = int(kv_indptr[-1])
     ids = torch.randint(0, pool_rows, (n,), generator=gen, dtype=torch.int32)
-    ids[int(kv_indptr[raw_bs]):] = 0
+    ids[int(kv_indptr[raw_bs]) :] = 0
     backend.cuda_graph_kv_indices[:n].copy_(ids)
     return kv_indptr
 
@@ -237,21 +249,23 @@ def test_cuda_graph_replays_read_exactly_the_whole_pool_cast_rows(variant, kerne
     ns = patched_helpers(variant)
     calls = device_count_kernel(ns) if kernel == "device-count" else None
     gen = torch.Generator().manual_seed(pool_rows)
-    ctx, width, max_bs = 60, 64, 16  # req_to_token rows are context_len + a few slots wide
+    # req_to_token rows are context_len + a few slots wide
+    ctx, width, max_bs = 60, 64, 16
     backend = FakeGraphBackend(max_bs, ctx)
     layers = [fp8_pool(gen, pool_rows) for _ in range(2)]
     wrappers = {bs: capture(ns, backend, bs, width) for bs in (16, 8, 4, 2, 1)}
     for bs, w in wrappers.items():
         ids, live, most = w._sglops_rows
         assert ids is backend.cuda_graph_kv_indices and most == min(bs * width, max_bs * ctx)
-        assert live.data_ptr() == backend.kv_indptr[bs:].data_ptr()  # a view of the live buffer
+        # a view of the live buffer
+        assert live.data_ptr() == backend.kv_indptr[bs:].data_ptr()
     stale_tail_seen = False
     for _ in range(24):
         bs = [16, 8, 4, 2, 1][torch.randint(0, 5, (1,), generator=gen).item()]
         raw_bs = int(torch.randint(1, bs + 1, (1,), generator=gen))
         kv_indptr = replay(gen, backend, bs, pool_rows, ctx, raw_bs)
         n = int(kv_indptr[-1])
-        stale_tail_seen |= bool(backend.cuda_graph_kv_indices[n:bs * width].any())
+        stale_tail_seen |= bool(backend.cuda_graph_kv_indices[n : bs * width].any())
         for pool in layers:
             if calls is not None:
                 calls.clear()
@@ -262,8 +276,10 @@ def test_cuda_graph_replays_read_exactly_the_whole_pool_cast_rows(variant, kerne
                 cast = bits(buf).reshape(pool_rows, -1)[:, 0] != POISON
                 want = torch.zeros(pool_rows, dtype=torch.bool)
                 want[backend.cuda_graph_kv_indices[:n].long()] = True
-                assert torch.equal(cast, want) or n >= pool_rows  # only this replay's live rows
-    assert stale_tail_seen  # the claim under test: a stale tail is there and never read
+                # only this replay's live rows
+                assert torch.equal(cast, want) or n >= pool_rows
+    # the claim under test: a stale tail is there and never read
+    assert stale_tail_seen
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -277,7 +293,8 @@ def test_live_rows_beyond_the_pool_switch_to_every_row_on_the_device(variant):
     pool = fp8_pool(gen, 120)
     w = capture(ns, backend, 8, 104)
     kv_indptr = replay(gen, backend, 8, 120, 100)
-    assert int(kv_indptr[-1]) > 120  # 8 requests of up to 100 tokens on 120 slots (seeded)
+    # 8 requests of up to 100 tokens on 120 slots (seeded)
+    assert int(kv_indptr[-1]) > 120
     buf = ns["_sglops_cast_kv"](pool, w, torch.bfloat16)
     assert_same_reads(pool, buf, backend.cuda_graph_kv_indices, kv_indptr)
     assert torch.equal(bits(buf), bits(pool.to(torch.bfloat16))) and calls[0][0] > 120
@@ -296,18 +313,31 @@ def test_patched_backend_wires_the_graph_rows_as_simulated(variant):
     the updater's kv_indptr; the replay plan records nothing; forward casts through _sglops_cast_kv."""
     text = patched_text(variant)
     tree = parse_python(text)
-    cap = _method(tree, "FlashInferMLAAttnBackend",
-                  ("init_forward_metadata_out_graph", "init_forward_metadata_capture_cuda_graph"))
-    ctors = [n for n in ast.walk(cap) if isinstance(n, ast.Call) and ast.unparse(n.func) == "BatchMLAPagedAttentionWrapper"]
+    cap = _method(
+        tree,
+        "FlashInferMLAAttnBackend",
+        ("init_forward_metadata_out_graph", "init_forward_metadata_capture_cuda_graph"),
+    )
+    ctors = [
+        n
+        for n in ast.walk(cap)
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "BatchMLAPagedAttentionWrapper"
+    ]
     kv = [ast.unparse(k.value) for c in ctors for k in c.keywords if k.arg == "kv_indices"]
     assert kv and set(kv) == {"self.cuda_graph_kv_indices"}
     src = ast.unparse(cap)
     tag = src.index("decode_wrapper._sglops_graph = _sglops_graph_rows(self.cuda_graph_kv_indices, bs, ")
     assert tag < src.index("self.indices_updater_decode.update(")
     begin = _method(tree, "FlashInferMLAIndicesUpdaterDecode", ("call_begin_forward",))
-    (branch,) = [n for n in ast.walk(begin) if isinstance(n, ast.If) and ast.unparse(n.test) == "not init_metadata_replay"
-                 and "wrapper.plan(" in ast.unparse(n)]
+    (branch,) = [
+        n
+        for n in ast.walk(begin)
+        if isinstance(n, ast.If)
+        and ast.unparse(n.test) == "not init_metadata_replay"
+        and "wrapper.plan(" in ast.unparse(n)
+    ]
     assert "_sglops_record_rows(wrapper, kv_indices, kv_indptr, " in ast.unparse(ast.Module(branch.body, []))
     assert "_sglops" not in ast.unparse(ast.Module(branch.orelse, []))
-    assert text.count("_sglops_cast_kv(") == 3  # its definition, forward_extend, forward_decode
+    # its definition, forward_extend, forward_decode
+    assert text.count("_sglops_cast_kv(") == 3
     assert "get_key_buffer(layer.layer_id).to(q.dtype)" not in text

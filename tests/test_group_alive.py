@@ -1,7 +1,8 @@
-"""A stopped server's process group counts as gone once every member has exited, even while exited members wait
-to be reaped: a zombie holds no GPU memory, port or file. Why it matters: on a container's or sandbox's init
-(this machine's reaps about every 1.5 s) every stop used to wait for the reap (23 stops cost 30 s of test_ab.py).
-The zombies here belong to a subreaper that never reaps, so the test does not depend on any init's timing."""
+"""A stopped server's process group counts as gone once every member has exited, even while exited members
+wait to be reaped: a zombie holds no GPU memory, port or file. Why it matters: on a container's or sandbox's
+init (this machine's reaps about every 1.5 s) every stop used to wait for the reap (23 stops cost 30 s of
+test_ab.py). The zombies here belong to a subreaper that never reaps, so the test does not depend on any
+init's timing."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import time
 
 from sglops.host import server_common
 
-# R: a child subreaper that never reaps. P: R's child in a new session (the "server" group). C: P's child, exits
-# at once (a zombie: P never waits). P exits after HOLD s: both group members are then unreaped zombies of R.
+# R: a child subreaper that never reaps. P: R's child in a new session (the "server" group). C: P's child,
+# exits at once (a zombie: P never waits). P exits after HOLD s: both group members are then unreaped zombies
+# of R.
 HOLD = 1.5
 SUBREAPER = f"""
 import ctypes, os, time
@@ -49,19 +51,21 @@ def test_a_group_of_unreaped_zombies_is_not_alive_and_a_live_member_is():
         pgid = int(reaper.stdout.readline())
         time.sleep(0.3)
         assert "Z" in states(pgid) and any(s != "Z" for s in states(pgid)), states(pgid)
-        assert server_common.group_alive(pgid) is True  # P still runs
+        # P still runs
+        assert server_common.group_alive(pgid) is True
         deadline = time.monotonic() + HOLD + 5
         while any(s != "Z" for s in states(pgid)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert states(pgid) and set(states(pgid)) == {"Z"}, states(pgid)  # both exited, neither reaped
+        # both exited, neither reaped
+        assert states(pgid) and set(states(pgid)) == {"Z"}, states(pgid)
         assert server_common.group_alive(pgid) is False
     finally:
         reaper.kill()
         reaper.wait()
 
 
-# P: a new session whose main thread ends (pthread_exit) while a second thread keeps the process, and its files,
-# alive: the leader shows Z, the process has not exited.
+# P: a new session whose main thread ends (pthread_exit) while a second thread keeps the process, and its
+# files, alive: the leader shows Z, the process has not exited.
 LEADER_GONE = """
 import ctypes, os, threading, time
 pid = os.fork()
@@ -82,7 +86,8 @@ def test_a_zombie_leader_whose_other_thread_still_runs_is_alive():
         deadline = time.monotonic() + 5
         while states(pgid) != ["Z"] and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert states(pgid) == ["Z"], states(pgid)  # the leader alone, as a zombie
+        # the leader alone, as a zombie
+        assert states(pgid) == ["Z"], states(pgid)
         assert server_common.group_alive(pgid) is True
     finally:
         os.killpg(pgid, signal.SIGKILL)
@@ -110,8 +115,9 @@ time.sleep(60)
 
 
 def test_kill_group_returns_only_when_no_member_is_left():
-    """A start that died leaves its workers to kill_group: the check for leftovers that follows (and the next start
-    on the same port) must find none still exiting (seen in CI: a failed real start's scheduler still listed)."""
+    """A start that died leaves its workers to kill_group: the check for leftovers that follows (and the next
+    start on the same port) must find none still exiting (seen in CI: a failed real start's scheduler still
+    listed)."""
     parent = subprocess.Popen([sys.executable, "-c", HEAVY_GROUP], stdout=subprocess.PIPE, text=True)
     pgid = int(parent.stdout.readline())
     try:

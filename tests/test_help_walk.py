@@ -29,8 +29,14 @@ GOOD_NAME = re.compile(r"^(-[A-Za-z]( [A-Z]+)?|--(\[no-\])?[a-z][a-z0-9-]+(=[A-Z
 
 def inv(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -82,9 +88,23 @@ def catalogue() -> dict[str, dict[str, str]]:
             if not p.cli:
                 continue
             k = _kind(p)
-            flags[p.name] = ("" if isinstance(k, Flag) else "INT" if isinstance(k, Int) else "FLOAT"
-                             if isinstance(k, Float) else "LIST" if isinstance(k, IntList | StrList)
-                             or p.name in op.task.get("iterable", ()) else None)
+            flags[p.name] = (
+                ""
+                if isinstance(k, Flag)
+                else (
+                    "INT"
+                    if isinstance(k, Int)
+                    else (
+                        "FLOAT"
+                        if isinstance(k, Float)
+                        else (
+                            "LIST"
+                            if isinstance(k, IntList | StrList) or p.name in op.task.get("iterable", ())
+                            else None
+                        )
+                    )
+                )
+            )
         want[op.name] = {n.replace("_", "-"): v for n, v in flags.items()}
     return want
 
@@ -114,7 +134,9 @@ def findings(listing: str, helps: dict[str, str]) -> dict[str, list[str]]:
             elif not placeholders or len([n for n in names if re.search(r"[= ][A-Z]+$", n)]) != len(names):
                 found["value flag without placeholder"].append(f"{task}: --{long}")
             elif expected and placeholders != {expected}:
-                found["wrong type"].append(f"{task}: --{long} shows {'/'.join(sorted(placeholders))}, not {expected}")
+                found["wrong type"].append(
+                    f"{task}: --{long} shows {'/'.join(sorted(placeholders))}, not {expected}"
+                )
             for ref in re.findall(r"(?<![\w-])--([a-z])\b(?!-)", help_text):
                 found["one-letter flag spelt --x"].append(f"{task}: --{long} help says --{ref}")
     for short, longs in shorts.items():
@@ -147,9 +169,19 @@ def test_help_reads_right(walked):
 def test_the_walk_sees_each_oddity():
     """The checks themselves: a help with every oddity is caught, each by its own rule."""
     listing = "Available tasks:\n\n  bench   Decode figures measured ON the host (TTFT, ITL, TPOT,\n"
-    helps = {"bench": "Options:\n  --, --no-logprobs   keep only ids\n  -n STRING, --concurrency=STRING   streams\n"
-                      "  --slo   goodput SLOs, like --a\n  -h STRING, --host=STRING   a host\n",
-             "sandbox": "Options:\n  -h STRING, --hosts=STRING   number of hosts\n"}
+    helps = {
+        "bench": (
+            "Options:\n  --, --no-logprobs   keep only ids\n  -n STRING, --concurrency=STRING   streams\n"
+            "  --slo   goodput SLOs, like --a\n  -h STRING, --host=STRING   a host\n"
+        ),
+        "sandbox": "Options:\n  -h STRING, --hosts=STRING   number of hosts\n",
+    }
     found = findings(listing, helps)
-    assert set(found) == {"list line cut", "malformed flag name", "wrong type", "value flag without placeholder",
-                          "one-letter flag spelt --x", "short flag with two meanings"}
+    assert set(found) == {
+        "list line cut",
+        "malformed flag name",
+        "wrong type",
+        "value flag without placeholder",
+        "one-letter flag spelt --x",
+        "short flag with two meanings",
+    }

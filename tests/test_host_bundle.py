@@ -1,8 +1,9 @@
 """The host-code bundle (sglops/core/host_bundle.py): what it holds, and that a bare host python runs it.
 
 A host has the standard library only, Python 3.8 or later; every module under sglops/host/ is sent as
-source, so each must import nothing else and parse as 3.8. The bundle runs here through `--host local` (the same
-bootstrap over stdin, no SSH), with this machine's stdlib-only /usr/bin/python3 and, where pyenv has one, 3.8.
+source, so each must import nothing else and parse as 3.8. The bundle runs here through `--host local` (the
+same bootstrap over stdin, no SSH), with this machine's stdlib-only /usr/bin/python3 and, where pyenv has one,
+3.8.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ PY38 = next((str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.8*/bin/p
 
 def _tree(name: str) -> ast.Module:
     path = host_bundle.SCRIPTS / f"{name}.py"
-    return parse_python(path.read_text(), str(path), feature_version=(3, 8))  # SyntaxError: too new for a host
+    # SyntaxError: too new for a host
+    return parse_python(path.read_text(), str(path), feature_version=(3, 8))
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -58,11 +60,26 @@ def test_the_import_scan_finds_what_ast_finds(name):
 
 
 def test_a_bundle_holds_the_script_and_what_it_imports_once():
-    assert host_bundle.modules("bench_client") == ("__init__", "bench_client", "_bench_metrics", "_fetch",
-                                                   "_bench_load", "_bench_request", "_bench_server", "_common",
-                                                   "_server_info", "_server_proc", "_bench_stream", "_bench_sessions",
-                                                   "_vocab", "telemetry", "facts", "_engine_here",
-                                                   "_server_engine", "server_common")
+    assert host_bundle.modules("bench_client") == (
+        "__init__",
+        "bench_client",
+        "_bench_metrics",
+        "_fetch",
+        "_bench_load",
+        "_bench_request",
+        "_bench_server",
+        "_common",
+        "_server_info",
+        "_server_proc",
+        "_bench_stream",
+        "_bench_sessions",
+        "_vocab",
+        "telemetry",
+        "facts",
+        "_engine_here",
+        "_server_engine",
+        "server_common",
+    )
     assert host_bundle.modules("patch_txn") == ("__init__", "patch_txn", "_common", "ab_journal", "patch_lib")
     sent = json.loads(host_bundle.payload("patch_txn", {"a": 1}))
     sources = json.loads(zlib.decompress(base64.b64decode(sent["bundle"])))
@@ -74,8 +91,14 @@ def test_a_bundle_holds_the_script_and_what_it_imports_once():
 
 
 PYTHONS = [pytest.param(HOST_PYTHON, id="host-python3")] + (
-    [pytest.param(PY38, id="python3.8")] if PY38 else [pytest.param(None, id="python3.8", marks=pytest.mark.skip(
-        reason="no pyenv python3.8 on this machine"))])
+    [pytest.param(PY38, id="python3.8")]
+    if PY38
+    else [
+        pytest.param(
+            None, id="python3.8", marks=pytest.mark.skip(reason="no pyenv python3.8 on this machine")
+        )
+    ]
+)
 
 
 @pytest.mark.parametrize("python", PYTHONS)
@@ -92,8 +115,13 @@ def test_a_bare_host_python_imports_every_script_and_answers(python, tmp_path, m
             seen[script] = "answer"
         except RemoteError as exc:
             seen[script] = str(exc)
-    bad = {s: why for s, why in seen.items() if any(k in why for k in ("ImportError", "SyntaxError", "NameError",
-                                                                       "ModuleNotFound", "gave no answer"))}
+    bad = {
+        s: why
+        for s, why in seen.items()
+        if any(
+            k in why for k in ("ImportError", "SyntaxError", "NameError", "ModuleNotFound", "gave no answer")
+        )
+    }
     assert not bad, bad
     assert seen["facts"] == "answer" and "SGLang not found" in seen["server_inspect"]
 
@@ -102,7 +130,8 @@ def test_a_host_traceback_names_the_real_file_and_line(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLOPS_ARTIFACTS", str(tmp_path / "artifacts"))
     r = connect(Host(name="local", address=LOCAL, python=HOST_PYTHON))
     with pytest.raises(RemoteError) as err:
-        r.run_py("server_status", {})  # no "root" in args: a bug-class KeyError with the frame it came from
+        # no "root" in args: a bug-class KeyError with the frame it came from
+        r.run_py("server_status", {})
     source = (host_bundle.SCRIPTS / "server_status.py").read_text().splitlines()
     msg = str(err.value)
     assert "KeyError: 'root'" in msg

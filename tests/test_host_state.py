@@ -40,8 +40,9 @@ TOKEN = "hf_planted_secret_for_the_mode_test_4242"
 
 @pytest.fixture(scope="module")
 def hsb(make_sandbox):
-    return make_sandbox([{"name": HOST, "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}],
-                        name="hoststate")
+    return make_sandbox(
+        [{"name": HOST, "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}], name="hoststate"
+    )
 
 
 @pytest.fixture
@@ -60,20 +61,40 @@ def host_env(hsb, tmp_path, monkeypatch):
 
     (pdir / "two-files").mkdir()
     (pdir / "two-files" / "sglang-0.5.23.diff").write_text(
-        (REPO / "patches" / "gather-cast" / "sglang-0.5.23.diff").read_text() + make(ARGS, args_text, edited))
-    (pdir / "two-files" / "patch.yaml").write_text(json.dumps({
-        "description": "gather-cast plus a one-line edit of server_args.py", "files": [MLA, ARGS], "variants": [{"name": "sglang-0.5.23", "diff": "sglang-0.5.23.diff",
-                                            "sglang": ["0.5.23"]}]}))
+        (REPO / "patches" / "gather-cast" / "sglang-0.5.23.diff").read_text() + make(ARGS, args_text, edited)
+    )
+    (pdir / "two-files" / "patch.yaml").write_text(
+        json.dumps(
+            {
+                "description": "gather-cast plus a one-line edit of server_args.py",
+                "files": [MLA, ARGS],
+                "variants": [{"name": "sglang-0.5.23", "diff": "sglang-0.5.23.diff", "sglang": ["0.5.23"]}],
+            }
+        )
+    )
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     shutil.copy(REPO / "playbooks" / "profiles" / "sandbox.yaml", profiles / "sandbox.yaml")
-    (profiles / "secret.yaml").write_text(yaml.safe_dump({
-        "extends": "sandbox", "port": free_port(), "startup_timeout": 15, "stop_grace": 2, "per_host": {},
-        "env": {"SGLOPS_STANDIN_STARTUP_S": "0.2", "HF_TOKEN": TOKEN}}))
+    (profiles / "secret.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "extends": "sandbox",
+                "port": free_port(),
+                "startup_timeout": 15,
+                "stop_grace": 2,
+                "per_host": {},
+                "env": {"SGLOPS_STANDIN_STARTUP_S": "0.2", "HF_TOKEN": TOKEN},
+            }
+        )
+    )
     faults = Faults(hsb, tmp_path / "faults")
-    for k, v in {"SGLOPS_INVENTORY": str(faults.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
-                 "SGLOPS_PATCHES": str(pdir), "SGLOPS_PROFILES": str(profiles),
-                 "SGLOPS_PATCH_LOCK_WAIT_S": "3"}.items():
+    for k, v in {
+        "SGLOPS_INVENTORY": str(faults.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
+        "SGLOPS_PATCHES": str(pdir),
+        "SGLOPS_PROFILES": str(profiles),
+        "SGLOPS_PATCH_LOCK_WAIT_S": "3",
+    }.items():
         monkeypatch.setenv(k, v)
     yield sbx, faults
     with faults.connect(HOST) as r:
@@ -85,8 +106,10 @@ def read_only_commands(r) -> list[tuple[str, object]]:
     spec = kernels.load_kernel("gather_cast")
     return [
         ("patches", lambda: patches.status(r, facts_fn=lambda _r: {})),
-        ("apply-patch --dry-run", lambda: patches.apply_patch(r, "gather-cast", dry_run=True,
-                                                              facts_fn=lambda _r: {})),
+        (
+            "apply-patch --dry-run",
+            lambda: patches.apply_patch(r, "gather-cast", dry_run=True, facts_fn=lambda _r: {}),
+        ),
         ("apply-patch two-files --dry-run", lambda: patches.apply_patch(r, "two-files", dry_run=True)),
         ("revert-patch --dry-run", lambda: patches.revert_patch(r, "two-files", dry_run=True)),
         ("capture-patch --dry-run", lambda: capture(r, "captured", dry_run=True)),
@@ -134,19 +157,24 @@ def test_read_only_commands_leave_a_pending_journal_alone_and_say_recovery_neede
     with faults.connect(HOST) as r:
         assert patches.apply_patch(r, "two-files").action == "applied"
         assert patches.revert_patch(r, "two-files").action == "reverted"
-        faults.set(SGLOPS_CRASH_AT="renamed 1")  # killed with one of its two files renamed
+        # killed with one of its two files renamed
+        faults.set(SGLOPS_CRASH_AT="renamed 1")
         with faults.connect(f"{HOST}-faults") as fr, pytest.raises(SglopsError, match="connection lost"):
             patches.apply_patch(fr, "two-files")
         faults.clear()
         assert (root / ".sglops" / "journal.json").exists()
-        half = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
-        assert f" M {MLA}\n" in half and f" M {ARGS}\n" not in half  # half-way on disk, for now
+        half = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True
+        ).stdout
+        # half-way on disk, for now
+        assert f" M {MLA}\n" in half and f" M {ARGS}\n" not in half
 
         answers = assert_each_changes_nothing(sbx, r)
         pending = answers["patches"].recovery_needed
         assert pending["op"] == "apply" and pending["patch"] == "two-files" and pending["will"] == "roll back"
         dry = answers["apply-patch two-files --dry-run"]
-        assert dry.action == "would apply" and dry.recovery_needed == pending  # as it will be once rolled back
+        # as it will be once rolled back
+        assert dry.action == "would apply" and dry.recovery_needed == pending
         assert sorted(dry.files) == [MLA, ARGS]
         rows = {row.patch: row.status for row in answers["patches"].rows}
         assert rows["two-files"] == "applicable" and rows["gather-cast"] == "applicable"
@@ -157,10 +185,13 @@ def test_read_only_commands_leave_a_pending_journal_alone_and_say_recovery_neede
     assert out.returncode == 0, out.stderr
     assert "recovery needed: apply of two-files was cut short" in " ".join(out.stdout.split())
     dry = inv_cmd("apply-patch", "two-files", "--host", HOST, "--dry-run", "--json")
-    assert dry.returncode == 0 and json.loads(dry.stdout)["recovery_needed"]["will"] == "roll back", dry.stderr
+    assert dry.returncode == 0 and json.loads(dry.stdout)["recovery_needed"]["will"] == "roll back", (
+        dry.stderr
+    )
     assert snapshot_diff(before, home_snapshot(sbx.home)) == []
 
-    done = json.loads(inv_cmd("apply-patch", "two-files", "--host", HOST, "--json").stdout)  # mutating: recovers
+    # mutating: recovers
+    done = json.loads(inv_cmd("apply-patch", "two-files", "--host", HOST, "--json").stdout)
     assert done["recovered"]["outcome"] == "rolled back" and done["action"] == "applied"
     assert not (root / ".sglops" / "journal.json").exists()
 
@@ -173,17 +204,25 @@ def test_state_dir_scripts_and_logs_are_private_and_a_loose_state_dir_is_tighten
     sbx, faults = host_env
     state = sbx.sglang_root / ".sglops"
     with faults.connect(HOST) as r:
-        assert patches.apply_patch(r, "two-files").action == "applied"  # makes .sglops/
+        # makes .sglops/
+        assert patches.apply_patch(r, "two-files").action == "applied"
         assert mode(state) == 0o700
         for name in ("applied.json", "lock", ".gitignore"):
             assert mode(state / name) == 0o600, name
         first = launch.restart(r, "secret")
         assert first.ok, first.log_tail
         script = state / "launch.sh"
-        assert TOKEN in script.read_text()  # the secret is there: hence the modes
+        # the secret is there: hence the modes
+        assert TOKEN in script.read_text()
         assert mode(script) == 0o700 and mode(state / "launch.last-good.sh") == 0o700
-        for name in ("server.log", "restarts.jsonl", "server.json", "server.pid", "launch.last-good.json",
-                     "server.lock"):
+        for name in (
+            "server.log",
+            "restarts.jsonl",
+            "server.json",
+            "server.pid",
+            "launch.last-good.json",
+            "server.lock",
+        ):
             assert mode(state / name) == 0o600, name
 
         # as an older sglops left it: everything world-readable

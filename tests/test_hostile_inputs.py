@@ -39,8 +39,14 @@ from inproc import run_inv
 from sglops.core import errors
 
 CASES_DIR = Path(__file__).parent / "cases" / "hostile"
-EXIT = {"failed": 1, "usage": errors.EXIT_USAGE, "connect": errors.EXIT_CONNECT, "timeout": errors.EXIT_TIMEOUT,
-        "remote": errors.EXIT_REMOTE, "refused": errors.EXIT_REFUSED}
+EXIT = {
+    "failed": 1,
+    "usage": errors.EXIT_USAGE,
+    "connect": errors.EXIT_CONNECT,
+    "timeout": errors.EXIT_TIMEOUT,
+    "remote": errors.EXIT_REMOTE,
+    "refused": errors.EXIT_REFUSED,
+}
 FIELDS = {"id", "argv", "files", "env", "server", "owner", "exit", "says", "matches"}
 SANDBOX_HOSTS = ("gpu-a", "gpu-b")
 
@@ -76,9 +82,12 @@ def _placeholders(sandbox, tmp: Path) -> dict[str, str]:
     subs = {"{tmp}": str(tmp), "{key}": str(sandbox.client_key), "{user}": getpass.getuser()}
     for name in SANDBOX_HOSTS:
         h = sandbox.host(name)
-        subs |= {f"{{port:{name}}}": str(h.client_port), f"{{keyline:{name}}}": h.host_key_line().strip(),
-                 f"{{hostkey:{name}}}": h.host_key_line().split(" ", 1)[1].strip(),
-                 f"{{root:{name}}}": str(h.sglang_root)}
+        subs |= {
+            f"{{port:{name}}}": str(h.client_port),
+            f"{{keyline:{name}}}": h.host_key_line().strip(),
+            f"{{hostkey:{name}}}": h.host_key_line().split(" ", 1)[1].strip(),
+            f"{{root:{name}}}": str(h.sglang_root),
+        }
     return subs
 
 
@@ -122,13 +131,28 @@ def _journal_of_another_operator(sandbox, owner: dict) -> Path:
     from sglops.core import owner as owners
     from sglops.host import ab_journal
 
-    who = {**owners.me(), "pid": os.getppid()} if owner["who"] == "live" else \
-        {"user": "ops", "machine": "laptop-far-away", "pid": 4242}
+    who = (
+        {**owners.me(), "pid": os.getppid()}
+        if owner["who"] == "live"
+        else {"user": "ops", "machine": "laptop-far-away", "pid": 4242}
+    )
     path = Path(ab_journal.path(str(sandbox.host("gpu-a").sglang_root), create=True))
-    path.write_text(json.dumps({"kind": "sglops-ab-journal", "version": 1, "run_id": f"other-{owner['what']}",
-                                "what": owner["what"], "owner": who, "started": "2026-12-06T05:00:00Z",
-                                "found": {"running": False, "profile": None, "port": None, "patches": []},
-                                "managed": ["gather-cast"], "adopted_from": [], "nodes": []}))
+    path.write_text(
+        json.dumps(
+            {
+                "kind": "sglops-ab-journal",
+                "version": 1,
+                "run_id": f"other-{owner['what']}",
+                "what": owner["what"],
+                "owner": who,
+                "started": "2026-12-06T05:00:00Z",
+                "found": {"running": False, "profile": None, "port": None, "patches": []},
+                "managed": ["gather-cast"],
+                "adopted_from": [],
+                "nodes": [],
+            }
+        )
+    )
     return path
 
 
@@ -165,11 +189,17 @@ def _one_case(case, use_sandbox, tmp_path, monkeypatch, capsys, more: dict[str, 
     argv = [_fill(_made(a), subs) for a in case["argv"]]
     named = " ".join(argv) + " ".join(str(v) for v in (case.get("files") or {}).values())
     artifacts = Path(tmp_path / "artifacts")
-    trees = {h: use_sandbox.host(h).sglang_root for h in SANDBOX_HOSTS if h in named or f"{{port:{h}}}" in named}
+    trees = {
+        h: use_sandbox.host(h).sglang_root for h in SANDBOX_HOSTS if h in named or f"{{port:{h}}}" in named
+    }
 
     def snapshot() -> tuple:
-        return (_digest(artifacts), use_sandbox.inventory.read_bytes(), _digest(work),
-                {h: _tree(r) for h, r in trees.items()})
+        return (
+            _digest(artifacts),
+            use_sandbox.inventory.read_bytes(),
+            _digest(work),
+            {h: _tree(r) for h, r in trees.items()},
+        )
 
     before = snapshot()
     code, out, err = run_inv(capsys, *argv)

@@ -37,7 +37,12 @@ def inv(tmp_path):
 
 def test_names_addresses_tags_and_overrides(inv):
     (box,) = resolve_targets(host="glm5-box", inventory=inv)
-    assert (box.address, box.user, box.sglang_root, box.tags) == ("10.1.230.174", "root", "/root/sglang", ("sm120", "glm5"))
+    assert (box.address, box.user, box.sglang_root, box.tags) == (
+        "10.1.230.174",
+        "root",
+        "/root/sglang",
+        ("sm120", "glm5"),
+    )
     (h200,) = resolve_targets(tag="sm90", inventory=inv)
     assert h200.gateway == "glm5-box" and h200.port == 2222
     both = resolve_targets(hosts="glm5-box,h200", sglang_root="/opt/sgl", inventory=inv)
@@ -46,7 +51,8 @@ def test_names_addresses_tags_and_overrides(inv):
 
 def test_an_address_not_in_the_inventory_works(inv):
     (adhoc,) = resolve_targets(host="10.1.230.174", inventory=inv)
-    assert adhoc.address == "10.1.230.174" and adhoc.port is None  # ~/.ssh/config fills the rest
+    # ~/.ssh/config fills the rest
+    assert adhoc.address == "10.1.230.174" and adhoc.port is None
     (full,) = resolve_targets(host="ubuntu@10.9.8.7:2200", inventory=inv)
     assert (full.user, full.address, full.port) == ("ubuntu", "10.9.8.7", 2200)
 

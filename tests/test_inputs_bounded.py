@@ -1,5 +1,5 @@
-"""Inputs from the operator's side: a dataset file as editors write it, the ranges a value has whatever flag it
-comes by, a dry run that records nothing, a run id that names one folder under the artifacts folder."""
+"""Inputs from the operator's side: a dataset file as editors write it, the ranges a value has whatever flag
+it comes by, a dry run that records nothing, a run id that names one folder under the artifacts folder."""
 
 from __future__ import annotations
 
@@ -36,13 +36,17 @@ def test_a_dry_run_with_nothing_to_do_records_no_run(use_sandbox, tmp_path, caps
     code, out, err = run_inv(capsys, "revert-patch", "gather-cast", "--host", "gpu-a", "--dry-run")
     assert code == 0, err
     artifacts = tmp_path / "artifacts"
-    assert not artifacts.exists() or not any(p.is_file() for p in artifacts.rglob("*")), list(artifacts.rglob("*"))
+    assert not artifacts.exists() or not any(p.is_file() for p in artifacts.rglob("*")), list(
+        artifacts.rglob("*")
+    )
 
 
 def test_a_run_id_never_reaches_out_of_the_artifacts_folder(use_sandbox, tmp_path, capsys):
     outside = tmp_path / "outside" / "20261202-101010-abcd"
     outside.mkdir(parents=True)
-    (outside / "manifest.json").write_text(json.dumps({"run_id": outside.name, "task": "bench", "status": "ok"}))
+    (outside / "manifest.json").write_text(
+        json.dumps({"run_id": outside.name, "task": "bench", "status": "ok"})
+    )
     (tmp_path / "artifacts" / "gpu-a").mkdir(parents=True)
     for run in (f"../../outside/{outside.name}", "../../outside/*", "*"):
         code, _, err = run_inv(capsys, "report", run)

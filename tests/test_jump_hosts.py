@@ -29,13 +29,23 @@ def jump(use_sandbox, tmp_path, monkeypatch):
     """An ssh_config with `sbx-target` behind `ProxyJump sbx-jump`, and an empty known_hosts."""
     a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
     config = tmp_path / "ssh_config"
-    common = f"    HostName 127.0.0.1\n    User {getpass.getuser()}\n    IdentityFile {use_sandbox.client_key}\n"
-    config.write_text(f"Host sbx-jump\n    Port {a.client_port}\n{common}\n"
-                      f"Host sbx-target\n    Port {b.client_port}\n{common}    ProxyJump sbx-jump\n")
+    common = (
+        f"    HostName 127.0.0.1\n    User {getpass.getuser()}\n    IdentityFile {use_sandbox.client_key}\n"
+    )
+    config.write_text(
+        f"Host sbx-jump\n    Port {a.client_port}\n{common}\n"
+        f"Host sbx-target\n    Port {b.client_port}\n{common}    ProxyJump sbx-jump\n"
+    )
     monkeypatch.setenv("SGLOPS_SSH_CONFIG", str(config))
     known = tmp_path / "known_hosts"
-    target = Host(name="sbx-target", address="sbx-target", known_hosts=str(known), python=HOST_PYTHON,
-                  sglang_root=str(b.sglang_root), connect_timeout=5)
+    target = Host(
+        name="sbx-target",
+        address="sbx-target",
+        known_hosts=str(known),
+        python=HOST_PYTHON,
+        sglang_root=str(b.sglang_root),
+        connect_timeout=5,
+    )
     return {"a": a, "b": b, "known": known, "target": target}
 
 
@@ -47,7 +57,8 @@ def transports_and_sockets() -> tuple[int, int]:
     for fd in os.listdir("/proc/self/fd"):
         try:
             sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except FileNotFoundError:  # the listing's own fd, gone already
+        # the listing's own fd, gone already
+        except FileNotFoundError:
             pass
     return threads, sockets
 
@@ -56,12 +67,15 @@ def test_target_behind_a_proxyjump_alias_is_reached_when_both_keys_are_known(jum
     jump["known"].write_text(jump["a"].host_key_line() + jump["b"].host_key_line())
     with connect(jump["target"]) as r:
         facts = r.run_py("facts", {"sglang_root": r.host.sglang_root})
-        assert facts["sglang"]["version"] == "0.5.15"  # gpu-b's release: the alias reached the target
-        assert len(r._jumps) == 1 and r._jumps[0].port == jump["a"].client_port  # ...through gpu-a
+        # gpu-b's release: the alias reached the target
+        assert facts["sglang"]["version"] == "0.5.15"
+        # ...through gpu-a
+        assert len(r._jumps) == 1 and r._jumps[0].port == jump["a"].client_port
 
 
 def test_unknown_jump_host_key_is_refused_with_one_line_and_nothing_left_open(jump):
-    jump["known"].write_text(jump["b"].host_key_line())  # the target is known, the jump host is not
+    # the target is known, the jump host is not
+    jump["known"].write_text(jump["b"].host_key_line())
     before = transports_and_sockets()
     with pytest.raises(HostKeyError) as err:
         connect(jump["target"]).run(["true"])
@@ -79,15 +93,17 @@ def test_accept_new_host_key_saves_every_hop_and_then_both_are_known(jump):
     saved = jump["known"].read_text()
     for h in (jump["a"], jump["b"]):
         assert f"[127.0.0.1]:{h.client_port} ssh-ed25519 {h.host_key_line().split()[2]}" in saved
-    with connect(jump["target"]) as r:  # no flag needed any more
+    # no flag needed any more
+    with connect(jump["target"]) as r:
         assert r.run(["echo", "ok"]).stdout == "ok\n"
 
 
 def test_changed_jump_host_key_is_always_refused(jump):
     a, b = jump["a"], jump["b"]
     # gpu-b's key under gpu-a's address: what a jump host whose key changed looks like.
-    jump["known"].write_text(b.host_key_line().replace(f"]:{b.client_port} ", f"]:{a.client_port} ")
-                             + b.host_key_line())
+    jump["known"].write_text(
+        b.host_key_line().replace(f"]:{b.client_port} ", f"]:{a.client_port} ") + b.host_key_line()
+    )
     before = transports_and_sockets()
     for accept in (False, True):
         with pytest.raises(HostKeyError, match=r"^sbx-target \(jump host sbx-jump\): host key for .*CHANGED"):
@@ -98,8 +114,17 @@ def test_changed_jump_host_key_is_always_refused(jump):
 def test_inventory_gateway_refusal_closes_the_gateway(use_sandbox, tmp_path):
     # The gateway (gpu-a) is known; the host behind it has a known_hosts of its own that lacks its key.
     b = use_sandbox.host("gpu-b")
-    use_sandbox.write_inventory(extra=[{"name": "behind-a", "address": "127.0.0.1", "port": b.client_port,
-                                        "gateway": "gpu-a", "known_hosts": str(tmp_path / "empty_known_hosts")}])
+    use_sandbox.write_inventory(
+        extra=[
+            {
+                "name": "behind-a",
+                "address": "127.0.0.1",
+                "port": b.client_port,
+                "gateway": "gpu-a",
+                "known_hosts": str(tmp_path / "empty_known_hosts"),
+            }
+        ]
+    )
     try:
         inv = load_inventory(use_sandbox.inventory)
         before = transports_and_sockets()
@@ -122,11 +147,15 @@ def test_inventory_gateway_loop_is_one_line(use_sandbox):
 
 
 def test_cli_refuses_an_unknown_jump_host_then_accepts_and_records_it(jump, use_sandbox):
-    env = {"SGLOPS_KNOWN_HOSTS": str(jump["known"])}  # ad-hoc hosts use it instead of ~/.ssh/known_hosts
+    # ad-hoc hosts use it instead of ~/.ssh/known_hosts
+    env = {"SGLOPS_KNOWN_HOSTS": str(jump["known"])}
     refused = inv_cmd("facts", "--host", "sbx-target", env=env)
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr  # the exit class is issue 13 item 6
+    # the exit class is issue 13 item 6
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
     lines = [ln for ln in refused.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "jump host sbx-jump" in lines[0] and "unknown host key" in lines[0], refused.stderr
+    assert len(lines) == 1 and "jump host sbx-jump" in lines[0] and "unknown host key" in lines[0], (
+        refused.stderr
+    )
     assert not jump["known"].exists()
     accepted = inv_cmd("facts", "--host", "sbx-target", "--accept-new-host-key", env=env)
     assert accepted.returncode == 0, accepted.stderr
@@ -143,7 +172,9 @@ def test_closing_a_remote_ends_every_hops_reader_thread_at_once(jump):
     assert all(t.is_alive() for t in transports)
     r.close()
     assert not any(t.is_alive() for t in transports)
-    assert all(t.sock.closed if isinstance(t.sock, paramiko.Channel) else t.sock.fileno() == -1 for t in transports)
+    assert all(
+        t.sock.closed if isinstance(t.sock, paramiko.Channel) else t.sock.fileno() == -1 for t in transports
+    )
 
 
 @pytest.fixture
@@ -154,13 +185,21 @@ def jump_by_address(use_sandbox, tmp_path, monkeypatch):
     a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
     user = getpass.getuser()
     config = tmp_path / "ssh_config"
-    config.write_text(f"Host sbx-target\n    HostName 127.0.0.1\n    Port {b.client_port}\n    User {user}\n"
-                      f"    IdentityFile {use_sandbox.client_key}\n    ProxyJump {user}@127.0.0.1:{a.client_port}\n\n"
-                      f"Host 127.0.0.1\n    IdentityFile {use_sandbox.client_key}\n")
+    config.write_text(
+        f"Host sbx-target\n    HostName 127.0.0.1\n    Port {b.client_port}\n    User {user}\n"
+        f"    IdentityFile {use_sandbox.client_key}\n    ProxyJump {user}@127.0.0.1:{a.client_port}\n\n"
+        f"Host 127.0.0.1\n    IdentityFile {use_sandbox.client_key}\n"
+    )
     monkeypatch.setenv("SGLOPS_SSH_CONFIG", str(config))
     known = tmp_path / "known_hosts"
-    target = Host(name="sbx-target", address="sbx-target", known_hosts=str(known), python=HOST_PYTHON,
-                  sglang_root=str(b.sglang_root), connect_timeout=5)
+    target = Host(
+        name="sbx-target",
+        address="sbx-target",
+        known_hosts=str(known),
+        python=HOST_PYTHON,
+        sglang_root=str(b.sglang_root),
+        connect_timeout=5,
+    )
     return {"a": a, "b": b, "known": known, "target": target}
 
 
@@ -174,7 +213,8 @@ def test_a_proxyjump_hop_at_the_targets_own_address_is_used(jump_by_address):
 
 def test_a_proxyjump_hop_at_the_targets_own_address_has_its_key_checked(jump_by_address):
     j = jump_by_address
-    j["known"].write_text(j["b"].host_key_line())  # the target is known, the jump host is not
+    # the target is known, the jump host is not
+    j["known"].write_text(j["b"].host_key_line())
     with pytest.raises(HostKeyError, match=r"^sbx-target \(jump host 127\.0\.0\.1\): unknown host key"):
         connect(j["target"]).run(["true"])
 
@@ -182,8 +222,10 @@ def test_a_proxyjump_hop_at_the_targets_own_address_has_its_key_checked(jump_by_
 def test_a_proxyjump_loop_is_one_line(use_sandbox, tmp_path, monkeypatch):
     a, b = use_sandbox.host("gpu-a"), use_sandbox.host("gpu-b")
     config = tmp_path / "ssh_config"
-    config.write_text(f"Host ja\n    HostName 127.0.0.1\n    Port {a.client_port}\n    ProxyJump jb\n\n"
-                      f"Host jb\n    HostName 127.0.0.1\n    Port {b.client_port}\n    ProxyJump ja\n")
+    config.write_text(
+        f"Host ja\n    HostName 127.0.0.1\n    Port {a.client_port}\n    ProxyJump jb\n\n"
+        f"Host jb\n    HostName 127.0.0.1\n    Port {b.client_port}\n    ProxyJump ja\n"
+    )
     monkeypatch.setenv("SGLOPS_SSH_CONFIG", str(config))
     with pytest.raises(ConfigError, match=r"^ProxyJump loop: 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+ -> 127"):
         connect(Host(name="ja", address="ja", connect_timeout=3)).run(["true"])

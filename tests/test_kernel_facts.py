@@ -16,9 +16,17 @@ MLA = "python/sglang/srt/layers/attention/flashinfer_mla_backend.py"
 NEED = "kernel_fp8_mla_decode_for_this_gpu"
 
 
-@pytest.mark.parametrize("arch, sm, same", [("sm_90a", "sm90", True), ("sm_120", "sm120", True),
-                                            ("sm_90a", "sm120", False), ("sm_120", "sm12", False),
-                                            (None, "sm90", False), ("sm_90a", None, False)])
+@pytest.mark.parametrize(
+    "arch, sm, same",
+    [
+        ("sm_90a", "sm90", True),
+        ("sm_120", "sm120", True),
+        ("sm_90a", "sm120", False),
+        ("sm_120", "sm12", False),
+        (None, "sm90", False),
+        ("sm_90a", None, False),
+    ],
+)
 def test_build_arch_and_gpu_fact_name_the_same_sm(arch, sm, same):
     assert same_sm(arch, sm) is same
 
@@ -26,10 +34,15 @@ def test_build_arch_and_gpu_fact_name_the_same_sm(arch, sm, same):
 def test_facts_from_the_kernel_record_meet_or_refuse_the_requirement():
     patch = load("fp8-mla-native")
     (req,) = [r for r in patch.requires if r.fact == NEED]
-    built = kernel_facts([{"name": "fp8_mla_decode", "arch": "sm_90a"}, {"name": "gather_cast", "arch": "sm_90a"}],
-                         "sm90")
-    assert built == {"kernel_fp8_mla_decode_arch": "sm_90a", f"{NEED}": True,
-                     "kernel_gather_cast_arch": "sm_90a", "kernel_gather_cast_for_this_gpu": True}
+    built = kernel_facts(
+        [{"name": "fp8_mla_decode", "arch": "sm_90a"}, {"name": "gather_cast", "arch": "sm_90a"}], "sm90"
+    )
+    assert built == {
+        "kernel_fp8_mla_decode_arch": "sm_90a",
+        f"{NEED}": True,
+        "kernel_gather_cast_arch": "sm_90a",
+        "kernel_gather_cast_for_this_gpu": True,
+    }
     assert req.check(built) is None
     other_gpu = kernel_facts([{"name": "fp8_mla_decode", "arch": "sm_90a"}], "sm120")
     assert "needs == True" in req.check(other_gpu) and "build-kernel fp8_mla_decode" in req.check(other_gpu)
@@ -38,8 +51,9 @@ def test_facts_from_the_kernel_record_meet_or_refuse_the_requirement():
 
 @pytest.fixture(scope="module")
 def ksb(make_sandbox):
-    return make_sandbox([{"name": "k23", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}],
-                        name="kernelfacts")
+    return make_sandbox(
+        [{"name": "k23", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}], name="kernelfacts"
+    )
 
 
 def test_fp8_mla_native_is_refused_where_its_kernel_was_never_built(ksb, monkeypatch, tmp_path):

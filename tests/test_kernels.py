@@ -1,7 +1,8 @@
 """build-kernel on real sshd sandbox hosts (CPU path), and gather_cast's contract on the CPU.
 
 The sandbox host `ktorch` runs this machine's python (torch, no GPU): the Triton kernel's build
-is a warm-up of the torch fallback there, and its self-test checks the fallback. GPU figures are in kernels/gather_cast/BENCH.md.
+is a warm-up of the torch fallback there, and its self-test checks
+the fallback. GPU figures are in kernels/gather_cast/BENCH.md.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ def ref(pool, idx, out_dtype=torch.bfloat16, scale=None):
 def test_gather_cast_matches_torch_on_cpu(idx_dtype):
     g = torch.Generator().manual_seed(3)
     raw = torch.randint(0, 256, (300, 1, 576), dtype=torch.uint8, generator=g)
-    for idx in (torch.randint(0, 300, (77,), generator=g), torch.tensor([299]), torch.empty(0, dtype=torch.long)):
+    for idx in (
+        torch.randint(0, 300, (77,), generator=g),
+        torch.tensor([299]),
+        torch.empty(0, dtype=torch.long),
+    ):
         idx = idx.to(idx_dtype)
         for pool in (raw, raw.view(FP8)):
             out = gather_cast(pool, idx)
@@ -54,7 +59,9 @@ def test_gather_cast_refuses_wrong_inputs():
     pool = torch.zeros(4, 1, 576, dtype=torch.uint8)
     # a pool already in a 16-bit dtype (BF16 KV cache) is gathered as is: the patch may hand one over
     bf16 = torch.randn(4, 1, 576).to(torch.bfloat16)
-    assert torch.equal(gather_cast(bf16, torch.tensor([3, 1])).view(torch.int16), bf16[[3, 1]].view(torch.int16))
+    assert torch.equal(
+        gather_cast(bf16, torch.tensor([3, 1])).view(torch.int16), bf16[[3, 1]].view(torch.int16)
+    )
     with pytest.raises(TypeError, match="int32 or int64"):
         gather_cast(pool, torch.tensor([0.0]))
     with pytest.raises(TypeError):
@@ -69,7 +76,9 @@ def _triton_interpreter():
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@pytest.mark.skipif(not _triton_interpreter(), reason="needs triton with TRITON_INTERPRET=1 (the kernel on the CPU)")
+@pytest.mark.skipif(
+    not _triton_interpreter(), reason="needs triton with TRITON_INTERPRET=1 (the kernel on the CPU)"
+)
 def test_triton_kernel_in_interpreter():
     """The kernel's indexing (576 = 512 + 64 split, odd row sizes, masks, 2-D idx) on the CPU.
 
@@ -93,8 +102,16 @@ def test_triton_kernel_in_interpreter():
 # -- kernel.yaml and targets -----------------------------------------------------------------------
 def test_arch_from_host_facts():
     h200, rtx = kernels.Arch.from_cc("9.0"), kernels.Arch.from_cc("12.0")
-    assert (h200.name, h200.gencode, h200.torch_arch) == ("sm_90a", "-gencode=arch=compute_90a,code=sm_90a", "9.0a")
-    assert (rtx.name, rtx.gencode, rtx.torch_arch) == ("sm_120", "-gencode=arch=compute_120,code=sm_120", "12.0")
+    assert (h200.name, h200.gencode, h200.torch_arch) == (
+        "sm_90a",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "9.0a",
+    )
+    assert (rtx.name, rtx.gencode, rtx.torch_arch) == (
+        "sm_120",
+        "-gencode=arch=compute_120,code=sm_120",
+        "12.0",
+    )
     assert kernels.Arch.parse("sm_90").name == "sm_90" and kernels.Arch.parse("8.9").name == "sm_89"
     with pytest.raises(ConfigError):
         kernels.Arch.parse("hopper")
@@ -117,7 +134,11 @@ def test_kernel_yaml_is_checked(tmp_path, monkeypatch):
         kernels.load_kernel("nope")
     yaml_path = root / "gather_cast" / "kernel.yaml"
     good = yaml_path.read_text()
-    for bad, msg in [("language: triton", "language: rust"), ('"--arch", "{arch}"', '"--arch", "{gpu}"'), ("build.py\n", "missing.py\n")]:
+    for bad, msg in [
+        ("language: triton", "language: rust"),
+        ('"--arch", "{arch}"', '"--arch", "{gpu}"'),
+        ("build.py\n", "missing.py\n"),
+    ]:
         yaml_path.write_text(good.replace(bad, msg, 1))
         with pytest.raises(ConfigError, match=r"kernel\.yaml"):
             kernels.load_kernel("gather_cast")
@@ -129,24 +150,35 @@ def test_kernel_yaml_is_checked(tmp_path, monkeypatch):
 # -- the whole flow on sandbox hosts -----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ksandbox(make_sandbox):
-    return make_sandbox([{"name": "ktorch", "sglang": "0.5.23", "flashinfer": None, "python": sys.executable}],
-                        name="kernels")
+    return make_sandbox(
+        [{"name": "ktorch", "sglang": "0.5.23", "flashinfer": None, "python": sys.executable}], name="kernels"
+    )
 
 
 @pytest.fixture
 def env(ksandbox, tmp_path):
-    return {"SGLOPS_INVENTORY": str(ksandbox.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
-            "SGLOPS_KERNELS": str(_kernel_copy(tmp_path))}
+    return {
+        "SGLOPS_INVENTORY": str(ksandbox.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
+        "SGLOPS_KERNELS": str(_kernel_copy(tmp_path)),
+    }
 
 
 def _import_installed(site: Path) -> Path:
     """Import the installed module from a fresh python, as SGLang would, use it, say where it was."""
-    code = ("import torch, sglops_kernels.gather_cast as m; p = torch.arange(4*576, dtype=torch.uint8).view(4,1,576); "
-            "o = m.gather_cast(p, torch.tensor([2, 0], dtype=torch.int32)); "
-            "r = p.view(torch.float8_e4m3fn)[[2, 0]].to(torch.bfloat16); "
-            "assert torch.equal(o.view(torch.int16), r.view(torch.int16)); print(m.__file__)")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(site)},
-                         capture_output=True, text=True, timeout=120)
+    code = (
+        "import torch, sglops_kernels.gather_cast as m; p = torch.arange(4*576,"
+        " dtype=torch.uint8).view(4,1,576); o = m.gather_cast(p, torch.tensor([2, 0], dtype=torch.int32)); r"
+        " = p.view(torch.float8_e4m3fn)[[2, 0]].to(torch.bfloat16); assert torch.equal(o.view(torch.int16),"
+        " r.view(torch.int16)); print(m.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return Path(out.stdout.strip()).resolve()
 
@@ -181,15 +213,19 @@ def test_build_flow_on_a_sandbox_host(env, tmp_path):
     bad = inv_cmd("build-kernel", "gather_cast", *common, env=env)
     assert bad.returncode != 0
     assert "self-test failed (exit 1)" in bad.stderr and "nothing installed" in bad.stderr
-    assert "elements differ" in bad.stderr and "scale=0.37" in bad.stderr  # the log's error line
+    # the log's error line
+    assert "elements differ" in bad.stderr and "scale=0.37" in bad.stderr
     assert "Traceback (most recent call last)" not in bad.stderr
-    assert os.readlink(link) == good and "(rows.to(torch.float32) * scale)" in (link / "__init__.py").read_text()
+    assert (
+        os.readlink(link) == good and "(rows.to(torch.float32) * scale)" in (link / "__init__.py").read_text()
+    )
 
     src.write_text(text.replace("def backend(", "def backend(:", 1))
     broken = inv_cmd("build-kernel", "gather_cast", *common, env=env)
     assert broken.returncode != 0 and "build failed (exit 1)" in broken.stderr
-    assert "SyntaxError: invalid syntax" in broken.stderr and "__init__.py\", line" in broken.stderr
-    assert "sglops/kernel/build.py" not in broken.stderr  # the host's error, not a traceback of ours
+    assert "SyntaxError: invalid syntax" in broken.stderr and '__init__.py", line' in broken.stderr
+    # the host's error, not a traceback of ours
+    assert "sglops/kernel/build.py" not in broken.stderr
     assert os.readlink(link) == good
     failed_logs = sorted((Path(env["SGLOPS_ARTIFACTS"]) / "ktorch").glob("*/build.log"))
     assert any("SyntaxError" in p.read_text() for p in failed_logs)
@@ -197,7 +233,9 @@ def test_build_flow_on_a_sandbox_host(env, tmp_path):
     listed = inv_cmd("kernels", "--host", "ktorch", "--json", env=env)
     assert listed.returncode == 0 and doc["hash"] in listed.stdout
 
-    assert inv_cmd("uninstall-kernel", "gather_cast", "--host", "ktorch", "--dry-run", env=env).returncode == 0
+    assert (
+        inv_cmd("uninstall-kernel", "gather_cast", "--host", "ktorch", "--dry-run", env=env).returncode == 0
+    )
     assert link.is_symlink()
     gone = inv_cmd("uninstall-kernel", "gather_cast", "--host", "ktorch", env=env)
     assert gone.returncode == 0, gone.stderr
@@ -220,7 +258,9 @@ def test_install_beside_sglang_with_library_calls(ksandbox, tmp_path, monkeypatc
         assert Path(result.answer["install_path"]) == py_dir / "sglops_kernels" / "gather_cast"
         assert _import_installed(py_dir).is_relative_to(py_dir / "sglops_kernels")
         assert kernels.build(remote, spec, target="sglang", arch="sm_90a").status == "unchanged"
-        assert kernels.build(remote, spec, target="sglang", arch="sm_120", dry_run=True).status == "would-build"
+        assert (
+            kernels.build(remote, spec, target="sglang", arch="sm_120", dry_run=True).status == "would-build"
+        )
         kernels.uninstall(remote, "gather_cast")
         assert not (py_dir / "sglops_kernels").exists()
 
@@ -230,17 +270,25 @@ def test_a_corrupt_kernel_record_is_one_clear_error_and_is_left_as_it_is(env, ks
     state = ksandbox.host("ktorch").sglang_root / ".sglops" / "kernels"
     state.mkdir(parents=True, exist_ok=True)
     record = state / "installed.json"
-    record.write_text('{"gather_cast": {"name": "gather_cast", "hash": ')  # cut short
+    # cut short
+    record.write_text('{"gather_cast": {"name": "gather_cast", "hash": ')
     there = [p for p in sorted(state.rglob("*")) if p.name != ".lock"]
     try:
-        for args in (["kernels"], ["build-kernel", "gather_cast", "--arch", "sm_90a", "--dry-run"],
-                     ["build-kernel", "gather_cast", "--arch", "sm_90a"],
-                     ["uninstall-kernel", "gather_cast"], ["uninstall-kernel", "gather_cast", "--dry-run"]):
+        for args in (
+            ["kernels"],
+            ["build-kernel", "gather_cast", "--arch", "sm_90a", "--dry-run"],
+            ["build-kernel", "gather_cast", "--arch", "sm_90a"],
+            ["uninstall-kernel", "gather_cast"],
+            ["uninstall-kernel", "gather_cast", "--dry-run"],
+        ):
             out = inv_cmd(*args, "--host", "ktorch", env=env)
             assert out.returncode != 0, args
-            assert f"kernel record {record} is unreadable" in out.stderr and "fix or move it aside" in out.stderr, args
+            assert (
+                f"kernel record {record} is unreadable" in out.stderr and "fix or move it aside" in out.stderr
+            ), args
             assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
             assert record.read_text().endswith('"hash": ')
-        assert [p for p in sorted(state.rglob("*")) if p.name != ".lock"] == there  # (mutations took the lock)
+        # (mutations took the lock)
+        assert [p for p in sorted(state.rglob("*")) if p.name != ".lock"] == there
     finally:
         record.unlink()

@@ -116,8 +116,9 @@ def test_dry_run_changes_nothing(clean_a, profiles):
 
 
 def test_restart_and_stop_dry_runs_are_the_host_scripts_own_plan(clean_a, profiles):
-    """The plan comes from the host's state (server_restart.py plan=True), so it sees what the laptop cannot: a port
-    held by a process sglops did not start (nothing would be started), the server sglops runs there now."""
+    """The plan comes from the host's state (server_restart.py plan=True), so it sees what the laptop cannot:
+    a port held by a process sglops did not start (nothing would be started), the server sglops runs there
+    now."""
     import socket
 
     with socket.socket() as held:
@@ -128,8 +129,10 @@ def test_restart_and_stop_dry_runs_are_the_host_scripts_own_plan(clean_a, profil
         assert plan.dry_run and plan.plan[-1].startswith(f"start nothing: port {port} on "), plan.plan
     up = launch.restart(clean_a, profiles("dry-stop"))
     ans = launch.stop(clean_a, dry_run=True)
-    assert ans["plan"] == [f"stop pid {up.pid} (profile dry-stop, port {up.port}): TERM its process group and tree, "
-                           "KILL after 20s"]
+    assert ans["plan"] == [
+        f"stop pid {up.pid} (profile dry-stop, port {up.port}): TERM its process group and tree, "
+        "KILL after 20s"
+    ]
     assert alive(up.pid) and launch.status(clean_a).pid == up.pid
 
 
@@ -146,12 +149,15 @@ def test_inv_restart_failure_is_one_line_and_nonzero(use_sandbox, profiles):
     r = inv_cmd("restart", name, "--host", "gpu-a", env={"SGLOPS_PROFILES": os.environ["SGLOPS_PROFILES"]})
     assert r.returncode != 0
     assert "Python traceback (python_traceback)" in r.stderr and "Traceback (most recent" not in r.stderr
-    assert "RuntimeError: expected mat1" in r.stdout  # the log tail is shown
+    # the log tail is shown
+    assert "RuntimeError: expected mat1" in r.stdout
 
 
 def test_slow_start_shows_progress_and_a_timeout_stops_it(clean_a, profiles):
     seen: list[dict] = []
-    slow = launch.restart(clean_a, profiles("slow", env={"SGLOPS_STANDIN_STARTUP_S": "1.2"}), on_progress=seen.append)
+    slow = launch.restart(
+        clean_a, profiles("slow", env={"SGLOPS_STANDIN_STARTUP_S": "1.2"}), on_progress=seen.append
+    )
     assert slow.ok and slow.waited_s >= 1.1
     assert any(ev.get("phase") == "waiting for /health" and ev.get("health") == 503 for ev in seen)
     late = launch.restart(clean_a, profiles("late", env={"SGLOPS_STANDIN_STARTUP_S": "30"}), timeout=1)
@@ -171,7 +177,9 @@ def test_port_already_in_use(clean_a, profiles):
 def test_rollback_brings_back_the_last_healthy_script(clean_a, profiles):
     good = launch.restart(clean_a, profiles("good", kv_cache_dtype="bf16"))
     assert good.ok
-    bad = launch.restart(clean_a, profiles("bad", kv_cache_dtype="fp8_e4m3", env={"SGLOPS_STANDIN_FAIL": "oom"}))
+    bad = launch.restart(
+        clean_a, profiles("bad", kv_cache_dtype="fp8_e4m3", env={"SGLOPS_STANDIN_FAIL": "oom"})
+    )
     assert not bad.ok
     with pytest.raises(SglopsError, match="last script that came up healthy is profile 'good'"):
         launch.restart(clean_a, "bad", rollback=True)
@@ -210,8 +218,12 @@ def test_server_status_and_logs_via_inv(clean_a, use_sandbox, profiles):
     lg = inv_cmd("logs", "--host", "gpu-a", "--lines", "5", env=env)
     assert lg.returncode == 0 and "fired up and ready to roll" in lg.stdout
     followed: list[str] = []
-    poke = threading.Timer(0.5, lambda: urllib.request.urlopen(
-        f"http://127.0.0.1:{up.port}/get_model_info?follow-marker", timeout=5).read())
+    poke = threading.Timer(
+        0.5,
+        lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{up.port}/get_model_info?follow-marker", timeout=5
+        ).read(),
+    )
     poke.start()
     launch.logs(clean_a, lines=3, follow=True, follow_s=1.5, on_line=followed.append)
     poke.join()
@@ -230,8 +242,11 @@ def test_a_token_in_a_profile_never_shows_in_what_sglops_prints_or_keeps(use_san
 
     token = "hf_planted_token_for_the_leak_test_7781"
     name = profiles("secret", env={"HF_TOKEN": token})
-    env = {"SGLOPS_INVENTORY": str(use_sandbox.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "art"),
-           "SGLOPS_PROFILES": os.environ.get("SGLOPS_PROFILES", "")}
+    env = {
+        "SGLOPS_INVENTORY": str(use_sandbox.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path / "art"),
+        "SGLOPS_PROFILES": os.environ.get("SGLOPS_PROFILES", ""),
+    }
     res = inv_cmd("render", name, "--host", "gpu-a", env=env)
     assert res.returncode == 0, res.stderr
     assert "HF_TOKEN" in res.stdout and token not in res.stdout + res.stderr
@@ -251,7 +266,9 @@ def test_the_real_cpu_profile_is_the_servers_own_flags_and_takes_the_model_from_
 
     offline = launch.render_for(None, "sandbox-sglang-cpu")
     assert "{vars.model_dir}" in offline.argv and any("left as written" in w for w in offline.warnings)
-    host = Host(name="cpu-x", address="127.0.0.1", python="/venv/bin/python", vars={"model_dir": "/models/tiny"})
+    host = Host(
+        name="cpu-x", address="127.0.0.1", python="/venv/bin/python", vars={"model_dir": "/models/tiny"}
+    )
     r = launch.render(load_profile("sandbox-sglang-cpu"), host)
     flags = sglang_cpu.SERVER_FLAGS
     for flag, value in zip(flags[::2], flags[1::2], strict=True):
@@ -262,5 +279,7 @@ def test_the_real_cpu_profile_is_the_servers_own_flags_and_takes_the_model_from_
     for name, value in sglang_cpu.SERVER_ENV.items():
         assert f"export {name}={value}" in r.script
     assert r.expected["cuda_graph_backend_decode"] == "disabled" and r.expected["max_running_requests"] == "8"
-    with pytest.raises(ConfigError, match=r"model_path refers to \{vars.model_dir\} but host cpu-y has no var"):
+    with pytest.raises(
+        ConfigError, match=r"model_path refers to \{vars.model_dir\} but host cpu-y has no var"
+    ):
         launch.render(load_profile("sandbox-sglang-cpu"), replace(host, name="cpu-y", vars={}))

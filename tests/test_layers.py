@@ -1,5 +1,5 @@
-"""The layers, enforced: every import in sglops (module level, function-local and under TYPE_CHECKING alike) is
-walked with ast and held against one table; and no import circle between modules.
+"""The layers, enforced: every import in sglops (module level, function-local and under TYPE_CHECKING alike)
+is walked with ast and held against one table; and no import circle between modules.
 
     host    -> the standard library only (it runs on a bare GPU host)
     core    -> nothing of sglops above it
@@ -27,22 +27,32 @@ DOMAINS = {"probe", "patch", "trace", "bench", "launch", "kernel", "sandbox", "e
 MAY_IMPORT: dict[str, set[str]] = {
     "host": set(),
     "core": set(),
-    # probe-backends --profile: a profile's flags (profiles imports only core); engine: the serving engine's tree
+    # probe-backends --profile: a profile's flags (profiles
+    # imports only core); engine: the serving engine's tree
     "probe": {"core", "engine", "launch.profiles"},
-    "engine": {"core"},  # what differs between serving engines: names and spellings, nothing above core
-    "launch": {"core", "probe", "engine"},  # the launch path predicted from the tree (probe.launch_*), removed backends
+    # what differs between serving engines: names and spellings, nothing above core
+    "engine": {"core"},
+    # the launch path predicted from the tree (probe.launch_*), removed backends
+    "launch": {"core", "probe", "engine"},
     "sandbox": {"core", "engine"},
-    "trace": {"core", "engine"},  # where an engine's profiler writes its traces
+    # where an engine's profiler writes its traces
+    "trace": {"core", "engine"},
     "kernel": {"core", "probe"},
     "patch": {"core", "probe"},
     "bench": {"core", "probe"},
-    "experiment": {"core", "bench", "launch", "patch", "probe", "trace", "engine"},  # ab, sweep: restarts, patches, profiles
-    "ops": {"core", *DOMAINS},  # the catalogue: every domain's ops.py
-    "views": {"core", *DOMAINS, "play.result"},  # results only
-    "play": {"core", *DOMAINS, "ops", "views"},  # a runner: plays of the catalogue's operations
-    "cli": {"core", *DOMAINS, "ops", "views", "play"},  # the runner Invoke calls
+    # ab, sweep: restarts, patches, profiles
+    "experiment": {"core", "bench", "launch", "patch", "probe", "trace", "engine"},
+    # the catalogue: every domain's ops.py
+    "ops": {"core", *DOMAINS},
+    # results only
+    "views": {"core", *DOMAINS, "play.result"},
+    # a runner: plays of the catalogue's operations
+    "play": {"core", *DOMAINS, "ops", "views"},
+    # the runner Invoke calls
+    "cli": {"core", *DOMAINS, "ops", "views", "play"},
     "sglops": set(),
-    "__main__": {"cli"},  # python -m sglops: the installed command's entry point (sglops/cli/program.py)
+    # python -m sglops: the installed command's entry point (sglops/cli/program.py)
+    "__main__": {"cli"},
 }
 
 
@@ -163,17 +173,23 @@ def test_no_import_circle():
 
 
 def test_tasks_py_is_only_the_runner():
-    names = {name.split(".")[0] + "." + name.split(".")[1] for _, name in imports(REPO / "tasks.py")
-             if name.startswith("sglops.")}
+    names = {
+        name.split(".")[0] + "." + name.split(".")[1]
+        for _, name in imports(REPO / "tasks.py")
+        if name.startswith("sglops.")
+    }
     assert names == {"sglops.cli"}
 
 
-@pytest.mark.parametrize("src,dst,line", [
-    ("core", "from sglops.views.show import show\n", "core imports sglops.views.show"),
-    ("trace", "from sglops.views import trace\n", "trace imports sglops.views"),
-    ("host", "import yaml\n", "host imports yaml"),
-    ("views", "from sglops.cli import tasks\n", "views imports sglops.cli"),
-])
+@pytest.mark.parametrize(
+    "src,dst,line",
+    [
+        ("core", "from sglops.views.show import show\n", "core imports sglops.views.show"),
+        ("trace", "from sglops.views import trace\n", "trace imports sglops.views"),
+        ("host", "import yaml\n", "host imports yaml"),
+        ("views", "from sglops.cli import tasks\n", "views imports sglops.cli"),
+    ],
+)
 def test_a_layer_broken_by_hand_is_caught(tmp_path, src, dst, line):
     """The same walk over a copy of the package with one import added where it does not belong, in a function
     (function-local imports count)."""
@@ -190,5 +206,6 @@ def test_a_layer_broken_by_hand_is_caught(tmp_path, src, dst, line):
 def test_a_circle_made_by_hand_is_caught():
     edges = graph()[0]
     assert "sglops.core.artifacts" in edges["sglops.core.op"]
-    edges["sglops.core.artifacts"] = {*edges["sglops.core.artifacts"], "sglops.core.op"}  # one import back
+    # one import back
+    edges["sglops.core.artifacts"] = {*edges["sglops.core.artifacts"], "sglops.core.op"}
     assert any({"sglops.core.artifacts", "sglops.core.op"} <= set(c) for c in circles(edges))

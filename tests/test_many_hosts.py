@@ -16,7 +16,8 @@ from sglops.core.errors import EXIT_BUG, EXIT_CONNECT, EXIT_MIXED, EXIT_USAGE, c
 from sglops.probe import facts
 from sglops.sandbox.sshd import free_port
 
-UNREACHABLE = f"127.0.0.1:{free_port()}"  # nothing listens there
+# nothing listens there
+UNREACHABLE = f"127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
@@ -25,7 +26,8 @@ def buggy_on_gpu_b(use_sandbox, monkeypatch):
 
     def gather(remote):
         if remote.name == "gpu-b":
-            raise KeyError("cuda")  # stands for a bug in sglops on one host
+            # stands for a bug in sglops on one host
+            raise KeyError("cuda")
         return real(remote)
 
     monkeypatch.setattr(facts, "gather", gather)
@@ -48,7 +50,8 @@ def test_a_bug_and_an_unreachable_host_do_not_hide_the_good_host(buggy_on_gpu_b,
     assert "facts: 1 ok, 2 failed (gpu-b: bug, " in out
     assert "error: [gpu-b] internal error (a bug in sglops): KeyError: 'cuda'" in err
     assert f"cannot reach root@{UNREACHABLE}" in err
-    assert "Traceback (most recent call last)" in err  # a bug shows where it is
+    # a bug shows where it is
+    assert "Traceback (most recent call last)" in err
 
 
 def test_the_exit_code_is_the_class_the_failures_share(use_sandbox, capsys):
@@ -56,7 +59,9 @@ def test_the_exit_code_is_the_class_the_failures_share(use_sandbox, capsys):
     code, out, err = run_inv(capsys, "facts", "--hosts", f"gpu-a,{UNREACHABLE},{other}")
     assert code == EXIT_CONNECT
     assert "facts: 1 ok, 2 failed" in out and len(err.strip().splitlines()) == 2
-    assert combined_exit([0, 0]) == 0 and combined_exit([0, 6, 6]) == 6 and combined_exit([3, 70]) == EXIT_MIXED
+    assert (
+        combined_exit([0, 0]) == 0 and combined_exit([0, 6, 6]) == 6 and combined_exit([3, 70]) == EXIT_MIXED
+    )
 
 
 @pytest.mark.parametrize("hosts", [",", " , ", "gpu-a,gpu-a"])
@@ -65,8 +70,9 @@ def test_a_hosts_list_naming_no_host_or_one_twice_is_a_user_error(use_sandbox, c
     assert code == EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--hosts names" in err
 
 
-def test_each_hosts_result_is_laid_out_in_its_worker_and_a_broken_view_is_that_hosts_bug(use_sandbox, capsys,
-                                                                                       monkeypatch):
+def test_each_hosts_result_is_laid_out_in_its_worker_and_a_broken_view_is_that_hosts_bug(
+    use_sandbox, capsys, monkeypatch
+):
     import threading
 
     from sglops.views import show
@@ -76,12 +82,14 @@ def test_each_hosts_result_is_laid_out_in_its_worker_and_a_broken_view_is_that_h
     def laid_out(result, **options):
         threads.append(threading.current_thread())
         if result.host == "gpu-a":
-            raise ValueError("view broke")  # stands for a bug in one host's view
+            # stands for a bug in one host's view
+            raise ValueError("view broke")
         return real(result, **options)
 
     monkeypatch.setattr(show, "laid_out", laid_out)
     code, out, err = run_inv(capsys, "facts", "--hosts", "gpu-a,gpu-b")
     assert code == EXIT_BUG
-    assert len(threads) == 2 and threading.main_thread() not in threads  # laid out beside the other host's wait
+    # laid out beside the other host's wait
+    assert len(threads) == 2 and threading.main_thread() not in threads
     assert "facts: gpu-b" in out and "facts: gpu-a" not in out and "facts: 1 ok, 1 failed (gpu-a: bug)" in out
     assert "error: [gpu-a] internal error (a bug in sglops): ValueError: view broke" in err

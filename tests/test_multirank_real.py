@@ -2,9 +2,9 @@
 
 The profile is the repo's playbooks/profiles/sandbox-sglang-cpu-tp2.yaml: nothing in it (or here) names the
 variables a CPU host needs for two ranks; render derives them from the host's facts (sglops/launch/ranks.py).
-One TP=2 server for the module (a start takes ~1-2 minutes on 2 cores): render, restart, server-status with every
-rank's process, logs of every rank, a per-rank profile, stop (nothing left by group or by mark), rollback. Needs
-the environment scripts/setup.sh builds; skips without it, except on CI, where it fails.
+One TP=2 server for the module (a start takes ~1-2 minutes on 2 cores): render, restart, server-status with
+every rank's process, logs of every rank, a per-rank profile, stop (nothing left by group or by mark),
+rollback. Needs the environment scripts/setup.sh builds; skips without it, except on CI, where it fails.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def test_render_derives_the_thread_binding_and_the_nccl_fallback_from_the_hosts_
     out = json.loads(r.stdout)
     derived = {d["name"]: d["value"] for d in out["derived_env"]}
     assert derived[ranks.BIND_VAR] == ranks.cpu_groups(sorted(os.sched_getaffinity(0)), 2)
-    assert derived[ranks.NCCL_VAR] == ranks.NO_NCCL  # the venv's CUDA torch ships libnccl; this host has no GPU
+    # the venv's CUDA torch ships libnccl; this host has no GPU
+    assert derived[ranks.NCCL_VAR] == ranks.NO_NCCL
     assert f"export {ranks.BIND_VAR}={shlex.quote(derived[ranks.BIND_VAR])}\n" in out["script"]
     assert "--tp-size 2" in out["script"]
 
@@ -56,8 +57,10 @@ def test_tp2_restarts_healthy_and_status_lists_every_ranks_process(real):
     t0 = time.monotonic()
     res = launch.restart(remote, TP2, port=free_port())
     assert res.ok and res.state == "healthy", (res.failure_line(), res.log_tail[-20:])
-    print(f"\nTP=2 restart-to-healthy {res.waited_s:.1f}s ({time.monotonic() - t0:.1f}s with the round trips)"
-          f", load {os.getloadavg()[0]:.1f}")
+    print(
+        f"\nTP=2 restart-to-healthy {res.waited_s:.1f}s ({time.monotonic() - t0:.1f}s with the round trips)"
+        f", load {os.getloadavg()[0]:.1f}"
+    )
     assert res.server_info["tp_size"] == 2 and "tp_size" in res.confirmed
     r = inv_cmd("server-status", "--host", "cpu-a", "--json")
     assert r.returncode == 0, r.stderr
@@ -81,7 +84,9 @@ def test_a_profile_of_tp2_collects_and_analyses_each_ranks_trace(real, tmp_path)
     sb, remote = real
     st = launch.status(remote)
     t0 = time.monotonic()
-    r = inv_cmd("profile", "--host", "cpu-a", "--port", str(st.port), "--steps", "4", "--output-len", "8", "--json")
+    r = inv_cmd(
+        "profile", "--host", "cpu-a", "--port", str(st.port), "--steps", "4", "--output-len", "8", "--json"
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads(r.stdout)
     names = sorted(os.path.basename(t) for t in doc["traces"])
@@ -93,7 +98,8 @@ def test_a_profile_of_tp2_collects_and_analyses_each_ranks_trace(real, tmp_path)
     assert [f["rank"] for f in a["files"]] == [0, 1]
     x = a["across_ranks"]
     assert [r["rank"] for r in x["ranks"]] == [0, 1] and all(r["busy_us"] > 0 for r in x["ranks"])
-    assert any(r["collective_us"] > 0 for r in x["ranks"]), x  # TP=2 all-reduces over gloo every layer
+    # TP=2 all-reduces over gloo every layer
+    assert any(r["collective_us"] > 0 for r in x["ranks"]), x
     assert x["slowest_rank"] in (0, 1) and 0 <= x["spread"] < 1
     print(f"\nTP=2 profile: {sizes} bytes, {time.monotonic() - t0:.1f}s in all")
 
@@ -104,14 +110,20 @@ def test_stop_leaves_no_process_by_group_or_by_mark(real):
     assert st.running, "the TP=2 server of the restart test is gone"
     server_id = json.loads((Path(st.log_path).parent / "server.json").read_text())["server_id"]
     before = server_processes(st.pid)
-    assert len(before) >= 4  # launcher, two schedulers, detokenizer
+    # launcher, two schedulers, detokenizer
+    assert len(before) >= 4
     t0 = time.monotonic()
     out = launch.stop(remote, grace_s=15)
     print(f"\nTP=2 stop {time.monotonic() - t0:.1f}s: {out['processes']} processes, left {out['left']}")
     assert out["stopped"] and out["left"] == []
     assert not server_processes(st.pid) and not server_common.marked_processes(server_id)
-    assert not [p for p in before if Path(f"/proc/{p}").exists() and server_common.start_ticks(p) is not None
-                and server_common.process_role(server_common._cmdline(p))[0] != "other"]
+    assert not [
+        p
+        for p in before
+        if Path(f"/proc/{p}").exists()
+        and server_common.start_ticks(p) is not None
+        and server_common.process_role(server_common._cmdline(p))[0] != "other"
+    ]
     assert port_free(st.port) and not launch.status(remote).running
 
 

@@ -1,5 +1,6 @@
-"""Reading Nsight Compute's per-instruction stall samples (benchmarks/ncu_source_top.py) on an excerpt of a real
-export: the H200 profile of the FP8 MLA decode kernel before round 7's slot fix (22 of its 2,040 SASS rows)."""
+"""Reading Nsight Compute's per-instruction stall samples (benchmarks/ncu_source_top.py) on an excerpt of a
+real export: the H200 profile of the FP8 MLA decode kernel before round 7's slot fix (22 of its 2,040 SASS
+rows)."""
 
 from __future__ import annotations
 

@@ -40,19 +40,23 @@ def test_cut_reset_and_stopped_connections_leave_no_task_for_the_garbage_collect
     caplog.set_level(logging.ERROR, logger="asyncio")
     try:
         for seed in range(6):
-            profile = NetProfile(delay_ms=2, jitter_ms=1, rate_mbit=0, drop=1.0, drop_within=300_000, seed=seed)
+            profile = NetProfile(
+                delay_ms=2, jitter_ms=1, rate_mbit=0, drop=1.0, drop_within=300_000, seed=seed
+            )
             proxy = NetProxy(server.server_address[1], profile).start()
             clients = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(6)]
             for c in clients:
                 c.setblocking(False)
-            for _ in range(40):  # keep writing while the server resets and the proxy drops
+            # keep writing while the server resets and the proxy drops
+            for _ in range(40):
                 for c in clients:
                     try:
                         c.send(b"x" * 16384)
                     except OSError:
                         pass
                 time.sleep(0.002)
-            clients.append(socket.create_connection(("127.0.0.1", proxy.port)))  # still open at stop
+            # still open at stop
+            clients.append(socket.create_connection(("127.0.0.1", proxy.port)))
             _wait_accepted(proxy, len(clients))
             proxy.stop()
             for c in clients:

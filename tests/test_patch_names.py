@@ -1,8 +1,10 @@
-"""A variant that applies as text but names what the patched file never defines is refused (sglops/patch/names.py).
+"""A variant that applies as text but names what the patched
+file never defines is refused (sglops/patch/names.py).
 
 The real case: gather-cast's 0.5.15 variant applies to sglang 0.5.17's flashinfer_mla_backend.py as text and
-calls `dcp_enabled()`, which 0.5.17 no longer has; on the H200 the patched server raised NameError ~50 s into its
-restart. tests/cases/patch_variants.yaml holds that case on the real release files; these are the rule's edges.
+calls `dcp_enabled()`, which 0.5.17 no longer has; on the H200 the patched server raised NameError ~50 s into
+its restart. tests/cases/patch_variants.yaml holds that case on the real release files; these are the rule's
+edges.
 """
 
 from __future__ import annotations
@@ -54,9 +56,11 @@ def test_a_star_import_or_a_syntax_error_makes_the_check_stand_aside():
 
 
 def test_the_ledger_sees_a_patch_intact_on_an_installed_tree(tmp_path, monkeypatch):
-    """An installed tree has no python/ prefix: the ledger's file hashes must be read where the patch wrote."""
+    """An installed tree has no python/ prefix: the ledger's
+    file hashes must be read where the patch wrote."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    root = tmp_path / "site"  # the tree root of an installed SGLang is its site-packages folder
+    # the tree root of an installed SGLang is its site-packages folder
+    root = tmp_path / "site"
     target = root / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
     target.parent.mkdir(parents=True)
     target.write_text("# sglops: gather-cast\n")
@@ -64,7 +68,9 @@ def test_the_ledger_sees_a_patch_intact_on_an_installed_tree(tmp_path, monkeypat
     ledger = os.path.join(_common.sglops_dir(str(root)), "applied.json")
     digest = hashlib.sha256(target.read_bytes()).hexdigest()
     with open(ledger, "w") as fh:
-        json.dump({"applied": [{"patch": "gather-cast", "files": {rel: {"before": "x", "after": digest}}}]}, fh)
+        json.dump(
+            {"applied": [{"patch": "gather-cast", "files": {rel: {"before": "x", "after": digest}}}]}, fh
+        )
     assert [e["intact"] for e in _bench_server.applied_patches(str(root))] == [True]
     target.write_text("# edited by hand after the patch\n")
     assert [e["intact"] for e in _bench_server.applied_patches(str(root))] == [False]

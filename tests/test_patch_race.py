@@ -1,6 +1,6 @@
-"""Two operators apply (or revert) the same patch at once (red team F13): the one that waits for the host's lock
-finds the work done and says "already applied" with exit 0, as a second apply always does; it used to exit 5
-with "changed on the host since it was checked".
+"""Two operators apply (or revert) the same patch at once (red team F13): the one that waits for the host's
+lock finds the work done and says "already applied" with exit 0, as a second apply always does; it used to
+exit 5 with "changed on the host since it was checked".
 
 The race is made exact, not timed: the first operator's transaction is held back (its `_txn` call) until a
 second operator has applied the same patch through a connection of its own. Real sandbox host, real trees.
@@ -67,4 +67,7 @@ def test_the_revert_that_loses_the_race_says_not_applied(use_sandbox, tree_a, mo
     assert state["raced"]
     assert code == 0, err
     assert "not applied" in out and err.strip() == ""
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=tree_a, capture_output=True, text=True).stdout == ""
+    assert (
+        subprocess.run(["git", "status", "--porcelain"], cwd=tree_a, capture_output=True, text=True).stdout
+        == ""
+    )

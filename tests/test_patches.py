@@ -34,8 +34,13 @@ HOSTS = {"p23": "0.5.23", "p15": "0.5.15", "p04": "0.4.10"}
 
 @pytest.fixture(scope="module")
 def psb(make_sandbox):
-    return make_sandbox([{"name": n, "sglang": v, "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]}
-                         for n, v in HOSTS.items()], name="patches")
+    return make_sandbox(
+        [
+            {"name": n, "sglang": v, "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]}
+            for n, v in HOSTS.items()
+        ],
+        name="patches",
+    )
 
 
 @pytest.fixture
@@ -45,8 +50,12 @@ def env(psb, monkeypatch, tmp_path):
         subprocess.run(["git", "checkout", "-q", "--", "."], cwd=h.sglang_root, check=True)
         shutil.rmtree(h.sglang_root / ".sglops", ignore_errors=True)
     shutil.copytree(REPO / "patches", tmp_path / "patches")
-    e = {"SGLOPS_INVENTORY": str(psb.inventory), "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
-         "SGLOPS_PATCHES": str(tmp_path / "patches"), "SGLOPS_PATCH_LOCK_WAIT_S": "3"}
+    e = {
+        "SGLOPS_INVENTORY": str(psb.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path / "artifacts"),
+        "SGLOPS_PATCHES": str(tmp_path / "patches"),
+        "SGLOPS_PATCH_LOCK_WAIT_S": "3",
+    }
     for k, v in e.items():
         monkeypatch.setenv(k, v)
     return e
@@ -63,8 +72,13 @@ def digest(path: Path) -> str:
 
 def tree_snapshot(root: Path) -> dict:
     """Hashes of every file in the release tree (excluding our own state) to prove "nothing changed"."""
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {"status": out, "mla": digest(root / MLA)}
 
 
@@ -110,7 +124,8 @@ def test_gather_cast_apply_is_atomic_recorded_idempotent_and_reverts(env, psb, h
         assert patches.applied(r) == [entry]
     listed = {p["patch"]: p for p in inv_json("patches", "--host", host)["patches"]}
     assert listed["gather-cast"]["status"] == "applied"
-    assert listed["fp8-kv-direct"]["status"] == "conflicting"  # same lines, already rewritten
+    # same lines, already rewritten
+    assert listed["fp8-kv-direct"]["status"] == "conflicting"
 
     back = inv_json("revert-patch", "gather-cast", "--host", host)
     assert back["action"] == "reverted" and back["changed"] is True
@@ -128,9 +143,14 @@ def test_fp8_kv_direct_requires_fp8_mla_flashinfer_on_sm90(env, psb, host):
     assert "gpu_sm is 'sm120'" in refused.stderr and "--force" in refused.stderr
     assert tree_snapshot(root) == pristine and not ledger(root)["applied"]
 
-    with remote(psb, host) as r:  # the same patch where the facts are met: no --force needed
-        met = {"flashinfer_mla_hopper_fp8": True, "flashinfer_mla_fp8_scale_mode": True,
-               "flashinfer_mla_fp8_run_scales": True, "gpu_sm": "sm90"}
+    # the same patch where the facts are met: no --force needed
+    with remote(psb, host) as r:
+        met = {
+            "flashinfer_mla_hopper_fp8": True,
+            "flashinfer_mla_fp8_scale_mode": True,
+            "flashinfer_mla_fp8_run_scales": True,
+            "gpu_sm": "sm90",
+        }
         res = patches.apply_patch(r, "fp8-kv-direct", facts_fn=lambda _: met)
         assert res.action == "applied"
         assert "self.data_type = model_runner.kv_cache_dtype" in (root / MLA).read_text()
@@ -145,7 +165,11 @@ def test_fp8_kv_direct_requires_fp8_mla_flashinfer_on_sm90(env, psb, host):
 def test_unknown_patch_lists_the_available_ones(env):
     proc = inv_cmd("apply-patch", "gather-kast", "--host", "p23")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "no patch 'gather-kast'" in proc.stderr and "gather-cast" in proc.stderr and "fp8-kv-direct" in proc.stderr
+    assert (
+        "no patch 'gather-kast'" in proc.stderr
+        and "gather-cast" in proc.stderr
+        and "fp8-kv-direct" in proc.stderr
+    )
 
 
 def test_variant_that_does_not_apply_names_files_and_hunks_and_changes_nothing(env, psb):
@@ -163,7 +187,11 @@ def test_no_exact_variant_picks_the_one_that_applies(env, psb, tmp_path):
     yaml_path.write_text(yaml_path.read_text().replace('sglang: ["0.5.23"]', 'sglang: ["0.5.22"]'))
     with remote(psb, "p23") as r:
         res = patches.apply_patch(r, "gather-cast", dry_run=True)
-    assert res.variant == "sglang-0.5.23" and "no variant targets sglang 0.5.23" in res.how and "checked" in res.how
+    assert (
+        res.variant == "sglang-0.5.23"
+        and "no variant targets sglang 0.5.23" in res.how
+        and "checked" in res.how
+    )
 
 
 def test_hand_modified_files_are_refused_without_force(env, psb):
@@ -217,7 +245,10 @@ def capture_two_file_patch(psb, root: Path) -> None:
         p.write_text(p.read_text() + f"\n# sglops test edit {i}\n")
     dry = inv_cmd("capture-patch", "two-files", "--host", "p23", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "# sglops test edit 1" in dry.stdout and not (Path(os.environ["SGLOPS_PATCHES"]) / "two-files").exists()
+    assert (
+        "# sglops test edit 1" in dry.stdout
+        and not (Path(os.environ["SGLOPS_PATCHES"]) / "two-files").exists()
+    )
     got = inv_json("capture-patch", "two-files", "--host", "p23")
     assert sorted(got["files"]) == sorted(TWO) and len(got["written"]) == 2
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=root, check=True)
@@ -237,7 +268,8 @@ def session_sshd(script_pid: int, listener_pid: int) -> int:
 
 @pytest.fixture
 def faults(psb, env, tmp_path, monkeypatch):
-    """Fault-injecting twins of the hosts (tests/faults.py): SGLOPS_PAUSE_AT / SGLOPS_CRASH_AT in the host env."""
+    """Fault-injecting twins of the hosts (tests/faults.py):
+    SGLOPS_PAUSE_AT / SGLOPS_CRASH_AT in the host env."""
     f = Faults(psb, tmp_path / "faults")
     monkeypatch.setenv("SGLOPS_INVENTORY", str(f.inventory))
     return f
@@ -281,24 +313,28 @@ def test_capture_then_connection_dropped_mid_apply_leaves_tree_whole(env, psb, f
     seen, t, outcome = apply_in_background(faults, pause_s=2.0)
     # half-way on the host right now: first file renamed, second not yet
     assert digest(root / TWO[0]) != old[TWO[0]] and digest(root / TWO[1]) == old[TWO[1]]
-    os.kill(session_sshd(seen["pid"], sbx.proc.pid), signal.SIGKILL)  # the connection really drops
+    # the connection really drops
+    os.kill(session_sshd(seen["pid"], sbx.proc.pid), signal.SIGKILL)
     t.join(30)
     assert "error" in outcome and "connection" in outcome["error"].lower()
 
-    with remote(psb, "p23") as r:  # waits on the host's lock until the orphaned apply has finished
+    # waits on the host's lock until the orphaned apply has finished
+    with remote(psb, "p23") as r:
         res = patches.apply_patch(r, "two-files")
         assert res.action == "already applied" and not res.changed and res.recovered is None
         listed = {p.patch: p for p in patches.status(r, facts_fn=lambda _: {}).rows}
         assert listed["two-files"].status == "applied"
         (entry,) = patches.applied(r)
-    assert all(entry["files"][rel]["after"] == digest(root / rel) for rel in TWO)  # whole-new, ledger agrees
+    # whole-new, ledger agrees
+    assert all(entry["files"][rel]["after"] == digest(root / rel) for rel in TWO)
     assert all(entry["files"][rel]["before"] == old[rel] for rel in TWO)
     assert not (root / ".sglops" / "journal.json").exists()
 
 
 def test_patches_tells_a_live_transaction_from_one_cut_short(env, psb, faults):
     """The SSH session drops mid-apply but the host helper lives on (red team F2): `patches` must say it is in
-    progress and whose, never "cut short ... the next apply-patch rolls it back" while it is about to finish."""
+    progress and whose, never "cut short ... the next
+    apply-patch rolls it back" while it is about to finish."""
     sbx = psb.host("p23")
     capture_two_file_patch(psb, sbx.sglang_root)
     seen, t, outcome = apply_in_background(faults, pause_s=10.0)
@@ -310,7 +346,8 @@ def test_patches_tells_a_live_transaction_from_one_cut_short(env, psb, faults):
     assert "in progress: apply of two-files" in text and "cut short" not in text
     journal = sbx.sglang_root / ".sglops" / "journal.json"
     deadline = time.monotonic() + 30
-    while journal.exists() and time.monotonic() < deadline:  # the orphaned helper finishes on its own
+    # the orphaned helper finishes on its own
+    while journal.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert inv_json("apply-patch", "two-files", "--host", "p23")["action"] == "already applied"
 
@@ -320,20 +357,24 @@ def test_apply_killed_half_way_is_reported_by_patches_and_rolled_back_by_the_nex
     capture_two_file_patch(psb, root)
     old = {rel: digest(root / rel) for rel in TWO}
 
-    faults.set(SGLOPS_CRASH_AT="renamed 1")  # the host process dies between the two renames
+    # the host process dies between the two renames
+    faults.set(SGLOPS_CRASH_AT="renamed 1")
     with faults.connect("p23-faults") as fr, pytest.raises(SglopsError, match="connection lost during apply"):
         patches.apply_patch(fr, "two-files")
     faults.clear()
     assert digest(root / TWO[0]) != old[TWO[0]] and (root / ".sglops" / "journal.json").exists()
 
-    listed = inv_json("patches", "--host", "p23")  # read-only: says so, changes nothing
+    # read-only: says so, changes nothing
+    listed = inv_json("patches", "--host", "p23")
     assert listed["recovery_needed"]["op"] == "apply" and listed["recovery_needed"]["will"] == "roll back"
-    assert {p["patch"]: p for p in listed["patches"]}["two-files"]["status"] == "applicable"  # as it will be
+    # as it will be
+    assert {p["patch"]: p for p in listed["patches"]}["two-files"]["status"] == "applicable"
     assert digest(root / TWO[0]) != old[TWO[0]] and (root / ".sglops" / "journal.json").exists()
     text = inv_cmd("patches", "--host", "p23")
     assert "recovery needed: apply of two-files was cut short" in " ".join(text.stdout.split())
 
-    done = inv_json("apply-patch", "two-files", "--host", "p23")  # recovers first, then applies
+    # recovers first, then applies
+    done = inv_json("apply-patch", "two-files", "--host", "p23")
     assert done["recovered"]["outcome"] == "rolled back" and done["action"] == "applied"
     assert not (root / ".sglops" / "journal.json").exists()
     assert inv_json("apply-patch", "two-files", "--host", "p23")["action"] == "already applied"

@@ -1,12 +1,13 @@
 """gather-cast and fp8-mla-native on every SGLang release 0.5.11-0.5.23 (issue 39, item 4).
 
 The trees are the PyPI wheels laid out as pip installs them (sglops.sandbox.trees.sglang_site, cached, never
-committed). `inv patches --hosts ...` runs once, over SSH to a real sshd sandbox host, with one inventory entry per
-release (the same sshd, each entry's sglang_root a release's tree): it must find a variant that applies on each
-of the 13, by exact release or by checking every variant. Then, without SSH, on the same trees: what each chosen
-variant makes of the file is sound beyond "the hunks fit" (compiles, binds every name, reads only attributes the
-release has), 0.5.22's KV-write API (KVWriteLoc.for_batch, plans taking kv_loc_plan) is left as the release has
-it, and a release that only moves lines needs no new variant while one that changes a statement is refused.
+committed). `inv patches --hosts ...` runs once, over SSH to a real sshd sandbox host, with one inventory
+entry per release (the same sshd, each entry's sglang_root a release's tree): it must find a variant that
+applies on each of the 13, by exact release or by checking every variant. Then, without SSH, on the same
+trees: what each chosen variant makes of the file is sound beyond "the hunks fit" (compiles, binds every name,
+reads only attributes the release has), 0.5.22's KV-write API (KVWriteLoc.for_batch, plans taking kv_loc_plan)
+is left as the release has it, and a release that only moves lines needs no new variant while one that changes
+a statement is refused.
 """
 
 from __future__ import annotations
@@ -28,18 +29,39 @@ MLA = "python/sglang/srt/layers/attention/flashinfer_mla_backend.py"
 RELEASES = [f"0.5.{n}" for n in range(11, 24)]
 PATCHES = ("gather-cast", "fp8-mla-native")
 # What each release gets (release -> variant). A release no variant names is checked against every variant
-# (docs/patches.md, "Choosing a variant"): 0.5.11/0.5.12 (gather-cast), 0.5.16 (both) are real releases taken so.
+# (docs/patches.md, "Choosing a variant"): 0.5.11/0.5.12
+# (gather-cast), 0.5.16 (both) are real releases taken so.
 EXPECT = {
     "gather-cast": {
-        "0.5.11": "sglang-0.4.10", "0.5.12": "sglang-0.4.10", "0.5.13": "sglang-0.5.13", "0.5.14": "sglang-0.5.13",
-        "0.5.15": "sglang-0.5.15", "0.5.16": "sglang-0.5.17", "0.5.17": "sglang-0.5.17", "0.5.18": "sglang-0.5.18",
-        "0.5.19": "sglang-0.5.19", "0.5.20": "sglang-0.5.20", "0.5.21": "sglang-0.5.20", "0.5.22": "sglang-0.5.23",
-        "0.5.23": "sglang-0.5.23"},
+        "0.5.11": "sglang-0.4.10",
+        "0.5.12": "sglang-0.4.10",
+        "0.5.13": "sglang-0.5.13",
+        "0.5.14": "sglang-0.5.13",
+        "0.5.15": "sglang-0.5.15",
+        "0.5.16": "sglang-0.5.17",
+        "0.5.17": "sglang-0.5.17",
+        "0.5.18": "sglang-0.5.18",
+        "0.5.19": "sglang-0.5.19",
+        "0.5.20": "sglang-0.5.20",
+        "0.5.21": "sglang-0.5.20",
+        "0.5.22": "sglang-0.5.23",
+        "0.5.23": "sglang-0.5.23",
+    },
     "fp8-mla-native": {
-        "0.5.11": "sglang-0.5.11", "0.5.12": "sglang-0.5.11", "0.5.13": "sglang-0.5.13", "0.5.14": "sglang-0.5.13",
-        "0.5.15": "sglang-0.5.15", "0.5.16": "sglang-0.5.17", "0.5.17": "sglang-0.5.17", "0.5.18": "sglang-0.5.18",
-        "0.5.19": "sglang-0.5.19", "0.5.20": "sglang-0.5.20", "0.5.21": "sglang-0.5.20", "0.5.22": "sglang-0.5.23",
-        "0.5.23": "sglang-0.5.23"},
+        "0.5.11": "sglang-0.5.11",
+        "0.5.12": "sglang-0.5.11",
+        "0.5.13": "sglang-0.5.13",
+        "0.5.14": "sglang-0.5.13",
+        "0.5.15": "sglang-0.5.15",
+        "0.5.16": "sglang-0.5.17",
+        "0.5.17": "sglang-0.5.17",
+        "0.5.18": "sglang-0.5.18",
+        "0.5.19": "sglang-0.5.19",
+        "0.5.20": "sglang-0.5.20",
+        "0.5.21": "sglang-0.5.20",
+        "0.5.22": "sglang-0.5.23",
+        "0.5.23": "sglang-0.5.23",
+    },
 }
 
 
@@ -53,20 +75,35 @@ def release_text(release: str) -> str:
 
 @pytest.fixture(scope="module")
 def listed(make_sandbox, tmp_path_factory):
-    """`inv patches --hosts` over SSH, one inventory entry per release's installed tree: {release: {patch: row}}."""
-    sb = make_sandbox([{"name": "rel", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}],
-                      name="releases")
+    """`inv patches --hosts` over SSH, one inventory entry
+    per release's installed tree: {release: {patch: row}}."""
+    sb = make_sandbox(
+        [{"name": "rel", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox"]}], name="releases"
+    )
     port = sb.hosts[0].client_port
-    sb.write_inventory([{"name": host_name(r), "address": "127.0.0.1", "port": port,
-                         "sglang_root": str(trees.sglang_site(r) / "sglang")} for r in RELEASES])
-    env = {"SGLOPS_INVENTORY": str(sb.inventory), "SGLOPS_ARTIFACTS": str(tmp_path_factory.mktemp("artifacts"))}
+    sb.write_inventory(
+        [
+            {
+                "name": host_name(r),
+                "address": "127.0.0.1",
+                "port": port,
+                "sglang_root": str(trees.sglang_site(r) / "sglang"),
+            }
+            for r in RELEASES
+        ]
+    )
+    env = {
+        "SGLOPS_INVENTORY": str(sb.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path_factory.mktemp("artifacts")),
+    }
     proc = inv_cmd("patches", "--hosts", ",".join(host_name(r) for r in RELEASES), "--json", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = {}
     for host in json.loads(proc.stdout):
         assert host["ok"], host
         release = next(r for r in RELEASES if host_name(r) == host["host"])
-        assert host["sglang"] == release  # the tree's own version file, read on the host
+        # the tree's own version file, read on the host
+        assert host["sglang"] == release
         out[release] = {row["patch"]: row for row in host["patches"]}
     return out
 
@@ -77,20 +114,27 @@ def test_inv_patches_finds_a_variant_on_every_release(listed, release, name):
     row = listed[release][name]
     assert row["variant"] == EXPECT[name][release], row
     named = any(release in v.sglang for v in patch_spec.load(name).variants)
-    assert ("exact match for sglang " + release if named else f"{row['variant']} applies (checked)") in row["detail"] \
-        or row["status"] == "available", row
-    if name == "gather-cast":  # no requirements: applies as it stands
+    assert ("exact match for sglang " + release if named else f"{row['variant']} applies (checked)") in row[
+        "detail"
+    ] or row["status"] == "available", row
+    # no requirements: applies as it stands
+    if name == "gather-cast":
         assert row["status"] == "applicable", row
-    else:  # needs its kernel built for the host's GPU, which no sandbox host has: the reason is named
+    # needs its kernel built for the host's GPU, which no sandbox host has: the reason is named
+    else:
         assert row["status"] == "available", row
-        assert "kernel_fp8_mla_decode_for_this_gpu" in row["detail"] and "inv build-kernel" in row["detail"], row
+        assert (
+            "kernel_fp8_mla_decode_for_this_gpu" in row["detail"] and "inv build-kernel" in row["detail"]
+        ), row
 
 
 @functools.cache
 def chosen(name: str, release: str, version: str | None = None, text: str | None = None):
     patch = patch_spec.load(name)
     text = release_text(release) if text is None else text
-    trial, how = patches.choose(patch, {"files": {MLA: {"text": text}}, "version": version or release, "commit": None})
+    trial, how = patches.choose(
+        patch, {"files": {MLA: {"text": text}}, "version": version or release, "commit": None}
+    )
     return patch, trial, how, text
 
 
@@ -100,14 +144,21 @@ def added_lines(variant: patch_spec.Variant) -> str:
 
 def missing_attributes(variant: patch_spec.Variant, release: str, new: str) -> list[str]:
     """What the variant's own lines read that the release does not have: `self.X` no line of the patched file
-    assigns or defines, `get_parallel().X` the release's runtime context does not define (names.py sees neither)."""
+    assigns or defines, `get_parallel().X` the release's
+    runtime context does not define (names.py sees neither)."""
     added = added_lines(variant)
-    missing = [f"self.{a}" for a in sorted(set(re.findall(r"self\.(\w+)", added)))
-               if not re.search(rf"self\.{a}\s*[:=][^=]|def {a}\(", new)]
+    missing = [
+        f"self.{a}"
+        for a in sorted(set(re.findall(r"self\.(\w+)", added)))
+        if not re.search(rf"self\.{a}\s*[:=][^=]|def {a}\(", new)
+    ]
     ctx = trees.sglang_site(release) / "sglang" / "srt" / "runtime_context.py"
     ctx_text = ctx.read_text() if ctx.is_file() else ""
-    missing += [f"get_parallel().{a}" for a in sorted(set(re.findall(r"get_parallel\(\)\.(\w+)", added)))
-                if not re.search(rf"def {a}\(|\b{a}\s*[:=]", ctx_text)]
+    missing += [
+        f"get_parallel().{a}"
+        for a in sorted(set(re.findall(r"get_parallel\(\)\.(\w+)", added)))
+        if not re.search(rf"def {a}\(|\b{a}\s*[:=]", ctx_text)
+    ]
     return missing
 
 
@@ -127,23 +178,33 @@ def test_the_patched_file_is_sound_on_every_release(release, name):
 
 
 def test_attribute_check_catches_what_names_cannot():
-    """0.5.17's fp8-mla-native applies to 0.5.15 as text and binds every name, but asks get_parallel().dcp_enabled,
-    which 0.5.15 lacks (it has dcp_enabled()): the reason 0.5.15 has its own variant."""
+    """0.5.17's fp8-mla-native applies to 0.5.15 as text and binds every name, but asks
+    get_parallel().dcp_enabled, which 0.5.15 lacks (it has dcp_enabled()): the reason 0.5.15 has its own
+    variant."""
     patch, trial, how, text = chosen("fp8-mla-native", "0.5.15")
     forced = patches.trial(patch.variant("sglang-0.5.17"), {MLA: text})
     assert forced.outcome == "applies"
-    assert missing_attributes(forced.variant, "0.5.15", forced.new_texts[MLA]) == ["get_parallel().dcp_enabled"]
-    assert trial.variant.name == "sglang-0.5.15" and "get_parallel().dcp_enabled" not in added_lines(trial.variant)
+    assert missing_attributes(forced.variant, "0.5.15", forced.new_texts[MLA]) == [
+        "get_parallel().dcp_enabled"
+    ]
+    assert trial.variant.name == "sglang-0.5.15" and "get_parallel().dcp_enabled" not in added_lines(
+        trial.variant
+    )
 
 
-KV_WRITE_API = ("KVWriteLoc.for_batch(forward_batch)", "plan=forward_batch.kv_loc_plan", "forward_batch.kv_loc_plan")
+KV_WRITE_API = (
+    "KVWriteLoc.for_batch(forward_batch)",
+    "plan=forward_batch.kv_loc_plan",
+    "forward_batch.kv_loc_plan",
+)
 
 
 @pytest.mark.parametrize("name", PATCHES)
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_kv_write_api_of_0_5_22_is_followed(release, name):
-    """0.5.22 writes KV through KVWriteLoc.for_batch and hands plans kv_loc_plan: the variant of 0.5.22 on keeps
-    every such call as the release has it; the ones before 0.5.22 never use the new API (their releases lack it)."""
+    """0.5.22 writes KV through KVWriteLoc.for_batch and hands plans kv_loc_plan: the variant of 0.5.22 on
+    keeps every such call as the release has it; the ones before 0.5.22 never use the new API (their releases
+    lack it)."""
     _, trial, how, text = chosen(name, release)
     new = trial.new_texts[MLA]
     has_api = "KVWriteLoc" in text
@@ -165,12 +226,16 @@ def spans(variant: patch_spec.Variant, text: str) -> list[range]:
 
 
 def moved(text: str, variant: patch_spec.Variant) -> tuple[str, list[str]]:
-    """The same statements, other lines: two comment blocks at module level, away from every line a hunk matches
-    (as a new release's unrelated additions shift every hunk after them); returns (text, the blocks)."""
+    """The same statements, other lines: two comment blocks at module level, away from every line a hunk
+    matches (as a new release's unrelated additions shift every hunk after them); returns (text, the
+    blocks)."""
     lines = text.splitlines(keepends=True)
     near = {n for r in spans(variant, text) for n in range(r.start - 2, r.stop + 2)}
-    points = [n for n in range(1, len(lines)) if n not in near and lines[n - 1] == "\n"
-              and lines[n][:1] not in (" ", "\t", "\n", ")", "]")]
+    points = [
+        n
+        for n in range(1, len(lines))
+        if n not in near and lines[n - 1] == "\n" and lines[n][:1] not in (" ", "\t", "\n", ")", "]")
+    ]
     first = next(n for n in points if n > len(lines) // 4)
     second = next(n for n in points if n > len(lines) * 3 // 5)
     blocks = ["# a new release's unrelated lines\n" * 17, "# another block that moves what follows\n\n" * 9]
@@ -192,7 +257,8 @@ def test_a_release_that_moves_lines_needs_no_new_variant(release, name):
     new = got.new_texts[MLA]
     for block in blocks:
         new = new.replace(block, "", 1)
-    assert new == want.new_texts[MLA]  # the same patched file, only moved
+    # the same patched file, only moved
+    assert new == want.new_texts[MLA]
     # ... while a changed statement inside what a hunk matches is refused, by hunk, never applied roughly
     fp = want.variant.files()[0]
     line = next(t for h in fp.hunks for tag, t in h.lines if tag == "-" or (tag == " " and "kv_indices" in t))
@@ -202,7 +268,8 @@ def test_a_release_that_moves_lines_needs_no_new_variant(release, name):
 
 
 def test_every_variant_diff_is_a_real_diff_of_its_release():
-    """Each variant of both patches applies exactly to the releases its `sglang:` names (no fuzz, no check)."""
+    """Each variant of both patches applies exactly to the
+    releases its `sglang:` names (no fuzz, no check)."""
     for name in PATCHES:
         for v in patch_spec.load(name).variants:
             for release in v.sglang:

@@ -39,7 +39,9 @@ def _tree_state(sb) -> tuple[str, bool]:
 
 
 def _runs(env) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(env["SGLOPS_ARTIFACTS"]).glob("*/*/manifest.json"))]
+    return [
+        json.loads(p.read_text()) for p in sorted(Path(env["SGLOPS_ARTIFACTS"]).glob("*/*/manifest.json"))
+    ]
 
 
 def test_a_play_file_is_checked_whole_before_anything_runs(tmp_path):
@@ -59,17 +61,32 @@ def test_a_play_file_is_checked_whole_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="no play 'nope'; plays in .*: fp8-kv-decode"):
         load_play("nope")
     assert load_play("fp8-kv-decode", {"runs": 3}).steps[3].params["runs"] == 3
-    assert parse_vars(["runs=3", "profile=sandbox", "port=null"]) == {"runs": 3, "profile": "sandbox", "port": None}
+    assert parse_vars(["runs=3", "profile=sandbox", "port=null"]) == {
+        "runs": 3,
+        "profile": "sandbox",
+        "port": None,
+    }
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_vars(["runs"])
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(play_host, env):
     before = _tree_state(play_host)
-    res = inv_cmd("play", "fp8-kv-decode", "--host", "play-1", "--dry-run", "--var", "profile=sandbox-demo",
-                  "--var", f"port={free_port()}", env=env)
+    res = inv_cmd(
+        "play",
+        "fp8-kv-decode",
+        "--host",
+        "play-1",
+        "--dry-run",
+        "--var",
+        "profile=sandbox-demo",
+        "--var",
+        f"port={free_port()}",
+        env=env,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "_sglops_cast_kv" in res.stdout  # the patch's real diff is shown
+    # the patch's real diff is shown
+    assert "_sglops_cast_kv" in res.stdout
     assert "would" in res.stdout and "dry run" in res.stdout
     assert _tree_state(play_host) == before, "a dry run must not touch the tree or start a server"
     (manifest,) = _runs(env)
@@ -77,11 +94,26 @@ def test_dry_run_prints_the_plan_and_changes_nothing(play_host, env):
 
 
 def test_the_investigation_end_to_end(play_host, env):
-    res = inv_cmd("play", "fp8-kv-decode", "--host", "play-1", "--var", "profile=sandbox-demo", "--var", "runs=5",
-                  "--var", "output_len=96", "--var", f"port={free_port()}", env=env)
+    res = inv_cmd(
+        "play",
+        "fp8-kv-decode",
+        "--host",
+        "play-1",
+        "--var",
+        "profile=sandbox-demo",
+        "--var",
+        "runs=5",
+        "--var",
+        "output_len=96",
+        "--var",
+        f"port={free_port()}",
+        env=env,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     (manifest,) = [m for m in _runs(env) if m["task"] == "play"]
-    play = json.loads((Path(env["SGLOPS_ARTIFACTS"]) / "play-1" / manifest["run_id"] / "play.json").read_text())
+    play = json.loads(
+        (Path(env["SGLOPS_ARTIFACTS"]) / "play-1" / manifest["run_id"] / "play.json").read_text()
+    )
     steps = {s["id"]: s for s in play["steps"]}
     assert all(s["status"] == "ok" for s in steps.values())
     # the probe flagged the whole-pool cast; the baseline profile named it; the patch went in
@@ -99,15 +131,26 @@ def test_the_investigation_end_to_end(play_host, env):
     # the manifest ties the figures to what produced them
     assert manifest["facts"]["gpus"][0]["sm"] == "sm120"
     assert [p["patch"] for p in manifest["patches"]] == ["gather-cast"]
-    assert manifest["launch"][0]["argv"][0] == "sglang-standin" and "--kv-cache-dtype" in manifest["launch"][0]["argv"]
+    assert (
+        manifest["launch"][0]["argv"][0] == "sglang-standin"
+        and "--kv-cache-dtype" in manifest["launch"][0]["argv"]
+    )
     # bench steps are runs of their own, so `inv compare` and `inv runs` see them
-    assert {m["run_id"] for m in _runs(env)} >= {f"{manifest['run_id']}-baseline-bench",
-                                                  f"{manifest['run_id']}-patched-bench"}
+    assert {m["run_id"] for m in _runs(env)} >= {
+        f"{manifest['run_id']}-baseline-bench",
+        f"{manifest['run_id']}-patched-bench",
+    }
     rep = inv_cmd("report", manifest["run_id"], env=env)
     assert rep.returncode == 0, rep.stderr
     text = (Path(env["SGLOPS_ARTIFACTS"]) / "play-1" / manifest["run_id"] / "run-report.md").read_text()
-    for heading in ("## Host", "## Probes", "## Patches on the host at the end", "## Benchmarks", "## Comparison",
-                    "## Profiles"):
+    for heading in (
+        "## Host",
+        "## Probes",
+        "## Patches on the host at the end",
+        "## Benchmarks",
+        "## Comparison",
+        "## Profiles",
+    ):
         assert heading in text
     assert inv_cmd("revert-patch", "gather-cast", "--host", "play-1", env=env).returncode == 0
     _stop_server(play_host)
@@ -124,14 +167,28 @@ def test_a_failed_step_stops_the_play_and_from_resumes_it(play_host, env, tmp_pa
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     (profiles / "sandbox.yaml").write_text((REPO / "playbooks" / "profiles" / "sandbox.yaml").read_text())
-    (profiles / "crashy.yaml").write_text(yaml.safe_dump({"extends": "sandbox", "env": {
-        "SGLOPS_STANDIN_FAIL": "static_assert", "SGLOPS_STANDIN_STARTUP_S": "0.2"}}))
+    (profiles / "crashy.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "extends": "sandbox",
+                "env": {"SGLOPS_STANDIN_FAIL": "static_assert", "SGLOPS_STANDIN_STARTUP_S": "0.2"},
+            }
+        )
+    )
     playfile = tmp_path / "short.yaml"
-    playfile.write_text(yaml.safe_dump({"name": "short", "vars": {"profile": "crashy", "port": free_port()}, "steps": [
-        {"id": "facts", "do": "facts"},
-        {"id": "up", "do": "restart", "with": {"profile": "{{ profile }}", "port": "{{ port }}"}},
-        {"id": "bench", "do": "bench", "with": {"runs": 1, "output_len": 8}},
-    ]}))
+    playfile.write_text(
+        yaml.safe_dump(
+            {
+                "name": "short",
+                "vars": {"profile": "crashy", "port": free_port()},
+                "steps": [
+                    {"id": "facts", "do": "facts"},
+                    {"id": "up", "do": "restart", "with": {"profile": "{{ profile }}", "port": "{{ port }}"}},
+                    {"id": "bench", "do": "bench", "with": {"runs": 1, "output_len": 8}},
+                ],
+            }
+        )
+    )
     env = {**env, "SGLOPS_PROFILES": str(profiles)}
     res = inv_cmd("play", str(playfile), "--host", "play-1", env=env)
     assert res.returncode == 1
@@ -139,7 +196,9 @@ def test_a_failed_step_stops_the_play_and_from_resumes_it(play_host, env, tmp_pa
     assert "--from up" in res.stderr and "Traceback" not in res.stderr
     (manifest,) = [m for m in _runs(env) if m["task"] == "play"]
     assert manifest["failed_step"] == "up"
-    resumed = inv_cmd("play", str(playfile), "--host", "play-1", "--from", "up", "--var", "profile=sandbox", env=env)
+    resumed = inv_cmd(
+        "play", str(playfile), "--host", "play-1", "--from", "up", "--var", "profile=sandbox", env=env
+    )
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr
     assert "reused" in resumed.stdout
     runs = [m for m in _runs(env) if m["task"] == "play"]

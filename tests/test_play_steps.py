@@ -59,7 +59,8 @@ def test_every_step_kind_has_a_dry_run_case_and_its_function_takes_its_parameter
     for kind, op in STEPS.items():
         keys = {p.name: p.kind.default for p in op.fields("play")}
         assert set(keys) == set(op.spec("play")), f"{kind}: a with: key without a kind to check it"
-        inspect.signature(op.run).bind(None, **keys)  # a key the function does not take raises here
+        # a key the function does not take raises here
+        inspect.signature(op.run).bind(None, **keys)
 
 
 @pytest.mark.parametrize("kind", sorted(DRY_RUN_CASES))
@@ -72,7 +73,8 @@ def test_each_step_kind_runs_dry_and_changes_nothing(kind, use_sandbox, tmp_path
     step = result.steps[-1]
     assert step.status == "ok", step.error
     assert result.ok and result.run_id.endswith("-dry")
-    assert json.dumps(step.result)  # its result is on record as JSON
+    # its result is on record as JSON
+    assert json.dumps(step.result)
     assert _host_state(use_sandbox, "gpu-a") == state, f"the dry run of {kind} changed the host"
 
 
@@ -88,11 +90,17 @@ def test_from_never_resumes_a_dry_run(use_sandbox, tmp_path):
         recorded = played.read_text()
         planned = run_play(remote, play, dry_run=True, from_step="two", show=False)
         resumed = run_play(remote, play, from_step="two", show=False)
-    assert planned.run_id != real.run_id and planned.run_id.endswith("-dry"), "a dry resume is a run of its own"
+    assert planned.run_id != real.run_id and planned.run_id.endswith("-dry"), (
+        "a dry resume is a run of its own"
+    )
     assert planned.steps[0].status == "reused" and planned.steps[0].result == real.steps[0].result
-    assert resumed.run_id == real.run_id, "a real resume continues the last real run, not the dry one after it"
+    assert resumed.run_id == real.run_id, (
+        "a real resume continues the last real run, not the dry one after it"
+    )
     assert json.loads(recorded)["dry_run"] is False
-    assert [m["run_id"] for m in artifacts.list_runs("gpu-b") if m.get("task") == "play"].count(real.run_id) == 1
+    assert [m["run_id"] for m in artifacts.list_runs("gpu-b") if m.get("task") == "play"].count(
+        real.run_id
+    ) == 1
 
 
 @pytest.mark.parametrize("kind", ["bench", "profile"])
@@ -114,8 +122,13 @@ def test_the_task_dry_run_is_the_play_dry_run(kind, use_sandbox, tmp_path, capsy
     assert "artifact" not in doc and len(artifacts.list_runs("gpu-a")) == runs
 
 
-@pytest.mark.parametrize("kind,module,parser", [("sweep", "sglops.experiment.sweep_plan", "candidates"),
-                                                ("ab", "sglops.experiment.ab_plan", "parse_sides")])
+@pytest.mark.parametrize(
+    "kind,module,parser",
+    [
+        ("sweep", "sglops.experiment.sweep_plan", "candidates"),
+        ("ab", "sglops.experiment.ab_plan", "parse_sides"),
+    ],
+)
 def test_a_step_parses_its_flags_once(kind, module, parser, use_sandbox, tmp_path, monkeypatch):
     """Sweep candidates and ab sides are parsed once, by the operation's prepare, and handed on parsed."""
     import importlib
@@ -136,8 +149,12 @@ def test_ab_patch_side_is_a_plus_the_patch_without_reparsing():
     from sglops.experiment.ab_plan import parse_sides
 
     a, b = parse_sides("glm5+gather-cast", None, "fp8-kv-direct")
-    assert (a.profile, a.patches, b.profile, b.patches) == ("glm5", ("gather-cast",), "glm5",
-                                                            ("gather-cast", "fp8-kv-direct"))
+    assert (a.profile, a.patches, b.profile, b.patches) == (
+        "glm5",
+        ("gather-cast",),
+        "glm5",
+        ("gather-cast", "fp8-kv-direct"),
+    )
     assert b.text == "glm5+gather-cast+fp8-kv-direct"
     assert parse_sides(None, None, "gather-cast")[1].patches == ("gather-cast",)
     with pytest.raises(Refused, match="names a patch twice"):
@@ -147,7 +164,8 @@ def test_ab_patch_side_is_a_plus_the_patch_without_reparsing():
 
 
 def test_sweep_hands_every_checked_option_on(monkeypatch):
-    """The sweep's way in passes the prepared candidates and every option (a dropped --force ran nothing forced)."""
+    """The sweep's way in passes the prepared candidates and
+    every option (a dropped --force ran nothing forced)."""
     from sglops.experiment import sweep
 
     got = {}

@@ -67,8 +67,13 @@ def test_0523_flashinfer_mla_casts_whole_pool_while_flashinfer_072_takes_fp8(rep
     f = rep.facts
     assert trips == 1, "the whole probe set must cost one round trip"
     assert f["sglang_version"] == "0.5.23" and f["flashinfer_version"] == "0.7.2"
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=probe_sandbox.host("p523").sglang_root,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        cwd=probe_sandbox.host("p523").sglang_root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert f["sglang_commit"] == head
 
     casts = rep.backend("flashinfer_mla").hits["casts_whole_pool"]
@@ -81,15 +86,20 @@ def test_0523_flashinfer_mla_casts_whole_pool_while_flashinfer_072_takes_fp8(rep
     native = rep.backend("trtllm_mla").hits["fp8_native"]
     assert [(h["line"], h["text"]) for h in native] == [(248, "self.data_type = model_runner.kv_cache_dtype")]
     assert f["backend.trtllm_mla.fp8_native"] is True and f["backend.trtllm_mla.casts_whole_pool"] is False
-    assert f["backend.flashmla.fp8_native"] is True  # L94
+    # L94
+    assert f["backend.flashmla.fp8_native"] is True
     # trtllm_mla's Blackwell check is not in its file but in arg_groups/overrides.py L1207-1210.
     assert f["backend.trtllm_mla.arch_guard"] is False
     assert [(h["file"], h["line"]) for h in rep.backend("trtllm_mla").hits["arch_guard_args"]] == [
-        ("srt/arg_groups/overrides.py", 1210)]
+        ("srt/arg_groups/overrides.py", 1210)
+    ]
     assert "is_blackwell" in rep.backend("trtllm_mla").hits["arch_guard_args"][0]["text"]
     assert rep.arch_cell(rep.backend("flashmla")) == "no architecture guard found"
 
-    assert f["backend.cutlass_mla.exists"] is False and rep.backend("cutlass_mla").verdict(f) == "absent in this release"
+    assert (
+        f["backend.cutlass_mla.exists"] is False
+        and rep.backend("cutlass_mla").verdict(f) == "absent in this release"
+    )
     assert f["backend.cutedsl_mla.exists"] is True
     assert f["backend.nsa.exists"] is False and f["backend.dsa.exists"] is True
 
@@ -98,10 +108,16 @@ def test_0523_flashinfer_mla_casts_whole_pool_while_flashinfer_072_takes_fp8(rep
     assert any("forward_decode L822" in flag and "0.7.2" in flag for flag in rep.flags)
 
     assert "cutlass_mla" not in f["attention_backends"]
-    assert {"trtllm_mla", "cutedsl_mla", "flashmla", "flashinfer", "fa3", "triton"} <= set(f["attention_backends"])
+    assert {"trtllm_mla", "cutedsl_mla", "flashmla", "flashinfer", "fa3", "triton"} <= set(
+        f["attention_backends"]
+    )
     assert f["dsa_flag_prefix"] == "dsa" and f["dsa_prefill_backends.flag"] == "--dsa-prefill-backend"
-    assert f["dsa_prefill_backends.deprecated_flags"] == []  # the --nsa-* aliases are gone in 0.5.23
-    assert "triton_sparse_mla" in f["dsa_prefill_backends"] and "triton_sparse_mla" not in f["dsa_decode_backends"]
+    # the --nsa-* aliases are gone in 0.5.23
+    assert f["dsa_prefill_backends.deprecated_flags"] == []
+    assert (
+        "triton_sparse_mla" in f["dsa_prefill_backends"]
+        and "triton_sparse_mla" not in f["dsa_decode_backends"]
+    )
 
 
 def test_0515_has_cutlass_mla_and_nsa_aliases_with_flashinfer_0612_bf16_only(reports):
@@ -109,25 +125,42 @@ def test_0515_has_cutlass_mla_and_nsa_aliases_with_flashinfer_0612_bf16_only(rep
     f = rep.facts
     assert trips == 1 and f["sglang_version"] == "0.5.15" and f["flashinfer_version"] == "0.6.12"
     assert [h["line"] for h in rep.backend("cutlass_mla").hits["fp8_native"]] == [81]
+    # `if not is_blackwell_supported():`
     assert [(h["file"], h["line"]) for h in rep.backend("trtllm_mla").hits["arch_guard_args"]] == [
-        ("srt/arg_groups/overrides.py", 1595)]  # `if not is_blackwell_supported():`
+        ("srt/arg_groups/overrides.py", 1595)
+    ]
     assert [(h["func"], h["line"]) for h in rep.backend("flashinfer_mla").hits["casts_whole_pool"]] == [
-        ("forward_extend", 577), ("forward_decode", 639)]
+        ("forward_extend", 577),
+        ("forward_decode", 639),
+    ]
     assert f["backend.nsa.exists"] is True and f["backend.dsa.exists"] is True
     assert f["dsa_flag_prefix"] == "dsa"
     assert f["dsa_prefill_backends.deprecated_flags"] == ["--nsa-prefill-backend"]
     assert f["dsa_decode_backends.deprecated_flags"] == ["--nsa-decode-backend"]
-    assert f["dsa_prefill_backends"] == ["flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "aiter",
-                                         "trtllm"]
+    assert f["dsa_prefill_backends"] == [
+        "flashmla_sparse",
+        "flashmla_kv",
+        "flashmla_auto",
+        "fa3",
+        "tilelang",
+        "aiter",
+        "trtllm",
+    ]
     assert "cutlass_mla" in f["attention_backends"]
     # FlashInfer 0.6.12: mla.cuh L511/L566 call m16k16_rowsum_f16f16f32 -> static_assert(sizeof(DType) == 2).
     assert f["flashinfer_mla_fp8"] is False and f["flashinfer_mla_fp8_repack"] is False
     assert [h["line"] for h in rep.hits("flashinfer_mla_rowsum_f16")] == [511, 566]
     assert [h["line"] for h in rep.hits("flashinfer_mma_16bit_assert")] == [523]
-    # the cast is flagged all the same (it costs what the pool holds), with the way out that needs no FlashInfer FP8
+    # the cast is flagged all the same (it costs what the pool
+    # holds), with the way out that needs no FlashInfer FP8
     assert f[CAST_FLAG] is False
-    assert [fl for fl in rep.flags if "casts the whole KV pool" in fl and "forward_decode L639" in fl
-            and "inv apply-patch gather-cast" in fl] == rep.flags and len(rep.flags) == 1
+    assert [
+        fl
+        for fl in rep.flags
+        if "casts the whole KV pool" in fl
+        and "forward_decode L639" in fl
+        and "inv apply-patch gather-cast" in fl
+    ] == rep.flags and len(rep.flags) == 1
 
 
 def test_0410_predates_trtllm_cutedsl_and_sparse_attention(reports):
@@ -140,8 +173,17 @@ def test_0410_predates_trtllm_cutedsl_and_sparse_attention(reports):
     casts = rep.backend("flashinfer_mla").hits["casts_whole_pool"]
     assert [h["line"] for h in casts] == [421, 485] and "forward_batch.token_to_kv_pool" in casts[1]["text"]
     # 0.4.10 defines the choices inline in add_argument("--attention-backend", choices=[...]).
-    assert f["attention_backends"] == ["aiter", "cutlass_mla", "fa3", "flashinfer", "flashmla", "intel_amx",
-                                       "torch_native", "ascend", "triton"]
+    assert f["attention_backends"] == [
+        "aiter",
+        "cutlass_mla",
+        "fa3",
+        "flashinfer",
+        "flashmla",
+        "intel_amx",
+        "torch_native",
+        "ascend",
+        "triton",
+    ]
     assert f["dsa_flag_prefix"] is None and f["dsa_prefill_backends"] is None
 
 
@@ -157,7 +199,9 @@ def test_ripgrep_and_stdlib_scanner_agree(probe_sandbox, reports, name):
 
 # -- where SGLang lives ------------------------------------------------------------------------
 def _local(root: Path | str | None, **kw) -> LocalRemote:
-    return LocalRemote(Host(name="local", address="local", python=HOST_PYTHON, sglang_root=str(root) if root else None, **kw))
+    return LocalRemote(
+        Host(name="local", address="local", python=HOST_PYTHON, sglang_root=str(root) if root else None, **kw)
+    )
 
 
 def test_installed_package_gives_the_same_answers_as_a_checkout(tmp_path, monkeypatch):
@@ -178,7 +222,9 @@ def test_no_flashinfer_and_no_ripgrep_on_the_host(tmp_path, monkeypatch):
     bare = tmp_path / "bin"
     bare.mkdir()
     for tool in ("timeout", "git", "bash", "env"):
-        os.symlink(subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip(), bare / tool)
+        os.symlink(
+            subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip(), bare / tool
+        )
     monkeypatch.setenv("PATH", str(bare))
     monkeypatch.delenv("PYTHONPATH", raising=False)
     root = trees.sglang_template("0.4.10")
@@ -197,8 +243,13 @@ def test_unreadable_backend_file_is_reported_by_both_engines(tmp_path, monkeypat
     (root / "python/sglang/srt/layers/attention/ghost_backend.py").symlink_to(tmp_path / "gone.py")
     for engine in ("rg", "python"):
         rep = scan(_local(root), engine=engine)
-        assert rep.unreadable == [{"file": "srt/layers/attention/ghost_backend.py", "error": "No such file or directory",
-                                   "root": "sglang"}], engine
+        assert rep.unreadable == [
+            {
+                "file": "srt/layers/attention/ghost_backend.py",
+                "error": "No such file or directory",
+                "root": "sglang",
+            }
+        ], engine
         assert rep.backend("ghost").verdict(rep.facts) == "unreadable: No such file or directory"
 
 
@@ -209,22 +260,34 @@ def _probe_file(tmp_path: Path, body: str) -> Path:
 
 
 def test_bad_probe_files_name_the_probe_and_line(tmp_path):
-    bad_regex = _probe_file(tmp_path, "  - id: ok\n    scope: backend\n    regex: 'fp8'\n"
-                                      "  - id: broken_guard\n    scope: backend\n    regex: 'sm(90|100'\n")
-    with pytest.raises(ConfigError, match=r"probes\.yaml:7: probe 'broken_guard': invalid regex 'sm\(90\|100'"):
+    bad_regex = _probe_file(
+        tmp_path,
+        "  - id: ok\n    scope: backend\n    regex: 'fp8'\n"
+        "  - id: broken_guard\n    scope: backend\n    regex: 'sm(90|100'\n",
+    )
+    with pytest.raises(
+        ConfigError, match=r"probes\.yaml:7: probe 'broken_guard': invalid regex 'sm\(90\|100'"
+    ):
         load_probe_set(bad_regex)
     unknown = _probe_file(tmp_path, "  - id: cast\n    scope: backend\n    regex: 'x'\n    regexp: 'y'\n")
     with pytest.raises(ConfigError, match=r"probes\.yaml:4: unknown field 'regexp' in probe 'cast'"):
         load_probe_set(unknown)
-    assert len(load_probe_set().probes) >= 10  # the default set stays valid
+    # the default set stays valid
+    assert len(load_probe_set().probes) >= 10
 
 
 def test_regex_ripgrep_refuses_falls_back_to_the_stdlib_scanner(tmp_path, monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    path = _probe_file(tmp_path, "  - id: native_lookbehind\n    scope: backend\n    fact: fp8_native\n"
-                                 "    regex: '(?<=self\\.)data_type\\s*=\\s*model_runner\\.kv_cache_dtype'\n")
+    path = _probe_file(
+        tmp_path,
+        "  - id: native_lookbehind\n    scope: backend\n    fact: fp8_native\n"
+        "    regex: '(?<=self\\.)data_type\\s*=\\s*model_runner\\.kv_cache_dtype'\n",
+    )
     root = trees.sglang_template("0.5.23")
-    rg, py = scan(_local(root), load_probe_set(path)), scan(_local(root), load_probe_set(path), engine="python")
+    rg, py = (
+        scan(_local(root), load_probe_set(path)),
+        scan(_local(root), load_probe_set(path), engine="python"),
+    )
     assert rg.fallbacks == ["native_lookbehind"]
     assert rg.facts["backend.trtllm_mla.fp8_native"] is True
     assert _comparable(rg) == _comparable(py)
@@ -244,14 +307,21 @@ def test_inv_probe_backends_two_hosts_table_json_and_artifacts(cli_env, tmp_path
     proc = inv_cmd("probe-backends", "--host", "p523", "--show-hits", env={**cli_env, "COLUMNS": "220"})
     assert proc.returncode == 0, proc.stderr
     out = " ".join(proc.stdout.split())
-    for text in ("no architecture guard found", "absent in this release", "FLAG: sglang 0.5.23 flashinfer_mla",
-                 "srt/layers/attention/flashinfer_mla_backend.py:822"):
+    for text in (
+        "no architecture guard found",
+        "absent in this release",
+        "FLAG: sglang 0.5.23 flashinfer_mla",
+        "srt/layers/attention/flashinfer_mla_backend.py:822",
+    ):
         assert text in out, text
 
 
 def test_inv_probe_backends_local_host(tmp_path):
-    env = {"SGLOPS_ARTIFACTS": str(tmp_path / "a"), "SGLOPS_INVENTORY": str(tmp_path / "none.yaml"),
-           "PYTHONPATH": str(trees.flashinfer_site("0.7.2"))}
+    env = {
+        "SGLOPS_ARTIFACTS": str(tmp_path / "a"),
+        "SGLOPS_INVENTORY": str(tmp_path / "none.yaml"),
+        "PYTHONPATH": str(trees.flashinfer_site("0.7.2")),
+    }
     root = trees.sglang_template("0.5.23")
     proc = inv_cmd("probe-backends", "--host", "local", "--sglang-root", str(root), "--json", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -276,8 +346,9 @@ if __name__ == "__main__":
 
 # -- the host's tree cache -----------------------------------------------------------------------
 def test_tree_cache_answers_until_a_file_a_folder_or_the_ledger_changes(tmp_path, monkeypatch):
-    """The second probe of an unchanged tree comes from the host's cache (a marker planted in it shows); an edited
-    file, a new backend file and sglops' state folder (the patch ledger's) each make the host scan afresh."""
+    """The second probe of an unchanged tree comes from the host's cache (a marker planted in it shows); an
+    edited file, a new backend file and sglops' state folder (the patch ledger's) each make the host scan
+    afresh."""
     monkeypatch.setenv("PYTHONPATH", str(trees.flashinfer_site("0.7.2")))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     root = trees.make_sglang_checkout("0.4.10", tmp_path / "sglang")
@@ -330,9 +401,9 @@ s = rb"""import fake_in_bytes"""
 
 
 def test_import_scan_matches_the_parsed_module_on_every_file_of_a_release():
-    """The host finds a backend's imports with one regex pass (probe_scan._import_statements); the parsed module
-    (`ast`) is the reference, on tricky source and on every file of the 0.4.10 release's srt/layers (the backends and
-    the kernels they import)."""
+    """The host finds a backend's imports with one regex pass (probe_scan._import_statements); the parsed
+    module (`ast`) is the reference, on tricky source and on every file of the 0.4.10 release's srt/layers
+    (the backends and the kernels they import)."""
     import ast
     from collections import Counter
 
@@ -351,6 +422,9 @@ def test_import_scan_matches_the_parsed_module_on_every_file_of_a_release():
     assert ("sglang.srt.layers", ("attention", "quantization"), 0) in _import_statements(TRICKY)
     files = sorted((trees.sglang_template("0.4.10") / "python" / "sglang" / "srt" / "layers").rglob("*.py"))
     assert len(files) > 80
-    texts = {f: f.read_text(errors="replace") for f in files}  # a file may open with a BOM: Python skips it
-    differ = [f for f, t in texts.items() if Counter(_import_statements(t)) != parsed(t.removeprefix("\ufeff"))]
+    # a file may open with a BOM: Python skips it
+    texts = {f: f.read_text(errors="replace") for f in files}
+    differ = [
+        f for f, t in texts.items() if Counter(_import_statements(t)) != parsed(t.removeprefix("\ufeff"))
+    ]
     assert differ == []

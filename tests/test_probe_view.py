@@ -24,7 +24,10 @@ def probe(env: dict, columns: int, *flags: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def env(sandbox, tmp_path_factory) -> dict:
-    return {"SGLOPS_INVENTORY": str(sandbox.inventory), "SGLOPS_ARTIFACTS": str(tmp_path_factory.mktemp("art"))}
+    return {
+        "SGLOPS_INVENTORY": str(sandbox.inventory),
+        "SGLOPS_ARTIFACTS": str(tmp_path_factory.mktemp("art")),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +42,14 @@ def test_compact_table_one_line_per_backend(env, backends, columns):
     lines = probe(env, columns)
     assert max(len(line.rstrip()) for line in lines) <= columns
     head = next(i for i, line in enumerate(lines) if line.startswith("backend "))
-    table = lines[head + 1:next(i for i, line in enumerate(lines) if line.startswith("FP8: "))]
+    table = lines[head + 1 : next(i for i, line in enumerate(lines) if line.startswith("FP8: "))]
     rows = [line for line in table if line.split(" ", 1)[0] in {b["name"] for b in backends}]
-    assert [r.split()[0] for r in rows] == [b["name"] for b in backends]  # every backend, each on one line
+    # every backend, each on one line
+    assert [r.split()[0] for r in rows] == [b["name"] for b in backends]
     casting = next(r for r in rows if r.startswith("flashinfer_mla "))
     assert casting.split()[1:4] == ["no", "yes", "yes"] and "casts whole pool" in casting
-    assert not FILE_LINE.search("\n".join(rows))  # the evidence is --wide's
+    # the evidence is --wide's
+    assert not FILE_LINE.search("\n".join(rows))
     assert any(line.startswith("FLAG: sglang 0.5.23 flashinfer_mla") for line in lines)
     assert len(lines) < 100, len(lines)
 

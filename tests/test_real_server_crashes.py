@@ -29,7 +29,8 @@ pytestmark = pytest.mark.real_server
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    """(sandbox, remote): one sshd host whose SGLang is the real pip-installed 0.5.23, sglops pointed at it."""
+    """(sandbox, remote): one sshd host whose SGLang is
+    the real pip-installed 0.5.23, sglops pointed at it."""
     yield from real_host(tmp_path_factory, "real-crashes")
 
 

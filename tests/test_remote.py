@@ -28,7 +28,8 @@ def test_script_runs_in_one_round_trip_and_answers_json(remote_a):
     facts = remote_a.run_py("facts", {"sglang_root": remote_a.host.sglang_root})
     assert remote_a.round_trips == before + 1
     assert facts["sglang"]["version"] == "0.5.23"
-    assert facts["python"]["executable"] == "/usr/bin/python3"  # the host's own stdlib python
+    # the host's own stdlib python
+    assert facts["python"]["executable"] == "/usr/bin/python3"
 
 
 def test_sglang_not_found_says_where_it_looked_and_how_to_fix(remote_a):
@@ -40,7 +41,9 @@ def test_sglang_not_found_says_where_it_looked_and_how_to_fix(remote_a):
 
 def test_broken_remote_script_is_a_one_line_error(remote_a):
     remote_a.python = "/no/such/python3"
-    with pytest.raises(RemoteError, match=r"gpu-a: remote step facts gave no answer .*python: /no/such/python3"):
+    with pytest.raises(
+        RemoteError, match=r"gpu-a: remote step facts gave no answer .*python: /no/such/python3"
+    ):
         remote_a.run_py("facts", {})
 
 
@@ -72,7 +75,8 @@ def test_put_and_get_are_atomic_copies(remote_a, tmp_path):
         remote_a.get(dest, back)
         assert back.read_bytes() == src.read_bytes()
         assert not list(tmp_path.glob("*.part"))
-    finally:  # the tree is the session's shared sandbox tree: later tests check it is clean (git status)
+    # the tree is the session's shared sandbox tree: later tests check it is clean (git status)
+    finally:
         remote_a.run(["rm", "-rf", os.path.dirname(dest)])
 
 
@@ -88,8 +92,11 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(use_sandbox, tmp_path)
         connect(host, inventory=inv).run(["true"])
     msg = str(err.value)
     assert "unknown host key" in msg and "SHA256:" in msg and "--accept-new-host-key" in msg
-    expected = subprocess.run(["ssh-keygen", "-lf", str(use_sandbox.host("gpu-a").home / "ssh_host_ed25519_key.pub")],
-                              capture_output=True, text=True).stdout.split()[1]
+    expected = subprocess.run(
+        ["ssh-keygen", "-lf", str(use_sandbox.host("gpu-a").home / "ssh_host_ed25519_key.pub")],
+        capture_output=True,
+        text=True,
+    ).stdout.split()[1]
     assert expected in msg, "the fingerprint shown must be the one ssh-keygen shows"
     assert not empty.exists(), "refusing must not save anything"
 
@@ -100,7 +107,8 @@ def test_accept_new_saves_the_key_and_then_it_is_known(use_sandbox, tmp_path):
     with connect(host, accept_new_host_key=True, inventory=inv) as r:
         r.run(["true"])
     assert f"[127.0.0.1]:{host.port} ssh-ed25519" in path.read_text()
-    with connect(host, inventory=inv) as r:  # no flag needed any more
+    # no flag needed any more
+    with connect(host, inventory=inv) as r:
         assert r.run(["echo", "ok"]).stdout.strip() == "ok"
 
 
@@ -118,7 +126,8 @@ def test_changed_host_key_is_always_refused(use_sandbox, tmp_path):
 def test_unreachable_host_fails_within_the_connect_timeout(use_sandbox):
     a = use_sandbox.host("gpu-a")
     host, inv = _host(use_sandbox, "gpu-a", connect_timeout=1.0)
-    a.pause()  # sshd frozen: TCP accepts, no SSH banner ever comes
+    # sshd frozen: TCP accepts, no SSH banner ever comes
+    a.pause()
     try:
         start = time.monotonic()
         with pytest.raises(ConnectError, match="gpu-a: cannot"):
@@ -148,15 +157,26 @@ def test_secrets_never_appear_in_errors_or_artifacts(remote_a, tmp_path):
     with pytest.raises(RemoteError) as err:
         remote_a.run(["sh", "-c", f"echo token={secret} >&2; exit 3"])
     assert secret not in str(err.value) and "****" in str(err.value)
-    path = artifacts.write_json(tmp_path / "a.json", {"env": {"HF_TOKEN": "abc-def-ghi"}, "note": f"x {secret}"})
+    path = artifacts.write_json(
+        tmp_path / "a.json", {"env": {"HF_TOKEN": "abc-def-ghi"}, "note": f"x {secret}"}
+    )
     text = path.read_text()
     assert secret not in text and "abc-def-ghi" not in text
 
 
 def test_gateway_reaches_a_host_through_another(use_sandbox, tmp_path):
     b = use_sandbox.host("gpu-b")
-    use_sandbox.write_inventory(extra=[{"name": "behind-a", "address": "127.0.0.1", "port": b.client_port,
-                                        "gateway": "gpu-a", "sglang_root": str(b.sglang_root)}])
+    use_sandbox.write_inventory(
+        extra=[
+            {
+                "name": "behind-a",
+                "address": "127.0.0.1",
+                "port": b.client_port,
+                "gateway": "gpu-a",
+                "sglang_root": str(b.sglang_root),
+            }
+        ]
+    )
     try:
         inv = load_inventory(use_sandbox.inventory)
         with connect(inv.get("behind-a"), inventory=inv) as r:
@@ -177,5 +197,7 @@ def test_one_failing_host_never_hides_the_others(use_sandbox):
 def test_fingerprint_matches_openssh_format(use_sandbox):
     import paramiko
 
-    key = paramiko.Ed25519Key.from_private_key_file(str(use_sandbox.host("gpu-a").home / "ssh_host_ed25519_key"))
+    key = paramiko.Ed25519Key.from_private_key_file(
+        str(use_sandbox.host("gpu-a").home / "ssh_host_ed25519_key")
+    )
     assert fingerprint(key).startswith("SHA256:") and len(fingerprint(key)) == 50

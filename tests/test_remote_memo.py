@@ -32,7 +32,8 @@ def test_facts_are_read_once_until_a_step_and_each_caller_gets_its_own_copy(tmp_
     second = facts.gather(r).data
     assert r.round_trips == 1 and second["hostname"] != "changed by a caller"
     assert trips(r, lambda: facts.gather(r, port=30001)) == 1, "another question is another read"
-    r.run(["true"])  # any other step may change the host
+    # any other step may change the host
+    r.run(["true"])
     assert trips(r, lambda: facts.gather(r)) == 1
     r.put(__file__, str(tmp_path / "copy.py"))
     assert trips(r, lambda: facts.gather(r)) == 1
@@ -58,7 +59,8 @@ def test_the_ledger_is_read_once_and_never_stale_after_apply_and_revert(remote_a
     r = remote_a
     assert trips(r, lambda: patches.applied(r)) == 1
     assert trips(r, lambda: patches.applied(r)) == 0
-    assert trips(r, lambda: patches.apply_patch(r, "gather-cast", dry_run=True)) == 1  # reads only: kept
+    # reads only: kept
+    assert trips(r, lambda: patches.apply_patch(r, "gather-cast", dry_run=True)) == 1
     assert trips(r, lambda: patches.applied(r)) == 0
     try:
         patches.apply_patch(r, "gather-cast")
@@ -73,7 +75,8 @@ def test_the_ledger_is_read_once_and_never_stale_after_apply_and_revert(remote_a
 
 def test_the_trees_root_lasts_the_connection(remote_a):
     r = remote_a
-    assert trips(r, lambda: launch.inspect_state(r, tail=0)) == 2  # where the tree is, then its server's state
+    # where the tree is, then its server's state
+    assert trips(r, lambda: launch.inspect_state(r, tail=0)) == 2
     assert trips(r, lambda: launch.inspect_state(r, tail=0)) == 1
     r.run(["true"])
     assert trips(r, lambda: launch.inspect_state(r, tail=0)) == 1, "sglops' own steps never move the tree"

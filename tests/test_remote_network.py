@@ -1,4 +1,5 @@
-"""Whole answers over SSH, on loopback and through a hostile network (50 ms +- 10 ms each way, data in pieces).
+"""Whole answers over SSH, on loopback and through a
+hostile network (50 ms +- 10 ms each way, data in pieces).
 
 sshd may send a command's exit status before the end of its stdout; sglops must read both streams to
 EOF and never print more than one line of a host's answer in an error (the whole answer goes to a log
@@ -36,7 +37,9 @@ HOSTILE = {"delay_ms": 50, "jitter_ms": 10, "max_chunk": 1448, "rate_mbit": 100,
 @pytest.fixture(scope="module")
 def far_sandbox(make_sandbox):
     # sshd re-keys every 4 MB too: key exchanges happen mid-answer, as on a long-lived connection.
-    return make_sandbox([{"name": "far", "sglang": "0.5.23", "network": HOSTILE, "rekey_limit": "4M"}], name="far")
+    return make_sandbox(
+        [{"name": "far", "sglang": "0.5.23", "network": HOSTILE, "rekey_limit": "4M"}], name="far"
+    )
 
 
 @pytest.fixture
@@ -66,7 +69,8 @@ def test_fifty_megabyte_answers_through_the_hostile_network_are_whole(far, far_s
     for _ in range(50):
         out = far.run(big_answer_argv(MB)).stdout
         assert len(out) == MB + 3 and out.endswith("END")
-    assert far_sandbox.host("far").proxy.stats.bytes_down - before > 50 * MB  # it really went through the proxy
+    # it really went through the proxy
+    assert far_sandbox.host("far").proxy.stats.bytes_down - before > 50 * MB
 
 
 def test_key_re_exchanges_mid_answer_never_stall_the_connection(far_sandbox, monkeypatch, tmp_path):
@@ -121,13 +125,15 @@ def test_an_unparseable_answer_is_one_line_and_kept_whole_in_a_log(remote_a, tmp
     with pytest.raises(RemoteError) as err:
         remote_a.run_py("facts", {})
     msg = str(err.value)
-    assert "\n" not in msg and len(msg) < 1000, msg  # 400 characters of host text at most, then the log path
+    # 400 characters of host text at most, then the log path
+    assert "\n" not in msg and len(msg) < 1000, msg
     assert msg.startswith("gpu-a: remote step facts gave no answer (exit 0): ")
     log = Path(msg.rsplit("(whole answer in ", 1)[1].rstrip(")"))
     assert log.is_file() and log.is_relative_to(Path(os.environ["SGLOPS_ARTIFACTS"]))
     kept = log.read_text()
     sent = host_bundle.payload("facts", {}).decode()
-    assert sent in kept and len(sent) > 10_000  # the whole answer, not one line of it
+    # the whole answer, not one line of it
+    assert sent in kept and len(sent) > 10_000
 
 
 def test_a_failed_command_shows_its_last_line_and_logs_the_rest(remote_a):
@@ -139,7 +145,9 @@ def test_a_failed_command_shows_its_last_line_and_logs_the_rest(remote_a):
     assert log.read_text().count("\n") > 5000
 
 
-def test_apply_and_revert_through_the_hostile_network_leave_no_half_state(far, far_sandbox, monkeypatch, tmp_path):
+def test_apply_and_revert_through_the_hostile_network_leave_no_half_state(
+    far, far_sandbox, monkeypatch, tmp_path
+):
     root = far_sandbox.host("far").sglang_root
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=root, check=True)
     shutil.rmtree(root / ".sglops", ignore_errors=True)
@@ -147,15 +155,19 @@ def test_apply_and_revert_through_the_hostile_network_leave_no_half_state(far, f
     monkeypatch.setenv("SGLOPS_PATCHES", str(tmp_path / "patches"))
 
     def tree() -> str:
-        return subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     start = time.monotonic()
     assert patches.apply_patch(far, "gather-cast").action == "applied"
-    assert tree().endswith("flashinfer_mla_backend.py") and [e["patch"] for e in patches.applied(far)] == ["gather-cast"]
+    assert tree().endswith("flashinfer_mla_backend.py") and [e["patch"] for e in patches.applied(far)] == [
+        "gather-cast"
+    ]
     assert patches.revert_patch(far, "gather-cast").action == "reverted"
     assert tree() == "" and patches.applied(far) == []
-    assert time.monotonic() - start > 0.5  # each round trip paid the delay: it went through the proxy
+    # each round trip paid the delay: it went through the proxy
+    assert time.monotonic() - start > 0.5
 
 
 def test_the_proxy_only_listens_on_loopback(far_sandbox):
@@ -170,11 +182,15 @@ def _through(proxy_profile, sandbox, tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text(a.host_key_line().replace(f"]:{a.port} ", f"]:{proxy.port} "))
     inv = load_inventory(sandbox.inventory)
-    return proxy, dataclasses.replace(inv.get("gpu-a"), port=proxy.port, known_hosts=str(known), connect_timeout=3)
+    return proxy, dataclasses.replace(
+        inv.get("gpu-a"), port=proxy.port, known_hosts=str(known), connect_timeout=3
+    )
 
 
 def test_lost_segments_only_slow_an_answer_down(use_sandbox, tmp_path):
-    proxy, host = _through(NetProfile(delay_ms=5, jitter_ms=2, loss=0.05, rto_ms=50, seed=3), use_sandbox, tmp_path)
+    proxy, host = _through(
+        NetProfile(delay_ms=5, jitter_ms=2, loss=0.05, rto_ms=50, seed=3), use_sandbox, tmp_path
+    )
     try:
         with connect(host) as r:
             assert len(r.run(big_answer_argv(MB)).stdout) == MB + 3
@@ -184,8 +200,9 @@ def test_lost_segments_only_slow_an_answer_down(use_sandbox, tmp_path):
 
 
 def test_a_connection_dropped_during_the_handshake_is_one_line(use_sandbox, tmp_path):
-    proxy, host = _through(NetProfile(delay_ms=1, jitter_ms=0, drop=1.0, drop_within=3000, seed=4), use_sandbox,
-                           tmp_path)
+    proxy, host = _through(
+        NetProfile(delay_ms=1, jitter_ms=0, drop=1.0, drop_within=3000, seed=4), use_sandbox, tmp_path
+    )
     try:
         with pytest.raises(ConnectError) as err:
             connect(host).run(["true"])

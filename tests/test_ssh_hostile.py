@@ -1,5 +1,5 @@
-"""What a hostile or unusual SSH side gives: known_hosts markers and damage (red team F3, F7), a connection cut
-inside the SSH banner (F12). Each ends in one line (or connects, where OpenSSH would), never a traceback.
+"""What a hostile or unusual SSH side gives: known_hosts markers and damage (red team F3, F7), a connection
+cut inside the SSH banner (F12). Each ends in one line (or connects, where OpenSSH would), never a traceback.
 
 Real sshd on loopback (gpu-a of the default sandbox); the known_hosts files are written per test.
 """
@@ -19,7 +19,9 @@ from sglops.sandbox.netproxy import NetProfile, NetProxy
 from tests.conftest import inv_cmd
 
 # An ed25519 key of nobody in particular (32 bytes of 0x11): a CA or a revoked key of another host.
-OTHER_KEY = "ssh-ed25519 " + base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + b"\x11" * 32).decode()
+OTHER_KEY = (
+    "ssh-ed25519 " + base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + b"\x11" * 32).decode()
+)
 
 
 @pytest.fixture
@@ -27,8 +29,9 @@ def gpu_a(use_sandbox, tmp_path):
     """(gpu-a's inventory Host with its own known_hosts file, gpu-a's key line, that file)."""
     a = use_sandbox.host("gpu-a")
     known = tmp_path / "known_hosts"
-    host = dataclasses.replace(load_inventory(use_sandbox.inventory).get("gpu-a"), known_hosts=str(known),
-                               connect_timeout=5)
+    host = dataclasses.replace(
+        load_inventory(use_sandbox.inventory).get("gpu-a"), known_hosts=str(known), connect_timeout=5
+    )
     return host, a.host_key_line(), known
 
 
@@ -53,14 +56,18 @@ def test_a_revoked_line_for_another_host_leaves_this_one_alone(gpu_a):
 def test_a_revoked_key_is_refused_even_where_another_line_trusts_it(gpu_a):
     host, line, known = gpu_a
     known.write_text(line + _revoked(line))
-    with pytest.raises(HostKeyError, match=r"^gpu-a: host key for .* is REVOKED .*known_hosts:2, @revoked\); "
-                                           r"refusing to connect$"):
+    with pytest.raises(
+        HostKeyError,
+        match=r"^gpu-a: host key for .* is REVOKED .*known_hosts:2, @revoked\); "
+        r"refusing to connect$",
+    ):
         connect(host).run(["true"])
 
 
 def test_a_revoked_key_is_never_saved_by_accept_new(gpu_a):
     host, line, known = gpu_a
-    known.write_text(_revoked(line.replace("[127.0.0.1]", "*")))  # a wildcard pattern matches it too
+    # a wildcard pattern matches it too
+    known.write_text(_revoked(line.replace("[127.0.0.1]", "*")))
     before = known.read_text()
     with pytest.raises(HostKeyError, match="REVOKED"):
         connect(host, accept_new_host_key=True).run(["true"])
@@ -95,14 +102,17 @@ def test_a_connection_cut_inside_the_ssh_banner_is_one_line_and_nothing_else(use
     stderr when nothing configured logging). Run as a separate `inv`: in pytest, pytest's own log handler
     would swallow what a user's terminal shows."""
     a = use_sandbox.host("gpu-a")
-    proxy = NetProxy(a.port, NetProfile(delay_ms=1, jitter_ms=0, drop=1.0, drop_within=within, seed=within)).start()
+    proxy = NetProxy(
+        a.port, NetProfile(delay_ms=1, jitter_ms=0, drop=1.0, drop_within=within, seed=within)
+    ).start()
     try:
         known = tmp_path / "known_hosts"
         known.write_text(a.host_key_line().replace(f"]:{a.port} ", f"]:{proxy.port} "))
         res = inv_cmd("facts", "--host", f"127.0.0.1:{proxy.port}", env={"SGLOPS_KNOWN_HOSTS": str(known)})
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 3 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-        assert proxy.stats.dropped >= 1  # the proxy cut it (each direction may count its cut)
+        # the proxy cut it (each direction may count its cut)
+        assert proxy.stats.dropped >= 1
     finally:
         proxy.stop()
 
@@ -118,7 +128,8 @@ def test_a_hashed_line_among_many_hosts_lines_is_found_and_the_file_is_read_agai
     known.write_text(others + f"{HostKeys.hash_host(name)} {key}")
     with connect(host) as r:
         assert r.run(["true"]).exit_code == 0
-        assert len(r._connection().client.get_host_keys().keys()) == 1  # this host's line, not all 201
+        # this host's line, not all 201
+        assert len(r._connection().client.get_host_keys().keys()) == 1
     known.write_text(others)
     with pytest.raises(HostKeyError, match="unknown host key"):
         connect(host).run(["true"])

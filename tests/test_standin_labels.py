@@ -37,9 +37,11 @@ def test_facts_mark_gpu_lines_from_the_standin_nvidia_smi(use_sandbox):
 
 
 def test_which_nvidia_smi_is_read_from_the_binary_not_its_place(tmp_path, monkeypatch):
-    real, fake = tmp_path / "real", tmp_path / "usr-bin"  # names that say nothing
+    # names that say nothing
+    real, fake = tmp_path / "real", tmp_path / "usr-bin"
     real.mkdir(), fake.mkdir()
-    shutil.copy(shutil.which("true"), real / "nvidia-smi")  # an ELF binary, as NVIDIA's is
+    # an ELF binary, as NVIDIA's is
+    shutil.copy(shutil.which("true"), real / "nvidia-smi")
     shutil.copy(SANDBOX_SMI, fake / "nvidia-smi")
     monkeypatch.setenv("PATH", str(real))
     assert host_facts.nvidia_smi() == {"path": str(real / "nvidia-smi"), "kind": "binary", "standin": False}
@@ -51,14 +53,26 @@ def test_which_nvidia_smi_is_read_from_the_binary_not_its_place(tmp_path, monkey
 
 @pytest.fixture
 def runs(use_sandbox, remote_a, tmp_path) -> tuple[str, str]:
-    """(a run the stand-in set, the same record as a server that does not call itself a stand-in records it)."""
+    """(a run the stand-in set, the same record as a server
+    that does not call itself a stand-in records it)."""
     root = use_sandbox.host("gpu-a").sglang_root
-    server = start_standin("--model-path", "m", "--tp-size", "1", knobs={"TPS": 400, "TTFT_MS": 5, "STARTUP_S": 0.1},
-                           sglang_python=root / "python", log=tmp_path / "standin.log")
+    server = start_standin(
+        "--model-path",
+        "m",
+        "--tp-size",
+        "1",
+        knobs={"TPS": 400, "TTFT_MS": 5, "STARTUP_S": 0.1},
+        sglang_python=root / "python",
+        log=tmp_path / "standin.log",
+    )
     try:
         server.wait_healthy(10)
-        result = bench.record(bench.run_bench(remote_a, runs=2, output_len=16, port=server.port, vocab_size=1000,
-                                              with_facts=False), new_run_id())
+        result = bench.record(
+            bench.run_bench(
+                remote_a, runs=2, output_len=16, port=server.port, vocab_size=1000, with_facts=False
+            ),
+            new_run_id(),
+        )
     finally:
         server.stop()
     src = artifacts.find_run(result.run_id)
@@ -93,7 +107,8 @@ def test_runs_compare_report_and_json_mark_standin_figures(runs):
     table = inv_cmd("compare", measured, standin, env=WIDE).stdout
     assert f"{standin} (stand-in)" in table and STANDIN_NOTE in " ".join(table.split())
 
-    r = inv_cmd("compare", measured, measured, "--json")  # nothing set by the stand-in: nothing marked
+    # nothing set by the stand-in: nothing marked
+    r = inv_cmd("compare", measured, measured, "--json")
     assert not any(x["standin"] for x in json.loads(r.stdout)["runs"]) and "stand-in" not in r.stdout
 
     for run, marked in ((standin, True), (measured, False)):
@@ -104,4 +119,6 @@ def test_runs_compare_report_and_json_mark_standin_figures(runs):
         # a sandbox host's GPU telemetry is its stand-in nvidia-smi's, labelled so whatever server ran
         gpu_lines = [ln for ln in page.splitlines() if "STAND-IN nvidia-smi" in ln]
         assert gpu_lines and all("(STAND-IN nvidia-smi: no GPU)" in ln for ln in gpu_lines)
-        assert ("stand-in" in "\n".join(ln for ln in page.splitlines() if ln not in gpu_lines).lower()) is marked
+        assert (
+            "stand-in" in "\n".join(ln for ln in page.splitlines() if ln not in gpu_lines).lower()
+        ) is marked

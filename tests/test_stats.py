@@ -52,8 +52,10 @@ def test_ratio_interval_and_verdicts():
     assert lo <= stats.median(b) / stats.median(a) <= hi and lo > 1.2
     assert verdict(1.29, (lo, hi), True, True) == "faster"
     assert verdict(1 / 1.29, (1 / hi, 1 / lo), True, True) == "slower"
-    assert verdict(0.78, (0.7, 0.8), False, True) == "faster"  # a latency that dropped
-    assert verdict(1.004, (1.001, 1.008), True, True) == "within noise"  # below the client's 1% accuracy
+    # a latency that dropped
+    assert verdict(0.78, (0.7, 0.8), False, True) == "faster"
+    # below the client's 1% accuracy
+    assert verdict(1.004, (1.001, 1.008), True, True) == "within noise"
     assert verdict(1.05, (0.97, 1.12), True, True) == "within noise"
     assert verdict(1.3, (1.2, 1.4), True, False) == "not comparable"
     assert verdict(1.3, None, True, True) == "too few samples"
@@ -66,13 +68,22 @@ def _rec(ttft, gaps, *, outcome="ok", first=1):
     for gap in gaps:
         times.append(times[-1] + gap)
         counts.append(counts[-1] + 1)
-    return {"outcome": outcome, "error": None if outcome == "ok" else outcome, "e2e_s": times[-1],
-            "tokens": counts[-1], "chunk_t": times, "chunk_n": counts, "server_e2e_s": None, "cpu_s": 0.001}
+    return {
+        "outcome": outcome,
+        "error": None if outcome == "ok" else outcome,
+        "e2e_s": times[-1],
+        "tokens": counts[-1],
+        "chunk_t": times,
+        "chunk_n": counts,
+        "server_e2e_s": None,
+        "cpu_s": 0.001,
+    }
 
 
 def test_request_metrics_follow_sglang_definitions():
     m = request_metrics(_rec(0.05, [0.1] * 9))
-    assert m["tpot_ms"] == pytest.approx(100.0)  # (e2e - ttft) / (n - 1)
+    # (e2e - ttft) / (n - 1)
+    assert m["tpot_ms"] == pytest.approx(100.0)
     assert m["decode_tok_s"] == pytest.approx(10.0)
     assert m["ttft_ms"] == pytest.approx(50.0) and m["e2e_ms"] == pytest.approx(950.0)
     # a first chunk of 4 tokens: decode rate counts only what came after it
@@ -94,7 +105,8 @@ def test_failed_requests_are_counted_and_their_repeats_give_no_figure():
 
 
 def test_compare_chart_starts_at_zero_and_names_every_run(tmp_path, monkeypatch):
-    """A ratio read off the chart is the ratio measured: the y axis starts at 0; the title names each run's settings."""
+    """A ratio read off the chart is the ratio measured: the y
+    axis starts at 0; the title names each run's settings."""
     from pathlib import Path
 
     import matplotlib.pyplot as plt
@@ -106,15 +118,19 @@ def test_compare_chart_starts_at_zero_and_names_every_run(tmp_path, monkeypatch)
     monkeypatch.setattr(charts.plt, "close", lambda fig: figs.append(fig))
     level = {"concurrency": 1, "decode_tok_s": {"median": 270.0, "ci95": [268.0, 272.0], "values": [270.0]}}
     base = {**level, "decode_tok_s": {"median": 210.0, "ci95": [209.0, 211.0], "values": [210.0]}}
-    charts.decode_chart([{"label": "a", "levels": [base]}, {"label": "b", "levels": [level]}], tmp_path / "c.png")
+    charts.decode_chart(
+        [{"label": "a", "levels": [base]}, {"label": "b", "levels": [level]}], tmp_path / "c.png"
+    )
     assert figs and figs[0].axes[0].get_ylim()[0] == 0
     plt.close(figs[0])
 
     def run(rid: str, api: str, out: int) -> Run:
         return Run(rid, "h", Path("."), {"config": {"api": api, "input_len": 32, "output_len": out}})
 
-    assert chart_title([run("r1", "sglang", 64), run("r2", "sglang", 64)]) == \
-        "decode tok/s per stream, sglang in 32 / out 64 (all runs)"
+    assert (
+        chart_title([run("r1", "sglang", 64), run("r2", "sglang", 64)])
+        == "decode tok/s per stream, sglang in 32 / out 64 (all runs)"
+    )
     mixed = chart_title([run("r1", "sglang", 64), run("r2", "openai", 128)])
     assert "r1: sglang in 32 / out 64" in mixed and "r2: openai in 32 / out 128" in mixed
 
@@ -125,7 +141,8 @@ def test_paired_ratio_interval_cancels_drift_that_the_unpaired_interval_counts_a
     b = [x * 1.2 for x in a]
     ratio, (lo, hi) = stats.paired_ratio_ci(a, b)
     assert ratio == pytest.approx(1.2) and lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
-    ulo, uhi = stats.bootstrap_ratio_ci(a, b)  # each side resampled on its own: the drift swamps the change
+    # each side resampled on its own: the drift swamps the change
+    ulo, uhi = stats.bootstrap_ratio_ci(a, b)
     assert ulo < 1 < uhi
     assert verdict(ratio, (lo, hi), True, True) == "faster"
 
@@ -139,7 +156,8 @@ def test_paired_ratio_interval_on_a_case_worked_by_hand():
     rng = random.Random(0)
     meds = [stats.median([[1.0, 2.0][rng.randrange(2)] for _ in range(2)]) for _ in range(2000)]
     assert 0.2 < meds.count(1.0) / 2000 < 0.3 and 0.2 < meds.count(2.0) / 2000 < 0.3
-    assert stats.paired_ratio_ci([5.0], [6.0]) == (1.2, None)  # one round: a ratio, no interval
+    # one round: a ratio, no interval
+    assert stats.paired_ratio_ci([5.0], [6.0]) == (1.2, None)
     assert stats.paired_ratio_ci([], []) is None
     with pytest.raises(ValueError, match="differ in length"):
         stats.paired_ratio_ci([1.0, 2.0], [1.0])

@@ -19,7 +19,8 @@ from sglops.core.console import console, error_line
 
 def test_a_probe_hit_with_brackets_is_shown_whole(use_sandbox):
     env = {"SGLOPS_INVENTORY": str(use_sandbox.inventory)}
-    res = inv_cmd("probe-backends", "--host", "gpu-a", "--show-hits", env=env)  # stdout is a pipe
+    # stdout is a pipe
+    res = inv_cmd("probe-backends", "--host", "gpu-a", "--show-hits", env=env)
     assert res.returncode == 0, res.stderr
     hits = [line for line in res.stdout.splitlines() if "in [torch.bfloat16, torch.float8_e4m3fn]" in line]
     assert hits, "the hit text lost its [...] (read as markup) or was wrapped over lines"
@@ -47,7 +48,8 @@ def test_host_names_in_brackets_stay_visible(capsys):
 
 def test_render_to_a_file_is_exactly_the_script(use_sandbox, tmp_path):
     env = {"SGLOPS_INVENTORY": str(use_sandbox.inventory)}
-    res = inv_cmd("render", "sandbox", "--host", "gpu-a", env=env)  # stdout is a pipe, as in `> launch.sh`
+    # stdout is a pipe, as in `> launch.sh`
+    res = inv_cmd("render", "sandbox", "--host", "gpu-a", env=env)
     assert res.returncode == 0, res.stderr
     as_json = inv_cmd("render", "sandbox", "--host", "gpu-a", "--json", env=env)
     script = json.loads(as_json.stdout)["script"]

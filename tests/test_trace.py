@@ -16,8 +16,10 @@ from sglops.trace.diagnose import load_rules
 from sglops.trace.parse import TraceError
 from sglops.views.show import render
 
-TRACES = REPO / "tests" / "data" / "traces"  # real H200 traces, vendored: the suite needs nothing beside the repo
-REAL = TRACES / "h200_decode_gathercast.trace.json.gz"  # 60 layers, eager decode, torch 2.11.0+cu130
+# real H200 traces, vendored: the suite needs nothing beside the repo
+TRACES = REPO / "tests" / "data" / "traces"
+# 60 layers, eager decode, torch 2.11.0+cu130
+REAL = TRACES / "h200_decode_gathercast.trace.json.gz"
 TORCH = TRACES / "h200_decode_gathercast.torch_totals.json"
 TOLERANCE = 0.005
 
@@ -31,12 +33,17 @@ def real():
 
 
 FULLCAST = REPO / "tests" / "data" / "traces" / "h200_decode_fullcast.trace.json.gz"
-SMALL = REPO / "tests" / "data" / "traces"  # 16-layer H200 traces from the kernel work (make_decode_trace.py)
+# 16-layer H200 traces from the kernel work (make_decode_trace.py)
+SMALL = REPO / "tests" / "data" / "traces"
 REAL_TRACES = [
     (REAL, TORCH, None),
     (FULLCAST, FULLCAST.with_name("h200_decode_fullcast.torch_totals.json"), None),
     (SMALL / "h200_fullcast_small.trace.json.gz", SMALL / "h200_decode_small.torch_totals.json", "fullcast"),
-    (SMALL / "h200_gathercast_small.trace.json.gz", SMALL / "h200_decode_small.torch_totals.json", "gathercast"),
+    (
+        SMALL / "h200_gathercast_small.trace.json.gz",
+        SMALL / "h200_decode_small.torch_totals.json",
+        "gathercast",
+    ),
 ]
 
 
@@ -44,12 +51,16 @@ def _torch_rows(totals, variant):
     """torch's top rows as (key, count, device us), from either ground-truth layout."""
     doc = json.loads(totals.read_text())
     if variant is None:
-        return [(r["key"], r["count"], r["device_time_total_us"]) for r in doc["torch_key_averages_top_by_device_time_us"]]
+        return [
+            (r["key"], r["count"], r["device_time_total_us"])
+            for r in doc["torch_key_averages_top_by_device_time_us"]
+        ]
     return [(k, c, us) for k, c, us, _ in doc["results"][variant]["top_device_time_us"]]
 
 
-@pytest.mark.parametrize("trace,totals,variant", REAL_TRACES,
-                         ids=["gathercast", "fullcast", "small-fullcast", "small-gathercast"])
+@pytest.mark.parametrize(
+    "trace,totals,variant", REAL_TRACES, ids=["gathercast", "fullcast", "small-fullcast", "small-gathercast"]
+)
 def test_matches_torch_key_averages(trace, totals, variant):
     """Every row of torch's top-25 device totals, within 0.5%, with the same call counts.
 
@@ -62,10 +73,16 @@ def test_matches_torch_key_averages(trace, totals, variant):
     checked = {"kernel": 0, "op": 0, "gpu span": 0}
     kinds_of: dict[str, list[str]] = {}
     for key, want_count, want_us in rows:
-        candidates = [(kind, table[key]) for kind, table in
-                      (("kernel", a.by_kernel), ("gpu span", a.by_gpu_span), ("op", a.by_op)) if key in table]
-        hit = [kind for kind, (us, count) in candidates
-               if count == want_count and us == pytest.approx(want_us, rel=TOLERANCE)]
+        candidates = [
+            (kind, table[key])
+            for kind, table in (("kernel", a.by_kernel), ("gpu span", a.by_gpu_span), ("op", a.by_op))
+            if key in table
+        ]
+        hit = [
+            kind
+            for kind, (us, count) in candidates
+            if count == want_count and us == pytest.approx(want_us, rel=TOLERANCE)
+        ]
         assert hit, (key, want_count, want_us, candidates)
         # a name torch lists twice (CPU row and device row of one record_function) matches both of ours
         kind = next((k for k in hit if k not in kinds_of.get(key, [])), None)
@@ -76,13 +93,16 @@ def test_matches_torch_key_averages(trace, totals, variant):
     assert len(rows) == 25
 
 
-@pytest.mark.parametrize("trace", [FULLCAST, SMALL / "h200_fullcast_small.trace.json.gz"], ids=["60-layer", "16-layer"])
+@pytest.mark.parametrize(
+    "trace", [FULLCAST, SMALL / "h200_fullcast_small.trace.json.gz"], ids=["60-layer", "16-layer"]
+)
 def test_real_whole_pool_cast_trace_is_diagnosed(trace):
     """Real H200 traces where every layer casts the whole FP8 pool: the cast is named first."""
     a = analyze([trace])
     first = a.findings[0]
     assert first.rule == "dtype-cast" and first.top_op == "aten::copy_"
-    assert 0.85 < first.share < 0.95  # torch's own tables: 254.6 of 288.5 ms, 41.6 of 46.8 ms
+    # torch's own tables: 254.6 of 288.5 ms, 41.6 of 46.8 ms
+    assert 0.85 < first.share < 0.95
     assert first.message.startswith("dtype conversion (aten::copy_ -> elementwise kernel) takes")
 
 
@@ -99,10 +119,12 @@ def test_steps_idle_and_verdict(real):
     steps = real.step_summary()
     assert [s["name"] for s in steps] == ["ProfilerStep#"] and steps[0]["count"] == 5
     assert sum(s["gpu_us"] for s in real.steps) == pytest.approx(real.gpu_us)
-    assert 0.5 < real.idle_share < 0.9  # eager decode without CUDA graphs: 7 ms of GPU work in 23 ms steps
+    # eager decode without CUDA graphs: 7 ms of GPU work in 23 ms steps
+    assert 0.5 < real.idle_share < 0.9
     assert real.scope == "steps"
     assert real.findings[0].rule == "gemm" and "in profiled steps" in real.findings[0].message
-    assert "dtype-cast" not in {f.rule for f in real.findings}  # this is the gather-cast (fixed) variant
+    # this is the gather-cast (fixed) variant
+    assert "dtype-cast" not in {f.rule for f in real.findings}
 
 
 def test_plain_json_same_as_gzip(tmp_path, real):
@@ -126,7 +148,10 @@ def test_whole_pool_cast_is_named_with_its_share(tmp_path):
     first = a.findings[0]
     assert first.rule == "dtype-cast"
     assert first.share == pytest.approx(0.69, abs=0.02)
-    assert first.message == "dtype conversion (aten::copy_ -> elementwise kernel) takes 69% of GPU time in decode steps"
+    assert (
+        first.message
+        == "dtype conversion (aten::copy_ -> elementwise kernel) takes 69% of GPU time in decode steps"
+    )
     assert any("inv probe-backends" in t for t in first.try_next)
     assert any("gather-cast" in t for t in first.try_next)
     assert [f.rank for f in a.files] == [0, 1] and a.scope == "decode"
@@ -161,18 +186,68 @@ def _tiny(tmp_path, events, name="tiny.json"):
 
 def test_external_id_fallback_and_unlinked_kernels(tmp_path):
     ev = [
-        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100, "args": {"External id": 1}},
-        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 10, "dur": 20, "args": {"External id": 2}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 12, "dur": 3,
-         "args": {"correlation": 7, "External id": 2}},
-        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 20, "dur": 5,
-         "args": {"correlation": 7, "External id": 2, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "outer",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "inner",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 20,
+            "args": {"External id": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 12,
+            "dur": 3,
+            "args": {"correlation": 7, "External id": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k1",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "dur": 5,
+            "args": {"correlation": 7, "External id": 2, "device": 0},
+        },
         # launch event missing: linked through External id to `outer`
-        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 30, "dur": 3,
-         "args": {"correlation": 99, "External id": 1, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k2",
+            "pid": 0,
+            "tid": 7,
+            "ts": 30,
+            "dur": 3,
+            "args": {"correlation": 99, "External id": 1, "device": 0},
+        },
         # nothing links this one (a CUDA-graph replay without CPU ops)
-        {"ph": "X", "cat": "kernel", "name": "k3", "pid": 0, "tid": 7, "ts": 40, "dur": 2,
-         "args": {"correlation": 123, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k3",
+            "pid": 0,
+            "tid": 7,
+            "ts": 40,
+            "dur": 2,
+            "args": {"correlation": 123, "device": 0},
+        },
     ]
     a = analyze([_tiny(tmp_path, ev)])
     assert a.by_op["outer"] == [8.0, 1] and a.by_op["inner"] == [5.0, 1]
@@ -194,7 +269,9 @@ def test_invalid_and_truncated_json(tmp_path):
     text = gzip.decompress(REAL.read_bytes())
     broken = tmp_path / "broken.json"
     broken.write_bytes(text[:200_000] + b"}}garbage" + text[200_000:])
-    with pytest.raises(TraceError, match=r"broken\.json: invalid or truncated JSON after \d+ events, near byte"):
+    with pytest.raises(
+        TraceError, match=r"broken\.json: invalid or truncated JSON after \d+ events, near byte"
+    ):
         analyze([broken])
     short = tmp_path / "short.json"
     short.write_bytes(text[: len(text) - 100])
@@ -207,11 +284,14 @@ def test_invalid_and_truncated_json(tmp_path):
 
 
 def test_no_gpu_events_is_a_cpu_analysis_with_a_note(tmp_path):
-    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "args": {}}]
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "args": {}}
+    ]
     a = analyze([_tiny(tmp_path, ev)])
     assert not a.has_gpu and a.cpu.by_self == {"aten::mm": [10.0, 1, 10.0, 0]}
     assert any(w.startswith("CPU-only trace: no GPU activity recorded") for w in a.warnings)
-    assert "GPU activity" not in " ".join(a.cpu.verdict())  # no hint to turn on what the host does not have
+    # no hint to turn on what the host does not have
+    assert "GPU activity" not in " ".join(a.cpu.verdict())
 
 
 def test_bad_rule_file_names_file_and_line(tmp_path):
@@ -238,7 +318,8 @@ def test_report_views(tmp_path, real):
 
     out = Console(record=True, width=200)
     out.print(render(real))
-    text = out.export_text()  # kernel names carry [...]: shown as text, not eaten as rich markup
+    # kernel names carry [...]: shown as text, not eaten as rich markup
+    text = out.export_text()
     assert "unrolled_elementwise_kernel[direct_copy_kernel_cuda, BFloat16]" in text
     assert "ProfilerStep#" in text and "78.3%" in text
 
@@ -248,7 +329,8 @@ def test_inv_analyze_trace(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["findings"][0]["rule"] == "gemm" and (tmp_path / "o" / "analysis.json").exists()
-    assert not (tmp_path / "o" / "report.md").exists()  # --json draws nothing it was not asked for
+    # --json draws nothing it was not asked for
+    assert not (tmp_path / "o" / "report.md").exists()
     bad = tmp_path / "bad.trace.json.gz"
     bad.write_bytes(REAL.read_bytes()[:5000])
     r = inv_cmd("analyze-trace", str(bad))
@@ -276,7 +358,8 @@ def test_fast_and_streaming_paths_agree(monkeypatch, real):
     assert fast.by_op == slow.by_op and fast.steps == slow.steps
 
 
-GRAPH = REPO / "tests" / "data" / "traces" / "h200_graph_fullcast.trace.json.gz"  # benchmarks/gpu_graph_trace.py, H200
+# benchmarks/gpu_graph_trace.py, H200
+GRAPH = REPO / "tests" / "data" / "traces" / "h200_graph_fullcast.trace.json.gz"
 
 
 def test_cuda_graph_replay_trace_matches_torch_and_is_still_diagnosed():
@@ -285,7 +368,8 @@ def test_cuda_graph_replay_trace_matches_torch_and_is_still_diagnosed():
     still be named, from the kernel alone."""
     a = analyze([GRAPH])
     rows = json.loads(GRAPH.with_name("h200_graph_fullcast.torch_totals.json").read_text())[
-        "torch_key_averages_top_by_device_time_us"]
+        "torch_key_averages_top_by_device_time_us"
+    ]
     kernels = [r for r in rows if r["key"] in a.by_kernel]
     assert len(kernels) >= 10
     for r in kernels:

@@ -1,7 +1,7 @@
 """`inv diff-trace`: two real profiles side by side, per step, kernel, launching op and CPU phase.
 
-The H200 pair is the investigation itself (the same decode, whole-pool cast vs gather-cast); the CPU pair is two
-real SGLang 0.5.23 CPU traces. Every side's totals must be exactly what the single-trace analysis reports.
+The H200 pair is the investigation itself (the same decode, whole-pool cast vs gather-cast); the CPU pair is
+two real SGLang 0.5.23 CPU traces. Every side's totals must be exactly what the single-trace analysis reports.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def test_the_cast_that_went_away_leads_the_diff(h200):
     _, _, d = h200
     top = d.kernels[0]
     assert "unrolled_elementwise_kernel" in top.name and top.detail == "aten::copy_"
-    assert top.delta_us < -10_000  # ~13.7 ms a step on this 3-step trace
+    # ~13.7 ms a step on this 3-step trace
+    assert top.delta_us < -10_000
     assert d.ops[0].name == "aten::copy_" and d.ops[0].delta_us == pytest.approx(top.delta_us, rel=0.01)
     head = d.headline()
     assert head.startswith("ProfilerStep# GPU time 15.6 -> 1.80 ms: -13.7 ms ")
@@ -88,21 +89,27 @@ def test_inv_diff_trace_json_and_bad_input(tmp_path):
 
 def test_two_profiles_of_two_ranks_are_diffed_rank_by_rank():
     """TP=2 on one host against the same TP=2 over two nodes (real SGLang 0.5.23 CPU traces): the sum says the
-    decode step got slower; each rank's row says where: rank 1's own work grew, rank 0 only waited longer in the
-    all-reduce for it."""
+    decode step got slower; each rank's row says where: rank 1's own work grew, rank 0 only waited longer in
+    the all-reduce for it."""
     tp2 = [str(DATA / f"sglang-cpu-tp2-TP-{r}.trace.json.gz") for r in (0, 1)]
     two_nodes = [str(DATA / f"sglang-cpu-2node-TP-{r}.trace.json.gz") for r in (0, 1)]
     d = diff_files(tp2, two_nodes, labels=("one host", "two nodes"))
     assert [r["rank"] for r in d.ranks] == [0, 1]
     by = {r["rank"]: r for r in d.ranks}
     own0, own1 = by[0]["own_us"], by[1]["own_us"]
-    assert own1[1] - own1[0] > 20_000 and abs(own0[1] - own0[0]) < 5_000  # rank 1's own work: +35.6 ms
-    assert by[0]["collective_us"][1] > by[0]["collective_us"][0] + 50_000  # rank 0 waits for it
-    assert by[0]["headline"].startswith("step[DECODE bs=1] CPU time") and "gloo:all_reduce" in by[0]["headline"]
-    for rank in (0, 1):  # each row is that rank's own diff: the same as diffing its files alone
+    # rank 1's own work: +35.6 ms
+    assert own1[1] - own1[0] > 20_000 and abs(own0[1] - own0[0]) < 5_000
+    # rank 0 waits for it
+    assert by[0]["collective_us"][1] > by[0]["collective_us"][0] + 50_000
+    assert (
+        by[0]["headline"].startswith("step[DECODE bs=1] CPU time") and "gloo:all_reduce" in by[0]["headline"]
+    )
+    # each row is that rank's own diff: the same as diffing its files alone
+    for rank in (0, 1):
         alone = diff_files([tp2[rank]], [two_nodes[rank]], labels=("one host", "two nodes"))
         assert alone.ranks == [] and by[rank]["headline"] == alone.headline()
-    assert diff_files(tp2[:1], two_nodes[:1]).ranks == []  # one rank a side: nothing per rank
+    # one rank a side: nothing per rank
+    assert diff_files(tp2[:1], two_nodes[:1]).ranks == []
 
 
 def test_inv_diff_trace_shows_each_rank(tmp_path):

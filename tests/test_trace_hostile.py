@@ -1,5 +1,5 @@
-"""Issue 25's trace defects, each reproduced as the red team did it: F15 (a 60 MB kernel name, an empty trace),
-F16 (terminal control characters in trace names), `diff-trace --top abc` / `--top -3`."""
+"""Issue 25's trace defects, each reproduced as the red team did it: F15 (a 60 MB kernel name, an empty
+trace), F16 (terminal control characters in trace names), `diff-trace --top abc` / `--top -3`."""
 
 from __future__ import annotations
 
@@ -18,11 +18,36 @@ ESC = "\x1b"
 def _gpu_trace(path: Path, kernel: str, op: str = "aten::copy_") -> Path:
     """A one-kernel trace in Kineto's layout (one event per `{...},` block, as torch writes them)."""
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": 0.0, "dur": 10.0, "args": {"External id": 1}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0,
-         "args": {"correlation": 5}},
-        {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": 2.0, "dur": 5.0,
-         "args": {"correlation": 5, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": op,
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.0,
+            "dur": 10.0,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"correlation": 5},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": kernel,
+            "pid": 0,
+            "tid": 7,
+            "ts": 2.0,
+            "dur": 5.0,
+            "args": {"correlation": 5, "device": 0},
+        },
     ]
     with open(path, "w") as fh:
         fh.write('{\n  "schemaVersion": 1,\n  "traceEvents": [\n')
@@ -32,7 +57,8 @@ def _gpu_trace(path: Path, kernel: str, op: str = "aten::copy_") -> Path:
 
 
 def test_f15_a_60mb_kernel_name_is_shown_in_seconds(tmp_path):
-    """Main took > 120 s (super-linear: whole-name scans and a 60 MB table cell); now linear and the cell short."""
+    """Main took > 120 s (super-linear: whole-name scans and
+    a 60 MB table cell); now linear and the cell short."""
     name = "void at::native::" + "x" * 60_000_000 + "<float>(int)"
     trace = _gpu_trace(tmp_path / "big.trace.json", name)
     del name
@@ -41,9 +67,11 @@ def test_f15_a_60mb_kernel_name_is_shown_in_seconds(tmp_path):
     took = time.monotonic() - t
     assert r.returncode == 0, r.stderr[-1000:]
     assert took < 60, took
-    assert max(len(line) for line in r.stdout.splitlines()) < 400  # no 60 MB cell
+    # no 60 MB cell
+    assert max(len(line) for line in r.stdout.splitlines()) < 400
     doc = json.loads((tmp_path / "o" / "analysis.json").read_text())
-    assert len(doc["by_kernel"][0]["name"]) == 60_000_000 + len("void at::native::<float>(int)")  # JSON keeps it
+    # JSON keeps it
+    assert len(doc["by_kernel"][0]["name"]) == 60_000_000 + len("void at::native::<float>(int)")
 
 
 def test_f15_an_empty_trace_is_one_line_and_non_zero(tmp_path):
@@ -70,9 +98,11 @@ def test_f16_control_characters_never_reach_the_terminal(tmp_path, fmt):
     for stream in (r.stdout, r.stderr):
         assert not any(ch in stream for ch in banned), repr(stream[:400])
     if fmt == "json":
-        assert json.loads(r.stdout)["by_kernel"][0]["name"] == HOSTILE[1]  # the data itself is kept exactly
+        # the data itself is kept exactly
+        assert json.loads(r.stdout)["by_kernel"][0]["name"] == HOSTILE[1]
     if fmt == "table":
-        assert "\\x1b[31mpwned\\x07" in r.stdout  # shown, escaped
+        # shown, escaped
+        assert "\\x1b[31mpwned\\x07" in r.stdout
         report = (tmp_path / "o" / "report.md").read_text()
         assert ESC not in report and "\x07" not in report and "\\x1b" in report
     r = inv_cmd("diff-trace", str(trace), str(trace))

@@ -1,4 +1,5 @@
-"""Kernel names in charts and tables: shortened at a word boundary, the full name kept (real names from real traces)."""
+"""Kernel names in charts and tables: shortened at a word
+boundary, the full name kept (real names from real traces)."""
 
 from __future__ import annotations
 
@@ -36,25 +37,65 @@ def _full(prefix: str) -> str:
 
 # (start of the real name, width, what a chart or table shows)
 CASES = [
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#12}", 72, "unrolled_elementwise_kernel[direct_copy_kernel_cuda, BFloat16]"),
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#7}", 72, "unrolled_elementwise_kernel[direct_copy_kernel_cuda, float]"),
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#12}", 40, "unrolled_elementwise_kernel[direct_copy…"),
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#12}", 60, "unrolled_elementwise_kernel[direct_copy, BFloat16]"),
-    ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add", 72,
-     "vectorized_elementwise_kernel[CUDAFunctor_add, BFloat16]"),
-    ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add", 40,
-     "vectorized_elementwise_kernel…"),
-    ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda", 72,
-     "vectorized_elementwise_kernel[bfloat16_copy_kernel_cuda, float]"),
-    ("void at::native::vectorized_elementwise_kernel<8, at::native::(anonymous namespace)::launch_clamp_scalar", 72,
-     "vectorized_elementwise_kernel[launch_clamp_scalar, BFloat16]"),
+    (
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            " const::{lambda()#12}"
+        ),
+        72,
+        "unrolled_elementwise_kernel[direct_copy_kernel_cuda, BFloat16]",
+    ),
+    (
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            " const::{lambda()#7}"
+        ),
+        72,
+        "unrolled_elementwise_kernel[direct_copy_kernel_cuda, float]",
+    ),
+    (
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            " const::{lambda()#12}"
+        ),
+        40,
+        "unrolled_elementwise_kernel[direct_copy…",
+    ),
+    (
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            " const::{lambda()#12}"
+        ),
+        60,
+        "unrolled_elementwise_kernel[direct_copy, BFloat16]",
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add",
+        72,
+        "vectorized_elementwise_kernel[CUDAFunctor_add, BFloat16]",
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add",
+        40,
+        "vectorized_elementwise_kernel…",
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda",
+        72,
+        "vectorized_elementwise_kernel[bfloat16_copy_kernel_cuda, float]",
+    ),
+    (
+        (
+            "void at::native::vectorized_elementwise_kernel<8, at::native::(anonymous"
+            " namespace)::launch_clamp_scalar"
+        ),
+        72,
+        "vectorized_elementwise_kernel[launch_clamp_scalar, BFloat16]",
+    ),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg", 72, "cunn_SoftMaxForwardReg[float]"),
     ("void at::native::vectorized_gather_kernel", 72, "vectorized_gather_kernel"),
-    ("void cublasLt::splitKreduce_kernel", 72, "cublasLt::splitKreduce_kernel"),  # a library's namespace stays
+    # a library's namespace stays
+    ("void cublasLt::splitKreduce_kernel", 72, "cublasLt::splitKreduce_kernel"),
     ("nvjet_sm90_tst_64x16_64x16_4x1_v_bz_splitK_NNT", 72, "nvjet_sm90_tst_64x16_64x16_4x1_v_bz_splitK_NNT"),
     ("nvjet_sm90_tst_64x16_64x16_4x1_v_bz_splitK_NNT", 30, "nvjet_sm90_tst_64x16_64x16…"),
     ("nvjet_sm90_tst_192x8_64x8_4x1_v_bz_splitK_NNT", 20, "nvjet_sm90_tst…"),
@@ -80,15 +121,18 @@ def test_no_real_kernel_name_is_ever_cut_mid_word(width):
     for name in names:
         shown = short_kernel(name, width)
         kept = shown.removesuffix(ELLIPSIS)
-        assert _words(kept) <= _words(name), (width, shown)  # every word shown is a whole word of the name
+        # every word shown is a whole word of the name
+        assert _words(kept) <= _words(name), (width, shown)
         first_word = next((i for i, ch in enumerate(kept) if ch in _SEPARATORS), len(kept))
-        assert len(shown) <= width or len(kept) == first_word  # longer than width only to keep a word whole
+        # longer than width only to keep a word whole
+        assert len(shown) <= width or len(kept) == first_word
 
 
 def test_shorten_edge_cases():
     assert shorten("aten::linear", 60) == "aten::linear"
     assert shorten("scheduler.run_batch.forward_extend", 20) == "scheduler.run_batch…"
-    assert shorten("averyveryverylongsingleword", 5) == "averyveryverylongsingleword"  # nothing to cut at: whole
+    # nothing to cut at: whole
+    assert shorten("averyveryverylongsingleword", 5) == "averyveryverylongsingleword"
     assert shorten("averyveryverylongword_tail", 5) == "averyveryverylongword…"
 
 
@@ -97,13 +141,17 @@ def test_full_names_stay_in_the_reports_and_the_json():
     page = trace_markdown(a)
     top = [n for n, _, _ in a.top_kernels(15)]
     copy = next(n for n in top if "direct_copy_kernel_cuda" in n)
-    assert f"`{short_kernel(copy)}`" in page and copy in page  # table shows it short, the list below in full
+    # table shows it short, the list below in full
+    assert f"`{short_kernel(copy)}`" in page and copy in page
     assert "<details><summary>full kernel names</summary>" in page
     assert copy in json.dumps(a.to_json())
-    assert full_names_markdown(["nvjet_sm90_tst_64x8_64x16_4x1_v_bz_NNT"]) == []  # nothing shortened: no list
+    # nothing shortened: no list
+    assert full_names_markdown(["nvjet_sm90_tst_64x8_64x16_4x1_v_bz_NNT"]) == []
 
-    diff = diff_specs(str(TRACES / "h200_decode_fullcast.trace.json.gz"),
-                      str(TRACES / "h200_decode_gathercast.trace.json.gz"))
+    diff = diff_specs(
+        str(TRACES / "h200_decode_fullcast.trace.json.gz"),
+        str(TRACES / "h200_decode_gathercast.trace.json.gz"),
+    )
     md = diff_markdown(diff)
     assert "full kernel names" in md and copy in md
     assert any(d.name == copy for d in diff.kernels)

@@ -1,8 +1,8 @@
 """The parallel reader gives the sequential reader's RawTrace and analysis.json, byte for byte.
 
 Why: the 1 GB speed goal reads plain traces in worker processes (sglops/trace/parallel_read.py); every figure
-must stay what the sequential reader gives. The traces are the real ones under tests/data/traces/ (gunzipped to
-plain JSON in tmp_path) and replicas of them, read with small ranges so that every file splits into many.
+must stay what the sequential reader gives. The traces are the real ones under tests/data/traces/ (gunzipped
+to plain JSON in tmp_path) and replicas of them, read with small ranges so that every file splits into many.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def _analysis(path: Path) -> bytes:
 def test_every_test_trace_reads_identically(src: Path, tmp_path: Path, monkeypatch) -> None:
     plain = _plain(src, tmp_path)
     spans = parallel_read.ranges(str(plain), parse._head, 32 << 10)[1]
-    assert len(spans) > 1 or plain.stat().st_size < 64 << 10  # the file really splits
+    # the file really splits
+    assert len(spans) > 1 or plain.stat().st_size < 64 << 10
     seq = _sequential(plain, monkeypatch)
     par = _parallel(plain, 32 << 10)
     assert _columns(par) == _columns(seq)
@@ -96,8 +97,8 @@ def test_multi_batch_replica_identical(indent, tmp_path: Path, monkeypatch) -> N
 
 
 def test_cut_inside_an_event_falls_back(tmp_path: Path, monkeypatch) -> None:
-    """'},' newline '{' inside events (a list of objects in args, indented): a range cut there cannot parse to its
-    end, the parallel reader refuses, and read() gives the sequential columns all the same."""
+    """'},' newline '{' inside events (a list of objects in args, indented): a range cut there cannot parse to
+    its end, the parallel reader refuses, and read() gives the sequential columns all the same."""
     src = DATA / "sglang-cpu-nostack-TP-0.trace.json.gz"
     path = replicate(src, tmp_path / "nested.trace.json", 1, nested=True)
     with pytest.raises(Exception):  # noqa: B017 - any refusal; read() must then fall back
@@ -127,9 +128,11 @@ def test_truncated_file_one_clear_line(tmp_path: Path, monkeypatch) -> None:
 def test_gzip_and_small_files_stay_sequential(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(parallel_read.WORKERS_ENV, raising=False)
     gz = DATA / "sglang-cpu-nostack-TP-0.trace.json.gz"
-    assert not parallel_read.eligible(str(gz), 0)  # gzip: one stream, no ranges
+    # gzip: one stream, no ranges
+    assert not parallel_read.eligible(str(gz), 0)
     plain = _plain(gz, tmp_path)
-    assert not parallel_read.eligible(str(plain), parse.PARALLEL_MIN_BYTES)  # a few MB: sequential
+    # a few MB: sequential
+    assert not parallel_read.eligible(str(plain), parse.PARALLEL_MIN_BYTES)
     assert parallel_read.eligible(str(plain), 0)
     monkeypatch.setenv(parallel_read.WORKERS_ENV, "1")
     assert not parallel_read.eligible(str(plain), 0)
@@ -152,8 +155,8 @@ def test_pool_that_cannot_start_falls_back(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_forkserver_workers_read_identically(tmp_path: Path, monkeypatch) -> None:
-    """With other threads alive the pool starts by forkserver (fresh interpreters that import the reader's pieces by
-    name): the same columns."""
+    """With other threads alive the pool starts by forkserver (fresh interpreters that import the reader's
+    pieces by name): the same columns."""
     import multiprocessing
 
     plain = _plain(DATA / "sglang-cpu-nostack-TP-0.trace.json.gz", tmp_path)

@@ -1,10 +1,12 @@
-"""The parser and analysis at scale: a trace made of many copies of a real one is analysed as those copies are.
+"""The parser and analysis at scale: a trace made of many
+copies of a real one is analysed as those copies are.
 
-Why: the 1 GB goals (< 300 MB, < 20 s; benchmarks/bench_trace_stack.py big) rest on three shortcuts that must not
-change a single figure: the orjson batches (the ijson path is the reference), the order each thread's events come
-in (taken from the file when torch wrote it in order, checked; sorted otherwise), and 4-byte External ids (widened
-when one does not fit). The traces here are the real SGLang 0.5.23 CPU traces and a real H200 trace, replicated in
-tmp_path with shifted times and ids (as the benchmark does, smaller); nothing big is kept.
+Why: the 1 GB goals (< 300 MB, < 20 s; benchmarks/bench_trace_stack.py big) rest on three shortcuts that must
+not change a single figure: the orjson batches (the ijson path is the reference), the order each thread's
+events come in (taken from the file when torch wrote it in order, checked; sorted otherwise), and 4-byte
+External ids (widened when one does not fit). The traces here are the real SGLang 0.5.23 CPU traces and a real
+H200 trace, replicated in tmp_path with shifted times and ids (as the benchmark does, smaller); nothing big is
+kept.
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ def _payload(a: TraceAnalysis) -> dict:
     for f in doc["files"]:
         f.pop("path")
     doc["source_pairs"] = sorted([*k, v] for k, v in a.source_pairs.items())
-    doc["iterations"] = [{k: v for k, v in it.items() if k != "rank"} for it in a.cpu.iterations] if a.cpu else None
+    doc["iterations"] = (
+        [{k: v for k, v in it.items() if k != "rank"} for it in a.cpu.iterations] if a.cpu else None
+    )
     return doc
 
 
 def _close(a, b, path="") -> None:
-    """Equal structure and counts; floats equal to 1e-9 relative (a different summation order only); rows by name
-    in any order (rows of equal time keep the order their names first appear in, which a shuffle changes)."""
+    """Equal structure and counts; floats equal to 1e-9 relative (a different summation order only); rows by
+    name in any order (rows of equal time keep the order their names first appear in, which a shuffle
+    changes)."""
     if isinstance(a, float) or isinstance(b, float):
         assert a == pytest.approx(b, rel=1e-9, abs=1e-6), path
     elif isinstance(a, dict):
@@ -46,7 +51,8 @@ def _close(a, b, path="") -> None:
             _close(a[k], b[k], f"{path}.{k}")
     elif isinstance(a, list):
         assert len(a) == len(b), path
-        if a and all(isinstance(x, dict) and "name" in x for x in a + b):  # rows of equal value: any order
+        # rows of equal value: any order
+        if a and all(isinstance(x, dict) and "name" in x for x in a + b):
             a, b = sorted(a, key=lambda r: r["name"]), sorted(b, key=lambda r: r["name"])
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _close(x, y, f"{path}[{i}]")
@@ -54,17 +60,23 @@ def _close(a, b, path="") -> None:
         assert a == b, path
 
 
-@pytest.mark.parametrize("source,copies", [(STACK, 3), (NOSTACK, 8), (GPU, 4)], ids=["stack", "nostack", "gpu"])
+@pytest.mark.parametrize(
+    "source,copies", [(STACK, 3), (NOSTACK, 8), (GPU, 4)], ids=["stack", "nostack", "gpu"]
+)
 def test_streamed_parse_of_a_generated_trace_is_the_reference_analysis(tmp_path, monkeypatch, source, copies):
-    """The fast path (orjson batches, file order, numpy) gives exactly what the ijson path and Python's sorts give,
-    and the copies add up: op counts, frames and steps are `copies` times the real trace's."""
+    """The fast path (orjson batches, file order, numpy) gives exactly what the ijson path and Python's sorts
+    give, and the copies add up: op counts, frames and steps are `copies` times the real trace's."""
     path = replicate(source, tmp_path / "big.trace.json", copies)
-    monkeypatch.setattr(stacks, "LARGE", 0)  # numpy and the file-order shortcut even at this size
+    # numpy and the file-order shortcut even at this size
+    monkeypatch.setattr(stacks, "LARGE", 0)
     fast = _payload(analyze([path]))
-    monkeypatch.setattr(stacks, "LARGE", 10**12)  # Python's sorts: the order the shortcut must reproduce
-    monkeypatch.setattr(parse, "_fast", lambda *_: (_ for _ in ()).throw(parse._NotFast()))  # ijson only
+    # Python's sorts: the order the shortcut must reproduce
+    monkeypatch.setattr(stacks, "LARGE", 10**12)
+    # ijson only
+    monkeypatch.setattr(parse, "_fast", lambda *_: (_ for _ in ()).throw(parse._NotFast()))
     slow = _payload(analyze([path]))
-    assert fast == slow  # exactly, floats included
+    # exactly, floats included
+    assert fast == slow
     one = analyze([source])
     assert fast["cpu"]["ops"] == copies * one.cpu.ops
     assert fast["stacks"]["frames"] == copies * one.frames
@@ -86,8 +98,8 @@ def test_a_file_out_of_order_is_sorted_and_analysed_the_same(tmp_path, monkeypat
 
 
 def test_thread_order_is_the_stable_sort():
-    """thread_order against Python's stable sort: in order (the shortcut), out of order (lexsort), ties kept in
-    file order, threads < 0 first."""
+    """thread_order against Python's stable sort: in order (the shortcut), out of order (lexsort), ties kept
+    in file order, threads < 0 first."""
     rng = random.Random(3)
     ts = array("d", [float(rng.randrange(50)) for _ in range(3000)])
     dur = array("d", [float(rng.randrange(5)) for _ in range(3000)])
@@ -96,10 +108,12 @@ def test_thread_order_is_the_stable_sort():
     old = stacks.LARGE
     try:
         stacks.LARGE = 0
-        assert list(stacks.thread_order(ts, th, dur)) == want  # shuffled: the lexsort
+        # shuffled: the lexsort
+        assert list(stacks.thread_order(ts, th, dur)) == want
         order = array("i", want)
         ts2, dur2, th2 = (array(a.typecode, (a[i] for i in order)) for a in (ts, dur, th))
-        got = list(stacks.thread_order(ts2, th2, dur2))  # in order: the file's own order, checked
+        # in order: the file's own order, checked
+        got = list(stacks.thread_order(ts2, th2, dur2))
         assert got == list(range(3000))
     finally:
         stacks.LARGE = old
@@ -121,8 +135,19 @@ def test_name_and_thread_ids_take_two_bytes_until_a_trace_has_more(tmp_path):
     """2-byte name ids for the few hundred names of a real trace; a trace with 40,000 op names (hostile, or a
     name per request) widens the column and every op keeps its own name."""
     assert parse.read(NOSTACK).o_name.itemsize == 2
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1 + i % 3, "ts": float(i), "dur": 0.5,
-               "args": {"External id": i}} for i in range(40_000)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 1 + i % 3,
+            "ts": float(i),
+            "dur": 0.5,
+            "args": {"External id": i},
+        }
+        for i in range(40_000)
+    ]
     path = tmp_path / "many.trace.json"
     path.write_text(json.dumps({"traceEvents": events}).replace("}, {", "},\n{"))
     raw = parse.read(path)

@@ -1,6 +1,7 @@
 """Probes of REAL vLLM release trees (PyPI's CUDA `vllm` wheels, Python files laid out as pip does; cached):
-the MLA backends' FP8 read mode and arch gates, and the CUDA platform's MLA priority list per compute capability.
-Two releases a year apart, so a probe that stops matching a release's lines shows as a changed fact."""
+the MLA backends' FP8 read mode and arch gates, and the CUDA platform's MLA priority list per compute
+capability. Two releases a year apart, so a probe that stops matching a release's lines shows as a changed
+fact."""
 
 from __future__ import annotations
 
@@ -25,21 +26,28 @@ def test_the_version_comes_from_the_tree(old, new):
 
 
 def test_triton_mla_refused_fp8_kv_then_dequantises_it_in_its_kernel(old, new):
-    assert old.backends["TRITON_MLA"]["facts"]["fp8_refused"]["hit"]  # NotImplementedError in 0.10.2
+    # NotImplementedError in 0.10.2
+    assert old.backends["TRITON_MLA"]["facts"]["fp8_refused"]["hit"]
     facts = new.backends["TRITON_MLA"]["facts"]
     assert not facts["fp8_refused"]["hit"] and facts["fp8_kv_listed"]["hit"]
     assert facts["fp8_dequant_in_kernel"]["hit"] and facts["fp8_needs_sm89"]["hit"]
     assert any("triton_decode_attention.py" in ln for ln in facts["fp8_dequant_in_kernel"]["lines"])
-    assert new.summary("TRITON_MLA").startswith("TRITON_MLA: FP8 KV dequantised to the query dtype in the kernel")
+    assert new.summary("TRITON_MLA").startswith(
+        "TRITON_MLA: FP8 KV dequantised to the query dtype in the kernel"
+    )
 
 
 def test_blackwell_gates_moved_from_the_platform_into_the_backends(old, new):
     for name in ("FLASHINFER_MLA", "CUTLASS_MLA"):
         assert new.backends[name]["facts"]["arch_gate"]["capture"] == "10"
-        assert "arch_gate" in old.backends[name]["facts"] and not old.backends[name]["facts"]["arch_gate"]["hit"]
+        assert (
+            "arch_gate" in old.backends[name]["facts"] and not old.backends[name]["facts"]["arch_gate"]["hit"]
+        )
     assert new.backends["FLASHMLA"]["facts"]["arch_gate"]["capture"] == "[9, 10]"
     assert any("is_device_capability(100)" in ln for ln in old.platform["sm100_branch"]["lines"])
-    assert any("Only FlashMLA and CUTLASS_MLA support fp8" in ln for ln in old.platform["fp8_mla_platform"]["lines"])
+    assert any(
+        "Only FlashMLA and CUTLASS_MLA support fp8" in ln for ln in old.platform["fp8_mla_platform"]["lines"]
+    )
 
 
 def test_fp8_read_modes_of_the_blackwell_backends(new):
@@ -49,15 +57,18 @@ def test_fp8_read_modes_of_the_blackwell_backends(new):
 
 
 def test_mla_priorities_per_compute_capability(old, new):
-    assert old.priorities == {}  # 0.10.2 picks with if-chains, no priority list
+    # 0.10.2 picks with if-chains, no priority list
+    assert old.priorities == {}
     assert new.priorities["10"][0][0] == "FLASHINFER_MLA" and new.priorities["10"][0][-1] == "TRITON_MLA"
-    assert new.priorities["12"] == [["TRITON_MLA"]]  # SM120 (RTX PRO 6000): Triton MLA only
+    # SM120 (RTX PRO 6000): Triton MLA only
+    assert new.priorities["12"] == [["TRITON_MLA"]]
     assert new.priorities["other"] == [["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA"]]
     assert not any("SPARSE" in n for lists in new.priorities.values() for names in lists for n in names)
 
 
 def test_the_files_a_host_sends_back_probe_as_the_tree_itself(new):
-    """probe-backends on a vLLM host: the files the probe set reads (host/engine_probe.py) are all it needs."""
+    """probe-backends on a vLLM host: the files the probe
+    set reads (host/engine_probe.py) are all it needs."""
     from sglops.host.engine_probe import read_files
     from sglops.probe.vllm_backends import files_read, scan_files
 

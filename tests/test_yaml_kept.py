@@ -1,5 +1,6 @@
 """The parsed-YAML cache (sglops.core.yamlio): a file read back from it is the parse itself, with its lines; a
-changed file is parsed afresh; what marshal cannot keep as it is (an alias's shared object, a date) is not kept."""
+changed file is parsed afresh; what marshal cannot keep as
+it is (an alias's shared object, a date) is not kept."""
 
 from __future__ import annotations
 

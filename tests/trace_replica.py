@@ -1,6 +1,7 @@
-"""Bigger traces made from real ones, for the trace tests: `copies` copies of a real trace's events, each copy's times
-shifted past the previous one and its correlation / External ids offset, so that every copy's launches stay matched
-to their own kernels. Metadata events ("ph": "M", thread and process names) appear once, as in a real trace."""
+"""Bigger traces made from real ones, for the trace tests: `copies` copies of a real trace's events, each
+copy's times shifted past the previous one and its correlation / External ids offset, so that every copy's
+launches stay matched to their own kernels. Metadata events ("ph": "M", thread and process names) appear once,
+as in a real trace."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ from pathlib import Path
 IDS = ("correlation", "External id")
 
 
-def replicate(source: Path, out: Path, copies: int, *, indent: int | None = 1, nested: bool = False,
-              shuffle: bool = False, id_offset: int = 0) -> Path:
+def replicate(
+    source: Path,
+    out: Path,
+    copies: int,
+    *,
+    indent: int | None = 1,
+    nested: bool = False,
+    shuffle: bool = False,
+    id_offset: int = 0,
+) -> Path:
     """indent None: one event per line; 1: indented as torch writes them (`},` then a newline between events).
     nested: each event's args also carry a list of objects, so '},' newline '{' occurs inside events too.
     shuffle: the events in a random (seeded) order. id_offset: added to every id (wide ids)."""

@@ -8,6 +8,7 @@ try:
 except ImportError:
     _fused_cast_live_rows = None
 
+
 def _sglops_graph_rows(kv_indices_buf, bs, row_width):
     """(index buffer, most live rows) of the CUDA-graph decode wrapper of batch size bs.
 
@@ -16,6 +17,7 @@ def _sglops_graph_rows(kv_indices_buf, bs, row_width):
     The most is bs x req_to_token width (a request's slots fill one row), at most the buffer."""
     return (kv_indices_buf, min(bs * row_width, kv_indices_buf.numel()))
 
+
 def _sglops_record_rows(wrapper, kv_indices, kv_indptr, enable):
     """At plan time: remember where the rows of this plan are (ids, live count, most rows).
 
@@ -23,17 +25,18 @@ def _sglops_record_rows(wrapper, kv_indices, kv_indptr, enable):
     _sglops_graph_rows: the graph's index buffer and kv_indptr[bs] as a device tensor, which
     replays rewrite in place. Other graph wrappers (verify, draft) and disabled plans (speculative,
     DCP, a KV pool in the compute dtype) keep the whole-pool cast."""
-    graph = getattr(wrapper, '_sglops_graph', None)
+    graph = getattr(wrapper, "_sglops_graph", None)
     if not enable:
         wrapper._sglops_rows = None
-    elif getattr(wrapper, '_use_cuda_graph', False):
+    elif getattr(wrapper, "_use_cuda_graph", False):
         wrapper._sglops_rows = None if graph is None else (graph[0], kv_indptr[-1:], graph[1])
     else:
         wrapper._sglops_rows = (kv_indices, kv_indices.numel(), kv_indices.numel())
 
+
 def _sglops_cast_kv(pool, wrapper, dtype):
     """The KV buffer for wrapper.run: pool-shaped, its live rows cast to dtype (else the whole pool)."""
-    rows = getattr(wrapper, '_sglops_rows', None)
+    rows = getattr(wrapper, "_sglops_rows", None)
     if rows is None or pool.element_size() != 1:
         return pool.to(dtype)
     ids, live, most = rows
@@ -49,13 +52,15 @@ def _sglops_cast_kv(pool, wrapper, dtype):
     out[sel] = pool.view(torch.uint8)[sel].view(pool.dtype).to(dtype)
     return out
 
+
 # --- fp8-kv-direct sglang-0.5.23, patched (extracted by sglops)
 def _sglops_fp8_plan_kwargs(wrapper, kv_dtype):
     """plan() keywords for an FP8 KV pool; none for BF16 KV and for SGLang's fast re-plans
     (functools.partial stand-ins for plan under CUDA graphs, which take no keywords)."""
     if kv_dtype != torch.float8_e4m3fn or isinstance(wrapper.plan, partial):
         return {}
-    return {'scale_mode': 'kv-per-tensor'}
+    return {"scale_mode": "kv-per-tensor"}
+
 
 def _sglops_fp8_run_kwargs(kv_buffer):
     """run() keywords for an FP8 KV buffer. The MLA pool stores cache_k.to(fp8) unscaled
@@ -63,4 +68,4 @@ def _sglops_fp8_run_kwargs(kv_buffer):
     per-tensor scale that reproduces it is 1."""
     if kv_buffer.dtype != torch.float8_e4m3fn:
         return {}
-    return {'ckv_scale': 1.0, 'kpe_scale': 1.0}
+    return {"ckv_scale": 1.0, "kpe_scale": 1.0}

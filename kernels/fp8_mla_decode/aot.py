@@ -16,13 +16,32 @@ import sys
 import tempfile
 
 # per-block limits: shared memory a block may opt into, registers a thread may have
-LIMITS = {90: {"smem": 227 * 1024, "regs": 255}, 120: {"smem": 99 * 1024, "regs": 255},
-          100: {"smem": 227 * 1024, "regs": 255}, 89: {"smem": 99 * 1024, "regs": 255}}
+LIMITS = {
+    90: {"smem": 227 * 1024, "regs": 255},
+    120: {"smem": 99 * 1024, "regs": 255},
+    100: {"smem": 227 * 1024, "regs": 255},
+    89: {"smem": 99 * 1024, "regs": 255},
+}
 
-SIG = {"q_ptr": "*bf16", "pool_ptr": "*u8", "indptr_ptr": "*i32", "ids_ptr": "*i32", "lens_ptr": "*i32",
-       "part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "sm_scale": "fp32", "kv_scale": "fp32",
-       "heads": "i32", "pool_stride": "i32", "q_sb": "i32", "q_sh": "i32", "o_sb": "i32", "o_sh": "i32",
-       "n_splits": "i32"}
+SIG = {
+    "q_ptr": "*bf16",
+    "pool_ptr": "*u8",
+    "indptr_ptr": "*i32",
+    "ids_ptr": "*i32",
+    "lens_ptr": "*i32",
+    "part_ptr": "*fp32",
+    "lse_ptr": "*fp32",
+    "out_ptr": "*bf16",
+    "sm_scale": "fp32",
+    "kv_scale": "fp32",
+    "heads": "i32",
+    "pool_stride": "i32",
+    "q_sb": "i32",
+    "q_sh": "i32",
+    "o_sb": "i32",
+    "o_sh": "i32",
+    "n_splits": "i32",
+}
 
 
 def cuobjdump_path() -> str:
@@ -46,22 +65,40 @@ def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False, variant
     if variant is None:
         fn = impl._split_kernel
         const.update({"DOT": tl.bfloat16, "TRANS": cfg["trans"], "DIRECT": int(direct)})
-    else:  # the parameter order of _split_kernel_v
+    # the parameter order of _split_kernel_v
+    else:
         fn = _variants._split_kernel_v
         kdt = tl.float16 if cfg["f16"] else tl.bfloat16
-        const.update({"DOT": kdt, "KDT": kdt, "PREFETCH": cfg["prefetch"], "DIRECT": int(direct),
-                      "TRANS": cfg.get("trans", 0), "VMODE": cfg.get("vmode", 0),
-                      "ALU": cfg.get("alu", 0)})
+        const.update(
+            {
+                "DOT": kdt,
+                "KDT": kdt,
+                "PREFETCH": cfg["prefetch"],
+                "DIRECT": int(direct),
+                "TRANS": cfg.get("trans", 0),
+                "VMODE": cfg.get("vmode", 0),
+                "ALU": cfg.get("alu", 0),
+            }
+        )
     sig = dict(SIG, **{k: "constexpr" for k in const})
     # what the JIT would specialise at run time: 16-byte aligned pointers, strides divisible by 16
     # (576-byte rows); without these hints the loads are scalar and nothing is pipelined
-    aligned = [i for i, k in enumerate(sig) if k.endswith("_ptr") or k in ("pool_stride", "q_sb", "q_sh", "o_sb",
-                                                                            "o_sh")]
-    src = ASTSource(fn=fn, signature=sig,
-                    constexprs={(i,): const[k] for i, k in enumerate(sig) if k in const},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-    k = triton.compile(src, target=GPUTarget("cuda", cc, 32),
-                       options={"num_warps": cfg["warps"], "num_stages": cfg["stages"]})
+    aligned = [
+        i
+        for i, k in enumerate(sig)
+        if k.endswith("_ptr") or k in ("pool_stride", "q_sb", "q_sh", "o_sb", "o_sh")
+    ]
+    src = ASTSource(
+        fn=fn,
+        signature=sig,
+        constexprs={(i,): const[k] for i, k in enumerate(sig) if k in const},
+        attrs={(i,): [["tt.divisibility", 16]] for i in aligned},
+    )
+    k = triton.compile(
+        src,
+        target=GPUTarget("cuda", cc, 32),
+        options={"num_warps": cfg["warps"], "num_stages": cfg["stages"]},
+    )
     ptx = k.asm["ptx"]
     # Triton ran ptxas itself (the cubin is sm_<arch>); read the resources back from the cubin
     with tempfile.TemporaryDirectory() as d:
@@ -78,15 +115,30 @@ def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False, variant
     smem = int(k.metadata.shared)
 
     lim = LIMITS.get(cc, LIMITS[90])
-    out = {"cc": cc, "variant": variant or "default", "config": cfg, "page": page, "direct": direct, "registers": int(regs.group(1)) if regs else None,
-           "shared_bytes": smem, "local_bytes": local_bytes,
-           "stack_bytes": int(stack.group(1)) if stack else None, "mma": mma_kind(ptx),
-           "sass_mma": sorted({m for m in re.findall(r"\b(HGMMA|HMMA|QGMMA|IMMA)\b", sass)}),
-           "async_copies": k.asm["ttgir"].count("async_copy_global_to_local"),
-           "sass_local_ops": len(re.findall(r"\b(LDL|STL)\b", sass)), "resource_line": text.strip()[-300:],
-           "limits": lim, "ptxas_rc": res.returncode}
-    out["fits"] = (res.returncode == 0 and out["registers"] is not None and out["registers"] <= lim["regs"]
-                   and smem <= lim["smem"])
+    out = {
+        "cc": cc,
+        "variant": variant or "default",
+        "config": cfg,
+        "page": page,
+        "direct": direct,
+        "registers": int(regs.group(1)) if regs else None,
+        "shared_bytes": smem,
+        "local_bytes": local_bytes,
+        "stack_bytes": int(stack.group(1)) if stack else None,
+        "mma": mma_kind(ptx),
+        "sass_mma": sorted({m for m in re.findall(r"\b(HGMMA|HMMA|QGMMA|IMMA)\b", sass)}),
+        "async_copies": k.asm["ttgir"].count("async_copy_global_to_local"),
+        "sass_local_ops": len(re.findall(r"\b(LDL|STL)\b", sass)),
+        "resource_line": text.strip()[-300:],
+        "limits": lim,
+        "ptxas_rc": res.returncode,
+    }
+    out["fits"] = (
+        res.returncode == 0
+        and out["registers"] is not None
+        and out["registers"] <= lim["regs"]
+        and smem <= lim["smem"]
+    )
     # register spills show as a stack frame and local loads/stores (LDL/STL) in the SASS
     out["spills"] = bool(out["stack_bytes"] or out["sass_local_ops"])
     if res.returncode:
@@ -95,8 +147,14 @@ def compile_one(cc: int, cfg: dict, page: int = 1, direct: bool = False, variant
 
 
 # (block_h, block_n, warps, stages, trans)
-SWEEP = [(bh, bn, w, st, tr) for bh in (16, 32, 64, 128) for bn in (32, 64) for w in (4, 8) for st in (1, 2, 3)
-         for tr in (0, 1)]
+SWEEP = [
+    (bh, bn, w, st, tr)
+    for bh in (16, 32, 64, 128)
+    for bn in (32, 64)
+    for w in (4, 8)
+    for st in (1, 2, 3)
+    for tr in (0, 1)
+]
 
 
 def mma_kind(ptx: str) -> str:
@@ -113,8 +171,12 @@ def main() -> None:
     ap.add_argument("--family", default=None, help="config table (sm90, sm120); default from --cc")
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="every candidate of SWEEP, page 1, not direct")
-    ap.add_argument("--variant", default=None, help="a _variants.VARIANTS name: its configuration for this family "
-                    "(16 heads; _variants.FAMILY_OVERRIDES adapt it to the family's shared memory)")
+    ap.add_argument(
+        "--variant",
+        default=None,
+        help="a _variants.VARIANTS name: its configuration for this family "
+        "(16 heads; _variants.FAMILY_OVERRIDES adapt it to the family's shared memory)",
+    )
     args = ap.parse_args()
     from sglops_kernels.fp8_mla_decode import _triton as impl
     from sglops_kernels.fp8_mla_decode import _variants
@@ -123,12 +185,16 @@ def main() -> None:
     rows = []
     if args.variant:
         if args.variant not in _variants.VARIANTS or _variants.VARIANTS[args.variant] is None:
-            raise SystemExit(f"error: --variant takes one of {','.join(n for n, v in _variants.VARIANTS.items() if v)}")
+            raise SystemExit(
+                f"error: --variant takes one of {','.join(n for n, v in _variants.VARIANTS.items() if v)}"
+            )
         cfg = _variants.variant_config(args.variant, impl.config_for(16, family), family)
         todo = [(16, cfg, (1, 64), (False, True))]
     elif args.sweep:
-        todo = [(0, dict(zip(("block_h", "block_n", "warps", "stages", "trans"), c, strict=True)), (1,), (False,))
-                for c in SWEEP]
+        todo = [
+            (0, dict(zip(("block_h", "block_n", "warps", "stages", "trans"), c, strict=True)), (1,), (False,))
+            for c in SWEEP
+        ]
     else:
         todo = [(heads, cfg, (1, 64), (False, True)) for heads, cfg in impl.CONFIGS[family].items()]
     for heads, cfg, pages, directs in todo:
@@ -136,13 +202,22 @@ def main() -> None:
             for direct in directs:
                 try:
                     r = compile_one(args.cc, cfg, page, direct, args.variant)
-                except Exception as exc:  # report, keep going
-                    r = {"cc": args.cc, "config": cfg, "page": page, "direct": direct,
-                         "error": f"{type(exc).__name__}: {exc}"[:400], "fits": False}
+                # report, keep going
+                except Exception as exc:
+                    r = {
+                        "cc": args.cc,
+                        "config": cfg,
+                        "page": page,
+                        "direct": direct,
+                        "error": f"{type(exc).__name__}: {exc}"[:400],
+                        "fits": False,
+                    }
                 r["heads"] = heads
                 rows.append(r)
-                print(json.dumps({k: v for k, v in r.items() if k not in ("limits", "config")} | {"cfg": cfg}),
-                      flush=True)
+                print(
+                    json.dumps({k: v for k, v in r.items() if k not in ("limits", "config")} | {"cfg": cfg}),
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

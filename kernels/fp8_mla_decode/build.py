@@ -30,9 +30,12 @@ def main() -> None:
         for page in (1, 64):
             for direct in (False, True):
                 r = aot.compile_one(cc, cfg, page, direct)
-                print(f"aot sm_{cc} heads={heads} page={page} direct={direct}: registers {r['registers']}, shared "
-                      f"{r['shared_bytes']} B, stack {r['stack_bytes']} B, local ops {r['sass_local_ops']}, "
-                      f"mma {r['sass_mma']}", flush=True)
+                print(
+                    f"aot sm_{cc} heads={heads} page={page} direct={direct}: registers {r['registers']},"
+                    f" shared {r['shared_bytes']} B, stack {r['stack_bytes']} B, local ops"
+                    f" {r['sass_local_ops']}, mma {r['sass_mma']}",
+                    flush=True,
+                )
                 if not r["fits"]:
                     bad.append(f"heads={heads} page={page} direct={direct}")
     if bad:
@@ -68,16 +71,21 @@ def main() -> None:
                 t0 = time.perf_counter()
                 impl.mla_decode(q, pool, indptr, ids, 0.07, 1.0, splits, **kw)
                 torch.cuda.synchronize()
-                print(f"compiled+ran {impl.__name__.rsplit('.', 1)[-1]} heads={heads} page={page} splits={splits}: "
-                      f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+                print(
+                    f"compiled+ran {impl.__name__.rsplit('.', 1)[-1]} heads={heads} page={page}"
+                    f" splits={splits}: {(time.perf_counter() - t0) * 1e3:.0f} ms",
+                    flush=True,
+                )
     print("build ok", flush=True)
 
 
 def build_cuda(arch: str, family: str) -> None:
-    """Step 3: the CUDA C++ kernel into the package, with its resource report; no nvcc: Triton serves alone."""
+    """Step 3: the CUDA C++ kernel into the package, with
+    its resource report; no nvcc: Triton serves alone."""
     from sglops_kernels.fp8_mla_decode import _cuda
 
-    target = "sm_90a" if arch == "sm_90" else arch  # the host's facts name Hopper sm_90a already
+    # the host's facts name Hopper sm_90a already
+    target = "sm_90a" if arch == "sm_90" else arch
     if target not in _cuda.LIMITS:
         print(f"cuda: no configuration for {arch}; the Triton kernel serves", flush=True)
         return
@@ -88,14 +96,20 @@ def build_cuda(arch: str, family: str) -> None:
         return
     report = _cuda.resources(_cuda.compile_cubin(target, _cuda.packaged_cubin(target), nvcc), target)
     for name, r in report.items():
-        print(f"cuda {target} {name}: registers {r.get('registers')}, spills {r.get('spill_stores')} B, shared "
-              f"{r.get('smem')} B, CTAs/SM {r.get('ctas_per_sm')} (registers {r.get('ctas_by_regs')}, shared "
-              f"{r.get('ctas_by_smem')}; wanted {r.get('wanted_ctas')})", flush=True)
+        print(
+            f"cuda {target} {name}: registers {r.get('registers')}, spills {r.get('spill_stores')} B, shared "
+            f"{r.get('smem')} B, CTAs/SM {r.get('ctas_per_sm')} (registers {r.get('ctas_by_regs')}, shared "
+            f"{r.get('ctas_by_smem')}; wanted {r.get('wanted_ctas')})",
+            flush=True,
+        )
     picks = _cuda.DEFAULT[family]
     for heads, pick in picks.items():
         r = report.get(pick, {})
         if not r.get("fits") or r.get("ctas_per_sm", 0) < r.get("wanted_ctas", 1):
-            print(f"error: the CUDA kernel picked for {target} at {heads} heads ({pick}) does not fit: {r}", flush=True)
+            print(
+                f"error: the CUDA kernel picked for {target} at {heads} heads ({pick}) does not fit: {r}",
+                flush=True,
+            )
             _cuda.packaged_cubin(target).unlink(missing_ok=True)
             sys.exit(1)
     print(f"cuda {target}: built {_cuda.packaged_cubin(target).name}, picked {picks}", flush=True)

@@ -4,12 +4,12 @@ CUDA: Triton's interpreter must be used instead, see tests/test_fp8_mla_decode.p
 Against fp32 attention over the dequantised rows (`reference`): 16 and 128 heads, random lengths
 (one empty request), page size 1 and 64, one split and several, a stale tail of wild ids after
 kv_indptr's range, outputs poisoned with NaN first; and a CUDA graph captured once and replayed with
-new lengths, ids and q written in place. CUDA: ragged batches under the length-aware schedule (a long tail among
-short requests, uniform-random lengths, runs of empty requests, more requests than a CTA has threads, grids of a
-few CTAs so that one CTA reads many requests and one request spans many CTAs), each over a pool whose every row
-that must not be read is NaN, and graph replays of changing ragged mixes. Bound: max abs error <= 2^-7 x max |ref| + 1e-3 (BF16 out
-and BF16 MMA operands; FlashInfer's BF16 path measures the same order, BENCH.md). Exits non-zero at
-the first failure with one `error:` line.
+new lengths, ids and q written in place. CUDA: ragged batches under the length-aware schedule (a long tail
+among short requests, uniform-random lengths, runs of empty requests, more requests than a CTA has threads,
+grids of a few CTAs so that one CTA reads many requests and one request spans many CTAs), each over a pool
+whose every row that must not be read is NaN, and graph replays of changing ragged mixes. Bound: max abs error
+<= 2^-7 x max |ref| + 1e-3 (BF16 out and BF16 MMA operands; FlashInfer's BF16 path measures the same order,
+BENCH.md). Exits non-zero at the first failure with one `error:` line.
 SGLOPS_FP8_MLA_KERNELS=name,name (CUDA kernels of `_cuda.KERNELS`) runs the same cases with each named kernel
 instead (the sm120 pick on an H200 as a proxy, say).
 """
@@ -32,7 +32,7 @@ def batch(gen, bs, rows, max_len, dev):
     indptr = torch.zeros(bs + 1, dtype=torch.int32)
     indptr[1:] = torch.cumsum(lens, 0)
     ids = torch.randint(0, rows, (int(indptr[-1]),), generator=gen, dtype=torch.int32)
-    buf = torch.full((int(indptr[-1]) + 4096,), 2 ** 30, dtype=torch.int32)
+    buf = torch.full((int(indptr[-1]) + 4096,), 2**30, dtype=torch.int32)
     buf[: ids.numel()] = ids
     return indptr.to(dev), buf.to(dev), ids
 
@@ -41,7 +41,7 @@ def check(label, got, ref):
     if torch.isnan(got.float()).any():
         fail(f"{label}: outputs left unwritten")
     err = float((got.float() - ref).abs().max())
-    bound = float(ref.abs().max()) * 2 ** -7 + 1e-3
+    bound = float(ref.abs().max()) * 2**-7 + 1e-3
     if err > bound:
         fail(f"{label}: max abs err {err:.3g} > {bound:.3g}")
     return err
@@ -49,7 +49,10 @@ def check(label, got, ref):
 
 def main() -> None:
     if not torch.cuda.is_available():
-        print("no CUDA device: nothing to test here (tests/test_fp8_mla_decode.py runs the interpreter)", flush=True)
+        print(
+            "no CUDA device: nothing to test here (tests/test_fp8_mla_decode.py runs the interpreter)",
+            flush=True,
+        )
         return
     from sglops_kernels.fp8_mla_decode import _cuda, implementation
 
@@ -61,11 +64,13 @@ def main() -> None:
         for name in named:
             run_checks(f"cuda {name}", _cuda.config_of(name))
         return
-    # every implementation this GPU can run, each over every case (16 and 128 heads alike), then the default pick
+    # every implementation this GPU can run, each over every
+    # case (16 and 128 heads alike), then the default pick
     impls = ["cuda", "triton"] if _cuda.available() else ["triton"]
     for impl in impls:
         os.environ["SGLOPS_FP8_MLA_IMPL"] = impl
-        run_checks(impl + ("+pdl" if impl == "cuda" and _cuda.PDL else ""))  # PDL: SGLOPS_FP8_MLA_PDL=1
+        # PDL: SGLOPS_FP8_MLA_PDL=1
+        run_checks(impl + ("+pdl" if impl == "cuda" and _cuda.PDL else ""))
     os.environ.pop("SGLOPS_FP8_MLA_IMPL")
     print("picked:", implementation().__name__.rsplit(".", 1)[-1], flush=True)
 
@@ -83,7 +88,8 @@ def run_checks(impl: str, config: dict | None = None) -> None:
     rows = 200_000
     pool = (torch.randn(rows, 1, 576, generator=gen) * 0.5).to(torch.float8_e4m3fn).to(dev)
     cases, worst = 0, 0.0
-    for heads in (8, 16, 128):  # 8: fewer heads than one 16-head block (64-head models at TP 8)
+    # 8: fewer heads than one 16-head block (64-head models at TP 8)
+    for heads in (8, 16, 128):
         for bs, max_len in ((1, 5000), (3, 2000), (16, 3000)):
             q = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
             indptr, buf, ids = batch(gen, bs, rows, max_len, dev)
@@ -104,8 +110,19 @@ def run_checks(impl: str, config: dict | None = None) -> None:
             pp = pool[: pages * 64].view(pages, 64, 576)
             pref = reference(q, pp, pind, pids, 0.0721, 1.0, page_size=64, kv_lens=lens)
             out = torch.full((bs, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
-            mla_decode(q, pp, pind.to(dev), pids.to(dev), 0.0721, 1.0, 3, out, page_size=64,
-                       kv_lens=lens.to(torch.int32).to(dev), config=cfg(max_len))
+            mla_decode(
+                q,
+                pp,
+                pind.to(dev),
+                pids.to(dev),
+                0.0721,
+                1.0,
+                3,
+                out,
+                page_size=64,
+                kv_lens=lens.to(torch.int32).to(dev),
+                config=cfg(max_len),
+            )
             torch.cuda.synchronize()
             worst = max(worst, check(f"page64 heads={heads} bs={bs}", out, pref))
             cases += 1
@@ -127,7 +144,7 @@ def run_checks(impl: str, config: dict | None = None) -> None:
         qv = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
         q.copy_(qv)
         indptr.copy_(ind)
-        buf.fill_(2 ** 30)
+        buf.fill_(2**30)
         buf[: ids.numel()].copy_(ids.to(dev))
         out.fill_(float("nan"))
         g.replay()
@@ -137,17 +154,22 @@ def run_checks(impl: str, config: dict | None = None) -> None:
     if impl.startswith("cuda"):
         c2, w2 = ragged_checks(config)
         cases, worst = cases + c2, max(worst, w2)
-    print(f"selftest ok ({impl}): {cases} cases on {torch.cuda.get_device_name()} (max abs err {worst:.3g})",
-          flush=True)
+    print(
+        f"selftest ok ({impl}): {cases} cases on {torch.cuda.get_device_name()} (max abs err {worst:.3g})",
+        flush=True,
+    )
 
 
 def poisoned_pool(gen, lens, dev, spare=3):
-    """A pool of distinct live rows (a random permutation) with every other row NaN (e4m3 0x7f), and the ids."""
+    """A pool of distinct live rows (a random permutation)
+    with every other row NaN (e4m3 0x7f), and the ids."""
     live = int(sum(lens))
     rows = live * spare + 64
     pool = torch.full((rows, 1, 576), 0x7F, dtype=torch.uint8)
     ids = torch.randperm(rows, generator=gen)[:live].to(torch.int32)
-    pool[ids.long()] = (torch.randn(live, 1, 576, generator=gen) * 0.5).to(torch.float8_e4m3fn).view(torch.uint8)
+    pool[ids.long()] = (
+        (torch.randn(live, 1, 576, generator=gen) * 0.5).to(torch.float8_e4m3fn).view(torch.uint8)
+    )
     return pool.to(dev).view(torch.float8_e4m3fn), ids
 
 
@@ -171,26 +193,48 @@ def ragged_checks(config):
         bs = len(lens)
         indptr = torch.zeros(bs + 1, dtype=torch.int32)
         indptr[1:] = torch.cumsum(torch.tensor(lens), 0)
-        buf = torch.full((ids.numel() + 4096,), 2 ** 30, dtype=torch.int32)
+        buf = torch.full((ids.numel() + 4096,), 2**30, dtype=torch.int32)
         buf[: ids.numel()] = ids
         for heads in (16, 128):
             q = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
             ref = reference(q, pool, indptr, ids, 0.0721, 1.0)
-            for ctas, min_rows, ovh in ((None, None, None), (7, 64, 0), (1, 64, 50), (300, 32, 200), (None, None, 97)):
+            for ctas, min_rows, ovh in (
+                (None, None, None),
+                (7, 64, 0),
+                (1, 64, 50),
+                (300, 32, 200),
+                (None, None, 97),
+            ):
                 cfg = dict(_cuda.config_of(name), ctas=ctas)
                 out = torch.full((bs, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
-                _cuda.mla_decode(q, pool, indptr.to(dev), buf.to(dev), 0.0721, 1.0, 1, out, config=cfg,
-                                 min_rows=min_rows, ovh=ovh)
+                _cuda.mla_decode(
+                    q,
+                    pool,
+                    indptr.to(dev),
+                    buf.to(dev),
+                    0.0721,
+                    1.0,
+                    1,
+                    out,
+                    config=cfg,
+                    min_rows=min_rows,
+                    ovh=ovh,
+                )
                 torch.cuda.synchronize()
-                worst = max(worst, check(f"{label} heads={heads} ctas={ctas} min_rows={min_rows} ovh={ovh}", out, ref))
+                worst = max(
+                    worst, check(f"{label} heads={heads} ctas={ctas} min_rows={min_rows} ovh={ovh}", out, ref)
+                )
                 cases += 1
-    # pages of 64 with ragged token counts (the last page of each request partly beyond its length), NaN elsewhere
+    # pages of 64 with ragged token counts (the last page of
+    # each request partly beyond its length), NaN elsewhere
     lens = [5, 0, 4_000, 64, 65, 1_000, 0, 129]
     npg = [(n + 63) // 64 for n in lens]
     pages = sum(npg) * 2 + 4
     pool = torch.full((pages, 64, 576), 0x7F, dtype=torch.uint8)
     pids = torch.randperm(pages, generator=gen)[: sum(npg)].to(torch.int32)
-    pool[pids.long()] = (torch.randn(len(pids), 64, 576, generator=gen) * 0.5).to(torch.float8_e4m3fn).view(torch.uint8)
+    pool[pids.long()] = (
+        (torch.randn(len(pids), 64, 576, generator=gen) * 0.5).to(torch.float8_e4m3fn).view(torch.uint8)
+    )
     pool = pool.to(dev).view(torch.float8_e4m3fn)
     pind = torch.zeros(len(lens) + 1, dtype=torch.int32)
     pind[1:] = torch.cumsum(torch.tensor(npg), 0)
@@ -199,8 +243,21 @@ def ragged_checks(config):
     ref = reference(q, pool, pind, pids, 0.0721, 1.0, page_size=64, kv_lens=klen)
     for ctas, ovh in ((None, None), (5, 0), (9, 70)):
         out = torch.full((len(lens), 16, 512), float("nan"), dtype=torch.bfloat16, device=dev)
-        _cuda.mla_decode(q, pool, pind.to(dev), pids.to(dev), 0.0721, 1.0, 1, out, page_size=64,
-                         kv_lens=klen.to(dev), config=dict(_cuda.config_of(name), ctas=ctas), min_rows=64, ovh=ovh)
+        _cuda.mla_decode(
+            q,
+            pool,
+            pind.to(dev),
+            pids.to(dev),
+            0.0721,
+            1.0,
+            1,
+            out,
+            page_size=64,
+            kv_lens=klen.to(dev),
+            config=dict(_cuda.config_of(name), ctas=ctas),
+            min_rows=64,
+            ovh=ovh,
+        )
         torch.cuda.synchronize()
         worst = max(worst, check(f"page64 ragged ctas={ctas}", out, ref))
         cases += 1
@@ -211,7 +268,7 @@ def ragged_checks(config):
     nan_free = (pool.view(torch.uint8)[:, 0, 0] != 0x7F).nonzero().flatten().to(torch.int32).cpu()
     q = torch.zeros(bs, heads, 576, dtype=torch.bfloat16, device=dev)
     indptr = torch.zeros(bs + 1, dtype=torch.int32, device=dev)
-    buf = torch.full((bs * most + 4096,), 2 ** 30, dtype=torch.int32, device=dev)
+    buf = torch.full((bs * most + 4096,), 2**30, dtype=torch.int32, device=dev)
     out = torch.empty(bs, heads, 512, dtype=torch.bfloat16, device=dev)
     ws = workspace(bs, heads, 1, dev)
     cfg = _cuda.config_of(name)
@@ -232,7 +289,7 @@ def ragged_checks(config):
         qv = torch.randn(bs, heads, 576, generator=gen).to(torch.bfloat16).to(dev)
         q.copy_(qv)
         indptr.copy_(ind.to(dev))
-        buf.fill_(2 ** 30)
+        buf.fill_(2**30)
         buf[:total].copy_(ids.to(dev))
         out.fill_(float("nan"))
         g.replay()

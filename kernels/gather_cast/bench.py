@@ -46,7 +46,8 @@ def graph_time_us(make_call, k: int, repeats: int = 7) -> float:
     end.record()
     end.synchronize()
     once = start.elapsed_time(end)
-    reps = max(1, min(200, int(20 / max(once, 1e-3))))  # about 20 ms per timing
+    # about 20 ms per timing
+    reps = max(1, min(200, int(20 / max(once, 1e-3))))
     times = []
     for _ in range(repeats):
         start.record()
@@ -70,12 +71,21 @@ def main() -> None:
     a = ap.parse_args()
     dev = "cuda"
     torch.manual_seed(0)
-    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "cc": "{}.{}".format(*torch.cuda.get_device_capability()), "config": dict(impl.CONFIG), "pool_tokens": POOL}
+    res = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cc": "{}.{}".format(*torch.cuda.get_device_capability()),
+        "config": dict(impl.CONFIG),
+        "pool_tokens": POOL,
+    }
 
     # 1. the ceiling: a large device-to-device copy (bytes read + bytes written)
     n = 1 << 30
-    src, dst = torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
+    src, dst = (
+        torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev),
+        torch.empty(n, dtype=torch.uint8, device=dev),
+    )
     ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
     copy_bw = 2 * n / (ms * 1e-3) / 1e12
     res["copy_tb_s"] = copy_bw
@@ -88,19 +98,30 @@ def main() -> None:
     nb = torch.tensor([[0x7F] * D, [0xFF] * D], dtype=torch.uint8, device=dev).view(2, 1, D)
     two = torch.tensor([0, 1], device=dev)
     nan = {}
-    for label, od, sc in (("bf16", torch.bfloat16, None), ("fp16", torch.float16, None),
-                          ("fp32", torch.float32, None), ("bf16_scaled", torch.bfloat16, 0.37)):
+    for label, od, sc in (
+        ("bf16", torch.bfloat16, None),
+        ("fp16", torch.float16, None),
+        ("fp32", torch.float32, None),
+        ("bf16_scaled", torch.bfloat16, 0.37),
+    ):
         iv = torch.int32 if od == torch.float32 else torch.int16
         ref = nb.view(FP8)[two].to(od) if sc is None else (nb.view(FP8)[two].to(torch.float32) * sc).to(od)
         raw_k = impl.gather_cast(nb, two, od, sc, nan_bits=0)
-        nan[label] = {"torch": [hex(int(v) & 0xFFFFFFFF) for v in ref.view(iv)[:, 0, 0].tolist()],
-                      "kernel_unfixed": [hex(int(v) & 0xFFFFFFFF) for v in raw_k.view(iv)[:, 0, 0].tolist()]}
+        nan[label] = {
+            "torch": [hex(int(v) & 0xFFFFFFFF) for v in ref.view(iv)[:, 0, 0].tolist()],
+            "kernel_unfixed": [hex(int(v) & 0xFFFFFFFF) for v in raw_k.view(iv)[:, 0, 0].tolist()],
+        }
     res["nan"] = nan
     print("NaN:", json.dumps(nan), flush=True)
 
     def fused(idx_sets, **kw):
-        return lambda i: (lambda: gather_cast(pool, idx_sets[i]) if not kw else impl.gather_cast(
-            pool, idx_sets[i], torch.bfloat16, None, **kw))
+        return lambda i: (
+            lambda: (
+                gather_cast(pool, idx_sets[i])
+                if not kw
+                else impl.gather_cast(pool, idx_sets[i], torch.bfloat16, None, **kw)
+            )
+        )
 
     # 3. sizes: fused vs torch gather-then-cast vs a copy of the same bytes
     rows_out = []
@@ -112,38 +133,58 @@ def main() -> None:
         else:
             idx_sets = [torch.randperm(POOL, device=dev)[:rows].to(torch.int32) for _ in range(k)]
         t_fused = graph_time_us(fused(idx_sets), k)
-        t_torch = graph_time_us(lambda i, s=idx_sets: (lambda: pool[s[i]].to(torch.bfloat16)), k)
+        t_torch = graph_time_us(lambda i, s=idx_sets: lambda: pool[s[i]].to(torch.bfloat16), k)
         half = moved // 2
-        bufs = [(torch.empty(half, dtype=torch.uint8, device=dev), torch.empty(half, dtype=torch.uint8, device=dev))
-                for _ in range(k)]
+        bufs = [
+            (
+                torch.empty(half, dtype=torch.uint8, device=dev),
+                torch.empty(half, dtype=torch.uint8, device=dev),
+            )
+            for _ in range(k)
+        ]
         for s, _ in bufs:
             s.random_(0, 256)
-        t_copy = graph_time_us(lambda i, b=bufs: (lambda: b[i][1].copy_(b[i][0])), k)
+        t_copy = graph_time_us(lambda i, b=bufs: lambda: b[i][1].copy_(b[i][0]), k)
         bufs = None
 
         def eager(j=[0], k=k, sets=idx_sets):  # noqa: B006 (a counter that cycles the index sets)
             j[0] = (j[0] + 1) % k
             return gather_cast(pool, sets[j[0]])
+
         t_eager = triton.testing.do_bench(eager, warmup=25, rep=100, return_mode="median") * 1e3
         bw = moved / (t_fused * 1e-6) / 1e12
-        row = {"rows": rows, "sets": k, "fused_us": t_fused, "torch_gather_cast_us": t_torch,
-               "same_bytes_copy_us": t_copy, "fused_eager_us": t_eager, "fused_tb_s": bw,
-               "pct_of_copy_peak": 100 * bw / copy_bw, "speedup_vs_torch": t_torch / t_fused,
-               "same_bytes_copy_tb_s": moved / (t_copy * 1e-6) / 1e12}
+        row = {
+            "rows": rows,
+            "sets": k,
+            "fused_us": t_fused,
+            "torch_gather_cast_us": t_torch,
+            "same_bytes_copy_us": t_copy,
+            "fused_eager_us": t_eager,
+            "fused_tb_s": bw,
+            "pct_of_copy_peak": 100 * bw / copy_bw,
+            "speedup_vs_torch": t_torch / t_fused,
+            "same_bytes_copy_tb_s": moved / (t_copy * 1e-6) / 1e12,
+        }
         rows_out.append(row)
-        print(f"rows={rows:>7} fused {t_fused:9.2f} us ({bw:.2f} TB/s, {row['pct_of_copy_peak']:.0f}% of copy) "
-              f"torch {t_torch:9.2f} us (x{row['speedup_vs_torch']:.2f}) copy-same-bytes {t_copy:8.2f} us "
-              f"eager {t_eager:8.2f} us", flush=True)
+        print(
+            f"rows={rows:>7} fused {t_fused:9.2f} us ({bw:.2f} TB/s, {row['pct_of_copy_peak']:.0f}% of copy) "
+            f"torch {t_torch:9.2f} us (x{row['speedup_vs_torch']:.2f}) copy-same-bytes {t_copy:8.2f} us "
+            f"eager {t_eager:8.2f} us",
+            flush=True,
+        )
     res["sizes"] = rows_out
 
     # 4. whole pool: torch's own cast of the pool (the FlashInfer-MLA path) vs fused over arange(pool)
     pools = [pool] + [(torch.randn(POOL, 1, D, device=dev) * 0.5).to(FP8)]
     ar = torch.arange(POOL, device=dev, dtype=torch.int32)
-    t_whole_torch = graph_time_us(lambda i, p=pools: (lambda: p[i].to(torch.bfloat16)), 2)
-    t_whole_fused = graph_time_us(lambda i, p=pools: (lambda: gather_cast(p[i], ar)), 2)
-    res["whole_pool"] = {"torch_to_bf16_us": t_whole_torch, "fused_arange_us": t_whole_fused,
-                         "torch_tb_s": 3 * D * POOL / (t_whole_torch * 1e-6) / 1e12,
-                         "fused_tb_s": 3 * D * POOL / (t_whole_fused * 1e-6) / 1e12}
+    t_whole_torch = graph_time_us(lambda i, p=pools: lambda: p[i].to(torch.bfloat16), 2)
+    t_whole_fused = graph_time_us(lambda i, p=pools: lambda: gather_cast(p[i], ar), 2)
+    res["whole_pool"] = {
+        "torch_to_bf16_us": t_whole_torch,
+        "fused_arange_us": t_whole_fused,
+        "torch_tb_s": 3 * D * POOL / (t_whole_torch * 1e-6) / 1e12,
+        "fused_tb_s": 3 * D * POOL / (t_whole_fused * 1e-6) / 1e12,
+    }
     print("whole pool:", json.dumps(res["whole_pool"]), flush=True)
     pools = None
 
@@ -158,24 +199,41 @@ def main() -> None:
                     if rpp * D // 16 < 32 * warps // 2:
                         continue
                     t = graph_time_us(fused(idx_sets, rows=rpp, warps=warps), k, repeats=5)
-                    sweep.append({"rows": rows, "rows_per_program": rpp, "warps": warps, "us": t,
-                                  "tb_s": 3 * D * rows / (t * 1e-6) / 1e12})
+                    sweep.append(
+                        {
+                            "rows": rows,
+                            "rows_per_program": rpp,
+                            "warps": warps,
+                            "us": t,
+                            "tb_s": 3 * D * rows / (t * 1e-6) / 1e12,
+                        }
+                    )
             best = min((s for s in sweep if s["rows"] == rows), key=lambda s: s["us"])
-            print(f"sweep rows={rows}: best rows/program={best['rows_per_program']} warps={best['warps']} "
-                  f"{best['us']:.2f} us ({best['tb_s']:.2f} TB/s)", flush=True)
+            print(
+                f"sweep rows={rows}: best rows/program={best['rows_per_program']} warps={best['warps']} "
+                f"{best['us']:.2f} us ({best['tb_s']:.2f} TB/s)",
+                flush=True,
+            )
         res["sweep"] = sweep
 
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "bench.json"), "w") as fh:
         json.dump(res, fh, indent=1)
-    print("\n| rows | fused us | TB/s | % copy peak | torch gather+cast us | speedup | same-bytes copy us | eager us |")
+    print(
+        "\n| rows | fused us | TB/s | % copy peak | torch gather+cast us | speedup | same-bytes copy us |"
+        " eager us |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows_out:
-        print(f"| {r['rows']} | {r['fused_us']:.2f} | {r['fused_tb_s']:.2f} | {r['pct_of_copy_peak']:.0f}% | "
-              f"{r['torch_gather_cast_us']:.2f} | {r['speedup_vs_torch']:.2f}x | {r['same_bytes_copy_us']:.2f} | "
-              f"{r['fused_eager_us']:.2f} |")
-    print(f"copy peak {copy_bw:.2f} TB/s; whole pool: torch .to(bf16) {t_whole_torch:.1f} us, "
-          f"fused {t_whole_fused:.1f} us")
+        print(
+            f"| {r['rows']} | {r['fused_us']:.2f} | {r['fused_tb_s']:.2f} | {r['pct_of_copy_peak']:.0f}% |"
+            f" {r['torch_gather_cast_us']:.2f} | {r['speedup_vs_torch']:.2f}x | {r['same_bytes_copy_us']:.2f}"
+            f" | {r['fused_eager_us']:.2f} |"
+        )
+    print(
+        f"copy peak {copy_bw:.2f} TB/s; whole pool: torch .to(bf16) {t_whole_torch:.1f} us, "
+        f"fused {t_whole_fused:.1f} us"
+    )
     sys.stdout.flush()
 
 

@@ -38,26 +38,43 @@ def main() -> None:
         sys.exit(1)
     pool = torch.randint(0, 256, (4096, 1, 576), dtype=torch.uint8, device="cuda")
     if backend(pool) != "triton":
-        print(f"error: the Triton path is unavailable on {torch.cuda.get_device_name()} (triton {triton.__version__})",
-              flush=True)
+        print(
+            f"error: the Triton path is unavailable on {torch.cuda.get_device_name()} (triton"
+            f" {triton.__version__})",
+            flush=True,
+        )
         sys.exit(1)
     print(f"triton {triton.__version__}; GPU {torch.cuda.get_device_name()} ({have})", flush=True)
     for idx_dtype in (torch.int32, torch.int64):
         idx = torch.randint(0, 4096, (1000,), device="cuda", dtype=idx_dtype)
-        for out_dtype, scale in ((torch.bfloat16, None), (torch.float16, None), (torch.float32, None),
-                                 (torch.bfloat16, 0.5), (torch.bfloat16, torch.tensor(0.5, device="cuda"))):
+        for out_dtype, scale in (
+            (torch.bfloat16, None),
+            (torch.float16, None),
+            (torch.float32, None),
+            (torch.bfloat16, 0.5),
+            (torch.bfloat16, torch.tensor(0.5, device="cuda")),
+        ):
             t0 = time.perf_counter()
             gather_cast(pool, idx, out_dtype=out_dtype, scale=scale)
             torch.cuda.synchronize()
             label = "tensor" if isinstance(scale, torch.Tensor) else scale
-            print(f"compiled+ran idx={idx_dtype} out={out_dtype} scale={label}: "
-                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+            print(
+                f"compiled+ran idx={idx_dtype} out={out_dtype} scale={label}: "
+                f"{(time.perf_counter() - t0) * 1e3:.0f} ms",
+                flush=True,
+            )
     ids = torch.randint(0, 4096, (5000,), device="cuda", dtype=torch.int32)
-    for live_label, live in (("host", 1000), ("device", torch.tensor([1000], dtype=torch.int32, device="cuda"))):
+    for live_label, live in (
+        ("host", 1000),
+        ("device", torch.tensor([1000], dtype=torch.int32, device="cuda")),
+    ):
         t0 = time.perf_counter()
         cast_live_rows(pool, ids, live)
         torch.cuda.synchronize()
-        print(f"compiled+ran cast_live_rows live={live_label}: {(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+        print(
+            f"compiled+ran cast_live_rows live={live_label}: {(time.perf_counter() - t0) * 1e3:.0f} ms",
+            flush=True,
+        )
     print("build ok", flush=True)
 
 

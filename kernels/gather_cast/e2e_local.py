@@ -24,18 +24,32 @@ def main() -> None:
     for stage in ("build", "selftest"):
         with open(os.path.join(out, f"e2e_{stage}.log"), "w") as fh:
             fh.write(first.answer["stages"][stage]["log"])
-    check = ("import torch, sglops_kernels.gather_cast as m; p = torch.randint(0, 256, (100000, 1, 576), "
-             "dtype=torch.uint8, device='cuda'); i = torch.randint(0, 100000, (4096,), device='cuda', dtype=torch.int32); "
-             "o = m.gather_cast(p, i); r = p.view(torch.float8_e4m3fn)[i].to(torch.bfloat16); "
-             "print(m.backend(p), m.__file__, torch.equal(o.view(torch.int16), r.view(torch.int16)))")
-    used = subprocess.run([sys.executable, "-c", check], env={**os.environ, "PYTHONPATH": target},
-                          capture_output=True, text=True)
+    check = (
+        "import torch, sglops_kernels.gather_cast as m; p = torch.randint(0, 256, (100000, 1, 576),"
+        " dtype=torch.uint8, device='cuda'); i = torch.randint(0, 100000, (4096,), device='cuda',"
+        " dtype=torch.int32); o = m.gather_cast(p, i); r = p.view(torch.float8_e4m3fn)[i].to(torch.bfloat16);"
+        " print(m.backend(p), m.__file__, torch.equal(o.view(torch.int16), r.view(torch.int16)))"
+    )
+    used = subprocess.run(
+        [sys.executable, "-c", check],
+        env={**os.environ, "PYTHONPATH": target},
+        capture_output=True,
+        text=True,
+    )
     print("installed module:", used.stdout.strip(), used.stderr.strip()[-300:], flush=True)
     gone = kernels.uninstall(remote, "gather_cast")
     print("uninstall:", gone.answer["status"], "left:", os.listdir(target), flush=True)
     with open(os.path.join(out, "e2e.json"), "w") as fh:
-        json.dump({"first": first.to_json(), "again": again.to_json(), "import_check": used.stdout.strip(),
-                   "uninstall": gone.to_json()}, fh, indent=1)
+        json.dump(
+            {
+                "first": first.to_json(),
+                "again": again.to_json(),
+                "import_check": used.stdout.strip(),
+                "uninstall": gone.to_json(),
+            },
+            fh,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

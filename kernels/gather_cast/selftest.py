@@ -37,8 +37,11 @@ def reference(pool, idx, out_dtype, scale):
 
 
 def same_bits(a, b) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(INT[a.element_size()]),
-                                                                      b.view(INT[b.element_size()]))
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.view(INT[a.element_size()]), b.view(INT[b.element_size()]))
+    )
 
 
 def poison(dev, nbytes):
@@ -53,7 +56,8 @@ def main() -> None:
     want = "triton" if dev.type == "cuda" and os.environ.get("SGLOPS_GATHER_CAST") != "torch" else "torch"
     cases = 0
     shapes = [(1, (1, 576)), (7, (1, 576)), (333, (576,)), (65, (1, 520))]
-    if dev.type == "cuda":  # the CPU only checks the fallback's wiring: keep it quick
+    # the CPU only checks the fallback's wiring: keep it quick
+    if dev.type == "cuda":
         shapes += [(4097, (1, 576)), (70001, (1, 576)), (129, (1, 512))]
     for tokens, row in shapes:
         raw = torch.randint(0, 256, (tokens, *row), dtype=torch.uint8, generator=gen).to(dev)
@@ -74,8 +78,13 @@ def main() -> None:
             for idx_dtype in (torch.int32, torch.int64):
                 idx = idx_cpu.to(idx_dtype).to(dev)
                 for pool_name, pool in (("bytes", raw), ("fp8", raw.view(FP8)), ("randn", normal)):
-                    for out_dtype, scale in ((torch.bfloat16, None), (torch.float16, None), (torch.float32, None),
-                                             (torch.bfloat16, 0.37), (torch.bfloat16, torch.tensor(1.7))):
+                    for out_dtype, scale in (
+                        (torch.bfloat16, None),
+                        (torch.float16, None),
+                        (torch.float32, None),
+                        (torch.bfloat16, 0.37),
+                        (torch.bfloat16, torch.tensor(1.7)),
+                    ):
                         if isinstance(scale, torch.Tensor):
                             scale = scale.to(dev)
                         poison(dev, idx.numel() * raw[0].numel() * 4)
@@ -83,16 +92,28 @@ def main() -> None:
                         ref = reference(pool, idx, out_dtype, scale)
                         cases += 1
                         if not same_bits(got, ref):
-                            where = f"tokens={tokens} row={row} idx={set_name}/{idx_dtype} pool={pool_name} " \
-                                    f"out={out_dtype} scale={scale}"
+                            where = (
+                                f"tokens={tokens} row={row} idx={set_name}/{idx_dtype} pool={pool_name} "
+                                f"out={out_dtype} scale={scale}"
+                            )
                             if got.shape != ref.shape:
                                 fail(f"shape {tuple(got.shape)} != {tuple(ref.shape)} ({where})")
-                            bad = (got.view(INT[got.element_size()]) != ref.view(INT[ref.element_size()]))
+                            bad = got.view(INT[got.element_size()]) != ref.view(INT[ref.element_size()])
                             nan_only = bool(torch.isnan(ref[bad].float()).all())
-                            bits = sorted({hex(v & 0xFFFFFFFF) for v in got.view(INT[got.element_size()])[bad][:64]
-                                           .tolist()})[:4] if nan_only else ""
-                            fail(f"{int(bad.sum())} elements differ{f' (NaN bits only, got {bits})' if nan_only else ''}"
-                                 f" ({where})")
+                            bits = (
+                                sorted(
+                                    {
+                                        hex(v & 0xFFFFFFFF)
+                                        for v in got.view(INT[got.element_size()])[bad][:64].tolist()
+                                    }
+                                )[:4]
+                                if nan_only
+                                else ""
+                            )
+                            fail(
+                                f"{int(bad.sum())} elements"
+                                f" differ{f' (NaN bits only, got {bits})' if nan_only else ''} ({where})"
+                            )
     cases += live_rows_cases(dev, gen, want)
     if FAILURES:
         sys.exit(1)
@@ -100,7 +121,8 @@ def main() -> None:
     print(f"selftest ok: {cases} cases bit-for-bit on {dev.type} ({want} path, {name})", flush=True)
 
 
-POISON = -12345  # int16 bits of a bf16 NaN-free pattern (0xcfc7) no cast of e4m3 produces
+# int16 bits of a bf16 NaN-free pattern (0xcfc7) no cast of e4m3 produces
+POISON = -12345
 
 
 def check_live(pool, out, ids_cpu, n, where, exact_untouched) -> None:
@@ -111,7 +133,8 @@ def check_live(pool, out, ids_cpu, n, where, exact_untouched) -> None:
     live = live[(live >= 0) & (live < rows_total)]
     if n >= rows_total:
         live = torch.arange(rows_total)
-    ref = pool.view(FP8).to(torch.bfloat16).cpu()  # on the pool's device: NaN bits as that device's torch writes them
+    # on the pool's device: NaN bits as that device's torch writes them
+    ref = pool.view(FP8).to(torch.bfloat16).cpu()
     got = out.cpu()
     if not torch.equal(got[live].view(torch.int16), ref[live].view(torch.int16)):
         fail(f"live rows differ ({where})")
@@ -129,21 +152,35 @@ def live_rows_cases(dev, gen, want) -> int:
     for rows_total in (1, 97, 4099) + ((70001,) if dev.type == "cuda" else ()):
         pool = torch.randint(0, 256, (rows_total, 1, 576), dtype=torch.uint8, generator=gen).to(dev)
         cap = 3 * rows_total + 5
-        ids_cpu = torch.randint(0, rows_total, (cap,), generator=gen, dtype=torch.int32)  # repeats: shared prefixes
+        # repeats: shared prefixes
+        ids_cpu = torch.randint(0, rows_total, (cap,), generator=gen, dtype=torch.int32)
         ids_cpu[1::7] = torch.randint(0, rows_total, (len(ids_cpu[1::7]),), generator=gen, dtype=torch.int32)
         for n in sorted({0, 1, min(5, rows_total), rows_total // 3, rows_total - 1, rows_total, cap}):
             for live_kind in ("host", "device32", "device64"):
                 ids = ids_cpu.to(dev)
-                out = torch.full((rows_total, 1, 576), POISON, dtype=torch.int16, device=dev).view(torch.bfloat16)
-                live = n if live_kind == "host" else torch.tensor(
-                    [n], dtype=torch.int32 if live_kind == "device32" else torch.int64, device=dev)
+                out = torch.full((rows_total, 1, 576), POISON, dtype=torch.int16, device=dev).view(
+                    torch.bfloat16
+                )
+                live = (
+                    n
+                    if live_kind == "host"
+                    else torch.tensor(
+                        [n], dtype=torch.int32 if live_kind == "device32" else torch.int64, device=dev
+                    )
+                )
                 got = cast_live_rows(pool, ids, live, cap=cap, out=out)
                 cases += 1
                 if got.data_ptr() != out.data_ptr():
                     fail("cast_live_rows did not write into the out= buffer")
                 # the torch path casts a static superset (ids[:cap]) for a device count: exact rows only
-                check_live(pool, got, ids_cpu, n, f"P={rows_total} n={n} live={live_kind}",
-                           triton_path or live_kind == "host")
+                check_live(
+                    pool,
+                    got,
+                    ids_cpu,
+                    n,
+                    f"P={rows_total} n={n} live={live_kind}",
+                    triton_path or live_kind == "host",
+                )
         # out-of-range ids are skipped by the kernel (no fault); in-range ones still land
         if triton_path and rows_total > 2:
             bad = torch.tensor([0, -1, rows_total, rows_total + 100, 1], dtype=torch.int32)
@@ -163,7 +200,8 @@ def graph_replays(dev, gen, triton_path) -> int:
     ids = torch.zeros(cap, dtype=torch.int32, device=dev)
     live = torch.zeros(1, dtype=torch.int32, device=dev)
     out = torch.full((rows_total, 1, 576), POISON, dtype=torch.int16, device=dev).view(torch.bfloat16)
-    cast_live_rows(pool, ids, live, cap=cap, out=out)  # compile outside the capture
+    # compile outside the capture
+    cast_live_rows(pool, ids, live, cap=cap, out=out)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -171,7 +209,8 @@ def graph_replays(dev, gen, triton_path) -> int:
     cases = 0
     for n in (7, 33_333, 1, 40_000, 0, 12_345):
         fresh = torch.randint(0, rows_total, (cap,), generator=gen, dtype=torch.int32)
-        ids.copy_(fresh.to(dev))  # the whole buffer: entries past n are a stale tail
+        # the whole buffer: entries past n are a stale tail
+        ids.copy_(fresh.to(dev))
         live.fill_(n)
         out.view(torch.int16).fill_(POISON)
         graph.replay()

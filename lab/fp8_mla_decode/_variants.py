@@ -41,13 +41,16 @@ _DOT = base._DOT
 
 # name -> (F16, PREFETCH, config overrides per head class (None: the baseline config as given))
 VARIANTS = {
-    "base": None,  # _triton._split_kernel itself
+    # _triton._split_kernel itself
+    "base": None,
     "f16": {"f16": 1, "prefetch": 0},
     "pf": {"f16": 0, "prefetch": 1, "stages": 1},
     "f16pf": {"f16": 1, "prefetch": 1, "stages": 1},
     "f16pf_n64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8},
-    "f16pf_w4": {"f16": 1, "prefetch": 1, "stages": 1, "warps": 4},  # 2 programs/SM by registers
-    "f16pf2": {"f16": 1, "prefetch": 2, "stages": 1, "warps": 8},  # two tiles of rows in flight
+    # 2 programs/SM by registers
+    "f16pf_w4": {"f16": 1, "prefetch": 1, "stages": 1, "warps": 4},
+    # two tiles of rows in flight
+    "f16pf2": {"f16": 1, "prefetch": 2, "stages": 1, "warps": 8},
     # rows on M (S^T = K Q^T, O^T += V^T P^T): M = 64 rows, so wgmma with K and V^T read from shared memory
     "f16pf_t64": {"f16": 1, "prefetch": 1, "stages": 1, "block_n": 64, "warps": 8, "trans": 1},
     # K and V as two loads of the same rows (one user each): Triton's pipeliner makes each an async copy
@@ -65,19 +68,40 @@ VARIANTS = {
     "cpa_vm_n16": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 4, "vmode": 1},
     "cpa_vm_n16w2": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 2, "vmode": 1},
     "cpa_vm_n64": {"f16": 1, "prefetch": 3, "stages": 5, "block_n": 64, "warps": 8, "vmode": 1},
-    # 128 heads, 64-head block with the ring (wgmma; spills 400 B like base's 336: base is measured best there)
+    # 128 heads, 64-head block with the ring (wgmma; spills
+    # 400 B like base's 336: base is measured best there)
     "cpa_h64": {"f16": 1, "prefetch": 3, "stages": 5, "block_n": 32, "warps": 8, "vmode": 1},
     # ALU=1: V's e4m3 -> fp16 on the integer pipes (PRMT/SHR/AND/ADD), K's on the conversion unit: the two
     # conversions of a row split between pipes; ALU=2: both on the integer pipes (GPU only: inline asm)
     "cpa_vm_w4_alu": {"f16": 1, "prefetch": 3, "stages": 7, "block_n": 32, "warps": 4, "vmode": 1, "alu": 1},
     "cpa_vm_n16_alu": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 4, "vmode": 1, "alu": 1},
-    "cpa_vm_n16_alu2": {"f16": 1, "prefetch": 3, "stages": 9, "block_n": 16, "warps": 4, "vmode": 1, "alu": 2},
+    "cpa_vm_n16_alu2": {
+        "f16": 1,
+        "prefetch": 3,
+        "stages": 9,
+        "block_n": 16,
+        "warps": 4,
+        "vmode": 1,
+        "alu": 2,
+    },
 }
 
 
 @triton.jit
-def _tile(q_nope, q_pe, kn_raw, kp_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.constexpr, KDT: tl.constexpr,
-          TRANS: tl.constexpr):
+def _tile(
+    q_nope,
+    q_pe,
+    kn_raw,
+    kp_raw,
+    nm,
+    acc,
+    m_i,
+    l_i,
+    qk_scale,
+    DOT: tl.constexpr,
+    KDT: tl.constexpr,
+    TRANS: tl.constexpr,
+):
     """One online-softmax step over a tile of raw FP8 rows: heads on M (acc [H, 512], q [H, d]) or,
     TRANS, rows on M (acc [512, H], q given transposed [d, H])."""
     k_nope = kn_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
@@ -125,17 +149,37 @@ def _e4m3_f16_int(raw):
         and.b32 t, s, 0x40004000;
         add.u32 $1, s, t;
         }""",
-        constraints="=r,=r,r", args=[raw], dtype=tl.float16, is_pure=True, pack=4)
+        constraints="=r,=r,r",
+        args=[raw],
+        dtype=tl.float16,
+        is_pure=True,
+        pack=4,
+    )
 
 
 @triton.jit
-def _tile2(q_nope, q_pe, kn_raw, kp_raw, v_raw, nm, acc, m_i, l_i, qk_scale, DOT: tl.constexpr,
-           KDT: tl.constexpr, VMODE: tl.constexpr, ALU: tl.constexpr):
+def _tile2(
+    q_nope,
+    q_pe,
+    kn_raw,
+    kp_raw,
+    v_raw,
+    nm,
+    acc,
+    m_i,
+    l_i,
+    qk_scale,
+    DOT: tl.constexpr,
+    KDT: tl.constexpr,
+    VMODE: tl.constexpr,
+    ALU: tl.constexpr,
+):
     """One online-softmax step (heads on M) where K and V are two loads of the same rows, each with
     one user: kn_raw/kp_raw feed only Q K^T, v_raw only P V, so the pipeliner can make each an
     async copy into its own shared-memory ring (a value with two users in two layouts is left
     synchronous)."""
-    if ALU >= 2:  # K on the integer pipes too (x 2^-8: qk_scale carries the 2^8)
+    # K on the integer pipes too (x 2^-8: qk_scale carries the 2^8)
+    if ALU >= 2:
         k_nope = _e4m3_f16_int(kn_raw)
         k_pe = _e4m3_f16_int(kp_raw)
     else:
@@ -149,7 +193,8 @@ def _tile2(q_nope, q_pe, kn_raw, kp_raw, v_raw, nm, acc, m_i, l_i, qk_scale, DOT
     p = tl.exp2(qk - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    if ALU >= 1:  # V on the integer pipes (x 2^-8: the output scale carries the 2^8)
+    # V on the integer pipes (x 2^-8: the output scale carries the 2^8)
+    if ALU >= 1:
         v = _e4m3_f16_int(v_raw)
     else:
         v = v_raw.to(tl.float8e4nv, bitcast=True).to(KDT).to(DOT)
@@ -170,12 +215,37 @@ def _rows(ids_ptr, start, n, nm, PAGE: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["n_splits", "heads"])
-def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_ptr, out_ptr,
-                    sm_scale, kv_scale, heads, pool_stride, q_sb, q_sh, o_sb, o_sh, n_splits,
-                    PAGE: tl.constexpr, CKV: tl.constexpr, KPE: tl.constexpr, BLOCK_H: tl.constexpr,
-                    BLOCK_N: tl.constexpr, DOT: tl.constexpr, KDT: tl.constexpr, PREFETCH: tl.constexpr,
-                    DIRECT: tl.constexpr, TRANS: tl.constexpr = 0, VMODE: tl.constexpr = 0,
-                    ALU: tl.constexpr = 0):
+def _split_kernel_v(
+    q_ptr,
+    pool_ptr,
+    indptr_ptr,
+    ids_ptr,
+    lens_ptr,
+    part_ptr,
+    lse_ptr,
+    out_ptr,
+    sm_scale,
+    kv_scale,
+    heads,
+    pool_stride,
+    q_sb,
+    q_sh,
+    o_sb,
+    o_sh,
+    n_splits,
+    PAGE: tl.constexpr,
+    CKV: tl.constexpr,
+    KPE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT: tl.constexpr,
+    KDT: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    DIRECT: tl.constexpr,
+    TRANS: tl.constexpr = 0,
+    VMODE: tl.constexpr = 0,
+    ALU: tl.constexpr = 0,
+):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -205,7 +275,8 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
     l_i = tl.zeros([BLOCK_H], tl.float32)
     qk_scale = sm_scale * kv_scale * 1.4426950408889634
     if ALU >= 2:
-        qk_scale = qk_scale * 256.0  # K arrives as e4m3 x 2^-8
+        # K arrives as e4m3 x 2^-8
+        qk_scale = qk_scale * 256.0
     if PREFETCH == 1:
         # tile lo's rows loaded, tile lo + BLOCK_N's slots loaded, before the loop
         n = lo + ar
@@ -267,8 +338,12 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
             rowp = pool_ptr + slot * pool_stride
             kn = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0, eviction_policy="evict_last")
             kp = tl.load(rowp[:, None] + cp[None, :], mask=nm[:, None], other=0, eviction_policy="evict_last")
-            vr = tl.load(rowp[:, None] + cv[None, :], mask=nm[:, None], other=0, eviction_policy="evict_first")
-            acc, m_i, l_i = _tile2(q_nope, q_pe, kn, kp, vr, nm, acc, m_i, l_i, qk_scale, DOT, KDT, VMODE, ALU)
+            vr = tl.load(
+                rowp[:, None] + cv[None, :], mask=nm[:, None], other=0, eviction_policy="evict_first"
+            )
+            acc, m_i, l_i = _tile2(
+                q_nope, q_pe, kn, kp, vr, nm, acc, m_i, l_i, qk_scale, DOT, KDT, VMODE, ALU
+            )
     else:
         for n0 in range(lo, hi, BLOCK_N):
             n = n0 + ar
@@ -281,7 +356,8 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
     empty = l_i == 0.0
     inv = kv_scale / tl.where(empty, 1.0, l_i)
     if ALU >= 1:
-        inv = inv * 256.0  # V arrived as e4m3 x 2^-8
+        # V arrived as e4m3 x 2^-8
+        inv = inv * 256.0
     lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     if TRANS:
         acc = tl.trans(acc * inv[None, :])
@@ -296,13 +372,22 @@ def _split_kernel_v(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, ls
         tl.store(lse_ptr + prow, lse, mask=hm)
 
 
-# per GPU family, what a variant changes to fit it: sm_120 has ~99 KB of shared memory per block (100 KB per SM),
-# so the cp.async rings get shallower (aot.py --cc 120 --variant NAME reports the resources)
+# per GPU family, what a variant changes to fit it: sm_120 has ~99 KB of shared memory per block (100 KB per
+# SM), so the cp.async rings get shallower (aot.py --cc 120 --variant NAME reports the resources)
 FAMILY_OVERRIDES = {
-    "sm120": {"cpa": {"stages": 4, "warps": 8}, "cpa_w4": {"stages": 5}, "cpa_vm": {"stages": 4}, "cpa_vm_s6": {"stages": 4},
-              "cpa_vm_w4": {"stages": 4}, "cpa_vm_n16": {"stages": 7}, "cpa_vm_n16w2": {"stages": 7},
-              "cpa_vm_n64": {"block_n": 32, "stages": 4}, "cpa_vm_w4_alu": {"stages": 4},
-              "cpa_vm_n16_alu": {"stages": 7}, "cpa_vm_n16_alu2": {"stages": 7}},
+    "sm120": {
+        "cpa": {"stages": 4, "warps": 8},
+        "cpa_w4": {"stages": 5},
+        "cpa_vm": {"stages": 4},
+        "cpa_vm_s6": {"stages": 4},
+        "cpa_vm_w4": {"stages": 4},
+        "cpa_vm_n16": {"stages": 7},
+        "cpa_vm_n16w2": {"stages": 7},
+        "cpa_vm_n64": {"block_n": 32, "stages": 4},
+        "cpa_vm_w4_alu": {"stages": 4},
+        "cpa_vm_n16_alu": {"stages": 7},
+        "cpa_vm_n16_alu2": {"stages": 7},
+    },
 }
 
 
@@ -319,15 +404,40 @@ def variant_config(name: str, cfg: dict, family: str | None = None) -> dict:
     return out
 
 
-def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None,
-                       workspace=None, page_size=1, kv_lens=None, config=None):
+def mla_decode_variant(
+    name,
+    q,
+    pool,
+    kv_indptr,
+    kv_indices,
+    sm_scale,
+    kv_scale=1.0,
+    n_splits=16,
+    out=None,
+    workspace=None,
+    page_size=1,
+    kv_lens=None,
+    config=None,
+):
     """`_triton.mla_decode` with the split stage of variant `name` (VARIANTS); `config` is the
     baseline configuration the variant's overrides apply to (default: config_for(heads))."""
     batch, heads, d = q.shape
     cfg0 = dict(config or base.config_for(heads))
     if VARIANTS[name] is None:
-        return base.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
-                               page_size, kv_lens, cfg0)
+        return base.mla_decode(
+            q,
+            pool,
+            kv_indptr,
+            kv_indices,
+            sm_scale,
+            kv_scale,
+            n_splits,
+            out,
+            workspace,
+            page_size,
+            kv_lens,
+            cfg0,
+        )
     cfg = variant_config(name, cfg0, None if _INTERPRET else base._family())
     ckv, kpe = 512, d - 512
     if q.stride(-1) != 1:
@@ -344,12 +454,49 @@ def mla_decode_variant(name, q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=
     lens = kv_lens if kv_lens is not None else kv_indptr
     kdt = tl.float16 if cfg["f16"] else tl.bfloat16
     _split_kernel_v[(triton.cdiv(heads, bh), n_splits, batch)](
-        q, raw, kv_indptr, kv_indices, lens, part, lse, out, float(sm_scale), float(kv_scale), heads,
-        raw.stride(0), q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits,
-        PAGE=page_size, CKV=ckv, KPE=kpe, BLOCK_H=bh, BLOCK_N=cfg["block_n"], DOT=_DOT if _INTERPRET else kdt,
-        KDT=kdt, PREFETCH=cfg["prefetch"], DIRECT=direct, TRANS=cfg["trans"], VMODE=cfg.get("vmode", 0),
-        ALU=0 if _INTERPRET else cfg.get("alu", 0), num_warps=cfg["warps"], num_stages=cfg["stages"])
+        q,
+        raw,
+        kv_indptr,
+        kv_indices,
+        lens,
+        part,
+        lse,
+        out,
+        float(sm_scale),
+        float(kv_scale),
+        heads,
+        raw.stride(0),
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        n_splits,
+        PAGE=page_size,
+        CKV=ckv,
+        KPE=kpe,
+        BLOCK_H=bh,
+        BLOCK_N=cfg["block_n"],
+        DOT=_DOT if _INTERPRET else kdt,
+        KDT=kdt,
+        PREFETCH=cfg["prefetch"],
+        DIRECT=direct,
+        TRANS=cfg["trans"],
+        VMODE=cfg.get("vmode", 0),
+        ALU=0 if _INTERPRET else cfg.get("alu", 0),
+        num_warps=cfg["warps"],
+        num_stages=cfg["stages"],
+    )
     if not direct:
-        base._merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits, CKV=ckv,
-                                             SPLITS=base.MAX_SPLITS, num_warps=4)
+        base._merge_kernel[(batch * heads,)](
+            part,
+            lse,
+            out,
+            heads,
+            out.stride(0),
+            out.stride(1),
+            n_splits,
+            CKV=ckv,
+            SPLITS=base.MAX_SPLITS,
+            num_warps=4,
+        )
     return out

@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from sglops.bench.record import Run
 
 OUTPUTS_FILE = "outputs.json"
-CONTEXT_CHARS = 40  # text shown before and after a divergence
-CONTEXT_TOKENS = 6  # tokens shown before a divergence when the server gave per-token text
+# text shown before and after a divergence
+CONTEXT_CHARS = 40
+# tokens shown before a divergence when the server gave per-token text
+CONTEXT_TOKENS = 6
 
 
 def ids_hash(ids: Sequence[int]) -> str:
@@ -68,8 +70,10 @@ class Tolerance:
         return ", ".join(parts)
 
     def to_json(self) -> dict:
-        return {"max_logprob_diff": self.max_logprob_diff if math.isfinite(self.max_logprob_diff) else None,
-                "min_identical_share": self.min_identical_share}
+        return {
+            "max_logprob_diff": self.max_logprob_diff if math.isfinite(self.max_logprob_diff) else None,
+            "min_identical_share": self.min_identical_share,
+        }
 
     @classmethod
     def from_options(cls, logprob: float | None, share: float | None) -> Tolerance | None:
@@ -83,16 +87,21 @@ class Tolerance:
 class Divergence:
     """Where the first differing prompt's outputs part: prompt, token index, both tokens, text around it."""
 
-    prompt_index: int  # the request's place in the baseline's measured order (outputs.json "n")
-    prompt: str  # hash of its input ids
+    # the request's place in the baseline's measured order (outputs.json "n")
+    prompt_index: int
+    # hash of its input ids
+    prompt: str
     token_index: int
-    a_id: int | None  # None: that run's output ended there
+    # None: that run's output ended there
+    a_id: int | None
     b_id: int | None
     concurrency: int | None = None
     repeat: int | None = None
-    a_token: str | None = None  # the token's text, where the server gave per-token text
+    # the token's text, where the server gave per-token text
+    a_token: str | None = None
     b_token: str | None = None
-    before: str | None = None  # text both runs produced just before the divergence
+    # text both runs produced just before the divergence
+    before: str | None = None
     a_after: str | None = None
     b_after: str | None = None
 
@@ -102,8 +111,10 @@ class Divergence:
                 return "end of output"
             return f"{i}" + (f" {text!r}" if text is not None else "")
 
-        out = (f"token {self.token_index} of prompt {self.prompt_index}: {tok(self.a_id, self.a_token)} vs "
-               f"{tok(self.b_id, self.b_token)}")
+        out = (
+            f"token {self.token_index} of prompt {self.prompt_index}: {tok(self.a_id, self.a_token)} vs "
+            f"{tok(self.b_id, self.b_token)}"
+        )
         if self.before is not None or self.a_after is not None:
             out += f"; text ...{self.before or ''!r} then {self.a_after or ''!r} vs {self.b_after or ''!r}"
         return out
@@ -116,32 +127,43 @@ class Divergence:
 class OutputsVerdict:
     """Output identity of run B against baseline A over the prompts both answered."""
 
-    compared: int  # prompts both runs answered (ok requests, same input ids)
-    identical_prompts: int  # of those, prompts whose token ids are identical
+    # prompts both runs answered (ok requests, same input ids)
+    compared: int
+    # of those, prompts whose token ids are identical
+    identical_prompts: int
     only_a: int = 0
     only_b: int = 0
-    logprobs: bool = False  # both runs recorded logprobs
-    max_logprob_diff: float | None = None  # over tokens both runs chose alike; None without logprobs
-    logprob_tokens: int = 0  # how many token pairs that maximum covers
+    # both runs recorded logprobs
+    logprobs: bool = False
+    # over tokens both runs chose alike; None without logprobs
+    max_logprob_diff: float | None = None
+    # how many token pairs that maximum covers
+    logprob_tokens: int = 0
     first_divergence: Divergence | None = None
     tolerance: Tolerance | None = None
-    source: str = OUTPUTS_FILE  # outputs.json (token by token) or manifest hashes (prompt by prompt)
-    differing: list[int] = field(default_factory=list)  # prompt indices whose ids differ (first 20)
-    limit: int | None = None  # only the first `limit` tokens compared (the runs asked for different lengths)
-    # the largest |logprob A - logprob B| of the two runs' own tokens at a divergence: A chose its token over B's and
-    # B the other way, so when both runs' logprobs agree within d elsewhere, a gap within ~d means both tokens were
-    # near-tied and the runs parted on rounding; a large gap means they disagree on what is likely
+    # outputs.json (token by token) or manifest hashes (prompt by prompt)
+    source: str = OUTPUTS_FILE
+    # prompt indices whose ids differ (first 20)
+    differing: list[int] = field(default_factory=list)
+    # only the first `limit` tokens compared (the runs asked for different lengths)
+    limit: int | None = None
+    # the largest |logprob A - logprob B| of the two runs' own tokens at a divergence: A chose its token over
+    # B's and B the other way, so when both runs' logprobs agree within d elsewhere, a gap within ~d means
+    # both tokens were near-tied and the runs parted on rounding; a large gap means they disagree on what is
+    # likely
     divergence_gap: float | None = None
-    median_logprob_diff: float | None = None  # the typical |dlogprob| on tokens chosen alike (the max is one token)
-    # the first output token comes from the prefill alone: prompts whose first token (id and logprob) is bit-equal,
-    # of those compared with logprobs; all equal with later tokens apart puts a difference in decode
+    # the typical |dlogprob| on tokens chosen alike (the max is one token)
+    median_logprob_diff: float | None = None
+    # the first output token comes from the prefill alone: prompts whose first token (id and logprob) is
+    # bit-equal, of those compared with logprobs; all equal with later tokens apart puts a difference in
+    # decode
     first_token_equal: int = 0
     first_token_compared: int = 0
 
     @property
     def near_ties_only(self) -> bool:
-        """Every divergence (with logprobs on both sides) parted two tokens no further apart than twice the largest
-        logprob difference seen on the tokens both runs chose alike."""
+        """Every divergence (with logprobs on both sides) parted two tokens no further apart than twice the
+        largest logprob difference seen on the tokens both runs chose alike."""
         d = self.max_logprob_diff
         return self.divergence_gap is not None and d is not None and self.divergence_gap <= 2 * d
 
@@ -181,31 +203,52 @@ class OutputsVerdict:
         return "logprobs_differ" if self.tokens_identical else "differ"
 
     def line(self) -> str:
-        """One phrase for the headline: 'outputs identical' or 'OUTPUTS DIFFER at token 17 of prompt 3 ...'."""
+        """One phrase for the headline: 'outputs identical'
+        or 'OUTPUTS DIFFER at token 17 of prompt 3 ...'."""
         n = f"{self.compared} prompt{'s' if self.compared != 1 else ''}"
-        lp = (f", max |dlogprob| {self.max_logprob_diff:.3g}" if self.max_logprob_diff else "")
+        lp = f", max |dlogprob| {self.max_logprob_diff:.3g}" if self.max_logprob_diff else ""
         st = self.status
         if st == "not_compared":
-            return "outputs not compared: no prompt answered by both runs (different seed, lengths or no outputs)"
+            return (
+                "outputs not compared: no prompt answered by both runs (different seed, lengths or no"
+                " outputs)"
+            )
         if st == "identical":
-            return (f"outputs identical ({n}" + (", logprobs equal" if self.logprobs else ", token ids") + ")"
-                    + self._limit())
+            return (
+                f"outputs identical ({n}"
+                + (", logprobs equal" if self.logprobs else ", token ids")
+                + ")"
+                + self._limit()
+            )
         if st == "within_tolerance":
             assert self.tolerance is not None
-            return (f"outputs within tolerance ({self.identical_prompts}/{n} identical{lp}; "
-                    f"allowed: {self.tolerance.describe()})")
+            return (
+                f"outputs within tolerance ({self.identical_prompts}/{n} identical{lp}; "
+                f"allowed: {self.tolerance.describe()})"
+            )
         if st == "logprobs_differ":
             return f"same tokens, LOGPROBS DIFFER (max |dlogprob| {self.max_logprob_diff:.3g} over {n})"
         d = self.first_divergence
-        where = (f" at token {d.token_index} of prompt {d.prompt_index}" if d and d.token_index >= 0 else
-                 f" for prompt {d.prompt_index}" if d else "")
+        where = (
+            f" at token {d.token_index} of prompt {d.prompt_index}"
+            if d and d.token_index >= 0
+            else f" for prompt {d.prompt_index}"
+            if d
+            else ""
+        )
         detail = f" ({d.a_id} vs {d.b_id})" if d and d.token_index >= 0 else ""
         gap = ""
         if self.divergence_gap is not None:
-            gap = (f"; each divergence a near tie (the runs' tokens there within {self.divergence_gap:.3g} in logprob)"
-                   if self.near_ties_only else f"; logprob gap at a divergence up to {self.divergence_gap:.3g}")
-        return (f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}{gap}"
-                f"{self._first_tokens()}{self._limit()}")
+            gap = (
+                f"; each divergence a near tie (the runs' tokens there within {self.divergence_gap:.3g} in"
+                " logprob)"
+                if self.near_ties_only
+                else f"; logprob gap at a divergence up to {self.divergence_gap:.3g}"
+            )
+        return (
+            f"OUTPUTS DIFFER{where}{detail}: {self.compared - self.identical_prompts}/{n} differ{lp}{gap}"
+            f"{self._first_tokens()}{self._limit()}"
+        )
 
     def _first_tokens(self) -> str:
         k, m = self.first_token_equal, self.first_token_compared
@@ -219,17 +262,30 @@ class OutputsVerdict:
         return f" (first {self.limit} tokens: the runs asked for different lengths)" if self.limit else ""
 
     def to_json(self) -> dict:
-        return {"status": self.status, "identical": self.identical, "tokens_identical": self.tokens_identical,
-                "within_tolerance": self.within_tolerance, "compared": self.compared,
-                "identical_prompts": self.identical_prompts, "only_a": self.only_a, "only_b": self.only_b,
-                "logprobs": self.logprobs, "max_logprob_diff": self.max_logprob_diff,
-                "logprob_tokens": self.logprob_tokens,
-                "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
-                "differing_prompts": self.differing, "source": self.source,
-                "tolerance": self.tolerance.to_json() if self.tolerance else None, "limit": self.limit,
-                "divergence_gap": self.divergence_gap, "near_ties_only": self.near_ties_only,
-                "median_logprob_diff": self.median_logprob_diff, "first_token_equal": self.first_token_equal,
-                "first_token_compared": self.first_token_compared, "line": self.line()}
+        return {
+            "status": self.status,
+            "identical": self.identical,
+            "tokens_identical": self.tokens_identical,
+            "within_tolerance": self.within_tolerance,
+            "compared": self.compared,
+            "identical_prompts": self.identical_prompts,
+            "only_a": self.only_a,
+            "only_b": self.only_b,
+            "logprobs": self.logprobs,
+            "max_logprob_diff": self.max_logprob_diff,
+            "logprob_tokens": self.logprob_tokens,
+            "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+            "differing_prompts": self.differing,
+            "source": self.source,
+            "tolerance": self.tolerance.to_json() if self.tolerance else None,
+            "limit": self.limit,
+            "divergence_gap": self.divergence_gap,
+            "near_ties_only": self.near_ties_only,
+            "median_logprob_diff": self.median_logprob_diff,
+            "first_token_equal": self.first_token_equal,
+            "first_token_compared": self.first_token_compared,
+            "line": self.line(),
+        }
 
 
 # -- reading a run's outputs -------------------------------------------------------------------------
@@ -259,22 +315,30 @@ def _answered(entries: list[dict]) -> dict[str, dict]:
 
 def _divergence(ea: dict, eb: dict, at: int) -> Divergence:
     ia, ib = ea.get("ids") or [], eb.get("ids") or []
-    d = Divergence(prompt_index=ea.get("n", 0), prompt=ea["prompt"], token_index=at,
-                   a_id=ia[at] if at < len(ia) else None, b_id=ib[at] if at < len(ib) else None,
-                   concurrency=ea.get("concurrency"), repeat=ea.get("repeat"))
+    d = Divergence(
+        prompt_index=ea.get("n", 0),
+        prompt=ea["prompt"],
+        token_index=at,
+        a_id=ia[at] if at < len(ia) else None,
+        b_id=ib[at] if at < len(ib) else None,
+        concurrency=ea.get("concurrency"),
+        repeat=ea.get("repeat"),
+    )
     ta, tb = ea.get("tokens"), eb.get("tokens")
-    if ta and tb and len(ta) == len(ia) and len(tb) == len(ib):  # per-token text (OpenAI logprobs.tokens)
+    # per-token text (OpenAI logprobs.tokens)
+    if ta and tb and len(ta) == len(ia) and len(tb) == len(ib):
         d.a_token = ta[at] if at < len(ta) else None
         d.b_token = tb[at] if at < len(tb) else None
-        d.before = "".join(ta[max(0, at - CONTEXT_TOKENS):at])[-CONTEXT_CHARS:]
-        d.a_after = "".join(ta[at:at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
-        d.b_after = "".join(tb[at:at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
+        d.before = "".join(ta[max(0, at - CONTEXT_TOKENS) : at])[-CONTEXT_CHARS:]
+        d.a_after = "".join(ta[at : at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
+        d.b_after = "".join(tb[at : at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
         return d
     xa, xb = ea.get("text"), eb.get("text")
-    if isinstance(xa, str) and isinstance(xb, str):  # whole texts: show where they part
+    # whole texts: show where they part
+    if isinstance(xa, str) and isinstance(xb, str):
         c = next((i for i, (p, q) in enumerate(zip(xa, xb, strict=False)) if p != q), min(len(xa), len(xb)))
-        d.before = xa[max(0, c - CONTEXT_CHARS):c]
-        d.a_after, d.b_after = xa[c:c + CONTEXT_CHARS], xb[c:c + CONTEXT_CHARS]
+        d.before = xa[max(0, c - CONTEXT_CHARS) : c]
+        d.a_after, d.b_after = xa[c : c + CONTEXT_CHARS], xb[c : c + CONTEXT_CHARS]
     return d
 
 
@@ -289,34 +353,54 @@ def _cut(entries: list[dict], limit: int) -> list[dict]:
     return out
 
 
-def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = None,
-                    source: str = OUTPUTS_FILE, limit: int | None = None) -> OutputsVerdict:
+def compare_entries(
+    a: list[dict],
+    b: list[dict],
+    tolerance: Tolerance | None = None,
+    source: str = OUTPUTS_FILE,
+    limit: int | None = None,
+) -> OutputsVerdict:
     """Identity of B's outputs against A's, prompt by prompt (matched by the hash of their input ids);
     `limit`: compare only the first tokens (runs that asked for different output lengths)."""
     if limit:
         a, b = _cut(a, limit), _cut(b, limit)
     ma, mb = _answered(a), _answered(b)
     common = [p for p in sorted(ma, key=lambda p: ma[p].get("n", 0)) if p in mb]
-    verdict = OutputsVerdict(compared=len(common), identical_prompts=0, only_a=len(set(ma) - set(mb)),
-                             only_b=len(set(mb) - set(ma)), tolerance=tolerance, source=source, limit=limit)
+    verdict = OutputsVerdict(
+        compared=len(common),
+        identical_prompts=0,
+        only_a=len(set(ma) - set(mb)),
+        only_b=len(set(mb) - set(ma)),
+        tolerance=tolerance,
+        source=source,
+        limit=limit,
+    )
     with_lp = [p for p in common if ma[p].get("logprobs") is not None and mb[p].get("logprobs") is not None]
     verdict.logprobs = bool(common) and len(with_lp) == len(common)
     diffs: list[float] = []
     for p in common:
         ea, eb = ma[p], mb[p]
         ia, ib = ea.get("ids"), eb.get("ids")
-        if ia is None or ib is None:  # hashes only
+        # hashes only
+        if ia is None or ib is None:
             same = ea.get("output") == eb.get("output")
             at = -1
         else:
             same = ia == ib
-            at = next((i for i, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y), min(len(ia), len(ib)))
+            at = next(
+                (i for i, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y), min(len(ia), len(ib))
+            )
         if same:
             verdict.identical_prompts += 1
         else:
             if verdict.first_divergence is None:
-                verdict.first_divergence = (_divergence(ea, eb, at) if at >= 0 else Divergence(
-                    ea.get("n", 0), p, -1, None, None, ea.get("concurrency"), ea.get("repeat")))
+                verdict.first_divergence = (
+                    _divergence(ea, eb, at)
+                    if at >= 0
+                    else Divergence(
+                        ea.get("n", 0), p, -1, None, None, ea.get("concurrency"), ea.get("repeat")
+                    )
+                )
             if len(verdict.differing) < 20:
                 verdict.differing.append(ea.get("n", 0))
         la, lb = ea.get("logprobs"), eb.get("logprobs")
@@ -327,7 +411,9 @@ def compare_entries(a: list[dict], b: list[dict], tolerance: Tolerance | None = 
             upto = len(ia) if same else at
             if not same and at < min(len(la), len(lb)) and la[at] is not None and lb[at] is not None:
                 gap = abs(la[at] - lb[at])
-                verdict.divergence_gap = gap if verdict.divergence_gap is None else max(verdict.divergence_gap, gap)
+                verdict.divergence_gap = (
+                    gap if verdict.divergence_gap is None else max(verdict.divergence_gap, gap)
+                )
             for x, y in zip(la[:upto], lb[:upto], strict=False):
                 if x is not None and y is not None:
                     diffs.append(abs(x - y))
@@ -341,7 +427,8 @@ def compare_outputs(a: Run, b: Run, tolerance: Tolerance | None = None) -> Outpu
     """Identity of run B's outputs against baseline A; None when a side recorded no outputs."""
     ea, eb = load_outputs(a), load_outputs(b)
     source = OUTPUTS_FILE
-    if ea is None or eb is None:  # fall back to the manifests' hashes: prompt by prompt, no token index
+    # fall back to the manifests' hashes: prompt by prompt, no token index
+    if ea is None or eb is None:
         ea, eb = ea or _from_manifest(a), eb or _from_manifest(b)
         source = "manifest hashes"
         if ea is not None and eb is not None:
@@ -357,6 +444,12 @@ def compare_outputs(a: Run, b: Run, tolerance: Tolerance | None = None) -> Outpu
 def summary(entries: list[dict], logprobs: bool, api: str) -> dict[str, Any]:
     """What the manifest keeps about a run's outputs: the file, and one output hash per prompt."""
     ok = [e for e in entries if e.get("outcome") == "ok" and e.get("ids") is not None]
-    return {"file": OUTPUTS_FILE, "requests": len(entries), "with_ids": len(ok), "logprobs": logprobs, "api": api,
-            "hash": "sha256 over the comma-joined ids, 16 hex digits",
-            "hashes": {e["prompt"]: e["output"] for e in ok}}
+    return {
+        "file": OUTPUTS_FILE,
+        "requests": len(entries),
+        "with_ids": len(ok),
+        "logprobs": logprobs,
+        "api": api,
+        "hash": "sha256 over the comma-joined ids, 16 hex digits",
+        "hashes": {e["prompt"]: e["output"] for e in ok},
+    }

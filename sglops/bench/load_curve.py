@@ -22,9 +22,17 @@ def points(levels: Sequence[dict]) -> list[dict]:
         if total is None and decode is None:
             continue
         rate = lv.get("request_rate")
-        out.append({"load": rate if rate else lv["concurrency"], "kind": "rate" if rate else "concurrency",
-                    "total_tok_s": total, "per_stream_tok_s": decode, "tpot_p50_ms": tpot.get("median"),
-                    "tpot_p99_ms": tpot.get("p99"), "status": lv.get("status")})
+        out.append(
+            {
+                "load": rate if rate else lv["concurrency"],
+                "kind": "rate" if rate else "concurrency",
+                "total_tok_s": total,
+                "per_stream_tok_s": decode,
+                "tpot_p50_ms": tpot.get("median"),
+                "tpot_p99_ms": tpot.get("p99"),
+                "status": lv.get("status"),
+            }
+        )
     return sorted(out, key=lambda p: p["load"])
 
 
@@ -37,12 +45,23 @@ def knee(pts: Sequence[dict]) -> dict | None:
     k = next(p for p in have if p["total_tok_s"] >= KNEE_SHARE * peak)
     first = have[0]
     unit = "req/s" if k["kind"] == "rate" else "streams"
-    line = (f"knee at {k['load']:g} {unit}: {k['total_tok_s']:.1f} tok/s total ({k['total_tok_s'] / peak:.0%} of the "
-            f"peak {peak:.1f})")
+    line = (
+        f"knee at {k['load']:g} {unit}: {k['total_tok_s']:.1f} tok/s total ({k['total_tok_s'] / peak:.0%} of"
+        f" the peak {peak:.1f})"
+    )
     if k["tpot_p50_ms"] and first["tpot_p50_ms"]:
-        line += f", TPOT p50 {k['tpot_p50_ms']:.2f} ms (x{k['tpot_p50_ms'] / first['tpot_p50_ms']:.2f} the lowest load's)"
-    return {"load": k["load"], "kind": k["kind"], "total_tok_s": k["total_tok_s"], "peak_tok_s": peak,
-            "share": KNEE_SHARE, "line": line}
+        line += (
+            f", TPOT p50 {k['tpot_p50_ms']:.2f} ms (x{k['tpot_p50_ms'] / first['tpot_p50_ms']:.2f} the lowest"
+            " load's)"
+        )
+    return {
+        "load": k["load"],
+        "kind": k["kind"],
+        "total_tok_s": k["total_tok_s"],
+        "peak_tok_s": peak,
+        "share": KNEE_SHARE,
+        "line": line,
+    }
 
 
 def summary(levels: Sequence[dict]) -> dict:

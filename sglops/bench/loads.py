@@ -1,7 +1,7 @@
-"""What a bench sends, from its flags: the levels (closed loop at a concurrency, or open loop at a request rate),
-the dataset (random ids with fixed or ranged lengths, shared-prefix groups, a JSONL file of prompts) and the SLOs
-that goodput counts against. Parsed once on the laptop, before any host is touched, so a bad value is one line
-(exit 2) and the host script gets plain data.
+"""What a bench sends, from its flags: the levels (closed loop at a concurrency, or open loop at a request
+rate), the dataset (random ids with fixed or ranged lengths, shared-prefix groups, a JSONL file of prompts)
+and the SLOs that goodput counts against. Parsed once on the laptop, before any host is touched, so a bad
+value is one line (exit 2) and the host script gets plain data.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ from sglops.core.values import MAX_TOKENS
 SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms", "itl": "itl_ms"}
 SWEEP_KEYS = {"concurrency": "concurrency", "rate": "rate", "request_rate": "rate"}
 MAX_JSONL_PROMPTS = 100_000
-RATE_RANGE = (0.001, 1e6)  # requests per second: --request-rate and --sweep rate= alike
-MAX_CONCURRENCY = 4096  # --concurrency and --sweep concurrency= alike
-MIN_METRICS_INTERVAL = 0.1  # seconds between /metrics scrapes (0: none); each scrape costs the server a render
-MAX_ID = (1 << 31) - 1  # a token id: past any vocabulary (the host checks the model's own)
-MAX_DEPTH = 32  # nesting of a jsonl line (a prompt object is two deep)
+# requests per second: --request-rate and --sweep rate= alike
+RATE_RANGE = (0.001, 1e6)
+# --concurrency and --sweep concurrency= alike
+MAX_CONCURRENCY = 4096
+# seconds between /metrics scrapes (0: none); each scrape costs the server a render
+MIN_METRICS_INTERVAL = 0.1
+# a token id: past any vocabulary (the host checks the model's own)
+MAX_ID = (1 << 31) - 1
+# nesting of a jsonl line (a prompt object is two deep)
+MAX_DEPTH = 32
 
 
 def _numbers(text: str, what: str, cast: type = float) -> list:
@@ -61,16 +66,20 @@ def parse_sweep(spec: str | None) -> tuple[str, list] | None:
     lo, hi = RATE_RANGE
     bad = next((v for v in vals if not lo <= v <= hi), None)
     if bad is not None:
-        raise ConfigError(f"--sweep rate must be numbers from {lo:g} to {hi:g} requests per second, as --request-rate "
-                          f"(got {bad:g})")
+        raise ConfigError(
+            f"--sweep rate must be numbers from {lo:g} to {hi:g} requests per second, as --request-rate "
+            f"(got {bad:g})"
+        )
     return kind, vals
 
 
 def check_metrics_interval(seconds: float | None) -> None:
     """0 (never) or at least MIN_METRICS_INTERVAL: a scrape every nanosecond is a load of its own."""
     if seconds and not MIN_METRICS_INTERVAL <= float(seconds) <= 3600:
-        raise ConfigError(f"--metrics-interval must be 0 (never) or from {MIN_METRICS_INTERVAL:g} to 3600 seconds "
-                          f"(got {seconds:g})")
+        raise ConfigError(
+            f"--metrics-interval must be 0 (never) or from {MIN_METRICS_INTERVAL:g} to 3600 seconds "
+            f"(got {seconds:g})"
+        )
 
 
 def levels(concurrency: list[int], request_rate: float | None, sweep: str | None) -> list[dict]:
@@ -82,15 +91,19 @@ def levels(concurrency: list[int], request_rate: float | None, sweep: str | None
     if swept and list(concurrency) != [1]:
         raise ConfigError("--sweep and --concurrency: give the levels once, as --sweep concurrency=1,2,4")
     if request_rate is not None and list(concurrency) != [1]:
-        raise ConfigError("--request-rate and --concurrency: a level is an open loop (a rate) or a closed loop "
-                          "(streams); several rates: --sweep rate=1,2,4")
+        raise ConfigError(
+            "--request-rate and --concurrency: a level is an open loop (a rate) or a closed loop "
+            "(streams); several rates: --sweep rate=1,2,4"
+        )
     if swept and swept[0] == "concurrency":
         return [{"concurrency": c, "rate": None} for c in swept[1]]
     if swept:
         return [{"concurrency": 0, "rate": r} for r in swept[1]]
     if request_rate is not None:
         if not request_rate > 0 or math.isinf(request_rate):
-            raise ConfigError(f"--request-rate must be a positive number of requests per second (got {request_rate})")
+            raise ConfigError(
+                f"--request-rate must be a positive number of requests per second (got {request_rate})"
+            )
         return [{"concurrency": 0, "rate": float(request_rate)}]
     return [{"concurrency": int(c), "rate": None} for c in concurrency]
 
@@ -103,8 +116,10 @@ def parse_slo(spec: str | None) -> dict[str, float] | None:
     for item in spec.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or key not in SLO_KEYS:
-            raise ConfigError(f"--slo must be like ttft=500,tpot=50 (milliseconds; keys {', '.join(SLO_KEYS)}), "
-                              f"got {spec!r}")
+            raise ConfigError(
+                f"--slo must be like ttft=500,tpot=50 (milliseconds; keys {', '.join(SLO_KEYS)}), "
+                f"got {spec!r}"
+            )
         try:
             ms = float(value)
         except ValueError:
@@ -122,7 +137,9 @@ def _span(value: str, what: str, low: int) -> list[int]:
     try:
         span = [int(lo), int(hi if sep else lo)]
     except ValueError:
-        raise ConfigError(f"--dataset {what} must be a length or a range like 64-256 (got {value!r})") from None
+        raise ConfigError(
+            f"--dataset {what} must be a length or a range like 64-256 (got {value!r})"
+        ) from None
     if span[0] < low or span[1] < span[0] or span[1] > 1 << 20:
         raise ConfigError(f"--dataset {what} must be a range from {low} up, low <= high (got {value!r})")
     return span
@@ -137,8 +154,8 @@ def parse_dataset(spec: str | None, output_len: int = 2) -> dict:
       prefix i % G then its own --input-len random ids (the server's prefix cache decides TTFT);
     - `jsonl:PATH`: one JSON object per line with `prompt` or `text` (a string) or `input_ids` (ids), and
       optionally `output_len` (else --output-len); read here, offline, and sent with the script;
-    - `trace:PATH[,layout=..,unit=..,block=..]`: a timestamped request trace (sglops.bench.workload_trace), each
-      request sent at its time.
+    - `trace:PATH[,layout=..,unit=..,block=..]`: a timestamped request trace (sglops.bench.workload_trace),
+      each request sent at its time.
     """
     if not spec or spec == "random":
         return {"kind": "random"}
@@ -152,60 +169,80 @@ def parse_dataset(spec: str | None, output_len: int = 2) -> dict:
     if kind == "sessions":
         return _sessions(spec, rest)
     if kind not in ("random", "shared-prefix"):
-        raise ConfigError(f"--dataset must be random, random:input=A-B,output=C-D, shared-prefix:groups=N,prefix=L, "
-                          f"jsonl:PATH, trace:PATH or sessions:count=N,turns=T,new=M (got {spec!r})")
+        raise ConfigError(
+            f"--dataset must be random, random:input=A-B,output=C-D, shared-prefix:groups=N,prefix=L, "
+            f"jsonl:PATH, trace:PATH or sessions:count=N,turns=T,new=M (got {spec!r})"
+        )
     out: dict[str, Any] = {"kind": "shared_prefix" if kind == "shared-prefix" else "random"}
     allowed = {"input", "output"} | ({"groups", "prefix"} if kind == "shared-prefix" else set())
     for item in [x.strip() for x in rest.split(",") if x.strip()]:
         key, sep, value = item.partition("=")
         if not sep or key not in allowed:
-            raise ConfigError(f"--dataset {kind}: unknown or malformed {item!r} (keys: {', '.join(sorted(allowed))})")
+            raise ConfigError(
+                f"--dataset {kind}: unknown or malformed {item!r} (keys: {', '.join(sorted(allowed))})"
+            )
         if key in ("input", "output"):
             out[key] = _span(value, key, 1 if key == "input" else 2)
         else:
             try:
                 n = int(value)
             except ValueError:
-                raise ConfigError(f"--dataset shared-prefix {key} must be a whole number (got {value!r})") from None
+                raise ConfigError(
+                    f"--dataset shared-prefix {key} must be a whole number (got {value!r})"
+                ) from None
             if not 1 <= n <= (4096 if key == "groups" else 1 << 20):
                 raise ConfigError(f"--dataset shared-prefix {key} out of range (got {n})")
             out["groups" if key == "groups" else "prefix_len"] = n
     if kind == "shared-prefix" and not {"groups", "prefix_len"} <= set(out):
-        raise ConfigError("--dataset shared-prefix needs groups=N and prefix=L (e.g. shared-prefix:groups=4,prefix=512)")
+        raise ConfigError(
+            "--dataset shared-prefix needs groups=N and prefix=L (e.g. shared-prefix:groups=4,prefix=512)"
+        )
     return out
 
 
-SESSION_KEYS = {"count": (1, 4096), "turns": (1, 64), "system": (0, 1 << 16), "new": (1, 1 << 16),
-                "think": (0, 600_000)}
+SESSION_KEYS = {
+    "count": (1, 4096),
+    "turns": (1, 64),
+    "system": (0, 1 << 16),
+    "new": (1, 1 << 16),
+    "think": (0, 600_000),
+}
 
 
 def _sessions(spec: str, rest: str) -> dict:
-    """`sessions:count=8,turns=4,new=32[,system=256][,output=16-64][,think=500]`: count conversations of `turns`
-    turns; each turn sends the whole history (system prompt, earlier turns and the server's own answers) plus `new`
-    fresh ids; `think` ms between a session's turns."""
+    """`sessions:count=8,turns=4,new=32[,system=256][,output=16-64][,think=500]`: count conversations of
+    `turns` turns; each turn sends the whole history (system prompt, earlier turns and the server's own
+    answers) plus `new` fresh ids; `think` ms between a session's turns."""
     out: dict[str, Any] = {"kind": "sessions", "system": 0, "think_ms": 0}
     for item in [x.strip() for x in rest.split(",") if x.strip()]:
         key, sep, value = item.partition("=")
         if not sep or key not in {*SESSION_KEYS, "output"}:
-            raise ConfigError(f"--dataset sessions: unknown or malformed {item!r} (keys: count, turns, new, system, "
-                              f"output, think)")
+            raise ConfigError(
+                f"--dataset sessions: unknown or malformed {item!r} (keys: count, turns, new, system, "
+                f"output, think)"
+            )
         if key == "output":
             out["output"] = _span(value, "output", 2)
             continue
         lo, hi = SESSION_KEYS[key]
         if not value.isdigit() or not lo <= int(value) <= hi:
-            raise ConfigError(f"--dataset sessions {key} must be a whole number from {lo} to {hi} (got {value!r})")
+            raise ConfigError(
+                f"--dataset sessions {key} must be a whole number from {lo} to {hi} (got {value!r})"
+            )
         out["think_ms" if key == "think" else key] = int(value)
     if not {"count", "turns", "new"} <= set(out):
-        raise ConfigError(f"--dataset sessions needs count=N, turns=T and new=M (e.g. sessions:count=8,turns=4,new=32; "
-                          f"got {spec!r})")
+        raise ConfigError(
+            f"--dataset sessions needs count=N, turns=T and new=M (e.g. sessions:count=8,turns=4,new=32; "
+            f"got {spec!r})"
+        )
     return out
 
 
 def _jsonl_path(path_text: str) -> Path:
     try:
         path = Path(path_text).expanduser()
-    except RuntimeError:  # ~nosuchuser/...: no such home folder
+    # ~nosuchuser/...: no such home folder
+    except RuntimeError:
         raise ConfigError(f"--dataset jsonl: no such file {path_text!r} (no such user's home)") from None
     if not path_text or not path.is_file():
         raise ConfigError(f"--dataset jsonl: no such file {path_text!r}")
@@ -213,7 +250,8 @@ def _jsonl_path(path_text: str) -> Path:
 
 
 def _too_deep(line: str) -> bool:
-    """Whether a line nests deeper than MAX_DEPTH (counted before parsing: json recursion ends in a traceback)."""
+    """Whether a line nests deeper than MAX_DEPTH (counted
+    before parsing: json recursion ends in a traceback)."""
     depth, in_str, escaped = 0, False, False
     for c in line:
         if in_str:
@@ -233,7 +271,8 @@ def _jsonl(path_text: str, output_len: int) -> dict:
     path = _jsonl_path(path_text)
     items = []
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a UTF-8 BOM (Windows editors) is no prompt
+        # a UTF-8 BOM (Windows editors) is no prompt
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--dataset jsonl: cannot read {path}: {exc}") from None
     for no, line in enumerate(lines, 1):
@@ -241,8 +280,10 @@ def _jsonl(path_text: str, output_len: int) -> dict:
             continue
         where = f"{path}:{no}"
         if line.count("[") + line.count("{") > MAX_DEPTH and _too_deep(line):
-            raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels (a prompt is an object of strings, "
-                              "ids and numbers)")
+            raise ConfigError(
+                f"{where}: nested deeper than {MAX_DEPTH} levels (a prompt is an object of strings, "
+                "ids and numbers)"
+            )
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as exc:
@@ -255,10 +296,16 @@ def _jsonl(path_text: str, output_len: int) -> dict:
         if isinstance(text, list) and ids is None:
             ids, text = text, None
         if ids is not None:
-            if (not isinstance(ids, list) or not ids or len(ids) > MAX_TOKENS
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_ID for x in ids)):
-                raise ConfigError(f"{where}: input_ids must be a non-empty list of at most {MAX_TOKENS} token ids, "
-                                  f"each from 0 to {MAX_ID}")
+            if (
+                not isinstance(ids, list)
+                or not ids
+                or len(ids) > MAX_TOKENS
+                or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_ID for x in ids)
+            ):
+                raise ConfigError(
+                    f"{where}: input_ids must be a non-empty list of at most {MAX_TOKENS} token ids, "
+                    f"each from 0 to {MAX_ID}"
+                )
             item["input_ids"] = ids
             item["line"] = no
         elif isinstance(text, str) and text:
@@ -268,8 +315,9 @@ def _jsonl(path_text: str, output_len: int) -> dict:
         n = obj.get("output_len", obj.get("max_tokens"))
         if n is not None:
             if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_TOKENS:
-                raise ConfigError(f"{where}: output_len must be a whole number from 2 to {MAX_TOKENS} "
-                                  f"(got {str(n)[:40]})")
+                raise ConfigError(
+                    f"{where}: output_len must be a whole number from 2 to {MAX_TOKENS} (got {str(n)[:40]})"
+                )
             item["output_len"] = n
         items.append(item)
         if len(items) > MAX_JSONL_PROMPTS:
@@ -282,19 +330,27 @@ def _jsonl(path_text: str, output_len: int) -> dict:
 def describe(dataset: dict, input_len: int, output_len: int) -> str:
     """One phrase for the record and the caption."""
     kind = dataset.get("kind", "random")
-    lens = (f"input {'-'.join(map(str, dataset['input'])) if dataset.get('input') else input_len} / output "
-            f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens")
+    lens = (
+        f"input {'-'.join(map(str, dataset['input'])) if dataset.get('input') else input_len} / output "
+        f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens"
+    )
     if kind == "trace":
         from sglops.bench import workload_trace
 
         return workload_trace.describe(dataset)
     if kind == "prompts":
-        return f"{len(dataset['items'])} prompts from {dataset.get('source')} (output {output_len} unless given)"
+        return (
+            f"{len(dataset['items'])} prompts from {dataset.get('source')} (output {output_len} unless given)"
+        )
     if kind == "sessions":
-        return (f"{dataset['count']} sessions x {dataset['turns']} turns: history + the server's answers + "
-                f"{dataset['new']} new ids per turn (system prompt {dataset['system']} ids), output "
-                f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens")
+        return (
+            f"{dataset['count']} sessions x {dataset['turns']} turns: history + the server's answers + "
+            f"{dataset['new']} new ids per turn (system prompt {dataset['system']} ids), output "
+            f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens"
+        )
     if kind == "shared_prefix":
-        return (f"shared prefix: {dataset['groups']} groups x {dataset['prefix_len']}-token prefix + random ids, "
-                + lens)
+        return (
+            f"shared prefix: {dataset['groups']} groups x {dataset['prefix_len']}-token prefix + random ids, "
+            + lens
+        )
     return "random ordinary token ids below the model's vocabulary (input_ids), " + lens

@@ -1,12 +1,13 @@
-"""`inv bench --max-rate --slo ttft=..,tpot=.. [--goodput 0.9]`: the highest request rate whose goodput meets the
-target, found by bracketing (doubling or halving from the first rate) then bisecting (geometric midpoints), within
-TOLERANCE of the boundary in at most MOST_LEVELS levels.
+"""`inv bench --max-rate --slo ttft=..,tpot=.. [--goodput 0.9]`: the highest request rate whose goodput meets
+the target, found by bracketing (doubling or halving from the first rate) then bisecting (geometric
+midpoints), within TOLERANCE of the boundary in at most MOST_LEVELS levels.
 
-A level meets the target when the share of its requests within every SLO (goodput's share: failed requests count
-against it) is at least `--goodput`. The answer is the highest rate that met it; the search stops when the lowest
-rate that missed is at most (1 + TOLERANCE)^2 above it, so the boundary lies within +-TOLERANCE of the bracket's
-geometric midpoint (`boundary_req_s`); a search that runs out of levels says how wide its bracket still is. Every probed level is a bench run of its own, recorded
-as any bench is; the search keeps them in one result, one table and one chart.
+A level meets the target when the share of its requests within every SLO (goodput's share: failed requests
+count against it) is at least `--goodput`. The answer is the highest rate that met it; the search stops when
+the lowest rate that missed is at most (1 + TOLERANCE)^2 above it, so the boundary lies within +-TOLERANCE of
+the bracket's geometric midpoint (`boundary_req_s`); a search that runs out of levels says how wide its
+bracket still is. Every probed level is a bench run of its own, recorded as any bench is; the search keeps
+them in one result, one table and one chart.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ if TYPE_CHECKING:
 
 MOST_LEVELS = 8
 TOLERANCE = 0.05
-START_RATE = 1.0  # req/s, without --request-rate
-PROBE_SEED = 7001  # probe k sends seed PROBE_SEED + k's prompts: a later level never finds an earlier one's in the cache
+# req/s, without --request-rate
+START_RATE = 1.0
+# probe k sends seed PROBE_SEED + k's prompts: a later level never finds an earlier one's in the cache
+PROBE_SEED = 7001
 
 
 @dataclass
 class Probe:
-    """One probed level: its rate, the share of requests within the SLOs, whether that met the target, its run."""
+    """One probed level: its rate, the share of requests
+    within the SLOs, whether that met the target, its run."""
 
     rate: float
     share: float | None
@@ -45,8 +49,10 @@ class Search:
     target: float
     slo: dict[str, float]
     probes: list[Probe] = field(default_factory=list)
-    answer: float | None = None  # the highest rate that met the target (None: not even the lowest probed)
-    bound: float | None = None  # the lowest rate that missed it, above the answer (None: none missed)
+    # the highest rate that met the target (None: not even the lowest probed)
+    answer: float | None = None
+    # the lowest rate that missed it, above the answer (None: none missed)
+    bound: float | None = None
     converged: bool = False
 
     @property
@@ -62,25 +68,58 @@ class Search:
     def line(self) -> str:
         levels = f"{len(self.probes)} level(s)"
         if self.answer is None:
-            return (f"no rate met goodput {self.target:.0%} within the SLO (lowest probed {min(p.rate for p in self.probes):g} "
-                    f"req/s), {levels}")
+            return (
+                f"no rate met goodput {self.target:.0%} within the SLO (lowest probed"
+                f" {min(p.rate for p in self.probes):g} req/s), {levels}"
+            )
         if self.bound is None:
-            return f"every probed rate met goodput {self.target:.0%}: at least {self.answer:g} req/s, {levels}"
-        within = (f"boundary {self.boundary:.3g} req/s +-5%" if self.converged
-                  else f"bracket still {self.width:.0%} wide")
-        return (f"max rate {self.answer:.3g} req/s at goodput >= {self.target:.0%} (missed at {self.bound:.3g} req/s; "
-                f"{within}), {levels}")
+            return (
+                f"every probed rate met goodput {self.target:.0%}: at least {self.answer:g} req/s, {levels}"
+            )
+        within = (
+            f"boundary {self.boundary:.3g} req/s +-5%"
+            if self.converged
+            else f"bracket still {self.width:.0%} wide"
+        )
+        return (
+            f"max rate {self.answer:.3g} req/s at goodput >= {self.target:.0%} (missed at {self.bound:.3g}"
+            f" req/s; {within}), {levels}"
+        )
 
     def to_json(self) -> dict:
-        return {"target": self.target, "slo_ms": self.slo, "answer_req_s": self.answer, "bound_req_s": self.bound,
-                "converged": self.converged, "width": self.width, "boundary_req_s": self.boundary, "line": self.line(), "most_levels": MOST_LEVELS,
-                "tolerance": TOLERANCE,
-                "probes": [{"order": k + 1, "rate": p.rate, "goodput_share": p.share, "met": p.met,
-                            "phase": p.phase, "run_id": p.run_id} for k, p in enumerate(self.probes)]}
+        return {
+            "target": self.target,
+            "slo_ms": self.slo,
+            "answer_req_s": self.answer,
+            "bound_req_s": self.bound,
+            "converged": self.converged,
+            "width": self.width,
+            "boundary_req_s": self.boundary,
+            "line": self.line(),
+            "most_levels": MOST_LEVELS,
+            "tolerance": TOLERANCE,
+            "probes": [
+                {
+                    "order": k + 1,
+                    "rate": p.rate,
+                    "goodput_share": p.share,
+                    "met": p.met,
+                    "phase": p.phase,
+                    "run_id": p.run_id,
+                }
+                for k, p in enumerate(self.probes)
+            ],
+        }
 
 
-def search(probe: Callable[[float, str], tuple[float | None, str | None]], slo: dict[str, float], target: float,
-           start: float | None = None, most: int = MOST_LEVELS, tolerance: float = TOLERANCE) -> Search:
+def search(
+    probe: Callable[[float, str], tuple[float | None, str | None]],
+    slo: dict[str, float],
+    target: float,
+    start: float | None = None,
+    most: int = MOST_LEVELS,
+    tolerance: float = TOLERANCE,
+) -> Search:
     """Run the search; `probe(rate, phase)` measures one level and returns (goodput share, run id)."""
     s = Search(target, slo)
     rate = float(start or START_RATE)
@@ -112,10 +151,16 @@ def _round(rate: float) -> float:
     return float(f"{rate:.3g}")
 
 
-def run_max_rate(remote: Remote, plan: BenchPlan, run_id: str, keep: Callable[[BenchResult, str], object],
-                 on_progress: Callable[[dict], None] | None = None) -> BenchResult:
-    """The search on remote's server: each probe a bench run of its own (`<run-id>-p<k>`, recorded through `keep`),
-    then one result holding every probed level (by rate), the search and the sweep-shaped curve for its chart."""
+def run_max_rate(
+    remote: Remote,
+    plan: BenchPlan,
+    run_id: str,
+    keep: Callable[[BenchResult, str], object],
+    on_progress: Callable[[dict], None] | None = None,
+) -> BenchResult:
+    """The search on remote's server: each probe a bench run of its own (`<run-id>-p<k>`, recorded through
+    `keep`), then one result holding every probed level (by rate), the search and the sweep-shaped curve for
+    its chart."""
     from sglops.bench import load_curve, run
 
     results: list[BenchResult] = []
@@ -123,8 +168,14 @@ def run_max_rate(remote: Remote, plan: BenchPlan, run_id: str, keep: Callable[[B
     def probe(rate: float, phase: str) -> tuple[float | None, str]:
         if on_progress:
             on_progress({"phase": f"max-rate level {len(results) + 1} ({phase}) at {rate:g} req/s"})
-        res = run.run_bench(remote, plan.with_levels([{"concurrency": 0, "rate": rate}]), on_progress=on_progress,
-                            with_facts=not results, seed=PROBE_SEED + len(results))  # its own prompts: no warm cache
+        # its own prompts: no warm cache
+        res = run.run_bench(
+            remote,
+            plan.with_levels([{"concurrency": 0, "rate": rate}]),
+            on_progress=on_progress,
+            with_facts=not results,
+            seed=PROBE_SEED + len(results),
+        )
         res.run_id = f"{run_id}-p{len(results) + 1}"
         keep(res, res.run_id)
         results.append(res)

@@ -28,8 +28,8 @@ def _required(result: Any, o: dict) -> None:
 
 # -- bench ----------------------------------------------------------------------------------------------
 def bench(ctx: Context, plan: BenchPlan | None = None, **flags: Any) -> BenchResult:
-    """The flags arrive parsed, as the prepare's plan (sglops.bench.plan; the task and the play step run the prepare
-    first); a caller that skipped it has its checked flags made into the plan here."""
+    """The flags arrive parsed, as the prepare's plan (sglops.bench.plan; the task and the play step run the
+    prepare first); a caller that skipped it has its checked flags made into the plan here."""
     from sglops.bench import run
     from sglops.bench.plan import plan_bench
 
@@ -45,7 +45,8 @@ def bench(ctx: Context, plan: BenchPlan | None = None, **flags: Any) -> BenchRes
         result = run_max_rate(ctx.remote, plan, ctx.own_run_id, keep, on_progress=ctx.event)
     else:
         result = run.run_bench(ctx.remote, plan, on_progress=ctx.event)
-    result.run_id = ctx.own_run_id  # recorded by the runner (record=, own_run=)
+    # recorded by the runner (record=, own_run=)
+    result.run_id = ctx.own_run_id
     run.draw_sweep(result, ctx.draw)
     run.draw_max_rate(result, ctx.draw)
     run.draw_telemetry(result, ctx.draw)
@@ -53,25 +54,36 @@ def bench(ctx: Context, plan: BenchPlan | None = None, **flags: Any) -> BenchRes
 
 
 def _bench_prepare(o: dict) -> dict:
-    """Every bench flag parsed once, into the plan, before any host is touched (a bad one: one line, exit 2)."""
+    """Every bench flag parsed once, into the plan, before
+    any host is touched (a bad one: one line, exit 2)."""
     from sglops.bench.plan import plan_bench
 
     return {**o, "plan": plan_bench(o, checked=True)}
 
 
 def _bench_plan(ctx: Context, plan: BenchPlan, **_flags: Any) -> str:
-    where = ", ".join(f"trace x{plan.trace_speed:g}" if lv.get("trace") else f"{lv['rate']:g} req/s" if lv["rate"]
-                      else f"C={lv['concurrency']}" for lv in plan.levels)
+    where = ", ".join(
+        f"trace x{plan.trace_speed:g}"
+        if lv.get("trace")
+        else f"{lv['rate']:g} req/s"
+        if lv["rate"]
+        else f"C={lv['concurrency']}"
+        for lv in plan.levels
+    )
     if plan.max_rate:
-        where = (f"a max-rate search from {plan.request_rate or 1:g} req/s (goodput >= {plan.goodput:.0%} within "
-                 f"{plan.slo}; at most 8 levels, each a run)")
-    return (f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {plan.api} API on "
-            f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run")
+        where = (
+            f"a max-rate search from {plan.request_rate or 1:g} req/s (goodput >= {plan.goodput:.0%} within "
+            f"{plan.slo}; at most 8 levels, each a run)"
+        )
+    return (
+        f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {plan.api} API on "
+        f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run"
+    )
 
 
 def _bench_check(result: Any, _o: dict) -> None:
-    """A run with failed requests exits 1; a max-rate search only when a level at or below its answer failed (past
-    the answer, an overloaded level is what the search looks for)."""
+    """A run with failed requests exits 1; a max-rate search only when a level at or below its answer failed
+    (past the answer, an overloaded level is what the search looks for)."""
     from sglops.bench import run
 
     answer = (result.max_rate or {}).get("answer_req_s")
@@ -91,14 +103,25 @@ def _bench_summary(doc: dict) -> str:
 
 
 # -- compare --------------------------------------------------------------------------------------------
-def compare(ctx: Context, run_a: str | None = None, run_b: str | None = None, runs: list[str] | None = None,
-            no_chart: bool = False, **required: Any) -> Comparison:
+def compare(
+    ctx: Context,
+    run_a: str | None = None,
+    run_b: str | None = None,
+    runs: list[str] | None = None,
+    no_chart: bool = False,
+    **required: Any,
+) -> Comparison:
     """`inv compare A B,C` (run ids) or a play's compare step (its earlier bench steps, or run ids)."""
     from sglops.bench import compare as cmp
 
     if run_a is not None:
-        return cmp.compare_with([*run_a.split(","), *run_b.split(",")], required, chart=not no_chart, draw=ctx.draw,
-                               run_id=ctx.run_id)
+        return cmp.compare_with(
+            [*run_a.split(","), *run_b.split(",")],
+            required,
+            chart=not no_chart,
+            draw=ctx.draw,
+            run_id=ctx.run_id,
+        )
     return cmp.compare_with(_step_runs(ctx, runs), required, out_dir=ctx.folder, draw=ctx.draw)
 
 
@@ -136,7 +159,9 @@ def _compare_summary(doc: dict) -> str:
     for r in [r for r in doc.get("rows") or [] if r.get("metric") == "decode tok/s"]:
         ci = r.get("ratio_ci95")
         ci_s = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-        parts.append(f"decode tok/s {r['base']:.2f} -> {r['other']:.2f} (x{r['ratio']:.3f}{ci_s}): {r['verdict']}")
+        parts.append(
+            f"decode tok/s {r['base']:.2f} -> {r['other']:.2f} (x{r['ratio']:.3f}{ci_s}): {r['verdict']}"
+        )
         ident = ((doc.get("identity") or {}).get(r["run"]) or {}).get("line")
         if ident:
             parts[-1] += f", {ident}"
@@ -151,22 +176,56 @@ def runs(ctx: Context, host: str | None = None, task: str | None = None) -> RunL
 
 
 OPS = [
-    Op("bench", bench, "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
-       "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
-       (TARGETS, JSON, *BENCH, *LOADS,
-        DRY_RUN.again(help="say what would be measured (a play's dry run says the same); run and record nothing")),
-       step="bench", plan=_bench_plan, check=_bench_check, live=Live.BENCH,
-       prepare=_bench_prepare, record="bench.json", own_run=True, step_summary=_bench_summary),
-    Op("compare", compare, "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
-       "output identity,\nconfig differences, PNG of decode tok/s.",
-       (Param("run_a", help="baseline run id (or prefix, or folder)", positional=True, play=False),
-        Param("run_b", help="run(s) to compare, comma-separated", positional=True, play=False),
-        JSON.again(help="print machine-readable JSON"),
-        Param("no_chart", Flag(), "skip the PNG chart", flag=False, play=False),
-        Param("runs", StrList(), cli=False), *COMPARE),
-       step="compare", plan=_compare_plan, check=_required,
-       step_summary=_compare_summary, play_shows=True),
-    Op("runs", runs, "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
-       (Param("host", help="only this host's runs"), Param("task", help="only runs of this task (e.g. bench)"),
-        JSON.again(help="JSON"))),
+    Op(
+        "bench",
+        bench,
+        "Decode figures measured ON the host (TTFT, ITL, TPOT, decode tok/s, e2e), repeated, kept "
+        "under artifacts/\nwith each request's output ids and logprobs (for `inv compare`'s identity check).",
+        (
+            TARGETS,
+            JSON,
+            *BENCH,
+            *LOADS,
+            DRY_RUN.again(
+                help="say what would be measured (a play's dry run says the same); run and record nothing"
+            ),
+        ),
+        step="bench",
+        plan=_bench_plan,
+        check=_bench_check,
+        live=Live.BENCH,
+        prepare=_bench_prepare,
+        record="bench.json",
+        own_run=True,
+        step_summary=_bench_summary,
+    ),
+    Op(
+        "compare",
+        compare,
+        "Recorded bench runs against RUN_A (`inv compare A B,C`): ratios, 95% intervals, verdict, "
+        "output identity,\nconfig differences, PNG of decode tok/s.",
+        (
+            Param("run_a", help="baseline run id (or prefix, or folder)", positional=True, play=False),
+            Param("run_b", help="run(s) to compare, comma-separated", positional=True, play=False),
+            JSON.again(help="print machine-readable JSON"),
+            Param("no_chart", Flag(), "skip the PNG chart", flag=False, play=False),
+            Param("runs", StrList(), cli=False),
+            *COMPARE,
+        ),
+        step="compare",
+        plan=_compare_plan,
+        check=_required,
+        step_summary=_compare_summary,
+        play_shows=True,
+    ),
+    Op(
+        "runs",
+        runs,
+        "Recorded runs under artifacts/, with each bench's headline decode tok/s.",
+        (
+            Param("host", help="only this host's runs"),
+            Param("task", help="only runs of this task (e.g. bench)"),
+            JSON.again(help="JSON"),
+        ),
+    ),
 ]

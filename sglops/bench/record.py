@@ -13,13 +13,15 @@ from sglops.core import artifacts
 from sglops.core.errors import ConfigError
 
 STANDIN_MARK = "SET BY THE STAND-IN"
-STANDIN_NOTE = "figures SET BY THE STAND-IN server (sglops' sandbox server said so in /server_info), not measured"
+STANDIN_NOTE = (
+    "figures SET BY THE STAND-IN server (sglops' sandbox server said so in /server_info), not measured"
+)
 
 
 def standin(doc: dict | None) -> bool:
-    """Were a run's figures set by sglops' stand-in server? The server said so itself: its /server_info answers
-    `standin: true` (a real SGLang has no such key); a record keeps that answer as `launch_args`, and bench.json
-    and its manifest carry it as `standin`. Never guessed from a host's name."""
+    """Were a run's figures set by sglops' stand-in server? The server said so itself: its /server_info
+    answers `standin: true` (a real SGLang has no such key); a record keeps that answer as `launch_args`, and
+    bench.json and its manifest carry it as `standin`. Never guessed from a host's name."""
     doc = doc or {}
     if "standin" in doc:
         return bool(doc["standin"])
@@ -50,8 +52,14 @@ class Run:
 
     def level(self, concurrency: int, rate: float | None = None) -> dict | None:
         """The level at that concurrency (closed loop) or, with `rate`, the open-loop level at that rate."""
-        return next((lv for lv in self.doc["levels"]
-                     if lv["concurrency"] == concurrency and lv.get("request_rate") == rate), None)
+        return next(
+            (
+                lv
+                for lv in self.doc["levels"]
+                if lv["concurrency"] == concurrency and lv.get("request_rate") == rate
+            ),
+            None,
+        )
 
     @property
     def sweep(self) -> dict | None:
@@ -70,4 +78,6 @@ def load(run_dir: str | Path) -> dict:
 def load_run(ref: str | Path) -> Run:
     path = artifacts.find_run(str(ref))
     doc = load(path)
-    return Run(run_id=doc.get("run_id") or path.name, host=doc.get("host") or path.parent.name, path=path, doc=doc)
+    return Run(
+        run_id=doc.get("run_id") or path.name, host=doc.get("host") or path.parent.name, path=path, doc=doc
+    )

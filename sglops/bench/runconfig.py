@@ -19,26 +19,71 @@ if TYPE_CHECKING:
 
 # The settings a reviewer asks about first; recorded as `run_config.summary` and shown first in a diff.
 HEADLINE_KEYS = (
-    "model_path", "sglang_version", "patches", "attention_backend", "prefill_attention_backend",
-    "decode_attention_backend", "kv_cache_dtype", "page_size", "dtype", "quantization", "disable_cuda_graph",
-    "disable_decode_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "cuda_graph_max_bs_decode",
-    "cuda_graph_config.decode.backend", "cuda_graph_config.decode.max_bs", "enable_torch_compile", "tp_size",
-    "dp_size", "pp_size", "ep_size", "max_running_requests", "max_total_tokens", "chunked_prefill_size",
-    "mem_fraction_static", "sampling_backend", "enable_deterministic_inference", "disable_radix_cache",
-    "speculative_algorithm", "device",
+    "model_path",
+    "sglang_version",
+    "patches",
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "kv_cache_dtype",
+    "page_size",
+    "dtype",
+    "quantization",
+    "disable_cuda_graph",
+    "disable_decode_cuda_graph",
+    "cuda_graph_max_bs",
+    "cuda_graph_bs",
+    "cuda_graph_max_bs_decode",
+    "cuda_graph_config.decode.backend",
+    "cuda_graph_config.decode.max_bs",
+    "enable_torch_compile",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "ep_size",
+    "max_running_requests",
+    "max_total_tokens",
+    "chunked_prefill_size",
+    "mem_fraction_static",
+    "sampling_backend",
+    "enable_deterministic_inference",
+    "disable_radix_cache",
+    "speculative_algorithm",
+    "device",
 )
 # Launch arguments that differ between any two launches without changing what is computed: where it
 # listens, its random seed (temperature 0 draws nothing), start-up timings, the command line (its parts
 # are compared one by one), live status.
-NOISE_KEYS = frozenset({
-    "host", "port", "random_seed", "startup_time", "status", "launch_command", "last_gen_throughput",
-    "internal_states", "dist_init_addr", "nccl_port", "sglang_tree",
-    # the stand-in server's decode model: what it computed from the served tree, not a launch argument
-    "standin_decode_tps", "standin_decode_model",
-})
-ALIASES = {"kv_dtype": "kv_cache_dtype", "tp": "tp_size", "dp": "dp_size", "pp": "pp_size", "ep": "ep_size",
-           "attention": "attention_backend", "backend": "attention_backend", "version": "sglang_version",
-           "model": "model_path", "patch": "patches"}
+NOISE_KEYS = frozenset(
+    {
+        "host",
+        "port",
+        "random_seed",
+        "startup_time",
+        "status",
+        "launch_command",
+        "last_gen_throughput",
+        "internal_states",
+        "dist_init_addr",
+        "nccl_port",
+        "sglang_tree",
+        # the stand-in server's decode model: what it computed from the served tree, not a launch argument
+        "standin_decode_tps",
+        "standin_decode_model",
+    }
+)
+ALIASES = {
+    "kv_dtype": "kv_cache_dtype",
+    "tp": "tp_size",
+    "dp": "dp_size",
+    "pp": "pp_size",
+    "ep": "ep_size",
+    "attention": "attention_backend",
+    "backend": "attention_backend",
+    "version": "sglang_version",
+    "model": "model_path",
+    "patch": "patches",
+}
 
 
 def _noise(key: str) -> bool:
@@ -55,7 +100,8 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 
 def patch_set(patches: Iterable[dict] | None) -> list[str]:
-    """The ledger's patches as `name[@variant]`, sorted, `(modified)` when a file no longer has its after-hash."""
+    """The ledger's patches as `name[@variant]`, sorted,
+    `(modified)` when a file no longer has its after-hash."""
     out = []
     for p in patches or []:
         name = str(p.get("patch") or "?") + (f"@{p['variant']}" if p.get("variant") else "")
@@ -63,8 +109,11 @@ def patch_set(patches: Iterable[dict] | None) -> list[str]:
     return sorted(out)
 
 
-def effective(launch_args: dict | None, sglang: dict | None = None, patches: Iterable[dict] | None = None,
-              ) -> dict[str, Any]:
+def effective(
+    launch_args: dict | None,
+    sglang: dict | None = None,
+    patches: Iterable[dict] | None = None,
+) -> dict[str, Any]:
     """One flat mapping of what served: every launch argument (dicts flattened to a.b), the SGLang version
     the server reported and the patch set of the host ledger."""
     out: dict[str, Any] = {}
@@ -74,8 +123,11 @@ def effective(launch_args: dict | None, sglang: dict | None = None, patches: Ite
     return out
 
 
-def summary(launch_args: dict | None, sglang: dict | None = None, patches: Iterable[dict] | None = None,
-            ) -> dict[str, Any]:
+def summary(
+    launch_args: dict | None,
+    sglang: dict | None = None,
+    patches: Iterable[dict] | None = None,
+) -> dict[str, Any]:
     """The headline settings (HEADLINE_KEYS) that the server reported; `None` for one it does not know."""
     flat = effective(launch_args, sglang, patches)
     return {k: flat.get(k) for k in HEADLINE_KEYS if k in flat or k in ("sglang_version", "patches")}
@@ -98,7 +150,8 @@ class Difference:
     a: Any
     b: Any
     intended: bool
-    why: str  # patch set / named as the variable / not named
+    # patch set / named as the variable / not named
+    why: str
 
     def to_json(self) -> dict:
         return {"key": self.key, "a": self.a, "b": self.b, "intended": self.intended, "why": self.why}
@@ -119,7 +172,8 @@ class ConfigDiff:
     b: str
     differences: list[Difference]
     variable: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)  # runs that recorded no server configuration
+    # runs that recorded no server configuration
+    missing: list[str] = field(default_factory=list)
 
     @property
     def unintended(self) -> list[Difference]:
@@ -131,9 +185,11 @@ class ConfigDiff:
 
     def line(self) -> str:
         if self.missing and not self.unintended:
-            return (f"config not compared: {', '.join(self.missing)} recorded no server configuration"
-                    + (" (" + ", ".join(d.key for d in self.differences) + " differ as intended)"
-                       if self.differences else ""))
+            return f"config not compared: {', '.join(self.missing)} recorded no server configuration" + (
+                " (" + ", ".join(d.key for d in self.differences) + " differ as intended)"
+                if self.differences
+                else ""
+            )
         if not self.differences:
             return "same server config"
         bad = self.unintended
@@ -144,31 +200,48 @@ class ConfigDiff:
         return f"{len(bad)} UNINTENDED config difference{'s' if len(bad) > 1 else ''}: {shown}{more}"
 
     def rows(self) -> list[tuple[str, str, str, str]]:
-        return [(d.key, _shown(d.a), _shown(d.b), "intended" if d.intended else "UNINTENDED")
-                for d in self.differences]
+        return [
+            (d.key, _shown(d.a), _shown(d.b), "intended" if d.intended else "UNINTENDED")
+            for d in self.differences
+        ]
 
     def to_json(self) -> dict:
-        return {"a": self.a, "b": self.b, "same": self.same, "variable": self.variable, "missing": self.missing,
-                "differences": [d.to_json() for d in self.differences],
-                "unintended": [d.key for d in self.unintended], "line": self.line()}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "same": self.same,
+            "variable": self.variable,
+            "missing": self.missing,
+            "differences": [d.to_json() for d in self.differences],
+            "unintended": [d.key for d in self.unintended],
+            "line": self.line(),
+        }
 
 
 def passed_flags(argv: Iterable[str] | None) -> set[str] | None:
-    """The launch arguments a command line set explicitly, as server-info keys (`--page-size 64` -> page_size);
-    None when the run recorded no command line."""
+    """The launch arguments a command line set explicitly, as server-info keys (`--page-size 64` ->
+    page_size); None when the run recorded no command line."""
     if argv is None:
         return None
-    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")}
+    return {
+        a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")
+    }
 
 
-def diff_effective(ca: dict[str, Any], cb: dict[str, Any], variable: Iterable[str] | str | None = (),
-                   a: str = "A", b: str = "B", passed: set[str] | None = None) -> ConfigDiff:
+def diff_effective(
+    ca: dict[str, Any],
+    cb: dict[str, Any],
+    variable: Iterable[str] | str | None = (),
+    a: str = "A",
+    b: str = "B",
+    passed: set[str] | None = None,
+) -> ConfigDiff:
     """Every key whose value differs (noise keys aside), headline keys first, each intended or not.
 
     `passed`: the keys either run's command line set. A key neither set is one SGLang chose itself (flashmla
-    makes page_size 64, the pool's max_total_num_tokens follows from memory); when an intended key also differs,
-    such a key follows from that change and is marked intended, saying so. Without command lines (None) every
-    unnamed difference stays unintended."""
+    makes page_size 64, the pool's max_total_num_tokens follows from memory); when an intended key also
+    differs, such a key follows from that change and is marked intended, saying so. Without command lines
+    (None) every unnamed difference stays unintended."""
     named = normalise_variable(variable)
     keys = [k for k in dict.fromkeys([*HEADLINE_KEYS, *sorted(set(ca) | set(cb))]) if k in ca or k in cb]
     diffs = []
@@ -201,7 +274,8 @@ def config_diff(a: Run, b: Run, variable: Iterable[str] | str | None = ()) -> Co
     """What differs between the servers behind baseline A and run B (patches and `variable` keys intended)."""
     missing = [r.run_id for r in (a, b) if not (r.doc.get("launch_args") or r.doc.get("server_info"))]
     ca, cb = run_effective(a), run_effective(b)
-    if missing:  # without launch arguments only the version and the patches can be compared
+    # without launch arguments only the version and the patches can be compared
+    if missing:
         ca = {k: ca[k] for k in ("sglang_version", "patches")}
         cb = {k: cb[k] for k in ("sglang_version", "patches")}
     fa, fb = passed_flags(_argv(a)), passed_flags(_argv(b))

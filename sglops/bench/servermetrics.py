@@ -48,8 +48,11 @@ def summarise(repeats: Sequence[Sequence[dict]]) -> dict | None:
     gen = [r for r in (_rise(run, "generation_tokens") for run in runs) if r is not None]
     if gen:
         out["gen_tok_s"] = stats.median(gen)
-    per_stream = [s["gen_throughput"] / s["running"] for s in pooled
-                  if s.get("running") and isinstance(s.get("gen_throughput"), int | float) and s["gen_throughput"] > 0]
+    per_stream = [
+        s["gen_throughput"] / s["running"]
+        for s in pooled
+        if s.get("running") and isinstance(s.get("gen_throughput"), int | float) and s["gen_throughput"] > 0
+    ]
     if per_stream:
         out["decode_tok_s_per_stream"] = stats.median(per_stream)
     return out

@@ -12,7 +12,8 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 
-NOISY_CV = 0.05  # AIPerf calls CV < 5% excellent; above it we flag the figure.
+# AIPerf calls CV < 5% excellent; above it we flag the figure.
+NOISY_CV = 0.05
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -1,5 +1,5 @@
-"""GPU telemetry beside a level's client figures: the host sampler's rows (sglops/host/telemetry.py) inside the
-level's measuring windows, summarised over its GPUs. A host without GPUs says so (`absent`); a stand-in
+"""GPU telemetry beside a level's client figures: the host sampler's rows (sglops/host/telemetry.py) inside
+the level's measuring windows, summarised over its GPUs. A host without GPUs says so (`absent`); a stand-in
 nvidia-smi's rows are labelled `standin` wherever they show."""
 
 from __future__ import annotations
@@ -28,9 +28,17 @@ def level(telemetry: dict | None, entries: Sequence[dict]) -> dict | None:
         vals = [r[col] for r in rows if r[col] is not None]
         return {"median": stats.median(vals), "min": min(vals), "max": max(vals)} if vals else None
 
-    return {"gpus": len({r[INDEX] for r in rows}), "samples": len(rows), "sm_clock_mhz": fig(SM),
-            "mem_clock_mhz": fig(MEM), "util_pct": fig(UTIL), "power_w": fig(POWER), "memory_used_mib": fig(USED),
-            "standin": telemetry.get("standin"), "source": telemetry.get("source")}
+    return {
+        "gpus": len({r[INDEX] for r in rows}),
+        "samples": len(rows),
+        "sm_clock_mhz": fig(SM),
+        "mem_clock_mhz": fig(MEM),
+        "util_pct": fig(UTIL),
+        "power_w": fig(POWER),
+        "memory_used_mib": fig(USED),
+        "standin": telemetry.get("standin"),
+        "source": telemetry.get("source"),
+    }
 
 
 def series(telemetry: dict | None) -> dict | None:

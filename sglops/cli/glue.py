@@ -46,9 +46,11 @@ class Targets:
 
     def resolve(self, inventory: Inventory | None = None) -> list[Host]:
         if self.container:
-            ContainerTarget(self.container)  # a bad name is one line before any host is touched
-        return resolve_targets(self.host, self.hosts, self.tag, self.sglang_root, inventory,
-                               container=self.container)
+            # a bad name is one line before any host is touched
+            ContainerTarget(self.container)
+        return resolve_targets(
+            self.host, self.hosts, self.tag, self.sglang_root, inventory, container=self.container
+        )
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -85,13 +87,14 @@ def per_host(
     for a result that counts as a failure though it is kept and shown (a partial bench, a stopped play).
     Whatever goes wrong on one host (a user error, an unreachable host, a bug) is that host's outcome: the
     others' results are still saved and printed, and the exit code follows errors.combined_exit.
-    `lay_out(value)`: the text `show` would print (None: show prints it); with several hosts each host's result is
-    then checked and laid out in its own worker as soon as it is there, while the other hosts still work, and
-    only written here, in the hosts' order.
+    `lay_out(value)`: the text `show` would print (None: show prints it); with several hosts each host's
+    result is then checked and laid out in its own worker as soon as it is there, while the other hosts still
+    work, and only written here, in the hosts' order.
     """
     inventory, targets = hosts
     many = len(targets) > 1
-    early: dict[int, tuple[Outcome, dict | None, str | None, bool]] = {}  # id(host) -> checked, JSON, text, shown
+    # id(host) -> checked, JSON, text, shown
+    early: dict[int, tuple[Outcome, dict | None, str | None, bool]] = {}
 
     def step_and_lay_out(remote: Remote) -> Any:
         value = step(remote)
@@ -101,15 +104,21 @@ def per_host(
         if doc is not None and not json:
             drawn = guard(out.host, lambda: lay_out(value))
             text = drawn.value if drawn.ok else None
-            shown = text is not None or not drawn.ok  # a view that broke is this host's bug, not shown again
+            # a view that broke is this host's bug, not shown again
+            shown = text is not None or not drawn.ok
             if not drawn.ok and out.ok:
                 out.fail_from(drawn)
         early[id(remote.host)] = (out, doc, text, shown)
         return value
 
     early_work = many and lay_out is not None
-    outcomes = on_hosts(targets, step_and_lay_out if early_work else step, accept_new_host_key=accept_new_host_key,
-                        inventory=inventory, **({"max_workers": max_workers} if max_workers else {}))
+    outcomes = on_hosts(
+        targets,
+        step_and_lay_out if early_work else step,
+        accept_new_host_key=accept_new_host_key,
+        inventory=inventory,
+        **({"max_workers": max_workers} if max_workers else {}),
+    )
     documents = []
     for out in outcomes:
         done = early.get(id(out.host)) if out.ok else None
@@ -131,8 +140,9 @@ def per_host(
             error_line(f"[{out.host.name}] {out.error}" if many else out.error)
             if out.traceback:
                 err_console.print(Text(out.traceback.rstrip(), style="dim"), soft_wrap=True)
-        documents.append({"host": out.host.name, "ok": out.ok, **(doc or {}),
-                          **({} if out.ok else out.to_json())})
+        documents.append(
+            {"host": out.host.name, "ok": out.ok, **(doc or {}), **({} if out.ok else out.to_json())}
+        )
     if json:
         print_json(documents if many else documents[0])
     failed = [o for o in outcomes if not o.ok]
@@ -140,7 +150,8 @@ def per_host(
         console.print(
             styled((task, "bold"), f": {len(outcomes) - len(failed)} ok, {len(failed)} failed")
             + Text(f" ({', '.join(f'{o.host.name}: {o.kind}' for o in failed)})" if failed else "")
-            + Text(f"; run {run_id}" if artifact else "")  # steps that record their own runs name them
+            # steps that record their own runs name them
+            + Text(f"; run {run_id}" if artifact else "")
         )
     code = combined_exit(o.exit_code for o in outcomes)
     if code:
@@ -148,8 +159,9 @@ def per_host(
     return [o.value for o in outcomes]
 
 
-def _result_document(out: Outcome, run_id: str, artifact: str | None,
-                     check: Callable[[Any], None] | None) -> dict | None:
+def _result_document(
+    out: Outcome, run_id: str, artifact: str | None, check: Callable[[Any], None] | None
+) -> dict | None:
     """The host's result as JSON (naming its record when the task keeps one); a failing check or a bug in the
     result's own code turns the outcome into a failure, keeping what could be rendered."""
     doc: dict | None = None
@@ -157,7 +169,8 @@ def _result_document(out: Outcome, run_id: str, artifact: str | None,
     def render() -> None:
         nonlocal doc
         doc = out.value.to_json()
-        if artifact and not out.value.dry_run:  # recorded by the step (sglops.core.op.perform)
+        # recorded by the step (sglops.core.op.perform)
+        if artifact and not out.value.dry_run:
             doc["artifact"] = str(artifacts.run_path(out.host.name, run_id) / artifact)
         if check:
             check(out.value)

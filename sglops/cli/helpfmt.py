@@ -1,4 +1,5 @@
-"""How tasks read in `inv --help` and `inv --list`: typed placeholders, one meaning per short flag, whole lines.
+"""How tasks read in `inv --help` and `inv --list`: typed
+placeholders, one meaning per short flag, whole lines.
 
 Invoke types every flag without a typed default as STRING, gives short flags per task in declaration order (so
 `-h` was `--host` in one task and `--hosts` in another, and `--no-logprobs` got the short flag `-`), shows a
@@ -18,7 +19,8 @@ from invoke.parser.context import ParserContext
 
 from sglops.core.values import Flag, Float, Int, IntList, Required, StrList, Value
 
-LIST_FLAGS = {"hosts"}  # runner-owned flags that take a comma-separated list
+# runner-owned flags that take a comma-separated list
+LIST_FLAGS = {"hosts"}
 
 
 def placeholder(kind: Value | None, repeatable: bool = False) -> str:
@@ -42,10 +44,10 @@ def _invoke_short(name: str, taken: set[str]) -> str | None:
 def short_flags(tasks: Iterable[tuple[list[str], bool]]) -> dict[str, str]:
     """long flag name (dashed) -> its one short letter across every task.
 
-    tasks: each task's flag names (dashed, in declared order) and whether it takes auto short flags. A one-letter
-    name owns its letter; any other letter goes to the flag that Invoke gave it in the most tasks (ties: the
-    flag seen first), and the flags that lose it have no short flag; a flag that wins two letters keeps the
-    one Invoke gave it in more tasks."""
+    tasks: each task's flag names (dashed, in declared order) and whether it takes auto short flags. A
+    one-letter name owns its letter; any other letter goes to the flag that Invoke gave it in the most tasks
+    (ties: the flag seen first), and the flags that lose it have no short flag; a flag that wins two letters
+    keeps the one Invoke gave it in more tasks."""
     votes: dict[str, Counter] = defaultdict(Counter)
     order: dict[str, int] = {}
     fixed = set()
@@ -61,8 +63,11 @@ def short_flags(tasks: Iterable[tuple[list[str], bool]]) -> dict[str, str]:
                 taken.add(ch)
                 votes[ch][n] += 1
     table: dict[str, str] = {}
-    won = [(ch, max(counts, key=lambda n: (counts[n], -order[n])))
-           for ch, counts in votes.items() if ch not in fixed]
+    won = [
+        (ch, max(counts, key=lambda n: (counts[n], -order[n])))
+        for ch, counts in votes.items()
+        if ch not in fixed
+    ]
     # a flag that wins two letters keeps the likelier one
     for ch, name in sorted(won, key=lambda w: -votes[w[0]][w[1]]):
         table.setdefault(name, ch)
@@ -115,6 +120,6 @@ def list_line(summary: str) -> str:
     line), the rest as it was."""
     flat = " ".join(summary.split())
     m = re.search(r"(?<=[.!?])\s+(?=[A-Z`])", flat)
-    first = flat[:m.start()] if m else flat
-    rest = flat[m.end():] if m else ""
+    first = flat[: m.start()] if m else flat
+    rest = flat[m.end() :] if m else ""
     return first + ("\n" + rest if rest else "")

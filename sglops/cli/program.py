@@ -25,6 +25,7 @@ def main() -> None:
     """The console script's entry point."""
     try:
         program().run()
-    except BrokenPipeError:  # `sglops --list | head`: the reader left; no traceback for it
+    # `sglops --list | head`: the reader left; no traceback for it
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

@@ -29,8 +29,10 @@ def _flags(op: Op) -> list[tuple[str, Any, str, bool]]:
     out = []
     for p in op.params:
         if isinstance(p, Marker):
-            out += [(k, _TARGET_DEFAULTS.get(k), v, False)
-                    for k, v in (TARGET_FLAGS if p.name == "targets" else ONE_HOST_FLAGS).items()]
+            out += [
+                (k, _TARGET_DEFAULTS.get(k), v, False)
+                for k, v in (TARGET_FLAGS if p.name == "targets" else ONE_HOST_FLAGS).items()
+            ]
         elif p.cli:
             out.append((p.name, p.flag, p.help_text(), p.positional))
     return out
@@ -42,7 +44,9 @@ def _metavars(op: Op) -> dict[str, str]:
     for p in op.params:
         if isinstance(p, Marker):
             names = TARGET_FLAGS if p.name == "targets" else ONE_HOST_FLAGS
-            out.update({k: "LIST" if k in LIST_FLAGS else "STRING" for k in names if k != "accept_new_host_key"})
+            out.update(
+                {k: "LIST" if k in LIST_FLAGS else "STRING" for k in names if k != "accept_new_host_key"}
+            )
         elif p.cli and not is_switch(p.kind) and not isinstance(p.flag, bool):
             out[p.name] = placeholder(p.kind, p.name in op.task.get("iterable", ()))
     return {k.replace("_", "-"): v for k, v in out.items()}
@@ -57,7 +61,8 @@ def make_task(op: Op, shorts: dict[str, str] | None = None) -> Task:
     flags = _flags(op)
     params = [inspect.Parameter("c", _P)] + [
         inspect.Parameter(name, _P, **({} if positional else {"default": default}))
-        for name, default, _help, positional in flags]
+        for name, default, _help, positional in flags
+    ]
 
     def body(c: Any, **kw: Any) -> None:
         run_task(op, kw)
@@ -67,8 +72,15 @@ def make_task(op: Op, shorts: dict[str, str] | None = None) -> Task:
     body.__doc__ = list_line(op.summary)
     helps = {name.rstrip("_").replace("_", "-"): text for name, _d, text, _p in flags if text}
     options = {**op.task, "auto_shortflags": False}
-    return task(body, name=op.name, help=helps, klass=CatalogueTask, **options,
-                shorts=short_flags([_dashed(op)]) if shorts is None else shorts, metavars=_metavars(op))
+    return task(
+        body,
+        name=op.name,
+        help=helps,
+        klass=CatalogueTask,
+        **options,
+        shorts=short_flags([_dashed(op)]) if shorts is None else shorts,
+        metavars=_metavars(op),
+    )
 
 
 def tasks() -> dict[str, Task]:
@@ -85,7 +97,8 @@ def run_task(op: Op, kw: dict[str, Any]) -> None:
     json = kw.pop("json", False)
     dry_run = kw.pop("dry_run", False)
     targets = Targets(**{k: kw.pop(k) for k in TARGET_FLAGS if k in kw}) if op.targets != "none" else None
-    spec = {k: v for k, v in op.spec("cli").items() if k not in ("json", "dry_run")}  # those two are the runner's
+    # those two are the runner's
+    spec = {k: v for k, v in op.spec("cli").items() if k not in ("json", "dry_run")}
     opts = guarded(op.prepared, {**kw, **guarded(check, spec, {k: v for k, v in kw.items() if k in spec})})
     run_id = new_run_id()
     if targets is None or (op.hostless and targets.host is None):
@@ -111,23 +124,38 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
         hosts = targets.resolve(inventory)
     except SglopsError as exc:
         fail(str(exc), exc.exit_code)
-    live = not json and len(hosts) == 1  # rich drives one live display: with several hosts, each runs quietly
+    # rich drives one live display: with several hosts, each runs quietly
+    live = not json and len(hosts) == 1
     show = _show(op, opts)
 
     with display(op.live, json, len(hosts)) as watch:
+
         def step(remote: Any) -> Any:
-            remote.run_id = run_id  # the one run id of this invocation, also for the host answers it keeps
+            # the one run id of this invocation, also for the host answers it keeps
+            remote.run_id = run_id
             with watch(remote.name) as sink:
-                ctx = Context(remote, run_id, dry_run, on_event=sink, live=live, draw=draw, peers=tuple(hosts))
-                return perform(op, ctx, opts, keep=True, check=False, json=json,
-                               on_kept=None if json else show)
+                ctx = Context(
+                    remote, run_id, dry_run, on_event=sink, live=live, draw=draw, peers=tuple(hosts)
+                )
+                return perform(
+                    op, ctx, opts, keep=True, check=False, json=json, on_kept=None if json else show
+                )
 
         try:
-            per_host(op.name, (inventory, hosts), step, accept_new_host_key=targets.accept_new_host_key,
-                     run_id=run_id, json=json, artifact=None if dry_run else op.record, show=show,
-                     check=lambda r: op.checked(r, opts),
-                     max_workers=len(hosts) if op.together else None,
-                     lay_out=_lay_out(op, opts) if op.live is None else None)  # no live display to share rich with
+            # no live display to share rich with
+            per_host(
+                op.name,
+                (inventory, hosts),
+                step,
+                accept_new_host_key=targets.accept_new_host_key,
+                run_id=run_id,
+                json=json,
+                artifact=None if dry_run else op.record,
+                show=show,
+                check=lambda r: op.checked(r, opts),
+                max_workers=len(hosts) if op.together else None,
+                lay_out=_lay_out(op, opts) if op.live is None else None,
+            )
         finally:
             from sglops.core import meet
 
@@ -135,7 +163,8 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
 
 
 def _lay_out(op: Op, opts: dict) -> Any:
-    """The text the task's view prints for a result (sglops.views.show.laid_out), None where it prints otherwise."""
+    """The text the task's view prints for a result
+    (sglops.views.show.laid_out), None where it prints otherwise."""
     options = {k: opts[k] for k in op.view_options}
 
     def lay_out(result: Any) -> str | None:

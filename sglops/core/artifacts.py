@@ -30,21 +30,26 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "host"
 
 
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # one folder name: no path, no glob, no `..`
+# one folder name: no path, no glob, no `..`
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
 
 def checked_run_id(run_id: str) -> str:
-    """run_id when it names one folder under a host's (never a path out of the artifacts folder, nor a glob)."""
+    """run_id when it names one folder under a host's (never
+    a path out of the artifacts folder, nor a glob)."""
     from sglops.core.errors import ConfigError
 
     if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or ".." in run_id:
-        raise ConfigError(f"run id {str(run_id)[:80]!r} is not a run id (letters, digits, . _ + -; no path, no "
-                          "wildcard; see `inv runs`)")
+        raise ConfigError(
+            f"run id {str(run_id)[:80]!r} is not a run id (letters, digits, . _ + -; no path, no "
+            "wildcard; see `inv runs`)"
+        )
     return run_id
 
 
 def run_path(host: str, run_id: str) -> Path:
-    """Where run `run_id` of host is kept (not created: a result can name its folder before the runner records)."""
+    """Where run `run_id` of host is kept (not created: a
+    result can name its folder before the runner records)."""
     return artifacts_root() / safe_name(host) / checked_run_id(run_id)
 
 
@@ -55,7 +60,9 @@ def run_dir(host: str, run_id: str) -> Path:
 
 
 def dumps(obj: Any) -> bytes:
-    return jsonsafe.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    return jsonsafe.dumps(
+        redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    )
 
 
 def write_json(path: Path, obj: Any) -> Path:
@@ -76,10 +83,18 @@ def save(host: str, run_id: str, name: str, obj: Any, *, task: str, extra: dict 
     folder = run_dir(host, run_id)
     out = write_json(folder / name, obj)
     manifest_path = folder / "manifest.json"
-    manifest = read_json(manifest_path) if manifest_path.exists() else {
-        "run_id": run_id, "host": host, "task": task, "operator": owner.user(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": [],
-    }
+    manifest = (
+        read_json(manifest_path)
+        if manifest_path.exists()
+        else {
+            "run_id": run_id,
+            "host": host,
+            "task": task,
+            "operator": owner.user(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "files": [],
+        }
+    )
     if name not in manifest["files"]:
         manifest["files"].append(name)
     manifest.update(extra or {})
@@ -88,8 +103,9 @@ def save(host: str, run_id: str, name: str, obj: Any, *, task: str, extra: dict 
 
 
 def keep(host: str, run_id: str, name: str, result: Any, *, task: str, extra: dict | None = None) -> Path:
-    """Record a result as run `run_id` (its files, then `name` with the manifest): the RUNNER's one way to record
-    (sglops.core.op.Context.keep, the task runner, the play engine); domain code only returns results."""
+    """Record a result as run `run_id` (its files, then `name` with the manifest): the RUNNER's one way to
+    record (sglops.core.op.Context.keep, the task runner, the play engine); domain code only returns
+    results."""
     folder = run_dir(host, run_id)
     for fname, content in (result.run_files() if hasattr(result, "run_files") else {}).items():
         path = folder / fname
@@ -101,8 +117,14 @@ def keep(host: str, run_id: str, name: str, result: Any, *, task: str, extra: di
         else:
             tmp.write_bytes(dumps(content) + b"\n")
         os.replace(tmp, path)
-    out = save(host, run_id, name, result.to_json(), task=task,
-               extra={**(result.run_manifest() if hasattr(result, "run_manifest") else {}), **(extra or {})})
+    out = save(
+        host,
+        run_id,
+        name,
+        result.to_json(),
+        task=task,
+        extra={**(result.run_manifest() if hasattr(result, "run_manifest") else {}), **(extra or {})},
+    )
     if hasattr(result, "artifact"):
         result.artifact = str(out)
     return out
@@ -128,9 +150,11 @@ def find_run(run_id: str) -> Path:
     """A run's folder from its id (or a unique prefix, or a path)."""
     from sglops.core.errors import ConfigError
 
-    if Path(run_id).is_dir():  # a folder named by its path, as the operator wrote it
+    # a folder named by its path, as the operator wrote it
+    if Path(run_id).is_dir():
         return Path(run_id)
-    checked_run_id(run_id)  # else an id: looked up under the artifacts folder only
+    # else an id: looked up under the artifacts folder only
+    checked_run_id(run_id)
     exact = [p for p in artifacts_root().glob(f"*/{run_id}") if p.is_dir()]
     matches = exact or [p for p in artifacts_root().glob(f"*/{run_id}*") if p.is_dir()]
     if len(matches) == 1:

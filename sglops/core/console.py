@@ -27,7 +27,8 @@ from rich.text import Text
 
 from sglops.core import jsonsafe, redact
 
-NOT_A_TERMINAL_WIDTH = 4096  # "no wrapping": wider than any line sglops prints to a pipe
+# "no wrapping": wider than any line sglops prints to a pipe
+NOT_A_TERMINAL_WIDTH = 4096
 MAX_ERROR_CHARS = 2000
 
 
@@ -40,7 +41,8 @@ class _Redacting:
 
     @property
     def _stream(self):
-        return getattr(sys, self._name)  # looked up each time: pytest and Invoke swap sys.stdout
+        # looked up each time: pytest and Invoke swap sys.stdout
+        return getattr(sys, self._name)
 
     def write(self, text: str) -> int:
         self._stream.write(redact.text(text))
@@ -61,20 +63,27 @@ class _Redacting:
 
 
 def masked_text(t: Text) -> Text:
-    """A Text with its secrets masked, before rich wraps it: once wrapped, a secret folded over two lines (or a
-    value wrapped away from its `--api-key`) no longer matches any mask. Styles of a masked Text are its base
-    style only (its spans no longer fit the masked text)."""
+    """A Text with its secrets masked, before rich wraps it: once wrapped, a secret folded over two lines (or
+    a value wrapped away from its `--api-key`) no longer matches any mask. Styles of a masked Text are its
+    base style only (its spans no longer fit the masked text)."""
     plain = t.plain
     masked = redact.text(plain)
     if masked == plain:
         return t
-    return Text(masked, style=t.style, justify=t.justify, overflow=t.overflow, no_wrap=t.no_wrap, end=t.end,
-                tab_size=t.tab_size)
+    return Text(
+        masked,
+        style=t.style,
+        justify=t.justify,
+        overflow=t.overflow,
+        no_wrap=t.no_wrap,
+        end=t.end,
+        tab_size=t.tab_size,
+    )
 
 
 class _DataConsole(Console):
-    """A rich console that never reads markup and does not wrap what goes to a pipe or file; every text it lays
-    out is masked first (the stream masks again what it writes)."""
+    """A rich console that never reads markup and does not wrap what goes to a pipe or file; every text it
+    lays out is masked first (the stream masks again what it writes)."""
 
     def __init__(self, stream_name: str) -> None:
         super().__init__(file=_Redacting(stream_name), highlight=False, markup=False, emoji=False)
@@ -104,16 +113,21 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
-# DEL and the C1 controls (U+0080-U+009F; U+009B is a one-byte CSI to a terminal) are valid raw in JSON strings and
-# orjson writes them so: --json escapes them (as \u009b) like the C0 controls JSON already escapes.
+# DEL and the C1 controls (U+0080-U+009F; U+009B is a one-byte CSI to a terminal) are valid raw in JSON
+# strings and orjson writes them so: --json escapes them (as \u009b) like the C0 controls JSON already
+# escapes.
 _JSON_CONTROLS = re.compile("[\x7f-\x9f]")
 
 
 def json_text(obj: Any) -> str:
-    """`obj` as the JSON --json prints: secrets masked, every control character escaped (a kernel name, a crash
-    line or a path from a host cannot move a terminal's cursor through `inv ... --json`)."""
+    """`obj` as the JSON --json prints: secrets masked, every control character escaped (a kernel name, a
+    crash line or a path from a host cannot move a terminal's cursor through `inv ... --json`)."""
     text = jsonsafe.dumps(redact.obj(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-    return _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_CONTROLS.search(text) else text
+    return (
+        _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        if _JSON_CONTROLS.search(text)
+        else text
+    )
 
 
 def print_json(obj: Any) -> None:

@@ -1,4 +1,5 @@
-"""A container on the host as the place where SGLang lives: `docker exec` / `podman exec` (and the kubectl seam).
+"""A container on the host as the place where SGLang lives:
+`docker exec` / `podman exec` (and the kubectl seam).
 
 Most SGLang deployments run from an image: the tree, its Python and the server live inside a container on the
 GPU host. The transport stays one SSH round trip per step: the one shell line sglops would run on the host
@@ -72,7 +73,8 @@ class ContainerTarget:
     def wrap(self, line: str, identity: str | None = None) -> str:
         """The host shell line that runs `line` (a shell line) inside the container, stdin passed through.
 
-        With no known identity, the line first asks the engine for it and echoes it on stderr (IDENTITY_MARKER)."""
+        With no known identity, the line first asks the engine
+        for it and echoes it on stderr (IDENTITY_MARKER)."""
         words = [self.engine, "exec", "-i"]
         if self.user:
             words += ["-u", str(self.user)]
@@ -80,29 +82,34 @@ class ContainerTarget:
         tail = f"{shlex.quote(self.name)} sh -c {shlex.quote(line)}"
         if identity:
             return f"{exec_head} -e {shlex.quote(f'{IDENTITY_ENV}={identity}')} {tail}"
-        return (f'_sglops_id="{self.identity_probe()}"; printf \'{IDENTITY_MARKER} %s\\n\' "$_sglops_id" >&2; '
-                f'{exec_head} -e {IDENTITY_ENV}="$_sglops_id" {tail}')
+        return (
+            f'_sglops_id="{self.identity_probe()}"; printf \'{IDENTITY_MARKER} %s\\n\' "$_sglops_id" >&2; '
+            f'{exec_head} -e {IDENTITY_ENV}="$_sglops_id" {tail}'
+        )
 
     def explain(self, host: str, stderr: str, exit_code: int) -> None:
         """Raise one clear line when the exec itself failed (no such container, stopped, no engine)."""
         text = stderr.strip()
         if any(marker in text for marker in _GONE):
-            raise RemoteError(f"{host}: container {self.name!r} is not running on the host "
-                              f"({self.engine}: {text.splitlines()[-1][:200]})")
+            raise RemoteError(
+                f"{host}: container {self.name!r} is not running on the host "
+                f"({self.engine}: {text.splitlines()[-1][:200]})"
+            )
         if exit_code == 127 and (f"{self.engine}: not found" in text or "command not found" in text):
             raise RemoteError(f"{host}: `{self.engine}` is not installed (or not on PATH) on the host")
         if "permission denied" in text.lower() and ".sock" in text:
-            raise RemoteError(f"{host}: no permission to use {self.engine} on the host: {text.splitlines()[-1][:200]}")
+            raise RemoteError(
+                f"{host}: no permission to use {self.engine} on the host: {text.splitlines()[-1][:200]}"
+            )
 
 
 def identity_from_stderr(stderr: str) -> str | None:
     """The '<id> <image>' a first step echoed (see wrap), if it is there and well formed."""
     for line in stderr.splitlines():
         if line.startswith(IDENTITY_MARKER):
-            value = line[len(IDENTITY_MARKER):].strip()
+            value = line[len(IDENTITY_MARKER) :].strip()
             return value if len(value.split()) == 2 else None
     return None
-
 
 
 class Target(Protocol):
@@ -111,14 +118,17 @@ class Target(Protocol):
     name: str
 
     def wrap(self, line: str, identity: str | None = None) -> str:
-        """The host shell line running `line` inside; without an identity it also echoes one (IDENTITY_MARKER)."""
+        """The host shell line running `line` inside; without
+        an identity it also echoes one (IDENTITY_MARKER)."""
 
     def explain(self, host: str, stderr: str, exit_code: int) -> None:
-        """Raise one clear line when the exec itself failed (no such target, stopped, no client on the host)."""
+        """Raise one clear line when the exec itself failed
+        (no such target, stopped, no client on the host)."""
 
 
 class ContainerRemote(Remote):
-    """A target inside a host, reached through any transport to that host: commands are wrapped, not sent anew.
+    """A target inside a host, reached through any transport
+    to that host: commands are wrapped, not sent anew.
 
     Each step is still one round trip of the transport (SSH or local): the shell line sglops built becomes the
     argument of the target's exec. Files go through the exec stream as base64. The host's own commands
@@ -129,10 +139,12 @@ class ContainerRemote(Remote):
         super().__init__(transport.host)
         self.transport = transport
         self.container = target
-        self._identity: str | None = None  # '<id> <image>', learnt by the first step
+        # '<id> <image>', learnt by the first step
+        self._identity: str | None = None
 
     @property
-    def round_trips(self) -> int:  # every round trip is the transport's
+    # every round trip is the transport's
+    def round_trips(self) -> int:
         return self.transport.round_trips
 
     def host_side(self) -> Remote:
@@ -142,8 +154,9 @@ class ContainerRemote(Remote):
         result = self.transport._exec(self.container.wrap(command, self._identity), stdin, timeout, on_output)
         if self._identity is None:
             self._identity = identity_from_stderr(result.stderr)
-            result.stderr = "".join(ln for ln in result.stderr.splitlines(keepends=True)
-                                    if not ln.startswith(IDENTITY_MARKER))
+            result.stderr = "".join(
+                ln for ln in result.stderr.splitlines(keepends=True) if not ln.startswith(IDENTITY_MARKER)
+            )
         if result.exit_code != 0 and RESULT_MARKER not in result.stdout:
             self.container.explain(self.name, result.stderr, result.exit_code)
         return result
@@ -154,7 +167,9 @@ class ContainerRemote(Remote):
         script = 'mkdir -p "$(dirname "$1")" && base64 -d > "$1.sglops-tmp" && mv -f "$1.sglops-tmp" "$1"'
         self.run(["sh", "-c", script, "sh", remote], stdin=data, timeout=120 + len(data) / 5e6)
 
-    def _get(self, remote: str, local: str | os.PathLike, progress: Callable[[int, int], None] | None) -> None:
+    def _get(
+        self, remote: str, local: str | os.PathLike, progress: Callable[[int, int], None] | None
+    ) -> None:
         """Download through the exec stream (base64 on stdout), written to a .part file and renamed."""
         result = self.run(["base64", remote], timeout=600)
         data = base64.b64decode(result.stdout)
@@ -177,6 +192,12 @@ def _target_of(host: Host) -> ContainerTarget | None:
     return ContainerTarget(host.container, host.container_engine or "docker", host.container_user)
 
 
-TARGET = TargetKind("container", of=_target_of,
-                    fields={"container": values.Str(), "container_engine": values.Choice(ENGINES, "docker"),
-                            "container_user": values.Str()})
+TARGET = TargetKind(
+    "container",
+    of=_target_of,
+    fields={
+        "container": values.Str(),
+        "container_engine": values.Choice(ENGINES, "docker"),
+        "container_user": values.Str(),
+    },
+)

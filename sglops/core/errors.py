@@ -33,11 +33,23 @@ EXIT_REFUSED = 6
 EXIT_MIXED = 7
 EXIT_DIFFER = 8
 EXIT_BUG = 70
-EXIT_INTERRUPTED = 130  # 128 + SIGINT
+# 128 + SIGINT
+EXIT_INTERRUPTED = 130
 
-EXIT_NAMES = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_USAGE: "usage", EXIT_CONNECT: "connect",
-              EXIT_TIMEOUT: "timeout", EXIT_REMOTE: "remote", EXIT_REFUSED: "refused", EXIT_MIXED: "mixed",
-              EXIT_DIFFER: "differ", EXIT_BUG: "bug", EXIT_INTERRUPTED: "interrupted", 143: "interrupted"}
+EXIT_NAMES = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage",
+    EXIT_CONNECT: "connect",
+    EXIT_TIMEOUT: "timeout",
+    EXIT_REMOTE: "remote",
+    EXIT_REFUSED: "refused",
+    EXIT_MIXED: "mixed",
+    EXIT_DIFFER: "differ",
+    EXIT_BUG: "bug",
+    EXIT_INTERRUPTED: "interrupted",
+    143: "interrupted",
+}
 
 
 def combined_exit(codes: Iterable[int]) -> int:
@@ -111,7 +123,8 @@ class Refused(SglopsError):
 
 
 class Interrupted(SglopsError):
-    """The operator stopped the work with a signal; the line says what was put back (exit 128 + the signal)."""
+    """The operator stopped the work with a signal; the
+    line says what was put back (exit 128 + the signal)."""
 
     exit_code = EXIT_INTERRUPTED
 

@@ -25,8 +25,10 @@ class Host:
     connect_timeout: float = 10.0
     password_env: str | None = None
     node_rank: int | None = None
-    vars: dict = field(default_factory=dict, hash=False)  # host-specific values profiles use as {vars.NAME}
-    container: str | None = None          # SGLang lives in this container on the host (docker/podman exec)
+    # host-specific values profiles use as {vars.NAME}
+    vars: dict = field(default_factory=dict, hash=False)
+    # SGLang lives in this container on the host (docker/podman exec)
+    container: str | None = None
     container_engine: str = "docker"
     container_user: str | None = None
 

@@ -25,11 +25,11 @@ WHERE = "sglops/host"
 RESULT_MARKER = "@@SGLOPS-RESULT@@"
 
 # Runs on the host (`python -c`): read {main, bundle, args} from stdin, put the bundle's modules behind a meta
-# path finder, import the script, call main(args), print the JSON answer after a marker so stray prints from the
-# script cannot corrupt it. No importlib.abc/util: on 3.11 they import importlib.resources (+17 ms a step);
-# get_source lets a host traceback quote the bundled lines.
-# The finder alone (needs P, W, S and `m` = importlib.machinery in scope): BOOTSTRAP's middle, and what a bench
-# harness uses to import a bundle the way a host does.
+# path finder, import the script, call main(args), print the JSON answer after a marker so stray prints from
+# the script cannot corrupt it. No importlib.abc/util: on 3.11 they import importlib.resources (+17 ms a
+# step); get_source lets a host traceback quote the bundled lines.
+# The finder alone (needs P, W, S and `m` = importlib.machinery in scope): BOOTSTRAP's middle, and what a
+# bench harness uses to import a bundle the way a host does.
 FINDER = (
     "class F:\n"
     " def key(s,n):\n"
@@ -49,9 +49,7 @@ BOOTSTRAP = (
     "import sys,json,zlib,binascii,traceback,importlib,importlib.machinery as m\n"
     "e=json.loads(sys.stdin.buffer.read())\n"
     "P=" + repr(PACKAGE) + ";W=" + repr(WHERE) + "\n"
-    "S=json.loads(zlib.decompress(binascii.a2b_base64(e['bundle'])))\n"
-    + FINDER +
-    "try:\n"
+    "S=json.loads(zlib.decompress(binascii.a2b_base64(e['bundle'])))\n" + FINDER + "try:\n"
     " r={'ok':True,'result':importlib.import_module(P+'.'+e['main']).main(e['args'])}\n"
     "except BaseException as x:\n"
     " r={'ok':False,'user':type(x).__name__=='UserError','error':str(x) or type(x).__name__,\n"
@@ -80,8 +78,10 @@ def imports_of(name: str) -> list[str]:
     found: list[str] = []
     for dots, module, names in _RELATIVE.findall(_path(name).read_text()):
         if len(dots) > 1 or (not module and "(" in names):
-            raise ValueError(f"{_path(name)}: write `from .x import a` or `from . import x, y` on one line "
-                             "(host modules import from their own package only)")
+            raise ValueError(
+                f"{_path(name)}: write `from .x import a` or `from . import x, y` on one line "
+                "(host modules import from their own package only)"
+            )
         for mod in [module] if module else [n.split(" as ")[0].strip() for n in names.split(",")]:
             if mod not in found:
                 found.append(mod)

@@ -53,12 +53,21 @@ def inventory_path() -> Path:
 
 
 def _field_kinds() -> dict:
-    """Every inventory field with its kind: those of any host, then those the transports and targets declare."""
+    """Every inventory field with its kind: those of any
+    host, then those the transports and targets declare."""
     from sglops.core import values as v
 
     text = v.Str()
-    return {"name": _HostName(), "address": _Address(), "sglang_root": text, "python": text, "tags": v.StrList(),
-            "node_rank": v.Int(0, 100_000), "vars": _Vars(), **inventory_fields()}
+    return {
+        "name": _HostName(),
+        "address": _Address(),
+        "sglang_root": text,
+        "python": text,
+        "tags": v.StrList(),
+        "node_rank": v.Int(0, 100_000),
+        "vars": _Vars(),
+        **inventory_fields(),
+    }
 
 
 class _HostName:
@@ -97,7 +106,9 @@ def check_address(addr: str, label: str = "address") -> str:
     if not addr.strip():
         raise ConfigError(f"{label}: the address is empty")
     if len(addr) > 253:
-        raise ConfigError(f"{label}: address {_short(addr)} is {len(addr):,} characters; a host name has at most 253")
+        raise ConfigError(
+            f"{label}: address {_short(addr)} is {len(addr):,} characters; a host name has at most 253"
+        )
     bad = re.search(r"[\s@/\\,;'\"`$<>|()\[\]{}]|[\x00-\x1f\x7f]", addr)
     if bad:
         raise ConfigError(f"{label}: address {_short(addr)} has {bad.group()!r}, which no host name has")
@@ -105,8 +116,10 @@ def check_address(addr: str, label: str = "address") -> str:
         addr.encode("idna")
     except UnicodeError as exc:
         why = str(exc.__cause__ or exc).split(": ")[-1].strip("()")
-        raise ConfigError(f"{label}: address {_short(addr)} is not a valid host name ({why}: each dot-separated "
-                          "label is 1 to 63 characters)") from None
+        raise ConfigError(
+            f"{label}: address {_short(addr)} is not a valid host name ({why}: each dot-separated "
+            "label is 1 to 63 characters)"
+        ) from None
     return addr
 
 
@@ -144,7 +157,8 @@ def load_inventory(path: str | Path | None = None) -> Inventory:
         merged = {k: val for k, val in merged.items() if val is not None}
         merged.setdefault("address", merged["name"])
         merged["tags"] = tuple(merged.get("tags") or ())
-        merged["vars"] = {**(defaults.get("vars") or {}), **(fields.get("vars") or {})}  # defaults' vars, then its own
+        # defaults' vars, then its own
+        merged["vars"] = {**(defaults.get("vars") or {}), **(fields.get("vars") or {})}
         host = Host(**merged)
         if host.name in inv.hosts:
             raise ConfigError(f"{where}: host {host.name!r} is defined twice")
@@ -159,9 +173,12 @@ class _Vars:
 
     def check(self, raw: object, label: str) -> dict:
         if not isinstance(raw, dict) or not all(
-                isinstance(k, str) and isinstance(x, str | int | float) and not isinstance(x, bool) for k, x in raw.items()):
+            isinstance(k, str) and isinstance(x, str | int | float) and not isinstance(x, bool)
+            for k, x in raw.items()
+        ):
             raise ConfigError(f"{label} must be a mapping NAME: value (text or number), got {raw!r}")
-        redact.register_named(raw)  # `hf_token: ...` is masked wherever a profile puts it ({vars.hf_token})
+        # `hf_token: ...` is masked wherever a profile puts it ({vars.hf_token})
+        redact.register_named(raw)
         return dict(raw)
 
 
@@ -180,15 +197,14 @@ def _looks_like_address(text: str) -> bool:
         return "." in bare and bool(_HOSTNAME.match(bare))
 
 
-
-
 def ad_hoc_host(spec: str) -> Host:
     """`user@addr:port` or an ssh_config alias, not in the inventory."""
     user = None
     port = None
     addr = spec
     if "@" in addr:
-        user, addr = addr.rsplit("@", 1)  # as ssh: the last @ ends the user name (`a@corp@10.0.0.1`)
+        # as ssh: the last @ ends the user name (`a@corp@10.0.0.1`)
+        user, addr = addr.rsplit("@", 1)
         if not user:
             raise ConfigError(f"{_short(spec)}: the user before @ is empty")
     if addr.count(":") == 1:
@@ -231,8 +247,11 @@ def resolve_targets(
     """The hosts a task should act on, from the common --host/--hosts/--tag/--sglang-root flags."""
     inv = inventory or load_inventory()
     for flag, value in (("--host", host), ("--hosts", hosts), ("--tag", tag)):
-        if value is not None and not value.strip():  # never the default host: an empty $VAR is a mistake
-            raise ConfigError(f"{flag} is empty; give a name (or leave the flag out for the inventory's default)")
+        # never the default host: an empty $VAR is a mistake
+        if value is not None and not value.strip():
+            raise ConfigError(
+                f"{flag} is empty; give a name (or leave the flag out for the inventory's default)"
+            )
     given = [x for x in (host, hosts, tag) if x]
     if len(given) > 1:
         raise ConfigError("give one of --host, --hosts or --tag")
@@ -254,7 +273,10 @@ def resolve_targets(
         raise ConfigError(f"no host given: pass --host NAME|ADDRESS|local ({inv._names_hint()})")
     if sglang_root:
         targets = [replace(t, sglang_root=sglang_root) for t in targets]
-    if container:  # the name is checked by the caller (cli glue) before this: hosts never imports the transport
+    # the name is checked by the caller (cli glue) before this: hosts never imports the transport
+    if container:
         # the container's own python, unless the inventory already described this host's container
-        targets = [replace(t, container=container, python=t.python if t.container else "python3") for t in targets]
+        targets = [
+            replace(t, container=container, python=t.python if t.container else "python3") for t in targets
+        ]
     return targets

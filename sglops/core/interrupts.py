@@ -1,10 +1,10 @@
 """Ctrl-C and SIGTERM for work that runs in worker threads (an experiment on the nodes of one server).
 
 Python runs signal handlers in the main thread only, and with several hosts the main thread only waits for the
-workers: without this, a Ctrl-C there would leave an ab's rounds running to their end, and a SIGTERM would end the
-process without a restore. While several hosts run, the main thread forwards both signals to every guard a worker
-registered (sglops.experiment.ab_signals); the guard stops its work at the next step and restores. With no guard
-registered the signals do what they always do.
+workers: without this, a Ctrl-C there would leave an ab's rounds running to their end, and a SIGTERM would end
+the process without a restore. While several hosts run, the main thread forwards both signals to every guard a
+worker registered (sglops.experiment.ab_signals); the guard stops its work at the next step and restores. With
+no guard registered the signals do what they always do.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Values from a server or a dataset as JSON that can always be written: orjson refuses integers past 64 bits
-(`Integer exceeds 64-bit range`), so a record of a run would be lost over one wide count. They are kept as text."""
+(`Integer exceeds 64-bit range`), so a record of a run
+would be lost over one wide count. They are kept as text."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ _LO, _HI = -(1 << 63), (1 << 64) - 1
 
 
 def narrowed(value: Any) -> Any:
-    """value with every integer orjson cannot write as its decimal text (containers copied, the rest as is)."""
+    """value with every integer orjson cannot write as its
+    decimal text (containers copied, the rest as is)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, int):

@@ -2,9 +2,9 @@
 
 Why here: every host runs in a worker thread of its own (sglops.core.parallel), which is right for a fleet of
 independent hosts and wrong for the nodes of one server (they start together, a patch goes on all or none, one
-dead node makes the server unhealthy). A `Meeting` lets each node's thread hand its value for a stage and wait for
-the others'; a node that fails outside a stage, or could not be reached at all, releases the others at once with
-one line instead of leaving them waiting.
+dead node makes the server unhealthy). A `Meeting` lets each node's thread hand its value for a stage and wait
+for the others'; a node that fails outside a stage, or could not be reached at all, releases the others at
+once with one line instead of leaving them waiting.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from typing import Any
 from sglops.core.errors import SglopsError
 from sglops.core.hosts import Host
 
-MEET_S = 120.0  # the longest a node waits for the others at a stage that starts no server
+# the longest a node waits for the others at a stage that starts no server
+MEET_S = 120.0
 _registry: dict[tuple, Meeting] = {}
 _lock = threading.Lock()
 
 
 def one_server(hosts: tuple[Host, ...] | list[Host]) -> bool:
-    """Whether these hosts are the nodes of one server: two or more, each with an inventory node_rank, the ranks
-    exactly 0..N-1 (the operator's own declaration; a fleet of independent hosts gives none)."""
+    """Whether these hosts are the nodes of one server: two or more, each with an inventory node_rank, the
+    ranks exactly 0..N-1 (the operator's own declaration; a fleet of independent hosts gives none)."""
     ranks = [h.node_rank for h in hosts]
     return len(ranks) > 1 and None not in ranks and sorted(ranks) == list(range(len(ranks)))
 
@@ -55,8 +56,10 @@ class Meeting:
             self._barrier.wait(timeout)
         except threading.BrokenBarrierError:
             missing = self._gone or [n for n in self.names if n not in self._stages.get(stage, {})]
-            raise SglopsError(f"{host}: the nodes stopped before '{stage}': {', '.join(missing) or '?'} did not get "
-                              "there (unreachable, or failed first: see their lines)") from None
+            raise SglopsError(
+                f"{host}: the nodes stopped before '{stage}': {', '.join(missing) or '?'} did not get "
+                "there (unreachable, or failed first: see their lines)"
+            ) from None
         return dict(self._stages[stage])
 
     def leave(self, host: str | None = None) -> None:
@@ -75,13 +78,16 @@ def forget(run_id: str) -> None:
 
 
 def lead(ctx: Any, what: str, work: Any) -> Any:
-    """An experiment on the nodes of one server: node 0's thread runs `work(remotes)` with every node's connection
-    (node 0 first) while the other nodes' threads lend theirs and wait for it to end; every node's result is node
-    0's (the experiment is the server's, not a host's). Hosts that are not one server are refused in one line."""
+    """An experiment on the nodes of one server: node 0's thread runs `work(remotes)` with every node's
+    connection (node 0 first) while the other nodes' threads lend theirs and wait for it to end; every node's
+    result is node 0's (the experiment is the server's, not a host's). Hosts that are not one server are
+    refused in one line."""
     names = [h.name for h in ctx.peers]
     if len(names) > 1 and not one_server(ctx.peers):
-        raise SglopsError(f"{what} runs on one host or on the nodes of one server (inventory node_rank 0..N-1 on "
-                          f"each of --hosts); {', '.join(names)} are not one server")
+        raise SglopsError(
+            f"{what} runs on one host or on the nodes of one server (inventory node_rank 0..N-1 on "
+            f"each of --hosts); {', '.join(names)} are not one server"
+        )
     if len(names) <= 1:
         return work([ctx.remote])
     meeting = Meeting.of(ctx.run_id, f"lead {what}", names)
@@ -90,7 +96,9 @@ def lead(ctx: Any, what: str, work: Any) -> Any:
     if ctx.remote.host.node_rank != 0:
         result, failed = meeting.gather("done", ctx.remote.name, (None, None), timeout=None)[remotes[0].name]
         if failed is not None:
-            err = SglopsError(f"{ctx.remote.name}: node of the server {what} ran on through {remotes[0].name}: {failed}")
+            err = SglopsError(
+                f"{ctx.remote.name}: node of the server {what} ran on through {remotes[0].name}: {failed}"
+            )
             err.exit_code = getattr(failed, "exit_code", err.exit_code)
             raise err
         return result

@@ -11,10 +11,10 @@ read those declarations: `tasks.py` (the Invoke tasks, sglops.cli.tasks) and the
 
     def bench_op(ctx: Context, **options) -> BenchResult: ...
 
-An operation's function is `fn(ctx, **params) -> Result` (a function that also takes `json` is told whether the
-task prints JSON: analyze-trace then writes no report.md): `ctx` (a `Context`) names the host, the run, the
-folder and whether it is a dry run; the function emits progress through `ctx.event()` and returns its result;
-the runner draws progress and records results.
+An operation's function is `fn(ctx, **params) -> Result` (a function that also takes `json` is told whether
+the task prints JSON: analyze-trace then writes no report.md): `ctx` (a `Context`) names the host, the run,
+the folder and whether it is a dry run; the function emits progress through `ctx.event()` and returns its
+result; the runner draws progress and records results.
 """
 
 from __future__ import annotations
@@ -45,12 +45,15 @@ class Param:
     default Invoke parses itself."""
 
     name: str
-    kind: Value | None = None  # None: passed through as given (checked by the operation itself)
+    # None: passed through as given (checked by the operation itself)
+    kind: Value | None = None
     help: str = ""
     flag: Any = None
     positional: bool = False
-    cli: bool = True  # a flag of the task
-    play: bool = True  # a `with:` key of the play step
+    # a flag of the task
+    cli: bool = True
+    # a `with:` key of the play step
+    play: bool = True
 
     def help_text(self) -> str:
         default = getattr(self.kind, "default", None)
@@ -62,40 +65,62 @@ class Param:
 
 @dataclass(frozen=True)
 class Marker:
-    """Where a group of runner-owned flags sits among a task's flags (the order gives Invoke's short flags)."""
+    """Where a group of runner-owned flags sits among a
+    task's flags (the order gives Invoke's short flags)."""
 
     name: str
 
 
-TARGETS = Marker("targets")  # --host --hosts --tag --sglang-root --accept-new-host-key --container
-TARGET = Marker("target")  # one host: --host --sglang-root --accept-new-host-key --container
+# --host --hosts --tag --sglang-root --accept-new-host-key --container
+TARGETS = Marker("targets")
+# one host: --host --sglang-root --accept-new-host-key --container
+TARGET = Marker("target")
 JSON = Param("json", Flag(), "print machine-readable JSON instead of tables", flag=False, play=False)
-DRY_RUN = Param("dry_run", Flag(), "change nothing", flag=False, play=False)  # a play's dry run is the play's
+# a play's dry run is the play's
+DRY_RUN = Param("dry_run", Flag(), "change nothing", flag=False, play=False)
 
 
 @dataclass(frozen=True)
 class Op:
     """One operation: everything a runner needs to offer it as a task and as a play step."""
 
-    name: str  # the task: `inv NAME`
-    run: Callable[..., Any]  # run(ctx, **params) -> Result
-    summary: str  # one line (the task's docstring)
+    # the task: `inv NAME`
+    name: str
+    # run(ctx, **params) -> Result
+    run: Callable[..., Any]
+    # one line (the task's docstring)
+    summary: str
     params: tuple[Param | Marker, ...] = ()
-    step: str | None = None  # its play step kind, when a play can run it
-    plan: Callable[..., str] | None = None  # a play's dry run: (ctx, **params) -> what it would do (else it runs)
-    record: str | None = None  # the runner saves the result as this file of the run
-    own_run: bool = False  # the result is a run of its own (bench, profile, ab): a play step records it too,
-    #                        as `<run-id>-<step>` (sglops.core.artifacts.keep: its run_files(), run_manifest())
-    view_options: tuple[str, ...] = ()  # parameters handed to the result's view (show_hits, top)
-    live: Live | None = None  # the live display the task draws from ctx.event()
-    prepare: Callable[[dict], dict | None] | None = None  # checks before any host is touched; may add options
-    check: Callable[[Any, dict], None] | None = None  # raises for a kept result that still fails (exit code)
-    step_summary: Callable[[dict], str] | None = None  # result JSON -> the play's one-line recap
-    hostless: bool = False  # without --host it runs here, on no host (render: the script, not checked)
-    together: bool = False  # every host's step runs at once (the nodes of one server meet: sglops.launch.deployment)
-    task: dict = field(default_factory=dict)  # Invoke's own task options (auto_shortflags, iterable)
-    play_shows: bool = False  # a play prints the step's result under its line (a comparison, a patch's files)
-    manifest: Callable[[str, dict], dict] | None = None  # (step id, result JSON) -> a play manifest's entries
+    # its play step kind, when a play can run it
+    step: str | None = None
+    # a play's dry run: (ctx, **params) -> what it would do (else it runs)
+    plan: Callable[..., str] | None = None
+    # the runner saves the result as this file of the run
+    record: str | None = None
+    # the result is a run of its own (bench, profile, ab): a play step records it too,
+    own_run: bool = False
+    #                        as `<run-id>-<step>` (sglops.core.artifacts.keep:
+    #                        its run_files(), run_manifest())
+    # parameters handed to the result's view (show_hits, top)
+    view_options: tuple[str, ...] = ()
+    # the live display the task draws from ctx.event()
+    live: Live | None = None
+    # checks before any host is touched; may add options
+    prepare: Callable[[dict], dict | None] | None = None
+    # raises for a kept result that still fails (exit code)
+    check: Callable[[Any, dict], None] | None = None
+    # result JSON -> the play's one-line recap
+    step_summary: Callable[[dict], str] | None = None
+    # without --host it runs here, on no host (render: the script, not checked)
+    hostless: bool = False
+    # every host's step runs at once (the nodes of one server meet: sglops.launch.deployment)
+    together: bool = False
+    # Invoke's own task options (auto_shortflags, iterable)
+    task: dict = field(default_factory=dict)
+    # a play prints the step's result under its line (a comparison, a patch's files)
+    play_shows: bool = False
+    # (step id, result JSON) -> a play manifest's entries
+    manifest: Callable[[str, dict], dict] | None = None
 
     def prepared(self, params: dict) -> dict:
         """The parameters after the operation's `prepare` (checks before any host is touched; it may add
@@ -178,8 +203,8 @@ class Telemetry:
 
 
 # How domain code keeps a report file it cannot draw itself (views): draw(figure, path) -> the path written,
-# the view found by the figure's type (Page, Chart, Curves, RateSearch, Frontier, Telemetry) and what it is of. Runners hand
-# sglops.views.files.draw down; None draws nothing.
+# the view found by the figure's type (Page, Chart, Curves, RateSearch, Frontier, Telemetry) and what it is
+# of. Runners hand sglops.views.files.draw down; None draws nothing.
 Draw = Callable[[Any, Path], Path]
 
 
@@ -187,15 +212,21 @@ Draw = Callable[[Any, Path], Path]
 class Context:
     """What an operation is handed: the host, the run it belongs to, dry-run or not, an event sink, save()."""
 
-    remote: Any  # sglops.core.remote.Remote, or None for a local operation
+    # sglops.core.remote.Remote, or None for a local operation
+    remote: Any
     run_id: str
     dry_run: bool = False
-    step_id: str | None = None  # a play step's id: its own runs are `<run-id>-<step>`
-    records: dict[str, dict] = field(default_factory=dict)  # a play's earlier steps: id -> {"do", "result", "run_dir"}
+    # a play step's id: its own runs are `<run-id>-<step>`
+    step_id: str | None = None
+    # a play's earlier steps: id -> {"do", "result", "run_dir"}
+    records: dict[str, dict] = field(default_factory=dict)
     on_event: Callable[[dict], None] | None = None
-    live: bool = False  # this host is the invocation's only one and a terminal shows it (a play's step lines)
-    draw: Draw | None = None  # report files (markdown, charts), drawn by the runner's views
-    peers: tuple = ()  # every host of this invocation (sglops.core.hosts.Host), this one included
+    # this host is the invocation's only one and a terminal shows it (a play's step lines)
+    live: bool = False
+    # report files (markdown, charts), drawn by the runner's views
+    draw: Draw | None = None
+    # every host of this invocation (sglops.core.hosts.Host), this one included
+    peers: tuple = ()
 
     @property
     def host(self) -> str:
@@ -203,7 +234,8 @@ class Context:
 
     @property
     def own_run_id(self) -> str:
-        """The run id of a run this operation records itself (a bench, a profile): a play's step gets its own."""
+        """The run id of a run this operation records itself
+        (a bench, a profile): a play's step gets its own."""
         return f"{self.run_id}-{self.step_id}" if self.step_id else self.run_id
 
     @property
@@ -227,8 +259,15 @@ class Context:
         recording, handed down so an operation made of runs (ab) records each one the same way."""
         return artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task)
 
-    def keep_run(self, work: Callable[[], Any], name: str, *, task: str, run_id: str | None = None,
-                 on_kept: Callable[[Any], None] | None = None) -> Any:
+    def keep_run(
+        self,
+        work: Callable[[], Any],
+        name: str,
+        *,
+        task: str,
+        run_id: str | None = None,
+        on_kept: Callable[[Any], None] | None = None,
+    ) -> Any:
         """`work()`'s result recorded as a run (`keep`, with its seconds); a failure that carries a result
         still worth its record (`exc.kept`: a crashed start, traces not analysed) is recorded and handed to
         `on_kept`, then raised naming the record. The one place a kept failure is read, for every runner."""
@@ -238,19 +277,40 @@ class Context:
         except SglopsError as exc:
             if exc.kept is None:
                 raise
-            path = artifacts.keep(self.host, run_id or self.own_run_id, name, exc.kept, task=task,
-                                  extra={"seconds": round(time.monotonic() - began, 3)})
+            path = artifacts.keep(
+                self.host,
+                run_id or self.own_run_id,
+                name,
+                exc.kept,
+                task=task,
+                extra={"seconds": round(time.monotonic() - began, 3)},
+            )
             if on_kept is not None:
                 on_kept(exc.kept)
             raise exc.recorded(path) from None
-        if not getattr(result, "dry_run", False):  # a result that only planned records nothing
-            artifacts.keep(self.host, run_id or self.own_run_id, name, result, task=task,
-                           extra={"seconds": round(time.monotonic() - began, 3)})
+        # a result that only planned records nothing
+        if not getattr(result, "dry_run", False):
+            artifacts.keep(
+                self.host,
+                run_id or self.own_run_id,
+                name,
+                result,
+                task=task,
+                extra={"seconds": round(time.monotonic() - began, 3)},
+            )
         return result
 
 
-def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = True, json: bool = False,
-            on_kept: Callable[[Any], None] | None = None) -> Any:
+def perform(
+    op: Op,
+    ctx: Context,
+    params: dict,
+    *,
+    keep: bool,
+    check: bool = True,
+    json: bool = False,
+    on_kept: Callable[[Any], None] | None = None,
+) -> Any:
     """THE way an operation runs, for a task's host and a play's step alike (params already `prepared`): a
     dry run of an operation with a `plan` answers that plan, else the function runs; a result the runner
     keeps (`keep`: a task keeps every `record=`, a play the runs of their own) is recorded, a failure still
@@ -263,7 +323,8 @@ def perform(op: Op, ctx: Context, params: dict, *, keep: bool, check: bool = Tru
     def work() -> Any:
         return op.run(ctx, **args)
 
-    recorded = keep and op.record is not None and not ctx.dry_run  # a dry run records nothing
+    # a dry run records nothing
+    recorded = keep and op.record is not None and not ctx.dry_run
     result = ctx.keep_run(work, op.record, task=op.name, on_kept=on_kept) if recorded else work()
     if check:
         op.checked(result, params)
@@ -286,18 +347,24 @@ def returned_type(fn: Callable[..., Any]) -> type | None:
 def _type_checking_names(module: ModuleType) -> dict[str, Any]:
     """The names `module` imports under `if TYPE_CHECKING:`, imported now."""
     tree = ast.parse(inspect.getsource(module))
-    body = [node for top in tree.body if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING"
-            for node in top.body]
+    body = [
+        node
+        for top in tree.body
+        if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING"
+        for node in top.body
+    ]
     names: dict[str, Any] = {}
     exec(compile(ast.Module(body=body, type_ignores=[]), module.__file__ or "<catalogue>", "exec"), names)
     return names
 
 
 def handed_down(run_id: str | None) -> str:
-    """The run id a runner's context handed down: library code never mints one (a call with neither a run id nor
-    a folder of its own is a bug, said here rather than hidden behind a second run id)."""
+    """The run id a runner's context handed down: library code never mints one (a call with neither a run id
+    nor a folder of its own is a bug, said here rather than hidden behind a second run id)."""
     if not run_id:
-        raise TypeError("no run id handed down: a runner mints it (sglops.core.op.new_run_id) and passes it on")
+        raise TypeError(
+            "no run id handed down: a runner mints it (sglops.core.op.new_run_id) and passes it on"
+        )
     return run_id
 
 

@@ -48,13 +48,15 @@ def alive(owner: dict | None) -> bool | None:
     if not isinstance(pid, int) or pid <= 0:
         return False
     if pid == os.getpid():
-        return False  # this process is the one asking: whatever it wrote earlier is not another run
+        # this process is the one asking: whatever it wrote earlier is not another run
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # it exists, as another user
+        # it exists, as another user
+        return True
     return True
 
 
@@ -65,27 +67,39 @@ def describe(owner: dict | None) -> str:
 
 
 def honoured(remote: Any, call: Callable[[dict], dict], what: str, *, take_over: bool = False) -> dict:
-    """Run a mutating host step (apply, revert, restart, stop) that respects the host's owner: the step refuses on
-    the host while another run's journal is there (sglops/host/ab_journal.py `holder`), unless this connection is
-    that run's (`remote.experiment`). A journal whose owner is gone from this machine (an ab or sweep cut short)
-    does not hold the host; one whose owner cannot be checked from here (another machine's) holds it unless
-    `take_over`; a live owner on this machine always does. When the step ran past a journal, the answer's
-    `owner_note` says so (the next ab or sweep still restores what that run found)."""
+    """Run a mutating host step (apply, revert, restart, stop) that respects the host's owner: the step
+    refuses on the host while another run's journal is there (sglops/host/ab_journal.py `holder`), unless this
+    connection is that run's (`remote.experiment`). A journal whose owner is gone from this machine (an ab or
+    sweep cut short) does not hold the host; one whose owner cannot be checked from here (another machine's)
+    holds it unless `take_over`; a live owner on this machine always does. When the step ran past a journal,
+    the answer's `owner_note` says so (the next ab or sweep still restores what that run found)."""
     extra = {"experiment": getattr(remote, "experiment", None)}
     answer = call(extra)
     held = answer.get("owned_by") if isinstance(answer, dict) else None
     if not held:
         return answer
     live = alive(held.get("owner"))
-    who = (f"{held.get('what') or 'ab'} {held.get('run_id')} (started {held.get('started', '?')} by "
-           f"{describe(held.get('owner'))})")
+    who = (
+        f"{held.get('what') or 'ab'} {held.get('run_id')} (started {held.get('started', '?')} by "
+        f"{describe(held.get('owner'))})"
+    )
     if live is False or (live is None and take_over):
         answer = call({**extra, "owner_gone": held.get("run_id")})
-        how = "its owner is gone from this machine" if live is False else "taken over: its owner was not checked"
-        note = (f"{what} ran although {who} holds this host ({how}); the next ab or sweep restores the state "
-                "that run found")
+        how = (
+            "its owner is gone from this machine"
+            if live is False
+            else "taken over: its owner was not checked"
+        )
+        note = (
+            f"{what} ran although {who} holds this host ({how}); the next ab or sweep restores the state "
+            "that run found"
+        )
         return {**answer, "owner_note": note} if isinstance(answer, dict) else answer
-    hint = "wait for it to end, or stop it (Ctrl-C restores the host)" if live else \
-        "if that run is gone, --take-over (apply/revert: --force) acts anyway"
-    raise HostOwned(f"{remote.name}: {what} refused: {who} owns this host; its restore would undo this change: "
-                    f"{hint}")
+    hint = (
+        "wait for it to end, or stop it (Ctrl-C restores the host)"
+        if live
+        else "if that run is gone, --take-over (apply/revert: --force) acts anyway"
+    )
+    raise HostOwned(
+        f"{remote.name}: {what} refused: {who} owns this host; its restore would undo this change: {hint}"
+    )

@@ -21,10 +21,10 @@ from sglops.core.hosts import Host
 from sglops.core.remote import Remote, connect
 
 # A worker mostly waits on its host (the network, the host's script): a pool smaller than the host count only
-# queues hosts behind others. Measured (benchmarks/bench_fanout.py --pool): 64 hosts' facts took 7.4 / 6.0 / 5.7 /
-# 5.6 s with 8 / 16 / 32 / 64 workers, the client's CPU about the same. The bound is the client's resources, not
-# the work: each connection holds a socket and paramiko's reader thread, and 256 of them stay well inside the
-# usual 1024 open files.
+# queues hosts behind others. Measured (benchmarks/bench_fanout.py --pool): 64 hosts' facts took 7.4 / 6.0 /
+# 5.7 / 5.6 s with 8 / 16 / 32 / 64 workers, the client's CPU about the same. The bound is the client's
+# resources, not the work: each connection holds a socket and paramiko's reader thread, and 256 of them stay
+# well inside the usual 1024 open files.
 MAX_WORKERS = 256
 
 
@@ -63,8 +63,13 @@ class Outcome:
         return self
 
     def to_json(self) -> dict:
-        doc: dict[str, Any] = {"host": self.host.name, "ok": False, "error": self.error, "exit_code": self.exit_code,
-                               "kind": self.kind}
+        doc: dict[str, Any] = {
+            "host": self.host.name,
+            "ok": False,
+            "error": self.error,
+            "exit_code": self.exit_code,
+            "kind": self.kind,
+        }
         if self.traceback:
             doc["traceback"] = self.traceback
         return doc

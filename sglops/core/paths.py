@@ -1,19 +1,20 @@
-"""Where sglops finds its files: the inventory, profiles, plays, patches, kernels and templates, and where it keeps
-its records and caches, in a checkout and in an installed copy (`pip install`, `pipx`, `uv tool`) alike.
+"""Where sglops finds its files: the inventory, profiles, plays, patches, kernels and templates, and where it
+keeps its records and caches, in a checkout and in an installed copy (`pip install`, `pipx`, `uv tool`) alike.
 
 A file sglops reads (a profile, a play, a patch, ...) is looked up under the same relative path
-(`playbooks/hosts.yaml`, `playbooks/profiles/NAME.yaml`, `patches/NAME/`, `kernels/NAME/`, `templates/`) in these
-layers, the first that has it wins:
+(`playbooks/hosts.yaml`, `playbooks/profiles/NAME.yaml`, `patches/NAME/`, `kernels/NAME/`, `templates/`) in
+these layers, the first that has it wins:
 
 1. the folder's own environment variable, when set, alone (`SGLOPS_INVENTORY`, `SGLOPS_PROFILES`,
    `SGLOPS_PATCHES`, `SGLOPS_KERNELS`);
 2. the current folder (`./playbooks/hosts.yaml`, ...);
 3. the user's config folder: `$SGLOPS_HOME`, else `$XDG_CONFIG_HOME/sglops`, else `~/.config/sglops`;
-4. the shipped defaults: the checkout's root when sglops runs from one, else the copy installed with the package
-   (`sglops/defaults/`, package data).
+4. the shipped defaults: the checkout's root when sglops runs from one, else the copy installed with the
+   package (`sglops/defaults/`, package data).
 
-Records (`artifacts/`) and caches (the sandbox) stay in the checkout when sglops runs from one; an installed copy
-keeps them in `$SGLOPS_HOME` (else `$XDG_DATA_HOME/sglops`, `~/.local/share/sglops`) and `~/.cache/sglops`.
+Records (`artifacts/`) and caches (the sandbox) stay in the checkout when sglops runs from one; an installed
+copy keeps them in `$SGLOPS_HOME` (else `$XDG_DATA_HOME/sglops`, `~/.local/share/sglops`) and
+`~/.cache/sglops`.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def find(rel: str, name: str, env: str | None = None) -> Path:
 
 
 def listing(rel: str, pattern: str, env: str | None = None) -> list[Path]:
-    """Every `rel/pattern` over the folders, one per name (`NAME.yaml`, or `NAME/` of `*/patch.yaml`: the first
-    folder's), sorted by name."""
+    """Every `rel/pattern` over the folders, one per name (`NAME.yaml`, or `NAME/` of `*/patch.yaml`: the
+    first folder's), sorted by name."""
     seen: dict[str, Path] = {}
     for folder in folders(rel, env):
         for p in sorted(folder.glob(pattern)):
@@ -74,7 +75,8 @@ def shipped(rel: str) -> Path:
 
 
 def writable(rel: str, env: str | None = None) -> Path:
-    """Where sglops writes a new file of `rel` (a captured patch): $env, the checkout, else the config folder."""
+    """Where sglops writes a new file of `rel` (a captured
+    patch): $env, the checkout, else the config folder."""
     if env and os.environ.get(env):
         return Path(os.environ[env]).expanduser()
     return (REPO_ROOT if IN_CHECKOUT else config_home()) / rel
@@ -88,7 +90,11 @@ def records() -> Path:
         return REPO_ROOT / "artifacts"
     if os.environ.get("SGLOPS_HOME"):
         return config_home() / "artifacts"
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser() / "sglops" / "artifacts"
+    return (
+        Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+        / "sglops"
+        / "artifacts"
+    )
 
 
 def cache(rel: str) -> Path:

@@ -19,8 +19,8 @@ from typing import Any
 
 
 class _SecretSet(set):
-    """The registered secrets, and the same longest first (`ordered`, rebuilt whenever the set changes): text() runs
-    for every string of every record and reads that tuple without taking the lock or sorting."""
+    """The registered secrets, and the same longest first (`ordered`, rebuilt whenever the set changes):
+    text() runs for every string of every record and reads that tuple without taking the lock or sorting."""
 
     ordered: tuple[str, ...] = ()
 
@@ -43,21 +43,31 @@ class _SecretSet(set):
 _lock = threading.Lock()
 _secrets = _SecretSet()
 MASK = "****"
-MIN_LEN = 4  # shorter values would mask ordinary words everywhere
+# shorter values would mask ordinary words everywhere
+MIN_LEN = 4
 # Names whose values are secret wherever they appear (env vars, JSON keys, flags, inventory/play vars).
-# TOKEN only as the name's last word: HF_TOKEN, api-token, --hf-token, but not max_total_tokens, tokenizer_path,
-# token_logprobs or cpu_us_per_token (the per-token figures of a bench).
-SECRET_NAME = re.compile(r"(?<!PER[_-])TOKEN(?![A-Za-z0-9_-])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY"
-                         r"|PRIVATE[_-]?KEY|CREDENTIAL", re.I)
-_SECRET_NAME_LOWER = re.compile(SECRET_NAME.pattern.lower())  # the same on lower-cased text: 3x a case-blind search
-# ...unless the name says the value is where a secret is, not the secret: password_env, api_key_file, token_ids.
+# TOKEN only as the name's last word: HF_TOKEN, api-token, --hf-token, but not max_total_tokens,
+# tokenizer_path, token_logprobs or cpu_us_per_token (the per-token figures of a bench).
+SECRET_NAME = re.compile(
+    r"(?<!PER[_-])TOKEN(?![A-Za-z0-9_-])|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY"
+    r"|PRIVATE[_-]?KEY|CREDENTIAL",
+    re.I,
+)
+# the same on lower-cased text: 3x a case-blind search
+_SECRET_NAME_LOWER = re.compile(SECRET_NAME.pattern.lower())
+# ...unless the name says the value is where a secret is,
+# not the secret: password_env, api_key_file, token_ids.
 _NOT_SECRET = re.compile(r"[_-](ENV|FILE|PATH|DIR|IDS?|NAME|LEN|LENGTH|COUNT)$", re.I)
 _EMPTY = {"", "None", "none", "null", "''", '""', MASK, "'****'", '"****"'}
 _VALUE = r"('[^'\n]*'|\"[^\"\n]*\"|[^\s'\",;)}\]]+)"
-_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(=|[ \t]+)" + _VALUE)       # --api-key X, --hf-token=X
-_ASSIGN = re.compile(r"(?<![\w-])([A-Za-z_][\w]*)(=)" + _VALUE)                  # HF_TOKEN=X, api_key='X'
-_KEYED = re.compile(r"([\"'])([\w-]+)\1(\s*:\s*)" + _VALUE)                        # "api_key": "X", 'token': 'X'
-_LISTED = re.compile(r"([\"'])(--?[\w-]+)\1(\s*,\s*)" + _VALUE)                   # ['--api-key', 'X'] (a repr'd argv)
+# --api-key X, --hf-token=X
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(=|[ \t]+)" + _VALUE)
+# HF_TOKEN=X, api_key='X'
+_ASSIGN = re.compile(r"(?<![\w-])([A-Za-z_][\w]*)(=)" + _VALUE)
+# "api_key": "X", 'token': 'X'
+_KEYED = re.compile(r"([\"'])([\w-]+)\1(\s*:\s*)" + _VALUE)
+# ['--api-key', 'X'] (a repr'd argv)
+_LISTED = re.compile(r"([\"'])(--?[\w-]+)\1(\s*,\s*)" + _VALUE)
 
 
 def is_secret_name(name: object) -> bool:
@@ -115,23 +125,36 @@ def _masked(value: str) -> str:
 
 
 def _by_name(s: str) -> str:
-    s = _FLAG.sub(lambda m: m.group(1) + m.group(2) + _masked(m.group(3)) if is_secret_name(m.group(1)) else m.group(0), s)
-    s = _ASSIGN.sub(lambda m: m.group(1) + m.group(2) + _masked(m.group(3)) if is_secret_name(m.group(1)) else m.group(0), s)
+    s = _FLAG.sub(
+        lambda m: m.group(1) + m.group(2) + _masked(m.group(3)) if is_secret_name(m.group(1)) else m.group(0),
+        s,
+    )
+    s = _ASSIGN.sub(
+        lambda m: m.group(1) + m.group(2) + _masked(m.group(3)) if is_secret_name(m.group(1)) else m.group(0),
+        s,
+    )
     for pattern in (_KEYED, _LISTED):
-        s = pattern.sub(lambda m: (m.group(1) + m.group(2) + m.group(1) + m.group(3) + _masked(m.group(4))
-                                   if is_secret_name(m.group(2)) else m.group(0)), s)
+        s = pattern.sub(
+            lambda m: (
+                m.group(1) + m.group(2) + m.group(1) + m.group(3) + _masked(m.group(4))
+                if is_secret_name(m.group(2))
+                else m.group(0)
+            ),
+            s,
+        )
     return s
 
 
 def text(s: str) -> str:
-    """The string with every registered secret, and every value after a secret-looking name, replaced by ****."""
+    """The string with every registered secret, and every
+    value after a secret-looking name, replaced by ****."""
     for secret in _secrets.ordered:
         if secret in s:
             s = s.replace(secret, MASK)
     if len(s) <= 65536:
         return _by_name(s) if _may_name(s) else s
-    # A long text (a log, a trace's kernel names): the regex pass only over the lines that may name a secret, each
-    # with the line after it (a value can follow its name on the next line: `'--api-key',` then `'X'`).
+    # A long text (a log, a trace's kernel names): the regex pass only over the lines that may name a secret,
+    # each with the line after it (a value can follow its name on the next line: `'--api-key',` then `'X'`).
     lines = s.splitlines(keepends=True)
     out: list[str] = []
     i = 0
@@ -149,11 +172,13 @@ def text(s: str) -> str:
 
 
 def _may_name(s: str) -> bool:
-    """Whether s holds a word every secret name has (token, secret, passw, key, credential: a cheap test before
-    the regexes)."""
-    low = s.lower()  # then str's own search: 6x a case-blind regex over the same words, and no generator
-    return (("token" in low or "secret" in low or "passw" in low or "key" in low or "credential" in low)
-            and _SECRET_NAME_LOWER.search(low) is not None)
+    """Whether s holds a word every secret name has (token, secret, passw, key, credential: a cheap test
+    before the regexes)."""
+    # then str's own search: 6x a case-blind regex over the same words, and no generator
+    low = s.lower()
+    return (
+        "token" in low or "secret" in low or "passw" in low or "key" in low or "credential" in low
+    ) and _SECRET_NAME_LOWER.search(low) is not None
 
 
 def _argv(words: list[Any]) -> list[Any]:
@@ -194,7 +219,8 @@ def _mapping(value: dict) -> dict:
     return out
 
 
-_PLAIN = {int, float, bool}  # nothing to mask in them (a str may hold a secret, a container its strings)
+# nothing to mask in them (a str may hold a secret, a container its strings)
+_PLAIN = {int, float, bool}
 
 
 register_environment()

@@ -10,10 +10,11 @@ A result class mixes in `Result`, keeps its own fields in `payload()`, and has (
 - `dry_run`: the step only planned;
 - `plan`: what a dry run would do, one line per action (empty when nothing is planned).
 
-`to_json()` is the payload with those three keys on top. A result that is a run of its own (bench, profile, ab,
-a kernel build) is recorded by the runner, never by the domain (sglops.core.artifacts.keep): `run_manifest()` adds to
-its run's manifest.json and `run_files()` names the other files of the run (outputs, logs) with their contents. The error side of the contract is
-sglops.core.errors: every failure is a SglopsError subclass with its own `exit_code`.
+`to_json()` is the payload with those three keys on top. A result that is a run of its own (bench, profile,
+ab, a kernel build) is recorded by the runner, never by the domain (sglops.core.artifacts.keep):
+`run_manifest()` adds to its run's manifest.json and `run_files()` names the other files of the run (outputs,
+logs) with their contents. The error side of the contract is sglops.core.errors: every failure is a
+SglopsError subclass with its own `exit_code`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class Result:
         raise NotImplementedError
 
     def run_manifest(self) -> dict[str, Any]:
-        """What the run's manifest.json carries besides the file list (status, what ran): the runner writes it."""
+        """What the run's manifest.json carries besides the
+        file list (status, what ran): the runner writes it."""
         return {}
 
     def run_files(self) -> dict[str, Any]:

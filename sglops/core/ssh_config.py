@@ -17,7 +17,8 @@ def ssh_config_path() -> str | None:
 
 def ssh_config_aliases() -> set[str]:
     """Host aliases the ssh_config names (patterns left out): `--host ALIAS` may use them."""
-    path = Path(os.path.expanduser(os.environ.get("SGLOPS_SSH_CONFIG") or "~/.ssh/config"))  # as remote.py reads
+    # as remote.py reads
+    path = Path(os.path.expanduser(os.environ.get("SGLOPS_SSH_CONFIG") or "~/.ssh/config"))
     if not path.exists():
         return set()
     import paramiko

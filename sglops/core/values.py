@@ -21,9 +21,11 @@ from typing import Any
 
 from sglops.core.errors import ConfigError
 
-MAX_TOKENS = 1 << 20  # 1,048,576 tokens: beyond any model's context
-# Characters that end a line somewhere (a shell, an editor, a terminal, a log reader) or move a terminal's cursor:
-# the C0 and C1 controls (NUL, CR, LF, NEL U+0085, ...), DEL and the Unicode line and paragraph separators.
+# 1,048,576 tokens: beyond any model's context
+MAX_TOKENS = 1 << 20
+# Characters that end a line somewhere (a shell, an editor, a terminal, a log reader) or move a terminal's
+# cursor: the C0 and C1 controls (NUL, CR, LF, NEL U+0085, ...), DEL and the Unicode line and paragraph
+# separators.
 LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -41,8 +43,10 @@ def one_line(text: Any, label: str) -> Any:
     if isinstance(text, str):
         bad = line_breaker(text)
         if bad:
-            raise ConfigError(f"{label} holds a control character ({bad}) at {LINE_BREAKERS.search(text).start()}: "
-                              f"a value stays on one line (got {_shown(text)})")
+            raise ConfigError(
+                f"{label} holds a control character ({bad}) at {LINE_BREAKERS.search(text).start()}: "
+                f"a value stays on one line (got {_shown(text)})"
+            )
     return text
 
 
@@ -197,8 +201,11 @@ class IntList(Value):
     def parse(self, raw: Any, label: str) -> list[int]:
         items = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else [raw]
         one = Int(self.lo, self.hi)
-        if any(isinstance(x, str) and not x.strip() for x in items):  # `1,,4` or `4,`: a typo, not a list
-            raise self.refuse(label, f"whole numbers from {self.lo} to {self.hi} like 1,4,16 (no empty item)", raw)
+        # `1,,4` or `4,`: a typo, not a list
+        if any(isinstance(x, str) and not x.strip() for x in items):
+            raise self.refuse(
+                label, f"whole numbers from {self.lo} to {self.hi} like 1,4,16 (no empty item)", raw
+            )
         try:
             values = [one.parse(x, label) for x in items]
         except ConfigError:
@@ -242,7 +249,9 @@ def check(spec: Spec, raw: Mapping[str, Any], *, label: Callable[[str], str] = f
     """Every parameter of spec, checked and converted; a missing one takes its default."""
     unknown = sorted(set(raw) - set(spec))
     if unknown:
-        raise ConfigError(f"{label(unknown[0])} is not a parameter here; known: {', '.join(sorted(spec)) or 'none'}")
+        raise ConfigError(
+            f"{label(unknown[0])} is not a parameter here; known: {', '.join(sorted(spec)) or 'none'}"
+        )
     return {name: kind.check(raw.get(name), label(name)) for name, kind in spec.items()}
 
 

@@ -1,5 +1,5 @@
-"""Released wheels from PyPI, downloaded once into sglops' cache: the pristine files of a release (capture-patch
---against release diffs against them; the sandbox builds its trees from them)."""
+"""Released wheels from PyPI, downloaded once into sglops' cache: the pristine files of a release
+(capture-patch --against release diffs against them; the sandbox builds its trees from them)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,20 @@ def cached_wheel(dist: str, version: str) -> Path:
     if found:
         return found[0]
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", f"{dist}=={version}",
-         "-d", str(wheels)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            f"{dist}=={version}",
+            "-d",
+            str(wheels),
+        ],
+        capture_output=True,
+        text=True,
     )
     found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
     if proc.returncode != 0 or not found:

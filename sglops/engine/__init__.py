@@ -1,8 +1,9 @@
-"""The serving engines sglops drives (SGLang, vLLM): everything that differs between them, behind one interface.
+"""The serving engines sglops drives (SGLang, vLLM):
+everything that differs between them, behind one interface.
 
-`get(name)` gives an `Engine` (sglops.engine.base); `NAMES` lists them, the default first. The rest of sglops asks
-the engine of a profile for its launch command, flag spellings, endpoints, profiler calls and crash texts, and
-hands the host scripts `Engine.host_spec()` (they run on the host with the standard library only).
+`get(name)` gives an `Engine` (sglops.engine.base); `NAMES` lists them, the default first. The rest of sglops
+asks the engine of a profile for its launch command, flag spellings, endpoints, profiler calls and crash
+texts, and hands the host scripts `Engine.host_spec()` (they run on the host with the standard library only).
 """
 
 from __future__ import annotations

@@ -27,7 +27,12 @@ class Side:
         return self.profile + "".join(f"+{p}" for p in self.patches)
 
     def to_json(self) -> dict:
-        return {"label": self.label, "spec": self.spec, "profile": self.profile, "patches": list(self.patches)}
+        return {
+            "label": self.label,
+            "spec": self.spec,
+            "profile": self.profile,
+            "patches": list(self.patches),
+        }
 
 
 def parse_side(text: str) -> tuple[str | None, tuple[str, ...]]:
@@ -35,7 +40,8 @@ def parse_side(text: str) -> tuple[str | None, tuple[str, ...]]:
     from sglops.core.values import Name
 
     raw = (text or "").strip()
-    if raw == "+":  # the current profile, no patch of its own (`--patch P` without --a)
+    # the current profile, no patch of its own (`--patch P` without --a)
+    if raw == "+":
         return None, ()
     if not raw:
         raise ConfigError("a side is PROFILE, PROFILE+PATCH[+PATCH...] or +PATCH (empty side given)")
@@ -108,9 +114,11 @@ class Found:
 class Step:
     """One entry of the round plan: what is done to the host, for which round and side."""
 
-    kind: str  # revert | apply | restart | bench | profile | stop
+    # revert | apply | restart | bench | profile | stop
+    kind: str
     what: str
-    round: int | None = None  # 1-based; None for the restore
+    # 1-based; None for the restore
+    round: int | None = None
     side: str | None = None
 
     def line(self) -> str:
@@ -120,13 +128,24 @@ class Step:
 
 def transitions(have: set[str], want: set[str], managed: list[str]) -> list[tuple[str, str]]:
     """Reverts first (an unwanted patch may touch the files a wanted one needs), then applies."""
-    return ([("revert", p) for p in managed if p in have and p not in want]
-            + [("apply", p) for p in managed if p in want and p not in have])
+    return [("revert", p) for p in managed if p in have and p not in want] + [
+        ("apply", p) for p in managed if p in want and p not in have
+    ]
 
 
-def plan_steps(a: Side, b: Side, rounds: int, found: Found, managed: list[str], *, profile_sides: bool,
-               bench_what: str, now: list[str] | None = None) -> list[Step]:
-    """Every step in order: per round A then B (patches, restart, bench, [profile]), then the restore of `found`.
+def plan_steps(
+    a: Side,
+    b: Side,
+    rounds: int,
+    found: Found,
+    managed: list[str],
+    *,
+    profile_sides: bool,
+    bench_what: str,
+    now: list[str] | None = None,
+) -> list[Step]:
+    """Every step in order: per round A then B (patches,
+    restart, bench, [profile]), then the restore of `found`.
 
     now: the ledger's patches as the rounds begin, when they are not found's (an interrupted ab left its
     patches applied: its journal's found state is the one to restore)."""
@@ -145,9 +164,12 @@ def plan_steps(a: Side, b: Side, rounds: int, found: Found, managed: list[str], 
 
 
 def restore_steps(have: set[str], found: Found, managed: list[str]) -> list[Step]:
-    """The last steps, always run: from the managed patches `have` back to the found set, then the found server
-    (or none). Planned from the rounds' end state; run from the ledger's, wherever the rounds stopped."""
-    steps = [Step(kind, p) for kind, p in transitions(have, {p for p in found.patches if p in managed}, managed)]
+    """The last steps, always run: from the managed patches `have` back to the found set, then the found
+    server (or none). Planned from the rounds' end state; run from the ledger's, wherever the rounds
+    stopped."""
+    steps = [
+        Step(kind, p) for kind, p in transitions(have, {p for p in found.patches if p in managed}, managed)
+    ]
     if found.running and found.profile:
         steps.append(Step("restart", f"{found.profile} (port {found.port}): the server the host ran before"))
     else:

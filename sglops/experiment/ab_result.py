@@ -1,8 +1,9 @@
-"""The record of an `inv ab` run and its verdict: rounds, paired speed figure, output identity, config, restore.
+"""The record of an `inv ab` run and its verdict: rounds,
+paired speed figure, output identity, config, restore.
 
 Speed: each round gives one figure per side (the median decode tok/s at the lowest concurrency); the ratio is
-the median of the per-round B/A ratios with a paired bootstrap interval (sglops.bench.stats.paired_ratio_ci), the
-verdict by `inv compare`'s rule and only from MIN_ROUNDS complete rounds. Outputs and config: every round
+the median of the per-round B/A ratios with a paired bootstrap interval (sglops.bench.stats.paired_ratio_ci),
+the verdict by `inv compare`'s rule and only from MIN_ROUNDS complete rounds. Outputs and config: every round
 against A's first, through sglops.bench.compare (sglops.bench.identity, sglops.bench.runconfig).
 """
 
@@ -18,15 +19,18 @@ from sglops.core.op import Draw, Page
 from sglops.core.result import Result
 from sglops.experiment.ab_plan import Found, Side, Step
 
-MIN_ROUNDS = 3  # a paired interval over fewer rounds is the two ratios seen: no speed verdict
+# a paired interval over fewer rounds is the two ratios seen: no speed verdict
+MIN_ROUNDS = 3
 
 
 class AbFailed(Failed):
-    """A round (or the restore) failed: what was measured is kept, the line says where and how the host was left."""
+    """A round (or the restore) failed: what was measured is
+    kept, the line says where and how the host was left."""
 
 
 class AbInterrupted(Interrupted):
-    """Ctrl-C / SIGTERM: the rounds stopped, the restore ran to its end; the line says how the host was left."""
+    """Ctrl-C / SIGTERM: the rounds stopped, the restore
+    ran to its end; the line says how the host was left."""
 
 
 @dataclass
@@ -36,7 +40,8 @@ class Round:
     run_id: str | None = None
     status: str = "not run"
     decode_tok_s: float | None = None
-    patches: list[str] = field(default_factory=list)  # the ledger's, as the bench recorded it
+    # the ledger's, as the bench recorded it
+    patches: list[str] = field(default_factory=list)
     restart_s: float | None = None
     bench_s: float | None = None
     error: str | None = None
@@ -64,50 +69,79 @@ class AbResult(Result):
     ratio: float | None = None
     ratio_ci: tuple[float, float] | None = None
     speed_verdict: str = "not measured"
-    identity: dict | None = None  # B's first round vs A's first round (sglops.bench.identity), or None
+    # B's first round vs A's first round (sglops.bench.identity), or None
+    identity: dict | None = None
     identity_lines: list[str] = field(default_factory=list)
     identical: bool | None = None
-    a_self_identical: bool | None = None  # A's rounds agree with each other (the server is deterministic)
-    config: dict | None = None  # B vs A (sglops.bench.runconfig), unintended differences flagged
+    # A's rounds agree with each other (the server is deterministic)
+    a_self_identical: bool | None = None
+    # B vs A (sglops.bench.runconfig), unintended differences flagged
+    config: dict | None = None
     unintended: list[str] = field(default_factory=list)
     variable: list[str] = field(default_factory=list)
-    comparison: str | None = None  # comparison.json of every round against A's first
+    # comparison.json of every round against A's first
+    comparison: str | None = None
     chart: str | None = None
-    profiles: dict[str, str] = field(default_factory=dict)  # side -> profile run id
+    # side -> profile run id
+    profiles: dict[str, str] = field(default_factory=dict)
     trace_diff: dict | None = None
-    restore: dict = field(default_factory=dict)  # {"ok", "steps", "error"?, "ledger"}
+    # {"ok", "steps", "error"?, "ledger"}
+    restore: dict = field(default_factory=dict)
     failure: str | None = None
-    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files
+    # managed patch -> its files
+    patch_files: dict[str, list[str]] = field(default_factory=dict)
     wall_s: float | None = None
-    interrupted: str | None = None  # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
-    earlier: Any = None  # the journal of an earlier ab cut short (sglops.experiment.ab_journal.Journal): taken over
+    # the signal that stopped it (SIGINT, SIGTERM), also one deferred by the restore
+    interrupted: str | None = None
+    # the journal of an earlier ab cut short (sglops.experiment.ab_journal.Journal): taken over
+    earlier: Any = None
     earlier_line: str | None = None
-    nodes: list[dict] = field(default_factory=list)  # every node of the server ({host, node_rank}) when several
-    earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of an earlier run, or None
-    apart: bool = False  # the nodes' managed patches differed as found (an earlier run cut short between nodes)
+    # every node of the server ({host, node_rank}) when several
+    nodes: list[dict] = field(default_factory=list)
+    # each node's journal of an earlier run, or None
+    earlier_by_node: dict[str, Any] = field(default_factory=dict)
+    # the nodes' managed patches differed as found (an earlier run cut short between nodes)
+    apart: bool = False
 
     @property
     def ok(self) -> bool:
         """Every round ran and the host was restored; a round whose timings were not clean ("partial": every
         request answered, its outputs compared, its speed left out) does not fail the ab."""
-        return self.failure is None and self.interrupted is None and all(
-            r.status in ("ok", "partial") for r in self.rounds)
+        return (
+            self.failure is None
+            and self.interrupted is None
+            and all(r.status in ("ok", "partial") for r in self.rounds)
+        )
 
     @property
     def unclean(self) -> list[Round]:
         return [r for r in self.rounds if r.status == "partial"]
 
     def run_manifest(self) -> dict:
-        status = "interrupted" if self.interrupted else ("failed" if not self.ok else "partial" if self.unclean else "ok")
-        return {"status": status, "ab": {
-            "a": self.a.name, "b": self.b.name, "rounds": [x.run_id for x in self.rounds], "verdict": self.verdict()}}
+        status = (
+            "interrupted"
+            if self.interrupted
+            else ("failed" if not self.ok else "partial" if self.unclean else "ok")
+        )
+        return {
+            "status": status,
+            "ab": {
+                "a": self.a.name,
+                "b": self.b.name,
+                "rounds": [x.run_id for x in self.rounds],
+                "verdict": self.verdict(),
+            },
+        }
 
     def restore_line(self) -> str:
-        """How the host was left: restored to what ab found, or not (and what the journal on the host says)."""
+        """How the host was left: restored to what ab found,
+        or not (and what the journal on the host says)."""
         if self.restore.get("ok"):
             return f"host restored ({self.found_line()})"
-        return (f"HOST NOT RESTORED ({self.restore.get('error') or 'restore did not run'}); the journal on the host "
-                f"keeps the state to restore ({self.found_line()}): the next `inv ab` restores it")
+        return (
+            f"HOST NOT RESTORED ({self.restore.get('error') or 'restore did not run'}); the journal on the"
+            f" host keeps the state to restore ({self.found_line()}): the next `inv ab` restores it"
+        )
 
     def verdict(self) -> str:
         """The one line: speed (paired), outputs, config."""
@@ -116,13 +150,19 @@ class AbResult(Result):
         n = sum(1 for r in self.rounds if r.side == "B" and r.status == "ok")
         if self.ratio is not None:
             ci = f" [{self.ratio_ci[0]:.3f}, {self.ratio_ci[1]:.3f}]" if self.ratio_ci else ""
-            speed = f"B {self.speed_verdict} than A" if self.speed_verdict in ("faster", "slower") else \
-                self.speed_verdict
+            speed = (
+                f"B {self.speed_verdict} than A"
+                if self.speed_verdict in ("faster", "slower")
+                else self.speed_verdict
+            )
             speed = f"{speed} (decode tok/s x{self.ratio:.3f}{ci}, paired over {n} round{'s' * (n != 1)})"
         else:
             speed = self.speed_verdict
-        parts = [speed, *(f"round {r.round} {r.side}: {r.error}" for r in self.unclean),
-                 *(self.identity_lines or ["outputs not compared"])]
+        parts = [
+            speed,
+            *(f"round {r.round} {r.side}: {r.error}" for r in self.unclean),
+            *(self.identity_lines or ["outputs not compared"]),
+        ]
         if self.config is not None:
             parts.append(self.config.get("line") or "")
         out = "; ".join(p for p in parts if p)
@@ -139,22 +179,50 @@ class AbResult(Result):
         return [s.line() for s in self.plan]
 
     def payload(self) -> dict:
-        return {"kind": "sglops-ab", "version": 1, "host": self.host, "run_id": self.run_id, "folder": self.folder,
-                "dry_run": self.dry_run, "ok": self.ok, "verdict": self.verdict(),
-                "a": self.a.to_json(), "b": self.b.to_json(), "rounds_asked": self.rounds_asked,
-                "order": "ABAB... (a restart before every bench)", "found": self.found.to_json(),
-                "managed_patches": self.managed, "plan": [s.line() for s in self.plan], "bench": self.bench,
-                "rounds": [r.to_json() for r in self.rounds],
-                "speed": {"metric": "decode tok/s (each round's median at the lowest concurrency)",
-                          "ratio": self.ratio, "ratio_ci95": list(self.ratio_ci) if self.ratio_ci else None,
-                          "method": "median of per-round B/A ratios, paired bootstrap over rounds (2000, seeded)",
-                          "verdict": self.speed_verdict, "min_rounds": MIN_ROUNDS},
-                "identity": self.identity, "identity_lines": self.identity_lines, "identical": self.identical,
-                "a_self_identical": self.a_self_identical, "config": self.config, "unintended": self.unintended,
-                "variable": self.variable, "comparison": self.comparison, "chart": self.chart,
-                "profiles": self.profiles, "trace_diff": self.trace_diff, "restore": self.restore,
-                "failure": self.failure, "wall_s": self.wall_s, "interrupted": self.interrupted,
-                "took_over": self.earlier.to_json() if self.earlier else None, "nodes": self.nodes}
+        return {
+            "kind": "sglops-ab",
+            "version": 1,
+            "host": self.host,
+            "run_id": self.run_id,
+            "folder": self.folder,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "verdict": self.verdict(),
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "rounds_asked": self.rounds_asked,
+            "order": "ABAB... (a restart before every bench)",
+            "found": self.found.to_json(),
+            "managed_patches": self.managed,
+            "plan": [s.line() for s in self.plan],
+            "bench": self.bench,
+            "rounds": [r.to_json() for r in self.rounds],
+            "speed": {
+                "metric": "decode tok/s (each round's median at the lowest concurrency)",
+                "ratio": self.ratio,
+                "ratio_ci95": list(self.ratio_ci) if self.ratio_ci else None,
+                "method": "median of per-round B/A ratios, paired bootstrap over rounds (2000, seeded)",
+                "verdict": self.speed_verdict,
+                "min_rounds": MIN_ROUNDS,
+            },
+            "identity": self.identity,
+            "identity_lines": self.identity_lines,
+            "identical": self.identical,
+            "a_self_identical": self.a_self_identical,
+            "config": self.config,
+            "unintended": self.unintended,
+            "variable": self.variable,
+            "comparison": self.comparison,
+            "chart": self.chart,
+            "profiles": self.profiles,
+            "trace_diff": self.trace_diff,
+            "restore": self.restore,
+            "failure": self.failure,
+            "wall_s": self.wall_s,
+            "interrupted": self.interrupted,
+            "took_over": self.earlier.to_json() if self.earlier else None,
+            "nodes": self.nodes,
+        }
 
     def found_line(self) -> str:
         """What the host ran when the A/B began (and what restore brings back)."""
@@ -163,18 +231,24 @@ class AbResult(Result):
         return f"{srv}, patches {'+'.join(f.patches) or 'none'}"
 
     def check(self, require_identical: bool = False, require_same_config: bool = False) -> None:
-        """Exit non-zero: a failed round or restore (1), or a required identity/sameness that does not hold (8)."""
+        """Exit non-zero: a failed round or restore (1), or a
+        required identity/sameness that does not hold (8)."""
         if self.dry_run:
             return
         if self.interrupted:
             import signal
 
-            raise AbInterrupted(f"{self.host}: ab {self.run_id} interrupted ({self.interrupted}): "
-                                f"{self.failure or 'the signal came during the restore, which ran to its end'}; {self.restore_line()}; "
-                                f"measured rounds kept in {self.folder}", int(signal.Signals[self.interrupted]))
+            raise AbInterrupted(
+                f"{self.host}: ab {self.run_id} interrupted ({self.interrupted}):"
+                f" {self.failure or 'the signal came during the restore, which ran to its end'};"
+                f" {self.restore_line()}; measured rounds kept in {self.folder}",
+                int(signal.Signals[self.interrupted]),
+            )
         if not self.ok:
-            raise AbFailed(f"{self.host}: ab {self.run_id}: {self.failure or 'a round is not a clean bench'}; "
-                           f"measured rounds kept in {self.folder}")
+            raise AbFailed(
+                f"{self.host}: ab {self.run_id}: {self.failure or 'a round is not a clean bench'}; "
+                f"measured rounds kept in {self.folder}"
+            )
         bad = []
         if require_identical and not self.identical:
             bad.append("; ".join(self.identity_lines) or "outputs not recorded")
@@ -184,15 +258,24 @@ class AbResult(Result):
             raise OutputsDiffer(f"{self.host}: ab {self.run_id}: " + "; ".join(bad))
 
 
-def analyze(result: AbResult, variable: list[str] | str | None, tolerance: Any, draw: Draw | None = None) -> None:
-    """Paired speed figure, then identity and config of every round against A's first (sglops.bench.compare)."""
+def analyze(
+    result: AbResult, variable: list[str] | str | None, tolerance: Any, draw: Draw | None = None
+) -> None:
+    """Paired speed figure, then identity and config of
+    every round against A's first (sglops.bench.compare)."""
     from sglops.bench import compare as cmp
     from sglops.bench.runconfig import normalise_variable
 
     result.variable = normalise_variable(variable)
-    pairs = [(x, y) for x, y in zip([r for r in result.rounds if r.side == "A"],
-                                    [r for r in result.rounds if r.side == "B"], strict=False)
-             if x.status == y.status == "ok" and x.decode_tok_s and y.decode_tok_s]
+    pairs = [
+        (x, y)
+        for x, y in zip(
+            [r for r in result.rounds if r.side == "A"],
+            [r for r in result.rounds if r.side == "B"],
+            strict=False,
+        )
+        if x.status == y.status == "ok" and x.decode_tok_s and y.decode_tok_s
+    ]
     paired = stats.paired_ratio_ci([x.decode_tok_s for x, _ in pairs], [y.decode_tok_s for _, y in pairs])
     if paired:
         result.ratio, result.ratio_ci = paired
@@ -207,8 +290,13 @@ def analyze(result: AbResult, variable: list[str] | str | None, tolerance: Any, 
     b_runs = [r.run_id for r in runs if r.side == "B"]
     if not a_runs or not b_runs:
         return
-    comp = cmp.compare([a_runs[0], *a_runs[1:], *b_runs], out_dir=Path(result.folder or "."),
-                       tolerance=tolerance, variable=result.variable, draw=draw)
+    comp = cmp.compare(
+        [a_runs[0], *a_runs[1:], *b_runs],
+        out_dir=Path(result.folder or "."),
+        tolerance=tolerance,
+        variable=result.variable,
+        draw=draw,
+    )
     result.comparison, result.chart = comp.saved, comp.chart
     b_ids = [comp.identities.get(x) for x in b_runs]
     a_ids = [comp.identities.get(x) for x in a_runs[1:]]
@@ -226,8 +314,10 @@ def analyze(result: AbResult, variable: list[str] | str | None, tolerance: Any, 
     if a_ids and all(v is not None for v in a_ids):
         result.a_self_identical = all(v.within_tolerance for v in a_ids)
         if not result.a_self_identical:
-            result.identity_lines.append("A's own rounds differ from each other: the server is not deterministic "
-                                         "here, so a B difference may not be the change")
+            result.identity_lines.append(
+                "A's own rounds differ from each other: the server is not deterministic "
+                "here, so a B difference may not be the change"
+            )
     cfg = comp.configs.get(b_runs[0])
     if cfg is not None:
         result.config = cfg.to_json()
@@ -239,8 +329,8 @@ def analyze(result: AbResult, variable: list[str] | str | None, tolerance: Any, 
 
 
 def add_trace_diff(result: AbResult, prof: dict[str, Any], draw: Draw | None = None) -> None:
-    """The diff-trace ranking of A's profile against B's, kept in ab.json (and its markdown beside it, drawn by
-    `draw`, the views a runner hands down)."""
+    """The diff-trace ranking of A's profile against B's, kept in ab.json (and its markdown beside it, drawn
+    by `draw`, the views a runner hands down)."""
     from sglops.trace.diff import diff
 
     try:
@@ -249,5 +339,10 @@ def add_trace_diff(result: AbResult, prof: dict[str, Any], draw: Draw | None = N
         result.trace_diff = {"error": str(exc)}
         return
     path = draw(Page(d), Path(result.folder or ".") / "trace-diff.md") if draw else None
-    result.trace_diff = {"headline": d.headline(), "markdown": str(path) if path else None, "a": result.profiles.get("A"),
-                         "b": result.profiles.get("B"), "diff": d.to_json()}
+    result.trace_diff = {
+        "headline": d.headline(),
+        "markdown": str(path) if path else None,
+        "a": result.profiles.get("A"),
+        "b": result.profiles.get("B"),
+        "diff": d.to_json(),
+    }

@@ -4,9 +4,9 @@ During the rounds a SIGINT (KeyboardInterrupt) or SIGTERM (`Interrupted`, which 
 turn into an exit that runs no `finally`) stops the round in progress. From the moment the restore begins,
 both are deferred: noted, "restoring, please wait" said once, never raised, so a second (or tenth) Ctrl-C
 cannot leave a patch applied behind the operator's back. A SIGKILL cannot be deferred: the journal on the
-host (sglops.experiment.ab_journal) covers that. Handlers can only be set from the main thread; in a worker (an
-experiment on the nodes of one server) the main thread forwards the signals (sglops.core.interrupts) and the
-work stops at its next step (`check_interrupt`).
+host (sglops.experiment.ab_journal) covers that. Handlers can only be set from the main thread; in a worker
+(an experiment on the nodes of one server) the main thread forwards the signals (sglops.core.interrupts) and
+the work stops at its next step (`check_interrupt`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class Guard:
         self.wait_line = wait_line(who)
         self.deferred: list[int] = []
         self.phase = "rounds"
-        self.pending: int | None = None  # a signal forwarded to a worker's guard, raised at its next step
+        # a signal forwarded to a worker's guard, raised at its next step
+        self.pending: int | None = None
         self._lock = threading.Lock()
 
     def notify(self, signum: int) -> None:
@@ -68,7 +69,9 @@ class Guard:
         with self._lock:
             if self.phase == "rounds":
                 if self.pending is None:
-                    self.say(f"{signal.Signals(signum).name}: stopping after the step in progress, then restoring")
+                    self.say(
+                        f"{signal.Signals(signum).name}: stopping after the step in progress, then restoring"
+                    )
                     self.pending = signum
                 return
         if not self.deferred:
@@ -76,7 +79,8 @@ class Guard:
         self.deferred.append(signum)
 
     def check(self) -> None:
-        """Raise a forwarded signal, as the main thread's handler would have, while the work may still stop."""
+        """Raise a forwarded signal, as the main thread's
+        handler would have, while the work may still stop."""
         with self._lock:
             signum, self.pending = (self.pending, None) if self.phase == "rounds" else (None, self.pending)
         if signum == signal.SIGINT:
@@ -104,11 +108,16 @@ class Guard:
     def first_deferred(self) -> int | None:
         return self.deferred[0] if self.deferred else None
 
-    def run_then_restore(self, work: Callable[[], None], restore: Callable[[], None], result: Any,
-                         where: Callable[[], str | None]) -> None:
+    def run_then_restore(
+        self,
+        work: Callable[[], None],
+        restore: Callable[[], None],
+        result: Any,
+        where: Callable[[], str | None],
+    ) -> None:
         """ab's and sweep's shape: run the changes; a domain error or an interrupt ends them (said in
-        `result.failure` / `result.interrupted`); the restore always runs, with signals deferred; a signal that
-        arrived during it is recorded too."""
+        `result.failure` / `result.interrupted`); the restore always runs, with signals deferred; a signal
+        that arrived during it is recorded too."""
         try:
             work()
         except SglopsError as exc:
@@ -117,7 +126,8 @@ class Guard:
             self.restoring()
             result.interrupted = signal_name(exc)[0]
             result.failure = f"interrupted by {result.interrupted} during {where() or 'the set-up'}"
-        finally:  # whatever stopped the changes: the host goes back to how it was found, signals deferred
+        # whatever stopped the changes: the host goes back to how it was found, signals deferred
+        finally:
             self.restoring()
             restore()
         late = self.first_deferred()

@@ -1,8 +1,8 @@
 """The server as an experiment found it, and putting it back: found state, ledger checks, the restore.
 
 ab and sweep change a server (patches, profiles, restarts) and promise to leave it as they found it. What they
-found, how the ledger must look before each restart, and the restore itself are the same for both and live here;
-every function takes the experiment's `ServerNodes` (one host, or every node of one server).
+found, how the ledger must look before each restart, and the restore itself are the same for both and live
+here; every function takes the experiment's `ServerNodes` (one host, or every node of one server).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from sglops.experiment.ab_plan import Found, restore_steps, transitions
 from sglops.experiment.server_nodes import ServerNodes
 from sglops.launch import server as launch
 
-RESTORE_LOCK_WAIT_S = 900.0  # an interrupted round's restart may still run on the host: the restore waits for it
+# an interrupted round's restart may still run on the host: the restore waits for it
+RESTORE_LOCK_WAIT_S = 900.0
 
 
 class ExperimentFailed(Failed):
@@ -29,9 +30,12 @@ def found(remote: Remote) -> Found:
 
     cur = launch.inspect(remote)["current"]
     srv = cur.get("server") or {}
-    return Found(running=bool(cur.get("running")), profile=srv.get("profile"),
-                 port=int(srv["port"]) if srv.get("port") else None,
-                 patches=[e["patch"] for e in patches.applied(remote)])
+    return Found(
+        running=bool(cur.get("running")),
+        profile=srv.get("profile"),
+        port=int(srv["port"]) if srv.get("port") else None,
+        patches=[e["patch"] for e in patches.applied(remote)],
+    )
 
 
 def patch_files(names: list[str]) -> dict[str, list[str]]:
@@ -56,20 +60,27 @@ def _ledger_check_one(remote: Remote, managed: dict[str, list[str]], want: set[s
     entries = {e["patch"]: e for e in state["ledger"].get("applied", [])}
     have = {p for p in managed if p in entries}
     if have != want:
-        raise ExperimentFailed(f"{remote.name}: {when}: the host ledger has {sorted(have) or 'none'} of the managed "
-                               f"patches, this step needs {sorted(want) or 'none'}")
+        raise ExperimentFailed(
+            f"{remote.name}: {when}: the host ledger has {sorted(have) or 'none'} of the managed "
+            f"patches, this step needs {sorted(want) or 'none'}"
+        )
     for p in want:
-        drift = [rel for rel, h in entries[p]["files"].items()
-                 if state["files"].get(rel, {}).get("sha256") != h["after"]]
+        drift = [
+            rel
+            for rel, h in entries[p]["files"].items()
+            if state["files"].get(rel, {}).get("sha256") != h["after"]
+        ]
         if drift:
-            raise ExperimentFailed(f"{remote.name}: {when}: {p} is in the ledger but {', '.join(drift)} changed since "
-                                   "it was applied")
+            raise ExperimentFailed(
+                f"{remote.name}: {when}: {p} is in the ledger but {', '.join(drift)} changed since "
+                "it was applied"
+            )
     return sorted(entries)
 
 
 def precheck_patches(nodes: ServerNodes, managed: list[str], now: dict[str, Found]) -> None:
-    """Each managed patch's own dry run on every node (apply if absent, revert if applied): a conflict, an unmet
-    requirement or drift refuses here, before anything changes."""
+    """Each managed patch's own dry run on every node (apply if absent, revert if applied): a conflict, an
+    unmet requirement or drift refuses here, before anything changes."""
     from sglops.patch import apply as patches
 
     for remote in nodes.remotes:
@@ -81,7 +92,8 @@ def precheck_patches(nodes: ServerNodes, managed: list[str], now: dict[str, Foun
 
 
 def align(nodes: ServerNodes, managed: list[str], want: set[str], say: Callable[[str], None]) -> None:
-    """Bring every node's managed patches to `want` (nodes an interrupted run left apart), each node on its own."""
+    """Bring every node's managed patches to `want` (nodes
+    an interrupted run left apart), each node on its own."""
     from sglops.patch import apply as patches
 
     for remote in nodes.remotes:
@@ -91,9 +103,17 @@ def align(nodes: ServerNodes, managed: list[str], want: set[str], say: Callable[
             (patches.apply_patch if kind == "apply" else patches.revert_patch)(remote, p)
 
 
-def restart(nodes: ServerNodes, profile: Any, when: str, say: Callable[[str], None], *,
-            ports: dict[str, int | None] | None = None, lock_wait_s: float = 0) -> Any:
-    """Restart the server (every node together); a start that failed is the experiment's failure, in one line."""
+def restart(
+    nodes: ServerNodes,
+    profile: Any,
+    when: str,
+    say: Callable[[str], None],
+    *,
+    ports: dict[str, int | None] | None = None,
+    lock_wait_s: float = 0,
+) -> Any:
+    """Restart the server (every node together); a start
+    that failed is the experiment's failure, in one line."""
     say(f"{when}: restart {getattr(profile, 'name', profile)}")
     res = nodes.restart(profile, ports=ports, lock_wait_s=lock_wait_s)
     if not res.ok:
@@ -101,8 +121,12 @@ def restart(nodes: ServerNodes, profile: Any, when: str, say: Callable[[str], No
     return res
 
 
-def restore(nodes: ServerNodes, found_by_node: dict[str, Found], managed: dict[str, list[str]],
-            say: Callable[[str], None]) -> dict:
+def restore(
+    nodes: ServerNodes,
+    found_by_node: dict[str, Found],
+    managed: dict[str, list[str]],
+    say: Callable[[str], None],
+) -> dict:
     """The found patch set back on every node (each from its own ledger, wherever the steps stopped), then the
     found server (every node together) or none. Never raises: its outcome is recorded and shown."""
     from sglops.patch import apply as patches
@@ -125,8 +149,14 @@ def restore(nodes: ServerNodes, found_by_node: dict[str, Found], managed: dict[s
                     server_step = step
         ledger_check(nodes, managed, want, "restore")
         if server_step is not None and server_step.kind == "restart":
-            restart(nodes, lead.profile, "restore", say, ports={n: f.port for n, f in found_by_node.items()},
-                    lock_wait_s=RESTORE_LOCK_WAIT_S)
+            restart(
+                nodes,
+                lead.profile,
+                "restore",
+                say,
+                ports={n: f.port for n, f in found_by_node.items()},
+                lock_wait_s=RESTORE_LOCK_WAIT_S,
+            )
             out["server"] = f"{lead.profile} on port {lead.port}"
         elif server_step is not None:
             say(server_step.line())
@@ -139,8 +169,9 @@ def restore(nodes: ServerNodes, found_by_node: dict[str, Found], managed: dict[s
         wrong = [n for n, got in ledgers.items() if sorted(got) != sorted(found_by_node.get(n, lead).patches)]
         out["ok"] = not wrong
         if wrong:
-            out["error"] = "; ".join(f"{n}: ledger has {ledgers[n]}, found {found_by_node.get(n, lead).patches}"
-                                     for n in wrong)
+            out["error"] = "; ".join(
+                f"{n}: ledger has {ledgers[n]}, found {found_by_node.get(n, lead).patches}" for n in wrong
+            )
     except (SglopsError, OSError) as exc:
         out["error"] = str(exc)
     return out

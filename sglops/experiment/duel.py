@@ -1,12 +1,12 @@
 """`inv duel`: the same model, workload and limits served by two engines on one host, one after the other.
 
-Why one command: a fair engine comparison needs the same prompts, the same limits spelled each engine's way, the
-outputs compared and the host left as found; by hand each of those goes wrong. The plan (experiment/duel_plan.py)
-normalises the second profile to the first and refuses when more than the engine differs; each side is restarted
-through its profile, benched on the OpenAI API (the one both engines serve) with the same seeded prompt ids and
-chosen-token logprobs, profiled (one single-stream decode: each side's top cost), and stopped; what each server
-reported is checked against the other's; the server found running before is started again afterwards. One verdict
-line.
+Why one command: a fair engine comparison needs the same prompts, the same limits spelled each engine's way,
+the outputs compared and the host left as found; by hand each of those goes wrong. The plan
+(experiment/duel_plan.py) normalises the second profile to the first and refuses when more than the engine
+differs; each side is restarted through its profile, benched on the OpenAI API (the one both engines serve)
+with the same seeded prompt ids and chosen-token logprobs, profiled (one single-stream decode: each side's top
+cost), and stopped; what each server reported is checked against the other's; the server found running before
+is started again afterwards. One verdict line.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ from sglops.launch import server as launch
 
 
 class DuelFailed(Failed):
-    """A side did not come up or its bench failed: the duel has no verdict (the host is restored all the same)."""
+    """A side did not come up or its bench failed: the duel
+    has no verdict (the host is restored all the same)."""
 
 
 @dataclass
 class DuelResult(Result):
-    """Both sides' figures, the normalisation table, what the servers reported, the outputs compared, a verdict."""
+    """Both sides' figures, the normalisation table, what
+    the servers reported, the outputs compared, a verdict."""
 
     host: str
     profiles: list[str]
@@ -41,11 +43,15 @@ class DuelResult(Result):
     normalised: list[dict]
     dry_run: bool = False
     plan: list[str] = field(default_factory=list)
-    sides: list[dict] = field(default_factory=list)  # engine, version, restart (s), bench headline
-    effective: list[dict] = field(default_factory=list)  # knob, a, b, same (as the servers reported them)
-    outputs: dict | None = None  # identity of b's outputs against a's
+    # engine, version, restart (s), bench headline
+    sides: list[dict] = field(default_factory=list)
+    # knob, a, b, same (as the servers reported them)
+    effective: list[dict] = field(default_factory=list)
+    # identity of b's outputs against a's
+    outputs: dict | None = None
     verdict: str = ""
-    restored: str = ""  # what the host was left as
+    # what the host was left as
+    restored: str = ""
     started: bool = False
 
     @property
@@ -56,7 +62,10 @@ class DuelResult(Result):
         return asdict(self)
 
     def run_manifest(self) -> dict[str, Any]:
-        return {"status": "ok" if self.verdict and not self.dry_run else "no-verdict", "verdict": self.verdict}
+        return {
+            "status": "ok" if self.verdict and not self.dry_run else "no-verdict",
+            "verdict": self.verdict,
+        }
 
 
 def _model_config(remote: Remote, model: str) -> dict:
@@ -68,7 +77,8 @@ def _model_config(remote: Remote, model: str) -> dict:
 
 
 def prepare(remote: Remote, profile_a: str, profile_b: str) -> DuelPlan:
-    """Both profiles for this host (per-host overrides and {vars.X} filled in), normalised: ConfigError if not."""
+    """Both profiles for this host (per-host overrides and
+    {vars.X} filled in), normalised: ConfigError if not."""
     a = launch.load_profile(profile_a).for_host(remote.name).with_vars(remote.host.vars, remote.name)
     b = launch.load_profile(profile_b).for_host(remote.name).with_vars(remote.host.vars, remote.name)
     if "model_path" not in a.args:
@@ -76,8 +86,9 @@ def prepare(remote: Remote, profile_a: str, profile_b: str) -> DuelPlan:
     return plan(a, b, _model_config(remote, str(a.args["model_path"])))
 
 
-def _side(remote: Remote, prof: Any, bench_args: dict, keep: Any,
-          profile: Any = None) -> tuple[dict, bench.BenchResult, dict]:
+def _side(
+    remote: Remote, prof: Any, bench_args: dict, keep: Any, profile: Any = None
+) -> tuple[dict, bench.BenchResult, dict]:
     eng = get_engine(prof.engine)
     res = launch.restart(remote, prof)
     if not res.ok:
@@ -85,18 +96,32 @@ def _side(remote: Remote, prof: Any, bench_args: dict, keep: Any,
     cost: dict = {}
     try:
         result = bench.run_bench(remote, port=res.port, api="openai", with_facts=False, **bench_args)
-        if profile is not None and result.status == "ok":  # on the server just benched, before it stops
+        # on the server just benched, before it stops
+        if profile is not None and result.status == "ok":
             cost = _profiled(profile, res.port, eng.name)
     finally:
         launch.stop(remote, grace_s=prof.stop_grace)
-    if keep is not None:  # each side's bench is a run of its own (<run-id>-<engine>)
+    # each side's bench is a run of its own (<run-id>-<engine>)
+    if keep is not None:
         keep(result, eng.name)
     if result.status != "ok":
-        raise DuelFailed(f"duel side {prof.name} ({eng.title}): bench {result.status}: {'; '.join(result.problems())}")
+        raise DuelFailed(
+            f"duel side {prof.name} ({eng.title}): bench {result.status}: {'; '.join(result.problems())}"
+        )
     lv = result.levels[0]
-    side = {"profile": prof.name, "engine": eng.name, "version": res.sglang_version, "healthy_after_s": res.waited_s,
-            "decode_tok_s": lv.decode_tok_s, "ttft_ms": lv.ttft_ms, "tpot_ms": lv.tpot_ms,
-            "output_tok_s": lv.output_tok_s, "confirmed": len(res.confirmed), "mismatches": res.mismatches, **cost}
+    side = {
+        "profile": prof.name,
+        "engine": eng.name,
+        "version": res.sglang_version,
+        "healthy_after_s": res.waited_s,
+        "decode_tok_s": lv.decode_tok_s,
+        "ttft_ms": lv.ttft_ms,
+        "tpot_ms": lv.tpot_ms,
+        "output_tok_s": lv.output_tok_s,
+        "confirmed": len(res.confirmed),
+        "mismatches": res.mismatches,
+        **cost,
+    }
     return side, result, res.server_info or {}
 
 
@@ -112,27 +137,52 @@ def _profiled(profile: Any, port: int, engine: str) -> dict:
     return {"top_cost": top_cost(got.analysis) if got.analysis else None, "profile_run": got.run_id}
 
 
-def duel(remote: Remote, profile_a: str, profile_b: str, *, runs: int = 3, input_len: int = 64,
-         output_len: int = 64, concurrency: int = 1, vocab_size: int | None = None, dry_run: bool = False,
-         keep: Any = None, profile: Any = None) -> DuelResult:
+def duel(
+    remote: Remote,
+    profile_a: str,
+    profile_b: str,
+    *,
+    runs: int = 3,
+    input_len: int = 64,
+    output_len: int = 64,
+    concurrency: int = 1,
+    vocab_size: int | None = None,
+    dry_run: bool = False,
+    keep: Any = None,
+    profile: Any = None,
+) -> DuelResult:
     """Serve, bench and compare profile_a's engine then profile_b's on this host (see the module doc).
-    profile(port, engine) -> a ProfileResult of the side's server after its bench (None: sides not profiled)."""
+    profile(port, engine) -> a ProfileResult of the side's
+    server after its bench (None: sides not profiled)."""
     p = prepare(remote, profile_a, profile_b)
-    result = DuelResult(host=remote.name, profiles=[p.a.name, p.b.name],
-                        engines=[get_engine(p.a.engine).name, get_engine(p.b.engine).name], normalised=p.rows)
+    result = DuelResult(
+        host=remote.name,
+        profiles=[p.a.name, p.b.name],
+        engines=[get_engine(p.a.engine).name, get_engine(p.b.engine).name],
+        normalised=p.rows,
+    )
     found = launch.status(remote)
     back = found.profile if found.running else None
-    result.plan = [f"stop {'the running ' + str(back) if back else 'nothing (no sglops server running)'}",
-                   *(f"restart {x.name} ({get_engine(x.engine).title}), bench {runs} x {input_len}/{output_len} "
-                     f"tokens at C={concurrency} on /v1/completions{', profile one decode' if profile else ''}, stop"
-                     for x in (p.a, p.b)),
-                   f"compare outputs and reported limits; then {'restart ' + back if back else 'leave no server'}"]
+    result.plan = [
+        f"stop {'the running ' + str(back) if back else 'nothing (no sglops server running)'}",
+        *(
+            f"restart {x.name} ({get_engine(x.engine).title}), bench {runs} x {input_len}/{output_len} "
+            f"tokens at C={concurrency} on /v1/completions{', profile one decode' if profile else ''}, stop"
+            for x in (p.a, p.b)
+        ),
+        f"compare outputs and reported limits; then {'restart ' + back if back else 'leave no server'}",
+    ]
     if dry_run:
         result.dry_run = True
         return result
     # one vocabulary for both sides (the model's config.json): the same seeded prompt ids reach both engines
-    bench_args = {"runs": runs, "input_len": input_len, "output_len": output_len, "concurrency": str(concurrency),
-                  "vocab_size": vocab_size or p.vocab_size}
+    bench_args = {
+        "runs": runs,
+        "input_len": input_len,
+        "output_len": output_len,
+        "concurrency": str(concurrency),
+        "vocab_size": vocab_size or p.vocab_size,
+    }
     result.started = True
     try:
         side_a, bench_a, info_a = _side(remote, p.a, bench_args, keep, profile)
@@ -142,9 +192,13 @@ def duel(remote: Remote, profile_a: str, profile_b: str, *, runs: int = 3, input
     result.sides = [side_a, side_b]
     result.effective = effective_rows(p, info_a, info_b)
     same = identity.compare_entries(bench_a.outputs, bench_b.outputs)
-    result.outputs = {"compared": same.compared, "identical": same.identical_prompts,
-                      "max_logprob_diff": same.max_logprob_diff, "median_logprob_diff": same.median_logprob_diff,
-                      "first_divergence": asdict(same.first_divergence) if same.first_divergence else None}
+    result.outputs = {
+        "compared": same.compared,
+        "identical": same.identical_prompts,
+        "max_logprob_diff": same.max_logprob_diff,
+        "median_logprob_diff": same.median_logprob_diff,
+        "first_divergence": asdict(same.first_divergence) if same.first_divergence else None,
+    }
     result.verdict = verdict_line(result)
     return result
 
@@ -169,10 +223,15 @@ def verdict_line(r: DuelResult) -> str:
     disagreed = [row["knob"] for row in r.effective if row["same"] is False]
     call = speed_verdict(ratio, ci, True, not disagreed)
     out = r.outputs or {}
-    return (f"duel on {r.host}: {a['engine']} {ma:.1f} vs {b['engine']} {mb:.1f} decode tok/s: {b['engine']} "
-            f"x{ratio:.3f} [{lo or 0:.2f}, {hi or 0:.2f}] ({call}); outputs {out.get('identical')}/"
-            f"{out.get('compared')} prompts identical (max |dlogprob| {out.get('max_logprob_diff') or 0:.3g}); "
-            f"limits as the servers report them: {len(agreed)} equal"
-            + (f", DIFFERENT: {', '.join(disagreed)}" if disagreed else "")
-            + ("; top cost: " + "; ".join(f"{s['engine']} {s.get('top_cost') or 'none found'}" for s in (a, b))
-               if "top_cost" in a or "top_cost" in b else ""))
+    return (
+        f"duel on {r.host}: {a['engine']} {ma:.1f} vs {b['engine']} {mb:.1f} decode tok/s: {b['engine']} "
+        f"x{ratio:.3f} [{lo or 0:.2f}, {hi or 0:.2f}] ({call}); outputs {out.get('identical')}/"
+        f"{out.get('compared')} prompts identical (max |dlogprob| {out.get('max_logprob_diff') or 0:.3g}); "
+        f"limits as the servers report them: {len(agreed)} equal"
+        + (f", DIFFERENT: {', '.join(disagreed)}" if disagreed else "")
+        + (
+            "; top cost: " + "; ".join(f"{s['engine']} {s.get('top_cost') or 'none found'}" for s in (a, b))
+            if "top_cost" in a or "top_cost" in b
+            else ""
+        )
+    )

@@ -24,8 +24,12 @@ if TYPE_CHECKING:
 
 
 # -- ab -------------------------------------------------------------------------------------------------
-AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by default, help in ab's words
-    "runs": {"kind": Int(1, 1000, 1), "help": "bench repeats per round (default {default}: the rounds are the repeats)"},
+# a round's bench: the bench's parameters, one repeat per round by default, help in ab's words
+AB_BENCH = {
+    "runs": {
+        "kind": Int(1, 1000, 1),
+        "help": "bench repeats per round (default {default}: the rounds are the repeats)",
+    },
     "input_len": {"help": "prompt tokens (default {default})"},
     "output_len": {"help": "tokens to generate (default {default})"},
     "concurrency": {"help": "streams in flight, e.g. 1,4 (default 1)"},
@@ -38,8 +42,9 @@ AB_BENCH = {  # a round's bench: the bench's parameters, one repeat per round by
 
 
 def ab(ctx: Context, **o: Any) -> AbResult:
-    """Interleaved A/B rounds (sglops.experiment.ab): its dry run reads the host and plans; the real one restores it.
-    On the nodes of one server (--hosts n0,n1) every round restarts every node (sglops.core.meet.lead)."""
+    """Interleaved A/B rounds (sglops.experiment.ab): its dry run reads the host and plans; the real one
+    restores it. On the nodes of one server (--hosts n0,n1) every round restarts every node
+    (sglops.core.meet.lead)."""
     from sglops.core.meet import lead
     from sglops.experiment import ab as ab_mod
     from sglops.experiment.server_nodes import ServerNodes
@@ -60,13 +65,19 @@ def _ab_prepare(o: dict) -> dict:
 
 # -- sweep ---------------------------------------------------------------------------------------------
 
-SWEEP_BENCH = {**AB_BENCH, "runs": {"kind": Int(1, 1000, 3), "help": "bench repeats per candidate (default {default}: "
-                                    "the 95% interval is over them)"}}
+SWEEP_BENCH = {
+    **AB_BENCH,
+    "runs": {
+        "kind": Int(1, 1000, 3),
+        "help": "bench repeats per candidate (default {default}: the 95% interval is over them)",
+    },
+}
 
 
 @dataclass(frozen=True)
 class Items(Value):
-    """Strings from a flag (split on `sep`; a repeatable flag hands a list) or a YAML list; none given is None."""
+    """Strings from a flag (split on `sep`; a repeatable
+    flag hands a list) or a YAML list; none given is None."""
 
     sep: str | None = None
     what: str = "a list"
@@ -75,25 +86,34 @@ class Items(Value):
     def parse(self, raw: Any, label: str) -> list[str] | None:
         if raw == []:
             return None
-        items = (([raw] if self.sep is None else raw.split(self.sep)) if isinstance(raw, str)
-                 else raw if isinstance(raw, list) else None)
+        items = (
+            ([raw] if self.sep is None else raw.split(self.sep))
+            if isinstance(raw, str)
+            else raw
+            if isinstance(raw, list)
+            else None
+        )
         if items is None or not all(isinstance(x, str) for x in items) or not any(x.strip() for x in items):
             raise self.refuse(label, self.what, raw)
         return [x.strip() for x in items if x.strip()]
 
 
 VARY = Items(None, "KEY=VALUE[,VALUE...] (repeatable; a list in a play)")
-CANDIDATES = Items(";", "CANDIDATE;CANDIDATE... (a list in a play), e.g. attention_backend=flashinfer+gather-cast")
+CANDIDATES = Items(
+    ";", "CANDIDATE;CANDIDATE... (a list in a play), e.g. attention_backend=flashinfer+gather-cast"
+)
 
 
 def sweep(ctx: Context, **o: Any) -> SweepResult:
-    """Candidates screened by the probe facts, then restarted, benched (and profiled) one by one; the host restored."""
+    """Candidates screened by the probe facts, then restarted,
+    benched (and profiled) one by one; the host restored."""
     from sglops.core.meet import lead
     from sglops.experiment import sweep as sweep_mod
     from sglops.experiment.server_nodes import ServerNodes
     from sglops.patch.kernel_facts import planned_kernels, planning
 
-    with planning(planned_kernels(ctx.dry_run, ctx.records)):  # a play's dry run: kernels its earlier steps build
+    # a play's dry run: kernels its earlier steps build
+    with planning(planned_kernels(ctx.dry_run, ctx.records)):
         return lead(ctx, "sweep", lambda remotes: sweep_mod.run_checked(ctx, o, ServerNodes(remotes)))
 
 
@@ -116,43 +136,115 @@ def _ab_check(result: Any, o: dict) -> None:
 
 
 OPS = [
-    Op("ab", ab, "Interleaved A/B on one host or the nodes of one server (ABAB rounds, restart + patches "
-       "ledger-checked each\nround): paired speed verdict, output identity, config differences; the host is left as "
-       "it was found.",
-       (TARGETS,
-        Param("a", Str(), "side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)"),
-        Param("b", Str(), "side B, spelt the same way (patches named on either side are applied/reverted per round)"),
-        Param("patch", Name("patch"), "this profile without vs with PATCH: A = -a (default: the current profile), "
-              "B = A+PATCH"),
-        Param("rounds", Int(1, 100, 3), "ABAB rounds, a restart before every bench (default {default}, the fewest "
-              "for a speed verdict)"),
-        *[p.again(**AB_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],  # each round benches its own server
-        Param("profile", Flag(), "also profile one round of each side and rank the trace diff (A -> B)", flag=False),
-        REQUIRE_IDENTICAL.again(help="exit 8 unless B's outputs are identical to A's (or within the tolerance)"),
-        REQUIRE_SAME_CONFIG, TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,
-        VARIABLE.again(help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"),
-        DRY_RUN.again(help="print the whole round plan; change and record nothing"), JSON),
-       step="ab", prepare=_ab_prepare, check=_ab_check, live=Live.NOTES,
-       record="ab.json", own_run=True, together=True,
-       step_summary=lambda doc: doc.get("verdict", ""), task={"auto_shortflags": False}),
-    Op("sweep", sweep, "Which configuration should this host (or the nodes of one server) run: candidates (--vary / "
-       "--patches /\n--candidates) ruled out by probe facts or restarted, benched and compared one by one (crash "
-       "class, tok/s,\noutput identity, top cost); the host is restored.",
-       (TARGETS,
-        Param("profile", Required(Name("profile")), "the base server profile every candidate changes"),
-        Param("vary", VARY, "KEY=a,b: a profile key and its values (repeatable; the candidates are the cross "
-              "product), e.g. attention_backend=flashinfer,triton"),
-        Param("patches", StrList(), "patch sets as one more axis: none,gather-cast (P+Q for two)"),
-        Param("candidates", CANDIDATES, "an explicit list instead: 'attention_backend=flashinfer;attention_backend="
-              "flashinfer+gather-cast'"),
-        Param("force", Flag(), "run candidates the probe facts rule out (the reasons stay in the table)", flag=False),
-        Param("profile_trace", Flag(), "also profile each candidate that started (the trace's top cost)", flag=False),
-        *[p.again(**SWEEP_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],
-        TOLERANCE_LOGPROB, MIN_IDENTICAL_SHARE,
-        DRY_RUN.again(help="print the candidates, what rules each out and the plan; change and record nothing"),
-        JSON),
-       step="sweep", prepare=_prepare, check=_check, live=Live.NOTES,
-       record="sweep.json", own_run=True, together=True,
-       step_summary=lambda doc: doc.get("recommendation", ""), task={"auto_shortflags": False, "iterable": ["vary"]}),
+    Op(
+        "ab",
+        ab,
+        "Interleaved A/B on one host or the nodes of one server (ABAB rounds, restart + patches"
+        " ledger-checked each\nround): paired speed verdict, output identity, config differences; the host is"
+        " left as it was found.",
+        (
+            TARGETS,
+            Param(
+                "a",
+                Str(),
+                "side A: PROFILE, PROFILE+PATCH[+PATCH...], or +PATCH (the profile the host runs now)",
+            ),
+            Param(
+                "b",
+                Str(),
+                "side B, spelt the same way (patches named on either side are applied/reverted per round)",
+            ),
+            Param(
+                "patch",
+                Name("patch"),
+                "this profile without vs with PATCH: A = -a (default: the current profile), B = A+PATCH",
+            ),
+            Param(
+                "rounds",
+                Int(1, 100, 3),
+                "ABAB rounds, a restart before every bench (default {default}, the fewest "
+                "for a speed verdict)",
+            ),
+            # each round benches its own server
+            *[p.again(**AB_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],
+            Param(
+                "profile",
+                Flag(),
+                "also profile one round of each side and rank the trace diff (A -> B)",
+                flag=False,
+            ),
+            REQUIRE_IDENTICAL.again(
+                help="exit 8 unless B's outputs are identical to A's (or within the tolerance)"
+            ),
+            REQUIRE_SAME_CONFIG,
+            TOLERANCE_LOGPROB,
+            MIN_IDENTICAL_SHARE,
+            VARIABLE.again(
+                help="config keys meant to differ between A and B, comma-separated (e.g. kv_cache_dtype)"
+            ),
+            DRY_RUN.again(help="print the whole round plan; change and record nothing"),
+            JSON,
+        ),
+        step="ab",
+        prepare=_ab_prepare,
+        check=_ab_check,
+        live=Live.NOTES,
+        record="ab.json",
+        own_run=True,
+        together=True,
+        step_summary=lambda doc: doc.get("verdict", ""),
+        task={"auto_shortflags": False},
+    ),
+    Op(
+        "sweep",
+        sweep,
+        "Which configuration should this host (or the nodes of one server) run: candidates (--vary /"
+        " --patches /\n--candidates) ruled out by probe facts or restarted, benched and compared one by one"
+        " (crash class, tok/s,\noutput identity, top cost); the host is restored.",
+        (
+            TARGETS,
+            Param("profile", Required(Name("profile")), "the base server profile every candidate changes"),
+            Param(
+                "vary",
+                VARY,
+                "KEY=a,b: a profile key and its values (repeatable; the candidates are the cross "
+                "product), e.g. attention_backend=flashinfer,triton",
+            ),
+            Param("patches", StrList(), "patch sets as one more axis: none,gather-cast (P+Q for two)"),
+            Param(
+                "candidates",
+                CANDIDATES,
+                "an explicit list instead: 'attention_backend=flashinfer;attention_backend="
+                "flashinfer+gather-cast'",
+            ),
+            Param(
+                "force",
+                Flag(),
+                "run candidates the probe facts rule out (the reasons stay in the table)",
+                flag=False,
+            ),
+            Param(
+                "profile_trace",
+                Flag(),
+                "also profile each candidate that started (the trace's top cost)",
+                flag=False,
+            ),
+            *[p.again(**SWEEP_BENCH.get(p.name, {})) for p in BENCH if p.name != "port"],
+            TOLERANCE_LOGPROB,
+            MIN_IDENTICAL_SHARE,
+            DRY_RUN.again(
+                help="print the candidates, what rules each out and the plan; change and record nothing"
+            ),
+            JSON,
+        ),
+        step="sweep",
+        prepare=_prepare,
+        check=_check,
+        live=Live.NOTES,
+        record="sweep.json",
+        own_run=True,
+        together=True,
+        step_summary=lambda doc: doc.get("recommendation", ""),
+        task={"auto_shortflags": False, "iterable": ["vary"]},
+    ),
 ]
-

@@ -1,13 +1,14 @@
 """The candidates of an `inv sweep` and what rules each out before anything starts.
 
-Why before: on a GPU host a start that was never going to work (a backend this release does not offer, an SM100-only
-kernel on an H200, a patch that changes a file the candidate never runs) costs minutes of restart each. The probe
-facts (sglops.probe.report: choices, FP8 read mode, argument rules with their platform) and the host's compute
-capability (sglops.probe.facts) say so in advance; `--force` runs a candidate anyway, the reason still shown.
+Why before: on a GPU host a start that was never going to work (a backend this release does not offer, an
+SM100-only kernel on an H200, a patch that changes a file the candidate never runs) costs minutes of restart
+each. The probe facts (sglops.probe.report: choices, FP8 read mode, argument rules with their platform) and
+the host's compute capability (sglops.probe.facts) say so in advance; `--force` runs a candidate anyway, the
+reason still shown.
 
 A candidate is settings over the base profile (SGLang's own key names, as in a profile) plus a patch set:
-`attention_backend=triton,kv_cache_dtype=fp8_e4m3+gather-cast`. `--vary KEY=a,b` gives the cross product of every
---vary and --patches axis; `--candidates "A;B;C"` is an explicit list.
+`attention_backend=triton,kv_cache_dtype=fp8_e4m3+gather-cast`. `--vary KEY=a,b` gives the cross product of
+every --vary and --patches axis; `--candidates "A;B;C"` is an explicit list.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from sglops.core.errors import ConfigError
 from sglops.core.values import one_line
 
 NO_PATCH = "none"
-CHOICE_FACTS = {  # profile key -> the probe fact with this release's choices for it
+# profile key -> the probe fact with this release's choices for it
+CHOICE_FACTS = {
     "attention_backend": "attention_backends",
     "prefill_attention_backend": "attention_backends",
     "decode_attention_backend": "attention_backends",
@@ -36,7 +38,8 @@ PLATFORMS = (
     (re.compile(r"is_blackwell"), {10, 11, 12}),
     (re.compile(r"is_sm100_or_sm110"), {10, 11}),
     (re.compile(r"is_hopper"), {9}),
-    (re.compile(r"is_sm(\d+)"), None),  # is_sm90 -> 9, is_sm100 -> 10, is_sm120 -> 12
+    # is_sm90 -> 9, is_sm100 -> 10, is_sm120 -> 12
+    (re.compile(r"is_sm(\d+)"), None),
 )
 
 
@@ -57,7 +60,12 @@ class Candidate:
         return dict(self.settings).get(key, profile_args.get(key))
 
     def to_json(self) -> dict:
-        return {"index": self.index, "label": self.label, "settings": dict(self.settings), "patches": list(self.patches)}
+        return {
+            "index": self.index,
+            "label": self.label,
+            "settings": dict(self.settings),
+            "patches": list(self.patches),
+        }
 
 
 def _value(key: str, raw: str, where: str) -> Any:
@@ -126,8 +134,10 @@ def parse_candidate(text: str, index: int) -> Candidate:
     for part in [p for p in body.split(",") if p.strip()] if body.strip() else []:
         key, sep, val = part.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"{where}: write KEY=VALUE[,KEY=VALUE...][+PATCH] (e.g. attention_backend=flashinfer"
-                              "+gather-cast)")
+            raise ConfigError(
+                f"{where}: write KEY=VALUE[,KEY=VALUE...][+PATCH] (e.g. attention_backend=flashinfer"
+                "+gather-cast)"
+            )
         if key.strip() in settings:
             raise ConfigError(f"{where}: {key.strip()} is set twice")
         settings[key.strip()] = _value(key.strip(), val, where)
@@ -137,7 +147,9 @@ def parse_candidate(text: str, index: int) -> Candidate:
     return Candidate(index, tuple(settings.items()), names)
 
 
-def candidates(vary: list[str] | None, patches: list[str] | None, listed: list[str] | None) -> list[Candidate]:
+def candidates(
+    vary: list[str] | None, patches: list[str] | None, listed: list[str] | None
+) -> list[Candidate]:
     """The sweep's candidates in order: the explicit list, or the cross product of --vary and --patches."""
     if listed:
         if vary or patches:
@@ -147,7 +159,9 @@ def candidates(vary: list[str] | None, patches: list[str] | None, listed: list[s
         axes = parse_vary(vary or [])
         sets = [_patch_names(one_line(p, "--patches"), f"--patches {p}") for p in (patches or [])] or [()]
         if not axes and sets == [()]:
-            raise ConfigError("nothing to sweep: give --vary KEY=a,b (repeatable), --patches none,P or --candidates")
+            raise ConfigError(
+                "nothing to sweep: give --vary KEY=a,b (repeatable), --patches none,P or --candidates"
+            )
         out = []
         for i, (combo, ps) in enumerate(itertools.product(itertools.product(*[v for _, v in axes]), sets), 1):
             out.append(Candidate(i, tuple(zip([k for k, _ in axes], combo, strict=True)), ps))
@@ -160,17 +174,21 @@ def candidates(vary: list[str] | None, patches: list[str] | None, listed: list[s
     return out
 
 
-# -- what rules a candidate out -------------------------------------------------------------------------------
+# -- what rules a candidate out
+# -------------------------------------------------------------------------------
 def backend_rows(value: str, facts: dict[str, Any], aliases: dict[str, tuple[str, ...]]) -> list[str]:
     """The backend files an --attention-backend value can run: its own, and those whose aliases name it
     (`flashinfer` runs flashinfer_backend.py on MHA models and flashinfer_mla_backend.py on MLA ones)."""
     rows = [value] if facts.get(f"backend.{value}.exists") else []
-    rows += [b for b, vals in aliases.items() if value in vals and facts.get(f"backend.{b}.exists") and b != value]
+    rows += [
+        b for b, vals in aliases.items() if value in vals and facts.get(f"backend.{b}.exists") and b != value
+    ]
     return rows
 
 
 def platform_majors(predicate: str) -> set[int] | None:
-    """The GPU majors SGLang's predicate (is_blackwell, is_sm100_supported, ...) holds for; None: cannot tell."""
+    """The GPU majors SGLang's predicate (is_blackwell,
+    is_sm100_supported, ...) holds for; None: cannot tell."""
     for rx, majors in PLATFORMS:
         m = rx.search(predicate)
         if m and majors is not None:
@@ -187,24 +205,34 @@ class Screen:
 
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    fp8_modes: dict[str, str] = field(default_factory=dict)  # backend file -> FP8 read mode
-    q_quantised: bool = False  # every backend file it can run quantises q: outputs differ by design
+    # backend file -> FP8 read mode
+    fp8_modes: dict[str, str] = field(default_factory=dict)
+    # every backend file it can run quantises q: outputs differ by design
+    q_quantised: bool = False
 
 
 def _short(where: str) -> str:
     return where.rsplit("/", 1)[-1]
 
 
-def screen(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], aliases: dict[str, tuple[str, ...]],
-           compute_capability: str | None, patch_files: dict[str, list[str]]) -> Screen:
-    """Rule a candidate out (reasons) or annotate it (notes) from probe facts, the host's GPU and the patches."""
+def screen(
+    c: Candidate,
+    profile_args: dict[str, Any],
+    facts: dict[str, Any],
+    aliases: dict[str, tuple[str, ...]],
+    compute_capability: str | None,
+    patch_files: dict[str, list[str]],
+) -> Screen:
+    """Rule a candidate out (reasons) or annotate it (notes)
+    from probe facts, the host's GPU and the patches."""
     out = Screen()
     version = facts.get("sglang_version") or "this release"
     _screen_choices(c, profile_args, facts, version, out)
     kv = str(c.get("kv_cache_dtype", profile_args) or "auto")
     fp8 = kv.startswith("fp8")
     device = str(c.get("device", profile_args) or "cuda")
-    gpu = compute_capability if device in ("cuda", "auto") else None  # a CPU server runs no GPU platform check true
+    # a CPU server runs no GPU platform check true
+    gpu = compute_capability if device in ("cuda", "auto") else None
     no_gpu = "the host has no GPU" if compute_capability is None else f"the server runs on device {device}"
     rows_all: list[str] = []
     for key in BACKEND_KEYS:
@@ -225,8 +253,9 @@ def screen(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], al
     return out
 
 
-def _screen_choices(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], version: str,
-                    out: Screen) -> None:
+def _screen_choices(
+    c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], version: str, out: Screen
+) -> None:
     """A value the candidate sets that the release's flag does not offer."""
     for key, fact in CHOICE_FACTS.items():
         val = c.get(key, profile_args)
@@ -247,8 +276,10 @@ def _screen_arch_rules(val: str, rules: list[dict], gpu: str | None, no_gpu: str
             continue
         where = _short(rule["where"])
         if rule["kind"] == "model_override":
-            out.notes.append(f"{where}: a {rule['model']} override picks {val} by platform "
-                             f"({rule['platform']}); other models are not affected")
+            out.notes.append(
+                f"{where}: a {rule['model']} override picks {val} by platform "
+                f"({rule['platform']}); other models are not affected"
+            )
             continue
         if rule["kind"] != "requirement":
             continue
@@ -258,23 +289,36 @@ def _screen_arch_rules(val: str, rules: list[dict], gpu: str | None, no_gpu: str
         elif major is None:
             out.reasons.append(f"{val} requires {rule['platform']} ({where}) and {no_gpu}")
         elif major not in majors:
-            out.reasons.append(f"{val} requires {rule['platform']} ({where}); the host's GPU is "
-                               f"sm{(gpu or '').replace('.', '')}")
+            out.reasons.append(
+                f"{val} requires {rule['platform']} ({where}); the host's GPU is "
+                f"sm{(gpu or '').replace('.', '')}"
+            )
 
 
 def _screen_fp8(kv: str, rows: list[str], facts: dict[str, Any], out: Screen) -> None:
     """An FP8 KV cache on backend files with no FP8 read path is a reason; the read mode of each is a note."""
-    if all(facts.get(f"backend.{r}.fp8_read_mode") == "unknown" and not facts.get(f"backend.{r}.fp8_paths")
-           for r in rows):
-        out.reasons.append(f"--kv-cache-dtype {kv}: no FP8 KV read path in {', '.join(rows)} or the kernels it "
-                           "imports")
+    if all(
+        facts.get(f"backend.{r}.fp8_read_mode") == "unknown" and not facts.get(f"backend.{r}.fp8_paths")
+        for r in rows
+    ):
+        out.reasons.append(
+            f"--kv-cache-dtype {kv}: no FP8 KV read path in {', '.join(rows)} or the kernels it imports"
+        )
     ev = [(r, facts.get(f"backend.{r}.fp8_read_evidence") or []) for r in rows]
-    out.notes.append("FP8 read: " + "; ".join(
-        f"{r} {out.fp8_modes[r]}" + (f" ({_short(e[0])})" if e else "") for r, e in ev))
+    out.notes.append(
+        "FP8 read: "
+        + "; ".join(f"{r} {out.fp8_modes[r]}" + (f" ({_short(e[0])})" if e else "") for r, e in ev)
+    )
 
 
-def _screen_dsa(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any], version: str,
-                rows_all: list[str], out: Screen) -> None:
+def _screen_dsa(
+    c: Candidate,
+    profile_args: dict[str, Any],
+    facts: dict[str, Any],
+    version: str,
+    rows_all: list[str],
+    out: Screen,
+) -> None:
     """A DSA profile on a release without NSA/DSA flags, or on backend files without a DSA path."""
     dsa = [k for k in DSA_KEYS if c.get(k, profile_args)]
     if not dsa:
@@ -283,18 +327,24 @@ def _screen_dsa(c: Candidate, profile_args: dict[str, Any], facts: dict[str, Any
         out.reasons.append(f"the profile sets {', '.join(dsa)} and sglang {version} has no NSA/DSA flags")
     dense = [r for r in rows_all if not facts.get(f"backend.{r}.nsa_dsa")]
     if rows_all and len(dense) == len(rows_all):
-        out.reasons.append(f"a DSA profile ({', '.join(dsa)}) and {', '.join(dense)} has no NSA/DSA path in this "
-                           "release (DSA models take attention_backend dsa when none is set)")
+        out.reasons.append(
+            f"a DSA profile ({', '.join(dsa)}) and {', '.join(dense)} has no NSA/DSA path in this "
+            "release (DSA models take attention_backend dsa when none is set)"
+        )
 
 
-def _screen_patches(c: Candidate, patch_files: dict[str, list[str]], rows_all: list[str], out: Screen) -> None:
+def _screen_patches(
+    c: Candidate, patch_files: dict[str, list[str]], rows_all: list[str], out: Screen
+) -> None:
     """A patch that changes only backend files the candidate never runs is the same code as without it."""
     for p in c.patches:
         files = patch_files.get(p) or []
         backends = {_backend_of(f) for f in files}
         if files and None not in backends and rows_all and not backends & set(rows_all):
-            out.reasons.append(f"patch {p} changes only {', '.join(_short(f) for f in files)}, which "
-                               f"{', '.join(sorted(set(rows_all)))} never runs (same code as without it)")
+            out.reasons.append(
+                f"patch {p} changes only {', '.join(_short(f) for f in files)}, which "
+                f"{', '.join(sorted(set(rows_all)))} never runs (same code as without it)"
+            )
 
 
 def _backend_of(path: str) -> str | None:

@@ -1,4 +1,5 @@
-"""The record of an `inv sweep`: one row per candidate, the recommendation, the wall-time split and the restore.
+"""The record of an `inv sweep`: one row per candidate,
+the recommendation, the wall-time split and the restore.
 
 A row is what happened to one candidate: skipped (and why, from the probe facts), forced past that, started or
 crashed (the crash class and the log line that shows it), its bench's decode tok/s with the 95% interval, its
@@ -37,21 +38,29 @@ class Row:
     """One candidate's outcome."""
 
     candidate: Candidate
-    status: str = "planned"  # planned | skipped | started | crashed | bench failed | not run
-    reasons: list[str] = field(default_factory=list)  # why the probe facts rule it out (skipped, or forced past)
+    # planned | skipped | started | crashed | bench failed | not run
+    status: str = "planned"
+    # why the probe facts rule it out (skipped, or forced past)
+    reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     forced: bool = False
     q_quantised: bool = False
-    run_id: str | None = None  # its bench run (or its failed start's record)
-    crash: str | None = None  # the failure class (sglops.launch: invalid argument, import failed, ...)
+    # its bench run (or its failed start's record)
+    run_id: str | None = None
+    # the failure class (sglops.launch: invalid argument, import failed, ...)
+    crash: str | None = None
     crash_label: str | None = None
-    crash_line: str | None = None  # the log line that shows it
-    served_as: dict[str, Any] = field(default_factory=dict)  # a candidate setting the server replaced: key -> effective
+    # the log line that shows it
+    crash_line: str | None = None
+    # a candidate setting the server replaced: key -> effective
+    served_as: dict[str, Any] = field(default_factory=dict)
     decode_tok_s: float | None = None
     ci95: list[float] | None = None
-    identity: str | None = None  # identical | differs | differs by design | baseline | not compared
+    # identical | differs | differs by design | baseline | not compared
+    identity: str | None = None
     identity_line: str | None = None
-    first_token: int | None = None  # the first differing token's index
+    # the first differing token's index
+    first_token: int | None = None
     max_dlogprob: float | None = None
     top_cost: str | None = None
     profile_run: str | None = None
@@ -65,8 +74,12 @@ class Row:
         if self.status == "skipped":
             return "skipped: " + "; ".join(self.reasons)
         if self.status == "crashed":
-            return f"crashed: {self.crash_label or self.crash}" + (f": {self.crash_line}" if self.crash_line else "")
-        fell = ", ".join(f"{k}={v} (asked {dict(self.candidate.settings)[k]})" for k, v in self.served_as.items())
+            return f"crashed: {self.crash_label or self.crash}" + (
+                f": {self.crash_line}" if self.crash_line else ""
+            )
+        fell = ", ".join(
+            f"{k}={v} (asked {dict(self.candidate.settings)[k]})" for k, v in self.served_as.items()
+        )
         started = f"started, but the server runs {fell}: not the candidate asked for" if fell else "started"
         if self.status == "bench failed":
             return f"{started}; bench failed: {self.error}"
@@ -87,15 +100,20 @@ class Row:
         return self.identity
 
     def to_json(self) -> dict:
-        return {**{k: v for k, v in self.__dict__.items() if k != "candidate"}, "candidate": self.candidate.to_json(),
-                "outcome": self.outcome()}
+        return {
+            **{k: v for k, v in self.__dict__.items() if k != "candidate"},
+            "candidate": self.candidate.to_json(),
+            "outcome": self.outcome(),
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> Row:
-        """A row back from sweep.json (`inv report` draws the recorded table with the same code as `inv sweep`)."""
+        """A row back from sweep.json (`inv report` draws the
+        recorded table with the same code as `inv sweep`)."""
         c = doc.get("candidate") or {}
-        cand = Candidate(int(c.get("index") or 0), tuple((c.get("settings") or {}).items()),
-                         tuple(c.get("patches") or ()))
+        cand = Candidate(
+            int(c.get("index") or 0), tuple((c.get("settings") or {}).items()), tuple(c.get("patches") or ())
+        )
         return cls(**{**_known(cls, doc), "candidate": cand})
 
 
@@ -117,20 +135,30 @@ class SweepResult(Result):
     plan: list[str] = field(default_factory=list)
     run_id: str | None = None
     folder: str | None = None
-    baseline: str | None = None  # the baseline candidate's run id
+    # the baseline candidate's run id
+    baseline: str | None = None
     comparison: str | None = None
-    chart: str | None = None  # the comparison's decode tok/s chart (the sweep's folder)
-    pareto: dict | None = None  # candidates x load levels: tokens/s per user vs per GPU, the frontier (bench.pareto)
+    # the comparison's decode tok/s chart (the sweep's folder)
+    chart: str | None = None
+    # candidates x load levels: tokens/s per user vs per GPU, the frontier (bench.pareto)
+    pareto: dict | None = None
     restore: dict = field(default_factory=dict)
     failure: str | None = None
     wall_s: float | None = None
-    split: dict[str, float] = field(default_factory=dict)  # restarts / benches / profiles / tool
-    interrupted: str | None = None  # the signal that stopped the candidates (SIGINT, SIGTERM), or one the restore deferred
-    nodes: list[dict] = field(default_factory=list)  # every node of the server ({host, node_rank}) when several
-    earlier_line: str | None = None  # an earlier ab or sweep cut short on the host, taken over (its found state)
-    earlier_by_node: dict[str, Any] = field(default_factory=dict)  # each node's journal of that run, or None
-    now_patches: dict[str, list[str]] = field(default_factory=dict)  # each node's ledger as the sweep began
-    patch_files: dict[str, list[str]] = field(default_factory=dict)  # managed patch -> its files
+    # restarts / benches / profiles / tool
+    split: dict[str, float] = field(default_factory=dict)
+    # the signal that stopped the candidates (SIGINT, SIGTERM), or one the restore deferred
+    interrupted: str | None = None
+    # every node of the server ({host, node_rank}) when several
+    nodes: list[dict] = field(default_factory=list)
+    # an earlier ab or sweep cut short on the host, taken over (its found state)
+    earlier_line: str | None = None
+    # each node's journal of that run, or None
+    earlier_by_node: dict[str, Any] = field(default_factory=dict)
+    # each node's ledger as the sweep began
+    now_patches: dict[str, list[str]] = field(default_factory=dict)
+    # managed patch -> its files
+    patch_files: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -138,24 +166,41 @@ class SweepResult(Result):
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and self.interrupted is None and bool(self.restore.get("ok", self.dry_run))
+        return (
+            self.failure is None and self.interrupted is None and bool(self.restore.get("ok", self.dry_run))
+        )
 
     def run_manifest(self) -> dict:
         """Beside sweep.json (recorded by the runner): how it ended and each candidate's own run."""
-        return {"status": "interrupted" if self.interrupted else ("ok" if self.ok else "failed"),
-                "sweep": {"candidates": [r.candidate.label for r in self.rows],
-                          "runs": [r.run_id for r in self.rows if r.run_id],
-                          "recommendation": self.recommendation()}}
+        return {
+            "status": "interrupted" if self.interrupted else ("ok" if self.ok else "failed"),
+            "sweep": {
+                "candidates": [r.candidate.label for r in self.rows],
+                "runs": [r.run_id for r in self.rows if r.run_id],
+                "recommendation": self.recommendation(),
+            },
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> SweepResult:
-        """The result back from a recorded sweep.json (its views draw a recorded sweep as they drew the live one)."""
+        """The result back from a recorded sweep.json (its views
+        draw a recorded sweep as they drew the live one)."""
         found = doc.get("found") or {}
         kw = _known(cls, {**doc, "managed": doc.get("managed_patches") or []})
-        return cls(**{**kw, "found": Found(bool(found.get("running")), found.get("profile"), found.get("port"),
-                                           list(found.get("patches") or [])),
-                      "rows": [Row.from_json(r) for r in doc.get("rows") or []], "bench": doc.get("bench") or {},
-                      "plan": list(doc.get("plan") or [])})
+        return cls(
+            **{
+                **kw,
+                "found": Found(
+                    bool(found.get("running")),
+                    found.get("profile"),
+                    found.get("port"),
+                    list(found.get("patches") or []),
+                ),
+                "rows": [Row.from_json(r) for r in doc.get("rows") or []],
+                "bench": doc.get("bench") or {},
+                "plan": list(doc.get("plan") or []),
+            }
+        )
 
     def measured(self) -> list[Row]:
         return [r for r in self.rows if r.decode_tok_s is not None]
@@ -168,15 +213,24 @@ class SweepResult(Result):
         rows = self.measured()
         if not rows:
             return "no recommendation: no candidate started and benched"
-        rows = [r for r in rows if not r.served_as] or rows  # a fallback is some other candidate's configuration
+        # a fallback is some other candidate's configuration
+        rows = [r for r in rows if not r.served_as] or rows
         fastest = max(rows, key=lambda r: r.decode_tok_s or 0)
         same = [r for r in rows if r.identity in ("identical", "baseline") and not r.served_as]
         best = max(same, key=lambda r: r.decode_tok_s or 0) if same else None
-        parts = [f"fastest with outputs identical to the baseline: {best.candidate.label} ({best.speed()} tok/s)"
-                 if best else "no candidate's outputs are identical to the baseline's"]
+        parts = [
+            (
+                f"fastest with outputs identical to the baseline: {best.candidate.label} ({best.speed()}"
+                " tok/s)"
+                if best
+                else "no candidate's outputs are identical to the baseline's"
+            )
+        ]
         if best is not fastest:
-            parts.append(f"fastest overall: {fastest.candidate.label} ({fastest.speed()} tok/s, outputs "
-                         f"{fastest.outputs()})")
+            parts.append(
+                f"fastest overall: {fastest.candidate.label} ({fastest.speed()} tok/s, outputs "
+                f"{fastest.outputs()})"
+            )
         else:
             parts.append("it is also the fastest overall")
         return "; ".join(parts)
@@ -185,8 +239,11 @@ class SweepResult(Result):
         if not self.split:
             return ""
         s = self.split
-        return (f"wall {self.wall_s:.1f} s: restarts {s.get('restarts', 0):.1f} s, benches {s.get('benches', 0):.1f} s, "
-                f"profiles {s.get('profiles', 0):.1f} s, the tool's own steps {s.get('tool', 0):.1f} s")
+        return (
+            f"wall {self.wall_s:.1f} s: restarts {s.get('restarts', 0):.1f} s, benches"
+            f" {s.get('benches', 0):.1f} s, profiles {s.get('profiles', 0):.1f} s, the tool's own steps"
+            f" {s.get('tool', 0):.1f} s"
+        )
 
     def restore_line(self) -> str:
         """How the host was left: restored to what the sweep found, or not (and why)."""
@@ -200,28 +257,54 @@ class SweepResult(Result):
         return [r for r in self.rows if r.status == "skipped"]
 
     def payload(self) -> dict:
-        return {"kind": "sglops-sweep", "version": 1, "host": self.host, "profile": self.profile,
-                "sglang_version": self.sglang_version, "compute_capability": self.compute_capability,
-                "found": self.found.to_json(), "managed_patches": self.managed, "bench": self.bench,
-                "force": self.force, "profile_trace": self.profile_trace, "run_id": self.run_id,
-                "folder": self.folder, "baseline": self.baseline, "rows": [r.to_json() for r in self.rows],
-                "recommendation": self.recommendation(), "comparison": self.comparison, "chart": self.chart, "pareto": self.pareto, "restore": self.restore,
-                "failure": self.failure, "wall_s": self.wall_s, "split": self.split, "interrupted": self.interrupted,
-                "ok": self.ok, "nodes": self.nodes, "earlier_line": self.earlier_line}
+        return {
+            "kind": "sglops-sweep",
+            "version": 1,
+            "host": self.host,
+            "profile": self.profile,
+            "sglang_version": self.sglang_version,
+            "compute_capability": self.compute_capability,
+            "found": self.found.to_json(),
+            "managed_patches": self.managed,
+            "bench": self.bench,
+            "force": self.force,
+            "profile_trace": self.profile_trace,
+            "run_id": self.run_id,
+            "folder": self.folder,
+            "baseline": self.baseline,
+            "rows": [r.to_json() for r in self.rows],
+            "recommendation": self.recommendation(),
+            "comparison": self.comparison,
+            "chart": self.chart,
+            "pareto": self.pareto,
+            "restore": self.restore,
+            "failure": self.failure,
+            "wall_s": self.wall_s,
+            "split": self.split,
+            "interrupted": self.interrupted,
+            "ok": self.ok,
+            "nodes": self.nodes,
+            "earlier_line": self.earlier_line,
+        }
 
     def check(self) -> None:
-        """Exit non-zero when the sweep failed or the host was not restored (skips and crashes are results)."""
+        """Exit non-zero when the sweep failed or the host
+        was not restored (skips and crashes are results)."""
         if self.dry_run:
             return
         if self.interrupted:
-            raise SweepInterrupted(f"{self.host}: sweep {self.run_id} interrupted ({self.interrupted}): "
-                                   f"{self.failure or 'the signal came during the restore, which ran to its end'}; "
-                                   f"{self.restore_line()}; kept in {self.folder}",
-                                   int(signal.Signals[self.interrupted]))
+            raise SweepInterrupted(
+                f"{self.host}: sweep {self.run_id} interrupted ({self.interrupted}): "
+                f"{self.failure or 'the signal came during the restore, which ran to its end'}; "
+                f"{self.restore_line()}; kept in {self.folder}",
+                int(signal.Signals[self.interrupted]),
+            )
         if not self.ok:
-            raise SweepFailed(f"{self.host}: sweep {self.run_id}: "
-                              f"{self.failure or 'restore failed: ' + str(self.restore.get('error'))}; "
-                              f"kept in {self.folder}")
+            raise SweepFailed(
+                f"{self.host}: sweep {self.run_id}: "
+                f"{self.failure or 'restore failed: ' + str(self.restore.get('error'))}; "
+                f"kept in {self.folder}"
+            )
 
 
 @dataclass
@@ -229,7 +312,8 @@ class FailedStart:
     """A candidate that did not come up, as a run of its own (`<sweep-run>-c<N>/restart.json`): the restart's
     record, its manifest naming the sweep; the runner's keep() records it as it records every run."""
 
-    restart: Any  # sglops.launch.results.RestartResult
+    # sglops.launch.results.RestartResult
+    restart: Any
     sweep_run: str
 
     def to_json(self) -> dict:

@@ -7,7 +7,8 @@ import time
 
 from . import _fetch
 
-AUTH = {}  # the Authorization header the server's --api-key asks for (bench_client sets it)
+# the Authorization header the server's --api-key asks for (bench_client sets it)
+AUTH = {}
 
 # series -> (field, how several label sets of one series combine: summed counts, or the largest ratio)
 SERIES = {
@@ -39,13 +40,14 @@ def parse(text):
         want = SERIES.get(name)
         if want is None:
             continue
-        raw = line[line.rfind("}") + 1:] if brace >= 0 else line[len(name):]
+        raw = line[line.rfind("}") + 1 :] if brace >= 0 else line[len(name) :]
         parts = raw.split()
         try:
             value = float(parts[0])
         except (IndexError, ValueError):
             continue
-        if value != value:  # NaN: the server has no figure yet
+        # NaN: the server has no figure yet
+        if value != value:
             continue
         field, how = want
         if field in out:

@@ -1,9 +1,9 @@
 # One request and the loops that send them: the request's body, its HTTP stream (sglops/host/_fetch.py) read
 # into a record (sglops/host/_bench_stream.py) within its deadline, closed and open loops of requests.
-# Straight on the socket, not http.client: http.client parses every response's headers through the email package
-# and sends a request in pieces: about half of the client's CPU per request at 1,000 requests/s (cProfile on CPU
-# time, docs/bench.md). One POST on a fresh loopback connection (bench_serving too opens one per request) and the
-# body's chunked framing need far less.
+# Straight on the socket, not http.client: http.client parses every response's headers through the email
+# package and sends a request in pieces: about half of the client's CPU per request at 1,000 requests/s
+# (cProfile on CPU time, docs/bench.md). One POST on a fresh loopback connection (bench_serving too opens one
+# per request) and the body's chunked framing need far less.
 import http.client
 import json
 import socket
@@ -16,33 +16,45 @@ from ._bench_stream import checked, error_text, prompt_hash, read_events, settle
 
 NL = "\n"
 LIMIT = {"s": None}
-LEAD_S = 0.01  # an open loop's thread is started this early and sleeps to its arrival: its start-up is not lag  # seconds one request may take in all, when the run sets it (--request-deadline)
+# an open loop's thread is started this early and sleeps to its arrival: its start-up is not lag # seconds one
+# request may take in all, when the run sets it (--request-deadline)
+LEAD_S = 0.01
 
 
 def make_body(api, model, ids, out_len, override=None, logprobs=True):
-    """The request; `override` (tests only) replaces sampling fields to force a length the run did not ask for.
-    `logprobs`: ask for the chosen tokens' logprobs (top-1 only; no prompt logprobs, which cost a prefill pass)."""
+    """The request; `override` (tests only) replaces sampling fields to force a length the run did not ask
+    for. `logprobs`: ask for the chosen tokens' logprobs (top-1 only; no prompt logprobs, which cost a prefill
+    pass)."""
     if api == "sglang":
         sampling = {"max_new_tokens": out_len, "temperature": 0, "ignore_eos": True, **(override or {})}
-        body = {"text" if isinstance(ids, str) else "input_ids": ids, "stream": True, "sampling_params": sampling}
+        body = {
+            "text" if isinstance(ids, str) else "input_ids": ids,
+            "stream": True,
+            "sampling_params": sampling,
+        }
         if logprobs:
             body["return_logprob"] = True
         return "/generate", body
-    body = {"model": model, "prompt": ids, "max_tokens": out_len, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-            "return_token_ids": True}
+    body = {
+        "model": model,
+        "prompt": ids,
+        "max_tokens": out_len,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "return_token_ids": True,
+    }
     if logprobs:
-        body["logprobs"] = 0  # the chosen token's logprob, no alternatives
+        # the chosen token's logprob, no alternatives
+        body["logprobs"] = 0
     for key, value in (override or {}).items():
         body["max_tokens" if key == "max_new_tokens" else key] = value
     return "/v1/completions", body
 
 
-
-
-
-
-FLOOR_TOK_S = 1.0  # a request slower than this per output token (after `timeout` for its first) is given up
+# a request slower than this per output token (after `timeout` for its first) is given up
+FLOOR_TOK_S = 1.0
 
 
 def request_seconds(timeout, out_len, floor_tok_s=FLOOR_TOK_S):
@@ -51,24 +63,45 @@ def request_seconds(timeout, out_len, floor_tok_s=FLOOR_TOK_S):
     return float(timeout) + out_len / float(floor_tok_s)
 
 
-def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False,
-                limit_s=None):
+def one_request(
+    port, api, model, ids, out_len, timeout, override=None, logprobs=True, incremental=False, limit_s=None
+):
     """Stream one request and keep its raw timeline: each chunk that carried tokens as (arrival, cumulative
     count). Counts are the server's (meta_info / usage.completion_tokens), never counted from text; the
-    laptop turns the timeline into TTFT, ITL, TPOT (sglops/bench/run.py), so a recorded run can be re-analysed.
-    On /v1/completions without per-chunk usage, text chunks are kept with count None.
+    laptop turns the timeline into TTFT, ITL, TPOT (sglops/bench/run.py), so a recorded run can be
+    re-analysed. On /v1/completions without per-chunk usage, text chunks are kept with count None.
     What it answered is kept too: `ids`, `logprobs` (chosen tokens), `text` (and `tokens`, per-token text,
     where the API gives it), with `prompt`, the hash of the exact input ids. The whole request ends within
     `limit_s` seconds (default request_seconds: from the output length at a floor rate)."""
     path, body = make_body(api, model, ids, out_len, override, logprobs)
     payload = json.dumps(body).encode()
-    rec = {"outcome": "ok", "error": None, "e2e_s": None, "tokens": 0, "prompt_tokens": None, "chunk_t": [],
-           "chunk_n": [], "server_e2e_s": None, "finish": None, "cached_tokens": None, "out_len": out_len,
-           "prompt": prompt_hash(ids), "input_ids": ids, "ids": None, "logprobs": None, "text": None, "tokens_text": None}
+    rec = {
+        "outcome": "ok",
+        "error": None,
+        "e2e_s": None,
+        "tokens": 0,
+        "prompt_tokens": None,
+        "chunk_t": [],
+        "chunk_n": [],
+        "server_e2e_s": None,
+        "finish": None,
+        "cached_tokens": None,
+        "out_len": out_len,
+        "prompt": prompt_hash(ids),
+        "input_ids": ids,
+        "ids": None,
+        "logprobs": None,
+        "text": None,
+        "tokens_text": None,
+    }
     cpu0 = time.thread_time()
     st = time.perf_counter()
     state, sock = {"last_n": 0, "done": False, "final_n": None}, None
-    why = "set by --request-deadline" if limit_s else f"{timeout:g} s + {out_len} tokens at {FLOOR_TOK_S:g} tok/s"
+    why = (
+        "set by --request-deadline"
+        if limit_s
+        else f"{timeout:g} s + {out_len} tokens at {FLOOR_TOK_S:g} tok/s"
+    )
     limit_s = float(limit_s) if limit_s else request_seconds(timeout, out_len)
     deadline = st + limit_s
     try:
@@ -77,19 +110,39 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
             text = error_text(_fetch.body(sock, headers, rest, deadline, timeout))
             rec.update(outcome="http_error", error=f"HTTP {status}: {text.replace(NL, ' ')[:200]}")
             return rec
-        read_events(_fetch.lines(_fetch.body(sock, headers, rest, deadline, timeout)), api, rec, incremental, st,
-                     state)
+        read_events(
+            _fetch.lines(_fetch.body(sock, headers, rest, deadline, timeout)),
+            api,
+            rec,
+            incremental,
+            st,
+            state,
+        )
     except _fetch.Late:
-        rec.update(outcome="timeout", error=f"no finish within {limit_s:g} s (the request's deadline: {why}), "
-                   f"{state['last_n']} tokens by then")
+        rec.update(
+            outcome="timeout",
+            error=f"no finish within {limit_s:g} s (the request's deadline: {why}), "
+            f"{state['last_n']} tokens by then",
+        )
     except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
     except RecursionError:
         rec.update(outcome="error", error="server sent JSON nested too deep to read")
-    except (OSError, http.client.HTTPException, ValueError, TypeError, AttributeError, KeyError,
-            IndexError) as exc:  # an answer of any shape ends this request, in its record
+    # an answer of any shape ends this request, in its record
+    except (
+        OSError,
+        http.client.HTTPException,
+        ValueError,
+        TypeError,
+        AttributeError,
+        KeyError,
+        IndexError,
+    ) as exc:
         if rec["chunk_t"]:
-            rec.update(outcome="dropped", error=f"stream dropped after {state['last_n']} tokens ({type(exc).__name__})")
+            rec.update(
+                outcome="dropped",
+                error=f"stream dropped after {state['last_n']} tokens ({type(exc).__name__})",
+            )
         else:
             rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
     finally:
@@ -101,31 +154,64 @@ def one_request(port, api, model, ids, out_len, timeout, override=None, logprobs
     return rec
 
 
-
 class Counter:
     def __init__(self):
         self.lock = threading.Lock()
         self.done = self.failed = 0
 
 
-def run_batch(port, api, model, prompts, out_len, concurrency, timeout, counter, override=None, logprobs=True,
-              incremental=False):
+def run_batch(
+    port,
+    api,
+    model,
+    prompts,
+    out_len,
+    concurrency,
+    timeout,
+    counter,
+    override=None,
+    logprobs=True,
+    incremental=False,
+):
     """Send the prompts with `concurrency` streams in flight; returns (records, wall seconds)."""
     items = [(p, out_len) for p in prompts]
-    return run_closed(port, api, model, lambda i: items[i] if i < len(items) else None, concurrency, timeout,
-                      counter, override, logprobs, incremental)
+    return run_closed(
+        port,
+        api,
+        model,
+        lambda i: items[i] if i < len(items) else None,
+        concurrency,
+        timeout,
+        counter,
+        override,
+        logprobs,
+        incremental,
+    )
 
 
 def counted_request(port, api, model, item, timeout, counter, override, logprobs, incremental):
-    rec = one_request(port, api, model, item[0], item[1], timeout, override, logprobs, incremental, LIMIT["s"])
+    rec = one_request(
+        port, api, model, item[0], item[1], timeout, override, logprobs, incremental, LIMIT["s"]
+    )
     with counter.lock:
         counter.done += 1
         counter.failed += rec["outcome"] != "ok"
     return rec
 
 
-def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, override=None, logprobs=True,
-               incremental=False, deadline=None):
+def run_closed(
+    port,
+    api,
+    model,
+    prompt_at,
+    concurrency,
+    timeout,
+    counter,
+    override=None,
+    logprobs=True,
+    incremental=False,
+    deadline=None,
+):
     """Closed loop: `concurrency` streams, each sending its next request when the last one ended, until
     prompt_at(i) is None (a count) or `deadline` (perf_counter seconds: a duration) passes.
     Returns (records in the order sent, wall seconds)."""
@@ -144,8 +230,9 @@ def run_closed(port, api, model, prompt_at, concurrency, timeout, counter, overr
             if item is None:
                 return
             t0 = time.perf_counter()
-            rec = counted_request(port, api, model, item, timeout, counter, override if i == 0 else None, logprobs,
-                           incremental)
+            rec = counted_request(
+                port, api, model, item, timeout, counter, override if i == 0 else None, logprobs, incremental
+            )
             rec["start_s"] = t0
             records[i] = rec
 
@@ -176,15 +263,27 @@ def _count(prompt_at, most):
     return n
 
 
-def run_open(port, api, model, prompt_at, arrivals, timeout, counter, logprobs=True, incremental=False, deadline=None,
-             max_in_flight=0):
-    """Open loop: request i is sent at its arrival time whatever the others are doing (`arrivals`: the gaps before
-    each request, seconds: a rate's Poisson or constant draws, or a trace's own), until prompt_at(i) is None or the
-    next arrival falls after `deadline`.
+def run_open(
+    port,
+    api,
+    model,
+    prompt_at,
+    arrivals,
+    timeout,
+    counter,
+    logprobs=True,
+    incremental=False,
+    deadline=None,
+    max_in_flight=0,
+):
+    """Open loop: request i is sent at its arrival time whatever the others are doing (`arrivals`: the gaps
+    before each request, seconds: a rate's Poisson or constant draws, or a trace's own), until prompt_at(i) is
+    None or the next arrival falls after `deadline`.
     Each record keeps `sched_s` (when it was due) and `lag_s` (how late the client sent it: a client that
-    cannot keep up shows here first). Each request's thread starts LEAD_S before its arrival and sleeps to it, so a
-    thread's start-up is not counted as lag. `max_in_flight` > 0 caps the requests in flight (arrivals then wait).
-    Returns (records in arrival order, wall seconds from the first arrival to the last request's end)."""
+    cannot keep up shows here first). Each request's thread starts LEAD_S before its arrival and sleeps to it,
+    so a thread's start-up is not counted as lag. `max_in_flight` > 0 caps the requests in flight (arrivals
+    then wait). Returns (records in arrival order, wall seconds from the first arrival to the last request's
+    end)."""
     records = {}
     threads = []
     cap = threading.Semaphore(max_in_flight) if max_in_flight else None
@@ -223,4 +322,3 @@ def run_open(port, api, model, prompt_at, arrivals, timeout, counter, logprobs=T
         i += 1
         due += next(arrivals, 0.0)
     return joined(threads, records, t0)
-

@@ -1,5 +1,6 @@
-# The host's own server as the bench client finds it, over HTTP on loopback (sglops/host/_fetch.py): healthy or
-# not, its launch arguments and model, the patches applied to its tree, and whether it went down or changed.
+# The host's own server as the bench client finds it, over HTTP on loopback (sglops/host/_fetch.py): healthy
+# or not, its launch arguments and model, the patches applied to its tree, and whether it went down or
+# changed.
 import http.client
 import json
 import os
@@ -12,7 +13,8 @@ from ._fetch import LOOPBACK
 from ._server_info import kept_fields
 from ._server_proc import death_cause, listening_pid
 
-AUTH = {}  # the Authorization header the server's own --api-key asks for (set once per run: bench_client)
+# the Authorization header the server's own --api-key asks for (set once per run: bench_client)
+AUTH = {}
 
 
 def get(port, path, timeout=10, limit=_fetch.ANSWER_MAX):
@@ -25,7 +27,9 @@ def check_health(port):
     try:
         status, body = get(port, "/health")
     except ConnectionRefusedError:
-        raise UserError(f"no server on {LOOPBACK}:{port} (connection refused); start it or pass --port") from None
+        raise UserError(
+            f"no server on {LOOPBACK}:{port} (connection refused); start it or pass --port"
+        ) from None
     except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8: socket.timeout is no TimeoutError)
         raise UserError(f"server on {LOOPBACK}:{port} did not answer /health within 10 s") from None
     except (OSError, ValueError, http.client.HTTPException) as exc:
@@ -82,7 +86,8 @@ def applied_patches(root):
         files = entry.get("files") or {}
         intact = True
         for rel, hashes in files.items():
-            full = rel if os.path.isabs(rel) else tree_path(root, rel)  # installed trees lack python/
+            # installed trees lack python/
+            full = rel if os.path.isabs(rel) else tree_path(root, rel)
             now = sha256_file(full)
             if isinstance(hashes, dict) and hashes.get("after") and now != hashes.get("after"):
                 intact = False
@@ -91,9 +96,9 @@ def applied_patches(root):
     return out
 
 
-
 def _health(port):
-    """(state, what /health said): ok, died (nothing listens) or unhealthy (answers, but not 200, or hangs)."""
+    """(state, what /health said): ok, died (nothing listens)
+    or unhealthy (answers, but not 200, or hangs)."""
     try:
         status, _ = get(port, "/health", timeout=5)
         if status == 200:
@@ -104,13 +109,15 @@ def _health(port):
     except TimeoutError:
         return "unhealthy", "/health did not answer within 5 s"
     except (OSError, http.client.HTTPException) as exc:
-        return "going", type(exc).__name__  # a server going down resets connections before it stops listening
+        # a server going down resets connections before it stops listening
+        return "going", type(exc).__name__
 
 
 def server_down(port, proc, log_mark):
     """None while /health answers 200; else what happened: died (with the cause from its log) or unhealthy."""
     state, health = _health(port)
-    for _ in range(6):  # a server on its way down: ask again until it is gone or back
+    # a server on its way down: ask again until it is gone or back
+    for _ in range(6):
         if state != "going":
             break
         time.sleep(0.5)
@@ -123,9 +130,15 @@ def server_down(port, proc, log_mark):
         state = "died"
     log = (proc or {}).get("log")
     if state == "died" and log:
-        time.sleep(0.5)  # the launcher writes the scheduler's traceback as it goes down
-    return {"state": state, "health": health, "pid": (proc or {}).get("pid"), "log": log,
-            "cause": death_cause(log, log_mark) if log else None}
+        # the launcher writes the scheduler's traceback as it goes down
+        time.sleep(0.5)
+    return {
+        "state": state,
+        "health": health,
+        "pid": (proc or {}).get("pid"),
+        "log": log,
+        "cause": death_cause(log, log_mark) if log else None,
+    }
 
 
 def down_line(port, down):
@@ -136,11 +149,16 @@ def down_line(port, down):
         cause = ": no error in its log since the run began (killed by a signal? out of memory?)"
     else:
         cause = ""
-    where = f"log: {down['log']}" if down.get("log") else "its log is unknown (not started by sglops, stdout not a file)"
+    where = (
+        f"log: {down['log']}"
+        if down.get("log")
+        else "its log is unknown (not started by sglops, stdout not a file)"
+    )
     return f"the server on {LOOPBACK}:{port} {what} ({down['health']}){cause}; {where}"
 
 
-_VOLATILE = {"last_gen_throughput", "status", "internal_states"}  # live state, not configuration
+# live state, not configuration
+_VOLATILE = {"last_gen_throughput", "status", "internal_states"}
 
 
 def config_changed(port, before, proc):

@@ -10,8 +10,11 @@ _META = b'"meta_info":'
 _NUMBER = re.compile(rb"\s*(null|-?[0-9][0-9.eE+-]*)")
 _FINISH_KEY = b'"finish_reason":'
 _KEYS = ("completion_tokens", "cached_tokens", "e2e_latency")
-_META_KEYS = {want: tuple((key, b'"%s":' % key.encode()) for key in _KEYS + (("prompt_tokens",) if want else ()))
-              for want in (False, True)}  # the numbers a streaming /generate chunk is read for, as bytes keys
+# the numbers a streaming /generate chunk is read for, as bytes keys
+_META_KEYS = {
+    want: tuple((key, b'"%s":' % key.encode()) for key in _KEYS + (("prompt_tokens",) if want else ()))
+    for want in (False, True)
+}
 
 
 def _number(raw):
@@ -28,7 +31,8 @@ def _native_meta(data, want_prompt=False):
     numbers needed per chunk are read from its bytes (searched from the end, where SGLang puts them, after
     the logprobs); the final chunk is decoded whole once (it has the whole output's ids, logprobs and text).
     A key cannot match inside a string: quotes there are escaped."""
-    at = data.find(_META)  # after the text and ids (shorter than the logprobs that follow it)
+    # after the text and ids (shorter than the logprobs that follow it)
+    at = data.find(_META)
     if at >= 0:
         fin = data.find(_FINISH_KEY, at)
         m = _NUMBER.match(data, fin + len(_FINISH_KEY)) if fin >= 0 else None
@@ -64,7 +68,8 @@ def _native_outputs(obj, rec, incremental):
         return
     if ids is not None:
         rec["ids"] = list(ids)
-    if lps is not None:  # [logprob, token id, text or null] per token
+    # [logprob, token id, text or null] per token
+    if lps is not None:
         rec["logprobs"] = [e[0] if isinstance(e, list) and e else None for e in lps]
         if rec["ids"] is None:
             rec["ids"] = [e[1] for e in lps]
@@ -88,7 +93,8 @@ def _openai_outputs(choice, rec):
 
 
 def ids_hash(ids):
-    """sha256 over the comma-joined ids, 16 hex digits (sglops.bench.identity.ids_hash: the same on the laptop)."""
+    """sha256 over the comma-joined ids, 16 hex digits
+    (sglops.bench.identity.ids_hash: the same on the laptop)."""
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
@@ -100,13 +106,16 @@ def prompt_hash(prompt):
     return ids_hash(prompt)
 
 
-_SKIP, _TEXT = object(), object()  # a chunk that carries no count: ignore it / a text chunk of unknown count
+# a chunk that carries no count: ignore it / a text chunk of unknown count
+_SKIP, _TEXT = object(), object()
 
 
 def _native_chunk(data, rec, incremental):
     """The cumulative completion_tokens of one /generate chunk, noting its fields in rec; None: stop (rec says
     why)."""
-    meta, obj = (_native_meta(data, rec["prompt_tokens"] is None) if not incremental else (None, json.loads(data)))
+    meta, obj = (
+        _native_meta(data, rec["prompt_tokens"] is None) if not incremental else (None, json.loads(data))
+    )
     if incremental and isinstance(obj, dict):
         meta = obj.get("meta_info")
     if obj is not None:
@@ -123,10 +132,12 @@ def _native_chunk(data, rec, incremental):
         rec["finish"] = meta["finish_reason"]
     if meta.get("cached_tokens") is not None:
         rec["cached_tokens"] = meta["cached_tokens"]
-    if meta.get("decode_throughput") is not None:  # the server's own decode rate (--enable-metrics)
+    # the server's own decode rate (--enable-metrics)
+    if meta.get("decode_throughput") is not None:
         rec["server_decode_tok_s"] = meta["decode_throughput"]
     n = meta.get("completion_tokens")
-    if type(n) is int and 0 <= n <= MAX_COUNT:  # checked inline: once per chunk
+    # checked inline: once per chunk
+    if type(n) is int and 0 <= n <= MAX_COUNT:
         return n
     return _tokens_or_stop(n, rec)
 
@@ -157,8 +168,12 @@ def _tokens_or_stop(n, rec):
 def _finish(value):
     """A finish reason as the server gave it (a string or SGLang's {type, ...}), bounded in size."""
     if isinstance(value, dict):
-        return {str(k)[:40]: v if v is None or isinstance(v, (bool, float)) or count_or_none(v) is not None
-                else str(v)[:200] for k, v in list(value.items())[:8]}
+        return {
+            str(k)[:40]: v
+            if v is None or isinstance(v, (bool, float)) or count_or_none(v) is not None
+            else str(v)[:200]
+            for k, v in list(value.items())[:8]
+        }
     return str(value)[:200]
 
 
@@ -167,7 +182,10 @@ def _openai_chunk(data, rec, state):
     per-chunk usage) or None: stop (rec says why). The final usage chunk's count goes to state["final_n"]."""
     obj = json.loads(data)
     if not isinstance(obj, dict) or obj.get("error") or obj.get("object") == "error":
-        rec.update(outcome="error", error=f"server error: {str(obj.get('error') if isinstance(obj, dict) else obj)[:200]}")
+        rec.update(
+            outcome="error",
+            error=f"server error: {str(obj.get('error') if isinstance(obj, dict) else obj)[:200]}",
+        )
         return None
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
     choices = obj.get("choices") if isinstance(obj.get("choices"), list) else []
@@ -176,10 +194,12 @@ def _openai_chunk(data, rec, state):
         return _tokens_or_stop(n, rec)
     if usage.get("prompt_tokens") is not None:
         rec["prompt_tokens"] = usage["prompt_tokens"]
-    details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
+    # SGLang with --enable-cache-report, vLLM
+    details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and details.get("cached_tokens") is not None:
         rec["cached_tokens"] = details["cached_tokens"]
-    if not choices or not isinstance(choices[0], dict):  # the final usage chunk (or a keep-alive)
+    # the final usage chunk (or a keep-alive)
+    if not choices or not isinstance(choices[0], dict):
         if n is not None:
             state["final_n"] = n
         return _SKIP
@@ -195,8 +215,10 @@ def settle(rec, api, done, final_n, last_n, out_len):
     """The request's outcome once its stream ended: tokens counted, finished, of the length asked."""
     rec["tokens"] = final_n if final_n is not None else last_n
     if api == "openai" and final_n is None and rec["outcome"] == "ok" and rec["chunk_t"]:
-        rec.update(outcome="error", error="server sent no usage (stream_options.include_usage ignored?); "
-                   "cannot count tokens")
+        rec.update(
+            outcome="error",
+            error="server sent no usage (stream_options.include_usage ignored?); cannot count tokens",
+        )
     if rec["outcome"] != "ok":
         return
     finish = rec["finish"]
@@ -206,8 +228,10 @@ def settle(rec, api, done, final_n, last_n, out_len):
     elif kind == "abort":
         rec.update(outcome="error", error=f"server aborted: {str(finish)[:200]}")
     elif rec["tokens"] != out_len:
-        rec.update(outcome="wrong_length", error=f"{rec['tokens']} tokens, {out_len} asked (finish: {kind}; "
-                   "ignore_eos not honoured?)")
+        rec.update(
+            outcome="wrong_length",
+            error=f"{rec['tokens']} tokens, {out_len} asked (finish: {kind}; ignore_eos not honoured?)",
+        )
 
 
 def error_text(blocks, most=4096):
@@ -245,4 +269,3 @@ def read_events(events, api, rec, incremental, st, state):
             chunk_n.append(n)
             state["last_n"] = n
     rec["e2e_s"] = round(now - st, 6)
-

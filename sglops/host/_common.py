@@ -12,6 +12,7 @@ os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")
 def progress(**fields):
     """Report progress to the laptop while the script runs (shown as a progress bar there)."""
     import json
+
     sys.stdout.write("@@SGLOPS-PROGRESS@@" + json.dumps(fields) + "\n")
     sys.stdout.flush()
 
@@ -32,10 +33,11 @@ def sh(argv, cwd=None, timeout=30, input=None):
 
 
 def tree_path(root, rel):
-    """A patch path (relative to a checkout root, python/sglang/...) on this host: installed packages lack python/."""
+    """A patch path (relative to a checkout root, python/sglang/...)
+    on this host: installed packages lack python/."""
     full = os.path.join(root, rel)
     if not os.path.exists(full) and rel.startswith("python/"):
-        alt = os.path.join(root, rel[len("python/"):])
+        alt = os.path.join(root, rel[len("python/") :])
         if os.path.exists(alt):
             return alt
     return full
@@ -55,10 +57,10 @@ def sha256_file(path):
 def http(url, body=None, timeout=2.0, headers=None, limit=64 << 20):
     """(status, body text) of a GET, or of a JSON POST when body is given, to the host's own server;
     (None, error) when nothing answers, or an answer is cut short (a server dying mid-response: http.client's
-    IncompleteRead / RemoteDisconnected are not OSErrors). HTTP errors are answers too (their status and body).
-    `timeout` bounds the WHOLE request (a server that trickles a byte at a time, or keeps the body open, ends
-    there too: the request runs in a daemon thread this call stops waiting for); an answer over `limit` bytes is
-    cut there and said."""
+    IncompleteRead / RemoteDisconnected are not OSErrors). HTTP errors are answers too (their status and
+    body). `timeout` bounds the WHOLE request (a server that trickles a byte at a time, or keeps the body
+    open, ends there too: the request runs in a daemon thread this call stops waiting for); an answer over
+    `limit` bytes is cut there and said."""
     import threading
 
     out = [(None, f"no complete answer from {url} within {timeout:g} s")]
@@ -79,9 +81,12 @@ def _http_once(url, body, timeout, headers, limit):
     from http.client import HTTPException
 
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                 headers={**({} if body is None else {"Content-Type": "application/json"}),
-                                          **(headers or {})})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method="GET" if body is None else "POST",
+        headers={**({} if body is None else {"Content-Type": "application/json"}), **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             got = resp.read(limit + 1)
@@ -94,9 +99,12 @@ def _http_once(url, body, timeout, headers, limit):
         return None, str(getattr(exc, "reason", exc)) or type(exc).__name__
 
 
-PRIVATE_DIR = 0o700  # state holds launch scripts with env secrets (HF_TOKEN, API keys): owner only
-PRIVATE_FILE = 0o600  # ledger, journal, logs, records
-PRIVATE_SCRIPT = 0o700  # launch scripts
+# state holds launch scripts with env secrets (HF_TOKEN, API keys): owner only
+PRIVATE_DIR = 0o700
+# ledger, journal, logs, records
+PRIVATE_FILE = 0o600
+# launch scripts
+PRIVATE_SCRIPT = 0o700
 
 
 def is_checkout(root):
@@ -156,8 +164,11 @@ def sglops_dir(root, create=True):
 
 def open_private(path, mode="w", perm=PRIVATE_FILE):
     """open() for a file only its owner may read: created with perm, tightened if found looser."""
-    flags = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-             "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND}[mode.replace("b", "")]
+    flags = {
+        "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+        "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND,
+    }[mode.replace("b", "")]
     fd = os.open(path, flags, perm)
     try:
         if os.fstat(fd).st_mode & 0o777 != perm:
@@ -190,9 +201,11 @@ def _package_dir_under(path):
 # `__version__ = "0.4.10"`, annotated ones `__version__: str = "..."`. Only column 0 counts:
 # assignments inside try/except are fallbacks (`"0.0.0.dev0"`), not the release.
 _VERSION_LINE = re.compile(
-    r"^(?:__version__|version)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*(?:#.*)?$", re.M)
-_COMMIT_LINE = re.compile(r"^(?:__commit_id__|__git_commit__)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1",
-                           re.M)
+    r"^(?:__version__|version)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1\s*(?:#.*)?$", re.M
+)
+_COMMIT_LINE = re.compile(
+    r"^(?:__commit_id__|__git_commit__)\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(['\"])([^'\"\n]+)\1", re.M
+)
 # Generated at build time first (they say what was built), then the hand-kept version.py.
 _VERSION_FILES = ("_version.py", "_build_meta.py", "version.py")
 
@@ -221,7 +234,9 @@ def version_from_metadata(site, dists):
     (names the distribution had), what importlib.metadata reads, else the dist-info folder's name;
     (None, None) without one. With several dist-info folders (a botched upgrade), the newest, said so."""
     want = {_norm(d) for d in dists}
-    found = [e for e in _listing(site) if e.endswith(".dist-info") and _norm(e[:-10].rpartition("-")[0]) in want]
+    found = [
+        e for e in _listing(site) if e.endswith(".dist-info") and _norm(e[:-10].rpartition("-")[0]) in want
+    ]
     if not found:
         return None, None
     if len(found) > 1:
@@ -232,7 +247,8 @@ def version_from_metadata(site, dists):
         with open(os.path.join(site, info, "METADATA"), errors="replace") as fh:
             for line in fh:
                 if not line.strip():
-                    break  # end of the headers
+                    # end of the headers
+                    break
                 if line.lower().startswith("version:"):
                     return line.split(":", 1)[1].strip(), info + "/METADATA" + note
     except OSError:
@@ -256,9 +272,12 @@ def version_from_describe(out):
     base = tag[1:] if tag[:1] in "vV" else tag
     if after == 0:
         return {"version": base, "source": "git tag " + tag, "tag": tag, "commits_after_tag": 0}
-    return {"version": f"{base}-{after}-g{m.group(3)}",
-            "source": f"git describe: {after} commit{'' if after == 1 else 's'} after tag {tag}",
-            "tag": tag, "commits_after_tag": after}
+    return {
+        "version": f"{base}-{after}-g{m.group(3)}",
+        "source": f"git describe: {after} commit{'' if after == 1 else 's'} after tag {tag}",
+        "tag": tag,
+        "commits_after_tag": after,
+    }
 
 
 def package_version(pkg, dists, describe=None):
@@ -296,10 +315,18 @@ def _git_info(pkg):
         return None
     top, commit, branch = (ln.strip() for ln in lines[:3])
     (_, status, _), (drc, described, _) = parallel(
-        lambda: sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top), lambda: sh(_DESCRIBE, cwd=pkg))
+        lambda: sh(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top),
+        lambda: sh(_DESCRIBE, cwd=pkg),
+    )
     dirty = [ln[3:] for ln in status.splitlines() if ln.strip()]
-    return {"root": top, "commit": commit or None, "branch": branch or None,
-            "dirty": bool(dirty), "dirty_files": dirty[:50], "describe": described.strip() if drc == 0 else None}
+    return {
+        "root": top,
+        "commit": commit or None,
+        "branch": branch or None,
+        "dirty": bool(dirty),
+        "dirty_files": dirty[:50],
+        "describe": described.strip() if drc == 0 else None,
+    }
 
 
 def find_sglang(hint=None):
@@ -325,9 +352,15 @@ def find_sglang(hint=None):
             # that repo's commit and tags say nothing about SGLang
             installed = os.path.basename(os.path.dirname(pkg)) in ("site-packages", "dist-packages")
             git = None if installed else _git_info(pkg)
-            info = {"package_dir": pkg, "kind": "git" if git else "installed",
-                    "root": git["root"] if git else os.path.dirname(pkg), "commit": None, "branch": None,
-                    "dirty": False, "dirty_files": []}
+            info = {
+                "package_dir": pkg,
+                "kind": "git" if git else "installed",
+                "root": git["root"] if git else os.path.dirname(pkg),
+                "commit": None,
+                "branch": None,
+                "dirty": False,
+                "dirty_files": [],
+            }
             if git:
                 describe = git.pop("describe")
                 info.update(git)
@@ -355,6 +388,7 @@ def server_port(root, given=None):
     """(port, where it came from): --port wins, then the server sglops started here (its state's server.json),
     then SGLang's default."""
     import json
+
     if given:
         return int(given), "--port"
     port = None
@@ -392,7 +426,7 @@ def dist_version(name, import_name=None, paths=None):
     dist = _norm(name)
     module = import_name or dist.split("_python")[0]
     version = location = source = None
-    for entry in (sys.path if paths is None else paths):
+    for entry in sys.path if paths is None else paths:
         entry = entry or os.getcwd()
         for item in _listing(entry):
             if version is None and item.endswith(".dist-info"):
@@ -410,8 +444,9 @@ def dist_version(name, import_name=None, paths=None):
 
 
 def torch_info(paths=None):
-    """torch's version WITH its local tag (2.11.0+cu130) and the CUDA it was built for, read from the package's
-    own version.py without importing torch: some installers name the dist-info without the tag (2.11.0)."""
+    """torch's version WITH its local tag (2.11.0+cu130) and the CUDA it was built for, read from the
+    package's own version.py without importing torch: some installers name the dist-info without the tag
+    (2.11.0)."""
     info = dist_version("torch", paths=paths)
     if not info:
         return None
@@ -465,6 +500,7 @@ def parallel(*calls):
 
 
 def container_identity():
-    """{'id', 'image'} of the container this step runs in (sglops passes it with `docker exec -e`), else None."""
+    """{'id', 'image'} of the container this step runs in
+    (sglops passes it with `docker exec -e`), else None."""
     parts = os.environ.get("SGLOPS_CONTAINER", "").split()
     return {"id": parts[0], "image": parts[1]} if len(parts) == 2 else None

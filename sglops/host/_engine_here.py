@@ -1,7 +1,8 @@
 # Which engine serves on this host, and where its tree is: for the commands that name no engine (facts, probe-
 # backends, profile). The engine is the one sglops started here (server.json, else the last healthy start's
-# launch.last-good.json), else the one whose launch module the process on the server port runs; its tree is found
-# through that server's python. Names no engine: the specs come from the laptop (sglops.engine: host_spec()).
+# launch.last-good.json), else the one whose launch module the process on the server port runs; its tree is
+# found through that server's python. Names no engine: the specs come from the laptop (sglops.engine:
+# host_spec()).
 import json
 import os
 import re
@@ -21,8 +22,8 @@ def _read(path):
 
 
 def state_root(sglang_root, engines, python=None):
-    """The tree whose state folder holds this host's server: the inventory's tree, else the first engine's tree
-    the python finds (server_inspect's rule, so every command meets the same server)."""
+    """The tree whose state folder holds this host's server: the inventory's tree, else the first engine's
+    tree the python finds (server_inspect's rule, so every command meets the same server)."""
     found, why = try_find_sglang(sglang_root)
     if found:
         return found["root"]
@@ -46,8 +47,8 @@ def _script_python(script_path, spec):
 
 
 def serving_engine(args):
-    """{spec, tree, python, port, port_from, proc, root, source} of the host's server when its engine is not the
-    default one (engines[0]); None when it is the default's (or no other engine is known here)."""
+    """{spec, tree, python, port, port_from, proc, root, source} of the host's server when its engine is not
+    the default one (engines[0]); None when it is the default's (or no other engine is known here)."""
     engines = args.get("engines") or []
     if len(engines) < 2:
         return None
@@ -68,12 +69,25 @@ def serving_engine(args):
         script = os.path.join(state, "launch.last-good.sh")
     if not spec or spec["name"] == engines[0]["name"]:
         return None
-    spec = next((s for s in engines if s["name"] == spec["name"]), spec)  # the laptop's spec of it is the newer
-    python = (proc or {}).get("python") or (_script_python(script, spec) if script else None) or args.get("python")
+    # the laptop's spec of it is the newer
+    spec = next((s for s in engines if s["name"] == spec["name"]), spec)
+    python = (
+        (proc or {}).get("python") or (_script_python(script, spec) if script else None) or args.get("python")
+    )
     tree = find_tree(spec, None, python)
-    return {"spec": spec, "tree": tree, "python": python, "port": port, "port_from": port_from, "proc": proc,
-            "root": root, "source": source, "host": rec.get("host") if rec.get("engine_spec") else None, "log": rec.get("log") or (proc or {}).get("log"),
-            "log_offset": rec.get("log_offset") if rec.get("log") else 0}
+    return {
+        "spec": spec,
+        "tree": tree,
+        "python": python,
+        "port": port,
+        "port_from": port_from,
+        "proc": proc,
+        "root": root,
+        "source": source,
+        "host": rec.get("host") if rec.get("engine_spec") else None,
+        "log": rec.get("log") or (proc or {}).get("log"),
+        "log_offset": rec.get("log_offset") if rec.get("log") else 0,
+    }
 
 
 def platform(spec, tree, log_lines=None):
@@ -89,5 +103,7 @@ def platform(spec, tree, log_lines=None):
         if mark in said:
             return name, f"the install ({tree.get('version_source') or tree.get('version')})"
     if spec.get("platform_default"):
-        return spec["platform_default"], f"the install (no platform mark in {tree.get('version_source') or 'it'})"
+        return spec[
+            "platform_default"
+        ], f"the install (no platform mark in {tree.get('version_source') or 'it'})"
     return None, None

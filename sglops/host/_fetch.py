@@ -1,6 +1,6 @@
-# HTTP to the host's own server, straight on a socket, every read bounded: a deadline for the whole answer (not
-# only per recv: a server that sends one byte a second, or keep-alive comments forever, would otherwise hold a
-# read open for good) and a cap on its size. Standard library only, Python 3.8.
+# HTTP to the host's own server, straight on a socket, every read bounded: a deadline for the whole answer
+# (not only per recv: a server that sends one byte a second, or keep-alive comments forever, would otherwise
+# hold a read open for good) and a cap on its size. Standard library only, Python 3.8.
 import http.client
 import socket
 import time
@@ -8,8 +8,10 @@ import time
 LOOPBACK = "127.0.0.1"
 RECV = 1 << 16
 HEAD_MAX = 1 << 16
-ANSWER_MAX = 8 << 20  # /health, /metrics, /v1/models: far below this
-INFO_MAX = 64 << 20  # /server_info: read whole (a chat template, a model config inside), then kept by its fields
+# /health, /metrics, /v1/models: far below this
+ANSWER_MAX = 8 << 20
+# /server_info: read whole (a chat template, a model config inside), then kept by its fields
+INFO_MAX = 64 << 20
 
 
 class TooLarge(ValueError):
@@ -21,13 +23,14 @@ class Late(socket.timeout):
 
 
 def arm(sock, deadline, timeout=None):
-    """Before each blocking step: the socket's timeout is what is left of the deadline (or `timeout`, the longest
-    wait for any data, when that is shorter); Late once nothing is left."""
+    """Before each blocking step: the socket's timeout is what is left of the deadline (or `timeout`, the
+    longest wait for any data, when that is shorter); Late once nothing is left."""
     left = deadline - time.perf_counter()
     if left <= 0:
         raise Late("deadline passed")
     want = left if timeout is None or timeout > left else timeout
-    if want != sock.gettimeout():  # most reads of a stream keep `timeout`: no call then
+    # most reads of a stream keep `timeout`: no call then
+    if want != sock.gettimeout():
         sock.settimeout(want)
 
 
@@ -50,9 +53,11 @@ def open_post(port, path, payload, timeout, deadline, headers=None):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.connect((LOOPBACK, port))
         extra = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in (headers or {}).items())
-        sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
-                     % (path.encode(), LOOPBACK.encode(), port, len(payload), extra, payload))
+        sock.sendall(
+            b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
+            % (path.encode(), LOOPBACK.encode(), port, len(payload), extra, payload)
+        )
         status, head, rest = read_head(sock, deadline, timeout)
     except BaseException:
         sock.close()
@@ -83,12 +88,12 @@ def read_head(sock, deadline, timeout=None):
     for line in lines[1:]:
         key, _, value = line.partition(b":")
         headers[key.strip().lower()] = value.strip()
-    return int(parts[1]), headers, buf[end + 4:]
+    return int(parts[1]), headers, buf[end + 4 :]
 
 
 def body(sock, headers, rest, deadline, timeout=None):
-    """(arrival time, body bytes) per read from the socket: chunked, Content-Length or to the end; what arrived
-    together shares a time. A body cut short raises IncompleteRead (as http.client does)."""
+    """(arrival time, body bytes) per read from the socket: chunked, Content-Length or to the end; what
+    arrived together shares a time. A body cut short raises IncompleteRead (as http.client does)."""
     if headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"):
         return _dechunk(sock, rest, deadline, timeout)
     length = headers.get(b"content-length")
@@ -106,7 +111,7 @@ def _plain(sock, buf, length, deadline, timeout):
     while True:
         if buf:
             if length is not None:
-                buf = buf[:length - got]
+                buf = buf[: length - got]
             got += len(buf)
             yield time.perf_counter(), buf
         if length is not None and got >= length:
@@ -120,7 +125,8 @@ def _plain(sock, buf, length, deadline, timeout):
 
 def _dechunk(sock, buf, deadline, timeout):
     """The data of a chunked body as it arrives: each read's complete and partial chunks joined."""
-    need = skip = 0  # data bytes of the current chunk still to come; its trailing CRLF still to drop
+    # data bytes of the current chunk still to come; its trailing CRLF still to drop
+    need = skip = 0
     now = time.perf_counter()
     while True:
         out, at = [], 0
@@ -129,7 +135,7 @@ def _dechunk(sock, buf, deadline, timeout):
                 taken = min(skip, len(buf) - at)
                 at, skip = at + taken, skip - taken
             elif need:
-                piece = buf[at:at + need]
+                piece = buf[at : at + need]
                 out.append(piece)
                 at, need = at + len(piece), need - len(piece)
                 skip = 0 if need else 2
@@ -139,9 +145,11 @@ def _dechunk(sock, buf, deadline, timeout):
                     if len(buf) - at > 1024:
                         raise http.client.HTTPException("chunk size line too long")
                     break
-                size = int(buf[at:end].split(b";")[0], 16)  # ValueError if it is no hex number
+                # ValueError if it is no hex number
+                size = int(buf[at:end].split(b";")[0], 16)
                 at = end + 2
-                if size == 0:  # the last chunk (trailers, if any, are not read)
+                # the last chunk (trailers, if any, are not read)
+                if size == 0:
                     if out:
                         yield now, b"".join(out)
                     return
@@ -192,8 +200,10 @@ def get(port, path, timeout=5.0, limit=ANSWER_MAX, host=LOOPBACK, headers=None):
         arm(sock, deadline)
         sock.connect((host, int(port)))
         extra = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in (headers or {}).items())
-        sock.sendall(b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\nConnection: close\r\n%s\r\n"
-                     % (path.encode(), host.encode(), int(port), extra))
+        sock.sendall(
+            b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nAccept-Encoding: identity\r\nConnection: close\r\n%s\r\n"
+            % (path.encode(), host.encode(), int(port), extra)
+        )
         status, head, rest = read_head(sock, deadline)
         got, size = [], 0
         for _, block in body(sock, head, rest, deadline):

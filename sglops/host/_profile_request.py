@@ -22,7 +22,8 @@ PREFIX = "sglops"
 PROMPT_LEN = 32
 
 
-AUTH = {}  # Authorization for a server started with --api-key (its own key, read from its command line here)
+# Authorization for a server started with --api-key (its own key, read from its command line here)
+AUTH = {}
 
 
 def post(url, body, timeout):
@@ -53,7 +54,7 @@ def _complete(path):
             tail = fh.read()
     except OSError:
         return False
-    after = tail[tail.rfind(b"]") + 1:].strip() if b"]" in tail else b""
+    after = tail[tail.rfind(b"]") + 1 :].strip() if b"]" in tail else b""
     return bool(_CLOSED.match(after))
 
 
@@ -77,29 +78,37 @@ def prompt_ids(info, n, vocab_size=None, base=""):
 
 
 def explain_failure(base, what, status, text, log_path):
-    """One line for a failed request: the server died (and why, from its log), stopped answering, or refused."""
-    time.sleep(0.5)  # a dying server closes its socket a moment after the connection drops
+    """One line for a failed request: the server died (and
+    why, from its log), stopped answering, or refused."""
+    # a dying server closes its socket a moment after the connection drops
+    time.sleep(0.5)
     health, _ = http_get(base + "/health", timeout=5)
     got = f"{status or ''} {str(text).strip()[:160]}".strip()
     if health == 200:
         return f"{what} failed while the server stays healthy: {got}"
-    cause = death_cause(log_path)  # the last exception line, or the fatal signal of a native crash
+    # the last exception line, or the fatal signal of a native crash
+    cause = death_cause(log_path)
     state = "died" if health is None else f"is unhealthy (/health answered {health})"
-    return (f"{what} failed ({got}) and the server {state}"
-            + (f": {cause} (from {log_path})" if cause else "; its log says why")
-            + ("" if health is not None else "; restart it (inv restart) before profiling again"))
+    return (
+        f"{what} failed ({got}) and the server {state}"
+        + (f": {cause} (from {log_path})" if cause else "; its log says why")
+        + ("" if health is not None else "; restart it (inv restart) before profiling again")
+    )
 
 
 def wait_for_traces(out_dir, pattern, expected, wait_s, started, ranks=None):
-    """Poll until the expected files (or, not knowing how many, a set stable for 3 s) are complete; with ranks,
-    only the files of those ranks count (a node's own share of a server over several hosts)."""
+    """Poll until the expected files (or, not knowing how many, a set stable for 3 s) are complete; with
+    ranks, only the files of those ranks count (a node's own share of a server over several hosts)."""
     sizes = {}
     done = {}
     stable_since = None
     last_report = 0.0
     while True:
-        names = sorted(n for n in os.listdir(out_dir) if pattern.match(n)
-                       and (ranks is None or int(pattern.match(n).group(1)) in ranks))
+        names = sorted(
+            n
+            for n in os.listdir(out_dir)
+            if pattern.match(n) and (ranks is None or int(pattern.match(n).group(1)) in ranks)
+        )
         now = time.monotonic()
         for n in names:
             p = os.path.join(out_dir, n)
@@ -114,8 +123,13 @@ def wait_for_traces(out_dir, pattern, expected, wait_s, started, ranks=None):
             sizes[n] = size
         complete = [n for n in names if n in done and done[n] == sizes.get(n)]
         if now - last_report > 0.5:
-            progress(phase="waiting", files=len(names), complete=len(complete), expected=expected,
-                     bytes=sum(sizes.get(n, 0) for n in names))
+            progress(
+                phase="waiting",
+                files=len(names),
+                complete=len(complete),
+                expected=expected,
+                bytes=sum(sizes.get(n, 0) for n in names),
+            )
             last_report = now
         if expected and len(complete) >= expected:
             return complete
@@ -128,9 +142,11 @@ def wait_for_traces(out_dir, pattern, expected, wait_s, started, ranks=None):
         if now - started > wait_s:
             if not names:
                 raise UserError(
-                    f"no trace files in {out_dir} after {wait_s:g} s: the server accepted /start_profile but wrote "
-                    "nothing (torch profiler disabled on the server, or it writes elsewhere?)")
-            raise UserError(f"only {len(complete)} of {expected or len(names)} trace files in {out_dir} were complete "
-                            f"after {wait_s:g} s ({', '.join(names)})")
+                    f"no trace files in {out_dir} after {wait_s:g} s: the server accepted /start_profile but"
+                    " wrote nothing (torch profiler disabled on the server, or it writes elsewhere?)"
+                )
+            raise UserError(
+                f"only {len(complete)} of {expected or len(names)} trace files in {out_dir} were complete "
+                f"after {wait_s:g} s ({', '.join(names)})"
+            )
         time.sleep(0.25)
-

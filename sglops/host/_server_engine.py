@@ -1,6 +1,6 @@
-# Where a serving engine's tree is on this host and what its server says about itself, from the engine spec the
-# laptop sends (sglops.engine: Engine.host_spec()); this side names no engine. A tree is found through the server's
-# python (an installed package, found without importing it) or under a hint path.
+# Where a serving engine's tree is on this host and what its server says about itself, from the engine spec
+# the laptop sends (sglops.engine: Engine.host_spec()); this side names no engine. A tree is found through the
+# server's python (an installed package, found without importing it) or under a hint path.
 import ast
 import json
 import os
@@ -10,8 +10,10 @@ import sys
 
 from ._common import UserError, package_version
 
-_FIND = ("import importlib.util,json,sys;s=importlib.util.find_spec(sys.argv[1]);"
-         "print(json.dumps(list(s.submodule_search_locations) if s and s.submodule_search_locations else None))")
+_FIND = (
+    "import importlib.util,json,sys;s=importlib.util.find_spec(sys.argv[1]);"
+    "print(json.dumps(list(s.submodule_search_locations) if s and s.submodule_search_locations else None))"
+)
 
 
 def package_dirs(package, python=None):
@@ -30,13 +32,18 @@ def package_dirs(package, python=None):
     except (OSError, subprocess.SubprocessError):
         return []
     try:
-        return json.loads(out.stdout.strip().splitlines()[-1]) or [] if out.returncode == 0 and out.stdout.strip() else []
+        return (
+            json.loads(out.stdout.strip().splitlines()[-1]) or []
+            if out.returncode == 0 and out.stdout.strip()
+            else []
+        )
     except ValueError:
         return []
 
 
 def find_tree(spec, hint=None, python=None):
-    """{package_dir, kind, root, version, ...} of the engine's tree: under hint, else where its python finds it."""
+    """{package_dir, kind, root, version, ...} of the engine's
+    tree: under hint, else where its python finds it."""
     looked = []
     candidates = [hint] if hint else package_dirs(spec["package"], python)
     for cand in candidates:
@@ -44,8 +51,15 @@ def find_tree(spec, hint=None, python=None):
         looked.append(path)
         for pkg in (path, os.path.join(path, spec["package"])):
             if os.path.isfile(os.path.join(pkg, spec["tree_marker"])):
-                info = {"package_dir": pkg, "kind": "installed", "root": os.path.dirname(pkg), "commit": None,
-                        "branch": None, "dirty": False, "dirty_files": []}
+                info = {
+                    "package_dir": pkg,
+                    "kind": "installed",
+                    "root": os.path.dirname(pkg),
+                    "commit": None,
+                    "branch": None,
+                    "dirty": False,
+                    "dirty_files": [],
+                }
                 info.update(package_version(pkg, tuple(spec["dists"])))
                 return info
     where = ", ".join(looked) or f"nowhere ({python or sys.executable} finds no {spec['package']} package)"

@@ -4,12 +4,16 @@
 import json
 import math
 
-MAX_COUNT = 1 << 40  # tokens: far past any model's context x any run
+# tokens: far past any model's context x any run
+MAX_COUNT = 1 << 40
 MAX_FIELDS = 2000
-MAX_FIELD_CHARS = 4096  # a field's JSON; longer (a chat template, a model config) is dropped and named
+# a field's JSON; longer (a chat template, a model config) is dropped and named
+MAX_FIELD_CHARS = 4096
 MAX_INT = (1 << 63) - 1
-_DROP = {"internal_states"}  # live scheduler state, not launch arguments
-_FINITE = 1e300  # past any time or rate: inf, NaN and a 2,000-bit integer are not below it
+# live scheduler state, not launch arguments
+_DROP = {"internal_states"}
+# past any time or rate: inf, NaN and a 2,000-bit integer are not below it
+_FINITE = 1e300
 
 
 def count_or_none(value):
@@ -26,8 +30,8 @@ def seconds_or_none(value):
 
 
 def _plain(value, depth=0):
-    """Whether value is JSON a record can keep as it is: scalars (ints within 64 bits), and lists / mappings of
-    them a few levels deep."""
+    """Whether value is JSON a record can keep as it is: scalars (ints within 64 bits), and lists / mappings
+    of them a few levels deep."""
     if value is None or isinstance(value, (bool, str)):
         return True
     if isinstance(value, int):
@@ -55,8 +59,11 @@ def kept_fields(doc):
         if len(out) >= MAX_FIELDS or len(key) > 200 or not _plain(value):
             dropped.append(key[:200])
             continue
-        if not isinstance(value, (bool, int, float)) and value is not None and \
-                len(json.dumps(value)) > MAX_FIELD_CHARS:
+        if (
+            not isinstance(value, (bool, int, float))
+            and value is not None
+            and len(json.dumps(value)) > MAX_FIELD_CHARS
+        ):
             dropped.append(key[:200])
             continue
         out[key] = value

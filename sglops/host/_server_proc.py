@@ -8,7 +8,8 @@ import re
 
 from ._common import dist_version, sglops_dir, torch_info
 
-_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+# TCP_LISTEN in /proc/net/tcp
+_LISTEN = "0A"
 
 
 def _listen_inodes(port):
@@ -46,8 +47,8 @@ def listening_pid(port):
 
 
 def stdio_log(pid):
-    """The file a server's stderr (or stdout) goes to, when it is a plain file: the log of a server sglops did not
-    start (a `nohup ... > server.log 2>&1` launch), read for the cause when it dies."""
+    """The file a server's stderr (or stdout) goes to, when it is a plain file: the log of a server sglops did
+    not start (a `nohup ... > server.log 2>&1` launch), read for the cause when it dies."""
     if not pid:
         return None
     for fd in (2, 1):
@@ -70,7 +71,8 @@ def _environ(pid):
 
 
 def _interpreter(pid, argv, env):
-    """The python the process was started with, as invoked (a venv's bin/python, not the binary it links to)."""
+    """The python the process was started with, as invoked
+    (a venv's bin/python, not the binary it links to)."""
     first = argv[0] if argv else ""
     if "python" in os.path.basename(first):
         if os.path.isabs(first):
@@ -105,9 +107,15 @@ def process_info(pid):
             log = target
     except OSError:
         pass
-    return {"pid": pid, "argv": argv[:40], "python": _interpreter(pid, argv, env), "log": log,
-            "pythonpath": env.get("PYTHONPATH"), "virtual_env": env.get("VIRTUAL_ENV"),
-            "hf_env": {k: env[k] for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k)}}
+    return {
+        "pid": pid,
+        "argv": argv[:40],
+        "python": _interpreter(pid, argv, env),
+        "log": log,
+        "pythonpath": env.get("PYTHONPATH"),
+        "virtual_env": env.get("VIRTUAL_ENV"),
+        "hf_env": {k: env[k] for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k)},
+    }
 
 
 def server_api_key(pid):
@@ -126,8 +134,10 @@ def server_api_key(pid):
     return None
 
 
-_PROBE = "import json,sys;print(json.dumps({'executable':sys.executable,'version':'%d.%d.%d'%sys.version_info[:3]," \
-         "'prefix':sys.prefix,'path':sys.path}))"
+_PROBE = (
+    "import json,sys;print(json.dumps({'executable':sys.executable,'version':'%d.%d.%d'%sys.version_info[:3],"
+    "'prefix':sys.prefix,'path':sys.path}))"
+)
 
 
 def python_env(python, pythonpath=None):
@@ -139,14 +149,19 @@ def python_env(python, pythonpath=None):
         env["PYTHONPATH"] = pythonpath
     try:
         import subprocess
+
         out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=20, env=env)
         info = json.loads(out.stdout)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {"executable": python, "version": None, "error": "could not run it"}
     paths = [p for p in info.pop("path") if p]
     info["torch"] = torch_info(paths=paths)
-    for name, dist in (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("triton", "triton"),
-                       ("sgl_kernel", "sgl-kernel")):
+    for name, dist in (
+        ("sglang", "sglang"),
+        ("flashinfer", "flashinfer-python"),
+        ("triton", "triton"),
+        ("sgl_kernel", "sgl-kernel"),
+    ):
         info[name] = dist_version(dist, paths=paths)
     return info
 
@@ -172,7 +187,8 @@ def server_process(port, root=None):
         return None
     info = info or {"pid": None, "argv": [], "python": None, "log": None, "pythonpath": None}
     if rec.get("log"):
-        info["log"] = rec["log"]  # sglops' own record of where the server writes
+        # sglops' own record of where the server writes
+        info["log"] = rec["log"]
     info["started_by_sglops"] = bool(rec)
     return info
 
@@ -185,13 +201,16 @@ _FRAME = re.compile(r'^File "([^"]+)", line (\d+) in (\w+)')
 
 
 def _fatal_line(lines, at):
-    """`Fatal Python error: Segmentation fault (in torch/profiler/profiler.py:467 stop_trace)`: the fatal line at
-    index `at` and the crashing thread's innermost Python frame (faulthandler prints it first under "Current
-    thread"), shortened to its path below site-packages."""
+    """`Fatal Python error: Segmentation fault (in torch/profiler/profiler.py:467 stop_trace)`: the fatal line
+    at index `at` and the crashing thread's innermost Python frame (faulthandler prints it first under
+    "Current thread"), shortened to its path below site-packages."""
     text = f"Fatal Python error: {_FATAL.match(lines[at].strip()).group(1)}"
-    current = next((j for j in range(at + 1, min(len(lines), at + 200)) if lines[j].startswith("Current thread")), None)
-    frame = None  # the first frame line under it ("Garbage-collecting" may come first)
-    for line in lines[current + 1:current + 4] if current is not None else []:
+    current = next(
+        (j for j in range(at + 1, min(len(lines), at + 200)) if lines[j].startswith("Current thread")), None
+    )
+    # the first frame line under it ("Garbage-collecting" may come first)
+    frame = None
+    for line in lines[current + 1 : current + 4] if current is not None else []:
         frame = _FRAME.match(line.strip())
         if frame:
             break
@@ -202,15 +221,20 @@ def _fatal_line(lines, at):
 
 def death_cause(log_path, since=None):
     """The last exception line a server log gained since offset `since` (`IndexError: index out of range in
-    self`), or the last fatal signal (`Fatal Python error: Segmentation fault (in torch/profiler/profiler.py:467
-    stop_trace)`: a crash in native code leaves no exception line), or None when it shows neither."""
+    self`), or the last fatal signal (`Fatal Python error: Segmentation fault (in
+    torch/profiler/profiler.py:467 stop_trace)`: a crash in native code leaves no exception line), or None
+    when it shows neither."""
     if not log_path:
         return None
     try:
         with open(log_path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
-            start = max(since or 0, size - 512 * 1024) if since is not None and since <= size else max(0, size - 512 * 1024)
+            start = (
+                max(since or 0, size - 512 * 1024)
+                if since is not None and since <= size
+                else max(0, size - 512 * 1024)
+            )
             fh.seek(start)
             text = fh.read().decode(errors="replace")
     except OSError:

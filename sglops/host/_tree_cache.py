@@ -1,8 +1,9 @@
-# A JSON answer about a tree, kept on the host until the tree changes: a probe reads the same files every time,
-# and between two probes they change only when a patch (the ledger), a checkout or an edit says so. What says so
-# here is the stat (mtime, ctime, size, inode) of every file the answer read and of every folder its globs listed
-# (a file added or removed changes its folder's mtime). Checking that is a few thousand stat calls (~10 ms);
-# the scan it saves is ~0.8 s of CPU. A cache that cannot be read or written is simply not used.
+# A JSON answer about a tree, kept on the host until the tree changes: a probe reads the same files every
+# time, and between two probes they change only when a patch (the ledger), a checkout or an edit says so. What
+# says so here is the stat (mtime, ctime, size, inode) of every file the answer read and of every folder its
+# globs listed (a file added or removed changes its folder's mtime). Checking that is a few thousand stat
+# calls (~10 ms); the scan it saves is ~0.8 s of CPU. A cache that cannot be read or written is simply not
+# used.
 import hashlib
 import json
 import os
@@ -11,7 +12,8 @@ import re
 from ._common import open_private
 
 _MAGIC = re.compile(r"[*?[]")
-KEEP = 32  # answers kept (a tree and probe set each); the oldest go first
+# answers kept (a tree and probe set each); the oldest go first
+KEEP = 32
 
 
 def cache_dir():
@@ -34,17 +36,20 @@ def glob_folders(root, patterns):
         parts = pat.split("/")
         magic = [i for i, p in enumerate(parts) if _MAGIC.search(p)]
         if not magic:
-            continue  # a plain path: the file's own stat says it all
-        base = os.path.normpath(os.path.join(root, *parts[:magic[0]]))
+            # a plain path: the file's own stat says it all
+            continue
+        base = os.path.normpath(os.path.join(root, *parts[: magic[0]]))
         out.add(base)
-        if magic[0] < len(parts) - 1:  # a wildcard above the file name: every folder below may be listed
+        # a wildcard above the file name: every folder below may be listed
+        if magic[0] < len(parts) - 1:
             for here, dirs, _ in os.walk(base):
                 out.update(os.path.join(here, d) for d in dirs)
     return out
 
 
 class TreeCache:
-    """One cached answer, named by everything it was computed from (`key`) and valid while `watch` is unchanged."""
+    """One cached answer, named by everything it was computed
+    from (`key`) and valid while `watch` is unchanged."""
 
     def __init__(self, key, enabled=True):
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
@@ -65,11 +70,13 @@ class TreeCache:
         return kept.get("answer")
 
     def snapshot(self, paths):
-        """The stats of `paths`, taken before the answer is computed (a change during it then shows next time)."""
+        """The stats of `paths`, taken before the answer is
+        computed (a change during it then shows next time)."""
         return {p: _stat(p) for p in sorted(paths)} if self.path else {}
 
     def save(self, answer, watch):
-        """Keep the answer with the snapshot taken before it (atomic: a reader sees the old file or the new one)."""
+        """Keep the answer with the snapshot taken before it
+        (atomic: a reader sees the old file or the new one)."""
         if not self.path:
             return
         tmp = self.path + ".tmp" + str(os.getpid())

@@ -10,9 +10,18 @@ import random
 
 from ._common import UserError
 
-MAX_VOCAB = 1 << 24  # 16,777,216 ids: past any model's vocabulary (--vocab-size has the same bound)
-_CONFIG_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "unk_token_id",
-                   "sep_token_id", "cls_token_id", "mask_token_id")
+# 16,777,216 ids: past any model's vocabulary (--vocab-size has the same bound)
+MAX_VOCAB = 1 << 24
+_CONFIG_ID_KEYS = (
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "decoder_start_token_id",
+    "unk_token_id",
+    "sep_token_id",
+    "cls_token_id",
+    "mask_token_id",
+)
 
 
 def _vget(url, timeout=5.0):
@@ -43,7 +52,8 @@ def _hf_snapshot(repo_id, env=None):
     `env`: the server process's environment, whose HF_HOME / HF_HUB_CACHE win)."""
     env = env or os.environ
     hub = env.get("HF_HUB_CACHE") or os.path.join(
-        env.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+        env.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub"
+    )
     pattern = os.path.join(hub, "models--" + repo_id.replace("/", "--"), "snapshots", "*", "config.json")
     found = sorted(glob.glob(pattern), key=os.path.getmtime)
     return os.path.dirname(found[-1]) if found else None
@@ -83,7 +93,8 @@ def _config_vocab(config):
 
 
 def read_token_space(folder, tokenizer_folder=None):
-    """(vocab size or None, special ids, what was read) from a model folder's files, without importing anything."""
+    """(vocab size or None, special ids, what was read) from
+    a model folder's files, without importing anything."""
     special, read = set(), []
     config = _vread(os.path.join(folder, "config.json")) if folder else None
     vocab = _config_vocab(config)
@@ -104,7 +115,8 @@ def read_token_space(folder, tokenizer_folder=None):
         read.append("tokenizer.json")
         base = (tok.get("model") or {}).get("vocab")
         if isinstance(base, (dict, list)) and base:
-            tok_vocab = len(base)  # the tokenizer's own vocabulary, added tokens not counted (HF's vocab_size)
+            # the tokenizer's own vocabulary, added tokens not counted (HF's vocab_size)
+            tok_vocab = len(base)
         for added in tok.get("added_tokens") or []:
             if added.get("special") and isinstance(added.get("id"), int):
                 special.add(added["id"])
@@ -141,8 +153,8 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
         return _openai_model()
 
     def _openai_model():
-        """An OpenAI-style server with no /model_info (vLLM) names its model in /v1/models: `root` is the path it
-        loaded (vLLM), else `id`."""
+        """An OpenAI-style server with no /model_info (vLLM) names its model in /v1/models: `root` is the path
+        it loaded (vLLM), else `id`."""
         status, text = _vget(base_url + "/v1/models")
         try:
             models = json.loads(text).get("data") if status == 200 else None
@@ -163,19 +175,28 @@ def model_token_space(base_url, info=None, vocab_size=None, env=None):
     tok_folder = model_dir(tok_path, env) if tok_path else None
     vocab, special, read = read_token_space(folder, tok_folder) if folder else (None, set(), [])
     source = f"{folder} ({', '.join(read)})" if folder else None
-    if not vocab:  # a server that reports its vocabulary (SGLang does not; our stand-in does) is taken at its word
+    # a server that reports its vocabulary (SGLang does not; our stand-in does) is taken at its word
+    if not vocab:
         reported = info.get("vocab_size") or (None if asked else ask().get("vocab_size"))
         if isinstance(reported, int) and not isinstance(reported, bool) and 0 < reported <= MAX_VOCAB:
             vocab, source = reported, "the server's /model_info vocab_size"
     if vocab_size:
         vocab, source = int(vocab_size), f"--vocab-size {int(vocab_size)}"
     if not vocab:
-        where = f"no config.json at {model_path!r} on this host" if model_path else "the server named no model path"
-        raise UserError(f"cannot tell the served model's vocabulary ({where}), so no safe prompt token ids; "
-                        "pass --vocab-size N")
+        where = (
+            f"no config.json at {model_path!r} on this host"
+            if model_path
+            else "the server named no model path"
+        )
+        raise UserError(
+            f"cannot tell the served model's vocabulary ({where}), so no safe prompt token ids; "
+            "pass --vocab-size N"
+        )
     if not isinstance(vocab, int) or vocab > MAX_VOCAB:
-        raise UserError(f"the model's vocabulary size {str(vocab)[:40]} (from {source}) is past any model's "
-                        f"({MAX_VOCAB}); pass --vocab-size N")
+        raise UserError(
+            f"the model's vocabulary size {str(vocab)[:40]} (from {source}) is past any model's "
+            f"({MAX_VOCAB}); pass --vocab-size N"
+        )
     special = sorted(i for i in special if isinstance(i, int) and 0 <= i < vocab)
     if vocab - len(special) < 2:
         raise UserError(f"the model's vocabulary ({vocab}) has no ordinary token ids to build prompts from")

@@ -5,9 +5,9 @@
 # nothing else saying so. The next `inv ab` reads it and restores X, not the patched state it finds;
 # `inv patches` reports it (patch_state.py reads the same file). Kept beside the patch ledger (0600).
 #
-# The journal is also the host's owner record: "begin" creates it only where none is, or where the one there is
-# the journal the caller takes over (an earlier run the laptop found dead), under the patch lock, so two operators
-# that both read "none" cannot both begin: the second is told who owns the host.
+# The journal is also the host's owner record: "begin" creates it only where none is, or where the one there
+# is the journal the caller takes over (an earlier run the laptop found dead), under the patch lock, so two
+# operators that both read "none" cannot both begin: the second is told who owns the host.
 #
 # args: {"action": "begin", "doc": {...}, "takes_over": ID|None} | {"action": "write", "doc": {...}}
 #     | {"action": "clear", "run_id": ID} | {"action": "read"}
@@ -24,9 +24,9 @@ def path(root, create=False):
 
 
 def holder(root, args):
-    """The journal of another run (an ab or sweep) that owns this host, or None: a mutating step (apply, revert,
-    restart, stop) refuses while there is one, unless the caller is that run (args["experiment"]) or the laptop
-    found its owner gone (args["owner_gone"]: an ab cut short on that machine)."""
+    """The journal of another run (an ab or sweep) that owns this host, or None: a mutating step (apply,
+    revert, restart, stop) refuses while there is one, unless the caller is that run (args["experiment"]) or
+    the laptop found its owner gone (args["owner_gone"]: an ab cut short on that machine)."""
     doc = read_json(path(root), None)
     if not doc or doc.get("run_id") in (args.get("experiment"), args.get("owner_gone")):
         return None
@@ -52,7 +52,8 @@ def main(args):
         now = read_json(path(root), None)
         if now is None:
             return {"cleared": False, "journal": None}
-        if now.get("run_id") != args.get("run_id"):  # another ab's (or a newer) journal: never ours to drop
+        # another ab's (or a newer) journal: never ours to drop
+        if now.get("run_id") != args.get("run_id"):
             return {"cleared": False, "journal": now}
         os.remove(path(root))
         return {"cleared": True, "journal": None}

@@ -8,8 +8,8 @@
 # (return_logprob on /generate, logprobs=0 + return_token_ids on /v1/completions), so two runs can be
 # checked for identical outputs.
 #
-# The run lives here (what was asked, the server as found, warm-up, the plan's steps, the answer); one request and
-# its loops are _bench_request.py, stream parsing _bench_stream.py, the server over HTTP _bench_server.py.
+# The run lives here (what was asked, the server as found, warm-up, the plan's steps, the answer); one request
+# and its loops are _bench_request.py, stream parsing _bench_stream.py, the server over HTTP _bench_server.py.
 import itertools
 import random
 import sys
@@ -46,31 +46,47 @@ def _say(**fields):
 
 
 def prompt_ids(space, seed, n):
-    """Distinct random ordinary token ids of the model per request, so the prefix cache cannot serve the prompt.
-    `space` may be a test's explicit [low, high) range (unsafe on purpose: ids past the vocabulary kill SGLang)."""
+    """Distinct random ordinary token ids of the model per request, so the prefix cache cannot serve the
+    prompt. `space` may be a test's explicit [low, high) range (unsafe on purpose: ids past the vocabulary
+    kill SGLang)."""
     if isinstance(space, list):
         rng = random.Random(seed)
         return [rng.randrange(space[0], space[1]) for _ in range(n)]
     return draw_prompt_ids(space, seed, n)
 
 
-# -- the run: what was asked, the server, the plan, progress, warm-up, measuring, the answer --------------------
+# -- the run: what was asked, the server, the plan, progress,
+# warm-up, measuring, the answer --------------------
 def _settings(args):
-    """What the laptop asked for: every bench flag under its declared name, defaults filled there (sglops.bench.plan
-    sends them all), the levels, dataset and SLOs parsed there."""
+    """What the laptop asked for: every bench flag under its declared name, defaults filled there
+    (sglops.bench.plan sends them all), the levels, dataset and SLOs parsed there."""
     return SimpleNamespace(
-        api=args["api"], levels=[dict(lv) for lv in args["levels"]], runs=int(args["runs"]),
-        in_len=int(args["input_len"]), out_len=int(args["output_len"]),
-        per_run=args["requests"],  # per repeat and level; None: one per stream
-        warmup=int(args["warmup"]), timeout=float(args["request_timeout"]),
-        override=args.get("test_sampling_override"),  # tests only: the first request of each repeat asks for this
-        logprobs=not args["no_logprobs"], dataset=args["dataset"], duration=args["duration"],
-        arrival=args["arrival"], burstiness=float(args["burstiness"]), interval=float(args["metrics_interval"] or 0),
-        seed=int(args["seed"]), limit_s=args["request_deadline"], trace_speed=float(args["trace_speed"]))
+        api=args["api"],
+        levels=[dict(lv) for lv in args["levels"]],
+        runs=int(args["runs"]),
+        in_len=int(args["input_len"]),
+        out_len=int(args["output_len"]),
+        # per repeat and level; None: one per stream
+        per_run=args["requests"],
+        warmup=int(args["warmup"]),
+        timeout=float(args["request_timeout"]),
+        # tests only: the first request of each repeat asks for this
+        override=args.get("test_sampling_override"),
+        logprobs=not args["no_logprobs"],
+        dataset=args["dataset"],
+        duration=args["duration"],
+        arrival=args["arrival"],
+        burstiness=float(args["burstiness"]),
+        interval=float(args["metrics_interval"] or 0),
+        seed=int(args["seed"]),
+        limit_s=args["request_deadline"],
+        trace_speed=float(args["trace_speed"]),
+    )
 
 
 def _server(args):
-    """Where the server is: the SGLang tree on this host (if any) and the port (--port, sglops' state, 30000)."""
+    """Where the server is: the SGLang tree on this host
+    (if any) and the port (--port, sglops' state, 30000)."""
     tree, tree_error = try_find_sglang(args.get("sglang_root"))
     root = tree["root"] if tree else None
     port, port_from = server_port(root, args.get("port"))
@@ -95,19 +111,21 @@ def _inspect(srv, args, interval):
     if proc and proc.get("python"):
         proc["env"] = python_env(proc["python"], proc.get("pythonpath"))
     srv.log_mark = log_size((proc or {}).get("log"))
-    srv.space = args.get("test_token_range") or model_token_space(f"http://{LOOPBACK}:{port}", info,
-                                                                  args.get("vocab_size"), (proc or {}).get("hf_env"))
+    srv.space = args.get("test_token_range") or model_token_space(
+        f"http://{LOOPBACK}:{port}", info, args.get("vocab_size"), (proc or {}).get("hf_env")
+    )
     _check_dataset_ids(args.get("dataset"), srv.space)
     srv.patches = applied_patches(srv.root)
     srv.incremental = bool((info or {}).get("incremental_streaming_output"))
-    srv.metrics_off = (_bench_metrics.available(LOOPBACK, port) if interval > 0
-                       else "not asked (--metrics-interval 0)")
+    srv.metrics_off = (
+        _bench_metrics.available(LOOPBACK, port) if interval > 0 else "not asked (--metrics-interval 0)"
+    )
     return srv
 
 
 def _check_dataset_ids(dataset, space):
-    """A file's input_ids must lie in the model's vocabulary: SGLang does not check them, and an id past it kills
-    the server (an IndexError in the embedding lookup)."""
+    """A file's input_ids must lie in the model's vocabulary: SGLang does not check them, and an id past it
+    kills the server (an IndexError in the embedding lookup)."""
     if not dataset or dataset.get("kind") not in ("prompts", "trace") or not isinstance(space, dict):
         return
     high = space["high"]
@@ -115,8 +133,10 @@ def _check_dataset_ids(dataset, space):
         bad = next((i for i in item.get("input_ids") or item.get("ids") or [] if not 0 <= i < high), None)
         if bad is not None:
             where = item.get("line") or f"prompt {no}"
-            raise UserError(f"{dataset.get('source') or 'jsonl'}:{where}: input id {bad} is past the model's "
-                            f"vocabulary ({high} ids, {space.get('source')}); nothing was sent")
+            raise UserError(
+                f"{dataset.get('source') or 'jsonl'}:{where}: input id {bad} is past the model's "
+                f"vocabulary ({high} ids, {space.get('source')}); nothing was sent"
+            )
 
 
 def _plan(s):
@@ -124,14 +144,20 @@ def _plan(s):
     bounded by --duration; by default one per stream, or 10 s of arrivals of an open loop)."""
     for lv in s.levels:
         c, rate = int(lv["concurrency"]), lv.get("rate")
-        whole = (len(s.dataset["items"]) if lv.get("trace") else s.dataset["count"] * s.dataset["turns"]
-                 if s.dataset["kind"] == "sessions" else (round(rate * 10) if rate else c))
+        whole = (
+            len(s.dataset["items"])
+            if lv.get("trace")
+            else s.dataset["count"] * s.dataset["turns"]
+            if s.dataset["kind"] == "sessions"
+            else (round(rate * 10) if rate else c)
+        )
         lv["requests"] = None if s.duration else max(1, int(s.per_run or whole))
     return [(rep, lv) for rep in range(s.runs) for lv in s.levels]
 
 
 class _Progress:
-    """Live progress for the laptop every 0.5 s: the phase, requests done, the step of the plan, the time left."""
+    """Live progress for the laptop every 0.5 s: the phase,
+    requests done, the step of the plan, the time left."""
 
     def __init__(self, plan, s, counter):
         self.plan, self.runs, self.duration, self.counter = plan, s.runs, s.duration, counter
@@ -167,9 +193,19 @@ class _Progress:
 
     def say(self):
         rep, lv = self.plan[min(self.k, len(self.plan) - 1)]
-        _say(phase=self.phase, done=self.counter.done, total=self.total, failed=self.counter.failed, eta_s=self.eta(),
-             step=self.k + 1, steps=len(self.plan), repeat=rep + 1, runs=self.runs, concurrency=lv["concurrency"],
-             request_rate=lv.get("rate"))
+        _say(
+            phase=self.phase,
+            done=self.counter.done,
+            total=self.total,
+            failed=self.counter.failed,
+            eta_s=self.eta(),
+            step=self.k + 1,
+            steps=len(self.plan),
+            repeat=rep + 1,
+            runs=self.runs,
+            concurrency=lv["concurrency"],
+            request_rate=lv.get("rate"),
+        )
 
     def _report(self):
         while not self._stop.wait(0.5):
@@ -186,9 +222,22 @@ def _warm_up(s, srv):
     for lv in s.levels:
         c = max(1, int(lv["concurrency"]))
         for w in range(s.warmup):
-            prompts = [prompt_ids(srv.space, -(s.seed * 7919 + c * 131 + w * 17 + i + 1), s.in_len) for i in range(c)]
-            recs, _ = run_batch(srv.port, s.api, srv.model, prompts, min(s.out_len, 32), c, s.timeout, Counter(),
-                                None, s.logprobs, srv.incremental)
+            prompts = [
+                prompt_ids(srv.space, -(s.seed * 7919 + c * 131 + w * 17 + i + 1), s.in_len) for i in range(c)
+            ]
+            recs, _ = run_batch(
+                srv.port,
+                s.api,
+                srv.model,
+                prompts,
+                min(s.out_len, 32),
+                c,
+                s.timeout,
+                Counter(),
+                None,
+                s.logprobs,
+                srv.incremental,
+            )
             _warm_failed(recs, srv)
             warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
     return warm
@@ -209,8 +258,14 @@ def _level(s, srv, k, rep, lv, counter):
     """One step of the plan: a level's requests (open loop at its rate, else closed at its concurrency), with
     the server's /metrics scraped beside them; the repeat's raw entry."""
     c, rate, n = int(lv["concurrency"]), lv.get("rate"), lv["requests"]
-    prompts = Prompts(s.dataset, lambda seed, m: prompt_ids(srv.space, seed, m), s.seed, s.seed * 1000003 + k * 1009,
-                      s.in_len, s.out_len)
+    prompts = Prompts(
+        s.dataset,
+        lambda seed, m: prompt_ids(srv.space, seed, m),
+        s.seed,
+        s.seed * 1000003 + k * 1009,
+        s.in_len,
+        s.out_len,
+    )
 
     def prompt_at(i):
         return None if n is not None and i >= n else prompts.prompt_at(i)
@@ -219,16 +274,42 @@ def _level(s, srv, k, rep, lv, counter):
     scraper = _bench_metrics.Scraper(LOOPBACK, srv.port, s.interval).start() if not srv.metrics_off else None
     started = time.time()
     if rate or lv.get("trace"):
-        arrivals = (trace_gaps(s.dataset["items"], s.trace_speed) if lv.get("trace")
-                    else itertools.chain([0.0], gaps(rate, s.arrival, s.burstiness, s.seed * 7 + k)))
-        recs, wall = run_open(srv.port, s.api, srv.model, prompt_at, arrivals, s.timeout, counter, s.logprobs,
-                              srv.incremental, deadline, c if c > 0 else 0)
+        arrivals = (
+            trace_gaps(s.dataset["items"], s.trace_speed)
+            if lv.get("trace")
+            else itertools.chain([0.0], gaps(rate, s.arrival, s.burstiness, s.seed * 7 + k))
+        )
+        recs, wall = run_open(
+            srv.port,
+            s.api,
+            srv.model,
+            prompt_at,
+            arrivals,
+            s.timeout,
+            counter,
+            s.logprobs,
+            srv.incremental,
+            deadline,
+            c if c > 0 else 0,
+        )
     elif s.dataset["kind"] == "sessions":
-        recs, wall = run_sessions(srv.port, s.api, srv.model, prompts, c, s.timeout, counter, s.logprobs,
-                                  srv.incremental, deadline)
+        recs, wall = run_sessions(
+            srv.port, s.api, srv.model, prompts, c, s.timeout, counter, s.logprobs, srv.incremental, deadline
+        )
     else:
-        recs, wall = run_closed(srv.port, s.api, srv.model, prompt_at, c, s.timeout, counter, s.override,
-                                s.logprobs, srv.incremental, deadline)
+        recs, wall = run_closed(
+            srv.port,
+            s.api,
+            srv.model,
+            prompt_at,
+            c,
+            s.timeout,
+            counter,
+            s.override,
+            s.logprobs,
+            srv.incremental,
+            deadline,
+        )
     samples = scraper.stop() if scraper else None
     entry = {"repeat": rep, "concurrency": c, "wall_s": wall, "started": started, "requests": recs}
     if rate:
@@ -267,28 +348,51 @@ def _answer(s, srv, warm, repeats, down, cpu):
     changed = None if down else config_changed(srv.port, srv.info, srv.proc)
     space = srv.space if isinstance(srv.space, dict) else {"test_range": srv.space}
     return {
-        "api": s.api, "port": srv.port, "port_from": srv.port_from, "model": srv.model, "input_len": s.in_len,
-        "output_len": s.out_len, "runs": s.runs, "concurrency": [lv["concurrency"] for lv in s.levels],
+        "api": s.api,
+        "port": srv.port,
+        "port_from": srv.port_from,
+        "model": srv.model,
+        "input_len": s.in_len,
+        "output_len": s.out_len,
+        "runs": s.runs,
+        "concurrency": [lv["concurrency"] for lv in s.levels],
         "requests_per_run": {lv["concurrency"]: lv["requests"] for lv in s.levels if not lv.get("rate")},
-        "levels": s.levels, "dataset": s.dataset, "duration_s": s.duration,
-        "server_metrics": srv.metrics_off or "scraped", "metrics_interval": s.interval, "warmup": warm,
-        "server_info": srv.info, "server_version": (srv.info or {}).get("version"), "server_process": srv.proc,
-        "token_space": {**{k: v for k, v in space.items() if k != "special"},
-                        "special_ids": len(space.get("special") or [])},
-        "sglang": srv.tree, "sglang_error": srv.tree_error, "patches": srv.patches, "server_down": down,
-        "repeats": repeats, "client_cpu_s": cpu, "client_tokens": sum(r["tokens"] for e in repeats
-                                                                       for r in e["requests"]),
-        "logprobs": s.logprobs, "incremental_streaming": srv.incremental, "server_changed": changed,
+        "levels": s.levels,
+        "dataset": s.dataset,
+        "duration_s": s.duration,
+        "server_metrics": srv.metrics_off or "scraped",
+        "metrics_interval": s.interval,
+        "warmup": warm,
+        "server_info": srv.info,
+        "server_version": (srv.info or {}).get("version"),
+        "server_process": srv.proc,
+        "token_space": {
+            **{k: v for k, v in space.items() if k != "special"},
+            "special_ids": len(space.get("special") or []),
+        },
+        "sglang": srv.tree,
+        "sglang_error": srv.tree_error,
+        "patches": srv.patches,
+        "server_down": down,
+        "repeats": repeats,
+        "client_cpu_s": cpu,
+        "client_tokens": sum(r["tokens"] for e in repeats for r in e["requests"]),
+        "logprobs": s.logprobs,
+        "incremental_streaming": srv.incremental,
+        "server_changed": changed,
     }
 
 
-SWITCH_S = 0.0005  # the GIL's hand-over interval while measuring (python's 5 ms default is an open loop's p99 lag)
+# the GIL's hand-over interval while measuring (python's 5 ms default is an open loop's p99 lag)
+SWITCH_S = 0.0005
 
 
 def main(args):
-    """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw records.
-    A thread due to send waits for the GIL up to the switch interval: 0.5 ms instead of 5 while measuring."""
-    sys.setswitchinterval(float(args.get("test_switch_interval") or SWITCH_S))  # tests: python's own, to compare
+    """Bench the server on this host's loopback: warm up, measure every (repeat, level) step, return raw
+    records. A thread due to send waits for the GIL up to the switch interval: 0.5 ms instead of 5 while
+    measuring."""
+    # tests: python's own, to compare
+    sys.setswitchinterval(float(args.get("test_switch_interval") or SWITCH_S))
     srv = _server(args)
     s = _settings(args)
     LIMIT["s"] = s.limit_s
@@ -299,7 +403,8 @@ def main(args):
     sampler = None
     try:
         warm = _warm_up(s, srv)
-        sampler = Sampler(args["telemetry_interval"]).start()  # one sampler while measuring, stopped with it
+        # one sampler while measuring, stopped with it
+        sampler = Sampler(args["telemetry_interval"]).start()
         repeats, down, cpu = _measure(s, srv, plan, progress, counter)
     finally:
         progress.stop()

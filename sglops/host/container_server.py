@@ -1,10 +1,10 @@
 # Restart shape (b), run on the HOST (outside the container) in one round trip: the container's own command is
-# the server, so the engine starts and stops it. restart = check that the container runs the rendered arguments
-# (refuse, writing nothing, when it does not: only recreating a container changes its command, and the options
-# it was created with belong to whoever created it), `ENGINE restart`, a health wait from inside the container
-# (`exec`, each call under `timeout` inside), the effective arguments (/server_info), and on a failed start the
-# crash named from `ENGINE logs` since this start. Records live on the host (the container may be gone or
-# stopped): ~/.local/state/sglops/containers/<engine>-<name>/restarts.jsonl and last-good.json.
+# the server, so the engine starts and stops it. restart = check that the container runs the rendered
+# arguments (refuse, writing nothing, when it does not: only recreating a container changes its command, and
+# the options it was created with belong to whoever created it), `ENGINE restart`, a health wait from inside
+# the container (`exec`, each call under `timeout` inside), the effective arguments (/server_info), and on a
+# failed start the crash named from `ENGINE logs` since this start. Records live on the host (the container
+# may be gone or stopped): ~/.local/state/sglops/containers/<engine>-<name>/restarts.jsonl and last-good.json.
 import json
 import os
 import re
@@ -14,13 +14,17 @@ import time
 from ._common import PRIVATE_DIR, UserError, open_private, progress
 from .server_common import classify, flag_value, local_url, write_atomic
 
-_PROBE = ("import sys,urllib.request,urllib.error\n"
-          "try:\n r=urllib.request.urlopen(sys.argv[1],timeout=float(sys.argv[2]));s,b=r.status,r.read()\n"
-          "except urllib.error.HTTPError as e:\n s,b=e.code,b''\n"
-          "except Exception:\n s,b=0,b''\n"
-          "sys.stdout.write(str(s)+'\\n'+b.decode('utf-8','replace'))\n")
-FATAL = re.compile(r"Received sigquit from a child process|Scheduler hit an exception|kill_process_tree called|"
-                   r"error while attempting to bind on address")
+_PROBE = (
+    "import sys,urllib.request,urllib.error\n"
+    "try:\n r=urllib.request.urlopen(sys.argv[1],timeout=float(sys.argv[2]));s,b=r.status,r.read()\n"
+    "except urllib.error.HTTPError as e:\n s,b=e.code,b''\n"
+    "except Exception:\n s,b=0,b''\n"
+    "sys.stdout.write(str(s)+'\\n'+b.decode('utf-8','replace'))\n"
+)
+FATAL = re.compile(
+    r"Received sigquit from a child process|Scheduler hit an exception|kill_process_tree called|"
+    r"error while attempting to bind on address"
+)
 FATAL_GRACE_S = 5.0
 
 
@@ -38,8 +42,10 @@ def engine(args, *argv, timeout=60):
 def inspect(args):
     code, out, err = engine(args, "inspect", "--type", "container", args["container"])
     if code != 0:
-        raise UserError(f"container {args['container']!r} does not exist on this host ({args['engine']}: "
-                        f"{(err.strip().splitlines() or ['no output'])[-1][:200]})")
+        raise UserError(
+            f"container {args['container']!r} does not exist on this host ({args['engine']}: "
+            f"{(err.strip().splitlines() or ['no output'])[-1][:200]})"
+        )
     return json.loads(out)[0]
 
 
@@ -66,7 +72,9 @@ def differences(doc, want_argv, want_env):
         hset, wset = _pairs(have), _pairs(want)
         for flag in sorted(set(hset) | set(wset)):
             if hset.get(flag) != wset.get(flag):
-                out.append(f"{flag}: container runs {_show(hset.get(flag))}, profile renders {_show(wset.get(flag))}")
+                out.append(
+                    f"{flag}: container runs {_show(hset.get(flag))}, profile renders {_show(wset.get(flag))}"
+                )
         if not out:
             out.append(f"arguments in another order: container runs {' '.join(have)}")
     env = env_of(doc)
@@ -94,9 +102,22 @@ def _show(v):
 def exec_get(args, host, port, path, timeout=5):
     """(status, body) of GET path on the container's own server, asked from inside it (its network may be
     its own), with the time limit enforced inside (`timeout`)."""
-    words = ["exec"] + (["-u", args["user"]] if args.get("user") else []) + [
-        args["container"], "timeout", "-k", "2", str(int(timeout) + 1), args["python"], "-c", _PROBE,
-        local_url(host, port, path), str(timeout)]
+    words = (
+        ["exec"]
+        + (["-u", args["user"]] if args.get("user") else [])
+        + [
+            args["container"],
+            "timeout",
+            "-k",
+            "2",
+            str(int(timeout) + 1),
+            args["python"],
+            "-c",
+            _PROBE,
+            local_url(host, port, path),
+            str(timeout),
+        ]
+    )
     code, out, _ = engine(args, *words, timeout=timeout + 10)
     if code != 0 or not out:
         return None, ""
@@ -107,8 +128,12 @@ def exec_get(args, host, port, path, timeout=5):
 def logs(args, since=None, tail_n=None):
     words = ["logs"] + (["--since", since] if since else []) + (["--tail", str(tail_n)] if tail_n else [])
     try:
-        p = subprocess.run([args["engine"], *words, args["container"]], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=60)
+        p = subprocess.run(
+            [args["engine"], *words, args["container"]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return p.stdout.decode(errors="replace").splitlines()
@@ -130,7 +155,9 @@ def locked(args):
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise UserError(f"another sglops restart or stop of container {args['container']} is running on this host") from None
+        raise UserError(
+            f"another sglops restart or stop of container {args['container']} is running on this host"
+        ) from None
     return lock
 
 
@@ -151,11 +178,20 @@ def records(args, n=5):
 
 def state_of(doc):
     st = doc.get("State") or {}
-    return {"status": st.get("Status"), "running": bool(st.get("Running")), "restarting": bool(st.get("Restarting")),
-            "exit_code": st.get("ExitCode"), "started_at": st.get("StartedAt"), "finished_at": st.get("FinishedAt"),
-            "oom_killed": bool(st.get("OOMKilled")), "restart_count": doc.get("RestartCount", 0),
-            "restart_policy": ((doc.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
-            "id": doc.get("Id"), "image": doc.get("Image"), "command": command_of(doc)}
+    return {
+        "status": st.get("Status"),
+        "running": bool(st.get("Running")),
+        "restarting": bool(st.get("Restarting")),
+        "exit_code": st.get("ExitCode"),
+        "started_at": st.get("StartedAt"),
+        "finished_at": st.get("FinishedAt"),
+        "oom_killed": bool(st.get("OOMKilled")),
+        "restart_count": doc.get("RestartCount", 0),
+        "restart_policy": ((doc.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
+        "id": doc.get("Id"),
+        "image": doc.get("Image"),
+        "command": command_of(doc),
+    }
 
 
 def wait_healthy(args, host, port, timeout_s, started_at, count0):
@@ -164,7 +200,8 @@ def wait_healthy(args, host, port, timeout_s, started_at, count0):
         elapsed = time.monotonic() - t0
         st = state_of(inspect(args))
         if st["started_at"] != started_at or st["restart_count"] != count0 or st["restarting"]:
-            return "died", elapsed, st, False  # it exited and the engine's restart policy started it again
+            # it exited and the engine's restart policy started it again
+            return "died", elapsed, st, False
         if not st["running"]:
             return "died", elapsed, st, False
         status, _ = exec_get(args, host, port, "/health", timeout=3)
@@ -176,12 +213,18 @@ def wait_healthy(args, host, port, timeout_s, started_at, count0):
             if FATAL.search("\n".join(logs(args, since=started_at))):
                 fatal_at = elapsed
         elif elapsed - fatal_at > FATAL_GRACE_S:
-            return "died", elapsed, st, True  # SGLang said a process failed and the launcher hangs
+            # SGLang said a process failed and the launcher hangs
+            return "died", elapsed, st, True
         if elapsed - last >= 1.0:
             last = elapsed
             line = (logs(args, tail_n=1) or [""])[-1][-160:]
-            progress(phase="waiting for /health", elapsed=round(elapsed, 1), timeout=timeout_s, health=status,
-                     log=line)
+            progress(
+                phase="waiting for /health",
+                elapsed=round(elapsed, 1),
+                timeout=timeout_s,
+                health=status,
+                log=line,
+            )
         time.sleep(1.0)
 
 
@@ -189,22 +232,47 @@ def restart(args):
     doc = inspect(args)
     before = state_of(doc)
     diff = differences(doc, args["argv"], args.get("env") or {})
-    if diff:  # refuse before anything changes: restarting would run the container's old command
+    # refuse before anything changes: restarting would run the container's old command
+    if diff:
         return {"state": "refused", "differences": diff, "container": before}
     if args.get("plan"):
         return {"state": "plan", "differences": [], "container": before}
     progress(phase=f"{args['engine']} restart")
-    code, _, err = engine(args, "restart", "-t", str(int(args["grace_s"])), args["container"],
-                          timeout=float(args["grace_s"]) + 60)
+    code, _, err = engine(
+        args,
+        "restart",
+        "-t",
+        str(int(args["grace_s"])),
+        args["container"],
+        timeout=float(args["grace_s"]) + 60,
+    )
     if code != 0:
-        raise UserError(f"{args['engine']} restart {args['container']} failed: "
-                        f"{(err.strip().splitlines() or ['no output'])[-1][:200]}")
+        raise UserError(
+            f"{args['engine']} restart {args['container']} failed: "
+            f"{(err.strip().splitlines() or ['no output'])[-1][:200]}"
+        )
     started = state_of(inspect(args))
-    state, waited, st, hung = wait_healthy(args, args["host"], args["port"], float(args["timeout_s"]),
-                                           started["started_at"], started["restart_count"])
-    out = {"state": state, "waited_s": round(waited, 3), "container": st, "stopped": before,
-           "server_info": None, "server_info_endpoint": None, "failure": None, "failure_label": None,
-           "failure_detail": None, "log_tail": [], "log_path": f"{args['engine']} logs {args['container']}"}
+    state, waited, st, hung = wait_healthy(
+        args,
+        args["host"],
+        args["port"],
+        float(args["timeout_s"]),
+        started["started_at"],
+        started["restart_count"],
+    )
+    out = {
+        "state": state,
+        "waited_s": round(waited, 3),
+        "container": st,
+        "stopped": before,
+        "server_info": None,
+        "server_info_endpoint": None,
+        "failure": None,
+        "failure_label": None,
+        "failure_detail": None,
+        "log_tail": [],
+        "log_path": f"{args['engine']} logs {args['container']}",
+    }
     if state == "healthy":
         for path in ("/server_info", "/get_server_info"):
             status, body = exec_get(args, args["host"], args["port"], path, timeout=10)
@@ -216,24 +284,54 @@ def restart(args):
                 break
             if status != 404:
                 break
-        write_atomic(os.path.join(state_dir(args), "last-good.json"), json.dumps(
-            {"profile": args.get("profile"), "command": st["command"], "id": st["id"], "image": st["image"],
-             "at": time.time()}))
+        write_atomic(
+            os.path.join(state_dir(args), "last-good.json"),
+            json.dumps(
+                {
+                    "profile": args.get("profile"),
+                    "command": st["command"],
+                    "id": st["id"],
+                    "image": st["image"],
+                    "at": time.time(),
+                }
+            ),
+        )
     else:
-        if state == "timeout" or hung:  # do not leave a half-started server behind
-            engine(args, "stop", "-t", str(int(args["grace_s"])), args["container"], timeout=float(args["grace_s"]) + 60)
+        # do not leave a half-started server behind
+        if state == "timeout" or hung:
+            engine(
+                args,
+                "stop",
+                "-t",
+                str(int(args["grace_s"])),
+                args["container"],
+                timeout=float(args["grace_s"]) + 60,
+            )
             out["container"] = state_of(inspect(args))
         since = logs(args, since=started["started_at"])
-        out["log_tail"] = since[-int(args.get("tail", 30)):]
+        out["log_tail"] = since[-int(args.get("tail", 30)) :]
         cls, label, evidence = classify(since)
         exit_code = out["container"]["exit_code"]
         out["failure"] = cls or ("timeout" if state == "timeout" else "died")
-        out["failure_label"] = label or (f"no /health within {float(args['timeout_s']):g}s" if state == "timeout"
-                                         else f"the container exited ({exit_code})")
+        out["failure_label"] = label or (
+            f"no /health within {float(args['timeout_s']):g}s"
+            if state == "timeout"
+            else f"the container exited ({exit_code})"
+        )
         out["failure_detail"] = evidence
-    record(args, {"shape": "entrypoint", "profile": args.get("profile"), "state": state, "failure": out["failure"],
-                  "waited_s": out["waited_s"], "container": st["id"], "image": st["image"],
-                  "operator": args.get("operator")})
+    record(
+        args,
+        {
+            "shape": "entrypoint",
+            "profile": args.get("profile"),
+            "state": state,
+            "failure": out["failure"],
+            "waited_s": out["waited_s"],
+            "container": st["id"],
+            "image": st["image"],
+            "operator": args.get("operator"),
+        },
+    )
     return out
 
 
@@ -241,10 +339,20 @@ def status(args):
     doc = inspect(args)
     st = state_of(doc)
     cmd = st["command"]
-    host, port = flag_value(cmd, "--host", "127.0.0.1"), int(args.get("port") or flag_value(cmd, "--port", 30000))
-    out = {"container": st, "health": None, "server_info": None, "port": port, "host": host,
-           "log_tail": logs(args, tail_n=int(args.get("tail", 20))) if args.get("tail") else [],
-           "restarts": records(args), "log_path": f"{args['engine']} logs {args['container']}"}
+    host, port = (
+        flag_value(cmd, "--host", "127.0.0.1"),
+        int(args.get("port") or flag_value(cmd, "--port", 30000)),
+    )
+    out = {
+        "container": st,
+        "health": None,
+        "server_info": None,
+        "port": port,
+        "host": host,
+        "log_tail": logs(args, tail_n=int(args.get("tail", 20))) if args.get("tail") else [],
+        "restarts": records(args),
+        "log_path": f"{args['engine']} logs {args['container']}",
+    }
     if st["running"]:
         out["health"], _ = exec_get(args, host, port, "/health", timeout=3)
         if out["health"] is not None:
@@ -263,8 +371,11 @@ def status(args):
 
 def follow(args, seconds):
     """Stream the container's new log lines for `seconds` (each a progress report)."""
-    proc = subprocess.Popen([args["engine"], "logs", "-f", "--since", "0s", args["container"]],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [args["engine"], "logs", "-f", "--since", "0s", args["container"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     end = time.monotonic() + seconds
     try:
         os.set_blocking(proc.stdout.fileno(), False)
@@ -287,20 +398,32 @@ def stop(args):
     if not before["running"]:
         return {"stopped": False, "container": before}
     t0 = time.monotonic()
-    code, _, err = engine(args, "stop", "-t", str(int(args["grace_s"])), args["container"],
-                          timeout=float(args["grace_s"]) + 60)
+    code, _, err = engine(
+        args, "stop", "-t", str(int(args["grace_s"])), args["container"], timeout=float(args["grace_s"]) + 60
+    )
     if code != 0:
-        raise UserError(f"{args['engine']} stop {args['container']} failed: "
-                        f"{(err.strip().splitlines() or ['no output'])[-1][:200]}")
+        raise UserError(
+            f"{args['engine']} stop {args['container']} failed: "
+            f"{(err.strip().splitlines() or ['no output'])[-1][:200]}"
+        )
     after = state_of(inspect(args))
-    record(args, {"shape": "entrypoint", "state": "stopped", "container": after["id"], "operator": args.get("operator")})
+    record(
+        args,
+        {
+            "shape": "entrypoint",
+            "state": "stopped",
+            "container": after["id"],
+            "operator": args.get("operator"),
+        },
+    )
     return {"stopped": True, "container": after, "took_s": round(time.monotonic() - t0, 3)}
 
 
 def main(args):
     action = args["action"]
     if action == "status" or args.get("plan"):
-        return status(args) if action == "status" else restart(args)  # read-only: no lock, nothing written
+        # read-only: no lock, nothing written
+        return status(args) if action == "status" else restart(args)
     lock = locked(args)
     try:
         return {"restart": restart, "stop": stop}[action](args)

@@ -1,13 +1,15 @@
 # probe-backends on a host, whatever engine serves there: the default engine's tree is scanned here
-# (probe_scan.py); another engine's (the one host/_engine_here.py finds serving) has the files its probe set reads
-# sent back, read only, for the laptop's probes of that engine (sglops/probe/vllm_backends.py). One round trip.
+# (probe_scan.py); another engine's (the one host/_engine_here.py finds serving) has the files its probe set
+# reads sent back, read only, for the laptop's probes of that engine (sglops/probe/vllm_backends.py). One
+# round trip.
 import glob
 import os
 import time
 
 from ._engine_here import serving_engine
 
-MAX_BYTES = 8 << 20  # a probe set reads a few dozen source files (vLLM 0.32's MLA backends: ~0.7 MB)
+# a probe set reads a few dozen source files (vLLM 0.32's MLA backends: ~0.7 MB)
+MAX_BYTES = 8 << 20
 
 
 def read_files(pkg, patterns):
@@ -37,8 +39,17 @@ def main(args):
         return scan(args)
     tree = found["tree"]
     files = read_files(tree["package_dir"], patterns)
-    return {"engine_tree": {"engine": found["spec"]["name"], "title": found["spec"]["title"],
-                            "package_dir": tree["package_dir"], "version": tree.get("version"),
-                            "version_source": tree.get("version_source"), "kind": tree["kind"],
-                            "source": found["source"], "python": found.get("python")},
-            "files": files, "seconds": round(time.monotonic() - start, 4)}
+    return {
+        "engine_tree": {
+            "engine": found["spec"]["name"],
+            "title": found["spec"]["title"],
+            "package_dir": tree["package_dir"],
+            "version": tree.get("version"),
+            "version_source": tree.get("version_source"),
+            "kind": tree["kind"],
+            "source": found["source"],
+            "python": found.get("python"),
+        },
+        "files": files,
+        "seconds": round(time.monotonic() - start, 4),
+    }

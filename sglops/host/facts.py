@@ -1,8 +1,8 @@
-# What is on this GPU host, in one round trip: GPUs, driver/CUDA, Python, torch, FlashInfer, SGLang, and the engine
-# that serves here when it is another one (its release, tree and platform: `engine`).
-# "python" and "torch" describe the Python the server runs on: the running server's interpreter (found from the
-# process listening on the server port), else the venv the engine's package is installed in; only when neither
-# is known, the python running this script (always reported as "host_python").
+# What is on this GPU host, in one round trip: GPUs, driver/CUDA, Python, torch, FlashInfer, SGLang, and the
+# engine that serves here when it is another one (its release, tree and platform: `engine`).
+# "python" and "torch" describe the Python the server runs on: the running server's interpreter (found from
+# the process listening on the server port), else the venv the engine's package is installed in; only when
+# neither is known, the python running this script (always reported as "host_python").
 import os
 import re
 import shutil
@@ -35,9 +35,17 @@ def gpus():
         if len(vals) != len(GPU_FIELDS):
             continue
         idx, name, cc, mem, driver, uuid = vals
-        rows.append({"index": int(idx), "name": name, "compute_capability": cc,
-                     "sm": "sm" + cc.replace(".", ""), "memory_mib": int(float(mem)),
-                     "driver": driver, "uuid": uuid})
+        rows.append(
+            {
+                "index": int(idx),
+                "name": name,
+                "compute_capability": cc,
+                "sm": "sm" + cc.replace(".", ""),
+                "memory_mib": int(float(mem)),
+                "driver": driver,
+                "uuid": uuid,
+            }
+        )
     return rows, None
 
 
@@ -106,29 +114,53 @@ def engine_facts(found):
     spec, tree = found["spec"], found["tree"]
     lines = read_since(found["log"], int(found.get("log_offset") or 0)) if found.get("log") else []
     plat, plat_from = platform(spec, tree, lines)
-    return {"name": spec["name"], "title": spec["title"], "version": tree.get("version"),
-            "version_source": tree.get("version_source"), "package_dir": tree["package_dir"], "kind": tree["kind"],
-            "platform": plat, "platform_source": plat_from, "python": found.get("python"), "port": found["port"],
-            "running": bool((found.get("proc") or {}).get("pid")), "source": found["source"]}
+    return {
+        "name": spec["name"],
+        "title": spec["title"],
+        "version": tree.get("version"),
+        "version_source": tree.get("version_source"),
+        "package_dir": tree["package_dir"],
+        "kind": tree["kind"],
+        "platform": plat,
+        "platform_source": plat_from,
+        "python": found.get("python"),
+        "port": found["port"],
+        "running": bool((found.get("proc") or {}).get("pid")),
+        "source": found["source"],
+    }
 
 
 def main(args):
     (gpu_rows, gpu_error), cuda, (sglang, sglang_error), (rc, rg, _), (found, found_error) = parallel(
-        gpus, cuda_version, lambda: try_find_sglang(args.get("sglang_root")), lambda: sh(["rg", "--version"]),
-        lambda: _serving(args))
+        gpus,
+        cuda_version,
+        lambda: try_find_sglang(args.get("sglang_root")),
+        lambda: sh(["rg", "--version"]),
+        lambda: _serving(args),
+    )
     port, _ = server_port((sglang or {}).get("root"), args.get("port"))
     env, source = sglang_python(sglang, port)
     if found and found.get("python") and not (env and env.get("executable") == found["python"]):
         other = python_env(found["python"])
         if other.get("version"):
-            env, source = other, f"the {found['spec']['title']} server on port {found['port']} ({found['source']})"
+            env, source = (
+                other,
+                f"the {found['spec']['title']} server on port {found['port']} ({found['source']})",
+            )
     host = python_info()
     if env:
-        python = {"executable": env["executable"], "version": env["version"], "prefix": env.get("prefix"),
-                  "source": source}
+        python = {
+            "executable": env["executable"],
+            "version": env["version"],
+            "prefix": env.get("prefix"),
+            "source": source,
+        }
         torch, triton, flashinfer = env.get("torch"), env.get("triton"), env.get("flashinfer")
     else:
-        python = {**host, "source": "the python running sglops' host scripts (no server or engine venv found)"}
+        python = {
+            **host,
+            "source": "the python running sglops' host scripts (no server or engine venv found)",
+        }
         torch = torch_info()
         triton = dist_version("triton")
         flashinfer = flashinfer_info()

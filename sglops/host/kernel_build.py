@@ -36,7 +36,9 @@ def target_dir(target, hint):
         return os.path.dirname(find_sglang(hint)["package_dir"])
     path = os.path.expanduser(target)
     if not os.path.isabs(path):
-        raise UserError("install target must be site-packages, sglang or an absolute path, not " + repr(target))
+        raise UserError(
+            "install target must be site-packages, sglang or an absolute path, not " + repr(target)
+        )
     return path
 
 
@@ -50,7 +52,9 @@ def read_records(state):
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise UserError("kernel record " + path + " is unreadable (" + str(exc) + "); fix or move it aside") from None
+        raise UserError(
+            "kernel record " + path + " is unreadable (" + str(exc) + "); fix or move it aside"
+        ) from None
     if not isinstance(records, dict):
         raise UserError("kernel record " + path + " is not a JSON object; fix or move it aside")
     return records
@@ -70,13 +74,16 @@ def lock(state):
     read without it and create nothing)."""
     parent = os.path.dirname(state)
     if os.path.basename(parent) == ".sglops":
-        sglops_dir(os.path.dirname(parent))  # <checkout>/.sglops, 0700, with its .gitignore
+        # <checkout>/.sglops, 0700, with its .gitignore
+        sglops_dir(os.path.dirname(parent))
     os.makedirs(state, mode=PRIVATE_DIR, exist_ok=True)
     fh = open_private(os.path.join(state, ".lock"), "w")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise UserError("another sglops kernel build or uninstall is running on this host (" + state + ")") from None
+        raise UserError(
+            "another sglops kernel build or uninstall is running on this host (" + state + ")"
+        ) from None
     return fh
 
 
@@ -87,8 +94,9 @@ def run_logged(argv, cwd, env, timeout, log_path):
         log.write(("$ " + " ".join(argv) + "\n").encode())
         log.flush()
         try:
-            code = subprocess.run(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=timeout).returncode
+            code = subprocess.run(
+                argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
+            ).returncode
         except FileNotFoundError:
             log.write((argv[0] + ": not found\n").encode())
             code = 127
@@ -108,7 +116,10 @@ def error_lines(text, limit=8):
         if not ERROR_RE.search(ln) or ln.startswith("Traceback (most recent call last)"):
             continue
         if re.match(r"\w*(Error|Exception)\b", ln):
-            where = next((x.strip() for x in reversed(lines[max(0, i - 6):i]) if x.strip().startswith('File "')), None)
+            where = next(
+                (x.strip() for x in reversed(lines[max(0, i - 6) : i]) if x.strip().startswith('File "')),
+                None,
+            )
             if where and where not in hits:
                 hits.append(where)
         hits.append(ln)
@@ -122,15 +133,24 @@ def plan(args):
     parent, leaf = os.path.split(rel)
     tag = args["hash"][:12] + "-" + args["arch"]
     return {
-        "state_dir": state_dir(hint), "target_dir": target, "install_path": os.path.join(target, rel),
-        "module": rel.replace("/", "."), "tag": tag, "python": sys.executable,
+        "state_dir": state_dir(hint),
+        "target_dir": target,
+        "install_path": os.path.join(target, rel),
+        "module": rel.replace("/", "."),
+        "tag": tag,
+        "python": sys.executable,
     }
 
 
 def installed_ok(rec, p):
     path = p["install_path"]
-    return bool(rec) and rec.get("install_path") == path and os.path.islink(path) \
-        and os.readlink(path) == rec.get("link_to") and os.path.isdir(path)
+    return (
+        bool(rec)
+        and rec.get("install_path") == path
+        and os.path.islink(path)
+        and os.readlink(path) == rec.get("link_to")
+        and os.path.isdir(path)
+    )
 
 
 def writable(path):
@@ -152,8 +172,11 @@ def build(args):
     if args.get("dry_run"):
         records = read_records(p["state_dir"])
         rec = records.get(args["name"])
-        return decide(args, p, records) or {"status": "would-build", **p,
-                                            "previous": rec and {k: rec.get(k) for k in ("hash", "arch")}}
+        return decide(args, p, records) or {
+            "status": "would-build",
+            **p,
+            "previous": rec and {k: rec.get(k) for k in ("hash", "arch")},
+        }
     held = lock(p["state_dir"])
     try:
         records = read_records(p["state_dir"])
@@ -177,7 +200,9 @@ def decide(args, p, records):
     if same and installed_ok(rec, p) and not args.get("force"):
         return {"status": "unchanged", **p, "installed_at": rec.get("installed_at")}
     if os.path.lexists(path) and not (rec and rec.get("install_path") == path and os.path.islink(path)):
-        raise UserError(path + " exists and was not installed by sglops; remove it or pick another install target")
+        raise UserError(
+            path + " exists and was not installed by sglops; remove it or pick another install target"
+        )
     return None
 
 
@@ -201,8 +226,13 @@ def _build_locked(args, p, records, held):
         for stage in ("build", "selftest"):
             spec = args[stage]
             progress(stage=stage)
-            code, secs, text = run_logged(spec["argv"], work, {**env, **spec.get("env", {})}, spec["timeout"],
-                                          os.path.join(work, stage + ".log"))
+            code, secs, text = run_logged(
+                spec["argv"],
+                work,
+                {**env, **spec.get("env", {})},
+                spec["timeout"],
+                os.path.join(work, stage + ".log"),
+            )
             out["stages"][stage] = {"exit": code, "seconds": secs, "log": text}
             if code != 0:
                 out.update(failed_stage=stage, error_lines=error_lines(text))
@@ -210,7 +240,9 @@ def _build_locked(args, p, records, held):
         progress(stage="install")
         pkg = os.path.join(work, args["package"])
         if not os.path.isdir(pkg):
-            out.update(failed_stage="install", error_lines=["the build left no " + args["package"] + "/ to install"])
+            out.update(
+                failed_stage="install", error_lines=["the build left no " + args["package"] + "/ to install"]
+            )
             return out
         # a fresh versioned copy each time (also for --force of the same build), then one rename
         parent, leaf = os.path.split(path)
@@ -221,9 +253,14 @@ def _build_locked(args, p, records, held):
         os.replace(vdir + ".tmp", vdir)
         old_link = os.readlink(path) if os.path.islink(path) else None
         swap_link(path, p["link_to"])
-        check = [sys.executable, "-c", "import importlib,os,sys; sys.path.insert(0, sys.argv[1]); "
-                 "m = importlib.import_module(sys.argv[2]); print(os.path.realpath(m.__file__))",
-                 p["target_dir"], p["module"]]
+        check = [
+            sys.executable,
+            "-c",
+            "import importlib,os,sys; sys.path.insert(0, sys.argv[1]); "
+            "m = importlib.import_module(sys.argv[2]); print(os.path.realpath(m.__file__))",
+            p["target_dir"],
+            p["module"],
+        ]
         rc, so, se = sh(check, timeout=120)
         if rc != 0 or not so.strip().startswith(os.path.realpath(vdir) + os.sep):
             if old_link:
@@ -232,7 +269,9 @@ def _build_locked(args, p, records, held):
                 os.unlink(path)
             shutil.rmtree(vdir, ignore_errors=True)
             why = (se.strip().splitlines() or ["imported " + so.strip() + " instead"])[-1]
-            out.update(failed_stage="install", error_lines=["import check failed, install rolled back: " + why])
+            out.update(
+                failed_stage="install", error_lines=["import check failed, install rolled back: " + why]
+            )
             return out
         if old_link:
             shutil.rmtree(os.path.join(parent, old_link), ignore_errors=True)
@@ -240,11 +279,17 @@ def _build_locked(args, p, records, held):
             shutil.rmtree(final)
         os.replace(work, final)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        records[name] = {"name": name, "hash": args["hash"], "arch": args["arch"], "language": args["language"],
-                         "target": args["target"], **{k: p[k] for k in ("target_dir", "install_path", "version_dir",
-                                                                        "link_to", "module", "python")},
-                         "build_dir": final, "installed_at": now,
-                         "previous": rec and {k: rec.get(k) for k in ("hash", "arch", "installed_at")}}
+        records[name] = {
+            "name": name,
+            "hash": args["hash"],
+            "arch": args["arch"],
+            "language": args["language"],
+            "target": args["target"],
+            **{k: p[k] for k in ("target_dir", "install_path", "version_dir", "link_to", "module", "python")},
+            "build_dir": final,
+            "installed_at": now,
+            "previous": rec and {k: rec.get(k) for k in ("hash", "arch", "installed_at")},
+        }
         write_records(p["state_dir"], records)
         out.update(status="built", installed_at=now)
         return out
@@ -270,7 +315,8 @@ def uninstall(args):
     if args.get("dry_run"):
         return {"status": "would-uninstall", **uninstall_check(args, state, read_records(state))}
     if not os.path.isdir(state):
-        uninstall_check(args, state, {})  # the one-line "not installed", without making the state dir
+        # the one-line "not installed", without making the state dir
+        uninstall_check(args, state, {})
     held = lock(state)
     try:
         records = read_records(state)
@@ -298,5 +344,8 @@ def main(args):
         return uninstall(args)
     if action == "list":
         state = state_dir(args.get("sglang_root"))
-        return {"state_dir": state, "installed": sorted(read_records(state).values(), key=lambda r: r["name"])}
+        return {
+            "state_dir": state,
+            "installed": sorted(read_records(state).values(), key=lambda r: r["name"]),
+        }
     raise UserError("unknown kernel action " + repr(action))

@@ -10,13 +10,17 @@ from .patch_lib import ledger
 
 
 def _model(path):
-    """The model folder's config.json hash (None: not a folder here; a hub id is loaded by name on every node)."""
+    """The model folder's config.json hash (None: not a
+    folder here; a hub id is loaded by name on every node)."""
     if not path:
         return {"path": path, "exists": False, "config_sha256": None}
     folder = os.path.expanduser(path)
     config = os.path.join(folder, "config.json")
-    return {"path": path, "exists": os.path.isdir(folder),
-            "config_sha256": sha256_file(config) if os.path.isfile(config) else None}
+    return {
+        "path": path,
+        "exists": os.path.isdir(folder),
+        "config_sha256": sha256_file(config) if os.path.isfile(config) else None,
+    }
 
 
 def _kernels(root):
@@ -27,8 +31,11 @@ def _kernels(root):
         return {}
     if not isinstance(records, dict):
         return {}
-    return {name: (rec or {}).get("sha256") or (rec or {}).get("tag") for name, rec in sorted(records.items())
-            if isinstance(rec, dict)}
+    return {
+        name: (rec or {}).get("sha256") or (rec or {}).get("tag")
+        for name, rec in sorted(records.items())
+        if isinstance(rec, dict)
+    }
 
 
 def main(args):
@@ -37,12 +44,29 @@ def main(args):
     applied = []
     for entry in ledger(root).get("applied", []):
         files = entry.get("files") or {}
-        applied.append({"patch": entry.get("patch") or entry.get("name"), "variant": entry.get("variant"),
-                        "files": {rel: (f or {}).get("after") if isinstance(f, dict) else f
-                                  for rel, f in sorted(files.items())} if isinstance(files, dict) else files})
+        applied.append(
+            {
+                "patch": entry.get("patch") or entry.get("name"),
+                "variant": entry.get("variant"),
+                "files": {
+                    rel: (f or {}).get("after") if isinstance(f, dict) else f
+                    for rel, f in sorted(files.items())
+                }
+                if isinstance(files, dict)
+                else files,
+            }
+        )
     dirty = tree.get("dirty")
-    return {"sglang": {"version": tree.get("version"), "commit": tree.get("commit"), "kind": tree.get("kind"),
-                       "dirty": hashlib.sha256(json.dumps(dirty, sort_keys=True).encode()).hexdigest()[:12]
-                       if dirty else None},
-            "patches": sorted(applied, key=lambda e: str(e["patch"])), "kernels": _kernels(root),
-            "model": _model(args.get("model_path"))}
+    return {
+        "sglang": {
+            "version": tree.get("version"),
+            "commit": tree.get("commit"),
+            "kind": tree.get("kind"),
+            "dirty": hashlib.sha256(json.dumps(dirty, sort_keys=True).encode()).hexdigest()[:12]
+            if dirty
+            else None,
+        },
+        "patches": sorted(applied, key=lambda e: str(e["patch"])),
+        "kernels": _kernels(root),
+        "model": _model(args.get("model_path")),
+    }

@@ -19,9 +19,14 @@ def main(args):
     if args.get("read_only"):
         journal = pending(root)
         if journal:
-            raise UserError("recovery needed: " + journal.get("op", "?") + " of " + journal.get("patch", "?")
-                            + " was cut short on this host; the next apply-patch or revert-patch recovers it (this "
-                            + "dry run changes nothing)")
+            raise UserError(
+                "recovery needed: "
+                + journal.get("op", "?")
+                + " of "
+                + journal.get("patch", "?")
+                + " was cut short on this host; the next apply-patch or revert-patch recovers it (this "
+                + "dry run changes nothing)"
+            )
         return _capture(root, info, against, only, args)
     with Lock(root, args.get("lock_wait_s", 30), args.get("operator", "")):
         recover(root)
@@ -46,7 +51,8 @@ def _capture(root, info, against, only, args):
             cur = open(path, encoding="utf-8").read() if os.path.isfile(path) else None
             out[rel] = {"before": head if rc == 0 else None, "after": cur, "sha256": sha256_file(path)}
     else:
-        wanted = args["release_hashes"]  # {"sglang/...py": sha256}
+        # {"sglang/...py": sha256}
+        wanted = args["release_hashes"]
         pkg = info["package_dir"]
         base = os.path.dirname(pkg)
         for dirpath, _dirs, names in os.walk(pkg):
@@ -61,5 +67,10 @@ def _capture(root, info, against, only, args):
                 digest = sha256_file(path)
                 if digest != wanted[key]:
                     out[rel] = {"key": key, "after": open(path, encoding="utf-8").read(), "sha256": digest}
-    return {"root": root, "version": info.get("version"), "commit": info.get("commit"), "files": out,
-            "ledger": ledger(root)}
+    return {
+        "root": root,
+        "version": info.get("version"),
+        "commit": info.get("commit"),
+        "files": out,
+        "ledger": ledger(root),
+    }

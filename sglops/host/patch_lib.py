@@ -2,16 +2,16 @@
 # make an apply or revert all-or-nothing even if the SSH connection drops or the process is killed.
 #
 # Layout under <sglang_root>/.sglops/ (0700):
-#   lock           flock'ed for the whole of every mutating patch step (holder written inside)
-#   applied.json   the ledger: {"applied": [entry, ...]}
-#   journal.json   present only while a transaction is in flight (or was cut short)
-#   txn/<id>/old/  the files as they were before the transaction (rollback copies)
-#   backups/<patch>/<rel>  originals kept after an apply (what revert restores)
+#   lock flock'ed for the whole of every mutating patch step (holder written inside)
+#   applied.json the ledger: {"applied": [entry, ...]}
+#   journal.json present only while a transaction is in flight (or was cut short)
+#   txn/<id>/old/ the files as they were before the transaction (rollback copies)
+#   backups/<patch>/<rel> originals kept after an apply (what revert restores)
 #
 # The journal protocol (a write-ahead log; every write is fsynced before the next step):
-#   preparing   the journal names every file it will create, before any is created
-#   prepared    originals copied to txn/<id>/old/, new contents staged as <file>.sglops-new
-#   committed   staged files renamed into place and the ledger written: THE COMMIT POINT
+#   preparing the journal names every file it will create, before any is created
+#   prepared originals copied to txn/<id>/old/, new contents staged as <file>.sglops-new
+#   committed staged files renamed into place and the ledger written: THE COMMIT POINT
 #   rolled-back (recovery only) the tree and the ledger are as before
 # then the tail: backups kept (apply) or dropped (revert), txn/<id>/ removed, journal removed.
 # Recovery (`recover`) rolls a journal in state committed wholly forward and any other wholly
@@ -92,13 +92,27 @@ class Lock:
                     self.fh.seek(0)
                     holder = self.fh.read().strip() or "another process"
                     self.fh.close()
-                    raise UserError("the patch lock " + self.path + " is held by " + holder
-                                    + " (waited " + str(int(self.wait_s)) + " s); try again when it is done") from None
+                    raise UserError(
+                        "the patch lock "
+                        + self.path
+                        + " is held by "
+                        + holder
+                        + " (waited "
+                        + str(int(self.wait_s))
+                        + " s); try again when it is done"
+                    ) from None
                 time.sleep(0.1)
         self.fh.seek(0)
         self.fh.truncate()
-        self.fh.write("pid " + str(os.getpid()) + " " + self.who + " since "
-                      + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
+        self.fh.write(
+            "pid "
+            + str(os.getpid())
+            + " "
+            + self.who
+            + " since "
+            + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            + "\n"
+        )
         self.fh.flush()
         return self
 
@@ -218,9 +232,15 @@ def will(journal):
 
 def summary(journal, live=None):
     """What `inv patches` and dry runs say about a pending journal (`live`: the lock holder while it runs)."""
-    return {"op": journal.get("op"), "patch": journal.get("patch"), "txn": journal.get("id"),
-            "state": journal.get("state"), "will": will(journal), "files": sorted(journal.get("files", {})),
-            "live": live}
+    return {
+        "op": journal.get("op"),
+        "patch": journal.get("patch"),
+        "txn": journal.get("id"),
+        "state": journal.get("state"),
+        "will": will(journal),
+        "files": sorted(journal.get("files", {})),
+        "live": live,
+    }
 
 
 def set_state(root, journal, state):
@@ -240,9 +260,19 @@ def _roll_back(root, journal):
                     remove(path)
                 else:
                     if sha256_file(f["old_copy"]) != f["before"]:
-                        raise UserError("cannot roll back " + journal["op"] + " of " + journal["patch"] + ": the copy of "
-                                        + rel + " in " + f["old_copy"] + " is missing or altered; the journal "
-                                        + journal_path(root) + " is left for a person to look at")
+                        raise UserError(
+                            "cannot roll back "
+                            + journal["op"]
+                            + " of "
+                            + journal["patch"]
+                            + ": the copy of "
+                            + rel
+                            + " in "
+                            + f["old_copy"]
+                            + " is missing or altered; the journal "
+                            + journal_path(root)
+                            + " is left for a person to look at"
+                        )
                     copy_atomic(f["old_copy"], path)
                 restored.append(rel)
             remove(staged)
@@ -289,7 +319,9 @@ def _close(root, journal):
 
 
 def fsync_dirs(root, journal):
-    for parent in sorted({os.path.dirname(_file_paths(root, rel, f)[0]) for rel, f in journal["files"].items()}):
+    for parent in sorted(
+        {os.path.dirname(_file_paths(root, rel, f)[0]) for rel, f in journal["files"].items()}
+    ):
         fsync_dir(parent)
 
 

@@ -57,9 +57,17 @@ def collect(root, info, args, view=None):
         patch, _, frel = key.partition(":")
         base = backups_from.get(patch, os.path.join(state_dir(root, create=False), "backups", patch))
         backups[key] = sha256_file(os.path.join(base, frel)) if base else None
-    return {"root": root, "version": info.get("version"), "commit": info.get("commit"),
-            "kind": info.get("kind"), "files": files, "ledger": book, "backups": backups,
-            "container": container_identity(), "ab": read_json(os.path.join(state_dir(root, create=False), "ab.json"), None)}
+    return {
+        "root": root,
+        "version": info.get("version"),
+        "commit": info.get("commit"),
+        "kind": info.get("kind"),
+        "files": files,
+        "ledger": book,
+        "backups": backups,
+        "container": container_identity(),
+        "ab": read_json(os.path.join(state_dir(root, create=False), "ab.json"), None),
+    }
 
 
 def main(args):

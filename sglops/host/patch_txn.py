@@ -46,7 +46,9 @@ def _compile(staged, target, tdir):
         try:
             py_compile.compile(staged, cfile=os.path.join(tmp, "x.pyc"), dfile=target, doraise=True)
         except py_compile.PyCompileError as exc:
-            raise UserError("py_compile failed for " + target + ": " + str(exc.msg).strip().splitlines()[-1]) from None
+            raise UserError(
+                "py_compile failed for " + target + ": " + str(exc.msg).strip().splitlines()[-1]
+            ) from None
 
 
 def _now():
@@ -57,9 +59,16 @@ def _new_ledger(book, op, patch, args, info, files):
     entries = [e for e in book.get("applied", []) if e.get("patch") != patch]
     if op == "apply":
         entry = dict(args["entry"])
-        entry.update({"patch": patch, "time": _now(), "sglang_version": info.get("version"),
-                      "sglang_commit": info.get("commit"), "container": container_identity(),
-                      "files": {rel: {"before": f["before"], "after": f["after"]} for rel, f in files.items()}})
+        entry.update(
+            {
+                "patch": patch,
+                "time": _now(),
+                "sglang_version": info.get("version"),
+                "sglang_commit": info.get("commit"),
+                "container": container_identity(),
+                "files": {rel: {"before": f["before"], "after": f["after"]} for rel, f in files.items()},
+            }
+        )
         entries.append(entry)
     return {"applied": entries}
 
@@ -83,7 +92,8 @@ def _stage(root, d, patch, rel, f, j, k, tdir):
         copy_durable(path, j["old_copy"])
     step("saved " + str(k))
     if f["after"] is None:
-        return  # the transaction deletes this file: nothing to stage
+        # the transaction deletes this file: nothing to stage
+        return
     if "from_backup" in f:
         src = os.path.join(d, "backups", patch, rel)
         if sha256_file(src) != f["after"]:
@@ -116,27 +126,44 @@ def main(args):
     with Lock(root, args.get("lock_wait_s", 30), args.get("operator", "") + " " + op + " " + patch):
         recovered = recover(root, list(files))
         held = holder(root, args)
-        if held is not None:  # an ab or sweep owns the host: its restore would silently undo this change
+        # an ab or sweep owns the host: its restore would silently undo this change
+        if held is not None:
             return {"owned_by": held, "recovered": recovered}
         d = state_dir(root)
         book = ledger(root)
         done = _already(root, book, op, patch, files)
-        if done is not None:  # another operator's same change won the race for the lock: nothing to do
+        # another operator's same change won the race for the lock: nothing to do
+        if done is not None:
             return {"already": done, "files": {}, "ledger": book, "recovered": recovered}
         # pre-images: exactly what the laptop decided on, else someone changed them meanwhile
         changed = [rel for rel, f in files.items() if sha256_file(tree_path(root, rel)) != f["before"]]
         if changed:
-            raise UserError("changed on the host since it was checked: " + ", ".join(changed) + "; nothing changed")
+            raise UserError(
+                "changed on the host since it was checked: " + ", ".join(changed) + "; nothing changed"
+            )
         txn = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
         tdir = txn_dir(root, txn)
         jfiles = {}
         for rel, f in files.items():
             path = tree_path(root, rel)
-            jfiles[rel] = {"before": f["before"], "after": f["after"], "path": path, "staged": path + STAGED_SUFFIX,
-                           "old_copy": os.path.join(tdir, "old", rel)}
-        journal = {"id": txn, "op": op, "patch": patch, "state": "preparing", "files": jfiles,
-                   "ledger_before": book, "ledger_after": _new_ledger(book, op, patch, args, info, files)}
-        write_json(journal_path(root), journal)  # write-ahead: before anything it names exists
+            jfiles[rel] = {
+                "before": f["before"],
+                "after": f["after"],
+                "path": path,
+                "staged": path + STAGED_SUFFIX,
+                "old_copy": os.path.join(tdir, "old", rel),
+            }
+        journal = {
+            "id": txn,
+            "op": op,
+            "patch": patch,
+            "state": "preparing",
+            "files": jfiles,
+            "ledger_before": book,
+            "ledger_after": _new_ledger(book, op, patch, args, info, files),
+        }
+        # write-ahead: before anything it names exists
+        write_json(journal_path(root), journal)
         step("preparing")
         try:
             os.makedirs(os.path.join(tdir, "old"))
@@ -155,9 +182,20 @@ def main(args):
             restored = abort(root, journal)
             if isinstance(exc, UserError):
                 raise
-            raise UserError(op + " of " + patch + " failed (" + (str(exc) or type(exc).__name__)
-                            + "); restored " + (", ".join(restored) or "nothing needed")) from None
+            raise UserError(
+                op
+                + " of "
+                + patch
+                + " failed ("
+                + (str(exc) or type(exc).__name__)
+                + "); restored "
+                + (", ".join(restored) or "nothing needed")
+            ) from None
         finish(root, journal)
         say(step="done")
-        return {"txn": txn, "files": {rel: {"before": f["before"], "after": f["after"]} for rel, f in jfiles.items()},
-                "ledger": journal["ledger_after"], "recovered": recovered}
+        return {
+            "txn": txn,
+            "files": {rel: {"before": f["before"], "after": f["after"]} for rel, f in jfiles.items()},
+            "ledger": journal["ledger_after"],
+            "recovered": recovered,
+        }

@@ -49,7 +49,8 @@ class _Files:
         self._text, self._starts, self._defs, self._trees, self._index = {}, {}, {}, {}, {}
 
     def text(self, path):
-        """The file's text, lines joined by \\n without their \\r or the last line break ("" if unreadable)."""
+        """The file's text, lines joined by \\n without their
+        \\r or the last line break ("" if unreadable)."""
         if path in self._text:
             return self._text[path]
         if path in self.errors:
@@ -60,7 +61,8 @@ class _Files:
         except OSError as exc:
             self.errors[path] = exc.strerror or type(exc).__name__
             return ""
-        text = data.decode("utf-8", "replace")  # a line break never falls inside a UTF-8 sequence
+        # a line break never falls inside a UTF-8 sequence
+        text = data.decode("utf-8", "replace")
         if text.endswith("\n"):
             text = text[:-1]
         if "\r" in text:
@@ -106,8 +108,8 @@ class _Files:
         return self._trees[path]
 
     def index(self, path, lines):
-        """The option definitions in a module that span one of `lines` (the grep's hits there), found in one walk
-        that enters no statement away from them: (flag-or-field, line, node, deprecated)."""
+        """The option definitions in a module that span one of `lines` (the grep's hits there), found in one
+        walk that enters no statement away from them: (flag-or-field, line, node, deprecated)."""
         key = (path, tuple(sorted(set(lines))))
         if key not in self._index:
             self._index[key] = list(_all_definitions(_walk_near(self.tree(path), key[1])))
@@ -182,7 +184,8 @@ def _rg_lines(rg, patterns, paths, reader):
         return None
     given = set(paths)
     for line in err.splitlines():
-        line = line[4:] if line.startswith("rg: ") else line  # rg 13 prints `PATH: why`, later ones `rg: PATH: why`
+        # rg 13 prints `PATH: why`, later ones `rg: PATH: why`
+        line = line[4:] if line.startswith("rg: ") else line
         path, sep, why = line.partition(": ")
         while sep and path not in given:
             head, sep, why = why.partition(": ")
@@ -207,7 +210,9 @@ def _grep_rg(rg, jobs, reader, fallbacks):
             fallbacks.append(job["id"])
             return job["id"], _grep_python(job, reader)
         rx, _ = _compile(job)
-        return job["id"], [(path, n, t) for path in job["paths"] for n, t in found.get(path, []) if rx.search(t)]
+        return job["id"], [
+            (path, n, t) for path in job["paths"] for n, t in found.get(path, []) if rx.search(t)
+        ]
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         return dict(pool.map(one, jobs))
@@ -229,10 +234,11 @@ def _enclosing(reader, path, lineno):
 
 # -- follow: the kernels a backend calls, as the modules it imports -----------------------------------
 # One left-to-right pass over the text: strings and comments are stepped over whole, so `import` is only seen
-# where the parser would see a statement (anywhere: lazy imports inside functions too). Linear in the file's size,
-# the same answer as walking the parsed module without building it. Every alternative starts with a literal
-# character, so the regex engine skips to the next quote, `#`, `f` or `i` at C speed.
-_WS = r"(?:[ \t]|\\\n)*"  # blanks, and a backslash's line break
+# where the parser would see a statement (anywhere: lazy imports inside functions too). Linear in the file's
+# size, the same answer as walking the parsed module without building it. Every alternative starts with a
+# literal character, so the regex engine skips to the next quote, `#`, `f` or `i` at C speed.
+# blanks, and a backslash's line break
+_WS = r"(?:[ \t]|\\\n)*"
 _IMPORT_SCAN = re.compile(
     r"'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*'''"
     r'|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*"""'
@@ -274,7 +280,8 @@ def _import_statements(text):
 
 
 def _imported_files(reader, pkg, path):
-    """Files of the sglang package (folder pkg) that module `path` imports, anywhere in it (lazy imports too)."""
+    """Files of the sglang package (folder pkg) that module
+    `path` imports, anywhere in it (lazy imports too)."""
     text = reader.text(path)
     if path in reader.errors:
         return []
@@ -289,7 +296,9 @@ def _imported_files(reader, pkg, path):
         if parts[0] != "sglang":
             continue
         base = os.path.join(pkg, *parts[1:])
-        for cand in [base + ".py", os.path.join(base, "__init__.py")] + [os.path.join(base, n + ".py") for n in names]:
+        for cand in [base + ".py", os.path.join(base, "__init__.py")] + [
+            os.path.join(base, n + ".py") for n in names
+        ]:
             if os.path.isfile(cand):
                 out.append(os.path.normpath(cand))
     return sorted(set(out))
@@ -306,7 +315,7 @@ def _raises_after(lines, line, limit=4):
     if not lines or line > len(lines):
         return False
     indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
-    for text in lines[line:line + limit]:
+    for text in lines[line : line + limit]:
         stripped = text.lstrip()
         if stripped and len(text) - len(stripped) <= indent:
             return False
@@ -357,7 +366,8 @@ def _all_definitions(nodes):
             action = _kw(node, "action")
             helptext = _const(_kw(node, "help"))
             deprecated = ("Deprecat" in ast.dump(action) if action is not None else False) or (
-                isinstance(helptext, str) and helptext.startswith("[Deprecated]"))
+                isinstance(helptext, str) and helptext.startswith("[Deprecated]")
+            )
             for arg in node.args:
                 flag = _const(arg)
                 if isinstance(flag, str) and flag.startswith("--"):
@@ -367,18 +377,27 @@ def _all_definitions(nodes):
                 if isinstance(call, ast.Call) and _kw(call, "choices") is not None:
                     if _const(_kw(call, "no_cli")) is not True:
                         cli = _const(_kw(call, "cli_name"))
-                        yield cli or "--" + node.target.id.replace("_", "-"), node.lineno, _kw(call, "choices"), False
+                        yield (
+                            cli or "--" + node.target.id.replace("_", "-"),
+                            node.lineno,
+                            _kw(call, "choices"),
+                            False,
+                        )
                     break
 
 
 def _choices(root, files, candidates, probe, reader, errors):
-    """Option definitions in the candidate files ({path: hit lines}); NAME choices resolve through the probe's files."""
+    """Option definitions in the candidate files ({path: hit
+    lines}); NAME choices resolve through the probe's files."""
 
     def parsed(path):
         try:
             return reader.tree(path)
         except SyntaxError as exc:
-            err = {"file": _rel(root, path), "error": "cannot parse: " + str(exc.msg) + " (line " + str(exc.lineno) + ")"}
+            err = {
+                "file": _rel(root, path),
+                "error": "cannot parse: " + str(exc.msg) + " (line " + str(exc.lineno) + ")",
+            }
             if err not in errors:
                 errors.append(err)
             return None
@@ -395,6 +414,7 @@ def _choices(root, files, candidates, probe, reader, errors):
                     if value is not None:
                         return value
             return None
+
         return lookup
 
     wanted = set(probe["options"])
@@ -408,24 +428,34 @@ def _choices(root, files, candidates, probe, reader, errors):
             if flag not in wanted:
                 continue
             values = _literal_list(node, lookup) if node is not None else None
-            defs.append({"flag": flag, "file": _rel(root, path), "line": line, "choices": values,
-                         "deprecated": bool(deprecated), "text": reader.get(path)[line - 1].strip()})
+            defs.append(
+                {
+                    "flag": flag,
+                    "file": _rel(root, path),
+                    "line": line,
+                    "choices": values,
+                    "deprecated": bool(deprecated),
+                    "text": reader.get(path)[line - 1].strip(),
+                }
+            )
     order = {o: i for i, o in enumerate(probe["options"])}
     defs.sort(key=lambda d: (d["deprecated"], order.get(d["flag"], 99), d["file"], d["line"]))
     return defs
 
 
-# -- functions / fields: source the laptop evaluates (launch path), read with `ast`, nothing imported ------------
+# -- functions / fields: source the laptop evaluates (launch
+# path), read with `ast`, nothing imported ------------
 def _functions(root, paths, probe, reader, errors):
-    """Every def whose name matches probe["names"] (or, with a regex, the innermost def holding a matching line):
-    file, name, first line, decorators' first string arguments and its source lines."""
+    """Every def whose name matches probe["names"] (or, with a regex, the innermost def holding a matching
+    line): file, name, first line, decorators' first string arguments and its source lines."""
     names = re.compile(probe["names"]) if probe.get("names") else None
     rx = re.compile(probe["regex"]) if probe.get("regex") else None
     out = []
     for path in paths:
         text = reader.text(path)
-        if names is not None and not re.search(r"(?m)(?:def\s+(?:" + probe["names"] + r")\s*\(|^(?:"
-                                                + probe["names"] + r")\s*[:=])", text):
+        if names is not None and not re.search(
+            r"(?m)(?:def\s+(?:" + probe["names"] + r")\s*\(|^(?:" + probe["names"] + r")\s*[:=])", text
+        ):
             continue
         if rx is not None and not rx.search(text):
             continue
@@ -447,35 +477,65 @@ def _functions(root, paths, probe, reader, errors):
                     chosen.append(max(inner, key=lambda d: d.lineno))
         module = {}
         for st in tree.body:
-            targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+            targets = (
+                st.targets
+                if isinstance(st, ast.Assign)
+                else [st.target]
+                if isinstance(st, ast.AnnAssign)
+                else []
+            )
             for t in targets:
                 if isinstance(t, ast.Name) and st.value is not None:
                     module[t.id] = st
 
         def src(node, lines=lines):
-            return "\n".join(lines[node.lineno - 1:node.end_lineno])
+            return "\n".join(lines[node.lineno - 1 : node.end_lineno])
 
         for d in sorted({id(d): d for d in chosen}.values(), key=lambda d: d.lineno):
-            decos = [c.args[0].value for c in d.decorator_list if isinstance(c, ast.Call) and c.args
-                     and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)]
+            decos = [
+                c.args[0].value
+                for c in d.decorator_list
+                if isinstance(c, ast.Call)
+                and c.args
+                and isinstance(c.args[0], ast.Constant)
+                and isinstance(c.args[0].value, str)
+            ]
             used = {n.id for n in ast.walk(d) if isinstance(n, ast.Name)}
-            out.append({"file": _rel(root, path), "name": d.name, "line": d.lineno, "decorators": decos,
-                        "source": src(d),
-                        "globals": {k: {"line": module[k].lineno, "source": src(module[k])}
-                                    for k in sorted(used) if k in module}})
+            out.append(
+                {
+                    "file": _rel(root, path),
+                    "name": d.name,
+                    "line": d.lineno,
+                    "decorators": decos,
+                    "source": src(d),
+                    "globals": {
+                        k: {"line": module[k].lineno, "source": src(module[k])}
+                        for k in sorted(used)
+                        if k in module
+                    },
+                }
+            )
             if probe.get("follow"):
                 out.extend(_followed(root, path, d, probe["follow"], reader))
-        if names is not None:  # module-level NAME = ... (lru_cache(partial(...)) predicates, dicts of names)
+        # module-level NAME = ... (lru_cache(partial(...)) predicates, dicts of names)
+        if names is not None:
             for k, st in module.items():
                 if names.fullmatch(k):
-                    out.append({"file": _rel(root, path), "name": k, "line": st.lineno, "assign": True,
-                                "source": src(st)})
+                    out.append(
+                        {
+                            "file": _rel(root, path),
+                            "name": k,
+                            "line": st.lineno,
+                            "assign": True,
+                            "source": src(st),
+                        }
+                    )
     return out
 
 
 def _followed(root, path, fn, globs, reader):
-    """The functions `fn` imports by name (`from sglang.x import f`, lazy imports too) from files matching globs:
-    one level, so an implementation that hands its work to a kernel module is read with it."""
+    """The functions `fn` imports by name (`from sglang.x import f`, lazy imports too) from files matching
+    globs: one level, so an implementation that hands its work to a kernel module is read with it."""
     allowed = set(_glob_files(root, globs))
     out = []
     for node in ast.walk(fn):
@@ -492,13 +552,22 @@ def _followed(root, path, fn, globs, reader):
         lines = reader.get(target)
         for d in tree.body:
             if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)) and d.name in wanted:
-                out.append({"file": _rel(root, target), "name": d.name, "line": d.lineno, "decorators": [],
-                            "via": fn.name, "source": "\n".join(lines[d.lineno - 1:d.end_lineno])})
+                out.append(
+                    {
+                        "file": _rel(root, target),
+                        "name": d.name,
+                        "line": d.lineno,
+                        "decorators": [],
+                        "via": fn.name,
+                        "source": "\n".join(lines[d.lineno - 1 : d.end_lineno]),
+                    }
+                )
     return out
 
 
 def _fields(root, paths, reader, errors):
-    """Class-level `name: T = CONSTANT` (dataclass defaults of the server arguments): {name: [value, file:line]}."""
+    """Class-level `name: T = CONSTANT` (dataclass defaults
+    of the server arguments): {name: [value, file:line]}."""
     out = {}
     for path in paths:
         try:
@@ -507,8 +576,11 @@ def _fields(root, paths, reader, errors):
             continue
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
             for st in cls.body:
-                if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
-                        and isinstance(st.value, ast.Constant)):
+                if (
+                    isinstance(st, ast.AnnAssign)
+                    and isinstance(st.target, ast.Name)
+                    and isinstance(st.value, ast.Constant)
+                ):
                     out.setdefault(st.target.id, [st.value.value, _rel(root, path) + ":" + str(st.lineno)])
     return out
 
@@ -561,7 +633,9 @@ def _plan(args, roots, backend_files, reader, errors):
             if key not in follows:
                 follows[key] = _follows(reader, root, backend_files, list(key))
             paths = sorted(set(paths) | {m for ms in follows[key].values() for m in ms})
-            res["follows"] = {_rel(root, b): [_rel(root, m) for m in ms] for b, ms in follows[key].items() if ms}
+            res["follows"] = {
+                _rel(root, b): [_rel(root, m) for m in ms] for b, ms in follows[key].items() if ms
+            }
         res["files"] = len(paths)
         kind = probe.get("kind")
         if kind == "functions":
@@ -569,21 +643,35 @@ def _plan(args, roots, backend_files, reader, errors):
         elif kind == "fields":
             res["fields"] = _fields(root, paths, reader, errors)
         elif kind == "choices":
-            regex = "|".join(re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
-                             for o in probe["options"])
+            regex = "|".join(
+                re.escape(o) + "|" + re.escape(o.lstrip("-").replace("-", "_")) + r"\s*:"
+                for o in probe["options"]
+            )
             jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": regex})
         else:
-            jobs.append({"id": probe["id"], "root": root_name, "paths": paths, "regex": probe["regex"],
-                         "ignore_case": probe.get("ignore_case")})
+            jobs.append(
+                {
+                    "id": probe["id"],
+                    "root": root_name,
+                    "paths": paths,
+                    "regex": probe["regex"],
+                    "ignore_case": probe.get("ignore_case"),
+                }
+            )
     return jobs, results
 
 
 def _grep_hit(probe, root, path, line, text, reader):
     """One grep hit as the laptop reads it: where, the line, the def it sits in, names near it (window)."""
-    hit = {"file": _rel(root, path), "line": line, "text": text.strip()[:300], "func": _enclosing(reader, path, line)}
+    hit = {
+        "file": _rel(root, path),
+        "line": line,
+        "text": text.strip()[:300],
+        "func": _enclosing(reader, path, line),
+    }
     window = probe.get("window")
     if window is not None:
-        near = (reader.get(path) or [])[max(0, line - 1 - window):line]
+        near = (reader.get(path) or [])[max(0, line - 1 - window) : line]
         if probe.get("context"):
             ctx = re.compile(probe["context"])
             near = [ln for ln in near if ctx.search(ln)]
@@ -626,17 +714,28 @@ def _scan(args, roots, rg):
     jobs, results = _plan(args, roots, backend_files, reader, errors)
     found = _grep_rg(rg, jobs, reader, fallbacks) if rg else {j["id"]: _grep_python(j, reader) for j in jobs}
     _fill(args, roots, backend_files, results, found, reader, errors)
-    return {"fallbacks": sorted(set(fallbacks)), "backend_files": [_rel(roots["sglang"], f) for f in backend_files],
-            "results": results, "unreadable": _unreadable(reader, roots) + errors}
+    return {
+        "fallbacks": sorted(set(fallbacks)),
+        "backend_files": [_rel(roots["sglang"], f) for f in backend_files],
+        "results": results,
+        "unreadable": _unreadable(reader, roots) + errors,
+    }
 
 
 def _cache(args, roots, sglang, engine_label):
-    """The tree cache for this scan: named by the probes, the roots, the engine, this script and the Python that
-    parses; watching every globbed file and folder and sglops' state folder (the patch ledger) of the tree."""
+    """The tree cache for this scan: named by the probes, the roots, the engine, this script and the Python
+    that parses; watching every globbed file and folder and sglops' state folder (the patch ledger) of the
+    tree."""
     loader = globals().get("__loader__")
     source = loader.get_source(__name__) if loader is not None and hasattr(loader, "get_source") else None
-    key = {"probes": args["probes"], "backends": args["backends"], "roots": roots, "engine": engine_label,
-           "script": source, "python": sys.version}
+    key = {
+        "probes": args["probes"],
+        "backends": args["backends"],
+        "roots": roots,
+        "engine": engine_label,
+        "script": source,
+        "python": sys.version,
+    }
     cache = TreeCache(key, enabled=bool(source) and args.get("cache", True))
     paths = {sglops_dir(sglang["root"], create=False)}
     for root, patterns in _probe_globs(args, roots).items():
@@ -666,5 +765,11 @@ def main(args):
 
         rows, why = gpus()
         extra["gpus"] = {"gpus": rows, "error": why}
-    return {"sglang": sglang, "flashinfer": fi, "engine": engine_label, **found,
-            "seconds": round(time.monotonic() - start, 4), **extra}
+    return {
+        "sglang": sglang,
+        "flashinfer": fi,
+        "engine": engine_label,
+        **found,
+        "seconds": round(time.monotonic() - start, 4),
+        **extra,
+    }

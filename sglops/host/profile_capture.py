@@ -27,7 +27,8 @@ from ._server_proc import listening_pid, server_api_key, stdio_log
 from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
 from .telemetry import Sampler
 
-TELEMETRY_MS = 100  # GPU samples during the profiled request (a few seconds: every 100 ms)
+# GPU samples during the profiled request (a few seconds: every 100 ms)
+TELEMETRY_MS = 100
 
 
 def own_ranks(root):
@@ -60,14 +61,22 @@ def collect(args, root):
     pattern = _pattern(profile_id, PREFIX)
     expected = len(ranks) * (2 if args.get("by_stage") else 1)
     started = time.monotonic()
-    while not os.path.isdir(out_dir):  # the rank makes it when it writes its first trace
+    # the rank makes it when it writes its first trace
+    while not os.path.isdir(out_dir):
         if time.monotonic() - started > float(args.get("wait_s", 120)):
-            raise UserError(f"no trace folder {out_dir} on this node after {float(args.get('wait_s', 120)):g} s: its "
-                            f"ranks {ranks} wrote nothing (is node 0 profiling this server?)")
+            raise UserError(
+                f"no trace folder {out_dir} on this node after {float(args.get('wait_s', 120)):g} s: its "
+                f"ranks {ranks} wrote nothing (is node 0 profiling this server?)"
+            )
         time.sleep(0.25)
     names = wait_for_traces(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
-    return {"profile_id": profile_id, "output_dir": out_dir, "ranks": ranks, "files": _finish(out_dir, names, pattern),
-            "waited_s": round(time.monotonic() - started, 3)}
+    return {
+        "profile_id": profile_id,
+        "output_dir": out_dir,
+        "ranks": ranks,
+        "files": _finish(out_dir, names, pattern),
+        "waited_s": round(time.monotonic() - started, 3),
+    }
 
 
 def _finish(out_dir, names, pattern):
@@ -78,8 +87,14 @@ def _finish(out_dir, names, pattern):
             progress(phase="compress", file=n)
             path = compress(path)
         m = pattern.match(os.path.basename(path))
-        files.append({"path": path, "size": os.path.getsize(path), "rank": int(m.group(1)) if m else None,
-                      "stage": m.group(3) if m else None})
+        files.append(
+            {
+                "path": path,
+                "size": os.path.getsize(path),
+                "rank": int(m.group(1)) if m else None,
+                "stage": m.group(3) if m else None,
+            }
+        )
     return files
 
 
@@ -90,7 +105,9 @@ def _where(args):
         root = find_sglang(args.get("sglang_root"))["root"]
     except UserError:
         pass
-    state = (read_json_file(os.path.join(sglops_dir(root, create=False), "server.json")) if root else None) or {}
+    state = (
+        read_json_file(os.path.join(sglops_dir(root, create=False), "server.json")) if root else None
+    ) or {}
     port, port_from = server_port(root, args.get("port"))
     return root, state.get("host") or "127.0.0.1", port, port_from
 
@@ -130,14 +147,18 @@ def _out_dir(root, profile_id):
 
 
 def _pattern(profile_id, prefix=None):
-    """SGLang's names: [{prefix}-]{profile_id}-TP-{rank}[-DP-n][-PP-n][-EP-n][-EXTEND|-DECODE].trace.json.gz."""
+    """SGLang's names:
+    [{prefix}-]{profile_id}-TP-{rank}[-DP-n][-PP-n][-EP-n][-EXTEND|-DECODE].trace.json.gz."""
     head = re.escape(prefix) + "-" if prefix else r"(?:.+-)?"
-    return re.compile("^" + head + re.escape(profile_id) + r"-TP-(\d+)((?:-(?:DP|PP|EP)-\d+)*)(?:-(EXTEND|DECODE))?"
-                      r"\.trace\.json(\.gz)?$")
+    return re.compile(
+        "^" + head + re.escape(profile_id) + r"-TP-(\d+)((?:-(?:DP|PP|EP)-\d+)*)(?:-(EXTEND|DECODE))?"
+        r"\.trace\.json(\.gz)?$"
+    )
 
 
 def _expected(info, by_stage):
-    """How many files the server will write: one per TP x PP x DP rank, times two stages with profile_by_stage."""
+    """How many files the server will write: one per TP x
+    PP x DP rank, times two stages with profile_by_stage."""
     if not isinstance(info, dict):
         return None
     try:
@@ -159,7 +180,8 @@ def _log_of(root):
     """The server log sglops keeps for a server it started on this host."""
     if not root:
         return None
-    state_dir = sglops_dir(root, create=False)  # <checkout>/.sglops, or the per-user folder of an installed tree
+    # <checkout>/.sglops, or the per-user folder of an installed tree
+    state_dir = sglops_dir(root, create=False)
     state = read_json_file(os.path.join(state_dir, "server.json")) or {}
     for cand in (state.get("log"), os.path.join(state_dir, "server.log")):
         if cand and os.path.isfile(cand):
@@ -169,10 +191,18 @@ def _log_of(root):
 
 def start_request(args, info, out_dir, profile_id):
     """The /start_profile body: only what was asked, so the server's own defaults never add Python stacks."""
-    activities = args.get("activities") or (["CPU"] if str(info.get("device") or "") == "cpu" else ["CPU", "GPU"])
-    req = {"output_dir": out_dir, "num_steps": int(args["steps"]), "activities": list(activities),
-           "profile_prefix": PREFIX, "profile_id": profile_id, "with_stack": bool(args.get("with_stack")),
-           "record_shapes": bool(args.get("record_shapes"))}
+    activities = args.get("activities") or (
+        ["CPU"] if str(info.get("device") or "") == "cpu" else ["CPU", "GPU"]
+    )
+    req = {
+        "output_dir": out_dir,
+        "num_steps": int(args["steps"]),
+        "activities": list(activities),
+        "profile_prefix": PREFIX,
+        "profile_id": profile_id,
+        "with_stack": bool(args.get("with_stack")),
+        "record_shapes": bool(args.get("record_shapes")),
+    }
     if args.get("by_stage"):
         req["profile_by_stage"] = True
     return req
@@ -182,8 +212,10 @@ def main(args):
     if not args.get("collect_only") and args.get("engines"):
         from ._engine_here import serving_engine
 
-        found = serving_engine(args)  # another engine than the default serves here
-        if found and found["spec"].get("profiler"):  # its trace folder is fixed at launch
+        # another engine than the default serves here
+        found = serving_engine(args)
+        # its trace folder is fixed at launch
+        if found and found["spec"].get("profiler"):
             from ._profile_configured import capture
 
             return capture(args, found)
@@ -198,10 +230,13 @@ def main(args):
         AUTH["Authorization"] = "Bearer " + key
     status, info = _server_info(base)
     if status != 200:
-        raise UserError(f"no SGLang server answering on {host}:{port} (port from {port_from}): "
-                        f"{status or info}; start one (inv restart) or pass --port")
+        raise UserError(
+            f"no SGLang server answering on {host}:{port} (port from {port_from}): "
+            f"{status or info}; start one (inv restart) or pass --port"
+        )
     steps = int(args["steps"])
-    output_len = max(int(args["output_len"]), steps + 4)  # the profile stops itself after `steps` steps
+    # the profile stops itself after `steps` steps
+    output_len = max(int(args["output_len"]), steps + 4)
     ids = prompt_ids(info, PROMPT_LEN, args.get("vocab_size"), base)
     profile_id = args.get("profile_id") or (time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     out_dir = args.get("output_dir") or _out_dir(root, profile_id)
@@ -216,9 +251,13 @@ def main(args):
             raise UserError(explain_failure(base, "/start_profile", status, text, log_path))
         raise UserError(f"/start_profile on {host}:{port} refused: {status} {text.strip()[:200]}")
     progress(phase="decode", output_len=output_len)
-    sampler = Sampler(TELEMETRY_MS).start()  # GPU telemetry over the profiled request, stopped with it
+    # GPU telemetry over the profiled request, stopped with it
+    sampler = Sampler(TELEMETRY_MS).start()
     t0 = time.monotonic()
-    gen = {"input_ids": ids, "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}}
+    gen = {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True},
+    }
     status, text = post(base + "/generate", gen, timeout=float(args.get("generate_timeout_s", 300)))
     decode_s = time.monotonic() - t0
     gpu = sampler.stop()
@@ -240,8 +279,11 @@ def main(args):
     deadline = started + 2.0
 
     def present():
-        return [n for n in os.listdir(out_dir) if pattern.match(n)
-                and (ranks is None or int(pattern.match(n).group(1)) in ranks)]
+        return [
+            n
+            for n in os.listdir(out_dir)
+            if pattern.match(n) and (ranks is None or int(pattern.match(n).group(1)) in ranks)
+        ]
 
     while time.monotonic() < deadline and len(present()) < (expected or 1):
         time.sleep(0.1)
@@ -250,10 +292,25 @@ def main(args):
         stopped_by = "stop_profile" if s == 200 else "num_steps"
     names = wait_for_traces(out_dir, pattern, expected, float(args.get("wait_s", 120)), started, ranks)
     files = _finish(out_dir, names, pattern)
-    return {"host": host, "port": port, "port_from": port_from, "profile_id": profile_id, "output_dir": out_dir,
-            "steps": steps, "output_len": output_len, "stopped_by": stopped_by, "decode_s": round(decode_s, 3),
-            "waited_s": round(time.monotonic() - started, 3), "completion_tokens": meta.get("completion_tokens"),
-            "request": req, "prompt_ids": {"count": len(ids), "max": max(ids)},
-            "tp_size": info.get("tp_size"), "sglang_version": info.get("version"), "device": info.get("device"),
-            "model_path": info.get("model_path"), "standin": bool(info.get("standin")), "files": files,
-            "telemetry": gpu}
+    return {
+        "host": host,
+        "port": port,
+        "port_from": port_from,
+        "profile_id": profile_id,
+        "output_dir": out_dir,
+        "steps": steps,
+        "output_len": output_len,
+        "stopped_by": stopped_by,
+        "decode_s": round(decode_s, 3),
+        "waited_s": round(time.monotonic() - started, 3),
+        "completion_tokens": meta.get("completion_tokens"),
+        "request": req,
+        "prompt_ids": {"count": len(ids), "max": max(ids)},
+        "tp_size": info.get("tp_size"),
+        "sglang_version": info.get("version"),
+        "device": info.get("device"),
+        "model_path": info.get("model_path"),
+        "standin": bool(info.get("standin")),
+        "files": files,
+        "telemetry": gpu,
+    }

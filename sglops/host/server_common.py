@@ -15,44 +15,78 @@ from ._server_engine import logged_info
 from ._server_info import kept_fields
 
 # (class, label, pattern): the first class whose pattern matches anywhere in the log since the restart marker
-# wins, most specific first. Patterns follow what SGLang really prints (tests/data/server_logs/ keeps real logs).
+# wins, most specific first. Patterns follow what SGLang
+# really prints (tests/data/server_logs/ keeps real logs).
 FAILURE_CLASSES = [
     ("static_assert", "static_assert (a kernel failed to compile)", r"static_assert|static assertion failed"),
     ("cuda_oom", "CUDA out of memory", r"CUDA out of memory|OutOfMemoryError"),
-    ("port_in_use", "port in use",
-     r"address already in use|Errno 98\b|\bport \S* ?is already in use|at \d+ is not available in \d+ seconds"),
+    (
+        "port_in_use",
+        "port in use",
+        (
+            r"address already in use|Errno 98\b|\bport \S* ?is already in use|at \d+ is not available in \d+"
+            r" seconds"
+        ),
+    ),
     ("unknown_backend", "unknown backend", r"error: argument --[\w-]*backend: invalid choice"),
-    ("bad_argument", "invalid launch argument",
-     r"error: argument --[\w-]+: invalid|error: unrecognized arguments|error: argument --[\w-]+: expected"),
-    ("model_missing", "model not found",
-     r"Repo id must be in the form|is not a local folder and is not a valid model identifier|"
-     r"does not appear to have a file named config\.json|No such file or directory: \S*config\.json"),
-    # a valid choice this host cannot run: a missing package or CPU/GPU feature, or a backend that fails to build
-    ("unsupported", "unsupported on this host",
-     r"\bis not installed\b|requires Intel AMX|not supported on (?:this|CPU|cpu)|backend \S+ is not supported|"
-     r"not supported for this model|Invalid attention backend|NotImplementedError: .*backend|"
-     r", in create_\w+_backend$"),
+    (
+        "bad_argument",
+        "invalid launch argument",
+        r"error: argument --[\w-]+: invalid|error: unrecognized arguments|error: argument --[\w-]+: expected",
+    ),
+    (
+        "model_missing",
+        "model not found",
+        r"Repo id must be in the form|is not a local folder and is not a valid model identifier|"
+        r"does not appear to have a file named config\.json|No such file or directory: \S*config\.json",
+    ),
+    # a valid choice this host cannot run: a missing package
+    # or CPU/GPU feature, or a backend that fails to build
+    (
+        "unsupported",
+        "unsupported on this host",
+        r"\bis not installed\b|requires Intel AMX|not supported on (?:this|CPU|cpu)|backend \S+ is not"
+        r" supported|"
+        r"not supported for this model|Invalid attention backend|NotImplementedError: .*backend|"
+        r", in create_\w+_backend$",
+    ),
     ("import_error", "import failed", r"^(?:ModuleNotFoundError|ImportError): "),
     # multi-rank and multi-node starts (tests/data/server_logs/, docs/launch.md "Multi-rank")
     ("thread_binding", "CPU thread binding missing for the ranks", r"SGLANG_CPU_OMP_THREADS_BIND is not set"),
     ("nccl_on_cpu", "NCCL library loaded on a host without a GPU", r"Expected a cuda device, but got: cpu"),
-    ("dist_init_timeout", "not every node joined the distributed init in time",
-     r"DistStoreError: Timed out after \d+ seconds waiting for clients|clients joined|"
-     r"DistNetworkError: .*(?:timed out|Connection refused)"),
-    ("peer_lost", "another rank or node went away",
-     r"gloo/transport/tcp/pair\.cc.*(?:Connection reset by peer|Connection closed by peer)|"
-     r"Connection closed by peer \[|NCCL (?:communicator was aborted|watchdog)"),
+    (
+        "dist_init_timeout",
+        "not every node joined the distributed init in time",
+        r"DistStoreError: Timed out after \d+ seconds waiting for clients|clients joined|"
+        r"DistNetworkError: .*(?:timed out|Connection refused)",
+    ),
+    (
+        "peer_lost",
+        "another rank or node went away",
+        r"gloo/transport/tcp/pair\.cc.*(?:Connection reset by peer|Connection closed by peer)|"
+        r"Connection closed by peer \[|NCCL (?:communicator was aborted|watchdog)",
+    ),
     ("python_traceback", "Python traceback", r"Traceback \(most recent call last\)"),
 ]
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$")
 KILL_WAIT_S = 20.0
-SINCE_CAP = 16 * 1024 * 1024  # bytes of log read for classifying one start (a crash writes a few KB)
+# bytes of log read for classifying one start (a crash writes a few KB)
+SINCE_CAP = 16 * 1024 * 1024
 
 
 def state_paths(root, create=True):
     d = sglops_dir(root, create)
-    names = ["server.pid", "server.json", "launch.sh", "launch.last-good.sh", "launch.last-good.json", "server.log",
-             "restarts.jsonl", "server.lock", "server.abort"]
+    names = [
+        "server.pid",
+        "server.json",
+        "launch.sh",
+        "launch.last-good.sh",
+        "launch.last-good.json",
+        "server.log",
+        "restarts.jsonl",
+        "server.lock",
+        "server.abort",
+    ]
     return {n: os.path.join(d, n) for n in names}
 
 
@@ -82,7 +116,8 @@ def start_ticks(pid):
 
 
 def group_alive(pgid):
-    try:  # reap our own children in that group first (a zombie still "exists" for killpg)
+    # reap our own children in that group first (a zombie still "exists" for killpg)
+    try:
         while os.waitpid(-pgid, os.WNOHANG)[0]:
             pass
     except ChildProcessError:
@@ -100,8 +135,8 @@ def _live_member_in(pgid):
     """Whether a process of the group has not exited: an exited process waiting for whoever reaps it (on a
     container's or sandbox's init that can take seconds) holds no GPU memory, port or file, so a stop that
     counted it alive would wait for the reap. "Exited" is every thread, not the leader alone: a leader shows Z
-    while its other threads still run or still hold the process's files (a listening port; seen: the next start
-    found the port taken). Without /proc (not Linux) the group counts as alive."""
+    while its other threads still run or still hold the process's files (a listening port; seen: the next
+    start found the port taken). Without /proc (not Linux) the group counts as alive."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -183,7 +218,8 @@ def process_tree(pid):
 
 
 def alive_of(tree):
-    """The processes of a process_tree() snapshot that still run (same pid AND start time; exited ones are gone)."""
+    """The processes of a process_tree() snapshot that still
+    run (same pid AND start time; exited ones are gone)."""
     left = []
     for pid, ticks in tree:
         if start_ticks(pid) != ticks:
@@ -200,7 +236,8 @@ def _wait_gone(pgid, tree, deadline):
         time.sleep(0.05)
 
 
-SERVER_ID_VAR = "SGLOPS_SERVER_ID"  # exported to the server: every process of it inherits the mark
+# exported to the server: every process of it inherits the mark
+SERVER_ID_VAR = "SGLOPS_SERVER_ID"
 
 
 # Process titles and launch commands of servers when server.json names none (a server an older sglops started,
@@ -210,9 +247,9 @@ LAUNCH_MARKS = ("sglang.launch_server", "sglang-standin", "vllm.entrypoints.open
 
 
 def marked_processes(server_id, titles=DEFAULT_TITLES, marks=()):
-    """Processes of this user whose environment carries this server's mark AND whose command line is a server's
-    (the launcher or a titled worker, e.g. `sglang::scheduler`): found even when one left the process group and
-    its parent died."""
+    """Processes of this user whose environment carries this server's mark AND whose command line is a
+    server's (the launcher or a titled worker, e.g. `sglang::scheduler`): found even when one left the process
+    group and its parent died."""
     if not server_id:
         return []
     mark = f"{SERVER_ID_VAR}={server_id}".encode()
@@ -237,12 +274,12 @@ def marked_processes(server_id, titles=DEFAULT_TITLES, marks=()):
 
 def process_role(argv, titles=DEFAULT_TITLES, marks=()):
     """(role, rank words) of a server process from its command line: `sglang::scheduler_DP0_TP1` is
-    ("scheduler", {"dp": 0, "tp": 1}), `sglang::detokenizer` ("detokenizer", {}), `VLLM::Worker_TP1` ("Worker",
-    {"tp": 1}), the launch command "launcher"."""
+    ("scheduler", {"dp": 0, "tp": 1}), `sglang::detokenizer` ("detokenizer", {}), `VLLM::Worker_TP1`
+    ("Worker", {"tp": 1}), the launch command "launcher"."""
     first = argv[0] if argv else ""
     prefix = next((t for t in titles if first.startswith(t)), None)
-    if prefix is not None and first[len(prefix):].strip():
-        name, *parts = first[len(prefix):].split()[0].split("_")
+    if prefix is not None and first[len(prefix) :].strip():
+        name, *parts = first[len(prefix) :].split()[0].split("_")
         ranks = {}
         for part in parts:
             m = re.fullmatch(r"([A-Z]+(?:_[A-Z]+)?)(\d+)", part)
@@ -255,11 +292,11 @@ def process_role(argv, titles=DEFAULT_TITLES, marks=()):
 
 
 def kill_group(pgid, tree=()):
-    """SIGKILL the process group and every process of a process_tree() snapshot still running (one may have left
-    the group), then wait until all have exited: a KILLed process with a few GB mapped can take seconds to go on a
-    loaded host (seen: a scheduler still listed right after a hung start was stopped, and after a launcher that
-    died of a failed start), and what comes next (a start on the same port, a check for leftovers) must not meet
-    it. Gives up waiting after KILL_WAIT_S."""
+    """SIGKILL the process group and every process of a process_tree() snapshot still running (one may have
+    left the group), then wait until all have exited: a KILLed process with a few GB mapped can take seconds
+    to go on a loaded host (seen: a scheduler still listed right after a hung start was stopped, and after a
+    launcher that died of a failed start), and what comes next (a start on the same port, a check for
+    leftovers) must not meet it. Gives up waiting after KILL_WAIT_S."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
@@ -273,7 +310,8 @@ def kill_group(pgid, tree=()):
 
 
 def server_marks(info):
-    """(process titles, launch marks) of the server server.json describes (its engine's, recorded at start)."""
+    """(process titles, launch marks) of the server
+    server.json describes (its engine's, recorded at start)."""
     return tuple(info.get("titles") or DEFAULT_TITLES), tuple(m for m in [info.get("launch_module")] if m)
 
 
@@ -291,10 +329,13 @@ def stop_server(paths, grace_s=20.0):
     tree = process_tree(info["pid"])
     seen = {p for p, _ in tree}
     titles, marks = server_marks(info)
-    tree += [(p, start_ticks(p)) for p in marked_processes(info.get("server_id"), titles, marks) if p not in seen]
+    tree += [
+        (p, start_ticks(p)) for p in marked_processes(info.get("server_id"), titles, marks) if p not in seen
+    ]
     os.killpg(pgid, signal.SIGTERM)
     for pid in [p for p, _ in tree if p not in seen]:
-        try:  # a worker outside the group (it left it): TERM it too, it has the same grace
+        # a worker outside the group (it left it): TERM it too, it has the same grace
+        try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
@@ -308,8 +349,15 @@ def stop_server(paths, grace_s=20.0):
         if os.path.exists(paths[name]):
             os.unlink(paths[name])
     left = sorted(set(alive_of(tree)) | set(marked_processes(info.get("server_id"), titles, marks)))
-    return {"stopped": True, "pid": info["pid"], "signal": sent, "processes": len(tree), "left": left,
-            "took_s": round(time.monotonic() - t0, 3), "outside_group": len(tree) - len(seen)}
+    return {
+        "stopped": True,
+        "pid": info["pid"],
+        "signal": sent,
+        "processes": len(tree),
+        "left": left,
+        "took_s": round(time.monotonic() - t0, 3),
+        "outside_group": len(tree) - len(seen),
+    }
 
 
 def tail(path, lines=40):
@@ -342,13 +390,15 @@ def classify(log_lines, extra=()):
     extra: the engine's own (class, label, pattern) crash texts, tried before the common ones."""
     for cls, label, pattern in [*extra, *FAILURE_CLASSES]:
         rx = re.compile(pattern, re.I | re.M)
-        hit = next((ln for ln in reversed(log_lines) if rx.search(ln)), None)  # the last: what it ended in
+        # the last: what it ended in
+        hit = next((ln for ln in reversed(log_lines) if rx.search(ln)), None)
         if hit is None:
             continue
         evidence = hit.strip()
         if cls == "python_traceback" or (cls == "unsupported" and not _EXCEPTION_LINE.match(evidence)):
             raised = [ln.strip() for ln in log_lines if _EXCEPTION_LINE.match(ln.strip())]
-            evidence = raised[-1] if raised else evidence  # the exception it ended in, not a frame
+            # the exception it ended in, not a frame
+            evidence = raised[-1] if raised else evidence
         return cls, label, _shorten(evidence)
     return None, None, None
 
@@ -361,17 +411,21 @@ def _shorten(line, width=300):
 def server_info(host, port, timeout=5.0, spec=None, log_lines=None):
     """(effective server arguments, the endpoint that gave them): the engine's info endpoints in order
     (/server_info, or /get_server_info on releases before it existed: 404); an engine with none says its
-    arguments in its start-up log (spec["args_log"]) and its version at spec["version_path"]. (None, None) when
-    nothing answers with JSON."""
+    arguments in its start-up log (spec["args_log"]) and its version at spec["version_path"]. (None, None)
+    when nothing answers with JSON."""
     if spec is not None and not spec.get("info_paths"):
+
         def fetch(path):
             status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
             try:
                 return json.loads(body) if status == 200 else None
             except (ValueError, RecursionError):
                 return None
+
         info = logged_info(spec, fetch, log_lines or [])
-        where = "the start-up log's arguments line" + (" and " + spec["version_path"] if spec.get("version_path") else "")
+        where = "the start-up log's arguments line" + (
+            " and " + spec["version_path"] if spec.get("version_path") else ""
+        )
         return (kept_fields(info), where) if info else (None, None)
     for path in (spec or {}).get("info_paths") or ("/server_info", "/get_server_info"):
         status, body = http_get(local_url(host, port, path), timeout=timeout, limit=_fetch.INFO_MAX)
@@ -400,8 +454,9 @@ def http_get(url, timeout=2.0, limit=_fetch.ANSWER_MAX, headers=None):
 
     try:
         parts = urlsplit(url)
-        status, body = _fetch.get(parts.port, parts.path or "/", timeout=timeout, limit=limit, host=parts.hostname,
-                                  headers=headers)
+        status, body = _fetch.get(
+            parts.port, parts.path or "/", timeout=timeout, limit=limit, host=parts.hostname, headers=headers
+        )
     except Exception as exc:  # noqa: BLE001 (refused, cut, late, too large, malformed: no answer, and why)
         return None, str(exc) or type(exc).__name__
     return status, body.decode(errors="replace")
@@ -427,8 +482,11 @@ def is_server_argv(argv, marks=()):
     """Does this command line start an LLM server (an engine's launch module, `vllm serve`, the sandbox
     stand-in; marks: more launch commands, e.g. the recorded server's)?"""
     text = " ".join(argv)
-    return (any(m in text for m in (*LAUNCH_MARKS, *marks))
-            or any(os.path.basename(a) == "vllm" for a in argv[:3]) and "serve" in argv)
+    return (
+        any(m in text for m in (*LAUNCH_MARKS, *marks))
+        or any(os.path.basename(a) == "vllm" for a in argv[:3])
+        and "serve" in argv
+    )
 
 
 def flag_value(argv, flag, default=None):
@@ -453,8 +511,12 @@ def entrypoint_server():
         first = _cmdline(pid)
     if not first or not is_server_argv(first):
         return None
-    return {"pid": pid, "argv": first[:60], "port": int(flag_value(first, "--port", 30000)),
-            "host": flag_value(first, "--host", "127.0.0.1")}
+    return {
+        "pid": pid,
+        "argv": first[:60],
+        "port": int(flag_value(first, "--port", 30000)),
+        "host": flag_value(first, "--host", "127.0.0.1"),
+    }
 
 
 def _ppid(pid):

@@ -10,10 +10,21 @@ from ._server_engine import find_tree
 from .server_common import entrypoint_server, our_server, read_json_file, state_paths
 
 # The default engine's spec when the laptop sends none (an older caller): its flag files and checked choices.
-DEFAULT_SPEC = {"flag_files": ["srt/server_args.py", "srt/arg_groups"], "arg_classes": [],
-                "choice_flags": ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
-                                 "--nsa-prefill-backend", "--nsa-decode-backend", "--dsa-prefill-backend",
-                                 "--dsa-decode-backend", "--kv-cache-dtype", "--moe-runner-backend"]}
+DEFAULT_SPEC = {
+    "flag_files": ["srt/server_args.py", "srt/arg_groups"],
+    "arg_classes": [],
+    "choice_flags": [
+        "--attention-backend",
+        "--prefill-attention-backend",
+        "--decode-attention-backend",
+        "--nsa-prefill-backend",
+        "--nsa-decode-backend",
+        "--dsa-prefill-backend",
+        "--dsa-decode-backend",
+        "--kv-cache-dtype",
+        "--moe-runner-backend",
+    ],
+}
 
 
 def _files(pkg, rels):
@@ -49,10 +60,15 @@ def _strings(node, consts):
 def _constants(trees):
     """Module-level lists of strings (e.g. ATTENTION_BACKEND_CHOICES), across all files; aliases resolved."""
     consts = {}
-    for _ in range(3):  # a few passes resolve NAME = OTHER_NAME chains across files
+    # a few passes resolve NAME = OTHER_NAME chains across files
+    for _ in range(3):
         for tree in trees:
             for node in tree.body:
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                if (
+                    isinstance(node, ast.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                ):
                     val = _strings(node.value, consts)
                     if val is not None:
                         consts[node.targets[0].id] = val
@@ -64,8 +80,8 @@ def _kw(call, name):
 
 
 def launch_arguments(pkg, spec=None):
-    """{flags, choices}: every --flag the engine's flag files define (add_argument calls, `A[...]` fields, and the
-    fields of its argument dataclasses) and the choices of the flags a render checks."""
+    """{flags, choices}: every --flag the engine's flag files define (add_argument calls, `A[...]` fields, and
+    the fields of its argument dataclasses) and the choices of the flags a render checks."""
     spec = spec or DEFAULT_SPEC
     trees = []
     for path in _files(pkg, spec["flag_files"]):
@@ -79,8 +95,11 @@ def launch_arguments(pkg, spec=None):
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                         and a.value.startswith("--")]
+                names = [
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
+                ]
                 flags.update(names)
                 ch = _kw(node, "choices")
                 vals = _strings(ch, consts) if ch is not None else None
@@ -90,8 +109,12 @@ def launch_arguments(pkg, spec=None):
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:
                     _field(item, consts, flags, choices)
-                    if node.name in spec["arg_classes"] and isinstance(item, ast.AnnAssign) and \
-                            isinstance(item.target, ast.Name) and not item.target.id.startswith("_"):
+                    if (
+                        node.name in spec["arg_classes"]
+                        and isinstance(item, ast.AnnAssign)
+                        and isinstance(item.target, ast.Name)
+                        and not item.target.id.startswith("_")
+                    ):
                         flags.add("--" + item.target.id.replace("_", "-"))
     return sorted(flags), {k: v for k, v in choices.items() if k in spec["choice_flags"]}
 
@@ -105,7 +128,9 @@ def _field(item, consts, flags, choices):
         return
     if item.target.id.startswith("_"):
         return
-    arg = next((n for n in ast.walk(ann) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Arg"), None)
+    arg = next(
+        (n for n in ast.walk(ann) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Arg"), None
+    )
     if arg is not None:
         no_cli = _kw(arg, "no_cli")
         if isinstance(no_cli, ast.Constant) and no_cli.value is True:
@@ -128,14 +153,17 @@ def tree_facts(pkg):
             text = fh.read()
     except OSError:
         text = ""
-    return {"gather_cast": "sglops: gather-cast" in text,
-            "whole_pool_cast": "get_key_buffer(layer.layer_id).to(q.dtype)" in text}
+    return {
+        "gather_cast": "sglops: gather-cast" in text,
+        "whole_pool_cast": "get_key_buffer(layer.layer_id).to(q.dtype)" in text,
+    }
 
 
 def launch_host():
-    """What a multi-rank launch on this host depends on: the CPUs this user may run on (thread binding per rank),
-    the NUMA node count (SGLang's CPU engine binds one rank per node unless told) and whether this python finds
-    an NCCL library (a CUDA torch build ships one; on a host with no GPU SGLang then loads it and fails)."""
+    """What a multi-rank launch on this host depends on: the CPUs this user may run on (thread binding per
+    rank), the NUMA node count (SGLang's CPU engine binds one rank per node unless told) and whether this
+    python finds an NCCL library (a CUDA torch build ships one; on a host with no GPU SGLang then loads it and
+    fails)."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -157,15 +185,26 @@ def launch_host():
                 break
         if nccl:
             break
-    return {"cpus": cpus, "numa_nodes": numa, "nccl_library": nccl, "gpus_visible": os.path.exists("/dev/nvidia0")}
+    return {
+        "cpus": cpus,
+        "numa_nodes": numa,
+        "nccl_library": nccl,
+        "gpus_visible": os.path.exists("/dev/nvidia0"),
+    }
 
 
 def current(root):
     paths = state_paths(root, create=False)
     info = our_server(paths)
-    return {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
-            "last_good": read_json_file(paths["launch.last-good.json"])
-            if os.path.exists(paths["launch.last-good.sh"]) else None, "entrypoint": entrypoint_server()}
+    return {
+        "state_dir": os.path.dirname(paths["server.pid"]),
+        "running": info is not None,
+        "server": info,
+        "last_good": read_json_file(paths["launch.last-good.json"])
+        if os.path.exists(paths["launch.last-good.sh"])
+        else None,
+        "entrypoint": entrypoint_server(),
+    }
 
 
 def state_tree(args):
@@ -186,11 +225,13 @@ def state_tree(args):
 def main(args):
     spec = args.get("engine")
     first = (args.get("engines") or [spec])[0]
-    if spec is None or spec == first:  # the inventory's tree (sglang_root), as before engines
+    # the inventory's tree (sglang_root), as before engines
+    if spec is None or spec == first:
         try:
             tree = find_sglang(args.get("sglang_root"))
             spec = spec or DEFAULT_SPEC
-        except UserError:  # a host with another engine only (stop, status, logs name no engine): that one's tree
+        # a host with another engine only (stop, status, logs name no engine): that one's tree
+        except UserError:
             tree = None
             for other in (args.get("engines") or [])[1:]:
                 try:
@@ -204,13 +245,22 @@ def main(args):
         tree = find_tree(spec, None, args.get("python"))
     flags, choices = launch_arguments(tree["package_dir"], spec)
     if not flags:
-        raise UserError("no launch arguments found in " + ", ".join(
-            os.path.join(tree["package_dir"], rel) for rel in spec["flag_files"]))
+        raise UserError(
+            "no launch arguments found in "
+            + ", ".join(os.path.join(tree["package_dir"], rel) for rel in spec["flag_files"])
+        )
     # the host's state folder: this tree's when the default engine was asked (or stood in for it), else the
     # host's first engine tree, so a server of either engine is found by the commands that name none
     state = tree if args.get("engine") in (None, first) else state_tree(args)
     keep = ("version", "root", "package_dir", "kind", "commit", "dirty")
-    return {"sglang": {k: tree[k] for k in keep}, "engine_tree": {k: tree[k] for k in keep},
-            "engine": spec.get("name"), "state_root": state["root"],
-            "flags": flags, "choices": choices, "tree": tree_facts(tree["package_dir"]),
-            "current": current(state["root"]), "host": launch_host()}
+    return {
+        "sglang": {k: tree[k] for k in keep},
+        "engine_tree": {k: tree[k] for k in keep},
+        "engine": spec.get("name"),
+        "state_root": state["root"],
+        "flags": flags,
+        "choices": choices,
+        "tree": tree_facts(tree["package_dir"]),
+        "current": current(state["root"]),
+        "host": launch_host(),
+    }

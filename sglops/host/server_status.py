@@ -40,7 +40,8 @@ def server_processes(info):
             continue
         role, ranks = process_role(argv, titles, marks)
         if role == "other" and pid != info["pid"]:
-            role = os.path.basename(argv[0])  # a helper of the launch script (bash, nohup): named, not hidden
+            # a helper of the launch script (bash, nohup): named, not hidden
+            role = os.path.basename(argv[0])
         out.append({"pid": pid, "role": role, **ranks, "command": " ".join(argv)[:160]})
     return out
 
@@ -88,30 +89,55 @@ def died(paths):
     if not isinstance(gone, dict) or "log_offset" not in gone:
         return None
     spec = gone.get("engine_spec") or {}
-    cls, label, evidence = classify(read_since(paths["server.log"], int(gone["log_offset"])),
-                                    [tuple(f) for f in spec.get("failures") or []])
-    return {"pid": gone.get("pid"), "profile": gone.get("profile"), "failure": cls or "died", "failure_label":
-            label or "exited", "failure_detail": evidence}
+    cls, label, evidence = classify(
+        read_since(paths["server.log"], int(gone["log_offset"])),
+        [tuple(f) for f in spec.get("failures") or []],
+    )
+    return {
+        "pid": gone.get("pid"),
+        "profile": gone.get("profile"),
+        "failure": cls or "died",
+        "failure_label": label or "exited",
+        "failure_detail": evidence,
+    }
 
 
 def main(args):
     root = args["root"]
-    paths = state_paths(root, create=False)  # read-only: makes no .sglops/
+    # read-only: makes no .sglops/
+    paths = state_paths(root, create=False)
     info = our_server(paths)
-    entry = None if info else entrypoint_server()  # restart shape (b): the container's command is the server
+    # restart shape (b): the container's command is the server
+    entry = None if info else entrypoint_server()
     port = args.get("port") or (info or entry or {}).get("port")
     host = args.get("host") or (info or entry or {}).get("host")
-    out = {"state_dir": os.path.dirname(paths["server.pid"]), "running": info is not None, "server": info,
-           "health": None, "server_info": None, "restarts": last_restarts(paths["restarts.jsonl"], 5),
-           "log_path": paths["server.log"], "log_tail": tail(paths["server.log"], int(args.get("tail", 20))),
-           "entrypoint": entry, "processes": server_processes(info), "died": None if info else died(paths)}
+    out = {
+        "state_dir": os.path.dirname(paths["server.pid"]),
+        "running": info is not None,
+        "server": info,
+        "health": None,
+        "server_info": None,
+        "restarts": last_restarts(paths["restarts.jsonl"], 5),
+        "log_path": paths["server.log"],
+        "log_tail": tail(paths["server.log"], int(args.get("tail", 20))),
+        "entrypoint": entry,
+        "processes": server_processes(info),
+        "died": None if info else died(paths),
+    }
     if port:
         out["health"], _ = http_get(local_url(host, port, "/health"), timeout=3)
         if args.get("server_info", True) and out["health"] is not None:
             spec = (info or {}).get("engine_spec")
-            since = read_since(paths["server.log"], int(info["log_offset"])) if spec and info.get("log_offset") else []
-            out["server_info"], out["server_info_endpoint"] = server_info(host, port, spec=spec, log_lines=since)
-    if args.get("follow_s") and not entry:  # shape (b): the log is the engine's, followed on the host
+            since = (
+                read_since(paths["server.log"], int(info["log_offset"]))
+                if spec and info.get("log_offset")
+                else []
+            )
+            out["server_info"], out["server_info_endpoint"] = server_info(
+                host, port, spec=spec, log_lines=since
+            )
+    # shape (b): the log is the engine's, followed on the host
+    if args.get("follow_s") and not entry:
         for ln in out["log_tail"]:
             progress(line=ln)
         follow(paths["server.log"], float(args["follow_s"]))

@@ -1,8 +1,9 @@
 # GPU telemetry during a run, on the host: one sampler (NVML where the host's python has it, else one
 # `nvidia-smi --query-gpu=... -lms N` process), started before the run and stopped with it. Each sample is
 # [unix time, gpu index, SM clock MHz, memory clock MHz, utilisation %, power W, memory used MiB]; the laptop
-# summarises them per level (sglops/bench/telemetry.py). No GPU is reported as absent, never as zeros; a stand-in
-# nvidia-smi (sglops' sandbox) is labelled so (facts.nvidia_smi reads what it says of itself). Standard library only.
+# summarises them per level (sglops/bench/telemetry.py). No GPU is reported as absent, never as zeros; a
+# stand-in nvidia-smi (sglops' sandbox) is labelled so (facts.nvidia_smi reads what it says of itself).
+# Standard library only.
 import importlib
 import os
 import shutil
@@ -13,14 +14,16 @@ import time
 from .facts import nvidia_smi
 
 FIELDS = ("index", "clocks.sm", "clocks.mem", "utilization.gpu", "power.draw", "memory.used")
-MAX_SAMPLES = 200_000  # rows kept (8 GPUs at 2 per second: 3.5 hours); later ones are counted, not kept
+# rows kept (8 GPUs at 2 per second: 3.5 hours); later ones are counted, not kept
+MAX_SAMPLES = 200_000
 
 
 def _number(text):
     text = text.strip()
     try:
         return float(text)
-    except ValueError:  # "[N/A]", "[Not Supported]": the GPU does not report it
+    # "[N/A]", "[Not Supported]": the GPU does not report it
+    except ValueError:
         return None
 
 
@@ -41,7 +44,8 @@ class Sampler:
             self.absent = "not asked (--telemetry-interval 0)"
             return self
         try:
-            pynvml = importlib.import_module("pynvml")  # NVML's python binding, where the host's python has it
+            # NVML's python binding, where the host's python has it
+            pynvml = importlib.import_module("pynvml")
             pynvml.nvmlInit()
             self.nvml, self.source = pynvml, "nvml"
             self.thread = threading.Thread(target=self._poll_nvml, daemon=True)
@@ -53,9 +57,18 @@ class Sampler:
             self.standin = bool((nvidia_smi() or {}).get("standin"))
             self.source = "nvidia-smi (sglops stand-in: no GPU)" if self.standin else "nvidia-smi"
             self.proc = subprocess.Popen(
-                [smi, "--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader,nounits", "-lms",
-                 str(self.interval_ms)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                start_new_session=True)
+                [
+                    smi,
+                    "--query-gpu=" + ",".join(FIELDS),
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    str(self.interval_ms),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             self.thread = threading.Thread(target=self._read_smi, daemon=True)
         self.thread.start()
         return self
@@ -88,10 +101,17 @@ class Sampler:
             for i, h in enumerate(handles):
                 try:
                     util = nv.nvmlDeviceGetUtilizationRates(h).gpu
-                    self._keep([now, i, nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                                nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM), util,
-                                nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                                nv.nvmlDeviceGetMemoryInfo(h).used / (1 << 20)])
+                    self._keep(
+                        [
+                            now,
+                            i,
+                            nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                            nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+                            util,
+                            nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                            nv.nvmlDeviceGetMemoryInfo(h).used / (1 << 20),
+                        ]
+                    )
                 except Exception as exc:  # noqa: BLE001 (a GPU that stops answering: said, not invented)
                     if len(self.errors) < 3:
                         self.errors.append(f"gpu {i}: {exc}"[:200])
@@ -107,8 +127,9 @@ class Sampler:
             self.proc.terminate()
             try:
                 _, status, usage = os.wait4(self.proc.pid, 0)
-                self.proc.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") \
-                    else status
+                self.proc.returncode = (
+                    os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+                )
                 child_cpu = usage.ru_utime + usage.ru_stime
             except ChildProcessError:
                 pass
@@ -123,16 +144,28 @@ class Sampler:
             except Exception:  # noqa: BLE001
                 pass
         cpu = child_cpu + self.cpu_thread
-        return {"source": self.source, "absent": self.absent, "standin": self.standin,
-                "interval_ms": self.interval_ms, "fields": ["t", *FIELDS], "samples": self.samples,
-                "dropped": self.dropped, "errors": self.errors,
-                "sampler": {"wall_s": round(wall, 3), "cpu_s": round(cpu, 4), "process_cpu_s": round(child_cpu, 4),
-                            "reader_cpu_s": round(self.cpu_thread, 4),
-                            "cpu_s_per_s": round(cpu / wall, 5) if wall > 0 else None}}
+        return {
+            "source": self.source,
+            "absent": self.absent,
+            "standin": self.standin,
+            "interval_ms": self.interval_ms,
+            "fields": ["t", *FIELDS],
+            "samples": self.samples,
+            "dropped": self.dropped,
+            "errors": self.errors,
+            "sampler": {
+                "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 4),
+                "process_cpu_s": round(child_cpu, 4),
+                "reader_cpu_s": round(self.cpu_thread, 4),
+                "cpu_s_per_s": round(cpu / wall, 5) if wall > 0 else None,
+            },
+        }
 
 
 def main(args):
-    """Sample for `seconds` at `interval_ms` and return what the sampler saw and cost (its overhead, measured)."""
+    """Sample for `seconds` at `interval_ms` and return what
+    the sampler saw and cost (its overhead, measured)."""
     sampler = Sampler(args["interval_ms"]).start()
     time.sleep(float(args["seconds"]))
     return sampler.stop()

@@ -55,7 +55,9 @@ class Arch:
             return cls.from_cc(text)
         digits = text.removeprefix("sm_").removesuffix("a")
         if not digits.isdigit() or len(digits) < 2:
-            raise ConfigError(f"--arch {text!r}: expected a compute capability (9.0) or a target (sm_90a, sm_120)")
+            raise ConfigError(
+                f"--arch {text!r}: expected a compute capability (9.0) or a target (sm_90a, sm_120)"
+            )
         return cls(f"{int(digits[:-1])}.{digits[-1]}", text.removeprefix("sm_"))
 
     @property
@@ -78,8 +80,11 @@ class Command:
     timeout: float
 
     def render(self, values: dict[str, str]) -> dict[str, Any]:
-        return {"argv": [a.format_map(values) for a in self.argv],
-                "env": {k: v.format_map(values) for k, v in self.env.items()}, "timeout": self.timeout}
+        return {
+            "argv": [a.format_map(values) for a in self.argv],
+            "env": {k: v.format_map(values) for k, v in self.env.items()},
+            "timeout": self.timeout,
+        }
 
 
 @dataclass
@@ -129,7 +134,9 @@ def _command(d: Any, what: str, where: str) -> Command:
     try:
         cmd.render(dummy)
     except (KeyError, ValueError, IndexError) as exc:
-        raise ConfigError(f"{where}: {what}: unknown placeholder {exc} (known: {', '.join(sorted(PLACEHOLDERS))})") from None
+        raise ConfigError(
+            f"{where}: {what}: unknown placeholder {exc} (known: {', '.join(sorted(PLACEHOLDERS))})"
+        ) from None
     return cmd
 
 
@@ -141,13 +148,19 @@ def load_kernel(name: str) -> KernelSpec:
         have = ", ".join(available()) or "none"
         raise ConfigError(f"no kernel {name!r} (no {path}); kernels: {have}")
     d = load_yaml(path)
-    check_fields(d, {"name", "description", "language", "sources", "package", "build", "selftest", "install"},
-                 "kernel.yaml", {"language", "sources", "package", "build", "selftest"})
+    check_fields(
+        d,
+        {"name", "description", "language", "sources", "package", "build", "selftest", "install"},
+        "kernel.yaml",
+        {"language", "sources", "package", "build", "selftest"},
+    )
     where = getattr(d, "where", str(path))
     if d.get("name", name) != name:
         raise ConfigError(f"{where}: name {d['name']!r} does not match its folder {name!r}")
     if d["language"] not in LANGUAGES:
-        raise ConfigError(f"{where}: language must be one of {', '.join(sorted(LANGUAGES))}, not {d['language']!r}")
+        raise ConfigError(
+            f"{where}: language must be one of {', '.join(sorted(LANGUAGES))}, not {d['language']!r}"
+        )
     sources = d["sources"]
     if not isinstance(sources, list) or not sources:
         raise ConfigError(f"{where}: sources must be a non-empty list of paths")
@@ -162,9 +175,17 @@ def load_kernel(name: str) -> KernelSpec:
         raise ConfigError(f"{where}: package {package!r} must be a folder that holds some of the sources")
     install = d.get("install") or {}
     check_fields(install, {"target"}, "install")
-    return KernelSpec(name=name, folder=folder, language=d["language"], sources=files, package=package,
-                      build=_command(d["build"], "build", where), selftest=_command(d["selftest"], "selftest", where),
-                      target=str(install.get("target", "site-packages")), description=str(d.get("description", "")))
+    return KernelSpec(
+        name=name,
+        folder=folder,
+        language=d["language"],
+        sources=files,
+        package=package,
+        build=_command(d["build"], "build", where),
+        selftest=_command(d["selftest"], "selftest", where),
+        target=str(install.get("target", "site-packages")),
+        description=str(d.get("description", "")),
+    )
 
 
 @dataclass
@@ -173,7 +194,8 @@ class KernelBuild(Result):
 
     host: str
     kernel: str
-    status: str  # built | unchanged | would-build | failed
+    # built | unchanged | would-build | failed
+    status: str
     arch: str
     hash: str
     answer: dict[str, Any]
@@ -193,16 +215,40 @@ class KernelBuild(Result):
     def plan(self) -> list[str]:
         if not self.dry_run:
             return []
-        return [f"{stage}: " + " ".join([*(f"{k}={v}" for k, v in cmd["env"].items()), *cmd["argv"]])
-                for stage, cmd in self.commands.items()] + [f"install {self.kernel} ({self.arch})"]
+        return [
+            f"{stage}: " + " ".join([*(f"{k}={v}" for k, v in cmd["env"].items()), *cmd["argv"]])
+            for stage, cmd in self.commands.items()
+        ] + [f"install {self.kernel} ({self.arch})"]
 
     def payload(self) -> dict[str, Any]:
-        stages = {k: {kk: vv for kk, vv in v.items() if kk != "log"} for k, v in self.answer.get("stages", {}).items()}
-        keep = ("target_dir", "install_path", "version_dir", "module", "python", "build_dir", "installed_at",
-                "state_dir", "failed_stage", "error_lines", "previous")
-        return {"host": self.host, "kernel": self.kernel, "status": self.status, "arch": self.arch,
-                "hash": self.hash, "stages": stages, "commands": self.commands,
-                "artifact_dir": self.artifact_dir, **{k: self.answer[k] for k in keep if k in self.answer}}
+        stages = {
+            k: {kk: vv for kk, vv in v.items() if kk != "log"}
+            for k, v in self.answer.get("stages", {}).items()
+        }
+        keep = (
+            "target_dir",
+            "install_path",
+            "version_dir",
+            "module",
+            "python",
+            "build_dir",
+            "installed_at",
+            "state_dir",
+            "failed_stage",
+            "error_lines",
+            "previous",
+        )
+        return {
+            "host": self.host,
+            "kernel": self.kernel,
+            "status": self.status,
+            "arch": self.arch,
+            "hash": self.hash,
+            "stages": stages,
+            "commands": self.commands,
+            "artifact_dir": self.artifact_dir,
+            **{k: self.answer[k] for k in keep if k in self.answer},
+        }
 
     def run_files(self) -> dict[str, str]:
         """Each stage's whole log beside kernel-build.json (only a build that ran has any)."""
@@ -223,19 +269,35 @@ def _arch_for(remote: Remote, spec: KernelSpec, arch: str | None) -> Arch | None
     if f.compute_capability:
         return Arch.from_cc(f.compute_capability)
     if spec.language == "cuda":
-        raise ConfigError(f"{remote.name}: no GPU found ({f.data.get('gpu_error') or 'nvidia-smi lists none'}); "
-                          f"a CUDA kernel needs one to pick its architecture (or pass --arch)")
+        raise ConfigError(
+            f"{remote.name}: no GPU found ({f.data.get('gpu_error') or 'nvidia-smi lists none'}); "
+            f"a CUDA kernel needs one to pick its architecture (or pass --arch)"
+        )
     return None
 
 
-def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: bool = False,
-          target: str | None = None, arch: str | None = None, run_id: str | None = None) -> KernelBuild:
-    """Build, self-test and install spec on the host (or say what would happen); see module doc. run_id: the run
-    the runner records it as (its logs are named there; a failure carries the result as `kept`); None for a
-    library call that records nothing (no run id is minted here)."""
+def build(
+    remote: Remote,
+    spec: KernelSpec,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    target: str | None = None,
+    arch: str | None = None,
+    run_id: str | None = None,
+) -> KernelBuild:
+    """Build, self-test and install spec on the host (or say what would happen); see module doc. run_id: the
+    run the runner records it as (its logs are named there; a failure carries the result as `kept`); None for
+    a library call that records nothing (no run id is minted here)."""
     a = _arch_for(remote, spec, arch)
-    values = {"python": remote.python, "arch": a.name if a else "none", "sm": a.sm if a else "none",
-              "cc": a.cc if a else "none", "gencode": a.gencode if a else "", "torch_arch": a.torch_arch if a else ""}
+    values = {
+        "python": remote.python,
+        "arch": a.name if a else "none",
+        "sm": a.sm if a else "none",
+        "cc": a.cc if a else "none",
+        "gencode": a.gencode if a else "",
+        "torch_arch": a.torch_arch if a else "",
+    }
     commands = {}
     for stage in ("build", "selftest"):
         cmd = getattr(spec, stage).render(values)
@@ -243,13 +305,25 @@ def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: boo
             cmd["env"] = {"TORCH_CUDA_ARCH_LIST": a.torch_arch, "SGLOPS_ARCH": a.name, **cmd["env"]}
         commands[stage] = cmd
     digest = spec.content_hash()
-    args = {"action": "build", "name": spec.name, "hash": digest, "arch": values["arch"], "language": spec.language,
-            "package": spec.package, "target": target or spec.target, "sglang_root": remote.host.sglang_root,
-            "dry_run": dry_run, "force": force, **commands,
-            "files": {} if dry_run else {k: base64.b64encode(v).decode() for k, v in spec.files().items()}}
+    args = {
+        "action": "build",
+        "name": spec.name,
+        "hash": digest,
+        "arch": values["arch"],
+        "language": spec.language,
+        "package": spec.package,
+        "target": target or spec.target,
+        "sglang_root": remote.host.sglang_root,
+        "dry_run": dry_run,
+        "force": force,
+        **commands,
+        "files": {} if dry_run else {k: base64.b64encode(v).decode() for k, v in spec.files().items()},
+    }
     budget = commands["build"]["timeout"] + commands["selftest"]["timeout"] + 180
     answer = remote.run_py("kernel_build", args, timeout=budget)
-    result = KernelBuild(remote.name, spec.name, answer["status"], values["arch"], digest, answer, commands=commands)
+    result = KernelBuild(
+        remote.name, spec.name, answer["status"], values["arch"], digest, answer, commands=commands
+    )
     if answer["status"] in ("built", "failed") and run_id:
         result.artifact_dir = str(artifacts.run_path(remote.name, run_id))
     if answer["status"] == "failed":
@@ -258,9 +332,12 @@ def build(remote: Remote, spec: KernelSpec, *, dry_run: bool = False, force: boo
         what = {"build": "build", "selftest": "self-test", "install": "install"}.get(stage, stage)
         code = f" (exit {info['exit']})" if "exit" in info else ""
         lines = "\n".join("    " + ln for ln in answer.get("error_lines", []))
-        err = KernelBuildError(f"{remote.name}: kernel {spec.name}: {what} failed{code} for {values['arch']}; "
-                               f"nothing installed; logs in {result.artifact_dir or 'its answer (no run recorded)'}\n{lines}")
-        err.kept = result  # the runner records it (logs and kernel-build.json), then reports this line
+        err = KernelBuildError(
+            f"{remote.name}: kernel {spec.name}: {what} failed{code} for {values['arch']}; "
+            f"nothing installed; logs in {result.artifact_dir or 'its answer (no run recorded)'}\n{lines}"
+        )
+        # the runner records it (logs and kernel-build.json), then reports this line
+        err.kept = result
         raise err
     return result
 
@@ -283,8 +360,11 @@ class KernelAction(Result):
     @property
     def plan(self) -> list[str]:
         a = self.answer
-        return [f"remove {a.get(k)}" for k in ("install_path", "version_dir", "build_dir") if a.get(k)] \
-            if self.dry_run else []
+        return (
+            [f"remove {a.get(k)}" for k in ("install_path", "version_dir", "build_dir") if a.get(k)]
+            if self.dry_run
+            else []
+        )
 
     def payload(self) -> dict[str, Any]:
         return {"host": self.host, **self.answer}
@@ -292,12 +372,17 @@ class KernelAction(Result):
 
 def uninstall(remote: Remote, name: str, *, dry_run: bool = False) -> KernelAction:
     """Remove what build-kernel installed (the link, its versioned copy, the build tree, the record)."""
-    return KernelAction(remote.name, remote.run_py("kernel_build", {"action": "uninstall", "name": name,
-                                                                    "dry_run": dry_run,
-                                                                    "sglang_root": remote.host.sglang_root}))
+    return KernelAction(
+        remote.name,
+        remote.run_py(
+            "kernel_build",
+            {"action": "uninstall", "name": name, "dry_run": dry_run, "sglang_root": remote.host.sglang_root},
+        ),
+    )
 
 
 def installed(remote: Remote) -> KernelAction:
     """What sglops installed on the host, from its record."""
-    return KernelAction(remote.name, remote.run_py("kernel_build", {"action": "list",
-                                                                    "sglang_root": remote.host.sglang_root}))
+    return KernelAction(
+        remote.name, remote.run_py("kernel_build", {"action": "list", "sglang_root": remote.host.sglang_root})
+    )

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 PROFILE = Param("profile", NameOrFile("profile"), positional=True)
 PORT = Param("port", Port(), "override the profile's port")
 JSON_ = JSON.again(help="print machine-readable JSON")
-TIMEOUT = Param("timeout", Float(1, 86400), "seconds to wait for /health (default: the profile's startup_timeout)")
+TIMEOUT = Param(
+    "timeout", Float(1, 86400), "seconds to wait for /health (default: the profile's startup_timeout)"
+)
 RESTART_DRY = DRY_RUN.again(help="show the plan and the script; change nothing")
 
 
@@ -38,8 +40,15 @@ def _spans_nodes(ctx: Context, profile: str | None, rollback: bool) -> bool:
     return profile is not None and int(load_profile(profile).args.get("nnodes", 1)) > 1
 
 
-def restart(ctx: Context, profile: str | None = None, rollback: bool = False, timeout: float | None = None,
-            port: int | None = None, take_over: bool = False, check_path: bool = False) -> RestartResult:
+def restart(
+    ctx: Context,
+    profile: str | None = None,
+    rollback: bool = False,
+    timeout: float | None = None,
+    port: int | None = None,
+    take_over: bool = False,
+    check_path: bool = False,
+) -> RestartResult:
     """A failed start raises LaunchFailed carrying its result: the runner keeps and shows it, then fails."""
     from sglops.launch import server
     from sglops.launch.results import LaunchFailed
@@ -47,17 +56,28 @@ def restart(ctx: Context, profile: str | None = None, rollback: bool = False, ti
     if _spans_nodes(ctx, profile, rollback):
         from sglops.launch import deployment
 
-        return deployment.restart_node(ctx, profile, rollback=rollback, timeout=timeout, port=port,
-                                       dry_run=ctx.dry_run)
-    res = server.restart(ctx.remote, profile, rollback=rollback, dry_run=ctx.dry_run, timeout=timeout, port=port,
-                         on_progress=ctx.event, take_over=take_over)
+        return deployment.restart_node(
+            ctx, profile, rollback=rollback, timeout=timeout, port=port, dry_run=ctx.dry_run
+        )
+    res = server.restart(
+        ctx.remote,
+        profile,
+        rollback=rollback,
+        dry_run=ctx.dry_run,
+        timeout=timeout,
+        port=port,
+        on_progress=ctx.event,
+        take_over=take_over,
+    )
     if check_path and not res.dry_run and profile and not rollback:
         from sglops.launch.path_check import check_after_restart
 
         check_after_restart(ctx.remote, res, profile)
     if res.ok or res.dry_run:
         return res
-    raise LaunchFailed(res, [] if rollback else ["`inv rollback` brings back the last script that came up healthy"])
+    raise LaunchFailed(
+        res, [] if rollback else ["`inv rollback` brings back the last script that came up healthy"]
+    )
 
 
 def rollback(ctx: Context, timeout: float | None = None) -> RestartResult:
@@ -69,19 +89,34 @@ def stop(ctx: Context, grace: float = 20.0, take_over: bool = False) -> StopResu
     from sglops.launch import server
     from sglops.launch.results import StopResult
 
-    remote, grace = ctx.remote, grace or 20.0  # --grace 0 has always meant the default
-    if ctx.dry_run:  # the host script's own plan (a container whose command is the server: the engine's stop)
+    # --grace 0 has always meant the default
+    remote, grace = ctx.remote, grace or 20.0
+    # the host script's own plan (a container whose command is the server: the engine's stop)
+    if ctx.dry_run:
         if remote.container:
             st = server.status(remote, tail=0)
             if st.container and st.running:
-                return StopResult(remote.name, False, True, st.pid, plan=[
-                    f"{remote.container.engine} stop {remote.container.name} (its command is the server, pid "
-                    f"{st.pid}), KILL after {grace:g}s"])
+                return StopResult(
+                    remote.name,
+                    False,
+                    True,
+                    st.pid,
+                    plan=[
+                        f"{remote.container.engine} stop {remote.container.name} (its command is the server,"
+                        f" pid {st.pid}), KILL after {grace:g}s"
+                    ],
+                )
         ans = server.stop(remote, grace_s=grace, dry_run=True)
         return StopResult(remote.name, False, True, (ans.get("server") or {}).get("pid"), plan=ans["plan"])
     ans = server.stop(remote, grace_s=grace, take_over=take_over)
-    return StopResult(remote.name, bool(ans.get("stopped")), False, ans.get("pid"), ans.get("signal"),
-                      {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")})
+    return StopResult(
+        remote.name,
+        bool(ans.get("stopped")),
+        False,
+        ans.get("pid"),
+        ans.get("signal"),
+        {k: v for k, v in ans.items() if k not in ("stopped", "pid", "signal")},
+    )
 
 
 def server_status(ctx: Context, port: int | None = None) -> ServerStatus:
@@ -106,9 +141,16 @@ def _whole_server(st, _opts: dict) -> None:
     from sglops.core.errors import Failed
 
     if st.deployment_healthy is False:
-        down = [f"{n['host']} (node_rank {n['node_rank']}): " + (
-                    n.get("note") or "not running" if not n.get("running") else f"/health {n.get('health') or 'no answer'}")
-                for n in st.deployment if not (n.get("running") and n.get("health") == 200)]
+        down = [
+            f"{n['host']} (node_rank {n['node_rank']}): "
+            + (
+                n.get("note") or "not running"
+                if not n.get("running")
+                else f"/health {n.get('health') or 'no answer'}"
+            )
+            for n in st.deployment
+            if not (n.get("running") and n.get("health") == 200)
+        ]
         raise Failed(f"{st.host}: the server over {st.nnodes} nodes is not healthy: {'; '.join(down)}")
 
 
@@ -118,10 +160,16 @@ def logs(ctx: Context, lines: int = 50, follow: bool = False, rank: int | None =
     from sglops.launch import server
 
     if follow and len(ctx.peers) > 1:
-        raise ConfigError("--follow streams one host's log: give --host (without --follow, --hosts shows each)")
+        raise ConfigError(
+            "--follow streams one host's log: give --host (without --follow, --hosts shows each)"
+        )
     keep = _rank_filter(rank)
-    out = server.logs(ctx.remote, lines=lines, follow=follow,
-                      on_line=lambda line: ctx.event({"line": line}) if keep(line) else None)
+    out = server.logs(
+        ctx.remote,
+        lines=lines,
+        follow=follow,
+        on_line=lambda line: ctx.event({"line": line}) if keep(line) else None,
+    )
     out.lines = [ln for ln in out.lines if keep(ln)]
     return out
 
@@ -143,37 +191,107 @@ def _check_profile(o: dict) -> None:
 
 def _launched(step: str, doc: dict) -> dict:
     """A play's manifest names each launch: the step, its profile, argv and script."""
-    return {"launch": [{"step": step, "profile": doc.get("profile"), "argv": doc.get("argv"),
-                        "script": doc.get("script")}]}
+    return {
+        "launch": [
+            {
+                "step": step,
+                "profile": doc.get("profile"),
+                "argv": doc.get("argv"),
+                "script": doc.get("script"),
+            }
+        ]
+    }
 
 
-TAKE_OVER = Param("take_over", Flag(), "act although an ab or sweep holds the host whose owner cannot be checked from "
-                  "here (another machine's); said in the result", flag=False, play=False)
+TAKE_OVER = Param(
+    "take_over",
+    Flag(),
+    "act although an ab or sweep holds the host whose owner cannot be checked from "
+    "here (another machine's); said in the result",
+    flag=False,
+    play=False,
+)
 
 OPS = [
-    Op("render", render, "Print the launch script for PROFILE (with --host: checked against that host's SGLang "
-       "release).", (PROFILE, TARGET, PORT, JSON_), hostless=True),
-    Op("restart", restart, "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
-       "explain crashes.",
-       (PROFILE, TARGETS, Param("rollback", Flag(), "start the last script of PROFILE that came up healthy",
-                                flag=False), RESTART_DRY, TIMEOUT, PORT, TAKE_OVER, JSON_,
-        Param("check_path", Flag(), "compare the attention path predicted from the tree with what the server "
-              "reports (one more round trip; docs/probes.md)", flag=False)),
-       step="restart", prepare=_check_profile, record="restart.json", live=Live.RESTART, manifest=_launched,
-       together=True),
-    Op("rollback", rollback, "Start the last launch script that came up healthy on the host, whatever its profile.",
-       (TARGETS, RESTART_DRY, TIMEOUT, JSON_), record="restart.json", live=Live.RESTART, together=True),
-    Op("stop", stop, "Stop the server sglops started (process group and tree), or the container whose command is "
-       "the server.",
-       (TARGETS, DRY_RUN.again(help="show what would be stopped; change nothing"),
-        Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"), TAKE_OVER,
-        JSON_)),
-    Op("server-status", server_status, "The server sglops started: process, /health, effective args, recent restarts.",
-       (TARGETS, PORT, JSON_), check=_whole_server, together=True),
-    Op("logs", logs, "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
-       "installed tree).",
-       (TARGETS, Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
-        Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False),
-        Param("rank", Int(0, 100_000), "only this TP rank's lines (SGLang tags them `TP1]`)"), JSON_),
-       view_options=("follow",), live=Live.LINES),
+    Op(
+        "render",
+        render,
+        "Print the launch script for PROFILE (with --host: checked against that host's SGLang release).",
+        (PROFILE, TARGET, PORT, JSON_),
+        hostless=True,
+    ),
+    Op(
+        "restart",
+        restart,
+        "Restart the server with PROFILE: stop ours by pid file, start detached, wait for /health, "
+        "explain crashes.",
+        (
+            PROFILE,
+            TARGETS,
+            Param("rollback", Flag(), "start the last script of PROFILE that came up healthy", flag=False),
+            RESTART_DRY,
+            TIMEOUT,
+            PORT,
+            TAKE_OVER,
+            JSON_,
+            Param(
+                "check_path",
+                Flag(),
+                "compare the attention path predicted from the tree with what the server "
+                "reports (one more round trip; docs/probes.md)",
+                flag=False,
+            ),
+        ),
+        step="restart",
+        prepare=_check_profile,
+        record="restart.json",
+        live=Live.RESTART,
+        manifest=_launched,
+        together=True,
+    ),
+    Op(
+        "rollback",
+        rollback,
+        "Start the last launch script that came up healthy on the host, whatever its profile.",
+        (TARGETS, RESTART_DRY, TIMEOUT, JSON_),
+        record="restart.json",
+        live=Live.RESTART,
+        together=True,
+    ),
+    Op(
+        "stop",
+        stop,
+        "Stop the server sglops started (process group and tree), or the container whose command is "
+        "the server.",
+        (
+            TARGETS,
+            DRY_RUN.again(help="show what would be stopped; change nothing"),
+            Param("grace", Float(0, 3600, 20.0), "seconds between TERM and KILL (default 20)"),
+            TAKE_OVER,
+            JSON_,
+        ),
+    ),
+    Op(
+        "server-status",
+        server_status,
+        "The server sglops started: process, /health, effective args, recent restarts.",
+        (TARGETS, PORT, JSON_),
+        check=_whole_server,
+        together=True,
+    ),
+    Op(
+        "logs",
+        logs,
+        "The server's log on the host (<checkout>/.sglops/server.log; ~/.local/state/sglops/TREE/ for an "
+        "installed tree).",
+        (
+            TARGETS,
+            Param("lines", Int(1, 1_000_000, 50), "how many last lines (default {default})"),
+            Param("follow", Flag(), "keep printing new lines (Ctrl-C stops)", flag=False),
+            Param("rank", Int(0, 100_000), "only this TP rank's lines (SGLang tags them `TP1]`)"),
+            JSON_,
+        ),
+        view_options=("follow",),
+        live=Live.LINES,
+    ),
 ]

@@ -22,32 +22,72 @@ from sglops.engine import DEFAULT as DEFAULT_ENGINE
 from sglops.engine import NAMES as ENGINES
 
 SCALARS = {
-    "model_path": str, "served_model_name": str, "tokenizer_path": str, "host": str, "port": int,
-    "tp_size": int, "dp_size": int, "ep_size": int, "pp_size": int,
-    "attention_backend": str, "prefill_attention_backend": str, "decode_attention_backend": str,
-    "dsa_prefill_backend": str, "dsa_decode_backend": str, "kv_cache_dtype": str,
-    "mem_fraction_static": float, "context_length": int, "max_running_requests": int, "max_total_tokens": int,
-    "device": str, "grammar_backend": str,
-    "chunked_prefill_size": int, "quantization": str, "moe_runner_backend": str,
-    "trust_remote_code": bool, "enable_metrics": bool, "sleep_on_idle": bool,
-    "nnodes": int, "node_rank": int, "dist_init_addr": str,
+    "model_path": str,
+    "served_model_name": str,
+    "tokenizer_path": str,
+    "host": str,
+    "port": int,
+    "tp_size": int,
+    "dp_size": int,
+    "ep_size": int,
+    "pp_size": int,
+    "attention_backend": str,
+    "prefill_attention_backend": str,
+    "decode_attention_backend": str,
+    "dsa_prefill_backend": str,
+    "dsa_decode_backend": str,
+    "kv_cache_dtype": str,
+    "mem_fraction_static": float,
+    "context_length": int,
+    "max_running_requests": int,
+    "max_total_tokens": int,
+    "device": str,
+    "grammar_backend": str,
+    "chunked_prefill_size": int,
+    "quantization": str,
+    "moe_runner_backend": str,
+    "trust_remote_code": bool,
+    "enable_metrics": bool,
+    "sleep_on_idle": bool,
+    "nnodes": int,
+    "node_rank": int,
+    "dist_init_addr": str,
 }
-# Numbers SGLang would reject at start-up (minutes later, on the GPU host) or silently misread: refused here in
-# one line. (low, high) inclusive; chunked_prefill_size -1 is SGLang's "no chunking".
+# Numbers SGLang would reject at start-up (minutes later, on the GPU host) or silently misread: refused here
+# in one line. (low, high) inclusive; chunked_prefill_size -1 is SGLang's "no chunking".
 RANGES = {
-    "mem_fraction_static": (1e-6, 1.0), "tp_size": (1, 4096), "dp_size": (1, 4096), "ep_size": (1, 4096),
-    "pp_size": (1, 4096), "context_length": (1, 1 << 24), "max_running_requests": (1, 1 << 24),
-    "max_total_tokens": (1, 1 << 34), "chunked_prefill_size": (-1, 1 << 24), "nnodes": (1, 4096),
+    "mem_fraction_static": (1e-6, 1.0),
+    "tp_size": (1, 4096),
+    "dp_size": (1, 4096),
+    "ep_size": (1, 4096),
+    "pp_size": (1, 4096),
+    "context_length": (1, 1 << 24),
+    "max_running_requests": (1, 1 << 24),
+    "max_total_tokens": (1, 1 << 34),
+    "chunked_prefill_size": (-1, 1 << 24),
+    "nnodes": (1, 4096),
     "node_rank": (0, 4095),
 }
-OTHER = {"engine", "description", "extends", "launcher", "python", "cuda_graph", "env", "extra_args",
-         "startup_timeout", "stop_grace", "per_host", "container_restart"}
+OTHER = {
+    "engine",
+    "description",
+    "extends",
+    "launcher",
+    "python",
+    "cuda_graph",
+    "env",
+    "extra_args",
+    "startup_timeout",
+    "stop_grace",
+    "per_host",
+    "container_restart",
+}
 ALIASES = {"nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
 CUDA_GRAPH_FIELDS = {"disable", "max_bs", "bs"}
 LAUNCHERS = ("module", "standin")
 # How a restart reaches a server in a container target (docs/container.md): exec = sglops starts the server
-# process inside a long-running container, as on a host; entrypoint = the container's own command is the server,
-# so a restart is the engine's `restart` of that container (its command is never changed by sglops).
+# process inside a long-running container, as on a host; entrypoint = the container's own command is the
+# server, so a restart is the engine's `restart` of that container (its command is never changed by sglops).
 CONTAINER_RESTARTS = ("exec", "entrypoint")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VAR_REF = re.compile(r"\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -72,7 +112,8 @@ class Profile:
     description: str = ""
     launcher: str | list[str] = "module"
     python: str | None = None
-    args: dict[str, Any] = field(default_factory=dict)  # SGLang-named scalars (model_path, tp_size, ...)
+    # SGLang-named scalars (model_path, tp_size, ...)
+    args: dict[str, Any] = field(default_factory=dict)
     cuda_graph: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
@@ -89,10 +130,19 @@ class Profile:
         return _build(self.name, self.path, merged)
 
     def _raw(self) -> dict:
-        return {"engine": self.engine, "description": self.description, "launcher": self.launcher,
-                **({"python": self.python} if self.python else {}), **self.args, "cuda_graph": dict(self.cuda_graph),
-                "env": dict(self.env), "extra_args": list(self.extra_args), "startup_timeout": self.startup_timeout,
-                "stop_grace": self.stop_grace, "container_restart": self.container_restart}
+        return {
+            "engine": self.engine,
+            "description": self.description,
+            "launcher": self.launcher,
+            **({"python": self.python} if self.python else {}),
+            **self.args,
+            "cuda_graph": dict(self.cuda_graph),
+            "env": dict(self.env),
+            "extra_args": list(self.extra_args),
+            "startup_timeout": self.startup_timeout,
+            "stop_grace": self.stop_grace,
+            "container_restart": self.container_restart,
+        }
 
     def to_json(self) -> dict:
         return {"name": self.name, "path": str(self.path), **self._raw(), "per_host": self.per_host}
@@ -102,15 +152,20 @@ class Profile:
         return sorted({m for text in _strings(self) for m in VAR_REF.findall(text)})
 
     def with_vars(self, host_vars: dict[str, Any], host_name: str) -> Profile:
-        """The profile with every `{vars.NAME}` replaced by the host's var NAME (one line if one is missing)."""
+        """The profile with every `{vars.NAME}` replaced by
+        the host's var NAME (one line if one is missing)."""
+
         def fill(key: str, text: str) -> str:
             def one(m: re.Match) -> str:
                 if m.group(1) not in host_vars:
                     have = ", ".join(sorted(host_vars)) or "none"
-                    raise ConfigError(f"profile {self.name}: {key} refers to {{vars.{m.group(1)}}} but host {host_name} "
-                                      f"has no var {m.group(1)!r} (its vars: {have}; set it under the host's `vars:` "
-                                      f"in the inventory)")
+                    raise ConfigError(
+                        f"profile {self.name}: {key} refers to {{vars.{m.group(1)}}} but host {host_name} "
+                        f"has no var {m.group(1)!r} (its vars: {have}; set it under the host's `vars:` "
+                        f"in the inventory)"
+                    )
                 return str(host_vars[m.group(1)])
+
             return VAR_REF.sub(one, text)
 
         if not self.var_refs():
@@ -118,10 +173,20 @@ class Profile:
         args = {k: fill(k, v) if isinstance(v, str) else v for k, v in self.args.items()}
         env = {k: fill(f"env.{k}", v) for k, v in self.env.items()}
         extra = [fill("extra_args", v) for v in self.extra_args]
-        launcher = [fill("launcher", v) for v in self.launcher] if isinstance(self.launcher, list) else self.launcher
+        launcher = (
+            [fill("launcher", v) for v in self.launcher] if isinstance(self.launcher, list) else self.launcher
+        )
         python = fill("python", self.python) if self.python else None
-        return Profile(**{**self.__dict__, "args": args, "env": env, "extra_args": extra, "launcher": launcher,
-                          "python": python})
+        return Profile(
+            **{
+                **self.__dict__,
+                "args": args,
+                "env": env,
+                "extra_args": extra,
+                "launcher": launcher,
+                "python": python,
+            }
+        )
 
 
 def _strings(p: Profile) -> list[str]:
@@ -196,7 +261,8 @@ def _scalars(data: dict, where: str) -> dict[str, Any]:
             values.Port().check(val, f"{where}: port")
         if key in RANGES:
             low, high = RANGES[key]
-            if not (low <= val <= high) or (key == "chunked_prefill_size" and val == 0):  # NaN fails too
+            # NaN fails too
+            if not (low <= val <= high) or (key == "chunked_prefill_size" and val == 0):
                 raise ConfigError(f"{where}: {key} must be between {low} and {high}, got {val!r}")
         args[key] = val
     return args
@@ -213,7 +279,8 @@ def _env(env: Any, where: str) -> dict:
         if not isinstance(v, str | int | float | bool):
             raise ConfigError(f"{where}: env {k} must be a plain value, got {v!r}")
         if redact.SECRET_NAME.search(str(k)):
-            redact.register(str(v))  # an HF_TOKEN in a profile never shows in a printed script or artifact
+            # an HF_TOKEN in a profile never shows in a printed script or artifact
+            redact.register(str(v))
     return env
 
 
@@ -225,7 +292,10 @@ def _build(name: str, path: Path, data: dict) -> Profile:
         raise ConfigError(f"{where}: engine {engine!r} is not one of {', '.join(ENGINES)}")
     args = _scalars(data, where)
     launcher = data.get("launcher", "module")
-    if not (launcher in LAUNCHERS or (isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher))):
+    if not (
+        launcher in LAUNCHERS
+        or (isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher))
+    ):
         raise ConfigError(f"{where}: launcher must be one of {', '.join(LAUNCHERS)} or a command list")
     cuda_graph = data.get("cuda_graph") or {}
     check_fields(cuda_graph, CUDA_GRAPH_FIELDS, "cuda_graph") if isinstance(cuda_graph, dict) else None
@@ -239,17 +309,32 @@ def _build(name: str, path: Path, data: dict) -> Profile:
     if not isinstance(per_host, dict):
         raise ConfigError(f"{where}: per_host must be a mapping of host name: overrides")
     for host, over in per_host.items():
-        check_fields(over, set(SCALARS) | {"env", "cuda_graph", "extra_args", "python", "launcher", "container_restart"},
-                     f"per_host.{host}")
+        check_fields(
+            over,
+            set(SCALARS) | {"env", "cuda_graph", "extra_args", "python", "launcher", "container_restart"},
+            f"per_host.{host}",
+        )
     if args.get("nnodes", 1) > 1 and not args.get("dist_init_addr"):
         raise ConfigError(f"{where}: nnodes > 1 needs dist_init_addr (host:port of node 0)")
     python = values.Str().check(data.get("python"), f"{where}: python")
-    container_restart = values.Choice(CONTAINER_RESTARTS, "exec").check(data.get("container_restart"),
-                                                                       f"{where}: container_restart")
-    return Profile(name=name, path=path, engine=engine, description=str(data.get("description") or ""),
-                   launcher=launcher, python=python, args=args, cuda_graph=dict(cuda_graph),
-                   env={str(k): str(v) for k, v in env.items()}, extra_args=[str(x) for x in extra],
-                   startup_timeout=values.Float(1, 86400, 600.0).check(data.get("startup_timeout"),
-                                                                       f"{where}: startup_timeout"),
-                   stop_grace=values.Float(0, 3600, 20.0).check(data.get("stop_grace"), f"{where}: stop_grace"),
-                   per_host=dict(per_host), container_restart=container_restart)
+    container_restart = values.Choice(CONTAINER_RESTARTS, "exec").check(
+        data.get("container_restart"), f"{where}: container_restart"
+    )
+    return Profile(
+        name=name,
+        path=path,
+        engine=engine,
+        description=str(data.get("description") or ""),
+        launcher=launcher,
+        python=python,
+        args=args,
+        cuda_graph=dict(cuda_graph),
+        env={str(k): str(v) for k, v in env.items()},
+        extra_args=[str(x) for x in extra],
+        startup_timeout=values.Float(1, 86400, 600.0).check(
+            data.get("startup_timeout"), f"{where}: startup_timeout"
+        ),
+        stop_grace=values.Float(0, 3600, 20.0).check(data.get("stop_grace"), f"{where}: stop_grace"),
+        per_host=dict(per_host),
+        container_restart=container_restart,
+    )

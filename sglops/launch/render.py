@@ -36,10 +36,14 @@ if TYPE_CHECKING:
     from sglops.core.remote import Remote
 
 TEMPLATES = paths.shipped("templates")
-STANDIN_COMMAND = ["sglang-standin"]  # installed in sandbox hosts' bin by sglops.sandbox
-CHECKED_CHOICES = {  # profile key -> flag whose choices the tree defines (a flag the engine lacks is skipped)
-    "attention_backend": "--attention-backend", "prefill_attention_backend": "--prefill-attention-backend",
-    "decode_attention_backend": "--decode-attention-backend", "kv_cache_dtype": "--kv-cache-dtype",
+# installed in sandbox hosts' bin by sglops.sandbox
+STANDIN_COMMAND = ["sglang-standin"]
+# profile key -> flag whose choices the tree defines (a flag the engine lacks is skipped)
+CHECKED_CHOICES = {
+    "attention_backend": "--attention-backend",
+    "prefill_attention_backend": "--prefill-attention-backend",
+    "decode_attention_backend": "--decode-attention-backend",
+    "kv_cache_dtype": "--kv-cache-dtype",
     "moe_runner_backend": "--moe-runner-backend",
 }
 
@@ -83,9 +87,15 @@ def _only_quoted(value: Any) -> Any:
 @functools.cache
 def environment() -> jinja2.Environment:
     """The template environment, built once (its templates compile once per process)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             autoescape=False, keep_trailing_newline=True, finalize=_only_quoted,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        finalize=_only_quoted,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["q"] = q
     env.filters["qjoin"] = qjoin
     return env
@@ -100,18 +110,30 @@ class TreeArgs:
     flags: set[str]
     choices: dict[str, list[str]]
     facts: dict[str, bool] = field(default_factory=dict)
-    kind: str = "git"  # git: a checkout (cd into it, its python/ on PYTHONPATH) | installed: a site-packages
-    host_facts: dict[str, Any] = field(default_factory=dict)  # CPUs, NUMA nodes, NCCL library (sglops.launch.ranks)
+    # git: a checkout (cd into it, its python/ on PYTHONPATH) | installed: a site-packages
+    kind: str = "git"
+    # CPUs, NUMA nodes, NCCL library (sglops.launch.ranks)
+    host_facts: dict[str, Any] = field(default_factory=dict)
 
     engine: str = ENGINE_DEFAULT
-    state_root: str | None = None  # where the host keeps its server state (the host's first engine tree)
+    # where the host keeps its server state (the host's first engine tree)
+    state_root: str | None = None
 
     @classmethod
     def from_inspect(cls, doc: dict) -> TreeArgs:
         """From server_inspect's answer: `tree` is the asked engine's tree (`sglang` before engines)."""
         sg = doc.get("engine_tree") or doc["sglang"]
-        return cls(sg["version"], sg["root"], set(doc["flags"]), doc["choices"], doc["tree"], sg.get("kind") or "git",
-                   doc.get("host") or {}, doc.get("engine") or ENGINE_DEFAULT, doc.get("state_root") or sg["root"])
+        return cls(
+            sg["version"],
+            sg["root"],
+            set(doc["flags"]),
+            doc["choices"],
+            doc["tree"],
+            sg.get("kind") or "git",
+            doc.get("host") or {},
+            doc.get("engine") or ENGINE_DEFAULT,
+            doc.get("state_root") or sg["root"],
+        )
 
 
 @dataclass
@@ -129,14 +151,15 @@ class Rendered(Observation):
     warnings: list[str]
     sglang_version: str | None
     validated: bool
-    derived_env: list[dict] = field(default_factory=list)  # variables this host needs (sglops.launch.ranks), why
-    node_rank: int | None = None  # of a server over several nodes (nnodes > 1)
+    # variables this host needs (sglops.launch.ranks), why
+    derived_env: list[dict] = field(default_factory=list)
+    # of a server over several nodes (nnodes > 1)
+    node_rank: int | None = None
 
     def payload(self) -> dict:
         from dataclasses import asdict
 
         return asdict(self)
-
 
 
 def validate(p: Profile, argv: list[str], tree: TreeArgs, host_name: str) -> list[str]:
@@ -161,16 +184,28 @@ def validate(p: Profile, argv: list[str], tree: TreeArgs, host_name: str) -> lis
             what = key.replace("_", " ")
             from sglops.probe.backend_history import profile_note
 
-            raise ConfigError(f"profile {p.name}: unknown {what} {val!r} for {where}; valid: {', '.join(valid)}"
-                              f"{profile_note(key, str(val), tree.version)}")
+            raise ConfigError(
+                f"profile {p.name}: unknown {what} {val!r} for {where}; valid: {', '.join(valid)}"
+                f"{profile_note(key, str(val), tree.version)}"
+            )
     warnings = []
     kv = str(p.args.get("kv_cache_dtype", "auto"))
-    fi = "flashinfer" in {p.args.get("attention_backend"), p.args.get("decode_attention_backend"),
-                          p.args.get("prefill_attention_backend")}
-    if fi and kv.startswith("fp8") and tree.facts.get("whole_pool_cast") and not tree.facts.get("gather_cast"):
-        warnings.append("flashinfer MLA with an FP8 KV cache casts the whole KV pool every decode step in this "
-                        "tree (and its FA2 kernels static_assert on FP8 off SM90): consider the gather-cast patch "
-                        "or --attention-backend trtllm_mla")
+    fi = "flashinfer" in {
+        p.args.get("attention_backend"),
+        p.args.get("decode_attention_backend"),
+        p.args.get("prefill_attention_backend"),
+    }
+    if (
+        fi
+        and kv.startswith("fp8")
+        and tree.facts.get("whole_pool_cast")
+        and not tree.facts.get("gather_cast")
+    ):
+        warnings.append(
+            "flashinfer MLA with an FP8 KV cache casts the whole KV pool every decode step in this "
+            "tree (and its FA2 kernels static_assert on FP8 off SM90): consider the gather-cast patch "
+            "or --attention-backend trtllm_mla"
+        )
     return warnings
 
 
@@ -188,46 +223,92 @@ def render(p: Profile, host: Host | None = None, tree: TreeArgs | None = None) -
     unresolved = p.var_refs()
     if host is not None:
         p, unresolved = p.with_vars(host.vars, host.name), []
-    redact.register_named(p.env)  # values filled from {vars.X} are secrets if their name says so...
-    redact.register_argv(p.extra_args)  # ...and so is the X of an `--api-key X` in extra_args
+    # values filled from {vars.X} are secrets if their name says so...
+    redact.register_named(p.env)
+    # ...and so is the X of an `--api-key X` in extra_args
+    redact.register_argv(p.extra_args)
     eng = get_engine(p.engine)
     argv, effective = eng.argv(p, host, tree.flags if tree else None)
     warnings = validate(p, argv, tree, host.name if host else "?") if tree else []
     if unresolved:
-        warnings.append(f"{{vars.{'}, {vars.'.join(unresolved)}}} left as written: no host given (`--host H` fills "
-                        "them from its inventory vars)")
+        warnings.append(
+            f"{{vars.{'}, {vars.'.join(unresolved)}}} left as written: no host given (`--host H` fills "
+            "them from its inventory vars)"
+        )
     command = launcher_argv(p, host) + argv
     port = int(effective.get("port") or eng.default_port)
     bind = str(effective.get("host") or eng.default_bind)
     root = tree.root if tree else (host.sglang_root if host and eng is get_engine(None) else None)
-    # A pip-installed tree (site-packages) is neither a working folder nor a PYTHONPATH entry: the python finds it.
+    # A pip-installed tree (site-packages) is neither a working
+    # folder nor a PYTHONPATH entry: the python finds it.
     checkout = root if root and (tree is None or tree.kind == "git") else None
     env = {**eng.server_env, **p.env}
     derived = ranks.derived_env(effective, env, tree.host_facts if tree else None, eng)
     env.update({d.name: d.value for d in derived})
     lines = [launcher_argv(p, host)] + pairs(argv)
-    check_one_line(p, {"host": host.name if host else None, f"{eng.name} version": tree.version if tree else None,
-                       f"{eng.name} root": checkout, **{f"env {k}": v for k, v in env.items()}, "env name": list(env),
-                       "launcher": lines[0], "argument": argv})
-    script = environment().get_template(eng.template).render(
-        profile=p.name, host=host.name if host else "(no host: not validated)", engine=p.engine,
-        version=(tree.version if tree else None) or "unknown", root=checkout,
-        pythonpath=f"{checkout}/{eng.checkout_pythonpath}" if checkout and eng.checkout_pythonpath else None,
-        env=env, lines=lines,
+    check_one_line(
+        p,
+        {
+            "host": host.name if host else None,
+            f"{eng.name} version": tree.version if tree else None,
+            f"{eng.name} root": checkout,
+            **{f"env {k}": v for k, v in env.items()},
+            "env name": list(env),
+            "launcher": lines[0],
+            "argument": argv,
+        },
+    )
+    script = (
+        environment()
+        .get_template(eng.template)
+        .render(
+            profile=p.name,
+            host=host.name if host else "(no host: not validated)",
+            engine=p.engine,
+            version=(tree.version if tree else None) or "unknown",
+            root=checkout,
+            pythonpath=f"{checkout}/{eng.checkout_pythonpath}"
+            if checkout and eng.checkout_pythonpath
+            else None,
+            env=env,
+            lines=lines,
+        )
     )
     node_rank = effective.get("node_rank") if int(effective.get("nnodes", 1)) > 1 else None
-    return Rendered(p.name, host.name if host else None, p.engine, command, script, port, bind,
-                    eng.expected(argv, effective), warnings, tree.version if tree else None, tree is not None,
-                    [{"name": d.name, "value": d.value, "why": d.why} for d in derived], node_rank)
+    return Rendered(
+        p.name,
+        host.name if host else None,
+        p.engine,
+        command,
+        script,
+        port,
+        bind,
+        eng.expected(argv, effective),
+        warnings,
+        tree.version if tree else None,
+        tree is not None,
+        [{"name": d.name, "value": d.value, "why": d.why} for d in derived],
+        node_rank,
+    )
 
 
 def inspect(remote: Remote, engine: str | None = None, python: str | None = None) -> dict:
-    """The host's tree of this engine (version, launch flags, backend choices) and its sglops server, one round
-    trip. python: the server's python when the profile names one (an engine's tree is found through it).
+    """The host's tree of this engine (version, launch flags, backend choices) and its sglops server, one
+    round trip. python: the server's python when the profile names one (an engine's tree is found through it).
 
     Asked once until the next step that may change the host (the connection's memo: Remote.remembered)."""
     eng = get_engine(engine)
     key = "server_inspect" if eng.name == ENGINE_DEFAULT else f"server_inspect:{eng.name}:{python}"
-    return remote.remembered(key, lambda: remote.run_py(
-        "server_inspect", {"sglang_root": remote.host.sglang_root, "engine": eng.host_spec(),
-                           "engines": host_specs(), "python": python}, timeout=120))
+    return remote.remembered(
+        key,
+        lambda: remote.run_py(
+            "server_inspect",
+            {
+                "sglang_root": remote.host.sglang_root,
+                "engine": eng.host_spec(),
+                "engines": host_specs(),
+                "python": python,
+            },
+            timeout=120,
+        ),
+    )

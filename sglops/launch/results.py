@@ -15,36 +15,58 @@ from sglops.core.errors import Failed
 from sglops.core.result import Observation, Result
 
 HINTS = {
-    "static_assert": "a kernel was compiled for a dtype it does not support (FlashInfer FA2 MLA + FP8 KV): "
-                     "try the gather-cast patch or --attention-backend trtllm_mla",
+    "static_assert": (
+        "a kernel was compiled for a dtype it does not support (FlashInfer FA2 MLA + FP8 KV): "
+        "try the gather-cast patch or --attention-backend trtllm_mla"
+    ),
     "cuda_oom": "lower mem_fraction_static or cuda_graph.max_bs, or use more GPUs",
     "port_in_use": "another process holds the port: `inv server-status`, or pick another port in the profile",
-    "unknown_backend": "this release does not know that backend: `inv render PROFILE --host H` lists the valid ones",
+    "unknown_backend": (
+        "this release does not know that backend: `inv render PROFILE --host H` lists the valid ones"
+    ),
     "bad_argument": "this release refused a launch argument: check the profile's values and extra_args",
-    "model_missing": "model_path is neither a folder on the host nor a hub id: check the path (or the host's vars)",
-    "unsupported": "a valid choice this host cannot run (a package or CPU/GPU feature is missing): pick another "
-                   "backend or KV dtype",
+    "model_missing": (
+        "model_path is neither a folder on the host nor a hub id: check the path (or the host's vars)"
+    ),
+    "unsupported": (
+        "a valid choice this host cannot run (a package or CPU/GPU feature is missing): pick another "
+        "backend or KV dtype"
+    ),
     "import_error": "SGLang failed while importing: a missing or broken package in the server's Python",
     "python_traceback": "the server raised during start-up: read the traceback above",
     "timeout": "no /health in time: raise startup_timeout, or read the log (`inv logs`)",
-    "thread_binding": "more ranks than NUMA nodes on a CPU host: set SGLANG_CPU_OMP_THREADS_BIND (one CPU group per "
-                      "rank, `|`-separated), or leave it out of the profile's env and sglops derives it from the host",
-    "nccl_on_cpu": "the CUDA torch build's NCCL was loaded with no GPU: leave SGLANG_NCCL_SO_PATH out of the "
-                   "profile's env (sglops points it at nothing on such a host) and the ranks use gloo",
-    "dist_init_timeout": "a node did not join node 0's dist-init in time: start every node together (`inv restart "
-                         "PROFILE --hosts n0,n1,...`), check dist_init_addr is reachable from every node",
-    "peer_lost": "another rank or node died and took this one down: read that node's log (`inv logs --hosts ...`)",
-    "aborted": "sglops stopped this node because another node of the server failed: that node's line says why",
+    "thread_binding": (
+        "more ranks than NUMA nodes on a CPU host: set SGLANG_CPU_OMP_THREADS_BIND (one CPU group per "
+        "rank, `|`-separated), or leave it out of the profile's env and sglops derives it from the host"
+    ),
+    "nccl_on_cpu": (
+        "the CUDA torch build's NCCL was loaded with no GPU: leave SGLANG_NCCL_SO_PATH out of the "
+        "profile's env (sglops points it at nothing on such a host) and the ranks use gloo"
+    ),
+    "dist_init_timeout": (
+        "a node did not join node 0's dist-init in time: start every node together (`inv restart "
+        "PROFILE --hosts n0,n1,...`), check dist_init_addr is reachable from every node"
+    ),
+    "peer_lost": (
+        "another rank or node died and took this one down: read that node's log (`inv logs --hosts ...`)"
+    ),
+    "aborted": (
+        "sglops stopped this node because another node of the server failed: that node's line says why"
+    ),
     "died": "the server exited during start-up: read the log above",
 }
 # Rendered arguments /server_info reports under another name (0.5.23 renamed nsa_* to dsa_*).
-INFO_ALIASES = {"dsa_prefill_backend": "nsa_prefill_backend", "dsa_decode_backend": "nsa_decode_backend",
-                "nsa_prefill_backend": "dsa_prefill_backend", "nsa_decode_backend": "dsa_decode_backend"}
+INFO_ALIASES = {
+    "dsa_prefill_backend": "nsa_prefill_backend",
+    "dsa_decode_backend": "nsa_decode_backend",
+    "nsa_prefill_backend": "dsa_prefill_backend",
+    "nsa_decode_backend": "dsa_decode_backend",
+}
 
 
 class LaunchFailed(Failed):
-    """The server did not come up (crash, timeout): `kept` is the failed start, which the runner records and shows
-    (its log tail) before the one line; `recorded(path)` is that line naming the record."""
+    """The server did not come up (crash, timeout): `kept` is the failed start, which the runner records and
+    shows (its log tail) before the one line; `recorded(path)` is that line naming the record."""
 
     def __init__(self, kept: RestartResult, notes: list[str] | tuple[str, ...] = ()) -> None:
         super().__init__(kept.failure_line(*notes))
@@ -62,36 +84,46 @@ class RestartResult(Result):
     host: str
     profile: str | None
     ok: bool
-    state: str  # healthy | died | timeout | dry-run
+    # healthy | died | timeout | dry-run
+    state: str
     port: int
     dry_run: bool = False
     rollback: bool = False
-    sglang_version: str | None = None  # the release of the engine that serves (named so before engines)
-    engine: str | None = None  # sglang | vllm (None: a rollback, the last good script's)
+    # the release of the engine that serves (named so before engines)
+    sglang_version: str | None = None
+    # sglang | vllm (None: a rollback, the last good script's)
+    engine: str | None = None
     pid: int | None = None
     stopped_pid: int | None = None
     stop_signal: str | None = None
     waited_s: float | None = None
     failure: str | None = None
     failure_label: str | None = None
-    failure_detail: str | None = None  # the log line that shows the failure (e.g. the exception it ended in)
+    # the log line that shows the failure (e.g. the exception it ended in)
+    failure_detail: str | None = None
     hint: str | None = None
     log_path: str | None = None
     log_tail: list[str] = field(default_factory=list)
     server_info: dict | None = None
     server_info_endpoint: str | None = None
-    stop: dict = field(default_factory=dict)  # processes stopped, any left, how long it took
+    # processes stopped, any left, how long it took
+    stop: dict = field(default_factory=dict)
     confirmed: dict[str, Any] = field(default_factory=dict)
     mismatches: dict[str, dict] = field(default_factory=dict)
-    unconfirmed: list[str] = field(default_factory=list)  # rendered, but the server does not report it
+    # rendered, but the server does not report it
+    unconfirmed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)
     script: str = ""
-    shape: str = "exec"  # exec: sglops starts the server process | entrypoint: the container's command is the server
-    node_rank: int | None = None  # a node of a server over several hosts (nnodes > 1)
-    deployment: list[dict] = field(default_factory=list)  # every node's outcome, when this host was one of them
-    derived_env: list[dict] = field(default_factory=list)  # variables the script exports for this host, and why
+    # exec: sglops starts the server process | entrypoint: the container's command is the server
+    shape: str = "exec"
+    # a node of a server over several hosts (nnodes > 1)
+    node_rank: int | None = None
+    # every node's outcome, when this host was one of them
+    deployment: list[dict] = field(default_factory=list)
+    # variables the script exports for this host, and why
+    derived_env: list[dict] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -105,8 +137,10 @@ class RestartResult(Result):
         """The one line a failed start ends in: what broke, after how long, what to try, where the log is."""
         where = "; ".join([f"log {self.log_path}", *notes])
         detail = f": {self.failure_detail}" if self.failure_detail else ""
-        return (f"{self.host}: server did not come up: {self.failure_label} ({self.failure}){detail} "
-                f"after {self.waited_s or 0:.1f}s; {self.hint} ({where})")
+        return (
+            f"{self.host}: server did not come up: {self.failure_label} ({self.failure}){detail} "
+            f"after {self.waited_s or 0:.1f}s; {self.hint} ({where})"
+        )
 
 
 @dataclass
@@ -123,12 +157,16 @@ class ServerStatus(Observation):
     restarts: list[dict]
     log_path: str
     log_tail: list[str]
-    container: dict | None = None  # restart shape (b): the engine's view of the container whose command it is
-    died: dict | None = None  # the server last started here came up and is gone: its log's crash class
-    processes: list[dict] = field(default_factory=list)  # launcher, schedulers (with their ranks), detokenizer
+    # restart shape (b): the engine's view of the container whose command it is
+    container: dict | None = None
+    # the server last started here came up and is gone: its log's crash class
+    died: dict | None = None
+    # launcher, schedulers (with their ranks), detokenizer
+    processes: list[dict] = field(default_factory=list)
     nnodes: int = 1
     node_rank: int | None = None
-    deployment: list[dict] = field(default_factory=list)  # every node's state, when several nodes were asked
+    # every node's state, when several nodes were asked
+    deployment: list[dict] = field(default_factory=list)
 
     @property
     def deployment_healthy(self) -> bool | None:
@@ -152,6 +190,7 @@ class LogLines(Observation):
 
 
 # -- the steps --------------------------------------------------------------------------------
+
 
 @dataclass
 class StopResult(Result):

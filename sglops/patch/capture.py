@@ -27,8 +27,8 @@ from sglops.patch.spec import load, patches_root
 class Capture(Result):
     """Hand edits on a host kept as a patch variant: the diff, the files written here (none on a dry run).
 
-    `changed` is False: capture reads the host and writes only this machine's patches/ folder (`written`); a dry
-    run's `plan` names what it would write there."""
+    `changed` is False: capture reads the host and writes only this machine's patches/ folder (`written`); a
+    dry run's `plan` names what it would write there."""
 
     host: str
     patch: str
@@ -39,7 +39,8 @@ class Capture(Result):
     written: list[str] = field(default_factory=list)
     yaml_entry: str = ""
     dry_run: bool = False
-    targets: list[str] = field(default_factory=list)  # the local files a real run writes (the diff, patch.yaml)
+    # the local files a real run writes (the diff, patch.yaml)
+    targets: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -50,8 +51,16 @@ class Capture(Result):
         return [f"write {t}" for t in self.targets] if self.dry_run else []
 
     def payload(self) -> dict:
-        return {"host": self.host, "patch": self.patch, "variant": self.variant, "against": self.against,
-                "files": self.files, "diff": self.diff, "written": self.written, "yaml_entry": self.yaml_entry}
+        return {
+            "host": self.host,
+            "patch": self.patch,
+            "variant": self.variant,
+            "against": self.against,
+            "files": self.files,
+            "diff": self.diff,
+            "written": self.written,
+            "yaml_entry": self.yaml_entry,
+        }
 
 
 def release_files(version: str) -> tuple[dict[str, str], zipfile.ZipFile]:
@@ -92,14 +101,28 @@ def _insert_variant(yaml_text: str, entry: str) -> str:
     return "".join(lines[:end]) + entry + "".join(lines[end:])
 
 
-def capture(remote: Remote, name: str, *, against: str = "commit", variant: str | None = None,
-            files: list[str] | None = None, dry_run: bool = False, force: bool = False,
-            description: str | None = None) -> Capture:
+def capture(
+    remote: Remote,
+    name: str,
+    *,
+    against: str = "commit",
+    variant: str | None = None,
+    files: list[str] | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    description: str | None = None,
+) -> Capture:
     """Diff the host's hand edits against `against` and save them as patches/NAME/VARIANT.diff."""
     if against not in ("commit", "release"):
         raise ConfigError(f"--against must be commit or release, not {against!r}")
-    args = {"sglang_root": remote.host.sglang_root, "against": against, "files": files or [],
-            "operator": operator(), "lock_wait_s": lock_wait_s(), "read_only": dry_run}
+    args = {
+        "sglang_root": remote.host.sglang_root,
+        "against": against,
+        "files": files or [],
+        "operator": operator(),
+        "lock_wait_s": lock_wait_s(),
+        "read_only": dry_run,
+    }
     wheel = None
     if against == "release":
         info = host_state(remote, [], contents=False)
@@ -112,10 +135,13 @@ def capture(remote: Remote, name: str, *, against: str = "commit", variant: str 
     diffs, names = [], []
     for rel, f in sorted(got["files"].items()):
         if (rel, f["sha256"]) in ours:
-            continue  # left as it is by a recorded sglops patch, not a hand edit
+            # left as it is by a recorded sglops patch, not a hand edit
+            continue
         before = f["before"] if against == "commit" else wheel.read(f["key"]).decode("utf-8")
         if before is None or f["after"] is None:
-            raise SglopsError(f"{remote.name}: {rel} was added or deleted; capture handles edits to existing files")
+            raise SglopsError(
+                f"{remote.name}: {rel} was added or deleted; capture handles edits to existing files"
+            )
         d = patch_diff.make(rel, before, f["after"])
         if d:
             diffs.append(d)
@@ -129,10 +155,21 @@ def capture(remote: Remote, name: str, *, against: str = "commit", variant: str 
     entry = _yaml_entry(variant, diff_name, version, commit, against)
     exists = (folder / "patch.yaml").is_file()
     if exists and any(v.name == variant for v in load(name).variants) and not force:
-        raise ConfigError(f"patches/{name} already has a variant {variant!r}; pick --variant or --force to replace its diff")
+        raise ConfigError(
+            f"patches/{name} already has a variant {variant!r}; pick --variant or --force to replace its diff"
+        )
     yaml_path = folder / "patch.yaml"
-    result = Capture(remote.name, name, variant, against, names, "".join(diffs), yaml_entry=entry, dry_run=dry_run,
-                     targets=[str(folder / diff_name), str(yaml_path)])
+    result = Capture(
+        remote.name,
+        name,
+        variant,
+        against,
+        names,
+        "".join(diffs),
+        yaml_entry=entry,
+        dry_run=dry_run,
+        targets=[str(folder / diff_name), str(yaml_path)],
+    )
     if dry_run:
         return result
     folder.mkdir(parents=True, exist_ok=True)
@@ -141,9 +178,12 @@ def capture(remote: Remote, name: str, *, against: str = "commit", variant: str 
         if not any(v.name == variant for v in load(name).variants):
             text = _insert_variant(text, entry)
     else:
-        text = (f"description: >\n  {description or f'captured from hand edits on {remote.name}'}\n"
-                "files:\n" + "".join(f"  - {n}\n" for n in names) + "variants:\n" + entry)
-    loads_yaml(text, str(yaml_path))  # refuse to write a patch.yaml that would not load
+        text = (
+            f"description: >\n  {description or f'captured from hand edits on {remote.name}'}\n"
+            "files:\n" + "".join(f"  - {n}\n" for n in names) + "variants:\n" + entry
+        )
+    # refuse to write a patch.yaml that would not load
+    loads_yaml(text, str(yaml_path))
     _write(folder / diff_name, result.diff)
     _write(yaml_path, text)
     load(name)

@@ -29,7 +29,8 @@ class Hunk:
     new_start: int
     new_len: int
     section: str
-    lines: list[tuple[str, str]] = field(default_factory=list)  # (" ", "-", "+"), text with its newline
+    # (" ", "-", "+"), text with its newline
+    lines: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def header(self) -> str:
@@ -43,13 +44,20 @@ class Hunk:
 
     def reversed(self) -> Hunk:
         flip = {" ": " ", "-": "+", "+": "-"}
-        return Hunk(self.new_start, self.new_len, self.old_start, self.old_len, self.section,
-                    [(flip[tag], t) for tag, t in self.lines])
+        return Hunk(
+            self.new_start,
+            self.new_len,
+            self.old_start,
+            self.old_len,
+            self.section,
+            [(flip[tag], t) for tag, t in self.lines],
+        )
 
 
 @dataclass
 class FilePatch:
-    path: str  # relative to the SGLang checkout root
+    # relative to the SGLang checkout root
+    path: str
     hunks: list[Hunk]
 
     def reversed(self) -> FilePatch:
@@ -59,12 +67,14 @@ class FilePatch:
 @dataclass
 class Conflict:
     path: str
-    hunk: int  # 1-based
+    # 1-based
+    hunk: int
     header: str
     reason: str
 
     def __str__(self) -> str:
-        if not self.hunk:  # the whole file, not one hunk (patch/names.py)
+        # the whole file, not one hunk (patch/names.py)
+        if not self.hunk:
             return f"{self.path}: {self.reason}"
         return f"{self.path} hunk #{self.hunk} ({self.header.split(' @@')[0]} @@): {self.reason}"
 
@@ -90,8 +100,13 @@ def parse(text: str, source: str = "<diff>") -> list[FilePatch]:
         if m:
             if not files:
                 raise DiffError(f"{source}:{i + 1}: hunk before any ---/+++ header")
-            hunk = Hunk(int(m[1]), int(m[2] if m[2] is not None else 1), int(m[3]),
-                        int(m[4] if m[4] is not None else 1), m[5])
+            hunk = Hunk(
+                int(m[1]),
+                int(m[2] if m[2] is not None else 1),
+                int(m[3]),
+                int(m[4] if m[4] is not None else 1),
+                m[5],
+            )
             need_old, need_new = hunk.old_len, hunk.new_len
             i += 1
             while (need_old > 0 or need_new > 0) and i < len(lines):
@@ -123,10 +138,13 @@ def _find(lines: list[str], block: list[str], guess: int) -> int | None:
     n = len(block)
     if n == 0:
         return min(max(guess, 0), len(lines))
-    head = block[0]  # only where the first line matches: the same positions, in the same order, found sooner
-    order = sorted((p for p in range(0, len(lines) - n + 1) if lines[p] == head), key=lambda p: abs(p - guess))
+    # only where the first line matches: the same positions, in the same order, found sooner
+    head = block[0]
+    order = sorted(
+        (p for p in range(0, len(lines) - n + 1) if lines[p] == head), key=lambda p: abs(p - guess)
+    )
     for pos in order:
-        if lines[pos:pos + n] == block:
+        if lines[pos : pos + n] == block:
             return pos
     return None
 

@@ -44,13 +44,17 @@ def planned_kernels(dry_run: bool, records: dict[str, dict]) -> list[dict[str, A
     """Kernels the earlier steps of this play's dry run would build (`records`: the play's step records)."""
     if not dry_run:
         return []
-    return [{"name": r["result"]["kernel"], "arch": r["result"].get("arch")} for r in records.values()
-            if r.get("do") == "build-kernel" and (r.get("result") or {}).get("status") == "would-build"]
+    return [
+        {"name": r["result"]["kernel"], "arch": r["result"].get("arch")}
+        for r in records.values()
+        if r.get("do") == "build-kernel" and (r.get("result") or {}).get("status") == "would-build"
+    ]
 
 
 @contextmanager
 def planning(kernels: list[dict[str, Any]]) -> Iterator[None]:
-    """Within this block, requirements on those kernels are judged as if they were built (a dry run's plan)."""
+    """Within this block, requirements on those kernels
+    are judged as if they were built (a dry run's plan)."""
     token = _PLANNED.set(tuple(kernels))
     try:
         yield

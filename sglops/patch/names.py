@@ -1,10 +1,10 @@
 """Names a patched Python file uses but never defines: a variant that applies as text can still be wrong.
 
-SGLang renames helpers between releases (0.5.15's `dcp_enabled()` is `get_parallel().dcp_enabled` in 0.5.17), so
-a variant written for one release can apply cleanly to the next and raise NameError only when the server first
-runs that line (on the H200: at the first decode plan, ~50 s into a restart). Python's compile() accepts such
-a file; this check does not. It is deliberately simple (any binding anywhere in the module counts, star imports
-disable it) so that it never refuses a correct patch, and it reports only names the patch introduced.
+SGLang renames helpers between releases (0.5.15's `dcp_enabled()` is `get_parallel().dcp_enabled` in 0.5.17),
+so a variant written for one release can apply cleanly to the next and raise NameError only when the server
+first runs that line (on the H200: at the first decode plan, ~50 s into a restart). Python's compile() accepts
+such a file; this check does not. It is deliberately simple (any binding anywhere in the module counts, star
+imports disable it) so that it never refuses a correct patch, and it reports only names the patch introduced.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import gc
 import threading
 from typing import Any
 
-# CPython 3.11's AST constructor checks that the thread's recursion depth is the same after as before; a garbage
-# collection that runs a finalizer with Python code in the middle (an asyncio task's __del__ logging "Task was
-# destroyed") breaks that: "SystemError: AST constructor recursion depth mismatch". Parse with the collector
-# paused, one parse at a time (gc state is per process).
+# CPython 3.11's AST constructor checks that the thread's recursion depth is the same after as before; a
+# garbage collection that runs a finalizer with Python code in the middle (an asyncio task's __del__ logging
+# "Task was destroyed") breaks that: "SystemError: AST constructor recursion depth mismatch". Parse with the
+# collector paused, one parse at a time (gc state is per process).
 _PARSE = threading.Lock()
 
 
@@ -35,8 +35,21 @@ def parse(text: str, filename: str = "<unknown>", **options: Any) -> ast.Module:
                 gc.enable()
 
 
-MODULE_NAMES = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__",
-                "__path__", "__annotations__", "__dict__", "__class__", "__qualname__", "__module__"}
+MODULE_NAMES = {
+    "__name__",
+    "__file__",
+    "__doc__",
+    "__spec__",
+    "__loader__",
+    "__package__",
+    "__builtins__",
+    "__path__",
+    "__annotations__",
+    "__dict__",
+    "__class__",
+    "__qualname__",
+    "__module__",
+}
 
 
 def _bound(tree: ast.AST) -> set[str] | None:
@@ -66,7 +79,8 @@ def _bound(tree: ast.AST) -> set[str] | None:
 
 
 def unbound(text: str) -> dict[str, int] | None:
-    """{name: first line} of names loaded but bound nowhere; None when the text does not parse or has `import *`."""
+    """{name: first line} of names loaded but bound nowhere;
+    None when the text does not parse or has `import *`."""
     try:
         tree = parse(text)
     except (SyntaxError, RecursionError):

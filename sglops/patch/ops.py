@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 NAME = Param("name", Required(Name("patch")), positional=True)
 DRY = DRY_RUN.again(help="show the diff and the files it would touch; change nothing")
 FORCE = Param("force", Flag(), "override: hand-modified files, unmet requirements, drift", flag=False)
-VARIANT = Param("variant", Name("variant"), "use this variant (default: by version/commit, else the one that applies)")
+VARIANT = Param(
+    "variant", Name("variant"), "use this variant (default: by version/commit, else the one that applies)"
+)
 
 
 def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool = False) -> PatchResult:
@@ -27,8 +29,9 @@ def apply_patch(ctx: Context, name: str, variant: str | None = None, force: bool
         with planning(planned_kernels(ctx.dry_run, ctx.records)):
             return apply.apply_patch(ctx.remote, name, dry_run=ctx.dry_run, variant=variant, force=force)
 
-    return across_nodes.all_or_none(ctx, f"apply-patch {name}", here,
-                                    undo=lambda applied: apply.revert_patch(ctx.remote, name))
+    return across_nodes.all_or_none(
+        ctx, f"apply-patch {name}", here, undo=lambda applied: apply.revert_patch(ctx.remote, name)
+    )
 
 
 def revert_patch(ctx: Context, name: str, force: bool = False) -> PatchResult:
@@ -38,9 +41,12 @@ def revert_patch(ctx: Context, name: str, force: bool = False) -> PatchResult:
     def redo(reverted):
         return apply.apply_patch(ctx.remote, name, variant=reverted.variant, force=True)
 
-    return across_nodes.all_or_none(ctx, f"revert-patch {name}",
-                                    lambda: apply.revert_patch(ctx.remote, name, dry_run=ctx.dry_run, force=force),
-                                    undo=redo)
+    return across_nodes.all_or_none(
+        ctx,
+        f"revert-patch {name}",
+        lambda: apply.revert_patch(ctx.remote, name, dry_run=ctx.dry_run, force=force),
+        undo=redo,
+    )
 
 
 def patches(ctx: Context) -> PatchList:
@@ -50,11 +56,19 @@ def patches(ctx: Context) -> PatchList:
     return across_nodes.compared(ctx, apply.status(ctx.remote))
 
 
-def capture_patch(ctx: Context, name: str, against: str = "commit", variant: str | None = None,
-                  files: list[str] | None = None, force: bool = False) -> Capture:
+def capture_patch(
+    ctx: Context,
+    name: str,
+    against: str = "commit",
+    variant: str | None = None,
+    files: list[str] | None = None,
+    force: bool = False,
+) -> Capture:
     from sglops.patch.capture import capture
 
-    return capture(ctx.remote, name, against=against, variant=variant, dry_run=ctx.dry_run, force=force, files=files)
+    return capture(
+        ctx.remote, name, against=against, variant=variant, dry_run=ctx.dry_run, force=force, files=files
+    )
 
 
 def _load(o: dict) -> None:
@@ -64,19 +78,53 @@ def _load(o: dict) -> None:
 
 
 OPS = [
-    Op("apply-patch", apply_patch, "Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's "
-       "ledger, idempotent.", (NAME, TARGETS, DRY, VARIANT, FORCE, JSON), step="apply-patch", prepare=_load,
-       record="patch.json", together=True, play_shows=True),
-    Op("revert-patch", revert_patch, "Take patches/NAME back off the host, only if its files are as the patch left "
-       "them (else --force).", (NAME, TARGETS, DRY, FORCE, JSON), step="revert-patch", prepare=_load,
-       record="patch.json", together=True, play_shows=True),
-    Op("patches", patches, "Each patch on the host: available / applicable / applied / conflicting / drifted.",
-       (TARGETS, JSON), together=True),
-    Op("capture-patch", capture_patch, "Turn hand edits on the host into a new variant under patches/NAME/ with its "
-       "patch.yaml entry.",
-       (NAME, TARGET, Param("against", Choice(("commit", "release"), "commit"), "commit (git HEAD) or release (the "
-                            "PyPI wheel)", flag="commit"),
-        VARIANT.again(help="variant name (default sglang-VERSION[-local])"),
-        Param("files", StrList(), "only these files (comma-separated, relative to the checkout)"), DRY, FORCE,
-        JSON)),
+    Op(
+        "apply-patch",
+        apply_patch,
+        "Apply patches/NAME to the host's SGLang tree: atomic, recorded in the host's ledger, idempotent.",
+        (NAME, TARGETS, DRY, VARIANT, FORCE, JSON),
+        step="apply-patch",
+        prepare=_load,
+        record="patch.json",
+        together=True,
+        play_shows=True,
+    ),
+    Op(
+        "revert-patch",
+        revert_patch,
+        "Take patches/NAME back off the host, only if its files are as the patch left them (else --force).",
+        (NAME, TARGETS, DRY, FORCE, JSON),
+        step="revert-patch",
+        prepare=_load,
+        record="patch.json",
+        together=True,
+        play_shows=True,
+    ),
+    Op(
+        "patches",
+        patches,
+        "Each patch on the host: available / applicable / applied / conflicting / drifted.",
+        (TARGETS, JSON),
+        together=True,
+    ),
+    Op(
+        "capture-patch",
+        capture_patch,
+        "Turn hand edits on the host into a new variant under patches/NAME/ with its patch.yaml entry.",
+        (
+            NAME,
+            TARGET,
+            Param(
+                "against",
+                Choice(("commit", "release"), "commit"),
+                "commit (git HEAD) or release (the PyPI wheel)",
+                flag="commit",
+            ),
+            VARIANT.again(help="variant name (default sglang-VERSION[-local])"),
+            Param("files", StrList(), "only these files (comma-separated, relative to the checkout)"),
+            DRY,
+            FORCE,
+            JSON,
+        ),
+    ),
 ]

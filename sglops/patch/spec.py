@@ -28,7 +28,8 @@ class UnknownPatch(ConfigError):
 
 
 def patches_root() -> Path:
-    """The folder new patches go to (capture-patch) and an error names; reading searches core/paths.py's order."""
+    """The folder new patches go to (capture-patch) and an
+    error names; reading searches core/paths.py's order."""
     return paths.writable("patches", env="SGLOPS_PATCHES")
 
 
@@ -44,7 +45,10 @@ class Variant:
         return patch_diff.parse(self.diff.read_text(), str(self.diff))
 
     def matches(self, version: str | None, commit: str | None) -> bool:
-        return bool((version and version in self.sglang) or (commit and any(commit.startswith(c) for c in self.commits)))
+        return bool(
+            (version and version in self.sglang)
+            or (commit and any(commit.startswith(c) for c in self.commits))
+        )
 
 
 @dataclass
@@ -70,8 +74,13 @@ class Requirement:
             ok = ok and value not in self.not_in
         if ok:
             return None
-        want = (f"== {self.equals!r}" if self.has_equals else f"in {self.one_of}" if self.one_of is not None
-                else f"not in {self.not_in}")
+        want = (
+            f"== {self.equals!r}"
+            if self.has_equals
+            else f"in {self.one_of}"
+            if self.one_of is not None
+            else f"not in {self.not_in}"
+        )
         return f"{self.fact} is {value!r}, needs {want}: {self.why}"
 
     def to_json(self) -> dict:
@@ -99,7 +108,10 @@ class Patch:
         for v in self.variants:
             if v.name == name:
                 return v
-        raise ConfigError(f"patch {self.name} has no variant {name!r} (variants: {', '.join(v.name for v in self.variants)})")
+        raise ConfigError(
+            f"patch {self.name} has no variant {name!r} (variants:"
+            f" {', '.join(v.name for v in self.variants)})"
+        )
 
     def run_checks(self, texts: dict[str, str]) -> list[str]:
         """Post-apply content checks on the new file texts; the failures, one line each."""
@@ -123,7 +135,9 @@ def load(name: str) -> Patch:
     folder = paths.find("patches", name, env="SGLOPS_PATCHES")
     if not (folder / "patch.yaml").is_file():
         names = available()
-        raise UnknownPatch(f"no patch {name!r}; available: {', '.join(names) if names else 'none'} (under {patches_root()})")
+        raise UnknownPatch(
+            f"no patch {name!r}; available: {', '.join(names) if names else 'none'} (under {patches_root()})"
+        )
     doc = load_yaml(folder / "patch.yaml")
     what = f"patch {name}"
     check_fields(doc, PATCH_FIELDS, what, {"description", "variants"})
@@ -133,12 +147,21 @@ def load(name: str) -> Patch:
         diff = folder / str(v["diff"])
         if not diff.is_file():
             raise ConfigError(f"{v.where}: variant {v['name']}: no diff file {diff}")
-        variants.append(Variant(v["name"], diff, [str(x) for x in list_field(v, "sglang", f"{what} variant")],
-                                [str(x) for x in list_field(v, "commits", f"{what} variant")], v.get("note", "")))
+        variants.append(
+            Variant(
+                v["name"],
+                diff,
+                [str(x) for x in list_field(v, "sglang", f"{what} variant")],
+                [str(x) for x in list_field(v, "commits", f"{what} variant")],
+                v.get("note", ""),
+            )
+        )
     requires = []
     for r in list_field(doc, "requires", what):
         check_fields(r, REQUIRE_FIELDS, f"{what} requirement", {"fact", "why"})
-        requires.append(Requirement(r["fact"], r["why"], r.get("equals"), r.get("in"), r.get("not_in"), "equals" in r))
+        requires.append(
+            Requirement(r["fact"], r["why"], r.get("equals"), r.get("in"), r.get("not_in"), "equals" in r)
+        )
     checks = []
     for c in list_field(doc, "checks", what):
         check_fields(c, CHECK_FIELDS, f"{what} check", {"file"})

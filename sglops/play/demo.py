@@ -5,8 +5,8 @@
    both APIs, profile and trace analysis. Every figure of this part is measured.
 2. The GPU-shaped fp8-kv story, which no CPU can serve: the `fp8-kv-decode` play against a real SGLang release
    tree with a STAND-IN server. The stand-in's decode rate comes from a model it runs on the served tree's own
-   decode KV code (sglops/sandbox/standin_kv_cost.py), so the comparison it yields is SET BY THE STAND-IN and is
-   printed as such, never as a measurement.
+   decode KV code (sglops/sandbox/standin_kv_cost.py), so the comparison it yields is SET BY THE STAND-IN and
+   is printed as such, never as a measurement.
 """
 
 from __future__ import annotations
@@ -22,11 +22,20 @@ from sglops.core.console import console, styled
 from sglops.sandbox.sshd import Sandbox
 
 REAL_HOSTS = [{"name": "cpu-1", "sglang_env": "cpu", "tags": ["sandbox", "cpu"]}]
-STANDIN_HOSTS = [{"name": "sandbox-1", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]}]
-REAL_VARS = {"profile": "sandbox-sglang-cpu", "runs": 3, "input_len": 32, "output_len": 64, "profile_steps": 10}
+STANDIN_HOSTS = [
+    {"name": "sandbox-1", "sglang": "0.5.23", "flashinfer": "0.7.2", "tags": ["sandbox", "sm120"]}
+]
+REAL_VARS = {
+    "profile": "sandbox-sglang-cpu",
+    "runs": 3,
+    "input_len": 32,
+    "output_len": 64,
+    "profile_steps": 10,
+}
 STANDIN_VARS = {"profile": "sandbox-demo", "runs": 5, "output_len": 256}
-STANDIN_NOTE = ("figures of part 2 are SET BY THE STAND-IN (its decode model run on the served tree's code), "
-                "not measured")
+STANDIN_NOTE = (
+    "figures of part 2 are SET BY THE STAND-IN (its decode model run on the served tree's code), not measured"
+)
 
 
 def _play(sandbox: Sandbox, host: str, name: str, variables: dict):
@@ -45,7 +54,8 @@ def _play(sandbox: Sandbox, host: str, name: str, variables: dict):
         show(result)
         try:
             launch.stop(remote)
-        except Exception as exc:  # the sandbox goes away anyway; say so, don't hide the play's outcome
+        # the sandbox goes away anyway; say so, don't hide the play's outcome
+        except Exception as exc:
             console.print(Text(f"could not stop the server on {host} cleanly: {exc}", style="yellow"))
     return result
 
@@ -67,8 +77,11 @@ def _done(sandbox: Sandbox, base: Path, keep: bool, kept: list[tuple[Path, Path]
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _part(hosts: list[dict], host: str, play: str, variables: dict, keep: bool, kept: list[tuple[Path, Path]]):
-    """One part of the demo: its own sandbox, one play on its host, the report; the sandbox torn down after."""
+def _part(
+    hosts: list[dict], host: str, play: str, variables: dict, keep: bool, kept: list[tuple[Path, Path]]
+):
+    """One part of the demo: its own sandbox, one play on
+    its host, the report; the sandbox torn down after."""
     from sglops.sandbox.sshd import free_port
     from sglops.views.report import write_report
 
@@ -84,14 +97,23 @@ def _part(hosts: list[dict], host: str, play: str, variables: dict, keep: bool, 
 def run_demo(keep: bool = False) -> int:
     """Both parts, each on its own sandbox, torn down after; returns an exit code."""
     kept: list[tuple[Path, Path]] = []
-    console.print(styled(("sglops demo, part 1", "bold"), ": a real SGLang 0.5.23 server (CPU, tiny random Llama) "
-                         "on sandbox host cpu-1, driven end to end"))
+    console.print(
+        styled(
+            ("sglops demo, part 1", "bold"),
+            ": a real SGLang 0.5.23 server (CPU, tiny random Llama) on sandbox host cpu-1, driven end to end",
+        )
+    )
     first = _part(REAL_HOSTS, "cpu-1", "real-server", REAL_VARS, keep, kept)
     if not first.ok:
         return 1
-    console.print(styled(("sglops demo, part 2", "bold"), ": the fp8-kv-decode investigation on a GPU-shaped "
-                         "sandbox host (a real sglang 0.5.23 tree, FlashInfer 0.7.2, a stand-in nvidia-smi (8x RTX "
-                         "PRO 6000 Blackwell, SM120) and a STAND-IN server, x20 for a quick demo)"))
+    console.print(
+        styled(
+            ("sglops demo, part 2", "bold"),
+            ": the fp8-kv-decode investigation on a GPU-shaped "
+            "sandbox host (a real sglang 0.5.23 tree, FlashInfer 0.7.2, a stand-in nvidia-smi (8x RTX "
+            "PRO 6000 Blackwell, SM120) and a STAND-IN server, x20 for a quick demo)",
+        )
+    )
     second = _part(STANDIN_HOSTS, "sandbox-1", "fp8-kv-decode", STANDIN_VARS, keep, kept)
     for folder, inventory in kept:
         console.print(f"sandbox kept at {folder} (export SGLOPS_INVENTORY={inventory})")

@@ -29,7 +29,8 @@ def parse_vars(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _load(o: dict) -> dict:
-    """The play, loaded and checked once before any host is touched (so is a --from step that is not in it)."""
+    """The play, loaded and checked once before any host
+    is touched (so is a --from step that is not in it)."""
     from sglops.play.spec import load_play
 
     play = load_play(o["name"], parse_vars(o["var"]))
@@ -38,8 +39,9 @@ def _load(o: dict) -> dict:
     return {**o, "loaded": play}
 
 
-def play(ctx: Context, name: str, from_: str | None = None, var: list[str] | None = None,
-         loaded: Any = None) -> PlayResult:
+def play(
+    ctx: Context, name: str, from_: str | None = None, var: list[str] | None = None, loaded: Any = None
+) -> PlayResult:
     from sglops.play.run import run_play
 
     play = loaded or _load({"name": name, "from_": from_, "var": var})["loaded"]
@@ -49,8 +51,10 @@ def play(ctx: Context, name: str, from_: str | None = None, var: list[str] | Non
 def _stopped(result: Any, o: dict) -> None:
     step = result.failed
     if step:
-        raise Failed(f"{result.host}: play {result.play} stopped at step {step.id}: {step.error}; fix it, then resume: "
-                     f"inv play {o['name']} --host {result.host} --from {step.id}")
+        raise Failed(
+            f"{result.host}: play {result.play} stopped at step {step.id}: {step.error}; fix it, then resume:"
+            f" inv play {o['name']} --host {result.host} --from {step.id}"
+        )
 
 
 def report(ctx: Context, run: str, output: str | None = None, html: bool = False) -> Written:
@@ -73,17 +77,43 @@ def demo(ctx: Context, keep: bool = False) -> None:
 
 
 OPS = [
-    Op("play", play, "Run a play (playbooks/NAME.yaml): its steps in order, stop at the first failure, --from resumes.",
-       (Param("name", help="", positional=True), TARGETS,
-        DRY_RUN.again(help="print the plan and the changes each step would make"),
-        Param("from_", help="resume the last run of this play at this step"),
-        Param("var", help="override a play variable: --var profile=sandbox (repeatable)"), JSON),
-       prepare=_load, check=_stopped, task={"iterable": ["var"]}),
-    Op("report", report, "Write a markdown report of a recorded run (a play, bench, profile...) with its charts.",
-       (Param("run", help="a run id (or unique prefix, or its folder)", positional=True),
-        Param("output", help="where to write (default RUN/run-report.md, or .html)"),
-        Param("html", Flag(), "one self-contained HTML page instead (inline SVG charts, stand-in rows marked, trace "
-              "links; opens with no network)", flag=False))),
-    Op("demo", demo, "The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, "
-       "torn down.", (Param("keep", Flag(), "leave the sandbox running afterwards", flag=False),)),
+    Op(
+        "play",
+        play,
+        "Run a play (playbooks/NAME.yaml): its steps in order, stop at the first failure, --from resumes.",
+        (
+            Param("name", help="", positional=True),
+            TARGETS,
+            DRY_RUN.again(help="print the plan and the changes each step would make"),
+            Param("from_", help="resume the last run of this play at this step"),
+            Param("var", help="override a play variable: --var profile=sandbox (repeatable)"),
+            JSON,
+        ),
+        prepare=_load,
+        check=_stopped,
+        task={"iterable": ["var"]},
+    ),
+    Op(
+        "report",
+        report,
+        "Write a markdown report of a recorded run (a play, bench, profile...) with its charts.",
+        (
+            Param("run", help="a run id (or unique prefix, or its folder)", positional=True),
+            Param("output", help="where to write (default RUN/run-report.md, or .html)"),
+            Param(
+                "html",
+                Flag(),
+                "one self-contained HTML page instead (inline SVG charts, stand-in rows marked, trace "
+                "links; opens with no network)",
+                flag=False,
+            ),
+        ),
+    ),
+    Op(
+        "demo",
+        demo,
+        "The README's main job: a local sandbox GPU host, the fp8-kv-decode investigation end to end, "
+        "torn down.",
+        (Param("keep", Flag(), "leave the sandbox running afterwards", flag=False),),
+    ),
 ]

@@ -17,7 +17,8 @@ from sglops.core.result import Observation, Result
 class StepRecord:
     id: str
     do: str
-    status: str  # ok | failed | skipped (not reached) | reused (from the run being resumed)
+    # ok | failed | skipped (not reached) | reused (from the run being resumed)
+    status: str
     seconds: float = 0.0
     summary: str = ""
     error: str | None = None
@@ -25,8 +26,16 @@ class StepRecord:
     run_dir: str | None = None
 
     def to_json(self) -> dict:
-        return {"id": self.id, "do": self.do, "status": self.status, "seconds": round(self.seconds, 3),
-                "summary": self.summary, "error": self.error, "result": self.result, "run_dir": self.run_dir}
+        return {
+            "id": self.id,
+            "do": self.do,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "summary": self.summary,
+            "error": self.error,
+            "result": self.result,
+            "run_dir": self.run_dir,
+        }
 
 
 @dataclass
@@ -56,12 +65,23 @@ class PlayResult(Result):
         """A dry run's steps, each with what it would do."""
         if not self.dry_run:
             return []
-        return [f"{s.id}: {line}" for s in self.steps if isinstance(s.result, dict)
-                for line in (s.result.get("plan") or [s.do])]
+        return [
+            f"{s.id}: {line}"
+            for s in self.steps
+            if isinstance(s.result, dict)
+            for line in (s.result.get("plan") or [s.do])
+        ]
 
     def payload(self) -> dict:
-        return {"play": self.play, "host": self.host, "run_id": self.run_id, "dry_run": self.dry_run,
-                "ok": self.ok, "run_dir": self.run_dir, "steps": [s.to_json() for s in self.steps]}
+        return {
+            "play": self.play,
+            "host": self.host,
+            "run_id": self.run_id,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "run_dir": self.run_dir,
+            "steps": [s.to_json() for s in self.steps],
+        }
 
 
 @dataclass

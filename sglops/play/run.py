@@ -44,13 +44,21 @@ def _previous(host: str, play: str) -> dict:
     real = [r for r in runs if not r.get("dry_run") and not str(r.get("run_id", "")).endswith("-dry")]
     if not real:
         only_dry = " (only dry runs, which have nothing to resume)" if runs else ""
-        raise ConfigError(f"nothing to resume: no earlier run of play {play} on {host}{only_dry}; "
-                          "run it without --from")
+        raise ConfigError(
+            f"nothing to resume: no earlier run of play {play} on {host}{only_dry}; run it without --from"
+        )
     return real[-1]
 
 
-def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: str | None = None,
-             show: bool = True, run_id: str | None = None) -> PlayResult:
+def run_play(
+    remote: Remote,
+    play: Play,
+    *,
+    dry_run: bool = False,
+    from_step: str | None = None,
+    show: bool = True,
+    run_id: str | None = None,
+) -> PlayResult:
     """Run the play on remote; each step's outcome is recorded as it finishes. run_id: the invocation's
     (a dry run's gets `-dry`); a real resumption continues the run it resumes."""
     start_at = play.index(from_step) if from_step else 0
@@ -60,8 +68,10 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
         old = {s["id"]: s for s in artifacts.read_json(Path(prev["path"]) / "play.json")["steps"]}
         for step in play.steps[:start_at]:
             if old.get(step.id, {}).get("status") not in ("ok", "reused"):
-                raise ConfigError(f"cannot resume run {prev['run_id']} from {from_step}: step {step.id} did not "
-                                  "succeed there")
+                raise ConfigError(
+                    f"cannot resume run {prev['run_id']} from {from_step}: step {step.id} did not "
+                    "succeed there"
+                )
         # a dry run of the resumption is a run of its own: it never writes into the real run it plans from
         run_id = (run_id or new_run_id()) + "-dry" if dry_run else prev["run_id"]
     else:
@@ -72,8 +82,18 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
     for i, step in enumerate(play.steps):
         if i < start_at:
             prev = old[step.id]
-            result.steps.append(StepRecord(step.id, step.do, "reused", 0, prev.get("summary", ""), None,
-                                           prev.get("result"), prev.get("run_dir")))
+            result.steps.append(
+                StepRecord(
+                    step.id,
+                    step.do,
+                    "reused",
+                    0,
+                    prev.get("summary", ""),
+                    None,
+                    prev.get("result"),
+                    prev.get("run_dir"),
+                )
+            )
             records[step.id] = {"do": step.do, "result": prev.get("result"), "run_dir": prev.get("run_dir")}
             continue
         label = f"[{i + 1}/{len(play.steps)}] {step.id} ({step.do})"
@@ -84,7 +104,9 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
                 from sglops.views.live import play_line
 
                 with console.status(Text(f"{label} ...")) as status:
-                    ctx.on_event = lambda ev, _s=status, _l=label: _s.update(Text(f"{_l} ... {play_line(ev)}"))
+                    ctx.on_event = lambda ev, _s=status, _l=label: _s.update(
+                        Text(f"{_l} ... {play_line(ev)}")
+                    )
                     value = run_step(STEPS[step.do], ctx, step.params)
             else:
                 value = run_step(STEPS[step.do], ctx, step.params)
@@ -94,21 +116,32 @@ def run_play(remote: Remote, play: Play, *, dry_run: bool = False, from_step: st
             result.steps.append(StepRecord(step.id, step.do, "failed", time.monotonic() - began, error=error))
             if show:
                 console.print(styled(label, " ", ("failed", "bold red"), f": {error}"))
-            for later in play.steps[i + 1:]:
+            for later in play.steps[i + 1 :]:
                 result.steps.append(StepRecord(later.id, later.do, "skipped"))
-            if bug:  # on record (so --from can resume), then the host's outcome is the bug with its traceback
+            # on record (so --from can resume), then the host's outcome is the bug with its traceback
+            if bug:
                 _record(remote, play, result, folder)
                 raise
             break
         doc = value.to_json()
         artifact = getattr(value, "artifact", None) or doc.get("artifact")
-        run_dir = doc.get("run_dir") or doc.get("folder") or (str(Path(artifact).parent) if artifact else None)
-        rec = StepRecord(step.id, step.do, "ok", time.monotonic() - began, _summary(step.do, doc), None, doc, run_dir)
+        run_dir = (
+            doc.get("run_dir") or doc.get("folder") or (str(Path(artifact).parent) if artifact else None)
+        )
+        rec = StepRecord(
+            step.id, step.do, "ok", time.monotonic() - began, _summary(step.do, doc), None, doc, run_dir
+        )
         result.steps.append(rec)
         records[step.id] = {"do": step.do, "result": doc, "run_dir": run_dir}
         if show:
-            console.print(styled(label, " ", ("ok", "green"),
-                                 f" ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}"))
+            console.print(
+                styled(
+                    label,
+                    " ",
+                    ("ok", "green"),
+                    f" ({rec.seconds:.1f}s){': ' + rec.summary if rec.summary else ''}",
+                )
+            )
             if STEPS[step.do].play_shows:
                 from sglops.views.show import show as show_result
 
@@ -142,11 +175,25 @@ def _record(remote: Remote, play: Play, result: PlayResult, folder: Path) -> Non
             patches_applied = patches.applied(remote)
         except SglopsError as exc:
             patches_applied = {"error": str(exc)}
-    artifacts.save(remote.name, result.run_id, "play.json", result.to_json(), task="play", extra={
-        "play": play.name, "play_file": str(play.path), "vars": play.vars, "dry_run": result.dry_run,
-        "ok": result.ok, "failed_step": result.failed.id if result.failed else None,
-        "status": "dry-run" if result.dry_run else ("ok" if result.ok else f"failed at {result.failed.id}"),
-        **_manifest(result), "patches": patches_applied,
-        "timings": {sid: round(s.seconds, 3) for sid, s in steps.items()},
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
+    artifacts.save(
+        remote.name,
+        result.run_id,
+        "play.json",
+        result.to_json(),
+        task="play",
+        extra={
+            "play": play.name,
+            "play_file": str(play.path),
+            "vars": play.vars,
+            "dry_run": result.dry_run,
+            "ok": result.ok,
+            "failed_step": result.failed.id if result.failed else None,
+            "status": "dry-run"
+            if result.dry_run
+            else ("ok" if result.ok else f"failed at {result.failed.id}"),
+            **_manifest(result),
+            "patches": patches_applied,
+            "timings": {sid: round(s.seconds, 3) for sid, s in steps.items()},
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )

@@ -29,26 +29,39 @@ PLAYBOOKS = paths.shipped("playbooks")
 
 
 class _PlayEnvironment(ImmutableSandboxedEnvironment, NativeEnvironment):
-    """Jinja2's immutable sandbox (no attribute walks to `__globals__`, no mutation) rendering native types."""
+    """Jinja2's immutable sandbox (no attribute walks to
+    `__globals__`, no mutation) rendering native types."""
 
 
 _env = _PlayEnvironment(undefined=StrictUndefined)
-_env.globals.clear()  # no range, lipsum, cycler, joiner, namespace: a value sees the play's variables only
-# A play is data that gets shared: a value may name a variable (`{{ runs }}`, `{{ cfg.port }}`, `{{ xs[0] }}`) and
-# nothing else. No calls, filters, operators, loops or blocks: `{{ 'a' * 10**10 }}` would need no attribute walk to
-# take the machine down, so the sandbox alone is not enough.
-_DATA_NODES = (nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.Getattr,
-               nodes.Getitem)
+# no range, lipsum, cycler, joiner, namespace: a value sees the play's variables only
+_env.globals.clear()
+# A play is data that gets shared: a value may name a variable (`{{ runs }}`, `{{ cfg.port }}`, `{{ xs[0] }}`)
+# and nothing else. No calls, filters, operators, loops or blocks: `{{ 'a' * 10**10 }}` would need no
+# attribute walk to take the machine down, so the sandbox alone is not enough.
+_DATA_NODES = (
+    nodes.Template,
+    nodes.Output,
+    nodes.TemplateData,
+    nodes.Name,
+    nodes.Const,
+    nodes.Getattr,
+    nodes.Getitem,
+)
 
 
 def _only_names(value: str, where: str) -> None:
     """Refuse a template that is more than variable references (checked before anything renders)."""
     tree = _env.parse(value)
     for node in tree.find_all(nodes.Node):
-        if not isinstance(node, _DATA_NODES) or (isinstance(node, nodes.Getattr) and node.attr.startswith("_")):
+        if not isinstance(node, _DATA_NODES) or (
+            isinstance(node, nodes.Getattr) and node.attr.startswith("_")
+        ):
             what = type(node).__name__.lower()
-            raise ConfigError(f"{where}: {value!r:.80}: a play value may only name variables ({{{{ name }}}}); "
-                              f"no code ({what}) runs from a play")
+            raise ConfigError(
+                f"{where}: {value!r:.80}: a play value may only name variables ({{{{ name }}}}); "
+                f"no code ({what}) runs from a play"
+            )
 
 
 @dataclass
@@ -74,7 +87,9 @@ class Play:
         for i, step in enumerate(self.steps):
             if step.id == step_id:
                 return i
-        raise ConfigError(f"play {self.name} has no step {step_id!r}; steps: {', '.join(s.id for s in self.steps)}")
+        raise ConfigError(
+            f"play {self.name} has no step {step_id!r}; steps: {', '.join(s.id for s in self.steps)}"
+        )
 
 
 def play_path(name: str) -> Path:
@@ -102,7 +117,8 @@ def render_value(value: Any, variables: dict[str, Any], where: str) -> Any:
         try:
             _only_names(value, where)
             out = _env.from_string(value).render(**variables)
-            if isinstance(out, Undefined):  # a lone "{{ name }}" renders natively to the Undefined itself
+            # a lone "{{ name }}" renders natively to the Undefined itself
+            if isinstance(out, Undefined):
                 out._fail_with_undefined_error()
             return out
         except UndefinedError as exc:
@@ -130,7 +146,8 @@ def load_play(name: str, overrides: dict[str, Any] | None = None) -> Play:
     if not isinstance(doc["steps"] or [], list):
         raise ConfigError(f"{where}: steps must be a list of steps (got {doc['steps']!r})")
     variables = {**(doc.get("vars") or {}), **(overrides or {})}
-    redact.register_named(variables)  # a play's `hf_token:` (or --var hf_token=...) is never shown
+    # a play's `hf_token:` (or --var hf_token=...) is never shown
+    redact.register_named(variables)
     steps = [_step(raw, path, variables) for raw in doc["steps"] or []]
     seen: set[str] = set()
     for step in steps:
@@ -163,7 +180,9 @@ def _step(raw: Any, path: Path, variables: dict[str, Any]) -> Step:
     accepted = STEPS[kind].spec("play")
     unknown = sorted(str(k) for k in set(params) - set(accepted))
     if unknown:
-        raise ConfigError(f"{where}: step {step_id} ({kind}) has no parameter {unknown[0]!r}; "
-                          f"it takes: {', '.join(sorted(accepted)) or 'none'}")
+        raise ConfigError(
+            f"{where}: step {step_id} ({kind}) has no parameter {unknown[0]!r}; "
+            f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+        )
     params = values.check(accepted, params, label=lambda p: f"{where}: step {step_id} ({kind}): {p}")
     return Step(step_id, kind, params, where, str(raw.get("description") or ""))

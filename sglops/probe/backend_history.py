@@ -1,5 +1,5 @@
-"""Which release removed a backend: the choices of every release, as benchmarks/attention_path_table.py read them
-from the PyPI wheels (playbooks/attention_backend_history.json, generated, never hand-edited)."""
+"""Which release removed a backend: the choices of every release, as benchmarks/attention_path_table.py read
+them from the PyPI wheels (playbooks/attention_backend_history.json, generated, never hand-edited)."""
 
 from __future__ import annotations
 
@@ -42,10 +42,15 @@ def removed_note(fact: str, value: str, version: str | None) -> str:
     return f"; offered by {', '.join(have) if len(have) < 4 else have[0] + '-' + last}"
 
 
-FLAG_FACTS = {"attention_backend": "attention_backends", "prefill_attention_backend": "attention_backends",
-              "decode_attention_backend": "attention_backends", "dsa_prefill_backend": "dsa_prefill_backends",
-              "dsa_decode_backend": "dsa_decode_backends", "nsa_prefill_backend": "dsa_prefill_backends",
-              "nsa_decode_backend": "dsa_decode_backends"}
+FLAG_FACTS = {
+    "attention_backend": "attention_backends",
+    "prefill_attention_backend": "attention_backends",
+    "decode_attention_backend": "attention_backends",
+    "dsa_prefill_backend": "dsa_prefill_backends",
+    "dsa_decode_backend": "dsa_decode_backends",
+    "nsa_prefill_backend": "dsa_prefill_backends",
+    "nsa_decode_backend": "dsa_decode_backends",
+}
 
 
 def profile_note(key: str, value: str, version: str | None) -> str:

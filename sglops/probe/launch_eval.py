@@ -1,10 +1,10 @@
 """A small evaluator for SGLang's own backend-selection functions, read from the release's source.
 
 SGLang picks a launch's attention backends in plain Python (`get_default_attn_backend`, the DSA resolvers, the
-registry). Rather than restating those rules per release, sglops runs the release's functions symbolically: the
-inputs (GPU capability, model config, flags) are bound by data (playbooks/attention_rules.yaml), anything else is
-UNKNOWN, and a branch that depends on an UNKNOWN condition is reported, never guessed. Nothing is imported or
-executed; only the AST is walked.
+registry). Rather than restating those rules per release, sglops runs the release's functions symbolically:
+the inputs (GPU capability, model config, flags) are bound by data (playbooks/attention_rules.yaml), anything
+else is UNKNOWN, and a branch that depends on an UNKNOWN condition is reported, never guessed. Nothing is
+imported or executed; only the AST is walked.
 """
 
 from __future__ import annotations
@@ -98,8 +98,10 @@ class Outcome:
     returned_at: str | None = None
     raised: str | None = None
     raised_at: str | None = None
-    writes: dict[str, tuple[Any, str, list[Step]]] = field(default_factory=dict)  # field -> (value, file:line, path)
-    undetermined: str | None = None  # "file:line: cond" where an UNKNOWN condition decided something that mattered
+    # field -> (value, file:line, path)
+    writes: dict[str, tuple[Any, str, list[Step]]] = field(default_factory=dict)
+    # "file:line: cond" where an UNKNOWN condition decided something that mattered
+    undetermined: str | None = None
     path: list[Step] = field(default_factory=list)
     done: bool = False
 
@@ -112,23 +114,33 @@ MAX_DEPTH = 6
 
 
 class Evaluator:
-    """Runs a Func with bindings. `bindings`: (regex on ast.unparse(expr), value-or-callable) checked first for
-    names, attributes and calls; `funcs`: other functions of the release a call may enter (by name)."""
+    """Runs a Func with bindings. `bindings`: (regex on ast.unparse(expr), value-or-callable) checked first
+    for names, attributes and calls; `funcs`: other functions of the release a call may enter (by name)."""
 
-    def __init__(self, bindings: list[tuple[re.Pattern, Any]], funcs: dict[str, Func], watched: re.Pattern,
-                 objects: dict[str, Obj], module: dict[str, ast.expr] | None = None) -> None:
+    def __init__(
+        self,
+        bindings: list[tuple[re.Pattern, Any]],
+        funcs: dict[str, Func],
+        watched: re.Pattern,
+        objects: dict[str, Obj],
+        module: dict[str, ast.expr] | None = None,
+    ) -> None:
         self.bindings = bindings
         self.funcs = funcs
-        self.watched = watched  # field names whose writes are recorded (e.g. dsa_prefill_backend)
-        self.objects = objects  # names bound to input objects wherever they appear (self, view, cfg, hf_config)
-        self.module = module or {}  # module-level NAME = expr of the release (predicates, name lists)
+        # field names whose writes are recorded (e.g. dsa_prefill_backend)
+        self.watched = watched
+        # names bound to input objects wherever they appear (self, view, cfg, hf_config)
+        self.objects = objects
+        # module-level NAME = expr of the release (predicates, name lists)
+        self.module = module or {}
         self.self_for: Callable[[Func], dict[str, Any]] = lambda fn: {}
         self._module_values: dict[str, Any] = {}
 
     def global_value(self, name: str, depth: int = 0) -> Any:
         """A module-level name of the release, evaluated once (Unknown when the tree does not define it)."""
         if name not in self._module_values:
-            self._module_values[name] = Unknown(name)  # a cycle reads Unknown
+            # a cycle reads Unknown
+            self._module_values[name] = Unknown(name)
             if name in self.module:
                 self._module_values[name] = self.expr(self.module[name], {}, depth)
         return self._module_values[name]
@@ -161,14 +173,17 @@ class Evaluator:
     def _where(self, fn: Func, node: ast.AST) -> str:
         return f"{fn.file}:{node.lineno}"
 
-    def _block(self, stmts: list[ast.stmt], env: dict, fn: Func, out: Outcome, path: list[Step], depth: int) -> None:
+    def _block(
+        self, stmts: list[ast.stmt], env: dict, fn: Func, out: Outcome, path: list[Step], depth: int
+    ) -> None:
         for st in stmts:
             self._stmt(st, env, fn, out, path, depth)
             if out.done:
                 return
 
     def _matters(self, stmts: list[ast.stmt]) -> bool:
-        """A block that returns, raises or writes a watched field: an UNKNOWN condition over it is decisive."""
+        """A block that returns, raises or writes a watched
+        field: an UNKNOWN condition over it is decisive."""
         for node in (n for st in stmts for n in ast.walk(st)):
             if isinstance(node, (ast.Return, ast.Raise)):
                 return True
@@ -183,7 +198,11 @@ class Evaluator:
         name = None
         if isinstance(t, ast.Attribute):
             name = t.attr
-        elif isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
+        elif (
+            isinstance(t, ast.Subscript)
+            and isinstance(t.slice, ast.Constant)
+            and isinstance(t.slice.value, str)
+        ):
             name = t.slice.value
         return name if name and self.watched.fullmatch(name) else None
 
@@ -228,18 +247,27 @@ class Evaluator:
         elif isinstance(st, (ast.For, ast.While)):
             if self._matters(st.body):
                 # a loop over data the evaluator does not hold: only fatal when it is reached at all
-                out.undetermined = f"{self._where(fn, st)}: a loop ({ast.unparse(st.iter if isinstance(st, ast.For) else st.test)[:60]})"
+                out.undetermined = (
+                    f"{self._where(fn, st)}: a loop"
+                    f" ({ast.unparse(st.iter if isinstance(st, ast.For) else st.test)[:60]})"
+                )
                 out.path, out.done = list(path), True
                 raise _Stop
 
-    def _assign(self, t: ast.AST, value: Any, env: dict, fn: Func, out: Outcome, path: list[Step], st: ast.stmt) -> None:
+    def _assign(
+        self, t: ast.AST, value: Any, env: dict, fn: Func, out: Outcome, path: list[Step], st: ast.stmt
+    ) -> None:
         if isinstance(t, ast.Name):
             env[t.id] = value
             text = " ".join(ast.unparse(st.value).split())
             env.setdefault("__src__", {})[t.id] = text if len(text) <= 160 else text[:157] + "..."
         elif isinstance(t, ast.Tuple):
             for i, elt in enumerate(t.elts):
-                v = value[i] if isinstance(value, (tuple, list)) and i < len(value) else Unknown(ast.unparse(elt))
+                v = (
+                    value[i]
+                    if isinstance(value, (tuple, list)) and i < len(value)
+                    else Unknown(ast.unparse(elt))
+                )
                 self._assign(elt, v, env, fn, out, path, st)
         else:
             name = self._field(t)
@@ -305,8 +333,11 @@ class Evaluator:
         if isinstance(node, ast.Dict):
             if not node.keys:
                 return {}
-            return {self.expr(k, env, depth): self.expr(v, env, depth) for k, v in zip(node.keys, node.values, strict=False)
-                    if k is not None}
+            return {
+                self.expr(k, env, depth): self.expr(v, env, depth)
+                for k, v in zip(node.keys, node.values, strict=False)
+                if k is not None
+            }
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value, env, depth)
             if isinstance(base, Obj):
@@ -339,8 +370,8 @@ class Evaluator:
         return Unknown(text)
 
     def _boolop(self, node: ast.BoolOp, env: dict, depth: int) -> Any:
-        """Python's and/or (the operand, not a bool: `archs or []`); an UNKNOWN operand only matters if reached
-        before the answer is decided."""
+        """Python's and/or (the operand, not a bool: `archs or []`); an UNKNOWN operand only matters if
+        reached before the answer is decided."""
         is_and = isinstance(node.op, ast.And)
         unknown = None
         value: Any = None
@@ -349,7 +380,8 @@ class Evaluator:
             t = value if is_unknown(value) else (True if isinstance(value, (Obj, Instance)) else bool(value))
             if is_unknown(t):
                 unknown = unknown or t
-            elif t is (not is_and):  # False in an and, True in an or: decided whatever the unknowns are
+            # False in an and, True in an or: decided whatever the unknowns are
+            elif t is (not is_and):
                 return value
         return unknown if unknown is not None else value
 
@@ -358,7 +390,11 @@ class Evaluator:
         for op, comp in zip(node.ops, node.comparators, strict=False):
             right = self.expr(comp, env, depth)
             if is_unknown(left) or is_unknown(right) or isinstance(left, Obj) or isinstance(right, Obj):
-                if isinstance(op, (ast.Is, ast.IsNot)) and right is None and isinstance(left, (Obj, Instance)):
+                if (
+                    isinstance(op, (ast.Is, ast.IsNot))
+                    and right is None
+                    and isinstance(left, (Obj, Instance))
+                ):
                     ok = isinstance(op, ast.IsNot)
                 else:
                     return Unknown(ast.unparse(node))
@@ -375,7 +411,9 @@ class Evaluator:
     def _call(self, node: ast.Call, env: dict, depth: int) -> Any:
         text = ast.unparse(node)
         func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        name = (
+            func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        )
         known = self._builtin(name, node, env, depth, text)
         if known is not _NOT_BUILTIN:
             return known
@@ -409,12 +447,18 @@ class Evaluator:
         if name in ("frozenset", "set") and isinstance(func, ast.Name) and len(node.args) == 1:
             v = self.expr(node.args[0], env, depth)
             return Unknown(text) if is_unknown(v) or not isinstance(v, (list, tuple, set, dict)) else set(v)
-        if name in ("bool", "str", "int", "len", "tuple", "list") and isinstance(func, ast.Name) and node.args:
+        if (
+            name in ("bool", "str", "int", "len", "tuple", "list")
+            and isinstance(func, ast.Name)
+            and node.args
+        ):
             v = self.expr(node.args[0], env, depth)
             if is_unknown(v) or isinstance(v, Obj):
                 return Unknown(text) if name != "bool" or is_unknown(v) else True
             try:
-                return {"bool": bool, "str": str, "int": int, "len": len, "tuple": tuple, "list": list}[name](v)
+                return {"bool": bool, "str": str, "int": int, "len": len, "tuple": tuple, "list": list}[name](
+                    v
+                )
             except (TypeError, ValueError):
                 return Unknown(text)
         if name == "get" and isinstance(func, ast.Attribute):
@@ -429,15 +473,24 @@ class Evaluator:
         the module or the class followed (to MAX_DEPTH)."""
         func = node.func
         callee = env.get(name) if isinstance(func, ast.Name) else None
-        if isinstance(callee, Instance) and callee.cls[:1].isupper():  # an imported class, constructed
+        # an imported class, constructed
+        if isinstance(callee, Instance) and callee.cls[:1].isupper():
             return Instance(callee.cls, callee.module)
-        if isinstance(func, ast.Call):  # lru_cache(maxsize=1)(partial(...)): the decorated thing itself
+        # lru_cache(maxsize=1)(partial(...)): the decorated thing itself
+        if isinstance(func, ast.Call):
             inner = func.func.id if isinstance(func.func, ast.Name) else getattr(func.func, "attr", None)
             if inner in ("lru_cache", "cache") and node.args:
                 return self.expr(node.args[0], env, depth)
         if name == "partial" and node.args and isinstance(node.args[0], ast.Name):
-            return Partial(node.args[0].id, {k.arg: self.expr(k.value, env, depth) for k in node.keywords if k.arg})
-        if isinstance(func, ast.Name) and name not in self.funcs and name in self.module and depth < MAX_DEPTH:
+            return Partial(
+                node.args[0].id, {k.arg: self.expr(k.value, env, depth) for k in node.keywords if k.arg}
+            )
+        if (
+            isinstance(func, ast.Name)
+            and name not in self.funcs
+            and name in self.module
+            and depth < MAX_DEPTH
+        ):
             return self.call_named(name, None, depth)
         if name in self.funcs and depth < MAX_DEPTH:
             fn = self.funcs[name]
@@ -455,7 +508,8 @@ class Evaluator:
         return Unknown(text)
 
 
-_NOT_BUILTIN = object()  # _builtin's answer for a call it does not evaluate itself
+# _builtin's answer for a call it does not evaluate itself
+_NOT_BUILTIN = object()
 
 
 def _cond_text(test: ast.expr, env: dict) -> str:
@@ -467,15 +521,25 @@ def _cond_text(test: ast.expr, env: dict) -> str:
 
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b, ast.BitAnd: lambda a, b: a & b,
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+    ast.BitAnd: lambda a, b: a & b,
     ast.BitOr: lambda a, b: a | b,
 }
 
 _OPS: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: lambda a, b: a is b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: lambda a, b: a is b,
     ast.IsNot: lambda a, b: a is not b,
 }
 
@@ -487,15 +551,18 @@ def _raise_text(st: ast.Raise) -> str:
         if isinstance(first, ast.Constant):
             return str(first.value)
         if isinstance(first, ast.JoinedStr):
-            return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
-                           for v in first.values)
+            return "".join(
+                v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
+                for v in first.values
+            )
         return ast.unparse(first)
     return ast.unparse(exc) if exc is not None else "raise"
 
 
 def guards(fn: Func, line_rx: re.Pattern) -> list[tuple[ast.stmt, list[tuple[ast.If, bool]]]]:
-    """The statements of fn matching line_rx (by their unparsed text) and the `if`s on the way to each: (if, branch
-    taken: True for its body, False for its else). Used for `attention_arch = AttentionArch.MLA` and the sparse switch."""
+    """The statements of fn matching line_rx (by their unparsed text) and the `if`s on the way to each: (if,
+    branch taken: True for its body, False for its else). Used for `attention_arch = AttentionArch.MLA` and
+    the sparse switch."""
     found: list[tuple[ast.stmt, list[tuple[ast.If, bool]]]] = []
 
     def walk(stmts: list[ast.stmt], chain: list[tuple[ast.If, bool]]) -> None:
@@ -507,5 +574,6 @@ def guards(fn: Func, line_rx: re.Pattern) -> list[tuple[ast.stmt, list[tuple[ast
                 walk(st.body, chain)
             elif line_rx.search(ast.unparse(st)) and not isinstance(st, (ast.FunctionDef, ast.ClassDef)):
                 found.append((st, chain))
+
     walk(fn.node.body, [])
     return found

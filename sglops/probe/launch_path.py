@@ -1,9 +1,10 @@
 """Which attention path will THIS launch take: predicted from the host's release, not from a table.
 
-The `launch_*` probes (playbooks/probes.yaml) bring back the release's own selection functions in the probe's one
-round trip; this module evaluates them (sglops/probe/launch_eval.py) for one launch (model, KV dtype, compute
-capability, flags) with the bindings of playbooks/attention_rules.yaml, and joins the answer with the per-backend
-FP8 read modes the same probe run found. Every answer carries the file:line of the rule that decided it.
+The `launch_*` probes (playbooks/probes.yaml) bring back the release's own selection functions in the probe's
+one round trip; this module evaluates them (sglops/probe/launch_eval.py) for one launch (model, KV dtype,
+compute capability, flags) with the bindings of playbooks/attention_rules.yaml, and joins the answer with the
+per-backend FP8 read modes the same probe run found. Every answer carries the file:line of the rule that
+decided it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from sglops.probe.launch_text import short_where
 if TYPE_CHECKING:
     from sglops.probe.report import ProbeReport
 
+
 # -- sources from the probe report ------------------------------------------------------------------------
 def _functions(report: ProbeReport, probe_id: str) -> list[dict]:
     return next((r.get("functions") or [] for r in report.results if r["id"] == probe_id), [])
@@ -66,6 +68,7 @@ def _module_exprs(items: list[dict]) -> dict[str, ast.expr]:
         st = tree.body[0] if tree.body else None
         if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
             out.setdefault(name, st.value)
+
     for d in items:
         if d.get("assign"):
             add(d["name"], d["source"])
@@ -94,23 +97,45 @@ class _Ctx:
         cfg = Obj("config", lambda a: launch.config.get(a))
         model = Obj("model", self._model_attr)
         args = Obj("args", self._arg)
-        runner = Obj("runner", lambda a: self.mla if a == "use_mla_backend" else
-                     model if a == "model_config" else args if a == "server_args" else Unknown("runner." + a))
+        runner = Obj(
+            "runner",
+            lambda a: (
+                self.mla
+                if a == "use_mla_backend"
+                else model
+                if a == "model_config"
+                else args
+                if a == "server_args"
+                else Unknown("runner." + a)
+            ),
+        )
         objs = {"args": args, "config": cfg, "model": model, "runner": runner}
         objects = {name: objs[kind] for name, kind in self.rules.objects.items() if kind in objs}
         platform = Obj("platform", self._platform)
-        kv_torch = "torch.float8_e4m3fn" if launch.kv_dtype.startswith("fp8_e4m3") else (
-            "torch.float8_e5m2" if launch.kv_dtype.startswith("fp8_e5m2") else "torch.bfloat16")
-        names = {"major": launch.capability[0], "minor": launch.capability[1], "kv_torch": kv_torch,
-                 "sm": launch.capability[0] * 10 + launch.capability[1], "cuda": launch.cuda, "arch": launch.arch,
-                 "kv": launch.kv_dtype, **objs}
+        kv_torch = (
+            "torch.float8_e4m3fn"
+            if launch.kv_dtype.startswith("fp8_e4m3")
+            else ("torch.float8_e5m2" if launch.kv_dtype.startswith("fp8_e5m2") else "torch.bfloat16")
+        )
+        names = {
+            "major": launch.capability[0],
+            "minor": launch.capability[1],
+            "kv_torch": kv_torch,
+            "sm": launch.capability[0] * 10 + launch.capability[1],
+            "cuda": launch.cuda,
+            "arch": launch.arch,
+            "kv": launch.kv_dtype,
+            **objs,
+        }
 
         def value(text: str) -> Any:
             def get(env: dict) -> Any:
                 if text == "mla":
                     return self.mla if self.mla is not None else Unknown("use_mla_backend")
                 return _eval_small(text, names)
+
             return get
+
         binds: list[tuple[re.Pattern, Any]] = [(rx, value(v)) for rx, v in self.rules.bindings]
         binds.append((re.compile(r"get_platform\(\)|current_platform"), platform))
         self.objs = objs
@@ -183,7 +208,9 @@ def _is_mla(ctx: _Ctx, out: LaunchPath) -> bool | None:
     if unknown:
         out.undetermined.append(f"MLA: a condition at {unknown} reads something the launch does not say")
         return None
-    out.mla_rule = f"no MLA branch of {fns[0].file}:{fns[0].name} holds for {ctx.launch.arch}" if fns else "no MLA rule"
+    out.mla_rule = (
+        f"no MLA branch of {fns[0].file}:{fns[0].name} holds for {ctx.launch.arch}" if fns else "no MLA rule"
+    )
     return False
 
 
@@ -215,7 +242,9 @@ def _last_cond(chain: list) -> str:
 def _sparse(ctx: _Ctx, out: LaunchPath) -> str | None:
     """The nsa/dsa value a sparse model is switched to, or None (dense). Unknown: recorded, None."""
     fns = _parse_all(_functions(ctx.report, "launch_sparse_switch"))
-    rx = re.compile(r"attention_backend(\"\])?\s*=\s*['\"](nsa|dsa)['\"]|\[['\"]attention_backend['\"]\]\s*=\s*['\"](nsa|dsa)")
+    rx = re.compile(
+        r"attention_backend(\"\])?\s*=\s*['\"](nsa|dsa)['\"]|\[['\"]attention_backend['\"]\]\s*=\s*['\"](nsa|dsa)"
+    )
     why: list[str] = []
     for fn in fns:
         for st, chain in guards(fn, rx):
@@ -226,9 +255,11 @@ def _sparse(ctx: _Ctx, out: LaunchPath) -> str | None:
                 out.sparse_rule = f"{where} ({' and '.join(_conds(chain))})"
                 return value
             if ok is None:
-                out.undetermined.append(f"sparse switch {where}: a condition reads something the launch does not say")
+                out.undetermined.append(
+                    f"sparse switch {where}: a condition reads something the launch does not say"
+                )
                 return None
-    out.sparse_rule = (f"not switched to nsa/dsa: {why[0]}" if why else "this release has no nsa/dsa switch")
+    out.sparse_rule = f"not switched to nsa/dsa: {why[0]}" if why else "this release has no nsa/dsa switch"
     return None
 
 
@@ -273,7 +304,9 @@ def _dense(ctx: _Ctx, out: LaunchPath) -> None:
             out.undetermined.append("no default attention backend rule in this release")
         else:
             fn = fns[0]
-            res = ctx.ev.run(fn, {"use_mla_backend": ctx.mla, "model_config": ctx.ev.objects.get("model_config")})
+            res = ctx.ev.run(
+                fn, {"use_mla_backend": ctx.mla, "model_config": ctx.ev.objects.get("model_config")}
+            )
             if res.undetermined:
                 out.undetermined.append(f"default backend: undetermined at {res.undetermined}")
             default, where, because = res.returned, res.returned_at or "", _steps(res.path)
@@ -313,12 +346,19 @@ def _sparse_backends(ctx: _Ctx, out: LaunchPath) -> None:
             out.undetermined.append(f"{stage}: undetermined at {res.undetermined}")
         else:
             dflt = next((ctx.defaults[a] for a in _aliases(flag) if a in ctx.defaults), None)
-            out.choices.append(Choice(stage, dflt[0] if dflt else None, dflt[1] if dflt else f"{fn.file}:{fn.line}",
-                                      ["the rule sets nothing: the field's default"]))
+            out.choices.append(
+                Choice(
+                    stage,
+                    dflt[0] if dflt else None,
+                    dflt[1] if dflt else f"{fn.file}:{fn.line}",
+                    ["the rule sets nothing: the field's default"],
+                )
+            )
 
 
 def _indexer(ctx: _Ctx, out: LaunchPath, res: Outcome | None) -> None:
-    """The DSA indexer's backends (attention_rules.yaml indexer_fields): the rule's write, the flag, the default."""
+    """The DSA indexer's backends (attention_rules.yaml
+    indexer_fields): the rule's write, the flag, the default."""
     rx = re.compile(ctx.rules.indexer_fields)
     for name, (value, where) in sorted(ctx.defaults.items()):
         if not rx.fullmatch(name):
@@ -336,8 +376,15 @@ def _writes_stage(fn: Func) -> bool:
     for node in ast.walk(fn.node):
         if isinstance(node, ast.Assign):
             for t in node.targets:
-                name = t.attr if isinstance(t, ast.Attribute) else (
-                    t.slice.value if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) else None)
+                name = (
+                    t.attr
+                    if isinstance(t, ast.Attribute)
+                    else (
+                        t.slice.value
+                        if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
+                        else None
+                    )
+                )
                 if isinstance(name, str) and re.fullmatch(r"(nsa|dsa)_(prefill|decode)_backend", name):
                     return True
     return False
@@ -361,8 +408,10 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
     rules = rules or load_rules()
     sm = f"sm{launch.capability[0]}{launch.capability[1]}"
     out = LaunchPath(report.facts.get("sglang_version"), launch.arch, launch.kv_dtype, sm, dict(launch.flags))
-    out.assumed.append(f"CUDA {launch.cuda[0]}.{launch.cuda[1]}, a CUDA host, no speculative decoding; model config "
-                       f"from {launch.config_source}")
+    out.assumed.append(
+        f"CUDA {launch.cuda[0]}.{launch.cuda[1]}, a CUDA host, no speculative decoding; model config "
+        f"from {launch.config_source}"
+    )
     _refuse_unknown_values(report, launch, out)
     launch = _apply_aliases(report, launch, out)
     ctx = _Ctx(report, launch, rules)
@@ -371,8 +420,12 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
     out.sparse = bool(sparse_value)
     sparse_modes = sparse_impl_modes(report, rules)
     if sparse_value:
-        out.limits = [f"{h['file']}:{h['line']} {h['text'][:100]}" for r in report.results
-                      if r["id"] == "launch_sparse_limits" for h in r.get("hits", [])][:6]
+        out.limits = [
+            f"{h['file']}:{h['line']} {h['text'][:100]}"
+            for r in report.results
+            if r["id"] == "launch_sparse_limits"
+            for h in r.get("hits", [])
+        ][:6]
         file, _why = _backend_file(ctx, sparse_value)
         _sparse_backends(ctx, out)
         for ch in out.choices:
@@ -396,7 +449,8 @@ def predict(report: ProbeReport, launch: Launch, rules: Rules | None = None) -> 
 
 
 def _validate(ctx: _Ctx, out: LaunchPath) -> None:
-    """Run the release's start-up checks on the predicted backends: a raise is a refusal before any restart."""
+    """Run the release's start-up checks on the predicted
+    backends: a raise is a refusal before any restart."""
     names = dict(ctx.names)
     for ch in out.choices:
         names[ch.stage] = ch.value
@@ -404,8 +458,9 @@ def _validate(ctx: _Ctx, out: LaunchPath) -> None:
         a = fn.node.args
         params = a.posonlyargs + a.args + a.kwonlyargs
         defaults = len(a.defaults)
-        optional = {p.arg for p in (a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - defaults:]} | {
-            p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None}
+        optional = {p.arg for p in (a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - defaults :]} | {
+            p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None
+        }
         args, missing = {}, []
         for p in params:
             spec = ctx.rules.validators.get(p.arg)
@@ -418,7 +473,9 @@ def _validate(ctx: _Ctx, out: LaunchPath) -> None:
                 continue
             args[p.arg] = _eval_small(str(spec), names)
         if missing:
-            out.assumed.append(f"start-up check {fn.name} ({fn.file}:{fn.line}) not run: it reads {', '.join(missing)}")
+            out.assumed.append(
+                f"start-up check {fn.name} ({fn.file}:{fn.line}) not run: it reads {', '.join(missing)}"
+            )
             continue
         res = ctx.ev.run(fn, args)
         if res.raised:
@@ -428,7 +485,8 @@ def _validate(ctx: _Ctx, out: LaunchPath) -> None:
 
 
 def backend_aliases(report: ProbeReport) -> dict[str, tuple[str, str]]:
-    """{old value: (new value, file:line)} from the release's own deprecated-alias dicts (launch_backend_aliases)."""
+    """{old value: (new value, file:line)} from the release's
+    own deprecated-alias dicts (launch_backend_aliases)."""
     out: dict[str, tuple[str, str]] = {}
     for r in report.results:
         if r["id"] != "launch_backend_aliases":
@@ -439,30 +497,46 @@ def backend_aliases(report: ProbeReport) -> dict[str, tuple[str, str]]:
             except (ValueError, SyntaxError, IndexError):
                 continue
             if isinstance(d, dict):
-                out.update({k: (v, f"{h['file']}:{h['line']}") for k, v in d.items()
-                            if isinstance(k, str) and isinstance(v, str)})
+                out.update(
+                    {
+                        k: (v, f"{h['file']}:{h['line']}")
+                        for k, v in d.items()
+                        if isinstance(k, str) and isinstance(v, str)
+                    }
+                )
     return out
 
 
 def _apply_aliases(report: ProbeReport, launch: Launch, out: LaunchPath) -> Launch:
-    """A deprecated value the release renames (tokenspeed_mla -> cutedsl_mla in 0.5.23) is predicted as its target."""
+    """A deprecated value the release renames (tokenspeed_mla
+    -> cutedsl_mla in 0.5.23) is predicted as its target."""
     aliases = backend_aliases(report)
     flags = dict(launch.flags)
     for key in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
         if flags.get(key) in aliases:
             new, where = aliases[flags[key]]
-            out.renamed.append(f"--{key.replace('_', '-')} {flags[key]} is a deprecated alias of {new} in sglang "
-                               f"{out.version} ({where})")
+            out.renamed.append(
+                f"--{key.replace('_', '-')} {flags[key]} is a deprecated alias of {new} in sglang "
+                f"{out.version} ({where})"
+            )
             flags[key] = new
     return Launch(**{**launch.__dict__, "flags": flags})
 
 
 def _refused_with(ctx: _Ctx, out: LaunchPath, stage: str, value: str) -> str | None:
-    """Whether the release's start-up checks refuse this launch with `stage` set to `value` (where, else None)."""
+    """Whether the release's start-up checks refuse this
+    launch with `stage` set to `value` (where, else None)."""
     if ("sparse" if out.sparse else "dense") not in ctx.rules.validate_on:
         return None
-    trial = LaunchPath(out.version, out.arch, out.kv_dtype, out.sm, out.flags, sparse=out.sparse,
-                       choices=[Choice(c.stage, value if c.stage == stage else c.value, "", []) for c in out.choices])
+    trial = LaunchPath(
+        out.version,
+        out.arch,
+        out.kv_dtype,
+        out.sm,
+        out.flags,
+        sparse=out.sparse,
+        choices=[Choice(c.stage, value if c.stage == stage else c.value, "", []) for c in out.choices],
+    )
     _validate(ctx, trial)
     return trial.refused[0].split(": ", 1)[0] if trial.refused else None
 
@@ -471,18 +545,25 @@ def _refuse_unknown_values(report: ProbeReport, launch: Launch, out: LaunchPath)
     from sglops.probe.backend_history import removed_note
 
     facts = report.facts
-    for flag, fact in (("attention_backend", "attention_backends"), ("prefill_attention_backend", "attention_backends"),
-                       ("decode_attention_backend", "attention_backends"),
-                       ("dsa_prefill_backend", "dsa_prefill_backends"), ("dsa_decode_backend", "dsa_decode_backends")):
+    for flag, fact in (
+        ("attention_backend", "attention_backends"),
+        ("prefill_attention_backend", "attention_backends"),
+        ("decode_attention_backend", "attention_backends"),
+        ("dsa_prefill_backend", "dsa_prefill_backends"),
+        ("dsa_decode_backend", "dsa_decode_backends"),
+    ):
         val = next((launch.flags[a] for a in _aliases(flag) if launch.flags.get(a)), None)
         valid = facts.get(fact)
         if val and valid and val not in valid:
-            out.refused.append(f"--{flag.replace('_', '-')} {val} is not a choice of sglang {out.version}"
-                               + removed_note(fact, val, out.version))
+            out.refused.append(
+                f"--{flag.replace('_', '-')} {val} is not a choice of sglang {out.version}"
+                + removed_note(fact, val, out.version)
+            )
 
 
 def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list[str]]]) -> list[str]:
-    """What the user can set to get another path: each other choice of the deciding flag with its read mode."""
+    """What the user can set to get another path: each
+    other choice of the deciding flag with its read mode."""
     facts = ctx.report.facts
     lines = []
     if out.sparse:
@@ -506,12 +587,16 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
                 lines.append(f"{flag}: {text}")
         if ctx.launch.kv_dtype.startswith("fp8"):
             alt = predict_with(ctx.report, ctx.launch, kv_dtype="bfloat16")
-            lines.append("--kv-cache-dtype bfloat16: " + ", ".join(f"{c.stage} {c.value}" for c in alt.choices))
-        lines.append("--attention-backend X: leaves the sparse path (the release switches to nsa/dsa only when no "
-                     "attention backend is set)")
+            lines.append(
+                "--kv-cache-dtype bfloat16: " + ", ".join(f"{c.stage} {c.value}" for c in alt.choices)
+            )
+        lines.append(
+            "--attention-backend X: leaves the sparse path (the release switches to nsa/dsa only when no "
+            "attention backend is set)"
+        )
     else:
         cur = out.choice("decode")
-        names = [c for c in (facts.get("attention_backends") or []) if c in _registry(ctx)]
+        names = [c for c in facts.get("attention_backends") or [] if c in _registry(ctx)]
         alts = []
         for c in names:
             if cur and c == cur.value:
@@ -520,13 +605,19 @@ def _changes(ctx: _Ctx, out: LaunchPath, sparse_modes: dict[str, tuple[str, list
             if file is None:
                 continue
             mode = facts.get(f"backend.{file}.fp8_read_mode")
-            req = [r for r in facts.get(f"backend.{file}.arch_rules") or [] if r.get("kind") == "requirement"
-                   and c in r.get("values", [])]
+            req = [
+                r
+                for r in facts.get(f"backend.{file}.arch_rules") or []
+                if r.get("kind") == "requirement" and c in r.get("values", [])
+            ]
             guard = f", needs {req[0]['platform']} ({req[0]['where'].rsplit('/', 1)[-1]})" if req else ""
             alts.append(f"{c} -> {file}_backend.py ({READ_MODE_WORDS.get(mode or 'unknown', mode)}{guard})")
         if alts:
-            lines.append("--attention-backend: " + "; ".join(alts[:10]) + (f" (+{len(alts) - 10} more: --json)"
-                                                                            if len(alts) > 10 else ""))
+            lines.append(
+                "--attention-backend: "
+                + "; ".join(alts[:10])
+                + (f" (+{len(alts) - 10} more: --json)" if len(alts) > 10 else "")
+            )
     return lines
 
 
@@ -544,16 +635,30 @@ def predict_with(report: ProbeReport, launch: Launch, **changes: Any) -> LaunchP
     return out
 
 
+LAUNCH_FLAGS = (
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "dsa_prefill_backend",
+    "dsa_decode_backend",
+    "nsa_prefill_backend",
+    "nsa_decode_backend",
+    "enable_hisparse",
+)
 
 
-LAUNCH_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "dsa_prefill_backend",
-                "dsa_decode_backend", "nsa_prefill_backend", "nsa_decode_backend", "enable_hisparse")
-
-
-def ask(report: ProbeReport, *, arch: str | None, kv_dtype: str | None, sm: str | None,
-        profile_args: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The launch question for a probe run: config.json as the same trip read it (else the --arch seed), the GPU
-    from --sm or the trip's nvidia-smi, flags from a profile then the command line. Returns LaunchPath JSON."""
+def ask(
+    report: ProbeReport,
+    *,
+    arch: str | None,
+    kv_dtype: str | None,
+    sm: str | None,
+    profile_args: dict[str, Any] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The launch question for a probe run: config.json as the same trip read it (else the --arch seed), the
+    GPU from --sm or the trip's nvidia-smi, flags from a profile then the command line. Returns LaunchPath
+    JSON."""
     rules = load_rules()
     profile_args = profile_args or {}
     model = report.extra.get("model") or {}
@@ -561,8 +666,10 @@ def ask(report: ProbeReport, *, arch: str | None, kv_dtype: str | None, sm: str 
     if model.get("config") and not arch:
         config, source = model["config"], f"{model['path']} on the host"
     elif model.get("error") and not arch:
-        raise ConfigError(f"cannot read the model's config.json on the host: {model['path']}: {model['error']} "
-                          "(pass --arch NAME to use a seed config)")
+        raise ConfigError(
+            f"cannot read the model's config.json on the host: {model['path']}: {model['error']} "
+            "(pass --arch NAME to use a seed config)"
+        )
     if not sm:
         gpus = (report.extra.get("gpus") or {}).get("gpus") or []
         if not gpus:
@@ -572,5 +679,7 @@ def ask(report: ProbeReport, *, arch: str | None, kv_dtype: str | None, sm: str 
     merged = {k: v for k, v in profile_args.items() if k in LAUNCH_FLAGS and v is not None}
     merged.update({k: v for k, v in (flags or {}).items() if v is not None})
     kv = kv_dtype or str(profile_args.get("kv_cache_dtype") or "auto")
-    launch = launch_for(rules, arch=arch, config=config, config_source=source, kv_dtype=kv, sm=sm, flags=merged)
+    launch = launch_for(
+        rules, arch=arch, config=config, config_source=source, kv_dtype=kv, sm=sm, flags=merged
+    )
     return predict(report, launch, rules).to_json()

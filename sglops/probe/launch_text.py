@@ -12,8 +12,11 @@ def short_where(where: str) -> str:
 
 
 def launch_lines(lp: dict[str, Any]) -> list[str]:
-    """The answer as the task prints it (from LaunchPath.to_json(), so a recorded probe.json prints the same)."""
-    head = f"launch path: {lp['arch']}, --kv-cache-dtype {lp['kv_dtype']}, {lp['sm']} on sglang {lp['version']}"
+    """The answer as the task prints it (from LaunchPath.to_json(),
+    so a recorded probe.json prints the same)."""
+    head = (
+        f"launch path: {lp['arch']}, --kv-cache-dtype {lp['kv_dtype']}, {lp['sm']} on sglang {lp['version']}"
+    )
     out = [head]
     mla = {True: "MLA", False: "not MLA", None: "MLA unknown"}[lp["mla"]]
     out.append(f"  model: {mla} ({short_where(lp['mla_rule'])})")
@@ -27,11 +30,19 @@ def launch_lines(lp: dict[str, Any]) -> list[str]:
         if lp["kv_dtype"].startswith("fp8") or c["read_mode"]:
             ev = ", ".join(short_where(e) for e in c["evidence"])
             mode = READ_MODE_WORDS.get(c["read_mode"] or "unknown", c["read_mode"])
-            out.append(f"      FP8 KV: {mode}" + (f" [{ev}]" if ev else "") + (f"; {c['note']}" if c["note"]
-                                                                               and c["note"] != mode else ""))
+            out.append(
+                f"      FP8 KV: {mode}"
+                + (f" [{ev}]" if ev else "")
+                + (f"; {c['note']}" if c["note"] and c["note"] != mode else "")
+            )
     if lp.get("indexer"):
-        out.append("  DSA indexer: " + ", ".join(f"--{i['field'].replace('_', '-')} {i['value']} ({i['how']}, "
-                                                 f"{short_where(i['where'])})" for i in lp["indexer"]))
+        out.append(
+            "  DSA indexer: "
+            + ", ".join(
+                f"--{i['field'].replace('_', '-')} {i['value']} ({i['how']}, {short_where(i['where'])})"
+                for i in lp["indexer"]
+            )
+        )
     for lim in lp.get("limits", []):
         out.append(f"  shared memory (stated in the tree): {short_where(lim)}")
     for r in lp.get("renamed", []):

@@ -13,8 +13,12 @@ if TYPE_CHECKING:
     from sglops.probe.vllm_backends import VllmProbeReport
 
 
-ENGINE = Param("engine", Choice(("auto", "python", "rg"), "auto"), "auto (rg if the host has it), rg, or python "
-               "(stdlib scanner)", flag="auto")
+ENGINE = Param(
+    "engine",
+    Choice(("auto", "python", "rg"), "auto"),
+    "auto (rg if the host has it), rg, or python (stdlib scanner)",
+    flag="auto",
+)
 
 
 def facts(ctx: Context) -> Facts:
@@ -23,9 +27,18 @@ def facts(ctx: Context) -> Facts:
     return gather(ctx.remote)
 
 
-def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hits: bool = False,
-          arch: str | None = None, model: str | None = None, kv_dtype: str | None = None, sm: str | None = None,
-          profile: str | None = None, attention_backend: str | None = None) -> ProbeReport | VllmProbeReport:
+def probe(
+    ctx: Context,
+    probes: str | None = None,
+    engine: str = "auto",
+    show_hits: bool = False,
+    arch: str | None = None,
+    model: str | None = None,
+    kv_dtype: str | None = None,
+    sm: str | None = None,
+    profile: str | None = None,
+    attention_backend: str | None = None,
+) -> ProbeReport | VllmProbeReport:
     from sglops.probe.report import ProbeReport
     from sglops.probe.scan import scan
     from sglops.probe.spec import load_probe_set
@@ -45,15 +58,28 @@ def probe(ctx: Context, probes: str | None = None, engine: str = "auto", show_hi
         from sglops.probe.spec import with_launch_probes
 
         probe_set = with_launch_probes(probe_set)
-    report = scan(ctx.remote, probe_set, engine=engine, model_path=model_path, gpus=asked and not sm,
-                  other_engines=not probes and not asked)  # the host's server's own engine, when it has probes
+    # the host's server's own engine, when it has probes
+    report = scan(
+        ctx.remote,
+        probe_set,
+        engine=engine,
+        model_path=model_path,
+        gpus=asked and not sm,
+        other_engines=not probes and not asked,
+    )
     if not isinstance(report, ProbeReport):
         return report
     if asked:
         from sglops.probe.launch_path import ask
 
-        report.launch = ask(report, arch=arch, kv_dtype=kv_dtype, sm=sm, profile_args=profile_args,
-                            flags={"attention_backend": attention_backend})
+        report.launch = ask(
+            report,
+            arch=arch,
+            kv_dtype=kv_dtype,
+            sm=sm,
+            profile_args=profile_args,
+            flags={"attention_backend": attention_backend},
+        )
     return report
 
 
@@ -69,22 +95,57 @@ def _probe_summary(doc: dict) -> str:
 
 
 OPS = [
-    Op("facts", facts, "What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang, "
-       "and the engine serving there when it is another (vLLM: release, platform).",
-       (TARGETS, JSON), step="facts", record="facts.json",
-       manifest=lambda _step, doc: {"facts": doc, "sglang": doc.get("sglang"), "engine": doc.get("engine")}),
-    Op("probe-backends", probe, "Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; "
-       "FlashInfer MLA FP8 (a host serving vLLM: its tree's MLA backends, playbooks/probes-vllm.yaml).",
-       (TARGETS, JSON, Param("probes", Str(), "probe file (default playbooks/probes.yaml)"),
-        Param("show_hits", Flag(), "list every hit as file:line:text", flag=False, play=False), ENGINE,
-        Param("arch", Str(), "the launch question: model architecture (a seed config, e.g. GlmMoeDsaForCausalLM)"),
-        Param("model", Str(), "the launch question: model folder on the host (its config.json)"),
-        Param("kv_dtype", Str(), "the launch question: --kv-cache-dtype (default: the profile's, else auto)"),
-        Param("sm", Str(), "the launch question: GPU as sm90/sm100/sm120 (default: the host's, same round trip)"),
-        Param("profile", Str(), "the launch question: a profile's flags (model_path, kv dtype, backends)"),
-        Param("attention_backend", Str(), "the launch question: an explicit --attention-backend"),
-        Param("wide", Flag(), "every backend's file:line evidence instead of the compact table", flag=False,
-              play=False)),
-       step="probe", prepare=_load_probes, record="probe.json",
-       view_options=("show_hits", "wide"), step_summary=_probe_summary),
+    Op(
+        "facts",
+        facts,
+        "What is on the host: GPUs, compute capability, driver/CUDA, Python, torch, FlashInfer, SGLang, "
+        "and the engine serving there when it is another (vLLM: release, platform).",
+        (TARGETS, JSON),
+        step="facts",
+        record="facts.json",
+        manifest=lambda _step, doc: {"facts": doc, "sglang": doc.get("sglang"), "engine": doc.get("engine")},
+    ),
+    Op(
+        "probe-backends",
+        probe,
+        "Which attention backends take FP8 KV, cast the whole pool, guard on arch, do NSA/DSA; "
+        "FlashInfer MLA FP8 (a host serving vLLM: its tree's MLA backends, playbooks/probes-vllm.yaml).",
+        (
+            TARGETS,
+            JSON,
+            Param("probes", Str(), "probe file (default playbooks/probes.yaml)"),
+            Param("show_hits", Flag(), "list every hit as file:line:text", flag=False, play=False),
+            ENGINE,
+            Param(
+                "arch",
+                Str(),
+                "the launch question: model architecture (a seed config, e.g. GlmMoeDsaForCausalLM)",
+            ),
+            Param("model", Str(), "the launch question: model folder on the host (its config.json)"),
+            Param(
+                "kv_dtype", Str(), "the launch question: --kv-cache-dtype (default: the profile's, else auto)"
+            ),
+            Param(
+                "sm",
+                Str(),
+                "the launch question: GPU as sm90/sm100/sm120 (default: the host's, same round trip)",
+            ),
+            Param(
+                "profile", Str(), "the launch question: a profile's flags (model_path, kv dtype, backends)"
+            ),
+            Param("attention_backend", Str(), "the launch question: an explicit --attention-backend"),
+            Param(
+                "wide",
+                Flag(),
+                "every backend's file:line evidence instead of the compact table",
+                flag=False,
+                play=False,
+            ),
+        ),
+        step="probe",
+        prepare=_load_probes,
+        record="probe.json",
+        view_options=("show_hits", "wide"),
+        step_summary=_probe_summary,
+    ),
 ]

@@ -39,8 +39,10 @@ class BackendRow:
 
     name: str
     file: str | None
-    hits: dict[str, list[dict]] = field(default_factory=dict)  # fact -> hits
-    unreadable: str | None = None  # why the file could not be read (then no probe result means anything)
+    # fact -> hits
+    hits: dict[str, list[dict]] = field(default_factory=dict)
+    # why the file could not be read (then no probe result means anything)
+    unreadable: str | None = None
 
     @property
     def exists(self) -> bool:
@@ -66,7 +68,10 @@ class BackendRow:
         elif casts:
             text = f"casts whole pool{where}"
         elif mode == "q_quantised":
-            text = f"reads FP8 KV, quantises q to the KV dtype{first}: outputs differ from BF16-q backends by design"
+            text = (
+                f"reads FP8 KV, quantises q to the KV dtype{first}: outputs differ from BF16-q backends by"
+                " design"
+            )
         elif mode == "dequant_in_smem":
             text = f"reads FP8 KV, q in the model dtype; the kernel converts KV tiles{first}"
         elif mode == "rows_cast":
@@ -82,10 +87,15 @@ class BackendRow:
         return text
 
     def to_json(self, facts: dict[str, Any]) -> dict[str, Any]:
-        return {"name": self.name, "file": self.file, "exists": self.exists, "unreadable": self.unreadable,
-                "verdict": self.verdict(facts),
-                **{fact: self.has(fact) for fact in self.hits},
-                "hits": {fact: hits for fact, hits in self.hits.items() if hits}}
+        return {
+            "name": self.name,
+            "file": self.file,
+            "exists": self.exists,
+            "unreadable": self.unreadable,
+            "verdict": self.verdict(facts),
+            **{fact: self.has(fact) for fact in self.hits},
+            "hits": {fact: hits for fact, hits in self.hits.items() if hits},
+        }
 
 
 @dataclass
@@ -105,10 +115,14 @@ class ProbeReport(Observation):
     fallbacks: list[str]
     seconds: float
     meanings: dict[str, tuple[str, str]]
-    fact_miss: dict[str, str] = field(default_factory=dict)  # backend fact -> what a miss means
-    global_greps: list[str] = field(default_factory=list)  # ids of global grep probes
-    extra: dict[str, Any] = field(default_factory=dict)  # what the trip also read: the model's config.json, GPUs
-    launch: dict[str, Any] | None = None  # the launch path (sglops/probe/launch_path.py), when one was asked
+    # backend fact -> what a miss means
+    fact_miss: dict[str, str] = field(default_factory=dict)
+    # ids of global grep probes
+    global_greps: list[str] = field(default_factory=list)
+    # what the trip also read: the model's config.json, GPUs
+    extra: dict[str, Any] = field(default_factory=dict)
+    # the launch path (sglops/probe/launch_path.py), when one was asked
+    launch: dict[str, Any] | None = None
 
     # -- building --------------------------------------------------------------------------
     @classmethod
@@ -138,14 +152,17 @@ class ProbeReport(Observation):
                 for row in rows.values():
                     mine = {row.file, *follows.get(row.file or "", [])}
                     row.hits[fact] = [h for h in res.get("hits", []) if h["file"] in mine]
-            elif probe.window is not None:  # attribute: backends -> a guard that names the backend nearby
+            # attribute: backends -> a guard that names the backend nearby
+            elif probe.window is not None:
                 for row in rows.values():
                     names = exact_names(probe_set, row.name, rows)
-                    row.hits[fact] = [{**h, **applies_to(h)} for h in res.get("hits", [])
-                                      if names & set(h.get("names", []))]
+                    row.hits[fact] = [
+                        {**h, **applies_to(h)} for h in res.get("hits", []) if names & set(h.get("names", []))
+                    ]
                 facts[fact] = bool(res.get("hits")) if res.get("files") else None
             elif probe.kind in ("functions", "fields"):
-                continue  # source for the launch path (sglops/probe/launch_path.py), kept in results
+                # source for the launch path (sglops/probe/launch_path.py), kept in results
+                continue
             elif probe.kind == "choices":
                 defs = res.get("definitions") or []
                 primary = next((d for d in defs if d["choices"] is not None), None)
@@ -170,25 +187,43 @@ class ProbeReport(Observation):
                 facts[f"backend.{row.name}.fp8_read_evidence"] = []
             if "arch_guard_args" in row.hits:
                 names = exact_names(probe_set, row.name, rows)
-                facts[f"backend.{row.name}.arch_rules"] = [arch_rule(h, names) for h in row.hits["arch_guard_args"]]
+                facts[f"backend.{row.name}.arch_rules"] = [
+                    arch_rule(h, names) for h in row.hits["arch_guard_args"]
+                ]
         _derive(facts)
         flags = []
         if facts.get("backend.flashinfer_mla.casts_whole_pool"):
             # the cast costs what the pool holds whatever FlashInfer can do: flag it always, say the way out
-            alt = (f"while FlashInfer {facts['flashinfer_version']} could take FP8 KV directly "
-                   f"({facts['flashinfer_mla_fp8_reason']})" if facts.get(CAST_FLAG)
-                   else "-> inv apply-patch gather-cast (casts only the rows a step reads)")
+            alt = (
+                f"while FlashInfer {facts['flashinfer_version']} could take FP8 KV directly "
+                f"({facts['flashinfer_mla_fp8_reason']})"
+                if facts.get(CAST_FLAG)
+                else "-> inv apply-patch gather-cast (casts only the rows a step reads)"
+            )
             flags.append(
                 f"sglang {facts['sglang_version']} flashinfer_mla casts the whole KV pool every layer "
                 f"({by_func(rows['flashinfer_mla'].hits['casts_whole_pool'])}) {alt}"
             )
         return cls(
-            host=host, probe_file=probe_set.path, engine=raw["engine"], sglang=raw["sglang"],
-            flashinfer=raw.get("flashinfer"), results=raw["results"], backends=backends, facts=facts,
-            flags=flags, unreadable=raw.get("unreadable", []), fallbacks=raw.get("fallbacks", []),
-            seconds=raw.get("seconds", 0.0), meanings={p.id: (p.hit, p.miss) for p in probe_set.probes},
+            host=host,
+            probe_file=probe_set.path,
+            engine=raw["engine"],
+            sglang=raw["sglang"],
+            flashinfer=raw.get("flashinfer"),
+            results=raw["results"],
+            backends=backends,
+            facts=facts,
+            flags=flags,
+            unreadable=raw.get("unreadable", []),
+            fallbacks=raw.get("fallbacks", []),
+            seconds=raw.get("seconds", 0.0),
+            meanings={p.id: (p.hit, p.miss) for p in probe_set.probes},
             fact_miss={(p.fact or p.id): p.miss for p in probe_set.probes if p.scope == "backend"},
-            global_greps=[p.id for p in probe_set.probes if p.scope == "global" and p.kind == "grep" and p.window is None],
+            global_greps=[
+                p.id
+                for p in probe_set.probes
+                if p.scope == "global" and p.kind == "grep" and p.window is None
+            ],
         )
 
     # -- views -----------------------------------------------------------------------------
@@ -200,19 +235,43 @@ class ProbeReport(Observation):
 
     def payload(self) -> dict[str, Any]:
         return {
-            "host": self.host, "probe_file": self.probe_file, "engine": self.engine,
-            "sglang": {k: self.sglang.get(k) for k in ("version", "version_source", "commit", "branch", "dirty", "kind",
-                                                       "root", "package_dir")},
-            "flashinfer": self.flashinfer, "facts": self.facts, "flags": self.flags,
+            "host": self.host,
+            "probe_file": self.probe_file,
+            "engine": self.engine,
+            "sglang": {
+                k: self.sglang.get(k)
+                for k in (
+                    "version",
+                    "version_source",
+                    "commit",
+                    "branch",
+                    "dirty",
+                    "kind",
+                    "root",
+                    "package_dir",
+                )
+            },
+            "flashinfer": self.flashinfer,
+            "facts": self.facts,
+            "flags": self.flags,
             "backends": [b.to_json(self.facts) for b in self.backends],
-            "probes": [{**r, "hit": self.meanings.get(r["id"], ("", ""))[0],
-                        "miss": self.meanings.get(r["id"], ("", ""))[1]} for r in self.results],
-            "unreadable": self.unreadable, "fallbacks": self.fallbacks, "seconds": self.seconds,
+            "probes": [
+                {
+                    **r,
+                    "hit": self.meanings.get(r["id"], ("", ""))[0],
+                    "miss": self.meanings.get(r["id"], ("", ""))[1],
+                }
+                for r in self.results
+            ],
+            "unreadable": self.unreadable,
+            "fallbacks": self.fallbacks,
+            "seconds": self.seconds,
             **({"launch": self.launch} if self.launch is not None else {}),
         }
 
     def cell(self, b: BackendRow, fact: str, found: str) -> str:
-        """A backend's cell for fact: found when it hit, else why not (not probed, or the fact's miss text)."""
+        """A backend's cell for fact: found when it hit, else
+        why not (not probed, or the fact's miss text)."""
         if fact not in b.hits:
             return "not probed"
         if not b.hits[fact]:
@@ -224,9 +283,14 @@ class ProbeReport(Observation):
         if b.has("arch_guard"):
             parts.append(line_refs(b.hits["arch_guard"]))
         if b.has("arch_guard_args"):
-            parts.append("args: " + ", ".join(f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}" + _applies(h)
-                                              for h in b.hits["arch_guard_args"][:3])
-                         + (f" (+{len(b.hits['arch_guard_args']) - 3})" if len(b.hits["arch_guard_args"]) > 3 else ""))
+            parts.append(
+                "args: "
+                + ", ".join(
+                    f"{h['file'].rsplit('/', 1)[-1]}:{h['line']}" + _applies(h)
+                    for h in b.hits["arch_guard_args"][:3]
+                )
+                + (f" (+{len(b.hits['arch_guard_args']) - 3})" if len(b.hits["arch_guard_args"]) > 3 else "")
+            )
         if parts:
             return "; ".join(parts)
         if "arch_guard" not in b.hits and "arch_guard_args" not in b.hits:
@@ -237,11 +301,16 @@ class ProbeReport(Observation):
 # -- FP8 read mode: how a backend's attention reads an FP8 KV pool -------------------------------------
 # (mode, the backend fact that shows it), in precedence order: the first that hits is the backend's mode.
 FP8_READ_MODES = (
-    ("whole_pool_cast", "casts_whole_pool"),  # the whole layer's pool cast to the model dtype every call
-    ("q_quantised", "q_quantised"),  # the pool read as FP8, q quantised to FP8 first: outputs differ by design
-    ("dequant_in_smem", "kv_dequant_in_kernel"),  # the pool read as FP8, tiles converted inside the kernel
-    ("rows_cast", "rows_cast"),  # only the rows a request reads, cast in Python
-    ("native", "fp8_native"),  # plans with the KV dtype, nothing above found
+    # the whole layer's pool cast to the model dtype every call
+    ("whole_pool_cast", "casts_whole_pool"),
+    # the pool read as FP8, q quantised to FP8 first: outputs differ by design
+    ("q_quantised", "q_quantised"),
+    # the pool read as FP8, tiles converted inside the kernel
+    ("dequant_in_smem", "kv_dequant_in_kernel"),
+    # only the rows a request reads, cast in Python
+    ("rows_cast", "rows_cast"),
+    # plans with the KV dtype, nothing above found
+    ("native", "fp8_native"),
 )
 
 
@@ -255,7 +324,8 @@ def _short(where: str) -> str:
 
 
 def fp8_read_mode(row: BackendRow) -> tuple[str, list[str]]:
-    """The backend's FP8 read mode and the file:line evidence for it; `unknown` (no evidence) when no probe hit."""
+    """The backend's FP8 read mode and the file:line evidence
+    for it; `unknown` (no evidence) when no probe hit."""
     for mode, fact in FP8_READ_MODES:
         if row.has(fact):
             return mode, [_where(h) for h in row.hits[fact]]
@@ -263,18 +333,22 @@ def fp8_read_mode(row: BackendRow) -> tuple[str, list[str]]:
 
 
 def exact_names(probe_set: ProbeSet, backend: str, rows: dict[str, BackendRow]) -> set[str]:
-    """The option values credited to a backend row: its own name, and an alias only when no backend file carries
-    that exact name (`flashinfer` is flashinfer_backend.py's, never flashinfer_mla's; `fa3` is flashattention's)."""
+    """The option values credited to a backend row: its own name, and an alias only when no backend file
+    carries that exact name (`flashinfer` is flashinfer_backend.py's, never flashinfer_mla's; `fa3` is
+    flashattention's)."""
     return {backend} | {a for a in probe_set.choice_names(backend) - {backend} if a not in rows}
 
 
 _MODEL_OVERRIDE = re.compile(r"(?:^|/)model_overrides/(\w+)\.py$")
-_PREDICATE = re.compile(r"\b(is_blackwell\w*|is_sm\d+\w*|is_hopper\w*|get_device_capability|compute_capability)")
+_PREDICATE = re.compile(
+    r"\b(is_blackwell\w*|is_sm\d+\w*|is_hopper\w*|get_device_capability|compute_capability)"
+)
 
 
 def applies_to(hit: dict) -> dict[str, Any]:
-    """Which model and platform an argument check applies to: the model of a `model_overrides/<model>.py` file (None:
-    every model), the platform predicate on the line, whether it is negated and whether a `raise` follows."""
+    """Which model and platform an argument check applies to: the model of a `model_overrides/<model>.py` file
+    (None: every model), the platform predicate on the line, whether it is negated and whether a `raise`
+    follows."""
     text = hit.get("text", "")
     m = _MODEL_OVERRIDE.search(hit.get("file", ""))
     pred = _PREDICATE.search(text)
@@ -284,13 +358,25 @@ def applies_to(hit: dict) -> dict[str, Any]:
 
 
 def arch_rule(hit: dict, names: set[str]) -> dict[str, Any]:
-    """One argument check as a rule a sweep can evaluate: `requirement` (refuses unless the platform holds: `if not
-    is_blackwell: raise`), `model_override` (one model's choice by platform) or `check` (a default or a branch)."""
-    kind = ("model_override" if hit.get("model") else
-            "requirement" if hit.get("negated") and hit.get("raises") else "check")
+    """One argument check as a rule a sweep can evaluate: `requirement` (refuses unless the platform holds:
+    `if not is_blackwell: raise`), `model_override` (one model's choice by platform) or `check` (a default or
+    a branch)."""
+    kind = (
+        "model_override"
+        if hit.get("model")
+        else "requirement"
+        if hit.get("negated") and hit.get("raises")
+        else "check"
+    )
     values = sorted(set(hit.get("names", [])) & names)
-    return {"where": _where(hit), "values": values, "platform": hit.get("platform"), "kind": kind,
-            "model": hit.get("model"), "text": hit.get("text", "")}
+    return {
+        "where": _where(hit),
+        "values": values,
+        "platform": hit.get("platform"),
+        "kind": kind,
+        "model": hit.get("model"),
+        "text": hit.get("text", ""),
+    }
 
 
 def _applies(h: dict) -> str:
@@ -311,7 +397,10 @@ def _derive(facts: dict[str, Any]) -> None:
     elif repack:
         fp8, reason = True, "mla.cuh has USE_KV_REPACK for __nv_fp8_e4m3 / repack_fp8_kv_to_bf16"
     elif facts.get("flashinfer_mla_rowsum_f16") and facts.get("flashinfer_mma_16bit_assert"):
-        fp8, reason = False, "mla.cuh calls m16k16_rowsum_f16f16f32, which has static_assert(sizeof(DType) == 2)"
+        fp8, reason = (
+            False,
+            "mla.cuh calls m16k16_rowsum_f16f16f32, which has static_assert(sizeof(DType) == 2)",
+        )
     else:
         fp8, reason = False, "mla.cuh has no FP8 KV path"
     facts["flashinfer_mla_fp8"] = fp8

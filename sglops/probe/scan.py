@@ -23,12 +23,20 @@ __all__ = ["Probe", "ProbeReport", "ProbeSet", "load_probe_set", "scan"]
 SCAN_TIMEOUT_S = 300
 
 
-def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "auto", model_path: str | None = None,
-         gpus: bool = False, cache: bool = True, other_engines: bool = False) -> ProbeReport | VllmProbeReport:
+def scan(
+    remote: Remote,
+    probe_set: ProbeSet | None = None,
+    *,
+    engine: str = "auto",
+    model_path: str | None = None,
+    gpus: bool = False,
+    cache: bool = True,
+    other_engines: bool = False,
+) -> ProbeReport | VllmProbeReport:
     """Run the whole probe set on the host in ONE round trip and derive the facts; `model_path`: also read its
     config.json there, `gpus`: also the GPUs' compute capability (the launch question's inputs, same trip).
-    `cache`: the host may answer from its tree cache (host/_tree_cache.py: kept until a file or folder the probes
-    read, or the patch ledger's folder, stats differently); False scans afresh and keeps nothing.
+    `cache`: the host may answer from its tree cache (host/_tree_cache.py: kept until a file or folder the
+    probes read, or the patch ledger's folder, stats differently); False scans afresh and keeps nothing.
     other_engines: where the host's server is another engine with a probe set of its own (sglops.engine:
     probe_set), that engine's tree is probed instead, in the same round trip (host/engine_probe.py)."""
     if engine not in ENGINES:
@@ -39,15 +47,24 @@ def scan(remote: Remote, probe_set: ProbeSet | None = None, *, engine: str = "au
         "engine": engine,
         "backends": {"files": probe_set.backend_files},
         "probes": [p.to_wire() for p in probe_set.probes],
-        "model_path": model_path, "gpus": gpus, "cache": cache,
+        "model_path": model_path,
+        "gpus": gpus,
+        "cache": cache,
     }
     sets = _engine_probe_sets() if other_engines else {}
     if sets:
         from sglops.engine import host_specs
         from sglops.probe.vllm_backends import files_read, scan_files
 
-        raw = remote.run_py("engine_probe", {**args, "engines": host_specs(), "engine_probes": {
-            name: files_read(path) for name, path in sets.items()}}, timeout=SCAN_TIMEOUT_S)
+        raw = remote.run_py(
+            "engine_probe",
+            {
+                **args,
+                "engines": host_specs(),
+                "engine_probes": {name: files_read(path) for name, path in sets.items()},
+            },
+            timeout=SCAN_TIMEOUT_S,
+        )
         if "engine_tree" in raw:
             found = raw["engine_tree"]
             report = scan_files(raw["files"], remote.name, found, sets[found["engine"]])

@@ -13,8 +13,24 @@ from sglops.core.yamlio import check_fields, load_yaml
 
 DEFAULT_PROBES = paths.shipped("playbooks/probes.yaml")
 LAUNCH_PROBES = paths.shipped("playbooks/probes-launch.yaml")
-PROBE_FIELDS = {"id", "kind", "scope", "root", "files", "regex", "ignore_case", "options", "fact", "hit", "miss",
-                "attribute", "window", "context", "follow", "names"}
+PROBE_FIELDS = {
+    "id",
+    "kind",
+    "scope",
+    "root",
+    "files",
+    "regex",
+    "ignore_case",
+    "options",
+    "fact",
+    "hit",
+    "miss",
+    "attribute",
+    "window",
+    "context",
+    "follow",
+    "names",
+}
 KINDS = {"grep", "choices", "functions", "fields"}
 SCOPES = {"global", "backend"}
 ROOTS = {"sglang", "flashinfer"}
@@ -34,19 +50,34 @@ class Probe:
     ignore_case: bool = False
     options: tuple[str, ...] = ()
     fact: str | None = None
-    window: int | None = None  # attribute: backends -> look this many lines above a hit for backend names
-    context: str | None = None  # ... only on lines matching this regex
-    names: str | None = None  # kind functions: a regex of def names whose source the host returns
-    follow: tuple[str, ...] = ()  # scope backend: also the sglang modules a backend file imports, if they match these globs
+    # attribute: backends -> look this many lines above a hit for backend names
+    window: int | None = None
+    # ... only on lines matching this regex
+    context: str | None = None
+    # kind functions: a regex of def names whose source the host returns
+    names: str | None = None
+    # scope backend: also the sglang modules a backend file imports, if they match these globs
+    follow: tuple[str, ...] = ()
     hit: str = "found"
     miss: str = "not found"
     where: str = "?"
 
     def to_wire(self) -> dict[str, Any]:
         """What the host script needs (no prose)."""
-        return {"id": self.id, "kind": self.kind, "scope": self.scope, "root": self.root, "files": list(self.files),
-                "regex": self.regex, "ignore_case": self.ignore_case, "options": list(self.options),
-                "window": self.window, "context": self.context, "follow": list(self.follow), "names": self.names}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "scope": self.scope,
+            "root": self.root,
+            "files": list(self.files),
+            "regex": self.regex,
+            "ignore_case": self.ignore_case,
+            "options": list(self.options),
+            "window": self.window,
+            "context": self.context,
+            "follow": list(self.follow),
+            "names": self.names,
+        }
 
 
 @dataclass(frozen=True)
@@ -57,7 +88,8 @@ class ProbeSet:
     backend_files: str
     expect: tuple[str, ...]
     probes: tuple[Probe, ...]
-    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend file name -> option values
+    # backend file name -> option values
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def choice_names(self, backend: str) -> set[str]:
         """The --attention-backend values that select this backend file (its own name included)."""
@@ -87,7 +119,9 @@ def _check_match(kind: str, names: Any, regex: Any, options: tuple[str, ...], wh
     (choices)."""
     if kind in ("functions", "fields"):
         if kind == "functions" and not (isinstance(names, str) or isinstance(regex, str)):
-            raise ConfigError(f"{where}: probe {pid!r}: kind functions takes names (a regex of def names) or a regex")
+            raise ConfigError(
+                f"{where}: probe {pid!r}: kind functions takes names (a regex of def names) or a regex"
+            )
         for rx_text in (names, regex):
             if rx_text is not None:
                 _regex(rx_text, where, f"probe {pid!r}: invalid regex")
@@ -98,7 +132,9 @@ def _check_match(kind: str, names: Any, regex: Any, options: tuple[str, ...], wh
             raise ConfigError(f"{where}: probe {pid!r} needs a regex")
         _regex(regex, where, f"probe {pid!r}: invalid regex")
     elif not options or regex is not None:
-        raise ConfigError(f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex")
+        raise ConfigError(
+            f"{where}: probe {pid!r}: kind choices takes options (e.g. [--attention-backend]), no regex"
+        )
 
 
 def _window(d: dict, scope: str, kind: str, where: str, pid: str) -> tuple[int | None, Any]:
@@ -108,9 +144,13 @@ def _window(d: dict, scope: str, kind: str, where: str, pid: str) -> tuple[int |
     if "attribute" in d or "window" in d or context is not None:
         window = d.get("window", 6)
         if d.get("attribute") != "backends" or scope != "global" or kind != "grep":
-            raise ConfigError(f"{where}: probe {pid!r}: attribute: backends (with window) is for global grep probes")
+            raise ConfigError(
+                f"{where}: probe {pid!r}: attribute: backends (with window) is for global grep probes"
+            )
         if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= 50:
-            raise ConfigError(f"{where}: probe {pid!r}: window must be a number of lines (0-50), got {window!r}")
+            raise ConfigError(
+                f"{where}: probe {pid!r}: window must be a number of lines (0-50), got {window!r}"
+            )
         if context is not None:
             _regex(context, where, f"probe {pid!r}: invalid context regex")
     return window, context
@@ -131,24 +171,43 @@ def _probe(d: Any, seen: set[str]) -> Probe:
     kind, scope, root = d.get("kind", "grep"), d.get("scope", "global"), d.get("root", "sglang")
     for value, allowed, label in ((kind, KINDS, "kind"), (scope, SCOPES, "scope"), (root, ROOTS, "root")):
         if not isinstance(value, str) or value not in allowed:
-            raise ConfigError(f"{where}: probe {pid!r}: {label} must be one of {', '.join(sorted(allowed))}, got {value!r}")
+            raise ConfigError(
+                f"{where}: probe {pid!r}: {label} must be one of {', '.join(sorted(allowed))}, got {value!r}"
+            )
     files = _str_list(d.get("files", []), where, f"probe {pid!r}: files")
     if scope == "global" and not files:
         raise ConfigError(f"{where}: probe {pid!r} needs files (globs relative to the {root} package folder)")
     if scope == "backend" and (files or root != "sglang" or kind != "grep"):
-        raise ConfigError(f"{where}: probe {pid!r}: scope backend reads backends.files (no files, root or kind)")
+        raise ConfigError(
+            f"{where}: probe {pid!r}: scope backend reads backends.files (no files, root or kind)"
+        )
     regex, options = d.get("regex"), _str_list(d.get("options", []), where, f"probe {pid!r}: options")
     names = d.get("names")
     _check_match(kind, names, regex, options, where, pid)
     follow = _str_list(d.get("follow", []), where, f"probe {pid!r}: follow")
     if follow and scope != "backend" and kind != "functions":
-        raise ConfigError(f"{where}: probe {pid!r}: follow (the modules a backend imports) is for scope: backend")
+        raise ConfigError(
+            f"{where}: probe {pid!r}: follow (the modules a backend imports) is for scope: backend"
+        )
     window, context = _window(d, scope, kind, where, pid)
-    return Probe(id=pid, kind=kind, scope=scope, root=root, files=files, regex=regex, window=window, follow=follow,
-                 names=str(names) if names is not None else None,
-                 context=str(context) if context is not None else None,
-                 ignore_case=bool(d.get("ignore_case", False)), options=options, fact=d.get("fact"),
-                 hit=str(d.get("hit", "found")), miss=str(d.get("miss", "not found")), where=where)
+    return Probe(
+        id=pid,
+        kind=kind,
+        scope=scope,
+        root=root,
+        files=files,
+        regex=regex,
+        window=window,
+        follow=follow,
+        names=str(names) if names is not None else None,
+        context=str(context) if context is not None else None,
+        ignore_case=bool(d.get("ignore_case", False)),
+        options=options,
+        fact=d.get("fact"),
+        hit=str(d.get("hit", "found")),
+        miss=str(d.get("miss", "not found")),
+        where=where,
+    )
 
 
 def load_probe_set(path: str | Path | None = None) -> ProbeSet:
@@ -162,16 +221,24 @@ def load_probe_set(path: str | Path | None = None) -> ProbeSet:
     check_fields(backends, {"files", "expect", "aliases"}, "backends")
     aliases = backends.get("aliases") or {}
     if not isinstance(aliases, dict):
-        raise ConfigError(f"{getattr(backends, 'where', path)}: backends.aliases maps a backend to option values")
-    aliases = {str(k): _str_list(v, getattr(aliases, "where", str(path)), f"aliases.{k}") for k, v in aliases.items()}
+        raise ConfigError(
+            f"{getattr(backends, 'where', path)}: backends.aliases maps a backend to option values"
+        )
+    aliases = {
+        str(k): _str_list(v, getattr(aliases, "where", str(path)), f"aliases.{k}") for k, v in aliases.items()
+    }
     probes_raw = data.get("probes")
     if not isinstance(probes_raw, list) or not probes_raw:
         raise ConfigError(f"{data.where}: probes must be a non-empty list")
     seen: set[str] = set()
     probes = tuple(_probe(d, seen) for d in probes_raw)
-    return ProbeSet(path=str(path), backend_files=str(backends.get("files", "srt/layers/attention/*_backend.py")),
-                    expect=_str_list(backends.get("expect", []), getattr(backends, "where", str(path)), "expect"),
-                    probes=probes, aliases=aliases)
+    return ProbeSet(
+        path=str(path),
+        backend_files=str(backends.get("files", "srt/layers/attention/*_backend.py")),
+        expect=_str_list(backends.get("expect", []), getattr(backends, "where", str(path)), "expect"),
+        probes=probes,
+        aliases=aliases,
+    )
 
 
 def with_launch_probes(probe_set: ProbeSet, path: str | Path | None = None) -> ProbeSet:
@@ -181,5 +248,10 @@ def with_launch_probes(probe_set: ProbeSet, path: str | Path | None = None) -> P
     clash = [p.id for p in extra.probes if p.id in have]
     if clash:
         raise ConfigError(f"{extra.path}: probe ids {', '.join(clash)} are also in {probe_set.path}")
-    return ProbeSet(path=probe_set.path, backend_files=probe_set.backend_files, expect=probe_set.expect,
-                    probes=probe_set.probes + extra.probes, aliases=probe_set.aliases)
+    return ProbeSet(
+        path=probe_set.path,
+        backend_files=probe_set.backend_files,
+        expect=probe_set.expect,
+        probes=probe_set.probes + extra.probes,
+        aliases=probe_set.aliases,
+    )

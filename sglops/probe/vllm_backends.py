@@ -2,8 +2,8 @@
 priority list the CUDA platform walks per compute capability.
 
 Why a probe and not a table: these facts move between releases (0.10.2's TRITON_MLA refused FP8 KV, 0.32.0's
-dequantises it inside its decode kernel; 0.32.0 gates FlashInfer and CUTLASS MLA on `major == 10` in the backend,
-0.10.2 in the platform), so they are read from the tree the host has. The probes are data
+dequantises it inside its decode kernel; 0.32.0 gates FlashInfer and CUTLASS MLA on `major == 10` in the
+backend, 0.10.2 in the platform), so they are read from the tree the host has. The probes are data
 (playbooks/probes-vllm.yaml); the tree is read, never imported (it needs CUDA).
 """
 
@@ -27,7 +27,8 @@ PROBE_FIELDS = {"id", "regex", "capture", "fact", "hit", "miss", "follow"}
 @dataclass
 class VllmProbeReport(Observation):
     """Per MLA backend its facts (hit, the lines, a captured value), and the priority lists per CC major;
-    `inv probe-backends` on a host whose server is vLLM answers with it (host and where the tree was found)."""
+    `inv probe-backends` on a host whose server is vLLM
+    answers with it (host and where the tree was found)."""
 
     tree: str
     version: str | None
@@ -36,7 +37,8 @@ class VllmProbeReport(Observation):
     priorities: dict[str, list[list[str]]] = field(default_factory=dict)
     absent: list[str] = field(default_factory=list)
     host: str | None = None
-    found: dict[str, Any] = field(default_factory=dict)  # the host's answer: engine, version source, why this tree
+    # the host's answer: engine, version source, why this tree
+    found: dict[str, Any] = field(default_factory=dict)
     seconds: float | None = None
 
     def payload(self) -> dict:
@@ -75,7 +77,9 @@ def load_spec(path: Path = PROBES) -> dict:
     spec = load_yaml(path) or {}
     check_fields(spec, {"backends", "probes", "platform", "priorities"}, f"vLLM probe set {path.name}")
     for probe in spec.get("probes") or []:
-        check_fields(probe, PROBE_FIELDS, f"{path.name}: probe {probe.get('id', '?')}", {"id", "regex", "fact"})
+        check_fields(
+            probe, PROBE_FIELDS, f"{path.name}: probe {probe.get('id', '?')}", {"id", "regex", "fact"}
+        )
         try:
             re.compile(probe["regex"])
         except re.error as exc:
@@ -84,7 +88,8 @@ def load_spec(path: Path = PROBES) -> dict:
 
 
 def files_read(spec_path: Path = PROBES) -> list[str]:
-    """The globs (under the package) of every file the probe set reads: what a host sends back to be probed."""
+    """The globs (under the package) of every file the
+    probe set reads: what a host sends back to be probed."""
     spec = load_spec(spec_path)
     globs = [spec["backends"]["files"], "_version.py"]
     for probe in spec.get("probes") or []:
@@ -95,7 +100,9 @@ def files_read(spec_path: Path = PROBES) -> list[str]:
     return list(dict.fromkeys(globs))
 
 
-def scan_files(files: dict[str, str], host: str, found: dict[str, Any], spec_path: Path = PROBES) -> VllmProbeReport:
+def scan_files(
+    files: dict[str, str], host: str, found: dict[str, Any], spec_path: Path = PROBES
+) -> VllmProbeReport:
     """The probe set over a host's files ({path under the package: text}), laid out as the package here."""
     import tempfile
 
@@ -134,8 +141,13 @@ def _grep(probe: dict, files: list[Path], pkg: Path) -> dict:
 
 
 def _version(pkg: Path) -> str | None:
-    m = re.search(r"^__version__ = version = '([^']+)'", (pkg / "_version.py").read_text(errors="replace"), re.M) \
-        if (pkg / "_version.py").exists() else None
+    m = (
+        re.search(
+            r"^__version__ = version = '([^']+)'", (pkg / "_version.py").read_text(errors="replace"), re.M
+        )
+        if (pkg / "_version.py").exists()
+        else None
+    )
     return m.group(1) if m else None
 
 
@@ -155,8 +167,11 @@ def scan_tree(pkg: str | Path, spec_path: Path = PROBES) -> VllmProbeReport:
         name = m.group(1).removesuffix(b.get("strip_suffix") or "")
         facts = {}
         for probe in spec.get("probes") or []:
-            follow = [pkg / rel for rel in probe.get("follow") or [] if (pkg / rel).is_file()
-                      and _imports(path, rel)]
+            follow = [
+                pkg / rel
+                for rel in probe.get("follow") or []
+                if (pkg / rel).is_file() and _imports(path, rel)
+            ]
             facts[probe["fact"]] = _grep(probe, [path, *follow], pkg)
         report.backends[name] = {"file": str(path.relative_to(pkg)), "facts": facts}
     report.absent = [n for n in b.get("expect") or [] if n not in report.backends]
@@ -176,21 +191,35 @@ def _imports(path: Path, rel: str) -> bool:
 
 def priorities(path: Path, rule: dict) -> dict[str, list[list[str]]]:
     """{"10": [[...], ...], "12": [...], "other": [...]}: the enum members of the lists each branch of the
-    `branch_on` if-chain returns, inside the `within` branch of `function`; empty when the release has none."""
+    `branch_on` if-chain returns, inside the `within` branch
+    of `function`; empty when the release has none."""
     tree = ast.parse(path.read_text(errors="replace"))
-    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == rule["function"]), None)
+    fn = next(
+        (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == rule["function"]), None
+    )
     if fn is None:
         return {}
-    scope = next((n for n in ast.walk(fn) if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
-                  and n.test.id == rule["within"]), None)
+    scope = next(
+        (
+            n
+            for n in ast.walk(fn)
+            if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == rule["within"]
+        ),
+        None,
+    )
     if scope is None:
         return {}
-    chain = next((n for n in scope.body if isinstance(n, ast.If) and _branch_value(n.test, rule["branch_on"])), None)
+    chain = next(
+        (n for n in scope.body if isinstance(n, ast.If) and _branch_value(n.test, rule["branch_on"])), None
+    )
     out: dict[str, list[list[str]]] = {}
     while chain is not None:
         out[_branch_value(chain.test, rule["branch_on"])] = _returned(chain.body, rule)
-        if len(chain.orelse) == 1 and isinstance(chain.orelse[0], ast.If) and \
-                _branch_value(chain.orelse[0].test, rule["branch_on"]):
+        if (
+            len(chain.orelse) == 1
+            and isinstance(chain.orelse[0], ast.If)
+            and _branch_value(chain.orelse[0].test, rule["branch_on"])
+        ):
             chain = chain.orelse[0]
         else:
             if chain.orelse:
@@ -200,8 +229,13 @@ def priorities(path: Path, rule: dict) -> dict[str, list[list[str]]]:
 
 
 def _branch_value(test: ast.expr, attr: str) -> str | None:
-    if isinstance(test, ast.Compare) and isinstance(test.left, ast.Attribute) and test.left.attr == attr \
-            and isinstance(test.ops[0], ast.Eq) and isinstance(test.comparators[0], ast.Constant):
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Attribute)
+        and test.left.attr == attr
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+    ):
         return str(test.comparators[0].value)
     return None
 
@@ -210,9 +244,14 @@ def _returned(body: list[ast.stmt], rule: dict) -> list[list[str]]:
     lists = []
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.List):
-            names = [e.attr for e in node.value.elts if isinstance(e, ast.Attribute)
-                     and isinstance(e.value, ast.Name) and e.value.id == rule["enum"]
-                     and not re.search(rule.get("drop") or "$^", e.attr)]
+            names = [
+                e.attr
+                for e in node.value.elts
+                if isinstance(e, ast.Attribute)
+                and isinstance(e.value, ast.Name)
+                and e.value.id == rule["enum"]
+                and not re.search(rule.get("drop") or "$^", e.attr)
+            ]
             if names and names not in lists:
                 lists.append(names)
     return lists

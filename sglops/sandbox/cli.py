@@ -36,7 +36,8 @@ def down(base: Path) -> int:
             pass
         pidfile.unlink(missing_ok=True)
     servers = [*base.glob("*/sglang/.sglops/server.pid"), *base.glob("*/.local/state/sglops/*/server.pid")]
-    for pidfile in servers:  # checkouts keep state in the tree, installed trees (sglang_env) in the host's HOME
+    # checkouts keep state in the tree, installed trees (sglang_env) in the host's HOME
+    for pidfile in servers:
         try:
             os.killpg(int(pidfile.read_text().split()[0]), signal.SIGTERM)
         except (ProcessLookupError, ValueError, PermissionError):
@@ -52,8 +53,13 @@ def main(action: str, hosts: int = 2, base: str | None = None, real: bool = Fals
         down(root)
         sb = Sandbox(root, DEFAULT_HOSTS[:hosts] + ([REAL_HOST] if real else []))
         sb.start()
-        (root / "sandbox.json").write_text(json.dumps({"inventory": str(sb.inventory), "hosts": [h.name for h in sb.hosts]}))
-        console.print(f"sandbox up: {', '.join(f'{h.name} (127.0.0.1:{h.port}, sglang {h.sglang_version})' for h in sb.hosts)}")
+        (root / "sandbox.json").write_text(
+            json.dumps({"inventory": str(sb.inventory), "hosts": [h.name for h in sb.hosts]})
+        )
+        console.print(
+            "sandbox up:"
+            f" {', '.join(f'{h.name} (127.0.0.1:{h.port}, sglang {h.sglang_version})' for h in sb.hosts)}"
+        )
         console.print(f"use it with: export SGLOPS_INVENTORY={sb.inventory}")
         if real:
             console.print("real SGLang server: inv restart sandbox-sglang-cpu --host cpu-a")

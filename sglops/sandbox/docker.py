@@ -35,15 +35,60 @@ from sglops.sandbox import trees
 
 DOCKERD = shutil.which("dockerd") or "/usr/sbin/dockerd"
 DOCKER = shutil.which("docker") or "/usr/bin/docker"
-TOOLS = ("sh", "bash", "timeout", "base64", "cat", "mv", "rm", "mkdir", "ls", "sleep", "env", "kill", "ps",
-         "dirname", "cp", "chmod", "nohup", "tail", "head", "setsid", "id", "uname", "true", "grep", "sed",
-         "printf", "echo", "sha256sum", "stat", "readlink", "flock", "pgrep", "pkill", "lscpu", "nproc")
+TOOLS = (
+    "sh",
+    "bash",
+    "timeout",
+    "base64",
+    "cat",
+    "mv",
+    "rm",
+    "mkdir",
+    "ls",
+    "sleep",
+    "env",
+    "kill",
+    "ps",
+    "dirname",
+    "cp",
+    "chmod",
+    "nohup",
+    "tail",
+    "head",
+    "setsid",
+    "id",
+    "uname",
+    "true",
+    "grep",
+    "sed",
+    "printf",
+    "echo",
+    "sha256sum",
+    "stat",
+    "readlink",
+    "flock",
+    "pgrep",
+    "pkill",
+    "lscpu",
+    "nproc",
+)
 PYTHON = "/usr/bin/python3.11"
-EXTRA_LIBS = ("libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1",
-              "libm.so.6", "libz.so.1")  # what the bind-mounted real SGLang environment (torch, numpy) links against
-LDCONFIG = "/sbin/ldconfig"  # static: no libraries of its own; makes /etc/ld.so.cache inside the image
+# what the bind-mounted real SGLang environment (torch, numpy) links against
+EXTRA_LIBS = (
+    "libstdc++.so.6",
+    "libgcc_s.so.1",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "libutil.so.1",
+    "libm.so.6",
+    "libz.so.1",
+)
+# static: no libraries of its own; makes /etc/ld.so.cache inside the image
+LDCONFIG = "/sbin/ldconfig"
 LD_DIRS = ("/usr/local/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
-SITE = "/opt/sglang/lib/python3.11/site-packages"  # where the image's SGLang is "pip-installed"
+# where the image's SGLang is "pip-installed"
+SITE = "/opt/sglang/lib/python3.11/site-packages"
 IMAGE_REPO = "sglops-sandbox"
 
 
@@ -75,9 +120,12 @@ class Dockerd:
     def env(self) -> dict[str, str]:
         return {**os.environ, "DOCKER_HOST": self.host}
 
-    def docker(self, *args: str, check: bool = True, input: bytes | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run([DOCKER, *args], env=self.env(), capture_output=True, input=input, timeout=timeout)
+    def docker(
+        self, *args: str, check: bool = True, input: bytes | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [DOCKER, *args], env=self.env(), capture_output=True, input=input, timeout=timeout
+        )
         if check and proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise SglopsError(f"docker {' '.join(args[:3])} failed: {err[0]}")
@@ -91,16 +139,33 @@ class Dockerd:
         data = self._data_root()
         log = open(self.root / "dockerd.log", "ab")
         self.proc = subprocess.Popen(
-            [DOCKERD, "--iptables=false", "--ip-forward=false", "--bridge=none", "--ip-masq=false",
-             "-H", self.host, "--data-root", str(data), "--exec-root", str(self.root / "exec"),
-             "--pidfile", str(self.root / "dockerd.pid")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                DOCKERD,
+                "--iptables=false",
+                "--ip-forward=false",
+                "--bridge=none",
+                "--ip-masq=false",
+                "-H",
+                self.host,
+                "--data-root",
+                str(data),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "dockerd.pid"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self._release()
                 tail = (self.root / "dockerd.log").read_text(errors="replace").strip().splitlines()[-1:]
-                raise SglopsError(f"dockerd exited ({self.proc.returncode}): {tail[0] if tail else 'no output'}")
+                raise SglopsError(
+                    f"dockerd exited ({self.proc.returncode}): {tail[0] if tail else 'no output'}"
+                )
             if self.socket.exists() and self.docker("info", check=False, timeout=10).returncode == 0:
                 return self
             time.sleep(0.2)
@@ -145,7 +210,8 @@ class Dockerd:
             self._lock = None
 
 
-# -- the image ------------------------------------------------------------------------------------------------
+# -- the image
+# ------------------------------------------------------------------------------------------------
 def _ldd(paths: list[str]) -> set[str]:
     out = subprocess.run(["ldd", *paths], capture_output=True, text=True).stdout
     libs = set()
@@ -166,14 +232,25 @@ def _machine_files() -> list[str]:
     dynload = [str(p) for p in (stdlib / "lib-dynload").glob("*.so")]
     libs = _ldd([*tools, PYTHON, *dynload])
     for name in EXTRA_LIBS:
-        found = list(Path("/usr/lib/x86_64-linux-gnu").glob(name)) + list(Path("/lib/x86_64-linux-gnu").glob(name))
+        found = list(Path("/usr/lib/x86_64-linux-gnu").glob(name)) + list(
+            Path("/lib/x86_64-linux-gnu").glob(name)
+        )
         libs.update(str(p) for p in found[:1])
     return sorted({*tools, PYTHON, *libs})
 
 
 def _add_stdlib(tar: tarfile.TarFile) -> None:
-    skip = {"test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "__pycache__", "site-packages",
-            "dist-packages"}
+    skip = {
+        "test",
+        "idlelib",
+        "tkinter",
+        "turtledemo",
+        "lib2to3",
+        "ensurepip",
+        "__pycache__",
+        "site-packages",
+        "dist-packages",
+    }
     root = Path("/usr/lib/python3.11")
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
@@ -231,10 +308,24 @@ def build_rootfs(dest: Path, sglang_version: str, extra_libs: tuple[str, ...] = 
     files = sorted({*_machine_files(), *extra_libs, LDCONFIG})
     with tarfile.open(dest, "w") as tar:
         tree = _Tree(tar)
-        for d in ("usr", "usr/bin", "usr/lib", "etc", "tmp", "root", "proc", "sys", "dev", "opt", "run", "var",
-                  "var/tmp"):
+        for d in (
+            "usr",
+            "usr/bin",
+            "usr/lib",
+            "etc",
+            "tmp",
+            "root",
+            "proc",
+            "sys",
+            "dev",
+            "opt",
+            "run",
+            "var",
+            "var/tmp",
+        ):
             _add_dir(tar, d, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
-        for top in ("bin", "lib", "lib64", "sbin"):  # merged /usr, as this machine has it
+        # merged /usr, as this machine has it
+        for top in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{top}"):
                 info = tarfile.TarInfo(top)
                 info.type, info.linkname, info.mtime = tarfile.SYMTYPE, os.readlink(f"/{top}"), 0
@@ -244,7 +335,9 @@ def build_rootfs(dest: Path, sglang_version: str, extra_libs: tuple[str, ...] = 
             tree.add_file(f)
         tree.add_file(PYTHON, "usr/bin/python3")
         _add_stdlib(tar)
-        _add_text(tar, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/sh\n")
+        _add_text(
+            tar, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/sh\n"
+        )
         _add_text(tar, "etc/group", "root:x:0:\nnogroup:x:65534:\n")
         _add_text(tar, "etc/ld.so.conf", "\n".join(LD_DIRS) + "\n")
         with zipfile.ZipFile(wheel) as zf:
@@ -267,13 +360,15 @@ def serve_mounts() -> tuple[tuple[str, str], ...]:
     base = os.path.realpath(sglang_cpu.venv_python())
     prefix = os.path.dirname(os.path.dirname(base))
     mounts = [(str(sglang_cpu.env_root()), str(sglang_cpu.env_root()))]
-    if not prefix.startswith("/usr"):  # a pyenv / uv / conda Python: not in the image, so mounted too
+    # a pyenv / uv / conda Python: not in the image, so mounted too
+    if not prefix.startswith("/usr"):
         mounts.append((prefix, prefix))
     return tuple(mounts)
 
 
 def serve_libs() -> tuple[str, ...]:
-    """The system libraries (outside the mounted folders) that the environment's shared objects link against."""
+    """The system libraries (outside the mounted folders)
+    that the environment's shared objects link against."""
     roots = [src for src, _ in serve_mounts()]
     objects = []
     for root in roots:
@@ -284,7 +379,7 @@ def serve_libs() -> tuple[str, ...]:
     objects.append(os.path.realpath(sglang_cpu.venv_python()))
     found: set[str] = set()
     for i in range(0, len(objects), 200):
-        found |= _ldd(objects[i:i + 200])
+        found |= _ldd(objects[i : i + 200])
     return tuple(sorted(p for p in found if not any(p.startswith(r + "/") for r in roots)))
 
 
@@ -303,8 +398,9 @@ def image_tag(sglang_version: str, serve: bool = False) -> str:
 
 
 def ensure_image(dockerd: Dockerd, sglang_version: str = "0.5.23", serve: bool = False) -> str:
-    """The sandbox image's tag, built (`docker import` of build_rootfs, then `ldconfig` inside) when the daemon
-    lacks it. serve=True: the image a container serving the bind-mounted real SGLang environment needs."""
+    """The sandbox image's tag, built (`docker import` of build_rootfs, then `ldconfig` inside) when the
+    daemon lacks it. serve=True: the image a container serving the bind-mounted real SGLang environment
+    needs."""
     if serve:
         from sglops.sandbox import sglang_cpu
 
@@ -318,10 +414,20 @@ def ensure_image(dockerd: Dockerd, sglang_version: str = "0.5.23", serve: bool =
     with tempfile.TemporaryDirectory(prefix="sglops-rootfs-") as tmp:
         rootfs = build_rootfs(Path(tmp) / "rootfs.tar", sglang_version, serve_libs() if serve else ())
         with open(rootfs, "rb") as fh:
-            dockerd.docker("import", "--change", "ENV PATH=/usr/bin:/bin", "--change", "WORKDIR /root", "-", raw,
-                           input=fh.read(), timeout=600)
+            dockerd.docker(
+                "import",
+                "--change",
+                "ENV PATH=/usr/bin:/bin",
+                "--change",
+                "WORKDIR /root",
+                "-",
+                raw,
+                input=fh.read(),
+                timeout=600,
+            )
     name = f"sglops-ldconfig-{uuid.uuid4().hex[:8]}"
-    try:  # the ld.so.cache a real image has (ctypes.util.find_library reads it through `ldconfig -p`)
+    # the ld.so.cache a real image has (ctypes.util.find_library reads it through `ldconfig -p`)
+    try:
         dockerd.docker("run", "--name", name, "--network", "none", raw, LDCONFIG, timeout=120)
         dockerd.docker("commit", "--change", 'CMD ["sh"]', name, tag, timeout=300)
     finally:
@@ -330,8 +436,15 @@ def ensure_image(dockerd: Dockerd, sglang_version: str = "0.5.23", serve: bool =
     return tag
 
 
-def run_container(dockerd: Dockerd, image: str, name: str, *, mounts: tuple[tuple[str, str], ...] = (),
-                  command: tuple[str, ...] = ("sleep", "infinity"), env: dict[str, str] | None = None) -> str:
+def run_container(
+    dockerd: Dockerd,
+    image: str,
+    name: str,
+    *,
+    mounts: tuple[tuple[str, str], ...] = (),
+    command: tuple[str, ...] = ("sleep", "infinity"),
+    env: dict[str, str] | None = None,
+) -> str:
     """Start a long-running container (tini as PID 1 reaps what sglops stops); returns its id."""
     args = ["run", "-d", "--init", "--name", name, "--network", "none"]
     for src, dst in mounts:
@@ -344,6 +457,6 @@ def run_container(dockerd: Dockerd, image: str, name: str, *, mounts: tuple[tupl
 def docker_wrapper(dockerd: Dockerd, bin_dir: Path) -> Path:
     """A `docker` on a sandbox host's PATH that talks to our daemon (what the host's own docker would be)."""
     path = bin_dir / "docker"
-    path.write_text(f"#!/bin/sh\nexec {DOCKER} -H {dockerd.host} \"$@\"\n")
+    path.write_text(f'#!/bin/sh\nexec {DOCKER} -H {dockerd.host} "$@"\n')
     path.chmod(0o755)
     return path

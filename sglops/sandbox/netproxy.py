@@ -25,15 +25,23 @@ LOOPBACK = "127.0.0.1"
 class NetProfile:
     """How bad the network is; the defaults are a far-away host on a slow link."""
 
-    delay_ms: float = 50.0  # one way, each direction
-    jitter_ms: float = 10.0  # delay is uniform in delay +- jitter
-    max_chunk: int = 1448  # bytes are forwarded in random pieces of 1..max_chunk bytes
-    rate_mbit: float = 100.0  # link speed each way (0: unlimited); with `buffer`, a fast sender is held back
-    buffer: int = 128 * 1024  # bytes in flight per direction before the proxy stops reading (TCP back-pressure)
-    loss: float = 0.0  # chance that a piece is "lost": it (and what follows) waits one more rto_ms
+    # one way, each direction
+    delay_ms: float = 50.0
+    # delay is uniform in delay +- jitter
+    jitter_ms: float = 10.0
+    # bytes are forwarded in random pieces of 1..max_chunk bytes
+    max_chunk: int = 1448
+    # link speed each way (0: unlimited); with `buffer`, a fast sender is held back
+    rate_mbit: float = 100.0
+    # bytes in flight per direction before the proxy stops reading (TCP back-pressure)
+    buffer: int = 128 * 1024
+    # chance that a piece is "lost": it (and what follows) waits one more rto_ms
+    loss: float = 0.0
     rto_ms: float = 200.0
-    drop: float = 0.0  # chance that a connection is cut after a random number of bytes
-    drop_within: int = 256 * 1024  # ...somewhere within its first drop_within bytes (either direction)
+    # chance that a connection is cut after a random number of bytes
+    drop: float = 0.0
+    # ...somewhere within its first drop_within bytes (either direction)
+    drop_within: int = 256 * 1024
     seed: int | None = None
 
     @classmethod
@@ -43,7 +51,9 @@ class NetProfile:
             return cls()
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"unknown network keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+            raise ValueError(
+                f"unknown network keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}"
+            )
         return cls(**data)
 
 
@@ -53,7 +63,8 @@ class NetStats:
 
     connections: int = 0
     dropped: int = 0
-    bytes_down: int = 0  # server -> client
+    # server -> client
+    bytes_down: int = 0
     pieces: int = 0
     lost_pieces: int = 0
     errors: list[str] = field(default_factory=list)
@@ -86,9 +97,11 @@ class NetProxy:
             self._loop = loop
             try:
                 self._server = loop.run_until_complete(
-                    asyncio.start_server(self._handle, LOOPBACK, self.port, reuse_address=True))
+                    asyncio.start_server(self._handle, LOOPBACK, self.port, reuse_address=True)
+                )
                 self.port = self._server.sockets[0].getsockname()[1]
-            except BaseException as exc:  # reported to start() below
+            # reported to start() below
+            except BaseException as exc:
                 failure.append(exc)
                 ready.set()
                 loop.close()
@@ -120,9 +133,11 @@ class NetProxy:
                 w.transport.abort()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             if tasks:
-                await asyncio.wait(tasks, timeout=1)  # aborted connections end on their own
+                # aborted connections end on their own
+                await asyncio.wait(tasks, timeout=1)
 
-        with contextlib.suppress(RuntimeError):  # loop already gone
+        # loop already gone
+        with contextlib.suppress(RuntimeError):
             asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
             loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
@@ -173,7 +188,8 @@ class NetProxy:
                 self._pipe(client_r, server_w, "up", budget, (client_w, server_w)),
                 self._pipe(server_r, client_w, "down", budget, (client_w, server_w)),
             )
-        except asyncio.CancelledError:  # stop(): the connection just ends
+        # stop(): the connection just ends
+        except asyncio.CancelledError:
             pass
         finally:
             for w in (client_w, server_w):
@@ -199,7 +215,8 @@ class NetProxy:
         if budget is None:
             return False
         if budget[0] < size:
-            if budget[0] >= 0:  # once per connection: the other direction may cut it too
+            # once per connection: the other direction may cut it too
+            if budget[0] >= 0:
                 self.stats.dropped += 1
                 budget[0] = -1
             for w in both:
@@ -229,7 +246,8 @@ class NetProxy:
         per_byte = 8 / (p.rate_mbit * 1e6) if p.rate_mbit else 0.0
 
         async def deliver() -> None:
-            link_free = 0.0  # when the link has sent what it was given (rate limit)
+            # when the link has sent what it was given (rate limit)
+            link_free = 0.0
             while True:
                 due, piece = await queue.get()
                 if piece is None:
@@ -241,7 +259,8 @@ class NetProxy:
                 try:
                     writer.write(piece)
                     await writer.drain()
-                except OSError:  # the far side is gone (reset, cut): the reader side ends the pipe
+                # the far side is gone (reset, cut): the reader side ends the pipe
+                except OSError:
                     return
                 in_flight[0] -= len(piece)
                 if in_flight[0] <= p.buffer:
@@ -278,7 +297,8 @@ class NetProxy:
         finally:
             if not sender.done():
                 sender.cancel()
-            with contextlib.suppress(BaseException):  # retrieved here, never logged from a GC later
+            # retrieved here, never logged from a GC later
+            with contextlib.suppress(BaseException):
                 await sender
 
     def _pieces(self, data: bytes):
@@ -286,17 +306,18 @@ class NetProxy:
         i = 0
         while i < len(data):
             n = self._rng.randint(1, size)
-            yield data[i:i + n]
+            yield data[i : i + n]
             i += n
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel and await every task left on the proxy's loop, connections accepted late included.
 
-    A task left pending (or failed and never awaited) is logged by the garbage collector whenever it collects it,
-    which may be in the middle of an ast.parse in any thread: the finalizer formats a traceback (itself parsing
-    with ast on Python 3.11), and CPython 3.11's AST constructor then fails with "AST constructor recursion depth
-    mismatch" (pytest-dev/pytest#10874; sglops/patch/names.py met it first). A CI run lost a patch test to it."""
+    A task left pending (or failed and never awaited) is logged by the garbage collector whenever it collects
+    it, which may be in the middle of an ast.parse in any thread: the finalizer formats a traceback (itself
+    parsing with ast on Python 3.11), and CPython 3.11's AST constructor then fails with "AST constructor
+    recursion depth mismatch" (pytest-dev/pytest#10874; sglops/patch/names.py met it first). A CI run lost a
+    patch test to it."""
     for _ in range(5):
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
         if not tasks:

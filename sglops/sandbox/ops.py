@@ -13,11 +13,22 @@ def sandbox(ctx: Context, action: str, hosts: int = 2, base: str | None = None, 
 
 
 OPS = [
-    Op("sandbox", sandbox, "Bring local sandbox GPU hosts up or down (real sshd on loopback, real SGLang trees): "
-       "up|down|status.",
-       (Param("action", Choice(("up", "down", "status")), positional=True),
-        Param("hosts", Int(1, 16, 2), "number of sandbox hosts"),
-        Param("base", help="folder for the sandbox (default .cache/sandbox)"),
-        Param("real", Flag(), "add host cpu-a with the real SGLang 0.5.23 CPU server environment (scripts/setup.sh "
-              "builds it)", flag=False))),
+    Op(
+        "sandbox",
+        sandbox,
+        "Bring local sandbox GPU hosts up or down (real sshd on loopback, real SGLang trees): "
+        "up|down|status.",
+        (
+            Param("action", Choice(("up", "down", "status")), positional=True),
+            Param("hosts", Int(1, 16, 2), "number of sandbox hosts"),
+            Param("base", help="folder for the sandbox (default .cache/sandbox)"),
+            Param(
+                "real",
+                Flag(),
+                "add host cpu-a with the real SGLang 0.5.23 CPU server environment (scripts/setup.sh "
+                "builds it)",
+                flag=False,
+            ),
+        ),
+    ),
 ]

@@ -32,8 +32,8 @@ def free_port() -> int:
     """A port nothing holds right now, below the kernel's ephemeral range.
 
     A port the kernel hands out for `bind(0)` can be handed out again as the source port of any outgoing
-    connection (a gloo pair, a health poll) in the minutes before a server binds it: a two-node start then dies
-    with "address already in use". Below the ephemeral range only an explicit bind takes a port.
+    connection (a gloo pair, a health poll) in the minutes before a server binds it: a two-node start then
+    dies with "address already in use". Below the ephemeral range only an explicit bind takes a port.
     """
     low, _ = _ephemeral_range()
     if low - _LOWEST < 1000:

@@ -3,8 +3,9 @@
 Built once per machine and cached (~7 GB, ~3 min of pip), reused by the tests, the demo and the benchmarks:
 - a venv of its own with `sglang==0.5.23` and the dependencies its wheel pins (PyPI's CUDA torch + torchvision
   build runs with no GPU; the CPU torch build cannot import torchvision: see docs/sandbox.md);
-- `sgl_kernel`: a STAND-IN for sgl-kernel's CPU extension (no wheel ships it; a source build needs ~60 C++ files,
-  libnuma and OpenMP and is too slow for CI), installed into that venv as a package that says what it is;
+- `sgl_kernel`: a STAND-IN for sgl-kernel's CPU extension (no wheel ships it; a source build needs ~60 C++
+  files, libnuma and OpenMP and is too slow for CI), installed into that venv as a package that says what it
+  is;
 - a tiny random Llama with a tokenizer trained here (no model hub).
 The SGLang tree a sandbox host probes and patches is this venv's own `site-packages/sglang`: a pip-installed
 layout, exactly as the wheel put it there.
@@ -25,7 +26,8 @@ from sglops.sandbox.ports import free_port
 from sglops.sandbox.trees import cache_dir
 
 SGLANG_VERSION = "0.5.23"
-# torch/torchvision: the CUDA builds sglang 0.5.23 pins; they run on a CPU-only machine. dill: imported at start-up.
+# torch/torchvision: the CUDA builds sglang 0.5.23 pins;
+# they run on a CPU-only machine. dill: imported at start-up.
 PINS = (f"sglang=={SGLANG_VERSION}", "torch==2.14.1", "torchvision==0.29.1", "dill")
 HERE = Path(__file__).resolve().parent
 STANDIN_SRC = HERE / "standin_sgl_kernel" / "sgl_kernel"
@@ -35,16 +37,30 @@ READY = ".sglops-ready"
 SERVER_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 # The flags a CPU host needs: torch_native attention (the x86 default, intel_amx, needs the real CPU kernels),
 # no CUDA graphs, no grammar backend (xgrammar wants a GPU build), a small KV pool.
-SERVER_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--grammar-backend", "none",
-                "--max-total-tokens", "8192", "--max-running-requests", "8", "--mem-fraction-static", "0.05")
-# SGLang's scheduler otherwise polls its sockets in a busy loop, a whole core per idle server (10.2 CPU-s in 10 s
-# idle, 0.19 with it; 2026-12-03, 0.5.23): on a shared 2-core host that halves what the rest can use. Outputs are
-# the same; a request wakes the poll at once. The servers whose stream timing tests assert on leave it out (two
-# of their requests came back as one burst in a suite run with it; not reproduced alone, not ruled out).
+SERVER_FLAGS = (
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--grammar-backend",
+    "none",
+    "--max-total-tokens",
+    "8192",
+    "--max-running-requests",
+    "8",
+    "--mem-fraction-static",
+    "0.05",
+)
+# SGLang's scheduler otherwise polls its sockets in a busy loop, a whole core per idle server (10.2 CPU-s in
+# 10 s idle, 0.19 with it; 2026-12-03, 0.5.23): on a shared 2-core host that halves what the rest can use.
+# Outputs are the same; a request wakes the poll at once. The servers whose stream timing tests assert on
+# leave it out (two of their requests came back as one burst in a suite run with it; not reproduced alone, not
+# ruled out).
 IDLE_FLAGS = ("--sleep-on-idle",)
 # The model every server of ours serves is a Llama: at start, SGLang's model registry need not import its ~270
-# other model modules (SGLANG_DISABLED_MODEL_ARCHS, which sglang/srt/models/registry.py honours; module names).
-# Start cost only (tests/suite_start_cost.py measures it): the served model and its code paths are the same.
+# other model modules (SGLANG_DISABLED_MODEL_ARCHS, which sglang/srt/models/registry.py honours; module
+# names). Start cost only (tests/suite_start_cost.py measures it): the served model and its code paths are the
+# same.
 KEEP_MODEL_MODULES = ("llama",)
 
 
@@ -81,12 +97,19 @@ def model_dir() -> Path:
 WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 
 
-def _run(argv: list[str], what: str, log: Path, timeout: float = 1800, env: dict[str, str] | None = None) -> None:
+def _run(
+    argv: list[str], what: str, log: Path, timeout: float = 1800, env: dict[str, str] | None = None
+) -> None:
     with open(log, "ab") as out:
         out.write(f"$ {' '.join(argv)}\n".encode())
         out.flush()
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                              env={**os.environ, **env} if env else None)
+        proc = subprocess.run(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            env={**os.environ, **env} if env else None,
+        )
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise SglopsError(f"{what} failed (exit {proc.returncode}): {tail[0][:200]}; full log: {log}")
@@ -103,16 +126,21 @@ def install_standin(venv: Path) -> Path:
     tmp.rename(dest)
     info = site / "sglops_standin_sgl_kernel-0.0.0.dist-info"
     info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglops-standin-sgl-kernel\nVersion: 0.0.0\n"
-                                   "Summary: sglops STAND-IN for sgl-kernel's CPU ops (two KV bookkeeping ops)\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglops-standin-sgl-kernel\nVersion: 0.0.0\n"
+        "Summary: sglops STAND-IN for sgl-kernel's CPU ops (two KV bookkeeping ops)\n"
+    )
     (info / "INSTALLER").write_text("sglops\n")
     return dest
 
 
 def start_env(tree: Path | None = None) -> dict[str, str]:
-    """The variables that make a start cheaper (see KEEP_MODEL_MODULES), from the installed tree's own models."""
+    """The variables that make a start cheaper (see
+    KEEP_MODEL_MODULES), from the installed tree's own models."""
     models = (tree or sglang_tree()) / "srt" / "models"
-    skip = sorted(p.stem for p in models.glob("*.py") if p.stem not in KEEP_MODEL_MODULES and not p.stem.startswith("_"))
+    skip = sorted(
+        p.stem for p in models.glob("*.py") if p.stem not in KEEP_MODEL_MODULES and not p.stem.startswith("_")
+    )
     return {"SGLANG_DISABLED_MODEL_ARCHS": ",".join(skip)} if skip else {}
 
 
@@ -120,8 +148,10 @@ def not_ready() -> str | None:
     """Why the real server environment cannot be used as it is (None: the venv and the model are built)."""
     marker = venv_dir() / READY
     if not (marker.exists() and marker.read_text() == "\n".join(PINS) + "\n"):
-        return (f"the real SGLang {SGLANG_VERSION} environment is not built in {venv_dir()} "
-                "(`python -m sglops.sandbox.sglang_cpu` builds it; scripts/setup.sh runs that)")
+        return (
+            f"the real SGLang {SGLANG_VERSION} environment is not built in {venv_dir()} "
+            "(`python -m sglops.sandbox.sglang_cpu` builds it; scripts/setup.sh runs that)"
+        )
     if not (model_dir() / "sglops-model.json").exists():
         return f"the tiny model is not made in {model_dir()} (`python -m sglops.sandbox.sglang_cpu` makes it)"
     return None
@@ -138,23 +168,42 @@ def uv_command() -> list[str] | None:
 
 
 def _install(venv: Path, log: Path) -> None:
-    """PINS into the venv: the same releases either way. Bytecode: pip compiles every file; with uv, warm_start()
-    writes the .pyc files of exactly the modules a server imports (the servers run with PYTHONDONTWRITEBYTECODE on
-    CI: without .pyc files every start would compile sglang, torch and transformers again). uv's
-    --compile-bytecode compiled all 34,313 files: 296 s of a 473 s fresh build on a busy 2-core machine."""
+    """PINS into the venv: the same releases either way. Bytecode: pip compiles every file; with uv,
+    warm_start() writes the .pyc files of exactly the modules a server imports (the servers run with
+    PYTHONDONTWRITEBYTECODE on CI: without .pyc files every start would compile sglang, torch and transformers
+    again). uv's --compile-bytecode compiled all 34,313 files: 296 s of a 473 s fresh build on a busy 2-core
+    machine."""
     uv = uv_command()
     if uv is None:
-        _run([str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
-             f"pip install {' '.join(PINS)}", log)
+        _run(
+            [str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
+            f"pip install {' '.join(PINS)}",
+            log,
+        )
         return
-    _run([*uv, "pip", "install", "--python", str(venv_python()), "--cache-dir", str(uv_cache()),
-          "--link-mode", "hardlink", "--no-progress", *PINS], f"uv pip install {' '.join(PINS)}", log)
+    _run(
+        [
+            *uv,
+            "pip",
+            "install",
+            "--python",
+            str(venv_python()),
+            "--cache-dir",
+            str(uv_cache()),
+            "--link-mode",
+            "hardlink",
+            "--no-progress",
+            *PINS,
+        ],
+        f"uv pip install {' '.join(PINS)}",
+        log,
+    )
     shutil.rmtree(uv_cache(), ignore_errors=True)
 
 
 def uv_cache() -> Path:
-    """uv's cache beside the venv (one filesystem: files are hard-linked, not copied), removed once the venv is
-    built, so no venv file shares an inode with a cache entry that a later install could write through."""
+    """uv's cache beside the venv (one filesystem: files are hard-linked, not copied), removed once the venv
+    is built, so no venv file shares an inode with a cache entry that a later install could write through."""
     return env_root() / "uv-cache"
 
 
@@ -168,10 +217,26 @@ def ensure_env(log: Path | None = None) -> Path:
     env_root().mkdir(parents=True, exist_ok=True)
     log = log or env_root() / f"build-{SGLANG_VERSION}.log"
     uv = uv_command()
-    if not venv_python().exists():  # with pip in it either way (--seed), as `python -m venv` makes it
-        _run([*uv, "venv", "-q", "--python", sys.executable, "--seed", "--allow-existing", "--cache-dir",
-              str(uv_cache()), str(venv)] if uv else [sys.executable, "-m", "venv", str(venv)],
-             "making the SGLang venv", log)
+    # with pip in it either way (--seed), as `python -m venv` makes it
+    if not venv_python().exists():
+        _run(
+            [
+                *uv,
+                "venv",
+                "-q",
+                "--python",
+                sys.executable,
+                "--seed",
+                "--allow-existing",
+                "--cache-dir",
+                str(uv_cache()),
+                str(venv),
+            ]
+            if uv
+            else [sys.executable, "-m", "venv", str(venv)],
+            "making the SGLang venv",
+            log,
+        )
     _install(venv, log)
     install_standin(venv)
     marker.write_text(want)
@@ -188,8 +253,13 @@ def ensure_model(log: Path | None = None) -> Path:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    _run([str(python), str(HERE / "make_tiny_model.py"), str(tmp)], "making the tiny model", log, timeout=600,
-         env=WRITE_BYTECODE)
+    _run(
+        [str(python), str(HERE / "make_tiny_model.py"), str(tmp)],
+        "making the tiny model",
+        log,
+        timeout=600,
+        env=WRITE_BYTECODE,
+    )
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     return dest
@@ -197,8 +267,8 @@ def ensure_model(log: Path | None = None) -> Path:
 
 @dataclass
 class CpuServer:
-    """A real server process on loopback (`python -m sglang.launch_server`, or vLLM's API server: vllm_cpu), in its
-    own process group, so its workers die with it; `grace`: how long a TERM is given before KILL."""
+    """A real server process on loopback (`python -m sglang.launch_server`, or vLLM's API server: vllm_cpu),
+    in its own process group, so its workers die with it; `grace`: how long a TERM is given before KILL."""
 
     port: int
     proc: subprocess.Popen
@@ -229,22 +299,48 @@ class CpuServer:
         self.stop()
 
 
-def server_argv(port: int, model: Path | None = None, extra: tuple[str, ...] = (), sleep_on_idle: bool = True) -> list[str]:
-    return [str(venv_python()), "-m", "sglang.launch_server", "--model-path", str(model or model_dir()),
-            "--host", "127.0.0.1", "--port", str(port), *SERVER_FLAGS, *(IDLE_FLAGS if sleep_on_idle else ()), *extra]
+def server_argv(
+    port: int, model: Path | None = None, extra: tuple[str, ...] = (), sleep_on_idle: bool = True
+) -> list[str]:
+    return [
+        str(venv_python()),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model or model_dir()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *SERVER_FLAGS,
+        *(IDLE_FLAGS if sleep_on_idle else ()),
+        *extra,
+    ]
 
 
-def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: float = 120.0,
-                 env: dict[str, str] | None = None, sleep_on_idle: bool = True) -> CpuServer:
-    """Start a real server directly (benchmarks, fixtures); `inv restart` goes through the rendered script instead.
-    sleep_on_idle=False: SGLang's busy-polling scheduler, for figures of stream timing (IDLE_FLAGS)."""
+def start_server(
+    port: int,
+    log: Path,
+    extra: tuple[str, ...] = (),
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    sleep_on_idle: bool = True,
+) -> CpuServer:
+    """Start a real server directly (benchmarks, fixtures); `inv restart` goes through the rendered script
+    instead. sleep_on_idle=False: SGLang's busy-polling scheduler, for figures of stream timing
+    (IDLE_FLAGS)."""
     import urllib.request
 
     ensure_model()
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        proc = subprocess.Popen(server_argv(port, extra=extra, sleep_on_idle=sleep_on_idle), stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **SERVER_ENV, **start_env(), **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            server_argv(port, extra=extra, sleep_on_idle=sleep_on_idle),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **SERVER_ENV, **start_env(), **(env or {})},
+            start_new_session=True,
+        )
     server = CpuServer(port, proc, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -263,8 +359,9 @@ def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: flo
 
 def warm_start(log: Path) -> None:
     """One start of the server with bytecode writing on, stopped once healthy: the launcher, scheduler and
-    detokenizer write the .pyc files of every module a start imports (a few thousand of the venv's ~34,000), so a
-    later start with PYTHONDONTWRITEBYTECODE still finds them; and the page cache is warm for the first test."""
+    detokenizer write the .pyc files of every module a start imports (a few thousand of the venv's ~34,000),
+    so a later start with PYTHONDONTWRITEBYTECODE still finds them; and the page cache is warm for the first
+    test."""
     start_server(free_port(), log, timeout=900, env=WRITE_BYTECODE).stop()
 
 
@@ -273,21 +370,30 @@ def _built() -> bool:
     return marker.exists() and marker.read_text() == "\n".join(PINS) + "\n"
 
 
-if __name__ == "__main__":  # python -m sglops.sandbox.sglang_cpu: build the venv and the model, print where
-    try:  # each phase's seconds to stderr: scripts/setup.sh shows them in the CI log
+# python -m sglops.sandbox.sglang_cpu: build the venv and the model, print where
+if __name__ == "__main__":
+    # each phase's seconds to stderr: scripts/setup.sh shows them in the CI log
+    try:
         fresh = not _built()
         t0 = time.monotonic()
         print(ensure_env())
         t1 = time.monotonic()
         print(ensure_model())
         t2 = time.monotonic()
-        if fresh:  # a venv built just now has no .pyc files (uv compiles none here): one start writes them
+        # a venv built just now has no .pyc files (uv compiles none here): one start writes them
+        if fresh:
             try:
                 warm_start(env_root() / "warm-start.log")
-            except SglopsError as exc:  # the environment is built all the same; the tests' starts will say more
-                print(f"sglang_cpu: the first start failed ({exc}); the environment is built", file=sys.stderr)
-        print(f"sglang_cpu: took venv + packages {t1 - t0:.0f} s, tiny model {t2 - t1:.0f} s, first start "
-              f"{time.monotonic() - t2:.0f} s" + ("" if fresh else " (none: built before)"), file=sys.stderr)
+            # the environment is built all the same; the tests' starts will say more
+            except SglopsError as exc:
+                print(
+                    f"sglang_cpu: the first start failed ({exc}); the environment is built", file=sys.stderr
+                )
+        print(
+            f"sglang_cpu: took venv + packages {t1 - t0:.0f} s, tiny model {t2 - t1:.0f} s, first start "
+            f"{time.monotonic() - t2:.0f} s" + ("" if fresh else " (none: built before)"),
+            file=sys.stderr,
+        )
     except (SglopsError, OSError, subprocess.SubprocessError) as exc:
         print(f"sglang_cpu: {exc}", file=sys.stderr)
         sys.exit(1)

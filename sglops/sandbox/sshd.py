@@ -30,12 +30,20 @@ from sglops.sandbox.ports import LOOPBACK, free_port
 
 HERE = Path(__file__).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-SGLANG_ENVS = ("cpu",)  # real server environments a sandbox host can have (sglops.sandbox.sglang_cpu)
-HOST_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # a stdlib-only python, like a GPU host's
+# real server environments a sandbox host can have (sglops.sandbox.sglang_cpu)
+SGLANG_ENVS = ("cpu",)
+# a stdlib-only python, like a GPU host's
+HOST_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
 
-GPU_KEYS = {"count": "COUNT", "name": "NAME", "compute_cap": "CC", "memory_mib": "MEM", "driver": "DRIVER",
-            "cuda": "CUDA"}
+GPU_KEYS = {
+    "count": "COUNT",
+    "name": "NAME",
+    "compute_cap": "CC",
+    "memory_mib": "MEM",
+    "driver": "DRIVER",
+    "cuda": "CUDA",
+}
 
 
 def gpus_env(gpus: dict) -> str:
@@ -51,7 +59,9 @@ def gpus_env(gpus: dict) -> str:
 
 def _keygen(path: Path, comment: str) -> None:
     if not path.exists():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True
+        )
 
 
 @dataclass
@@ -66,11 +76,15 @@ class SandboxHost:
     gpus: dict | None = None
     tags: list[str] = field(default_factory=list)
     python: str = HOST_PYTHON
-    sglang_env: str | None = None  # "cpu": the real SGLang server environment instead of a release checkout
+    # "cpu": the real SGLang server environment instead of a release checkout
+    sglang_env: str | None = None
     vars: dict = field(default_factory=dict)
-    network: NetProfile | None = None  # set: clients reach sshd only through a hostile-network proxy
-    rekey_limit: str | None = None  # sshd's RekeyLimit, e.g. "2M": key re-exchanges every 2 MB
-    node_rank: int | None = None  # a node of a server over several hosts (the inventory's node_rank)
+    # set: clients reach sshd only through a hostile-network proxy
+    network: NetProfile | None = None
+    # sshd's RekeyLimit, e.g. "2M": key re-exchanges every 2 MB
+    rekey_limit: str | None = None
+    # a node of a server over several hosts (the inventory's node_rank)
+    node_rank: int | None = None
     proc: subprocess.Popen | None = None
     proxy: NetProxy | None = None
 
@@ -83,8 +97,10 @@ class SandboxHost:
         if self.sglang_env is None:
             return
         if self.sglang_env not in SGLANG_ENVS:
-            raise SglopsError(f"sandbox host {self.name}: unknown sglang_env {self.sglang_env!r}; "
-                              f"known: {', '.join(SGLANG_ENVS)}")
+            raise SglopsError(
+                f"sandbox host {self.name}: unknown sglang_env {self.sglang_env!r}; "
+                f"known: {', '.join(SGLANG_ENVS)}"
+            )
         self.python = str(sglang_cpu.venv_python())
         self.sglang_version = sglang_cpu.SGLANG_VERSION
         self.flashinfer_version = None
@@ -103,17 +119,20 @@ class SandboxHost:
     def prepare(self, user_pub: Path) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self.bin.mkdir(exist_ok=True)
-        (self.home / ".cache").mkdir(exist_ok=True)  # as a lived-in host has (pip's, HF's; sglops' probe cache)
+        # as a lived-in host has (pip's, HF's; sglops' probe cache)
+        (self.home / ".cache").mkdir(exist_ok=True)
         smi = self.bin / "nvidia-smi"
         shutil.copy(HERE / "bin" / "nvidia-smi", smi)
         smi.chmod(0o755)
         if self.gpus:
             (self.bin / "gpus.env").write_text(gpus_env(self.gpus))
-        standin = self.bin / "sglang-standin"  # the stand-in server (sglops/sandbox/standin_server.py), see launch
+        # the stand-in server (sglops/sandbox/standin_server.py), see launch
+        standin = self.bin / "sglang-standin"
         standin.write_text(f'#!/bin/sh\nexec {self.python} {HERE / "standin_server.py"} "$@"\n')
         standin.chmod(0o755)
         if self.sglang_env:
-            sglang_cpu.ensure_model()  # the venv and the model: built once per machine, cached
+            # the venv and the model: built once per machine, cached
+            sglang_cpu.ensure_model()
         elif not (self.sglang_root / ".git").exists():
             trees.make_sglang_checkout(self.sglang_version, self.sglang_root)
         site = self.home / "site"
@@ -126,36 +145,44 @@ class SandboxHost:
         (self.home / "authorized_keys").chmod(0o600)
         path = f"{self.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         (self.home / "sshd_config").write_text(
-            "\n".join([
-                f"Port {self.port}",
-                f"ListenAddress {LOOPBACK}",
-                f"HostKey {self.home / 'ssh_host_ed25519_key'}",
-                f"PidFile {self.home / 'sshd.pid'}",
-                f"AuthorizedKeysFile {self.home / 'authorized_keys'}",
-                "StrictModes no",
-                "UsePAM no",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "PermitRootLogin prohibit-password",
-                "MaxStartups 64",
-                "MaxSessions 64",
-                "LogLevel ERROR",
-                "Subsystem sftp internal-sftp",
-                *([f"RekeyLimit {self.rekey_limit}"] if self.rekey_limit else []),
-                f"SetEnv HOME={self.home} PATH={path} PYTHONPATH={site} SGLOPS_SANDBOX_HOST={self.name}",
-                "",
-            ])
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    f"ListenAddress {LOOPBACK}",
+                    f"HostKey {self.home / 'ssh_host_ed25519_key'}",
+                    f"PidFile {self.home / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.home / 'authorized_keys'}",
+                    "StrictModes no",
+                    "UsePAM no",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "MaxStartups 64",
+                    "MaxSessions 64",
+                    "LogLevel ERROR",
+                    "Subsystem sftp internal-sftp",
+                    *([f"RekeyLimit {self.rekey_limit}"] if self.rekey_limit else []),
+                    f"SetEnv HOME={self.home} PATH={path} PYTHONPATH={site} SGLOPS_SANDBOX_HOST={self.name}",
+                    "",
+                ]
+            )
         )
 
     def start(self) -> None:
         Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
         log = open(self.home / "sshd.log", "ab")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.home / "sshd_config")],
-                                     stdout=log, stderr=log, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.home / "sshd_config")],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SglopsError(f"sandbox sshd for {self.name} exited: {(self.home / 'sshd.log').read_text()[-300:]}")
+                raise SglopsError(
+                    f"sandbox sshd for {self.name} exited: {(self.home / 'sshd.log').read_text()[-300:]}"
+                )
             try:
                 with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
                     break
@@ -197,12 +224,19 @@ class Sandbox:
         self.base = Path(base)
         self.hosts = [
             SandboxHost(
-                name=h["name"], home=self.base / h["name"], port=h.get("port") or free_port(),
-                sglang_version=h.get("sglang", "0.5.23"), flashinfer_version=h.get("flashinfer", "0.7.2"),
-                gpus=h.get("gpus"), tags=h.get("tags", ["sandbox"]), python=h.get("python", HOST_PYTHON),
-                sglang_env=h.get("sglang_env"), vars=dict(h.get("vars") or {}),
+                name=h["name"],
+                home=self.base / h["name"],
+                port=h.get("port") or free_port(),
+                sglang_version=h.get("sglang", "0.5.23"),
+                flashinfer_version=h.get("flashinfer", "0.7.2"),
+                gpus=h.get("gpus"),
+                tags=h.get("tags", ["sandbox"]),
+                python=h.get("python", HOST_PYTHON),
+                sglang_env=h.get("sglang_env"),
+                vars=dict(h.get("vars") or {}),
                 network=NetProfile.from_dict(h["network"]) if h.get("network") not in (None, False) else None,
-                rekey_limit=h.get("rekey_limit"), node_rank=h.get("node_rank"),
+                rekey_limit=h.get("rekey_limit"),
+                node_rank=h.get("node_rank"),
             )
             for h in hosts
         ]
@@ -222,18 +256,32 @@ class Sandbox:
 
     def write_inventory(self, extra: list[dict] | None = None) -> Path:
         doc = {
-            "defaults": {"user": getpass.getuser(), "identity_file": str(self.client_key),
-                         "known_hosts": str(self.known_hosts), "python": HOST_PYTHON, "connect_timeout": 5},
+            "defaults": {
+                "user": getpass.getuser(),
+                "identity_file": str(self.client_key),
+                "known_hosts": str(self.known_hosts),
+                "python": HOST_PYTHON,
+                "connect_timeout": 5,
+            },
             "default": self.hosts[0].name,
             "hosts": [
-                {"name": h.name, "address": LOOPBACK, "port": h.client_port, "sglang_root": str(h.sglang_root),
-                 "tags": h.tags, **({"node_rank": h.node_rank} if h.node_rank is not None else {}),
-                 **({"python": h.python} if h.python != HOST_PYTHON else {}),
-                 **({"vars": dict(h.vars)} if h.vars else {})}
+                {
+                    "name": h.name,
+                    "address": LOOPBACK,
+                    "port": h.client_port,
+                    "sglang_root": str(h.sglang_root),
+                    "tags": h.tags,
+                    **({"node_rank": h.node_rank} if h.node_rank is not None else {}),
+                    **({"python": h.python} if h.python != HOST_PYTHON else {}),
+                    **({"vars": dict(h.vars)} if h.vars else {}),
+                }
                 for h in self.hosts
-            ] + list(extra or []),
+            ]
+            + list(extra or []),
         }
-        self.inventory.write_text("# written by the sglops sandbox (loopback only)\n" + yaml.safe_dump(doc, sort_keys=False))
+        self.inventory.write_text(
+            "# written by the sglops sandbox (loopback only)\n" + yaml.safe_dump(doc, sort_keys=False)
+        )
         return self.inventory
 
     def host(self, name: str) -> SandboxHost:

@@ -8,9 +8,9 @@ converts. A patch that keeps a marker comment but breaks the code fails here, as
 warm-up; a patch that still converts the whole pool gets no faster.
 
 The step time is then a MODEL, and every constant of it is the stand-in's, not a measurement:
-GLM-5's seed investigation (78 layers, a 495K x 576 FP8 pool, 10.5 tok/s with the whole-pool cast taking 69% of
-the step) fixes the time per converted element and the rest of the step. Figures computed from it are labelled
-"set by the stand-in" wherever sglops prints them.
+GLM-5's seed investigation (78 layers, a 495K x 576 FP8 pool, 10.5 tok/s with the whole-pool cast taking 69%
+of the step) fixes the time per converted element and the rest of the step. Figures computed from it are
+labelled "set by the stand-in" wherever sglops prints them.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ import os
 # -- the model's constants (the seed investigation's GLM-5 on 8x SM120; NOT measured by the stand-in) --------
 LAYERS = 78
 POOL_ROWS = 495_000
-ROW_ELEMS = 576                      # kv_lora_rank 512 + rope 64
-SEED_RATE = 10.5                     # tok/s with the whole-pool cast
-SEED_CAST_SHARE = 0.69               # of the decode step
+# kv_lora_rank 512 + rope 64
+ROW_ELEMS = 576
+# tok/s with the whole-pool cast
+SEED_RATE = 10.5
+# of the decode step
+SEED_CAST_SHARE = 0.69
 _STEP = 1.0 / SEED_RATE
 SECONDS_PER_ELEMENT = SEED_CAST_SHARE * _STEP / (LAYERS * POOL_ROWS * ROW_ELEMS)
 REST_OF_STEP = (1 - SEED_CAST_SHARE) * _STEP
@@ -45,14 +48,17 @@ class DType:
 
 class Meter:
     def __init__(self) -> None:
-        self.converted = 0  # elements converted to another dtype
-        self.gathered = 0   # elements copied by an index gather
+        # elements converted to another dtype
+        self.converted = 0
+        # elements copied by an index gather
+        self.gathered = 0
 
 
 class CountingTensor:
     """Rows of `width` elements; records the work done on it in a shared Meter."""
 
-    is_cuda = True  # what the served code runs on: a GPU host's pool
+    # what the served code runs on: a GPU host's pool
+    is_cuda = True
 
     def __init__(self, rows: int, width: int, dtype: DType, meter: Meter, device: str = "cuda") -> None:
         self.rows, self.width, self.dtype, self.meter, self.device = rows, width, dtype, meter, device
@@ -74,8 +80,9 @@ class CountingTensor:
         return self.shape if dim is None else self.shape[dim]
 
     def _like(self, rows: int | None = None, dtype: DType | None = None) -> CountingTensor:
-        return CountingTensor(self.rows if rows is None else rows, self.width, dtype or self.dtype, self.meter,
-                              self.device)
+        return CountingTensor(
+            self.rows if rows is None else rows, self.width, dtype or self.dtype, self.meter, self.device
+        )
 
     def to(self, dtype=None, *args, **kwargs) -> CountingTensor:
         dtype = kwargs.get("dtype", dtype)
@@ -86,7 +93,8 @@ class CountingTensor:
 
     def view(self, *shape) -> CountingTensor:
         if len(shape) == 1 and isinstance(shape[0], DType):
-            return self._like(dtype=shape[0])  # a reinterpretation: same bytes, no work
+            # a reinterpretation: same bytes, no work
+            return self._like(dtype=shape[0])
         return self
 
     def long(self) -> CountingTensor:
@@ -109,7 +117,8 @@ class CountingTensor:
 
     def __getitem__(self, index) -> CountingTensor:
         first = index[0] if isinstance(index, tuple) else index
-        if isinstance(first, CountingTensor):  # an index gather: rows copied out of the pool
+        # an index gather: rows copied out of the pool
+        if isinstance(first, CountingTensor):
             self.meter.gathered += first.rows * self.width
             return self._like(rows=first.rows)
         if isinstance(first, slice):
@@ -150,7 +159,8 @@ class CountingTorch:
     class cuda:  # noqa: N801 (torch.cuda)
         @staticmethod
         def is_current_stream_capturing() -> bool:
-            return False  # the stand-in decodes eagerly
+            # the stand-in decodes eagerly
+            return False
 
         @staticmethod
         def is_available() -> bool:
@@ -188,8 +198,12 @@ def _decode_k_buffer(tree: ast.Module) -> ast.expr:
         for fn in cls.body:
             if isinstance(fn, ast.FunctionDef) and fn.name == "forward_decode":
                 for node in ast.walk(fn):
-                    if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "k_buffer"):
+                    if (
+                        isinstance(node, ast.Assign)
+                        and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name)
+                        and node.targets[0].id == "k_buffer"
+                    ):
                         return node.value
     raise ServedCodeError(f"{MLA_FILE}: no `k_buffer = ...` in a forward_decode")
 
@@ -202,20 +216,31 @@ def _plan_hooks(tree: ast.Module, functions: set[str]) -> list[tuple[str, bool]]
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and "Decode" in n.name):
         for node in ast.walk(cls):
             call = node.value if isinstance(node, (ast.Assign, ast.Expr)) else None
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in functions
-                    and call.args and isinstance(call.args[0], ast.Name) and "wrapper" in call.args[0].id):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id in functions
+                and call.args
+                and isinstance(call.args[0], ast.Name)
+                and "wrapper" in call.args[0].id
+            ):
                 continue
-            replaces = (isinstance(node, ast.Assign) and len(node.targets) == 1
-                        and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "kv_indices")
+            replaces = (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "kv_indices"
+            )
             hooks.append((call.func.id, replaces))
     return hooks
 
 
 def _hook_args(fn, wrapper: _Obj, indices: CountingTensor, meter: Meter) -> list:
-    """Arguments for a plan hook by its parameter names: the wrapper, this plan's indices and indptr; flags on."""
+    """Arguments for a plan hook by its parameter names: the
+    wrapper, this plan's indices and indptr; flags on."""
     code = fn.__code__
     args = []
-    for name in code.co_varnames[:code.co_argcount]:
+    for name in code.co_varnames[: code.co_argcount]:
         if "wrapper" in name:
             args.append(wrapper)
         elif name == "kv_indices":
@@ -228,8 +253,8 @@ def _hook_args(fn, wrapper: _Obj, indices: CountingTensor, meter: Meter) -> list
 
 
 def decode_kv_elements(pkg: str, live_rows: int) -> tuple[int, int]:
-    """(elements converted, elements gathered) per layer per decode step of one request with `live_rows` KV rows,
-    by running the served tree's own decode KV code on counting tensors."""
+    """(elements converted, elements gathered) per layer per decode step of one request with `live_rows` KV
+    rows, by running the served tree's own decode KV code on counting tensors."""
     path = os.path.join(pkg, MLA_FILE)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -253,8 +278,10 @@ def decode_kv_elements(pkg: str, live_rows: int) -> tuple[int, int]:
             indices = out if replaces else indices
         pool = CountingTensor(POOL_ROWS, ROW_ELEMS, FLOAT8, meter)
         scope = {
-            "self": _Obj(token_to_kv_pool=_Obj(get_key_buffer=lambda layer_id: pool),
-                         forward_metadata=_Obj(decode_wrapper=wrapper)),
+            "self": _Obj(
+                token_to_kv_pool=_Obj(get_key_buffer=lambda layer_id: pool),
+                forward_metadata=_Obj(decode_wrapper=wrapper),
+            ),
             "layer": _Obj(layer_id=0, v_head_dim=512, tp_q_head_num=16, head_dim=ROW_ELEMS),
             "q": CountingTensor(1, 16 * ROW_ELEMS, BF16, meter),
             "decode_wrapper": wrapper,
@@ -264,7 +291,8 @@ def decode_kv_elements(pkg: str, live_rows: int) -> tuple[int, int]:
         eval(compile(expr, path, "eval"), namespace, scope)  # noqa: S307
     except ServedCodeError:
         raise
-    except Exception as exc:  # the served code breaks on the decode path: a warm-up crash on a real server
+    # the served code breaks on the decode path: a warm-up crash on a real server
+    except Exception as exc:
         raise ServedCodeError(f"{path}: the decode KV code fails: {type(exc).__name__}: {exc}") from None
     return meter.converted, meter.gathered
 
@@ -274,6 +302,12 @@ def step_model(pkg: str, live_rows: int = 4096) -> dict:
     converted, gathered = decode_kv_elements(pkg, live_rows)
     kv_time = LAYERS * (converted + gathered) * SECONDS_PER_ELEMENT
     step = REST_OF_STEP + kv_time
-    return {"rate": 1.0 / step, "cast_share": kv_time / step, "converted_per_layer": converted,
-            "gathered_per_layer": gathered, "whole_pool_cast": converted >= POOL_ROWS * ROW_ELEMS,
-            "live_rows": live_rows, "set_by": "stand-in model"}
+    return {
+        "rate": 1.0 / step,
+        "cast_share": kv_time / step,
+        "converted_per_layer": converted,
+        "gathered_per_layer": gathered,
+        "whole_pool_cast": converted >= POOL_ROWS * ROW_ELEMS,
+        "live_rows": live_rows,
+        "set_by": "stand-in model",
+    }

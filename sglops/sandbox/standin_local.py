@@ -48,8 +48,15 @@ class StandinProcess:
             self.proc.wait()
 
 
-def start_standin(*args: str, port: int | None = None, knobs: dict | None = None, env: dict | None = None,
-                  sglang_python: Path | None = None, log: Path | None = None, script: Path = STANDIN) -> StandinProcess:
+def start_standin(
+    *args: str,
+    port: int | None = None,
+    knobs: dict | None = None,
+    env: dict | None = None,
+    sglang_python: Path | None = None,
+    log: Path | None = None,
+    script: Path = STANDIN,
+) -> StandinProcess:
     """Start `script --port PORT ARGS`. SGLOPS_STANDIN_* knobs come only from `knobs` ({"TPS": 50} sets
     SGLOPS_STANDIN_TPS) and `env` (verbatim); sglang_python is the folder holding the served `sglang`
     package (put on PYTHONPATH)."""
@@ -60,8 +67,13 @@ def start_standin(*args: str, port: int | None = None, knobs: dict | None = None
     full.update({k: str(v) for k, v in (env or {}).items()})
     out = open(log, "wb") if log else subprocess.DEVNULL
     try:
-        proc = subprocess.Popen([HOST_PYTHON, str(script), "--port", str(port), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=full, start_new_session=True)
+        proc = subprocess.Popen(
+            [HOST_PYTHON, str(script), "--port", str(port), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full,
+            start_new_session=True,
+        )
     finally:
         if log:
             out.close()

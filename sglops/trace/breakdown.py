@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 UNATTRIBUTED = "(no CPU op)"
-EPS_US = 0.005  # timestamps are ns rounded to us floats near 5e12: ~1 ns of noise
+# timestamps are ns rounded to us floats near 5e12: ~1 ns of noise
+EPS_US = 0.005
 
 
 @dataclass
@@ -35,17 +36,28 @@ class Breakdown:
     gpu_name: str | None
     events: int
     kernels: int
-    linked: int                      # kernels whose launch was found (correlation or External id)
-    gpu_us: float                    # sum of GPU activity durations
-    window_us: float                 # first GPU start .. last GPU end (per device, summed)
-    idle_us: float                   # window minus the union of GPU activity
-    by_kernel: dict[str, list]       # name -> [us, count]
-    by_op: dict[str, list]           # op name -> [device us incl. nested, count]
-    by_gpu_span: dict[str, list]     # record_function name -> [us on the GPU stream, count]
-    by_op_kernel: dict[str, dict]    # scope -> {(innermost op, kernel): us}
-    steps: list[dict]                # one per step span: name, cpu_us, gpu_us, kernels
-    by_source_kernel: dict[str, dict] = field(default_factory=dict)  # scope -> {(launching frame, kernel): us}
-    frames: int = 0                  # Python frames kept (0: the trace was taken without stacks)
+    # kernels whose launch was found (correlation or External id)
+    linked: int
+    # sum of GPU activity durations
+    gpu_us: float
+    # first GPU start .. last GPU end (per device, summed)
+    window_us: float
+    # window minus the union of GPU activity
+    idle_us: float
+    # name -> [us, count]
+    by_kernel: dict[str, list]
+    # op name -> [device us incl. nested, count]
+    by_op: dict[str, list]
+    # record_function name -> [us on the GPU stream, count]
+    by_gpu_span: dict[str, list]
+    # scope -> {(innermost op, kernel): us}
+    by_op_kernel: dict[str, dict]
+    # one per step span: name, cpu_us, gpu_us, kernels
+    steps: list[dict]
+    # scope -> {(launching frame, kernel): us}
+    by_source_kernel: dict[str, dict] = field(default_factory=dict)
+    # Python frames kept (0: the trace was taken without stacks)
+    frames: int = 0
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -141,7 +153,8 @@ def _attribute(raw, k_dur, t, th, is_step):
     step_of = np.full(len(k_dur), -1, dtype=np.int64)
     for thread in distinct(th[th >= 0]):
         ops = np.flatnonzero(o_th == thread)
-        ops = ops[np.lexsort((-o_dur[ops], o_ts[ops]))]  # start asc, longer (outer) first
+        # start asc, longer (outer) first
+        ops = ops[np.lexsort((-o_dur[ops], o_ts[ops]))]
         ks = np.flatnonzero(th == thread)
         ks = ks[np.argsort(t[ks], kind="stable")]
         # typed arrays, not lists: 8 bytes per op instead of ~32 (a 1 GB trace has ~1.4M ops)
@@ -149,11 +162,15 @@ def _attribute(raw, k_dur, t, th, is_step):
         ops_l = _arr("q", ops.astype(np.int64))
         steps_l = _arr("b", is_step[ops].astype(np.int8))
         del ops
-        stack: list[int] = []       # positions into ops_l, outermost first
+        # positions into ops_l, outermost first
+        stack: list[int] = []
         stack_end: list[float] = []
         j, n_ops = 0, len(ops_l)
-        credit = array("d", bytes(8 * n_ops))  # device us per op of this thread (a dict cost ~100 B/op)
-        for k, tk, dk in zip(_arr("q", ks.astype(np.int64)), _arr("d", t[ks]), _arr("d", k_dur[ks]), strict=True):
+        # device us per op of this thread (a dict cost ~100 B/op)
+        credit = array("d", bytes(8 * n_ops))
+        for k, tk, dk in zip(
+            _arr("q", ks.astype(np.int64)), _arr("d", t[ks]), _arr("d", k_dur[ks]), strict=True
+        ):
             while j < n_ops and starts[j] <= tk:
                 # a sibling may start a rounding hair before its neighbour ends; an op that
                 # outlasts the top of the stack is not nested in it
@@ -192,8 +209,10 @@ def _pairs(first, k_name, k_dur, scopes: dict, names: list[str], missing: str) -
             continue
         uk, inv = unique_inverse(key)
         us = np.bincount(inv, weights=k_dur[mask])
-        out[scope] = {(names[int(u // nn) - 1] if u // nn else missing, names[int(u % nn)]): float(v)
-                      for u, v in zip(uk.tolist(), us.tolist(), strict=True)}
+        out[scope] = {
+            (names[int(u // nn) - 1] if u // nn else missing, names[int(u % nn)]): float(v)
+            for u, v in zip(uk.tolist(), us.tolist(), strict=True)
+        }
     return out
 
 
@@ -209,17 +228,34 @@ def cpu_only_breakdown(raw: RawTrace) -> Breakdown:
         row[1] += count
     step_ids = {i for i, name in enumerate(names) if STEP_RE.match(name)}
     o_ts, o_dur = raw.o_ts, raw.o_dur
-    steps = [(o_ts[i], i, {"name": names[nid], "ts": o_ts[i], "cpu_us": o_dur[i], "gpu_us": 0.0, "kernels": 0})
-             for i, nid in enumerate(raw.o_name) if nid in step_ids]
+    steps = [
+        (o_ts[i], i, {"name": names[nid], "ts": o_ts[i], "cpu_us": o_dur[i], "gpu_us": 0.0, "kernels": 0})
+        for i, nid in enumerate(raw.o_name)
+        if nid in step_ids
+    ]
     by_gpu_span: dict[str, list] = {}
     for nid, dur in zip(raw.g_name, raw.g_dur, strict=True):
         row = by_gpu_span.setdefault(names[nid], [0.0, 0])
         row[0] += dur
         row[1] += 1
-    return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=None, events=raw.events, kernels=0,
-                     linked=0, gpu_us=0.0, window_us=0.0, idle_us=0.0, by_kernel={}, by_op=by_op,
-                     by_gpu_span=by_gpu_span, by_op_kernel={"all": {}, "steps": {}, "decode": {}},
-                     steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))], frames=len(raw.p_ts))
+    return Breakdown(
+        path=raw.path,
+        rank=raw.rank,
+        stage=raw.stage,
+        gpu_name=None,
+        events=raw.events,
+        kernels=0,
+        linked=0,
+        gpu_us=0.0,
+        window_us=0.0,
+        idle_us=0.0,
+        by_kernel={},
+        by_op=by_op,
+        by_gpu_span=by_gpu_span,
+        by_op_kernel={"all": {}, "steps": {}, "decode": {}},
+        steps=[s for _, _, s in sorted(steps, key=lambda x: (x[0], x[1]))],
+        frames=len(raw.p_ts),
+    )
 
 
 def breakdown(raw: RawTrace) -> Breakdown:
@@ -235,8 +271,11 @@ def breakdown(raw: RawTrace) -> Breakdown:
     k_dev = np.frombuffer(raw.k_dev, dtype=np.int32)
     o_name = ids(raw.o_name)
     nn = max(len(names), 1)
-    is_step = np.array([bool(STEP_RE.match(n)) for n in names], dtype=bool)[o_name] if len(o_name) else \
-        np.zeros(0, dtype=bool)
+    is_step = (
+        np.array([bool(STEP_RE.match(n)) for n in names], dtype=bool)[o_name]
+        if len(o_name)
+        else np.zeros(0, dtype=bool)
+    )
 
     kus = np.bincount(k_name, weights=k_dur, minlength=nn)
     kcnt = np.bincount(k_name, minlength=nn)
@@ -262,18 +301,24 @@ def breakdown(raw: RawTrace) -> Breakdown:
     inner_name = np.where(inner >= 0, o_name[np.clip(inner, 0, None)] if len(o_name) else -1, -1)
     step_name = np.where(step_of >= 0, o_name[np.clip(step_of, 0, None)] if len(o_name) else -1, -1)
     decode_ids = np.array([i for i, n in enumerate(names) if n.startswith("step[DECODE")], dtype=np.int64)
-    scopes = {"all": np.ones(len(k_dur), dtype=bool), "steps": step_of >= 0,
-              "decode": np.isin(step_name, decode_ids) & (step_of >= 0)}
+    scopes = {
+        "all": np.ones(len(k_dur), dtype=bool),
+        "steps": step_of >= 0,
+        "decode": np.isin(step_name, decode_ids) & (step_of >= 0),
+    }
     by_op_kernel = _pairs(inner_name, k_name, k_dur, scopes, names, UNATTRIBUTED)
     by_source_kernel: dict[str, dict] = {}
-    if len(raw.p_ts):  # a stack-carrying trace: the Python frame that launched each kernel
+    # a stack-carrying trace: the Python frame that launched each kernel
+    if len(raw.p_ts):
         frame = np.frombuffer(innermost(raw, _arr("d", t), _arr("i", th.astype(np.int32))), dtype=np.int32)
         frame = frame.astype(np.int64)
         # a CUDA graph replay's kernels were launched by the replay call, not by the line that captured them:
         # their frame is marked so the view says so (and no probe finding is joined to the replay's frame)
         replayed = graph & (frame >= 0)
         frame[replayed] += len(names)
-        by_source_kernel = _pairs(frame, k_name, k_dur, scopes, names + [GRAPH_PREFIX + n for n in names], NO_FRAME)
+        by_source_kernel = _pairs(
+            frame, k_name, k_dur, scopes, names + [GRAPH_PREFIX + n for n in names], NO_FRAME
+        )
 
     steps = []
     if is_step.any():
@@ -282,16 +327,37 @@ def breakdown(raw: RawTrace) -> Breakdown:
         o_ts = np.frombuffer(raw.o_ts, dtype=np.float64)
         o_dur = np.frombuffer(raw.o_dur, dtype=np.float64)
         for i in sidx[np.argsort(o_ts[sidx], kind="stable")].tolist():
-            steps.append({"name": names[o_name[i]], "ts": float(o_ts[i]), "cpu_us": float(o_dur[i]),
-                          "gpu_us": float(op_dev[i]), "kernels": int(kcount[i])})
+            steps.append(
+                {
+                    "name": names[o_name[i]],
+                    "ts": float(o_ts[i]),
+                    "cpu_us": float(o_dur[i]),
+                    "gpu_us": float(op_dev[i]),
+                    "kernels": int(kcount[i]),
+                }
+            )
 
     window = idle = 0.0
     if len(k_ts):
         window, idle = _idle(k_ts, k_ts + k_dur, k_dev)
     dev_props = raw.meta.get("deviceProperties") or []
     gpu_name = dev_props[0].get("name") if dev_props and isinstance(dev_props[0], dict) else None
-    return Breakdown(path=raw.path, rank=raw.rank, stage=raw.stage, gpu_name=gpu_name, events=raw.events,
-                     kernels=len(k_dur), linked=int((th >= 0).sum()), gpu_us=float(k_dur.sum()),
-                     window_us=window, idle_us=idle, by_kernel=by_kernel, by_op=by_op,
-                     by_gpu_span=by_gpu_span, by_op_kernel=by_op_kernel, steps=steps,
-                     by_source_kernel=by_source_kernel, frames=len(raw.p_ts))
+    return Breakdown(
+        path=raw.path,
+        rank=raw.rank,
+        stage=raw.stage,
+        gpu_name=gpu_name,
+        events=raw.events,
+        kernels=len(k_dur),
+        linked=int((th >= 0).sum()),
+        gpu_us=float(k_dur.sum()),
+        window_us=window,
+        idle_us=idle,
+        by_kernel=by_kernel,
+        by_op=by_op,
+        by_gpu_span=by_gpu_span,
+        by_op_kernel=by_op_kernel,
+        steps=steps,
+        by_source_kernel=by_source_kernel,
+        frames=len(raw.p_ts),
+    )

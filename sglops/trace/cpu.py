@@ -21,10 +21,13 @@ from sglops.trace.parse import STEP_RE, RawTrace, ids
 from sglops.trace.stacks import CHUNK, NO_FRAME, innermost, thread_order, unique_first, use_numpy
 
 PHASE_RE = re.compile(r"^(scheduler\.\w+|copy_result_to_cpu)$")
-ITERATION_START = "scheduler.recv_requests"  # the first thing each pass of SGLang's event loop does
+# the first thing each pass of SGLang's event loop does
+ITERATION_START = "scheduler.recv_requests"
 STEP_KIND_RE = re.compile(r"^step\[(\w+)")
-VLLM_STEP_RE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(")  # requests of each kind
-EPS_US = 0.005  # as in breakdown: timestamps are ns rounded to us floats
+# requests of each kind
+VLLM_STEP_RE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(")
+# as in breakdown: timestamps are ns rounded to us floats
+EPS_US = 0.005
 
 
 def op_key(name: str) -> str:
@@ -33,8 +36,9 @@ def op_key(name: str) -> str:
 
 
 def step_kind(name: str) -> str:
-    """`step[DECODE bs=1]` -> DECODE; `ProfilerStep#3` -> ProfilerStep; vLLM's `execute_context_0(0)_generation_1(1)`
-    -> DECODE (prefill requests only: EXTEND, both: MIXED); anything else as is."""
+    """`step[DECODE bs=1]` -> DECODE; `ProfilerStep#3` -> ProfilerStep; vLLM's
+    `execute_context_0(0)_generation_1(1)` -> DECODE (prefill requests only: EXTEND, both: MIXED); anything
+    else as is."""
     if name.startswith("ProfilerStep#"):
         return "ProfilerStep"
     v = VLLM_STEP_RE.match(name)
@@ -49,18 +53,29 @@ def step_kind(name: str) -> str:
 class CpuView:
     """One file's CPU numbers; the analysis sums them over ranks."""
 
-    ops: int                         # cpu_op + user_annotation events
+    # cpu_op + user_annotation events
+    ops: int
     threads: int
-    main_thread_window_us: float     # first .. last op on the busiest thread
-    main_thread_busy_us: float       # union of its outermost ops
-    by_self: dict[str, list]         # name -> [self us, count, total us, 1 if annotation]
-    phases: dict[str, list]          # scheduler phase -> [us, count]
-    iterations: list[dict]           # one per scheduler loop pass: ts, us, kind, step, phases {name: us}
-    gpu_idle_us: float = 0.0         # GPU traces: idle gaps inside the GPU's active window
-    idle_cpu_us: float = 0.0         # of those, covered by an op on the launching thread
-    idle_by_phase: dict[str, float] = field(default_factory=dict)   # phase -> us inside GPU gaps
-    idle_by_self: dict[str, float] = field(default_factory=dict)    # op -> its self us inside GPU gaps
-    by_source_op: dict[tuple[str, str], float] = field(default_factory=dict)  # (Python frame, op) -> self us
+    # first .. last op on the busiest thread
+    main_thread_window_us: float
+    # union of its outermost ops
+    main_thread_busy_us: float
+    # name -> [self us, count, total us, 1 if annotation]
+    by_self: dict[str, list]
+    # scheduler phase -> [us, count]
+    phases: dict[str, list]
+    # one per scheduler loop pass: ts, us, kind, step, phases {name: us}
+    iterations: list[dict]
+    # GPU traces: idle gaps inside the GPU's active window
+    gpu_idle_us: float = 0.0
+    # of those, covered by an op on the launching thread
+    idle_cpu_us: float = 0.0
+    # phase -> us inside GPU gaps
+    idle_by_phase: dict[str, float] = field(default_factory=dict)
+    # op -> its self us inside GPU gaps
+    idle_by_self: dict[str, float] = field(default_factory=dict)
+    # (Python frame, op) -> self us
+    by_source_op: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 def _parents(ts: array, dur: array, th: array) -> array:
@@ -91,8 +106,8 @@ def _parents(ts: array, dur: array, th: array) -> array:
 
 
 def _self_times(parent: array, dur: array, nid: array, annot: array) -> tuple[array, dict[int, list]]:
-    """Each op's children's time, and per name id [self us, count, total us, annotation] (ids in the order they
-    first appear): plain Python, for a trace small enough not to import numpy for."""
+    """Each op's children's time, and per name id [self us, count, total us, annotation] (ids in the order
+    they first appear): plain Python, for a trace small enough not to import numpy for."""
     child_dur = array("d", [0.0]) * len(dur)
     for i, p in enumerate(parent):
         if p >= 0:
@@ -110,8 +125,9 @@ def _self_times(parent: array, dur: array, nid: array, annot: array) -> tuple[ar
 
 
 def _self_times_np(parent: array, dur: array, nid: array, annot: array) -> tuple[array, dict[int, list]]:
-    """_self_times with numpy, the same sums to the last bit: `np.add.at` adds in index order, as the loop does,
-    chunk after chunk into the same accumulators (a few MB of temporaries at any size; 4x faster at 6M ops)."""
+    """_self_times with numpy, the same sums to the last bit: `np.add.at` adds in index order, as the loop
+    does, chunk after chunk into the same accumulators (a few MB of temporaries at any size; 4x faster at 6M
+    ops)."""
     import numpy as np
 
     n = len(dur)
@@ -120,26 +136,29 @@ def _self_times_np(parent: array, dur: array, nid: array, annot: array) -> tuple
     par = np.frombuffer(parent, dtype=parent.typecode)
     d_np = np.frombuffer(dur, dtype=np.float64)
     for lo in range(0, n, CHUNK):
-        p = par[lo:lo + CHUNK]
+        p = par[lo : lo + CHUNK]
         has = p >= 0
-        np.add.at(child, p[has], d_np[lo:lo + CHUNK][has])
+        np.add.at(child, p[has], d_np[lo : lo + CHUNK][has])
     k_np = ids(nid)
     a_np = np.frombuffer(annot, dtype=np.int8)
     size = int(k_np.max()) + 1 if n else 0
     slf, tot = np.zeros(size), np.zeros(size)
     cnt, ann = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int8)
-    first = np.full(size, n, dtype=np.int64)  # where each name id first appears
+    # where each name id first appears
+    first = np.full(size, n, dtype=np.int64)
     for lo in range(0, n, CHUNK):
-        k, d = k_np[lo:lo + CHUNK], d_np[lo:lo + CHUNK]
-        np.add.at(slf, k, d - child[lo:lo + CHUNK])
+        k, d = k_np[lo : lo + CHUNK], d_np[lo : lo + CHUNK]
+        np.add.at(slf, k, d - child[lo : lo + CHUNK])
         np.add.at(tot, k, d)
         np.add.at(cnt, k, 1)
-        np.bitwise_or.at(ann, k, a_np[lo:lo + CHUNK])
+        np.bitwise_or.at(ann, k, a_np[lo : lo + CHUNK])
         new, at = unique_first(k)
         first[new] = np.minimum(first[new], at + lo)
     seen = np.flatnonzero(first < n)
-    by_id = {int(i): [float(slf[i]), int(cnt[i]), float(tot[i]), int(ann[i])]
-             for i in seen[np.argsort(first[seen], kind="stable")]}
+    by_id = {
+        int(i): [float(slf[i]), int(cnt[i]), float(tot[i]), int(ann[i])]
+        for i in seen[np.argsort(first[seen], kind="stable")]
+    }
     return child_dur, by_id
 
 
@@ -169,8 +188,10 @@ def _covered(starts, ends, gs, ge):
         return np.zeros(len(starts))
     cum = np.concatenate(([0.0], np.cumsum(ge - gs)))
 
-    def upto(t):  # gap time before t
-        i = np.searchsorted(gs, t, side="right")  # gaps starting at or before t
+    # gap time before t
+    def upto(t):
+        # gaps starting at or before t
+        i = np.searchsorted(gs, t, side="right")
         last = np.clip(i - 1, 0, len(gs) - 1)
         inside = np.clip(t - gs[last], 0.0, ge[last] - gs[last])
         return np.where(i > 0, cum[np.maximum(i - 1, 0)] + inside, 0.0)
@@ -228,13 +249,21 @@ def cpu_view(raw: RawTrace, main_thread: int | None = None) -> CpuView:
         if k in loop_ids:
             loop.append(i)
     window = (last - first) if first is not None else 0.0
-    view = CpuView(ops=n, threads=len(set(th)), main_thread_window_us=window, main_thread_busy_us=busy,
-                   by_self=by_self, phases=phases, iterations=[])
+    view = CpuView(
+        ops=n,
+        threads=len(set(th)),
+        main_thread_window_us=window,
+        main_thread_busy_us=busy,
+        by_self=by_self,
+        phases=phases,
+        iterations=[],
+    )
     if len(raw.k_ts) > 1:
         _gpu_idle(view, raw, ts, dur, nid, parent, main_thread, phase_ids)
     if len(raw.p_ts):
         view.by_source_op = _by_source(raw, child_dur, annot)
-    del parent, child_dur  # 12 bytes per op, given back before the loop passes' records are made
+    # 12 bytes per op, given back before the loop passes' records are made
+    del parent, child_dur
     view.iterations = _iterations(names, ts, dur, nid, loop)
     return view
 
@@ -303,7 +332,8 @@ def _iterations(names: list[str], ts, dur, nid, loop: list[int]) -> list[dict]:
                 it["kind"], it["step"] = step_kind(name), name
             else:
                 o = order[j]
-                it["phases"][name] = it["phases"].get(name, 0.0) + ((ts[o] + dur[o]) - ts[o])  # end - start, as ever
+                # end - start, as ever
+                it["phases"][name] = it["phases"].get(name, 0.0) + ((ts[o] + dur[o]) - ts[o])
             j += 1
         # a pass that ran no batch is idle; one whose batch has no step marker (cut off when the
         # profiler stopped, or a release without markers) is kept apart rather than guessed
@@ -317,7 +347,8 @@ def _add(into: dict, src: dict) -> None:
         if isinstance(v, list):
             cur = into.setdefault(k, [0] * len(v))
             for i, x in enumerate(v):
-                cur[i] = x if i == 3 else cur[i] + x  # [3] is a flag (annotation), not a sum
+                # [3] is a flag (annotation), not a sum
+                cur[i] = x if i == 3 else cur[i] + x
         else:
             into[k] = into.get(k, 0.0) + v
 
@@ -336,17 +367,22 @@ class CpuSummary:
     """The CPU view over all files (ranks summed; steps and loop passes kept per rank)."""
 
     ops: int
-    busy_us: float                   # main threads' outermost ops, summed over ranks
+    # main threads' outermost ops, summed over ranks
+    busy_us: float
     window_us: float
-    by_self: dict[str, list]         # name -> [self us, count, total us, annotation flag]
-    phases: dict[str, list]          # scheduler phase -> [us, count]
+    # name -> [self us, count, total us, annotation flag]
+    by_self: dict[str, list]
+    # scheduler phase -> [us, count]
+    phases: dict[str, list]
     iterations: list[dict]
-    steps: list[dict]                # from the breakdown: name, cpu_us, gpu_us, rank
+    # from the breakdown: name, cpu_us, gpu_us, rank
+    steps: list[dict]
     gpu_idle_us: float
     idle_cpu_us: float
     idle_by_phase: dict[str, float]
     idle_by_self: dict[str, float]
-    by_source_op: dict[tuple[str, str], float] = field(default_factory=dict)  # (Python frame, op) -> self us
+    # (Python frame, op) -> self us
+    by_source_op: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def top_self(self, n: int = 15) -> list[tuple[str, float, int, float, bool]]:
         """Ops by self time: (name, self us, calls, total us, is a record_function range)."""
@@ -371,10 +407,18 @@ class CpuSummary:
         out = []
         for kind, k in kinds.items():
             n = max(len(k["steps"]), len(k["passes"]))
-            out.append({"kind": kind, "count": n, "median_step_us": median(k["steps"]),
-                        "median_pass_us": median(k["passes"]),
-                        "median_phase_us": {p: median(v + [0.0] * (len(k["passes"]) - len(v)))
-                                            for p, v in sorted(k["phases"].items())}})
+            out.append(
+                {
+                    "kind": kind,
+                    "count": n,
+                    "median_step_us": median(k["steps"]),
+                    "median_pass_us": median(k["passes"]),
+                    "median_phase_us": {
+                        p: median(v + [0.0] * (len(k["passes"]) - len(v)))
+                        for p, v in sorted(k["phases"].items())
+                    },
+                }
+            )
         return sorted(out, key=lambda r: -(r["count"] * (r["median_pass_us"] or r["median_step_us"] or 0)))
 
     @property
@@ -392,19 +436,25 @@ class CpuSummary:
         for kind in ("DECODE", "EXTEND"):
             r = kinds.get(kind)
             if r and r["median_step_us"] is not None:
-                lines.append(f"{kind.lower()} step: median {r['median_step_us'] / 1000:.3f} ms of CPU "
-                             f"({r['count']} steps)" + (f", loop pass {r['median_pass_us'] / 1000:.3f} ms"
-                                                        if r["median_pass_us"] else ""))
+                lines.append(
+                    f"{kind.lower()} step: median {r['median_step_us'] / 1000:.3f} ms of CPU "
+                    f"({r['count']} steps)"
+                    + (f", loop pass {r['median_pass_us'] / 1000:.3f} ms" if r["median_pass_us"] else "")
+                )
         ops = [row for row in self.top_self(50) if not row[4]]
         if ops and self.self_total_us > 0:
             name, us, calls, _, _ = ops[0]
-            lines.append(f"top CPU op by self time: {name}, {us / self.self_total_us:.0%} of the CPU time in ops "
-                         f"({calls} calls)")
+            lines.append(
+                f"top CPU op by self time: {name}, {us / self.self_total_us:.0%} of the CPU time in ops "
+                f"({calls} calls)"
+            )
         if self.gpu_idle_us > 0:
             idle = self.top_idle(1)
-            lines.append(f"while the GPU idles ({self.gpu_idle_us / 1000:.3f} ms), the launching thread is in an op "
-                         f"{self.idle_cpu_us / self.gpu_idle_us:.0%} of the time"
-                         + (f"; most in {idle[0][0]} ({idle[0][1] / self.gpu_idle_us:.0%})" if idle else ""))
+            lines.append(
+                f"while the GPU idles ({self.gpu_idle_us / 1000:.3f} ms), the launching thread is in an op "
+                f"{self.idle_cpu_us / self.gpu_idle_us:.0%} of the time"
+                + (f"; most in {idle[0][0]} ({idle[0][1] / self.gpu_idle_us:.0%})" if idle else "")
+            )
         return lines
 
     def to_json(self) -> dict:
@@ -413,19 +463,43 @@ class CpuSummary:
 
         total = self.self_total_us or 1.0
         return {
-            "ops": self.ops, "busy_us": r3(self.busy_us), "window_us": r3(self.window_us),
+            "ops": self.ops,
+            "busy_us": r3(self.busy_us),
+            "window_us": r3(self.window_us),
             "verdict": self.verdict(),
-            "step_types": [{k: ({p: r3(u) for p, u in v.items()} if isinstance(v, dict) else r3(v)) for k, v in r.items()}
-                           for r in self.step_types()],
-            "phases": [{"name": n, "us": r3(us), "count": c, "share": round(us / total, 5)}
-                       for n, us, c in self.phase_rows()],
-            "top_self": [{"name": n, "self_us": r3(us), "count": c, "total_us": r3(t), "annotation": a,
-                          "share": round(us / total, 5)} for n, us, c, t, a in self.top_self(30)],
-            "gpu_idle": None if not self.gpu_idle_us else {
-                "idle_us": r3(self.gpu_idle_us), "cpu_in_op_us": r3(self.idle_cpu_us),
+            "step_types": [
+                {
+                    k: ({p: r3(u) for p, u in v.items()} if isinstance(v, dict) else r3(v))
+                    for k, v in r.items()
+                }
+                for r in self.step_types()
+            ],
+            "phases": [
+                {"name": n, "us": r3(us), "count": c, "share": round(us / total, 5)}
+                for n, us, c in self.phase_rows()
+            ],
+            "top_self": [
+                {
+                    "name": n,
+                    "self_us": r3(us),
+                    "count": c,
+                    "total_us": r3(t),
+                    "annotation": a,
+                    "share": round(us / total, 5),
+                }
+                for n, us, c, t, a in self.top_self(30)
+            ],
+            "gpu_idle": None
+            if not self.gpu_idle_us
+            else {
+                "idle_us": r3(self.gpu_idle_us),
+                "cpu_in_op_us": r3(self.idle_cpu_us),
                 "by_phase": {k: r3(v) for k, v in sorted(self.idle_by_phase.items(), key=lambda kv: -kv[1])},
-                "by_op_self": [{"name": k, "us": r3(v), "share": round(v / self.gpu_idle_us, 5)}
-                               for k, v in self.top_idle(15)]},
+                "by_op_self": [
+                    {"name": k, "us": r3(v), "share": round(v / self.gpu_idle_us, 5)}
+                    for k, v in self.top_idle(15)
+                ],
+            },
             "iterations": len(self.iterations),
         }
 
@@ -445,8 +519,17 @@ def summarize(views: list[tuple[int | None, CpuView]], steps: list[dict]) -> Cpu
         _add(idle_phase, v.idle_by_phase)
         _add(idle_self, v.idle_by_self)
         iterations += [{**it, "rank": rank} for it in v.iterations]
-    return CpuSummary(ops=sum(v.ops for _, v in views), busy_us=sum(v.main_thread_busy_us for _, v in views),
-                      window_us=sum(v.main_thread_window_us for _, v in views), by_self=by_self, phases=phases,
-                      iterations=iterations, steps=steps, gpu_idle_us=sum(v.gpu_idle_us for _, v in views),
-                      idle_cpu_us=sum(v.idle_cpu_us for _, v in views), idle_by_phase=idle_phase,
-                      idle_by_self=idle_self, by_source_op=by_source)
+    return CpuSummary(
+        ops=sum(v.ops for _, v in views),
+        busy_us=sum(v.main_thread_busy_us for _, v in views),
+        window_us=sum(v.main_thread_window_us for _, v in views),
+        by_self=by_self,
+        phases=phases,
+        iterations=iterations,
+        steps=steps,
+        gpu_idle_us=sum(v.gpu_idle_us for _, v in views),
+        idle_cpu_us=sum(v.idle_cpu_us for _, v in views),
+        idle_by_phase=idle_phase,
+        idle_by_self=idle_self,
+        by_source_op=by_source,
+    )

@@ -18,7 +18,8 @@ from sglops.core.yamlio import check_fields, load_yaml
 
 RULES_PATH = paths.shipped("playbooks/diagnosis.yaml")
 FIELDS = {"id", "what", "metric", "op", "kernel", "graph_kernel", "min_share", "try"}
-GRAPH_REPLAY = "CUDA graph replay"  # what {op} says for kernels a graph replay launched (no aten op of their own)
+# what {op} says for kernels a graph replay launched (no aten op of their own)
+GRAPH_REPLAY = "CUDA graph replay"
 
 
 @dataclass
@@ -78,13 +79,23 @@ def _load_rules(path: str, _stamp: int | None) -> list[Rule]:
             raise ConfigError(f"{where}: bad regex in rule {entry['id']}: {exc}") from None
         if metric == "kernel_share" and not (op or kernel):
             raise ConfigError(f"{where}: rule {entry['id']} needs an op or kernel regex")
-        rules.append(Rule(id=str(entry["id"]), what=str(entry["what"]), min_share=float(entry["min_share"]),
-                          metric=metric, op=op, kernel=kernel, graph_kernel=graph_kernel,
-                          try_next=[str(t) for t in entry.get("try") or []]))
+        rules.append(
+            Rule(
+                id=str(entry["id"]),
+                what=str(entry["what"]),
+                min_share=float(entry["min_share"]),
+                metric=metric,
+                op=op,
+                kernel=kernel,
+                graph_kernel=graph_kernel,
+                try_next=[str(t) for t in entry.get("try") or []],
+            )
+        )
     return rules
 
 
-MATCH_CAP = 8192  # rules read this much of a name: real kernel names are < 2 KB; a 60 MB one is not scanned whole
+# rules read this much of a name: real kernel names are < 2 KB; a 60 MB one is not scanned whole
+MATCH_CAP = 8192
 
 
 def _kernel_share(rule: Rule, facts: dict) -> tuple[float, str | None, str | None]:
@@ -96,8 +107,11 @@ def _kernel_share(rule: Rule, facts: dict) -> tuple[float, str | None, str | Non
         if rule.op is None or rule.op.search(op[:MATCH_CAP]):
             if rule.kernel and not rule.kernel.search(kernel[:MATCH_CAP]):
                 continue
-        elif rule.graph_kernel and not op.startswith("aten::") and rule.graph_kernel.search(kernel[:MATCH_CAP]):
-            op = GRAPH_REPLAY  # replayed from a CUDA graph: no aten op to match, the kernel alone says what it is
+        elif (
+            rule.graph_kernel and not op.startswith("aten::") and rule.graph_kernel.search(kernel[:MATCH_CAP])
+        ):
+            # replayed from a CUDA graph: no aten op to match, the kernel alone says what it is
+            op = GRAPH_REPLAY
         else:
             continue
         by_op[op] = by_op.get(op, 0.0) + us
@@ -134,6 +148,14 @@ def diagnose(facts: dict, rules: list[Rule], short: Callable[[str], str]) -> lis
             message = f"{what}: the GPU is idle {share:.0%} of the profiled window"
         else:
             message = f"{what} takes {share:.0%} of GPU time {facts['scope_label']}"
-        found.append(Finding(rule=rule.id, share=share, message=message, try_next=rule.try_next,
-                             top_op=op, top_kernel=kernel))
+        found.append(
+            Finding(
+                rule=rule.id,
+                share=share,
+                message=message,
+                try_next=rule.try_next,
+                top_op=op,
+                top_kernel=kernel,
+            )
+        )
     return sorted(found, key=lambda f: -f.share)

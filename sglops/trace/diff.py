@@ -1,10 +1,11 @@
 """`inv diff-trace A B`: what changed between two profiles, per step, kernel, launching op and CPU phase.
 
-Why: after a patch the question is not "what is slow" but "what got faster, what got slower, and by how much per
-step": "decode step 58.4 -> 17.2 ms: -41.0 ms unrolled_elementwise_kernel (aten::copy_), +0.4 ms gather_cast".
-Both sides come from the single-trace analysis (`analyze`), so every side's totals are exactly what
-`inv analyze-trace` reports for it; the diff only normalises them to one step of the scope (decode steps where
-the traces have them) so two profiles of different lengths compare, and ranks the deltas by absolute change.
+Why: after a patch the question is not "what is slow" but "what got faster, what got slower, and by how much
+per step": "decode step 58.4 -> 17.2 ms: -41.0 ms unrolled_elementwise_kernel (aten::copy_), +0.4 ms
+gather_cast". Both sides come from the single-trace analysis (`analyze`), so every side's totals are exactly
+what `inv analyze-trace` reports for it; the diff only normalises them to one step of the scope (decode steps
+where the traces have them) so two profiles of different lengths compare, and ranks the deltas by absolute
+change.
 """
 
 from __future__ import annotations
@@ -30,15 +31,21 @@ class Delta:
     name: str
     a_us: float
     b_us: float
-    detail: str = ""  # e.g. the op that launched a kernel
+    # e.g. the op that launched a kernel
+    detail: str = ""
 
     @property
     def delta_us(self) -> float:
         return self.b_us - self.a_us
 
     def to_json(self) -> dict:
-        return {"name": self.name, "a_us": round(self.a_us, 3), "b_us": round(self.b_us, 3),
-                "delta_us": round(self.delta_us, 3), "detail": self.detail}
+        return {
+            "name": self.name,
+            "a_us": round(self.a_us, 3),
+            "b_us": round(self.b_us, 3),
+            "delta_us": round(self.delta_us, 3),
+            "detail": self.detail,
+        }
 
 
 @dataclass
@@ -47,8 +54,10 @@ class Side:
 
     label: str
     analysis: TraceAnalysis
-    steps: int          # steps of the scope (over ranks); 0: totals are per trace
-    step_kind: str      # DECODE, EXTEND, ProfilerStep, ... or "" when there are no steps
+    # steps of the scope (over ranks); 0: totals are per trace
+    steps: int
+    # DECODE, EXTEND, ProfilerStep, ... or "" when there are no steps
+    step_kind: str
 
     @property
     def per(self) -> float:
@@ -60,38 +69,62 @@ class TraceDiff(Observation):
     a: Side
     b: Side
     unit: str
-    steps: list[Delta] = field(default_factory=list)      # median step time per step kind (GPU, else CPU)
-    kernels: list[Delta] = field(default_factory=list)    # GPU time per kernel
-    ops: list[Delta] = field(default_factory=list)        # GPU time per launching (innermost) op
-    phases: list[Delta] = field(default_factory=list)     # CPU time per scheduler phase, per loop pass of the kind
-    cpu_ops: list[Delta] = field(default_factory=list)    # CPU self time per op, per scheduler loop pass
-    sources: list[Delta] = field(default_factory=list)    # per SGLang function (file, function): GPU time per step
-    #                                                       (CPU self time per loop pass on CPU traces); stacks only
-    ranks: list[dict] = field(default_factory=list)       # per rank when both sides have the same ranks (>= 2)
+    # median step time per step kind (GPU, else CPU)
+    steps: list[Delta] = field(default_factory=list)
+    # GPU time per kernel
+    kernels: list[Delta] = field(default_factory=list)
+    # GPU time per launching (innermost) op
+    ops: list[Delta] = field(default_factory=list)
+    # CPU time per scheduler phase, per loop pass of the kind
+    phases: list[Delta] = field(default_factory=list)
+    # CPU self time per op, per scheduler loop pass
+    cpu_ops: list[Delta] = field(default_factory=list)
+    # per SGLang function (file, function): GPU time per step
+    sources: list[Delta] = field(default_factory=list)
+    #                                                       (CPU self time per loop pass
+    #                                                       on CPU traces); stacks only
+    # per rank when both sides have the same ranks (>= 2)
+    ranks: list[dict] = field(default_factory=list)
 
     def headline(self, top: int = 3) -> str:
         """One line: the scope's step time and the biggest movers, e.g. the kernel that went away."""
         head = ""
-        step = next((s for s in self.steps if step_kind(s.name) == self.a.step_kind), None) or \
-            (self.steps[0] if self.steps else None)
+        step = next((s for s in self.steps if step_kind(s.name) == self.a.step_kind), None) or (
+            self.steps[0] if self.steps else None
+        )
         if step:
             what = "GPU" if self.a.analysis.has_gpu else "CPU"
             head = f"{step.name} {what} time {_ms(step.a_us)} -> {_ms(step.b_us)} ms"
         movers = self.kernels if self.a.analysis.has_gpu or self.b.analysis.has_gpu else self.cpu_ops
-        parts = [f"{_signed_ms(d.delta_us)} ms {short_kernel(d.name)}" + (f" ({d.detail})" if d.detail else "")
-                 for d in movers[:top] if abs(d.delta_us) > 0]
+        parts = [
+            f"{_signed_ms(d.delta_us)} ms {short_kernel(d.name)}" + (f" ({d.detail})" if d.detail else "")
+            for d in movers[:top]
+            if abs(d.delta_us) > 0
+        ]
         return (head + (": " if head and parts else "") + ", ".join(parts)) or "no difference"
 
     def payload(self) -> dict:
         return {
-            "a": {"label": self.a.label, "steps": self.a.steps, "step_kind": self.a.step_kind,
-                  "gpu_us": round(self.a.analysis.gpu_us, 3)},
-            "b": {"label": self.b.label, "steps": self.b.steps, "step_kind": self.b.step_kind,
-                  "gpu_us": round(self.b.analysis.gpu_us, 3)},
-            "unit": self.unit, "headline": self.headline(),
-            "steps": [d.to_json() for d in self.steps], "kernels": [d.to_json() for d in self.kernels],
-            "ops": [d.to_json() for d in self.ops], "phases": [d.to_json() for d in self.phases],
-            "cpu_ops": [d.to_json() for d in self.cpu_ops], "sources": [d.to_json() for d in self.sources],
+            "a": {
+                "label": self.a.label,
+                "steps": self.a.steps,
+                "step_kind": self.a.step_kind,
+                "gpu_us": round(self.a.analysis.gpu_us, 3),
+            },
+            "b": {
+                "label": self.b.label,
+                "steps": self.b.steps,
+                "step_kind": self.b.step_kind,
+                "gpu_us": round(self.b.analysis.gpu_us, 3),
+            },
+            "unit": self.unit,
+            "headline": self.headline(),
+            "steps": [d.to_json() for d in self.steps],
+            "kernels": [d.to_json() for d in self.kernels],
+            "ops": [d.to_json() for d in self.ops],
+            "phases": [d.to_json() for d in self.phases],
+            "cpu_ops": [d.to_json() for d in self.cpu_ops],
+            "sources": [d.to_json() for d in self.sources],
             "ranks": self.ranks,
         }
 
@@ -229,10 +262,14 @@ def _source_deltas(a: TraceAnalysis, sa: Side, b: TraceAnalysis, sb: Side) -> li
     return rows
 
 
-def diff_files(a_files: Iterable[str | os.PathLike], b_files: Iterable[str | os.PathLike],
-               labels: tuple[str, str] = ("A", "B")) -> TraceDiff:
-    """The two sides over all their ranks, and, where both profiled the same ranks (two or more), each rank's own
-    diff: a change that moves one rank (the slowest, which the others wait for) shows there and not in the sum."""
+def diff_files(
+    a_files: Iterable[str | os.PathLike],
+    b_files: Iterable[str | os.PathLike],
+    labels: tuple[str, str] = ("A", "B"),
+) -> TraceDiff:
+    """The two sides over all their ranks, and, where both profiled the same ranks (two or more), each rank's
+    own diff: a change that moves one rank (the slowest, which the others wait for) shows there and not in the
+    sum."""
     a, b = analyze(a_files), analyze(b_files)
     out = diff(a, b, labels=labels)
     out.ranks = per_rank(a, b, labels)
@@ -248,21 +285,29 @@ def _rank_files(an: TraceAnalysis) -> dict[int, list[str]]:
 
 
 def per_rank(a: TraceAnalysis, b: TraceAnalysis, labels: tuple[str, str]) -> list[dict]:
-    """Each rank's diff (its step time, its own work outside collectives, the biggest movers) when both sides have
-    the same two or more ranks; [] otherwise."""
+    """Each rank's diff (its step time, its own work outside collectives, the biggest movers) when both sides
+    have the same two or more ranks; [] otherwise."""
     fa, fb = _rank_files(a), _rank_files(b)
     if len(fa) < 2 or sorted(fa) != sorted(fb):
         return []
-    own = {side: {r["rank"]: r for r in ((across_ranks(an.files) or {}).get("ranks") or [])}
-           for side, an in (("a", a), ("b", b))}
+    own = {
+        side: {r["rank"]: r for r in ((across_ranks(an.files) or {}).get("ranks") or [])}
+        for side, an in (("a", a), ("b", b))
+    }
     rows = []
     for rank in sorted(fa):
         d = diff(analyze(fa[rank]), analyze(fb[rank]), labels=labels)
         oa, ob = own["a"].get(rank, {}), own["b"].get(rank, {})
-        rows.append({"rank": rank, "headline": d.headline(), "steps": [s.to_json() for s in d.steps[:3]],
-                     "own_us": [oa.get("own_us"), ob.get("own_us")],
-                     "collective_us": [oa.get("collective_us"), ob.get("collective_us")],
-                     "top": [m.to_json() for m in (d.kernels if d.a.analysis.has_gpu else d.cpu_ops)[:5]]})
+        rows.append(
+            {
+                "rank": rank,
+                "headline": d.headline(),
+                "steps": [s.to_json() for s in d.steps[:3]],
+                "own_us": [oa.get("own_us"), ob.get("own_us")],
+                "collective_us": [oa.get("collective_us"), ob.get("collective_us")],
+                "top": [m.to_json() for m in (d.kernels if d.a.analysis.has_gpu else d.cpu_ops)[:5]],
+            }
+        )
     return rows
 
 

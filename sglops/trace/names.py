@@ -13,13 +13,26 @@ import re
 
 ELLIPSIS = "…"
 KERNEL_WIDTH = 72
-WORD_CAP = 256  # a word longer than this is cut inside it: a 60 MB name is not one table cell
-CELL = 160  # the widest name a table cell shows (the JSON keeps every name whole)
+# a word longer than this is cut inside it: a 60 MB name is not one table cell
+WORD_CAP = 256
+# the widest name a table cell shows (the JSON keeps every name whole)
+CELL = 160
 # C0 controls, DEL and C1 controls as visible escapes: a name from a trace never moves the cursor or recolours
 # the terminal (ESC, BEL, CR, backspace), and a newline never splits a table row
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 # Namespaces that say nothing about which library ran the kernel (torch's own, the standard library).
-_GENERIC_NS = {"at", "native", "c10", "std", "detail", "cuda", "impl", "internal", "vectorized", "binary_internal"}
+_GENERIC_NS = {
+    "at",
+    "native",
+    "c10",
+    "std",
+    "detail",
+    "cuda",
+    "impl",
+    "internal",
+    "vectorized",
+    "binary_internal",
+}
 _SEPARATORS = set("_:,; <>()[]{}/.-+*&|=#")
 
 
@@ -38,10 +51,11 @@ def shorten(text: str, width: int) -> str:
         if text[i] in _SEPARATORS and text[i - 1] not in _SEPARATORS:
             cut = i
             break
-    if cut is None:  # one word longer than width: keep it whole, up to WORD_CAP
+    # one word longer than width: keep it whole, up to WORD_CAP
+    if cut is None:
         m = _SEPARATOR_RE.search(text, 0, WORD_CAP + 1)
         if not m:
-            return text if len(text) <= WORD_CAP else text[:max(width, 1)] + ELLIPSIS
+            return text if len(text) <= WORD_CAP else text[: max(width, 1)] + ELLIPSIS
         cut = m.start()
     return text[:cut].rstrip("".join(_SEPARATORS)) + ELLIPSIS
 
@@ -51,7 +65,8 @@ _SEPARATOR_RE = re.compile(r"[" + re.escape("".join(sorted(_SEPARATORS))) + r"]"
 
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 FULL_NAME_CAP = 4096
-READ_CAP = 8192  # short_kernel reads this much of a name  # a report lists a full name up to this; analysis.json keeps it whole
+# short_kernel reads this much of a name # a report lists a full name up to this; analysis.json keeps it whole
+READ_CAP = 8192
 
 
 def printable(text: str) -> str:
@@ -88,28 +103,33 @@ def short_kernel(name: str, width: int = KERNEL_WIDTH) -> str:
     (at::native, c10, std) are dropped, a library's (cublasLt::, flashinfer::) is kept; the result is
     cut at a word boundary to `width`.
     """
-    name = name[:READ_CAP]  # real names are < 2 KB; a 60 MB one is read no further than this
+    # real names are < 2 KB; a 60 MB one is read no further than this
+    name = name[:READ_CAP]
     s = (name[5:] if name.startswith("void ") else name).replace("(anonymous namespace)::", "").strip()
     cut = _depth0_cut(s)
     base = _base(s[:cut])
     inner = s[cut:]
     bits = _variant_bits(inner)
     full = f"{base}[{', '.join(bits)}]" if bits else base
-    if len(full) > width and bits:  # keep the dtype: drop the functor's `_kernel_cuda` suffix before cutting
+    # keep the dtype: drop the functor's `_kernel_cuda` suffix before cutting
+    if len(full) > width and bits:
         full = f"{base}[{', '.join(re.sub(r'(_kernel)?_cuda$', '', b) for b in bits)}]"
     return shorten(full, width)
 
 
 def _variant_bits(inner: str) -> list[str]:
     """What tells a kernel's variants apart, from its template arguments: torch's functor and dtype."""
-    m = re.search(r"at::native::(\w+(?:_kernel_cuda|Functor_\w+|Functor|_scalar))(?:<(c10::\w+|float|double|int|long))?",
-                  inner)
+    m = re.search(
+        r"at::native::(\w+(?:_kernel_cuda|Functor_\w+|Functor|_scalar))(?:<(c10::\w+|float|double|int|long))?",
+        inner,
+    )
     bits = [g.replace("c10::", "") for g in m.groups() if g] if m else []
     if len(bits) < 2:
         m = re.search(r"lambda\((c10::\w+|float|double|int|long|bool|short)\)#", inner)
         if m:
             bits.append(m.group(1).replace("c10::", ""))
-    if not bits and inner.startswith("<"):  # a plain template: its first argument when it is a type
+    # a plain template: its first argument when it is a type
+    if not bits and inner.startswith("<"):
         m = re.match(r"<\s*(c10::\w+|float|double|half|__nv_bfloat16|__half|int|long|bool)\s*[,>]", inner)
         if m:
             bits.append(m.group(1).replace("c10::", ""))
@@ -117,13 +137,20 @@ def _variant_bits(inner: str) -> list[str]:
 
 
 def full_names_markdown(names: list[str], width: int = KERNEL_WIDTH) -> list[str]:
-    """A collapsed list (markdown) of the names a table shows shortened: `short`: full name, in table order."""
+    """A collapsed list (markdown) of the names a table
+    shows shortened: `short`: full name, in table order."""
     rows = [(short_kernel(n, width), n) for n in dict.fromkeys(names)]
     rows = [(s, n) for s, n in rows if s != n and s != n.removeprefix("void ")]
     if not rows:
         return []
-    return ["", "<details><summary>full kernel names</summary>", "",
-            *[f"- `{s}`: `{_capped(n).replace('`', chr(39))}`" for s, n in rows], "", "</details>"]
+    return [
+        "",
+        "<details><summary>full kernel names</summary>",
+        "",
+        *[f"- `{s}`: `{_capped(n).replace('`', chr(39))}`" for s, n in rows],
+        "",
+        "</details>",
+    ]
 
 
 def _capped(name: str) -> str:

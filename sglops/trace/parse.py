@@ -34,20 +34,29 @@ def _ijson_backend():
     except Exception:  # pragma: no cover - depends on the wheel
         return ijson, ijson
 
+
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 OP_CATS = frozenset({"cpu_op", "user_annotation"})
-GPU_SPAN_CAT = "gpu_user_annotation"  # record_function ranges as seen on the GPU stream
-FRAME_CAT = "python_function"  # with_stack: one event per Python frame, "file.py(LINE): function"
-BUILTIN = "<built-in"  # frames of C functions (getattr, Tensor.to): no file or line, never kept
+# record_function ranges as seen on the GPU stream
+GPU_SPAN_CAT = "gpu_user_annotation"
+# with_stack: one event per Python frame, "file.py(LINE): function"
+FRAME_CAT = "python_function"
+# frames of C functions (getattr, Tensor.to): no file or line, never kept
+BUILTIN = "<built-in"
 # one forward step: torch's ProfilerStep#N, SGLang's `step[DECODE bs=1]`, vLLM's worker range
-# `execute_context_0(0)_generation_1(1)` (`execute_N_context_...(sq.. sk..)_generation_...` with detailed annotations)
-STEP_RE = re.compile(r"^(ProfilerStep#\d+|step\[.*\]|execute_(?:\d+_)?context_\d+\(.*\)_generation_\d+\(.*\))$")
+# `execute_context_0(0)_generation_1(1)` (`execute_N_context_...(sq..
+# sk..)_generation_...` with detailed annotations)
+STEP_RE = re.compile(
+    r"^(ProfilerStep#\d+|step\[.*\]|execute_(?:\d+_)?context_\d+\(.*\)_generation_\d+\(.*\))$"
+)
 RANK_RE = re.compile(r"-TP-(\d+)")
 STAGE_RE = re.compile(r"-(EXTEND|DECODE)\.trace\.json")
 HEAD_BYTES = 1 << 20
-SLOW_BATCH = 4096  # events per batch on the ijson path
-PARALLEL_MIN_BYTES = 48 << 20  # smaller files read sequentially: no pool start-up, not even its module's import
+# events per batch on the ijson path
+SLOW_BATCH = 4096
+# smaller files read sequentially: no pool start-up, not even its module's import
+PARALLEL_MIN_BYTES = 48 << 20
 
 
 class TraceError(SglopsError):
@@ -95,14 +104,19 @@ class RawTrace:
     l_ts: array = field(default_factory=lambda: array("d"))
     l_corr: array = field(default_factory=lambda: array("q"))
     l_thread: array = field(default_factory=lambda: array("i"))
-    l_graph: array = field(default_factory=lambda: array("b"))  # 1: cudaGraphLaunch (a CUDA graph replay)
+    # 1: cudaGraphLaunch (a CUDA graph replay)
+    l_graph: array = field(default_factory=lambda: array("b"))
     # CPU ops and annotations (incl. ProfilerStep# / step[...] spans)
     o_ts: array = field(default_factory=lambda: array("d"))
     o_dur: array = field(default_factory=lambda: array("d"))
-    o_name: array = field(default_factory=lambda: array("h"))  # "i" once a trace has 32K names
-    o_thread: array = field(default_factory=lambda: array("h"))  # "i" once it has 32K threads
-    o_ext: array = field(default_factory=lambda: array("i"))  # "q" once an id needs it
-    o_annot: array = field(default_factory=lambda: array("b"))  # 1: user_annotation (record_function), 0: cpu_op
+    # "i" once a trace has 32K names
+    o_name: array = field(default_factory=lambda: array("h"))
+    # "i" once it has 32K threads
+    o_thread: array = field(default_factory=lambda: array("h"))
+    # "q" once an id needs it
+    o_ext: array = field(default_factory=lambda: array("i"))
+    # 1: user_annotation (record_function), 0: cpu_op
+    o_annot: array = field(default_factory=lambda: array("b"))
     # GPU-side spans of record_function ranges (torch lists them as their own device rows)
     g_dur: array = field(default_factory=lambda: array("d"))
     g_name: array = field(default_factory=lambda: array("i"))
@@ -142,7 +156,8 @@ def _header(path: str) -> dict:
         with open_trace(path) as fh:
             while sum(map(len, chunks)) < HEAD_BYTES and (chunk := fh.read(1 << 16)):
                 chunks.append(chunk)
-    except (OSError, EOFError, zlib.error):  # broken files are reported by read() with details
+    # broken files are reported by read() with details
+    except (OSError, EOFError, zlib.error):
         pass
     head = b"".join(chunks)
     try:
@@ -150,7 +165,8 @@ def _header(path: str) -> dict:
             if key == "traceEvents":
                 break
             meta[key] = value
-    except Exception:  # the head ends inside traceEvents (or the file is broken: read() will say)
+    # the head ends inside traceEvents (or the file is broken: read() will say)
+    except Exception:
         pass
     return meta
 
@@ -179,7 +195,8 @@ def _fill(raw: RawTrace, column: str, values: list, wide: str = "q") -> None:
     col = getattr(raw, column)
     try:
         col.fromlist(values)
-    except OverflowError:  # fromlist leaves the column unchanged on error
+    # fromlist leaves the column unchanged on error
+    except OverflowError:
         col = array(wide, col)
         col.fromlist(values)
         setattr(raw, column, col)
@@ -266,8 +283,10 @@ class _NotFast(Exception):
 
 
 CHUNK = 1 << 20
-MAX_EVENT = 128 * CHUNK  # the largest single event the fast path holds (a 60 MB kernel name fits)
-BOUNDARY = b"},\n"  # '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
+# the largest single event the fast path holds (a 60 MB kernel name fits)
+MAX_EVENT = 128 * CHUNK
+# '}' then ',' then a raw newline: structural (JSON strings hold no raw newlines)
+BOUNDARY = b"},\n"
 OPEN, COMMA, CLOSE = b"[,]"
 
 
@@ -307,7 +326,7 @@ def _head(fh) -> tuple[dict, bytearray, int]:
     # appended in place (one huge event, a 60 MB name, is not copied per chunk), always opening with '[': a
     # batch is parsed where it lies, its ',' turned into the closing ']' (no copy of the batch: 3 GB of
     # copies on a 1 GB trace, before)
-    return meta, bytearray(b"[") + buf[j + 1:], j + 1
+    return meta, bytearray(b"[") + buf[j + 1 :], j + 1
 
 
 def _batches(fh, buf: bytearray, cols: _Columns) -> bytearray:
@@ -315,7 +334,8 @@ def _batches(fh, buf: bytearray, cols: _Columns) -> bytearray:
     with '['): the last events, and whatever follows them in the text read."""
     import orjson
 
-    scanned = 0  # the head of buf already searched for a boundary (none that parsed)
+    # the head of buf already searched for a boundary (none that parsed)
+    scanned = 0
     while True:
         chunk = fh.read(CHUNK)
         buf += chunk
@@ -327,7 +347,7 @@ def _batches(fh, buf: bytearray, cols: _Columns) -> bytearray:
             if cut < 0:
                 break
             buf[cut + 1] = CLOSE
-            view = memoryview(buf)[:cut + 2]
+            view = memoryview(buf)[: cut + 2]
             try:
                 events = orjson.loads(view)
             except orjson.JSONDecodeError:
@@ -337,11 +357,13 @@ def _batches(fh, buf: bytearray, cols: _Columns) -> bytearray:
             finally:
                 view.release()
             cols.take(events)
-            del buf[:cut + 1]
-            buf[0] = OPEN  # the ',' after the batch opens the next one
+            del buf[: cut + 1]
+            # the ',' after the batch opens the next one
+            buf[0] = OPEN
             break
         scanned = len(buf)
-        if len(buf) > MAX_EVENT:  # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
+        # no boundary in 128 MB: one-line JSON (or no trace): ijson streams it
+        if len(buf) > MAX_EVENT:
             raise _NotFast
 
 
@@ -354,7 +376,7 @@ def _tail(buf: bytes, cols: _Columns) -> dict:
         end = buf.rfind(b"]", 0, end)
         if end < 0:
             break
-        tail = buf[end + 1:].strip()
+        tail = buf[end + 1 :].strip()
         try:
             events = orjson.loads(b"[" + buf[:end] + b"]")
             extra = {} if tail == b"}" else orjson.loads(b"{" + tail[1:]) if tail[:1] == b"," else None
@@ -370,9 +392,9 @@ def _map_large_blocks() -> None:
     """Large blocks (the growing columns, the 1 MB batches) each in a mapping of their own, on glibc.
 
     Why: glibc raises its mmap threshold each time a mapped block is freed (up to 32 MB), after which the
-    columns grow by realloc inside the heap and leave their old copies behind as holes: ~95 MB of a 1 GB trace's
-    ~290 MB peak while reading. A fixed threshold keeps every block past 128 KB mapped, grown by mremap without
-    a copy, and given back when freed. Elsewhere (or if it cannot be set) nothing changes."""
+    columns grow by realloc inside the heap and leave their old copies behind as holes: ~95 MB of a 1 GB
+    trace's ~290 MB peak while reading. A fixed threshold keeps every block past 128 KB mapped, grown by
+    mremap without a copy, and given back when freed. Elsewhere (or if it cannot be set) nothing changes."""
     global _MAPPED
     if _MAPPED or not sys.platform.startswith("linux"):
         return
@@ -381,11 +403,13 @@ def _map_large_blocks() -> None:
         import ctypes
 
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 * 1024)
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its allocator's behaviour stands
+    # not glibc (musl has no mallopt): its allocator's behaviour stands
+    except (OSError, AttributeError):
         pass
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+# glibc's mallopt parameter
+M_MMAP_THRESHOLD = -3
 _MAPPED = False
 
 
@@ -406,12 +430,14 @@ def read(path: str | os.PathLike) -> RawTrace:
     try:
         try:
             raw.meta = _parallel(path, cols)
-        except Exception:  # a file the ranges cannot vouch for, or no workers: the sequential reader, afresh
+        # a file the ranges cannot vouch for, or no workers: the sequential reader, afresh
+        except Exception:
             raw = RawTrace(path=path, stage=stage)
             cols = _Columns(raw)
             try:
                 raw.meta = _fast(path, cols)
-            except Exception:  # _NotFast, or a broken file: the ijson pass says precisely where
+            # _NotFast, or a broken file: the ijson pass says precisely where
+            except Exception:
                 raw = RawTrace(path=path, stage=stage, meta=_header(path))
                 cols = _Columns(raw)
                 _slow(path, cols)
@@ -419,15 +445,22 @@ def read(path: str | os.PathLike) -> RawTrace:
         if gc_was_on:
             gc.enable()
     if not (len(raw.o_ts) or len(raw.k_ts) or len(raw.g_dur) or len(raw.l_ts) or len(raw.p_ts)):
-        raise TraceError(f"{path}: no trace events to analyse ({raw.events} events, none a CPU op, kernel or "
-                         "Python frame); was the profiler on while the server ran?")
+        raise TraceError(
+            f"{path}: no trace events to analyse ({raw.events} events, none a CPU op, kernel or "
+            "Python frame); was the profiler on while the server ran?"
+        )
     raw.rank = rank_of(path, raw.meta)
     raw.names = list(cols.names)
     return raw
 
 
-def _parallel(path: str, cols: _Columns, range_bytes: int | None = None, n: int | None = None,
-              min_bytes: int | None = None) -> dict:
+def _parallel(
+    path: str,
+    cols: _Columns,
+    range_bytes: int | None = None,
+    n: int | None = None,
+    min_bytes: int | None = None,
+) -> dict:
     """Large plain files in worker processes (sglops/trace/parallel_read.py); _NotFast for the rest, so that
     small, gzipped and unusual files take the sequential path with no pool started."""
     min_bytes = PARALLEL_MIN_BYTES if min_bytes is None else min_bytes
@@ -437,7 +470,9 @@ def _parallel(path: str, cols: _Columns, range_bytes: int | None = None, n: int 
 
     if not eligible(path, min_bytes):
         raise _NotFast
-    return read_into(path, cols, Kit(head=_head, work=_read_range, fill=_fill, setup=_map_large_blocks), range_bytes, n)
+    return read_into(
+        path, cols, Kit(head=_head, work=_read_range, fill=_fill, setup=_map_large_blocks), range_bytes, n
+    )
 
 
 def read_parallel(path: str | os.PathLike, range_bytes: int | None = None, n: int | None = None) -> RawTrace:
@@ -488,7 +523,8 @@ def _read_range(path: str, lo: int, hi: int, last: bool) -> tuple:
         if buf[-1] != COMMA:
             raise _NotFast
         buf[-1] = CLOSE
-        cols.take(orjson.loads(buf))  # a JSONDecodeError here: the next range's start was inside an event
+        # a JSONDecodeError here: the next range's start was inside an event
+        cols.take(orjson.loads(buf))
     return raw.events, list(cols.names), list(cols.threads), {c: getattr(raw, c) for c in COLUMNS}, extra
 
 
@@ -502,22 +538,28 @@ def _slow(path: str, cols: _Columns) -> None:
             counted = _Counting(fh)
             stream = io.BufferedReader(counted, 1 << 18)
             items = _ijson.items(stream, "traceEvents.item", use_float=True)
-            while batch := list(islice(items, SLOW_BATCH)):  # batches: the columns take a batch's ids at once
+            # batches: the columns take a batch's ids at once
+            while batch := list(islice(items, SLOW_BATCH)):
                 try:
                     cols.take(batch)
                 except (KeyError, TypeError, ValueError) as exc:
                     if isinstance(exc, ijson.JSONError | ijson.IncompleteJSONError):
                         raise
-                    raise TraceError(f"{path}: event {raw.events + _first_bad(batch)} is not a trace event "
-                                     f"({type(exc).__name__}: {exc})") from None
+                    raise TraceError(
+                        f"{path}: event {raw.events + _first_bad(batch)} is not a trace event "
+                        f"({type(exc).__name__}: {exc})"
+                    ) from None
     except (ijson.IncompleteJSONError, ijson.JSONError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TraceError(f"{path}: invalid or truncated JSON after {raw.events} events, near byte "
-                         f"{counted.pos if counted else 0:,} of the JSON text ({detail}); not analysed") from None
+        raise TraceError(
+            f"{path}: invalid or truncated JSON after {raw.events} events, near byte "
+            f"{counted.pos if counted else 0:,} of the JSON text ({detail}); not analysed"
+        ) from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise TraceError(f"{path}: gzip stream broken after {raw.events} events, near byte "
-                         f"{counted.pos if counted else 0:,} of the JSON text ({exc}); incomplete file, not analysed") \
-            from None
+        raise TraceError(
+            f"{path}: gzip stream broken after {raw.events} events, near byte "
+            f"{counted.pos if counted else 0:,} of the JSON text ({exc}); incomplete file, not analysed"
+        ) from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw.events == 0 and not _has_trace_events(path):

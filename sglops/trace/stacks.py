@@ -23,9 +23,12 @@ from typing import Any
 
 FRAME_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 SGLANG_DIR = "sglang/"
-NO_FRAME = "(no Python frame)"  # a kernel or op with no file frame around it
-GRAPH_PREFIX = "[CUDA graph replay] "  # a frame that replayed a graph: its kernels were captured elsewhere
-EPS_US = 0.005  # as in breakdown: timestamps are ns rounded to us floats
+# a kernel or op with no file frame around it
+NO_FRAME = "(no Python frame)"
+# a frame that replayed a graph: its kernels were captured elsewhere
+GRAPH_PREFIX = "[CUDA graph replay] "
+# as in breakdown: timestamps are ns rounded to us floats
+EPS_US = 0.005
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def package_path(path: str) -> str:
     all give `srt/x.py`); a path with no such folder is returned as it is."""
     p = "/" + path.replace("\\", "/")
     i = p.rfind("/" + SGLANG_DIR)
-    return p[i + 1 + len(SGLANG_DIR):] if i >= 0 else path
+    return p[i + 1 + len(SGLANG_DIR) :] if i >= 0 else path
 
 
 def parse_frame(name: str) -> Frame | None:
@@ -71,7 +74,8 @@ def parse_frame(name: str) -> Frame | None:
     return Frame(m.group("file"), int(m.group("line")), m.group("func"))
 
 
-LARGE = 100_000  # past this many items numpy sorts (8 bytes an item); Python's keyed sort costs ~150
+# past this many items numpy sorts (8 bytes an item); Python's keyed sort costs ~150
+LARGE = 100_000
 
 
 def use_numpy(n: int) -> bool:
@@ -81,8 +85,8 @@ def use_numpy(n: int) -> bool:
 
 
 def sorted_groups(values: Any) -> tuple[Any, Any, Any]:
-    """(order, sorted values, first-of-group flags) of a numpy array: what np.unique computes, without np.unique,
-    whose first call imports numpy.ma (~45 ms of a small trace's whole command)."""
+    """(order, sorted values, first-of-group flags) of a numpy array: what np.unique computes, without
+    np.unique, whose first call imports numpy.ma (~45 ms of a small trace's whole command)."""
     import numpy as np
 
     order = np.argsort(values, kind="stable")
@@ -104,13 +108,16 @@ def unique_inverse(values: Any) -> tuple[Any, Any]:
 
 
 def unique_first(values: Any) -> tuple[Any, Any]:
-    """np.unique(values, return_index=True), for a 1-d integer array: each distinct value and where it first is."""
+    """np.unique(values, return_index=True), for a 1-d integer
+    array: each distinct value and where it first is."""
     order, s, flags = sorted_groups(values)
     return s[flags], order[flags]
 
 
-CHUNK = 1 << 18  # items per numpy pass in thread_order: its temporaries stay a few MB at any trace size
-FEW_THREADS = 16  # past this many threads, one stable argsort by thread instead of a pass per thread
+# items per numpy pass in thread_order: its temporaries stay a few MB at any trace size
+CHUNK = 1 << 18
+# past this many threads, one stable argsort by thread instead of a pass per thread
+FEW_THREADS = 16
 
 
 def _neg_dur(t, d):
@@ -122,9 +129,10 @@ def thread_order(ts: array, th: array, dur: array | None = None, third=_neg_dur)
 
     Why not one lexsort: its keys and index cost ~40 bytes per item (90 MB for the 2.3M frames of a 1 GB stack
     trace). Torch writes each thread's events already in this order (every real trace here), so the order is
-    each thread's events as they appear (4 bytes per item, found a thread at a time in 256K-item chunks), checked
-    chunk by chunk; a file that is not in order is sorted as before. The result is the stable sort's either way.
-    Items of a thread < 0 (no point, in `innermost`) come first, in file order: callers skip them."""
+    each thread's events as they appear (4 bytes per item, found a thread at a time in 256K-item chunks),
+    checked chunk by chunk; a file that is not in order is sorted as before. The result is the stable sort's
+    either way. Items of a thread < 0 (no point, in `innermost`) come first, in file order: callers skip
+    them."""
     n = len(ts)
     if not use_numpy(n):
         if dur is None:
@@ -135,14 +143,14 @@ def thread_order(ts: array, th: array, dur: array | None = None, third=_neg_dur)
     t_np = np.frombuffer(ts, dtype=np.float64)
     th_np = np.frombuffer(th, dtype=th.typecode)
     d_np = np.frombuffer(dur, dtype=np.float64) if dur is not None else None
-    values = sorted({int(v) for lo in range(0, n, CHUNK) for v in unique_first(th_np[lo:lo + CHUNK])[0]})
+    values = sorted({int(v) for lo in range(0, n, CHUNK) for v in unique_first(th_np[lo : lo + CHUNK])[0]})
     out = array("i" if n < 2**31 else "q")
     if len(values) <= FEW_THREADS:
         bounds = []
         for v in values:
             start = len(out)
             for lo in range(0, n, CHUNK):
-                hit = np.flatnonzero(th_np[lo:lo + CHUNK] == v)
+                hit = np.flatnonzero(th_np[lo : lo + CHUNK] == v)
                 if len(hit):
                     out.frombytes(memoryview((hit + lo).astype(out.typecode)).cast("B"))
             bounds.append((v, start, len(out)))
@@ -160,7 +168,8 @@ def thread_order(ts: array, th: array, dur: array | None = None, third=_neg_dur)
 def _in_order(idx, t_np, d_np, third) -> bool:
     """Whether these items (one thread's, in file order) are already sorted by (start, third), in chunks."""
     for lo in range(0, len(idx), CHUNK):
-        sel = idx[max(lo - 1, 0):lo + CHUNK]  # one item of overlap: the pair across chunk boundaries
+        # one item of overlap: the pair across chunk boundaries
+        sel = idx[max(lo - 1, 0) : lo + CHUNK]
         t = t_np[sel]
         later, same = t[1:] > t[:-1], t[1:] == t[:-1]
         if d_np is not None:
@@ -195,7 +204,8 @@ def innermost(raw, t: array, th: array) -> array:
     j, nf = 0, len(frames)
     stack_end: list[float] = []
     stack_name: list[int] = []
-    stack_sg: list[int] = []  # per level: the name id of the innermost SGLang frame at or below it, or -1
+    # per level: the name id of the innermost SGLang frame at or below it, or -1
+    stack_sg: list[int] = []
     cur = None
     for i in points:
         ti, hi = t[i], th[i]

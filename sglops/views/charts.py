@@ -18,8 +18,9 @@ def save_figure(fig, path: Path, **savefig) -> Path:
     fig.savefig(tmp, **savefig)
     svg = path.with_suffix(".svg")
     tmp_svg = svg.with_name(svg.name + ".tmp")
-    fig.savefig(tmp_svg, format="svg", metadata={"Date": None},
-                **{k: v for k, v in savefig.items() if k != "dpi"})
+    fig.savefig(
+        tmp_svg, format="svg", metadata={"Date": None}, **{k: v for k, v in savefig.items() if k != "dpi"}
+    )
     plt.close(fig)
     tmp.replace(path)
     tmp_svg.replace(svg)
@@ -39,8 +40,14 @@ def decode_chart(runs: Sequence[dict], path: str | Path, *, title: str = "decode
     for j, c in enumerate(levels):
         xs, ys, lo, hi = [], [], [], []
         for i, run in enumerate(runs):
-            fig_c = next((lv["decode_tok_s"] for lv in run["levels"]
-                          if lv["concurrency"] == c and lv.get("decode_tok_s")), None)
+            fig_c = next(
+                (
+                    lv["decode_tok_s"]
+                    for lv in run["levels"]
+                    if lv["concurrency"] == c and lv.get("decode_tok_s")
+                ),
+                None,
+            )
             if not fig_c:
                 continue
             x = i + (j - (len(levels) - 1) / 2) * width
@@ -52,13 +59,16 @@ def decode_chart(runs: Sequence[dict], path: str | Path, *, title: str = "decode
             hi.append(ci[1] - med)
             vals = fig_c.get("values") or []
             ax.scatter([x] * len(vals), vals, s=8, alpha=0.35, color=f"C{j}", zorder=2)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, color=f"C{j}", label=f"concurrency {c}", zorder=3)
+        ax.errorbar(
+            xs, ys, yerr=[lo, hi], fmt="o", capsize=4, color=f"C{j}", label=f"concurrency {c}", zorder=3
+        )
         for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
             change = f" ({y / ys[0] - 1:+.1%})" if k and ys[0] else ""
             ax.annotate(f"{y:.1f}{change}", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xticks(range(len(runs)), [r["label"] for r in runs], fontsize=8)
     ax.set_xlim(-0.6, len(runs) - 0.4)
-    ax.set_ylim(bottom=0)  # an honest bar: ratios read off the chart are the ratios measured
+    # an honest bar: ratios read off the chart are the ratios measured
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("tok/s (median, 95% CI)")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
@@ -85,22 +95,51 @@ def sweep_chart(runs: Sequence[dict], path: str | Path, *, title: str = "sweep")
             continue
         kind = pts[0]["kind"]
         colour, label = f"C{i}", run["label"]
-        left.plot([p["total_tok_s"] for p in pts], [p["per_stream_tok_s"] for p in pts], "o-", color=colour,
-                  label=label)
+        left.plot(
+            [p["total_tok_s"] for p in pts],
+            [p["per_stream_tok_s"] for p in pts],
+            "o-",
+            color=colour,
+            label=label,
+        )
         for p in pts:
-            left.annotate(f"{p['load']:g}", (p["total_tok_s"], p["per_stream_tok_s"]), textcoords="offset points",
-                          xytext=(4, 4), fontsize=7, color=colour)
+            left.annotate(
+                f"{p['load']:g}",
+                (p["total_tok_s"], p["per_stream_tok_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=colour,
+            )
         knee = run.get("knee")
         if knee:
             at = next((p for p in pts if p["load"] == knee["load"]), None)
             if at:
-                left.scatter([at["total_tok_s"]], [at["per_stream_tok_s"]], s=160, facecolors="none",
-                             edgecolors=colour, linewidths=1.5, zorder=4)
+                left.scatter(
+                    [at["total_tok_s"]],
+                    [at["per_stream_tok_s"]],
+                    s=160,
+                    facecolors="none",
+                    edgecolors=colour,
+                    linewidths=1.5,
+                    zorder=4,
+                )
         lat = [p for p in pts if p.get("tpot_p50_ms")]
-        right.plot([p["load"] for p in lat], [p["tpot_p50_ms"] for p in lat], "o-", color=colour,
-                   label=f"{label} p50")
-        right.plot([p["load"] for p in lat], [p["tpot_p99_ms"] for p in lat], "s--", color=colour, alpha=0.6,
-                   label=f"{label} p99")
+        right.plot(
+            [p["load"] for p in lat],
+            [p["tpot_p50_ms"] for p in lat],
+            "o-",
+            color=colour,
+            label=f"{label} p50",
+        )
+        right.plot(
+            [p["load"] for p in lat],
+            [p["tpot_p99_ms"] for p in lat],
+            "s--",
+            color=colour,
+            alpha=0.6,
+            label=f"{label} p99",
+        )
     left.set_xlabel("total output tok/s")
     left.set_ylabel("per-stream decode tok/s (median)")
     left.set_xlim(left=0)
@@ -121,8 +160,8 @@ def sweep_chart(runs: Sequence[dict], path: str | Path, *, title: str = "sweep")
 
 
 def max_rate_chart(data: dict, path: str | Path) -> Path:
-    """A max-rate search: goodput share per probed rate (target line, each probe numbered in search order, met in
-    green, missed in red, the answer ringed) and TTFT / TPOT p99 per rate against their SLOs.
+    """A max-rate search: goodput share per probed rate (target line, each probe numbered in search order, met
+    in green, missed in red, the answer ringed) and TTFT / TPOT p99 per rate against their SLOs.
 
     data: {"title", "search": sglops.bench.max_rate.Search.to_json(), "levels": [bench.json levels]}
     """
@@ -133,10 +172,14 @@ def max_rate_chart(data: dict, path: str | Path) -> Path:
     for p in search["probes"]:
         share = p["goodput_share"] if p["goodput_share"] is not None else 0.0
         left.scatter([p["rate"]], [share], color="tab:green" if p["met"] else "tab:red", zorder=3)
-        left.annotate(str(p["order"]), (p["rate"], share), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        left.annotate(
+            str(p["order"]), (p["rate"], share), textcoords="offset points", xytext=(4, 4), fontsize=8
+        )
     if search.get("answer_req_s"):
         ans = next(p for p in search["probes"] if p["rate"] == search["answer_req_s"])
-        left.scatter([ans["rate"]], [ans["goodput_share"]], s=200, facecolors="none", edgecolors="black", zorder=4)
+        left.scatter(
+            [ans["rate"]], [ans["goodput_share"]], s=200, facecolors="none", edgecolors="black", zorder=4
+        )
     left.axhline(search["target"], color="grey", linestyle="--", label=f"target {search['target']:.0%}")
     left.set_xscale("log")
     left.set_ylim(-0.05, 1.05)
@@ -150,10 +193,12 @@ def max_rate_chart(data: dict, path: str | Path) -> Path:
         ys = [(levels[r].get(key) or {}).get("p99") for r in rates]
         pts = [(r, y) for r, y in zip(rates, ys, strict=True) if y is not None]
         if pts:
-            line, = right.plot(*zip(*pts, strict=True), style, label=f"{key[:4].upper()} p99")
+            (line,) = right.plot(*zip(*pts, strict=True), style, label=f"{key[:4].upper()} p99")
             limit = (search.get("slo_ms") or {}).get(key)
             if limit:
-                right.axhline(limit, color=line.get_color(), linestyle="--", alpha=0.6, label=f"SLO {limit:g} ms")
+                right.axhline(
+                    limit, color=line.get_color(), linestyle="--", alpha=0.6, label=f"SLO {limit:g} ms"
+                )
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xlabel("request rate (req/s, log)")
@@ -169,11 +214,11 @@ def max_rate_chart(data: dict, path: str | Path) -> Path:
 
 def pareto_chart(data: dict, path: str | Path) -> Path:
     """Every configuration x load level: tokens/s per user (x) against tokens/s per GPU (y), one colour per
-    configuration, each point labelled with its load, the frontier drawn through its points and its configurations
-    named in the legend (sglops.bench.pareto).
+    configuration, each point labelled with its load, the frontier drawn through its points and its
+    configurations named in the legend (sglops.bench.pareto).
 
-    data: {"title", "pareto": {"points": [{config, load, per_user_tok_s, per_gpu_tok_s, on_frontier, gpus_from}],
-    "frontier": [...], "configs": [...]}}
+    data: {"title", "pareto": {"points": [{config, load, per_user_tok_s, per_gpu_tok_s, on_frontier,
+    gpus_from}], "frontier": [...], "configs": [...]}}
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,15 +228,34 @@ def pareto_chart(data: dict, path: str | Path) -> Path:
     for i, config in enumerate(configs):
         mine = [p for p in par["points"] if p["config"] == config]
         on = " (on the frontier)" if config in par["configs"] else ""
-        ax.scatter([p["per_user_tok_s"] for p in mine], [p["per_gpu_tok_s"] for p in mine], color=f"C{i % 10}",
-                   label=f"{config}{on}"[:70], zorder=3)
+        ax.scatter(
+            [p["per_user_tok_s"] for p in mine],
+            [p["per_gpu_tok_s"] for p in mine],
+            color=f"C{i % 10}",
+            label=f"{config}{on}"[:70],
+            zorder=3,
+        )
         for p in mine:
-            ax.annotate(p["load"], (p["per_user_tok_s"], p["per_gpu_tok_s"]), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7, color=f"C{i % 10}")
+            ax.annotate(
+                p["load"],
+                (p["per_user_tok_s"], p["per_gpu_tok_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=f"C{i % 10}",
+            )
     front = par["frontier"]
     if front:
-        ax.step([p["per_user_tok_s"] for p in front], [p["per_gpu_tok_s"] for p in front], where="post", color="black",
-                linewidth=1.2, alpha=0.7, label="Pareto frontier", zorder=2)
+        ax.step(
+            [p["per_user_tok_s"] for p in front],
+            [p["per_gpu_tok_s"] for p in front],
+            where="post",
+            color="black",
+            linewidth=1.2,
+            alpha=0.7,
+            label="Pareto frontier",
+            zorder=2,
+        )
     per = sorted({p["gpus_from"] for p in par["points"]})
     ax.set_xlabel("tokens/s per user (median request's decode rate)")
     ax.set_ylabel("tokens/s per GPU (output tok/s / GPUs)")
@@ -205,8 +269,8 @@ def pareto_chart(data: dict, path: str | Path) -> Path:
 
 
 def telemetry_chart(data: dict, path: str | Path) -> Path:
-    """GPU telemetry over a run: SM clock, utilisation and power per GPU against time, each level's measuring window
-    shaded and named; a stand-in's figures say so in the title.
+    """GPU telemetry over a run: SM clock, utilisation and power per GPU against time, each level's measuring
+    window shaded and named; a stand-in's figures say so in the title.
 
     data: {"title", "standin", "series": {"t0", "gpus": {index: {"t", "sm", "util", "power"}}},
     "windows": [(level name, start unix s, end unix s)]}
@@ -215,8 +279,9 @@ def telemetry_chart(data: dict, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     series = data["series"]
     fig, axes = plt.subplots(3, 1, figsize=(9, 6.5), dpi=110, sharex=True)
-    for ax, key, label in zip(axes, ("sm", "util", "power"), ("SM clock MHz", "utilisation %", "power W"),
-                              strict=True):
+    for ax, key, label in zip(
+        axes, ("sm", "util", "power"), ("SM clock MHz", "utilisation %", "power W"), strict=True
+    ):
         for idx, s in sorted(series["gpus"].items(), key=lambda kv: int(kv[0])):
             pts = [(t, y) for t, y in zip(s["t"], s[key], strict=True) if y is not None]
             if pts:
@@ -224,8 +289,9 @@ def telemetry_chart(data: dict, path: str | Path) -> Path:
         for k, (name, a, b) in enumerate(data.get("windows") or []):
             ax.axvspan(a - series["t0"], b - series["t0"], color=f"C{k % 10}", alpha=0.08)
             if key == "sm":
-                ax.annotate(name, (a - series["t0"], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
-                            va="top")
+                ax.annotate(
+                    name, (a - series["t0"], 1.0), xycoords=("data", "axes fraction"), fontsize=7, va="top"
+                )
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("seconds from the first sample")
@@ -237,4 +303,3 @@ def telemetry_chart(data: dict, path: str | Path) -> Path:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)
-

@@ -1,4 +1,5 @@
-"""`inv duel`: the normalisation table, both sides' figures, the limits the servers reported, the verdict line."""
+"""`inv duel`: the normalisation table, both sides' figures,
+the limits the servers reported, the verdict line."""
 
 from __future__ import annotations
 
@@ -20,12 +21,26 @@ def duel_view(r: DuelResult) -> RenderableType:
     if r.dry_run:
         return Group(*parts, Text("\n".join(f"would {p}" for p in r.plan)))
     sides = Table(title="sides")
-    for col in ("engine", "version", "healthy after s", "decode tok/s", "TTFT ms", "TPOT ms", "confirmed args"):
+    for col in (
+        "engine",
+        "version",
+        "healthy after s",
+        "decode tok/s",
+        "TTFT ms",
+        "TPOT ms",
+        "confirmed args",
+    ):
         sides.add_column(col)
     for s in r.sides:
-        sides.add_row(s["engine"], str(s["version"]), f"{s['healthy_after_s'] or 0:.1f}",
-                      f"{s['decode_tok_s']['median']:.1f}", f"{s['ttft_ms']['median']:.1f}",
-                      f"{s['tpot_ms']['median']:.2f}", str(s["confirmed"]))
+        sides.add_row(
+            s["engine"],
+            str(s["version"]),
+            f"{s['healthy_after_s'] or 0:.1f}",
+            f"{s['decode_tok_s']['median']:.1f}",
+            f"{s['ttft_ms']['median']:.1f}",
+            f"{s['tpot_ms']['median']:.2f}",
+            str(s["confirmed"]),
+        )
     eff = Table(title="limits as each server reported them")
     for col in ("knob", r.engines[0], r.engines[1], "same"):
         eff.add_column(col)

@@ -78,6 +78,7 @@ def _undrawn(of: Any, *_: Any) -> Any:
 
 def _text(path: Path, text: str) -> Path:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(redact.text(text))  # a report page is an artifact too: no secret in it
+    # a report page is an artifact too: no secret in it
+    tmp.write_text(redact.text(text))
     os.replace(tmp, path)
     return path

@@ -1,9 +1,10 @@
 """`inv report RUN --html`: the run's report as one self-contained HTML page a browser opens with no network.
 
-The page is the markdown report (sglops/views/report.py: the same sections for a bench, compare, ab, sweep, play,
-profile or failed start) rendered to HTML, with:
+The page is the markdown report (sglops/views/report.py: the same sections for a bench, compare, ab, sweep,
+play, profile or failed start) rendered to HTML, with:
 - the run's identity on top (host, SGLang release, GPUs, patches, profile, operator, when);
-- every chart inline as SVG (the one sglops/views/charts.py saves beside each PNG; an older run's PNG as a data URI);
+- every chart inline as SVG (the one sglops/views/charts.py
+  saves beside each PNG; an older run's PNG as a data URI);
 - every table row a stand-in figure touches marked (class `standin` and a STAND-IN badge): rows that say so,
   rows naming a stand-in run or play step, and every row under a stand-in run's own heading;
 - links to the run's traces (gzipped Chrome JSON, which ui.perfetto.dev and chrome://tracing open);
@@ -60,24 +61,37 @@ def _standin_runs(folder: Path, record: dict) -> tuple[set[str], set[str]]:
     steps = set()
     for step in record.get("steps") if isinstance(record.get("steps"), list) else []:
         sid = str(step.get("id")) if isinstance(step, dict) else ""
-        own = f"{folder.name}-{sid}"  # the step's own run, and its rounds or candidates (own-RUN-...)
+        # the step's own run, and its rounds or candidates (own-RUN-...)
+        own = f"{folder.name}-{sid}"
         res = step.get("result") if isinstance(step, dict) else None
-        if any(r == own or r.startswith(own + "-") for r in runs) or isinstance(res, dict) and (
-                standin(res) or any(isinstance(r, dict) and r.get("standin") for r in res.get("runs") or [])):
-            steps.add(sid)  # a step whose figures came from the stand-in (its runs, or a comparison of them)
+        if (
+            any(r == own or r.startswith(own + "-") for r in runs)
+            or isinstance(res, dict)
+            and (standin(res) or any(isinstance(r, dict) and r.get("standin") for r in res.get("runs") or []))
+        ):
+            # a step whose figures came from the stand-in (its runs, or a comparison of them)
+            steps.add(sid)
     return runs, steps
 
 
 def _record(folder: Path) -> tuple[str, dict]:
-    for name in ("ab.json", "sweep.json", "play.json", "bench.json", "comparison.json", "profile.json",
-                 "restart.json"):
+    for name in (
+        "ab.json",
+        "sweep.json",
+        "play.json",
+        "bench.json",
+        "comparison.json",
+        "profile.json",
+        "restart.json",
+    ):
         if (folder / name).is_file():
             return name[:-5], artifacts.read_json(folder / name)
     return "run", {}
 
 
 def _first(folder: Path, key: str) -> Any:
-    """key from the run's manifest, else from the first of its sub-runs' that has it (a play's, ab's rounds')."""
+    """key from the run's manifest, else from the first of
+    its sub-runs' that has it (a play's, ab's rounds')."""
     for sub in [folder, *sorted(folder.parent.glob(f"{folder.name}-*"))]:
         path = sub / "manifest.json"
         value = artifacts.read_json(path).get(key) if path.is_file() else None
@@ -86,9 +100,12 @@ def _first(folder: Path, key: str) -> Any:
     return None
 
 
-def _identity(folder: Path, kind: str, doc: dict, manifest: dict, standin_runs: set[str]) -> list[tuple[str, str]]:
+def _identity(
+    folder: Path, kind: str, doc: dict, manifest: dict, standin_runs: set[str]
+) -> list[tuple[str, str]]:
     """The rows of the identity table: what ran where, on which release, with which patches and profile."""
-    if kind == "comparison":  # the compared runs' identity (the comparison has none of its own)
+    # the compared runs' identity (the comparison has none of its own)
+    if kind == "comparison":
         return _compared(doc, standin_runs)
     facts = doc.get("facts") or _first(folder, "facts") or {}
     sgl = facts.get("sglang") or _first(folder, "sglang") or {}
@@ -98,7 +115,8 @@ def _identity(folder: Path, kind: str, doc: dict, manifest: dict, standin_runs: 
     gpu = f"{len(gpus)}x {gpus[0].get('name')}" if gpus else "-"
     if gpus and (facts.get("nvidia_smi") or {}).get("standin"):
         gpu += " (as a STAND-IN nvidia-smi reports them: no real GPU)"
-    if isinstance(doc.get("a"), dict) and isinstance(doc.get("b"), dict):  # ab: each side's own
+    # ab: each side's own
+    if isinstance(doc.get("a"), dict) and isinstance(doc.get("b"), dict):
         patch_names = [f"{s}: {'+'.join(doc[s.lower()].get('patches') or []) or 'none'}" for s in ("A", "B")]
     elif kind == "sweep":
         patch_names = [f"{p} (per candidate)" for p in doc.get("managed") or doc.get("managed_patches") or []]
@@ -112,13 +130,15 @@ def _identity(folder: Path, kind: str, doc: dict, manifest: dict, standin_runs: 
     if kind == "sweep" and isinstance(doc.get("base"), dict):
         profiles.append(str(doc["base"].get("profile")))
     profiles = [p for p in dict.fromkeys(profiles) if p and p != "None"]
-    rows = [("run", f"{folder.name} ({manifest.get('task') or kind})"),
-            ("host", str(manifest.get("host") or doc.get("host") or "-")),
-            ("SGLang", version + (f" (commit {commit})" if commit else "")),
-            ("GPUs", gpu),
-            ("patches", ", ".join(patch_names) or "none"),
-            ("profile", ", ".join(profiles) or "-"),
-            ("operator, started", f"{manifest.get('operator') or '-'}, {manifest.get('started') or '-'}")]
+    rows = [
+        ("run", f"{folder.name} ({manifest.get('task') or kind})"),
+        ("host", str(manifest.get("host") or doc.get("host") or "-")),
+        ("SGLang", version + (f" (commit {commit})" if commit else "")),
+        ("GPUs", gpu),
+        ("patches", ", ".join(patch_names) or "none"),
+        ("profile", ", ".join(profiles) or "-"),
+        ("operator, started", f"{manifest.get('operator') or '-'}, {manifest.get('started') or '-'}"),
+    ]
     if standin_runs:
         rows.append(("stand-in", f"{len(standin_runs)} run(s) here: {STANDIN_NOTE}"))
     return rows
@@ -134,27 +154,40 @@ def _compared(doc: dict, standin_runs: set[str]) -> list[tuple[str, str]]:
             rows.append((str(r.get("run_id")), "record not found"))
             continue
         kind, sub = _record(folder)
-        manifest = artifacts.read_json(folder / "manifest.json") if (folder / "manifest.json").is_file() else {}
+        manifest = (
+            artifacts.read_json(folder / "manifest.json") if (folder / "manifest.json").is_file() else {}
+        )
         own = dict(_identity(folder, kind, sub, manifest, set()))
-        rows.append((folder.name, f"{own['host']}, SGLang {own['SGLang']}, patches {own['patches']}, "
-                                  f"profile {own['profile']}" + (" (STAND-IN)" if folder.name in standin_runs else "")))
-    return [("run", "a comparison"), *rows] + ([("stand-in", f"{len(standin_runs)} run(s) here: {STANDIN_NOTE}")]
-                                               if standin_runs else [])
+        rows.append(
+            (
+                folder.name,
+                f"{own['host']}, SGLang {own['SGLang']}, patches {own['patches']}, profile {own['profile']}"
+                + (" (STAND-IN)" if folder.name in standin_runs else ""),
+            )
+        )
+    return [("run", "a comparison"), *rows] + (
+        [("stand-in", f"{len(standin_runs)} run(s) here: {STANDIN_NOTE}")] if standin_runs else []
+    )
 
 
 def _inline_svg(svg: str, n: int) -> str:
-    """An SVG file's markup for inlining: no XML prolog, its ids prefixed so that two charts never share one."""
+    """An SVG file's markup for inlining: no XML prolog,
+    its ids prefixed so that two charts never share one."""
     svg = re.sub(r"^\s*<\?xml[^>]*>\s*(<!DOCTYPE[^>]*>)?\s*", "", svg)
     ids = set(re.findall(r'\bid="([^"]+)"', svg))
     if ids:
         svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="c{n}-{m.group(1)}"', svg)
-        svg = re.sub(r'(href="#|url\(#)([^")]+)', lambda m: f"{m.group(1)}c{n}-{m.group(2)}"
-                     if m.group(2) in ids else m.group(0), svg)
+        svg = re.sub(
+            r'(href="#|url\(#)([^")]+)',
+            lambda m: f"{m.group(1)}c{n}-{m.group(2)}" if m.group(2) in ids else m.group(0),
+            svg,
+        )
     return svg
 
 
 def _figures(body: str, folder: Path, note: str) -> str:
-    """Every <img> of the markdown as an inline SVG figure (else the PNG as a data URI, else a visible gap)."""
+    """Every <img> of the markdown as an inline SVG figure
+    (else the PNG as a data URI, else a visible gap)."""
     count = iter(range(1, 10_000))
 
     def figure(m: re.Match) -> str:
@@ -164,8 +197,10 @@ def _figures(body: str, folder: Path, note: str) -> str:
         if svg.is_file():
             inner = _inline_svg(svg.read_text(), next(count))
         elif path.is_file() and path.suffix == ".png":
-            inner = (f'<img alt="{html.escape(alt)}" src="data:image/png;base64,'
-                     f'{base64.b64encode(path.read_bytes()).decode()}">')
+            inner = (
+                f'<img alt="{html.escape(alt)}" src="data:image/png;base64,'
+                f'{base64.b64encode(path.read_bytes()).decode()}">'
+            )
         else:
             return f'<p class="missing">chart {html.escape(src)} not found</p>'
         caption = html.escape(alt) + (f" ({html.escape(note)})" if note else "")
@@ -176,7 +211,9 @@ def _figures(body: str, folder: Path, note: str) -> str:
 
 def _details(body: str) -> str:
     """The report's <details> blocks (written as raw HTML lines in the markdown) back as elements."""
-    body = re.sub(r"<p>&lt;details&gt;&lt;summary&gt;(.*?)&lt;/summary&gt;</p>", r"<details><summary>\1</summary>", body)
+    body = re.sub(
+        r"<p>&lt;details&gt;&lt;summary&gt;(.*?)&lt;/summary&gt;</p>", r"<details><summary>\1</summary>", body
+    )
     return body.replace("<p>&lt;/details&gt;</p>", "</details>")
 
 
@@ -201,27 +238,49 @@ def _mark_rows(body: str, runs: set[str], steps: set[str], whole: bool) -> str:
             return tok
         cells = [text_of(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", tok, re.S)]
         row = " ".join(cells)
-        touched = (whole or "stand-in" in row.lower() or section in steps or section in runs
-                   or any(r in row for r in runs) or bool(cells and cells[0] in steps))
+        touched = (
+            whole
+            or "stand-in" in row.lower()
+            or section in steps
+            or section in runs
+            or any(r in row for r in runs)
+            or bool(cells and cells[0] in steps)
+        )
         if not touched:
             return tok
-        return re.sub(r"^<tr>\s*<td([^>]*)>", r'<tr class="standin"><td\1><span class="badge">STAND-IN</span>',
-                      tok, count=1)
+        return re.sub(
+            r"^<tr>\s*<td([^>]*)>",
+            r'<tr class="standin"><td\1><span class="badge">STAND-IN</span>',
+            tok,
+            count=1,
+        )
 
     return re.sub(r"<h[1-4][^>]*>.*?</h[1-4]>|</?tbody>|<tr>.*?</tr>", visit, body, flags=re.S)
 
 
 def _traces(folder: Path, out_dir: Path) -> list[str]:
     """Links to the run's trace files (its own and its sub-runs'), relative to the page."""
-    found = [p for sub in [folder, *sorted(folder.parent.glob(f"{folder.name}-*"))]
-             for p in sorted(sub.rglob("*.trace.json*")) if p.is_file()]
+    found = [
+        p
+        for sub in [folder, *sorted(folder.parent.glob(f"{folder.name}-*"))]
+        for p in sorted(sub.rglob("*.trace.json*"))
+        if p.is_file()
+    ]
     if not found:
         return []
-    items = "".join(f'<li><a href="{html.escape(os.path.relpath(p, out_dir))}">{html.escape(p.name)}</a> '
-                    f"({p.stat().st_size / 1024:.0f} KiB, {html.escape(p.parent.parent.name)})</li>" for p in found)
-    return ["<h2>Traces</h2>", "<p>Chrome JSON traces (gzipped): open one in Perfetto (ui.perfetto.dev, "
-            "&ldquo;Open trace file&rdquo;) or chrome://tracing; <code>inv analyze-trace FILE</code> reads them too."
-            f"</p><ul>{items}</ul>"]
+    items = "".join(
+        f'<li><a href="{html.escape(os.path.relpath(p, out_dir))}">{html.escape(p.name)}</a> '
+        f"({p.stat().st_size / 1024:.0f} KiB, {html.escape(p.parent.parent.name)})</li>"
+        for p in found
+    )
+    return [
+        "<h2>Traces</h2>",
+        (
+            "<p>Chrome JSON traces (gzipped): open one in Perfetto (ui.perfetto.dev, &ldquo;Open trace"
+            " file&rdquo;) or chrome://tracing; <code>inv analyze-trace FILE</code> reads them"
+            f" too.</p><ul>{items}</ul>"
+        ),
+    ]
 
 
 def render_html(folder: Path, out_dir: Path | None = None) -> str:
@@ -235,18 +294,30 @@ def render_html(folder: Path, out_dir: Path | None = None) -> str:
     body = _details(md.render(render(folder, folder.resolve())))
     body = _mark_rows(body, runs, steps, whole)
     body = _figures(body, folder, "figures SET BY THE STAND-IN" if runs else "")
-    ident = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-                    for k, v in _identity(folder, kind, doc, manifest, runs))
-    note = f'<p class="note"><span class="badge">STAND-IN</span>{html.escape(STANDIN_NOTE)}: every row such a ' \
-           "figure touches is marked like this one.</p>" if runs else ""
+    ident = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+        for k, v in _identity(folder, kind, doc, manifest, runs)
+    )
+    note = (
+        f'<p class="note"><span class="badge">STAND-IN</span>{html.escape(STANDIN_NOTE)}: every row such a '
+        "figure touches is marked like this one.</p>"
+        if runs
+        else ""
+    )
     title = f"sglops report {folder.name}"
-    page = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
-            f'<table class="identity"><tbody>{ident}</tbody></table>', note, body, *_traces(folder, out_dir),
-            f'<p style="color:#57606a;font-size:12px">written by sglops from {html.escape(str(folder))}</p>',
-            "</body></html>"]
+    page = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f'<table class="identity"><tbody>{ident}</tbody></table>',
+        note,
+        body,
+        *_traces(folder, out_dir),
+        f'<p style="color:#57606a;font-size:12px">written by sglops from {html.escape(str(folder))}</p>',
+        "</body></html>",
+    ]
     return redact.text("\n".join(page))
 
 
@@ -259,4 +330,3 @@ def write_html(run: str, output: str | None = None) -> Path:
     tmp.write_text(render_html(folder, target.parent))
     os.replace(tmp, target)
     return target
-

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
 
 
 def build_table(kb: KernelBuild) -> Table:
-    """`inv build-kernel`: arch, content hash, install path, each stage's exit and time, the commands of a dry run."""
-    t = Table(title=f"build-kernel {kb.kernel}: {kb.host} ({kb.status})", show_header=False,
-              title_justify="left")
+    """`inv build-kernel`: arch, content hash, install path,
+    each stage's exit and time, the commands of a dry run."""
+    t = Table(
+        title=f"build-kernel {kb.kernel}: {kb.host} ({kb.status})", show_header=False, title_justify="left"
+    )
     t.add_column(style="bold")
     t.add_column()
     a = kb.answer
@@ -48,8 +50,11 @@ def action_table(ka: KernelAction) -> Table:
         for r in a["installed"]:
             t.add_row(r["name"], r["arch"], r["hash"][:12], r["installed_at"], r["target_dir"])
         return t
-    t = Table(title=f"uninstall-kernel {a['name']}: {ka.host} ({a['status']})", show_header=False,
-              title_justify="left")
+    t = Table(
+        title=f"uninstall-kernel {a['name']}: {ka.host} ({a['status']})",
+        show_header=False,
+        title_justify="left",
+    )
     t.add_column(style="bold")
     t.add_column()
     for key in ("install_path", "version_dir", "build_dir", "arch", "hash", "installed_at"):

@@ -1,5 +1,5 @@
-"""The one live display of a task, fed by its operation's events (`ctx.event`): a progress board for benches, a
-line per host for restarts, notes for ab's rounds, the log lines of `logs --follow`."""
+"""The one live display of a task, fed by its operation's events (`ctx.event`): a progress board for benches,
+a line per host for restarts, notes for ab's rounds, the log lines of `logs --follow`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def display(kind: Live | None, json: bool, hosts: int = 1) -> Iterator[Callable[
     """Yields watch(host): a context manager whose value is that host's event sink (or None: no display).
     rich drives one live display at a time: the bench board and the restart lines share one among hosts; a
     profile's own display is drawn for one host only."""
-    if kind is Live.BENCH:  # stderr, also under --json
+    # stderr, also under --json
+    if kind is Live.BENCH:
         yield _bench
     elif kind is Live.RESTART and not json:
         from sglops.views.launch import progress_view
@@ -53,24 +54,38 @@ def _bench(host: str) -> Iterator[Sink]:
 
 @contextmanager
 def _profile(host: str) -> Iterator[Sink]:
-    """A status line while the host profiles and waits for its traces, then a bar over the download's bytes."""
+    """A status line while the host profiles and waits for
+    its traces, then a bar over the download's bytes."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from sglops.core.console import err_console
 
-    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
-                        TransferSpeedColumn(), console=err_console, transient=True)
+    progress = Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err_console,
+        transient=True,
+    )
     task = progress.add_task(f"{host}: profiling", total=None)
 
     def update(ev: dict) -> None:
         if ev.get("phase") == "profiling":
             progress.update(task, description=f"{host}: profiling {ev.get('steps')} steps")
         elif ev.get("phase") == "waiting":
-            progress.update(task, description=f"{host}: waiting for trace files ({ev.get('complete')}/"
-                            f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)")
+            progress.update(
+                task,
+                description=f"{host}: waiting for trace files ({ev.get('complete')}/"
+                f"{ev.get('expected') or '?'} complete, {ev.get('bytes', 0) / 1e6:.1f} MB)",
+            )
         elif ev.get("phase") == "downloading":
-            progress.update(task, description=f"download {ev['files']} trace file(s)", total=ev["bytes_total"],
-                            completed=ev["bytes_done"])
+            progress.update(
+                task,
+                description=f"download {ev['files']} trace file(s)",
+                total=ev["bytes_total"],
+                completed=ev["bytes_done"],
+            )
 
     with progress:
         yield update

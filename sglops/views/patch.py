@@ -1,7 +1,7 @@
 """Views of patch results: one apply/revert (with its diff on a dry run), the patch list of a host, a capture.
 
-PatchResult, PatchList (sglops.patch.apply) and Capture (sglops.patch.capture) keep data and JSON; tasks and plays print them through
-sglops.views.show.
+PatchResult, PatchList (sglops.patch.apply) and Capture (sglops.patch.capture) keep data and JSON; tasks and
+plays print them through sglops.views.show.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 def patch_table(res: PatchResult) -> RenderableType:
-    """`inv apply-patch` / revert-patch: the action, variant, files, notes, recovery and the diff on a dry run."""
+    """`inv apply-patch` / revert-patch: the action, variant,
+    files, notes, recovery and the diff on a dry run."""
     t = Table(title=f"{res.patch} on {res.host}: {res.action}", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
@@ -41,11 +42,20 @@ def patch_table(res: PatchResult) -> RenderableType:
 
 def patch_list_table(pl: PatchList) -> Table:
     """`inv patches`: each patch's status on the host, with any cut-short transaction in the caption."""
-    colors = {"gone": "red", "applied": "green", "applicable": "cyan", "available": "yellow", "drifted": "red",
-              "conflicting": "red"}
-    t = Table(title=f"patches on {pl.host} (sglang {pl.sglang})", title_justify="left",
-              caption=_caption(pl),
-              caption_justify="left")
+    colors = {
+        "gone": "red",
+        "applied": "green",
+        "applicable": "cyan",
+        "available": "yellow",
+        "drifted": "red",
+        "conflicting": "red",
+    }
+    t = Table(
+        title=f"patches on {pl.host} (sglang {pl.sglang})",
+        title_justify="left",
+        caption=_caption(pl),
+        caption_justify="left",
+    )
     for c in ("patch", "status", "variant", "detail"):
         t.add_column(c)
     for r in pl.rows:
@@ -54,7 +64,8 @@ def patch_list_table(pl: PatchList) -> Table:
 
 
 def _caption(pl: PatchList) -> Text | None:
-    """A transaction cut short, and an ab in progress or cut short (its journal on the host), one line each."""
+    """A transaction cut short, and an ab in progress or
+    cut short (its journal on the host), one line each."""
     from sglops.experiment.ab_journal import state_line
 
     lines = [recovery_note(pl.recovery_needed)] if pl.recovery_needed else []
@@ -65,8 +76,11 @@ def _caption(pl: PatchList) -> Text | None:
 
 def capture_view(cap: Capture) -> Group:
     """`inv capture-patch`: the files captured, what was written (nothing on a dry run) and the diff."""
-    t = Table(title=f"capture {cap.patch}/{cap.variant} from {cap.host} (vs {cap.against})",
-              show_header=False, title_justify="left")
+    t = Table(
+        title=f"capture {cap.patch}/{cap.variant} from {cap.host} (vs {cap.against})",
+        show_header=False,
+        title_justify="left",
+    )
     t.add_column(style="bold")
     t.add_column()
     t.add_row("files", "\n".join(cap.files))

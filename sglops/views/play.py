@@ -31,6 +31,11 @@ def play_table(pr: PlayResult) -> Table:
         t.add_column(col)
     style = {"ok": "green", "failed": "bold red", "skipped": "dim", "reused": "cyan"}
     for s in pr.steps:
-        t.add_row(s.id, s.do, Text(s.status, style=style[s.status]), f"{s.seconds:.1f}s" if s.seconds else "",
-                  s.error or s.summary)
+        t.add_row(
+            s.id,
+            s.do,
+            Text(s.status, style=style[s.status]),
+            f"{s.seconds:.1f}s" if s.seconds else "",
+            s.error or s.summary,
+        )
     return t

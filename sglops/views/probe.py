@@ -1,10 +1,11 @@
-"""Views of what is on a host: the facts table, and a probe-backends report: backend table, server arguments and FlashInfer, other probes, hits.
+"""Views of what is on a host: the facts table, and a probe-backends
+report: backend table, server arguments and FlashInfer, other probes, hits.
 
 ProbeReport (sglops.probe.report) keeps the facts, the verdicts and JSON; the task prints it through
-sglops.views.show (`show(report, show_hits=True)` adds every hit). By default the backend table is compact (one
-short row per backend, readable at 80 columns); `wide=True` gives each backend a block with every file:line
-(sglops.views.probe_wide). A file:line reference is always one word of a wrapped line, never a table cell's
-fold, so it is never split.
+sglops.views.show (`show(report, show_hits=True)` adds every hit). By default the backend table is compact
+(one short row per backend, readable at 80 columns); `wide=True` gives each backend a block with every
+file:line (sglops.views.probe_wide). A file:line reference is always one word of a wrapped line, never a table
+cell's fold, so it is never split.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ if TYPE_CHECKING:
 
 
 def probe_view(rep: ProbeReport, show_hits: bool = False, wide: bool = False) -> Group:
-    """`inv probe-backends`: the backend table, server arguments and FlashInfer, other probes, flags; hits on demand.
+    """`inv probe-backends`: the backend table, server arguments
+    and FlashInfer, other probes, flags; hits on demand.
 
-    wide (and show_hits, which lists everything): every backend's file:line evidence, a block each, instead of the
-    compact table."""
+    wide (and show_hits, which lists everything): every backend's file:line evidence, a block each, instead of
+    the compact table."""
     f = rep.facts
     ver = f"sglang {f['sglang_version'] or '?'}"
     if f.get("sglang_commit"):
@@ -42,28 +44,50 @@ def probe_view(rep: ProbeReport, show_hits: bool = False, wide: bool = False) ->
     for u in rep.unreadable:
         parts.append(Text(f"unreadable: {u['file']}: {u['error']}", style="red"))
     if rep.fallbacks:
-        parts.append(Text(f"ripgrep could not take the regex of {', '.join(rep.fallbacks)}; "
-                          "the stdlib scanner ran those", style="dim"))
+        parts.append(
+            Text(
+                f"ripgrep could not take the regex of {', '.join(rep.fallbacks)}; "
+                "the stdlib scanner ran those",
+                style="dim",
+            )
+        )
     if rep.launch is not None:
         from sglops.probe.launch_text import launch_lines
 
         for i, line in enumerate(launch_lines(rep.launch)):
-            style = "bold" if i == 0 else "bold red" if "REFUSED" in line else "yellow" if "undetermined" in line else ""
+            style = (
+                "bold"
+                if i == 0
+                else "bold red"
+                if "REFUSED" in line
+                else "yellow"
+                if "undetermined" in line
+                else ""
+            )
             parts.append(Text(line, style=style))
     if show_hits:
         parts += hit_lines(rep)
     return Group(*[p for p in parts if p is not None])
 
 
-_LEGEND = Text("FP8: takes FP8 KV natively; cast: casts the whole KV pool; arch: an architecture guard; "
-                "DSA: NSA/DSA code. --wide: the file:line of each; --show-hits: every hit", style="dim")
+_LEGEND = Text(
+    "FP8: takes FP8 KV natively; cast: casts the whole KV pool; arch: an architecture guard; "
+    "DSA: NSA/DSA code. --wide: the file:line of each; --show-hits: every hit",
+    style="dim",
+)
 
 
 def _backend_table(rep: ProbeReport) -> Table:
-    """Per attention backend, one short row: FP8-native, whole-pool cast, arch guard, NSA/DSA, a short verdict."""
+    """Per attention backend, one short row: FP8-native,
+    whole-pool cast, arch guard, NSA/DSA, a short verdict."""
     f = rep.facts
-    t = Table(title="attention backends (srt/layers/attention/*_backend.py)", title_justify="left", box=None,
-              pad_edge=False, header_style="bold")
+    t = Table(
+        title="attention backends (srt/layers/attention/*_backend.py)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+    )
     t.add_column("backend", no_wrap=True)
     for col in ("FP8", "cast", "arch", "DSA"):
         t.add_column(col, no_wrap=True)
@@ -71,13 +95,25 @@ def _backend_table(rep: ProbeReport) -> Table:
     for b in rep.backends:
         if not b.exists or b.unreadable:
             mark = "-" if not b.exists else "?"
-            t.add_row(b.name, mark, mark, mark, mark,
-                      Text("absent" if not b.exists else "unreadable", style="dim" if not b.exists else "red"))
+            t.add_row(
+                b.name,
+                mark,
+                mark,
+                mark,
+                mark,
+                Text("absent" if not b.exists else "unreadable", style="dim" if not b.exists else "red"),
+            )
             continue
         casts = b.has("casts_whole_pool")
         style = "bold red" if casts and not b.has("fp8_native") else ""
-        t.add_row(b.name, _yes(b, "fp8_native"), Text(_yes(b, "casts_whole_pool"), style=style),
-                  _yes(b, "arch_guard", "arch_guard_args"), _yes(b, "nsa_dsa"), Text(short_verdict(b, f), style=style))
+        t.add_row(
+            b.name,
+            _yes(b, "fp8_native"),
+            Text(_yes(b, "casts_whole_pool"), style=style),
+            _yes(b, "arch_guard", "arch_guard_args"),
+            _yes(b, "nsa_dsa"),
+            Text(short_verdict(b, f), style=style),
+        )
     return t
 
 
@@ -92,11 +128,24 @@ def short_verdict(b: Any, facts: dict[str, Any]) -> str:
     """The verdict of BackendRow.verdict in a few words (the long one, with its evidence, is --wide's)."""
     casts, native = b.has("casts_whole_pool"), b.has("fp8_native")
     mode, _evidence = fp8_read_mode(b)
-    text = ("FP8 plan, still casts pool" if native and casts else "casts whole pool" if casts
-            else {"q_quantised": "FP8 KV, q quantised", "dequant_in_smem": "FP8 KV, tiles converted",
-                  "rows_cast": "casts read rows only"}.get(mode)
-            or ("FP8 KV natively" if native else "FP8 paths, mode unknown" if b.has("fp8_paths")
-                else "no FP8 KV handling"))
+    text = (
+        "FP8 plan, still casts pool"
+        if native and casts
+        else "casts whole pool"
+        if casts
+        else {
+            "q_quantised": "FP8 KV, q quantised",
+            "dequant_in_smem": "FP8 KV, tiles converted",
+            "rows_cast": "casts read rows only",
+        }.get(mode)
+        or (
+            "FP8 KV natively"
+            if native
+            else "FP8 paths, mode unknown"
+            if b.has("fp8_paths")
+            else "no FP8 KV handling"
+        )
+    )
     if b.name == "flashinfer_mla" and facts.get(CAST_FLAG):
         text += f"; FlashInfer {facts.get('flashinfer_version')} takes FP8"
     return text
@@ -118,16 +167,24 @@ def _global_table(rep: ProbeReport) -> Table | None:
             t.add_row(r["id"], "-", f"no file matched the probe's globs under {r['root']}")
         else:
             n, files = len(r["hits"]), len({h["file"] for h in r["hits"]})
-            t.add_row(r["id"], f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
-                      hit if n else miss)
+            t.add_row(
+                r["id"],
+                f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
+                hit if n else miss,
+            )
     return t
 
 
 def _summary(rep: ProbeReport) -> Table | None:
     """Server-argument choices and FlashInfer's MLA FP8 capability, from the facts."""
     f = rep.facts
-    s = Table(show_header=False, title="server arguments and FlashInfer", title_justify="left", box=None,
-              pad_edge=False)
+    s = Table(
+        show_header=False,
+        title="server arguments and FlashInfer",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     s.add_column(style="bold")
     s.add_column(overflow="fold")
     if "attention_backends.flag" in f:
@@ -137,15 +194,25 @@ def _summary(rep: ProbeReport) -> Table | None:
         if f"{key}.flag" not in f:
             continue
         flag, vals, dep = f.get(f"{key}.flag"), f.get(key), f.get(f"{key}.deprecated_flags") or []
-        text = f"{flag}: {', '.join(vals or [])}" if flag else f"no NSA/DSA {label} backend option in this release"
+        text = (
+            f"{flag}: {', '.join(vals or [])}"
+            if flag
+            else f"no NSA/DSA {label} backend option in this release"
+        )
         if dep:
             text += f" (deprecated alias {', '.join(dep)})"
         s.add_row(f"NSA/DSA {label}", text)
     if "flashinfer_mla_fp8_repack" in f:
         if f.get("flashinfer_version") or f.get("flashinfer_location"):
-            fp8 = {True: "MLA kernel can take FP8 KV", False: "MLA kernel cannot take FP8 KV",
-                   None: "MLA FP8 capability unknown"}[f.get("flashinfer_mla_fp8")]
-            s.add_row("flashinfer", f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})")
+            fp8 = {
+                True: "MLA kernel can take FP8 KV",
+                False: "MLA kernel cannot take FP8 KV",
+                None: "MLA FP8 capability unknown",
+            }[f.get("flashinfer_mla_fp8")]
+            s.add_row(
+                "flashinfer",
+                f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})",
+            )
         else:
             s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
     return s if s.row_count else None

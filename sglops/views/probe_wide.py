@@ -1,7 +1,7 @@
 """probe-backends with every piece of evidence (`--wide`, `--show-hits`): lines that wrap between words.
 
-A table cell folds a long word wherever the column ends, which split `overrides.py:1210` across two lines; here
-each backend is a block of labelled lines and each hit one line, so a file:line reference is one word and
+A table cell folds a long word wherever the column ends, which split `overrides.py:1210` across two lines;
+here each backend is a block of labelled lines and each hit one line, so a file:line reference is one word and
 wraps whole.
 """
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def backend_blocks(rep: ProbeReport) -> list[Text]:
-    """Per attention backend: its verdict, then FP8-native / whole-pool cast / arch guards / NSA-DSA with file:line."""
+    """Per attention backend: its verdict, then FP8-native /
+    whole-pool cast / arch guards / NSA-DSA with file:line."""
     f = rep.facts
     out = [Text("attention backends (srt/layers/attention/*_backend.py)")]
     for b in rep.backends:
@@ -29,12 +30,20 @@ def backend_blocks(rep: ProbeReport) -> list[Text]:
         casts = b.has("casts_whole_pool")
         style = "bold red" if casts and not b.has("fp8_native") else ""
         out.append(head + Text(": ") + Text(b.verdict(f), style=style))
-        native = "yes " + line_refs(b.hits["fp8_native"]) if b.has("fp8_native") else (
-            "no" if "fp8_native" in b.hits else "not probed")
-        rows = (("FP8-native", native),
-                ("casts whole pool", rep.cell(b, "casts_whole_pool", by_func(b.hits.get("casts_whole_pool", [])))),
-                ("arch guards", rep.arch_cell(b)),
-                ("NSA/DSA", rep.cell(b, "nsa_dsa", "yes " + line_refs(b.hits.get("nsa_dsa", []), 2))))
+        native = (
+            "yes " + line_refs(b.hits["fp8_native"])
+            if b.has("fp8_native")
+            else ("no" if "fp8_native" in b.hits else "not probed")
+        )
+        rows = (
+            ("FP8-native", native),
+            (
+                "casts whole pool",
+                rep.cell(b, "casts_whole_pool", by_func(b.hits.get("casts_whole_pool", []))),
+            ),
+            ("arch guards", rep.arch_cell(b)),
+            ("NSA/DSA", rep.cell(b, "nsa_dsa", "yes " + line_refs(b.hits.get("nsa_dsa", []), 2))),
+        )
         for label, value in rows:
             out.append(Text("  ") + Text(label, style="dim") + Text(f": {value}"))
     return out
@@ -47,8 +56,14 @@ def hit_lines(rep: ProbeReport) -> list[Text]:
         for hit in r.get("hits", []):
             out.append(_hit(f"{hit['file']}:{hit['line']}", r["id"], hit.get("func") or "", hit["text"]))
         for d in r.get("definitions", []):
-            out.append(_hit(f"{d['file']}:{d['line']}", r["id"], d["flag"] + (" (deprecated)" if d["deprecated"]
-                                                                                   else ""), d["text"]))
+            out.append(
+                _hit(
+                    f"{d['file']}:{d['line']}",
+                    r["id"],
+                    d["flag"] + (" (deprecated)" if d["deprecated"] else ""),
+                    d["text"],
+                )
+            )
         if not r.get("hits") and not r.get("definitions"):
             miss = rep.meanings.get(r["id"], ("", "not found"))[1]
             why = "root not found" if r.get("missing_root") else f"{r.get('files', 0)} files scanned"

@@ -179,7 +179,13 @@ def _play() -> None:
 
 # the module (or package) results live in -> the registrar of their views
 _VIEWS: dict[ModuleType, Callable[[], None]] = {
-    sglops.trace: _trace, sglops.launch: _launch, sglops.bench: _bench, sglops.experiment: _experiment,
-    sglops.patch: _patch, sglops.kernel: _kernel, sglops.probe: _probe,
-    play_result: _play, core_result: _play,
+    sglops.trace: _trace,
+    sglops.launch: _launch,
+    sglops.bench: _bench,
+    sglops.experiment: _experiment,
+    sglops.patch: _patch,
+    sglops.kernel: _kernel,
+    sglops.probe: _probe,
+    play_result: _play,
+    core_result: _play,
 }

@@ -1,10 +1,11 @@
-"""The views of an `inv sweep`: the plan of a dry run, else one table row per candidate, the recommendation, the
-candidates ruled out before start with why, the wall-time split and how the host was left; the same as markdown
-for `inv report` (sglops.views.report) and docs/sweep.md.
+"""The views of an `inv sweep`: the plan of a dry run, else one table row per candidate, the recommendation,
+the candidates ruled out before start with why, the wall-time split and how the host was left; the same as
+markdown for `inv report` (sglops.views.report) and docs/sweep.md.
 
-SweepResult (sglops.experiment.sweep_result) keeps data and JSON; tasks and plays print it through sglops.views.show. A
-crash line, a top cost or a reason comes from the host (its log, a trace's kernel names): every such string is
-shown with terminal control characters escaped (sglops.trace.names.printable), in the terminal and in markdown.
+SweepResult (sglops.experiment.sweep_result) keeps data and JSON; tasks and plays print it through
+sglops.views.show. A crash line, a top cost or a reason comes from the host (its log, a trace's kernel names):
+every such string is shown with terminal control characters escaped (sglops.trace.names.printable), in the
+terminal and in markdown.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ if TYPE_CHECKING:
     from sglops.experiment.sweep_result import Row, SweepResult
 
 STYLE = {"started": "green", "skipped": "yellow", "crashed": "bold red", "bench failed": "red", "planned": ""}
-COLUMNS = ("#", "candidate", "started / crash", "decode tok/s [95% CI]", "outputs vs baseline", "top cost", "run")
+COLUMNS = (
+    "#",
+    "candidate",
+    "started / crash",
+    "decode tok/s [95% CI]",
+    "outputs vs baseline",
+    "top cost",
+    "run",
+)
 
 
 def outcome(r: Row) -> str:
@@ -35,8 +44,15 @@ def outcome(r: Row) -> str:
 
 def cells(r: Row) -> list[str]:
     """One row's cells, in COLUMNS' order, control characters escaped."""
-    return [str(r.candidate.index), printable(r.candidate.label), outcome(r), r.speed(), printable(r.outputs()),
-            printable(r.top_cost or "-"), r.run_id or "-"]
+    return [
+        str(r.candidate.index),
+        printable(r.candidate.label),
+        outcome(r),
+        r.speed(),
+        printable(r.outputs()),
+        printable(r.top_cost or "-"),
+        r.run_id or "-",
+    ]
 
 
 def skipped_lines(r: SweepResult) -> list[str]:
@@ -48,23 +64,33 @@ def title(r: SweepResult) -> str:
     gpu = f"sm{r.compute_capability.replace('.', '')}" if r.compute_capability else "no GPU"
     from sglops.experiment.server_nodes import where
 
-    return printable(f"sweep on {where(r.host, r.nodes)}: profile {r.profile}, sglang {r.sglang_version or '?'}, {gpu}"
-                     + (f"  run {r.run_id}" if r.run_id else ""))
+    return printable(
+        f"sweep on {where(r.host, r.nodes)}: profile {r.profile}, sglang {r.sglang_version or '?'}, {gpu}"
+        + (f"  run {r.run_id}" if r.run_id else "")
+    )
 
 
 def sweep_view(r: SweepResult) -> Group:
-    """`inv sweep`: the candidates with what ruled each out, then (after a run) speed, outputs and top cost."""
+    """`inv sweep`: the candidates with what ruled each
+    out, then (after a run) speed, outputs and top cost."""
     if r.dry_run:
         t = Table(title=title(r) + " (dry run)", title_justify="left", show_header=False, box=None)
         for line in r.plan:
             t.add_row(Text("would", style="dim"), Text(printable(line)))
-        notes = [Text(printable(f"  {row.candidate.label}: {n}"), style="dim") for row in r.rows for n in row.notes]
-        took = [Text(printable(f"earlier: {r.earlier_line}; restored to its found state"), style="yellow")] \
-            if r.earlier_line else []
+        notes = [
+            Text(printable(f"  {row.candidate.label}: {n}"), style="dim") for row in r.rows for n in row.notes
+        ]
+        took = (
+            [Text(printable(f"earlier: {r.earlier_line}; restored to its found state"), style="yellow")]
+            if r.earlier_line
+            else []
+        )
         return Group(t, *notes, *took, Text(printable(r.recommendation()), style="bold"))
     t = Table(title=title(r), title_justify="left")
     for col in COLUMNS:
-        t.add_column(col, overflow="fold", justify="right" if col in ("#", "decode tok/s [95% CI]") else "left")
+        t.add_column(
+            col, overflow="fold", justify="right" if col in ("#", "decode tok/s [95% CI]") else "left"
+        )
     for row in r.rows:
         c = cells(row)
         t.add_row(*[Text(x, style=STYLE.get(row.status, "")) if i == 2 else Text(x) for i, x in enumerate(c)])
@@ -81,8 +107,13 @@ def sweep_view(r: SweepResult) -> Group:
     if r.failure:
         lines.append(Text(printable(f"FAILED: {r.failure}"), style="bold red"))
     if r.folder:
-        lines.append(Text(f"saved {r.folder}/sweep.json; each candidate's bench is a run of its own (inv compare, "
-                          "inv report)", style="dim"))
+        lines.append(
+            Text(
+                f"saved {r.folder}/sweep.json; each candidate's bench is a run of its own (inv compare, "
+                "inv report)",
+                style="dim",
+            )
+        )
     return Group(*lines)
 
 
@@ -101,18 +132,26 @@ def sweep_markdown(r: SweepResult) -> str:
     """The table as markdown (docs/sweep.md keeps one from a real run), the recommendation and the split."""
     head = "| # | candidate | started / crash | decode tok/s [95% CI] | outputs vs baseline | top cost |\n"
     head += "| --- | --- | --- | --- | --- | --- |\n"
-    body = "".join(f"| {c[0]} | `{c[1]}` | {_md(c[2])} | {c[3]} | {_md(c[4])} | {_md(c[5])} |\n"
-                   for c in map(cells, r.rows))
+    body = "".join(
+        f"| {c[0]} | `{c[1]}` | {_md(c[2])} | {c[3]} | {_md(c[4])} | {_md(c[5])} |\n"
+        for c in map(cells, r.rows)
+    )
     return head + body + f"\n{printable(r.recommendation())}\n\n{r.split_line()}\n"
 
 
 def sweep_report(r: SweepResult, chart: str | None = None) -> list[str]:
-    """`inv report` of a sweep run: the whole record as markdown lines (chart: the comparison's chart, relative)."""
+    """`inv report` of a sweep run: the whole record as
+    markdown lines (chart: the comparison's chart, relative)."""
     bench = ", ".join(f"{k} {v}" for k, v in sorted(r.bench.items())) or "the bench's defaults"
-    out = [f"# {title(r)}", "", f"**{printable(r.recommendation())}**", "",
-           "- bench per candidate (the same work for each): " + printable(bench),
-           "- patches managed (applied/reverted per candidate, checked in the host ledger): "
-           + (", ".join(f"`{p}`" for p in r.managed) or "none")]
+    out = [
+        f"# {title(r)}",
+        "",
+        f"**{printable(r.recommendation())}**",
+        "",
+        "- bench per candidate (the same work for each): " + printable(bench),
+        "- patches managed (applied/reverted per candidate, checked in the host ledger): "
+        + (", ".join(f"`{p}`" for p in r.managed) or "none"),
+    ]
     if r.force:
         out.append("- `--force`: candidates the probe facts rule out were run too")
     if r.split:
@@ -122,12 +161,27 @@ def sweep_report(r: SweepResult, chart: str | None = None) -> list[str]:
     out += ["", "## Skipped before start", ""] + ([f"- {_md(s)}" for s in skipped_lines(r)] or ["- none"])
     notes = [printable(f"{row.candidate.label}: {n}") for row in r.rows for n in row.notes]
     if notes:
-        out += ["", "<details><summary>probe notes</summary>", "", *[f"- {_md(n)}" for n in notes], "", "</details>"]
+        out += [
+            "",
+            "<details><summary>probe notes</summary>",
+            "",
+            *[f"- {_md(n)}" for n in notes],
+            "",
+            "</details>",
+        ]
     if chart:
         out += ["", f"![decode tok/s per candidate]({chart})"]
     out += pareto_markdown(r.pareto)
     out += ["", "## Host afterwards", "", printable(r.restore_line())]
     if r.failure:
         out += ["", f"**FAILED**: {printable(r.failure)}"]
-    out += ["", "<details><summary>plan</summary>", "", *[f"1. {printable(s)}" for s in r.plan], "", "</details>", ""]
+    out += [
+        "",
+        "<details><summary>plan</summary>",
+        "",
+        *[f"1. {printable(s)}" for s in r.plan],
+        "",
+        "</details>",
+        "",
+    ]
     return out

@@ -1,5 +1,5 @@
-"""`inv probe-backends` on a host whose server is vLLM: one row per MLA backend (FP8 read mode, arch gate), the MLA
-priority list per compute capability, and where the tree was found."""
+"""`inv probe-backends` on a host whose server is vLLM: one row per MLA backend (FP8 read mode, arch gate),
+the MLA priority list per compute capability, and where the tree was found."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ if TYPE_CHECKING:
 
 def vllm_probe_view(rep: VllmProbeReport, show_hits: bool = False, wide: bool = False) -> Group:
     found = rep.found or {}
-    title = (f"probe-backends: {rep.host} (vLLM {rep.version or '?'}, {found.get('kind', '?')}, "
-             f"{found.get('source', '?')}; {rep.seconds or 0:.2f} s)")
+    title = (
+        f"probe-backends: {rep.host} (vLLM {rep.version or '?'}, {found.get('kind', '?')}, "
+        f"{found.get('source', '?')}; {rep.seconds or 0:.2f} s)"
+    )
     backends = Table("MLA backend", "FP8 KV read mode and arch gate", box=None, pad_edge=False)
     for name in rep.names():
         backends.add_row(name, rep.summary(name).split(": ", 1)[1])

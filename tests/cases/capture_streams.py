@@ -1,4 +1,5 @@
-"""Record the raw bytes of real SGLang streams for tests/cases/stream_chunks.yaml (run by hand, loopback only).
+"""Record the raw bytes of real SGLang streams for
+tests/cases/stream_chunks.yaml (run by hand, loopback only).
 
 Why: the chunk-parsing cases must be what a real server sends, byte for byte, not a hand-written guess. Start
 the sandbox's real CPU server (playbooks/profiles/sandbox-sglang-cpu.yaml, or its argv by hand) and run
@@ -13,17 +14,45 @@ import json
 import sys
 
 REQUESTS = {
-    "sglang": ("/generate", {"input_ids": [11, 22, 33, 44], "stream": True,
-                             "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}),
-    "openai": ("/v1/completions", {"model": "default", "prompt": [11, 22, 33, 44], "max_tokens": 3, "temperature": 0,
-                                   "ignore_eos": True, "stream": True,
-                                   "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
-    "openai_no_usage": ("/v1/completions", {"model": "default", "prompt": [11, 22, 33, 44], "max_tokens": 3,
-                                            "temperature": 0, "ignore_eos": True, "stream": True}),
-    "sglang_error": ("/generate", {"input_ids": [11, 22], "stream": True,
-                                   "sampling_params": {"max_new_tokens": 2, "temperature": -3}}),
-    "openai_error": ("/v1/completions", {"model": "default", "prompt": [11, 22], "max_tokens": 2,
-                                         "temperature": -3, "stream": True}),
+    "sglang": (
+        "/generate",
+        {
+            "input_ids": [11, 22, 33, 44],
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True},
+        },
+    ),
+    "openai": (
+        "/v1/completions",
+        {
+            "model": "default",
+            "prompt": [11, 22, 33, 44],
+            "max_tokens": 3,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    ),
+    "openai_no_usage": (
+        "/v1/completions",
+        {
+            "model": "default",
+            "prompt": [11, 22, 33, 44],
+            "max_tokens": 3,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+        },
+    ),
+    "sglang_error": (
+        "/generate",
+        {"input_ids": [11, 22], "stream": True, "sampling_params": {"max_new_tokens": 2, "temperature": -3}},
+    ),
+    "openai_error": (
+        "/v1/completions",
+        {"model": "default", "prompt": [11, 22], "max_tokens": 2, "temperature": -3, "stream": True},
+    ),
 }
 
 

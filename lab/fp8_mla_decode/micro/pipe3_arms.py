@@ -1,7 +1,7 @@
 """Round 8's wrong outputs, diagnosed on the GPU: selftest.py's cases for the PIPE 3 kernels, per cubin (the
-stage armed by every producer warp, or by warp 4 alone: -DFP8_MLA_PIPE3_ONE_ARM) and with one CTA per SM forced
-(dynamic shared memory padded past half an SM) or not. selftest's first failing case failed only in grids of
-more than one CTA per SM (NOTES.md "Round 8, timed").
+stage armed by every producer warp, or by warp 4 alone: -DFP8_MLA_PIPE3_ONE_ARM) and with one CTA per SM
+forced (dynamic shared memory padded past half an SM) or not. selftest's first failing case failed only in
+grids of more than one CTA per SM (NOTES.md "Round 8, timed").
 
     python3 micro/pipe3_arms.py CUBIN [CUBIN ...]    # from kernels/fp8_mla_decode, on the GPU machine
 """
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 KERNELS = tuple(os.environ.get("KERNELS", "n64_s2_b2_wg,n64_s2_b2_wg_lz").split(","))
-PAD = 120_000  # two CTAs no longer fit one SM's 228 KB
+# two CTAs no longer fit one SM's 228 KB
+PAD = 120_000
 
 
 def main(cubins: list[str]) -> int:
@@ -33,7 +34,8 @@ def main(cubins: list[str]) -> int:
                 try:
                     selftest.run_checks(f"cuda {name}", _cuda.config_of(name))
                     res["ok"] = True
-                except SystemExit:  # selftest printed its `error:` line
+                # selftest printed its `error:` line
+                except SystemExit:
                     res["ok"] = False
                 rows.append(res)
                 print(json.dumps(res), flush=True)

@@ -15,7 +15,8 @@ from sglops.core.host_bundle import RESULT_MARKER
 
 PROGRESS_MARKER = "@@SGLOPS-PROGRESS@@"
 KILL_GRACE_S = 5
-HOST_PYTHON = "python3"  # runs host-side steps outside a container target (the inventory `python` is the container's)
+# runs host-side steps outside a container target (the inventory `python` is the container's)
+HOST_PYTHON = "python3"
 ONE_LINE_MAX = 400
 
 
@@ -62,7 +63,8 @@ def exec_timeout(timeout: float) -> float:
 
 
 def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
-    """The first line of a host's text, cut to `limit` characters: an error line never carries a whole answer."""
+    """The first line of a host's text, cut to `limit`
+    characters: an error line never carries a whole answer."""
     lines = text.strip().splitlines() or [""]
     first = lines[0].strip()
     if len(first) > limit:
@@ -91,7 +93,7 @@ def progress_relay(on_progress: Callable[[dict], None] | None) -> Callable[[str]
     def relay(line: str) -> None:
         if line.startswith(PROGRESS_MARKER):
             try:
-                on_progress(json.loads(line[len(PROGRESS_MARKER):]))
+                on_progress(json.loads(line[len(PROGRESS_MARKER) :]))
             except ValueError:
                 pass
 

@@ -1,4 +1,5 @@
-"""LocalRemote: `--host local`, the same commands and host steps run on this machine by `bash -c`, without SSH."""
+"""LocalRemote: `--host local`, the same commands and host
+steps run on this machine by `bash -c`, without SSH."""
 
 from __future__ import annotations
 
@@ -35,8 +36,13 @@ class LocalRemote(Remote):
             os.killpg(proc.pid, 9)
             proc.wait()
             raise RemoteTimeout(f"local: command timed out after {timeout:g} s") from None
-        return CommandResult(command, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
-                             time.monotonic() - start)
+        return CommandResult(
+            command,
+            proc.returncode,
+            out.decode(errors="replace"),
+            err.decode(errors="replace"),
+            time.monotonic() - start,
+        )
 
     def _put(self, local, remote):
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +58,9 @@ class LocalRemote(Remote):
 TRANSPORT = Transport("local", takes=lambda host: host.is_local, open=lambda host, **_: LocalRemote(host))
 
 
-def _stream_local(proc: subprocess.Popen, stdin: bytes | None, timeout: float, on_output) -> tuple[bytes, bytes]:
+def _stream_local(
+    proc: subprocess.Popen, stdin: bytes | None, timeout: float, on_output
+) -> tuple[bytes, bytes]:
     if stdin:
         proc.stdin.write(stdin)
     proc.stdin.close()

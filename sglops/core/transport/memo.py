@@ -1,11 +1,12 @@
-"""A connection's memo of host reads (facts, the tree, the patch ledger): asked once, until a step may change them.
+"""A connection's memo of host reads (facts, the tree, the
+patch ledger): asked once, until a step may change them.
 
-Why: one task asks the same question of a host several times (`ab` reads the ledger before, during and after its
-rounds; `server-status` needs the tree's root that `restart` already found), each a round trip. The memo belongs
-to one Remote (one connection): every step that is not itself such a read (`run`, `run_py`, `put`) may change the
-host and drops what was read (`step()`); closing the connection drops everything. A `lasting` value (where the tree
-is) survives steps: sglops' own steps never move it. Each caller gets its own copy, so changing an answer never
-changes the memo.
+Why: one task asks the same question of a host several times (`ab` reads the ledger before, during and after
+its rounds; `server-status` needs the tree's root that `restart` already found), each a round trip. The memo
+belongs to one Remote (one connection): every step that is not itself such a read (`run`, `run_py`, `put`) may
+change the host and drops what was read (`step()`); closing the connection drops everything. A `lasting` value
+(where the tree is) survives steps: sglops' own steps never move it. Each caller gets its own copy, so
+changing an answer never changes the memo.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class Memo:
     def __init__(self) -> None:
         self._values: dict[Hashable, Any] = {}
         self._lasting: dict[Hashable, Any] = {}
-        self._reading = 0  # >0 while a read runs: its own round trip is a read, not a change
+        # >0 while a read runs: its own round trip is a read, not a change
+        self._reading = 0
         self.hits = 0
 
     def get(self, key: Hashable, read: Callable[[], Any], *, lasting: bool = False) -> Any:

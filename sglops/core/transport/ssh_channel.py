@@ -34,7 +34,8 @@ class SSHRemote(Remote):
         self.accept_new_host_key = accept_new_host_key
         self._inventory = inventory
         self._conn = None
-        self._jumps: list[Any] = []  # the jump hosts' connections, first hop first
+        # the jump hosts' connections, first hop first
+        self._jumps: list[Any] = []
 
     # -- connection -----------------------------------------------------------------------
     def _connection(self):
@@ -48,14 +49,16 @@ class SSHRemote(Remote):
             close_all(conns)
 
     def _exec(self, command, stdin, timeout, on_output):
-        from paramiko import SSHException  # loaded with the connection already
+        # loaded with the connection already
+        from paramiko import SSHException
 
         conn = self._connection()
         self.round_trips += 1
         start = time.monotonic()
         try:
             chan = conn.client.get_transport().open_session(timeout=self.host.connect_timeout)
-        except Exception as exc:  # transport died under us
+        # transport died under us
+        except Exception as exc:
             raise ConnectError(f"{self.name}: SSH session could not be opened: {exc}") from None
         chan.settimeout(timeout)
         try:
@@ -74,11 +77,18 @@ class SSHRemote(Remote):
         except TimeoutError:
             raise RemoteTimeout(f"{self.name}: no answer within {timeout:g} s") from None
         except (OSError, EOFError, SSHException) as exc:
-            raise ConnectError(f"{self.name}: connection lost during a command: {exc or type(exc).__name__}") from None
+            raise ConnectError(
+                f"{self.name}: connection lost during a command: {exc or type(exc).__name__}"
+            ) from None
         finally:
             chan.close()
-        return CommandResult(command, code, out.decode(errors="replace"), err.decode(errors="replace"),
-                             time.monotonic() - start)
+        return CommandResult(
+            command,
+            code,
+            out.decode(errors="replace"),
+            err.decode(errors="replace"),
+            time.monotonic() - start,
+        )
 
     def _put(self, local, remote):
         sftp = self._connection().sftp()
@@ -137,6 +147,16 @@ def _read_to_eof(chan, deadline: float, on_output: Callable[[str], None] | None)
 
 
 TRANSPORT = Transport(
-    "ssh", takes=lambda host: True, open=lambda host, **opts: SSHRemote(host, **opts),
-    fields={"port": values.Port(), "user": values.Str(), "identity_file": values.Str(), "gateway": values.Str(),
-            "known_hosts": values.Str(), "connect_timeout": values.Float(0.1, 3600), "password_env": values.Str()})
+    "ssh",
+    takes=lambda host: True,
+    open=lambda host, **opts: SSHRemote(host, **opts),
+    fields={
+        "port": values.Port(),
+        "user": values.Str(),
+        "identity_file": values.Str(),
+        "gateway": values.Str(),
+        "known_hosts": values.Str(),
+        "connect_timeout": values.Float(0.1, 3600),
+        "password_env": values.Str(),
+    },
+)

@@ -53,8 +53,11 @@ def _fabric_config():
     try:
         return Config(runtime_ssh_path=path) if path else Config()
     except OSError as exc:
-        raise ConfigError(f"cannot read the ssh_config {path or '~/.ssh/config'}: {exc.strerror or exc}") from None
-    except Exception as exc:  # paramiko's parser: a bad line
+        raise ConfigError(
+            f"cannot read the ssh_config {path or '~/.ssh/config'}: {exc.strerror or exc}"
+        ) from None
+    # paramiko's parser: a bad line
+    except Exception as exc:
         raise ConfigError(f"cannot parse the ssh_config {path or '~/.ssh/config'}: {exc}") from None
 
 
@@ -69,7 +72,8 @@ def _connection_class():
     from fabric import Connection
 
     class _Connection(Connection):
-        _via: tuple = ()  # a class attribute, so Fabric's DataProxy keeps it a real attribute
+        # a class attribute, so Fabric's DataProxy keeps it a real attribute
+        _via: tuple = ()
 
         def __init__(self, *args: Any, _via: tuple = (), **kwargs: Any) -> None:
             self._via = _via
@@ -90,7 +94,8 @@ def _connection_class():
                 spec = self.derive_shorthand(hop)
                 looked = self.config.base_ssh_config.lookup(spec["host"])
                 where = (looked.get("hostname", spec["host"]), int(spec["port"] or looked.get("port") or 22))
-                if where == me:  # ourselves: `Host *` ProxyJump read again for the jump host itself
+                # ourselves: `Host *` ProxyJump read again for the jump host itself
+                if where == me:
                     return None
                 kwargs: dict[str, Any] = {"config": self.config.clone(), "_via": (*self._via, me)}
                 if prev is not None:
@@ -105,8 +110,10 @@ def _connection_class():
 class _Hop:
     """One SSH connection on the way to a host: a jump host or the host itself."""
 
-    conn: Any  # fabric.Connection, not opened yet
-    label: str  # who errors name: "gpu-a" or "gpu-a (jump host bastion)"
+    # fabric.Connection, not opened yet
+    conn: Any
+    # who errors name: "gpu-a" or "gpu-a (jump host bastion)"
+    label: str
     known_hosts: Path
     accept_new: bool
     timeout: float
@@ -117,7 +124,9 @@ class _Hop:
         return f"{self.conn.user}@{self.conn.host}:{self.conn.port}"
 
 
-def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple[str, ...] = ()) -> list[_Hop]:
+def _hops(
+    host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple[str, ...] = ()
+) -> list[_Hop]:
     """Every connection from the first one TCP reaches to `host`, each with host key checks.
 
     Why not leave it to Fabric: for a ProxyJump from ssh_config it builds each jump host's connection
@@ -136,22 +145,33 @@ def _hops(host: Host, accept_new: bool, inventory: Any, config: Any, seen: tuple
             raise ConnectError(f"{host.name}: gateway loop: {' -> '.join((*seen, host.name, host.gateway))}")
         chain = _hops(inventory.get(host.gateway), accept_new, inventory, config, (*seen, host.name))
         gateway = chain[-1].conn
-    conn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                      connect_kwargs=_connect_kwargs(host), gateway=gateway, config=config)
+    conn = Connection(
+        host.address,
+        user=host.user,
+        port=host.port,
+        connect_timeout=host.connect_timeout,
+        connect_kwargs=_connect_kwargs(host),
+        gateway=gateway,
+        config=config,
+    )
     path = known_hosts_path(host)
-    if gateway is None:  # ProxyJump from ssh_config: Fabric built the jump hosts
+    # ProxyJump from ssh_config: Fabric built the jump hosts
+    if gateway is None:
         chain += _config_jumps(conn, host, path, accept_new)
     chain.append(_Hop(conn, host.name, path, accept_new, host.connect_timeout))
     for hop in chain:
         client = hop.conn.client
         hop.known = read_known_hosts(hop.known_hosts)
         hop.known.load_into(client.get_host_keys(), lookup_names(hop.conn.host, int(hop.conn.port)))
-        client.set_missing_host_key_policy(_VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known))
+        client.set_missing_host_key_policy(
+            _VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known)
+        )
     return chain
 
 
 def _connect_kwargs(host: Host) -> dict[str, Any]:
-    """Paramiko's connect arguments for `host`: its timeouts, identity file and password (masked in output)."""
+    """Paramiko's connect arguments for `host`: its timeouts,
+    identity file and password (masked in output)."""
     kwargs: dict[str, Any] = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
         kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
@@ -179,7 +199,11 @@ def _config_jumps(conn: Any, host: Host, path: Path, accept_new: bool) -> list[_
         jump.connect_timeout = int(max(1, host.connect_timeout))
         jump.connect_kwargs.setdefault("banner_timeout", host.connect_timeout)
         jump.connect_kwargs.setdefault("auth_timeout", host.connect_timeout)
-        out.append(_Hop(jump, f"{host.name} (jump host {jump.original_host})", path, accept_new, host.connect_timeout))
+        out.append(
+            _Hop(
+                jump, f"{host.name} (jump host {jump.original_host})", path, accept_new, host.connect_timeout
+            )
+        )
     return out
 
 
@@ -198,17 +222,21 @@ def open_connection(host: Host, accept_new: bool, inventory: Any) -> tuple[Any, 
             tried.append(conn)
             if i > 0:
                 sock = _tunnel(chain[i - 1], hop)
-                conn.gateway = None  # the tunnel is open: Fabric must not open another one
+                # the tunnel is open: Fabric must not open another one
+                conn.gateway = None
                 conn.connect_kwargs["sock"] = sock
-            elif not isinstance(conn.gateway, str):  # a ProxyCommand (a string) makes its own socket
+            # a ProxyCommand (a string) makes its own socket
+            elif not isinstance(conn.gateway, str):
                 sock = _tcp(hop)
                 conn.connect_kwargs["sock"] = sock
             _open_hop(hop)
             sock = None
     except BaseException:
-        close_all(tried)  # a failed connect leaves paramiko's transport thread running: stop it first...
+        # a failed connect leaves paramiko's transport thread running: stop it first...
+        close_all(tried)
         if sock is not None:
-            sock.close()  # ...then the socket it was reading (closing it under the thread makes it print EBADF)
+            # ...then the socket it was reading (closing it under the thread makes it print EBADF)
+            sock.close()
         raise
     return tried[-1], tried[:-1]
 
@@ -217,7 +245,8 @@ def close_all(conns: list[Any]) -> None:
     """Close connections, the host first and then its jump hosts (Fabric never closes a gateway)."""
     for conn in reversed(conns):
         _stop_transport(conn.client.get_transport())
-        with contextlib.suppress(Exception):  # closing must reach every hop
+        # closing must reach every hop
+        with contextlib.suppress(Exception):
             conn.close()
         conn.client.close()
 
@@ -240,12 +269,17 @@ def _tcp(hop: _Hop) -> socket.socket:
     try:
         sock = socket.create_connection((hop.conn.host, hop.conn.port), timeout=hop.timeout)
     except TimeoutError:
-        raise ConnectError(f"{hop.label}: cannot reach {hop.where}: no answer within {hop.timeout:g} s") from None
+        raise ConnectError(
+            f"{hop.label}: cannot reach {hop.where}: no answer within {hop.timeout:g} s"
+        ) from None
     except OSError as exc:
         raise ConnectError(f"{hop.label}: cannot reach {hop.where}: {exc.strerror or exc}") from None
-    except UnicodeError as exc:  # a HostName from ssh_config the IDNA encoder refuses (`a..b`, a 64-char label)
+    # a HostName from ssh_config the IDNA encoder refuses (`a..b`, a 64-char label)
+    except UnicodeError as exc:
         why = str(exc.__cause__ or exc).split(": ")[-1].strip("()")
-        raise ConfigError(f"{hop.label}: {str(hop.conn.host)[:60]!r} is not a valid host name ({why})") from None
+        raise ConfigError(
+            f"{hop.label}: {str(hop.conn.host)[:60]!r} is not a valid host name ({why})"
+        ) from None
     # Small request/response packets: without TCP_NODELAY, Nagle + delayed ACKs add ~40 ms to a round trip.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
@@ -256,14 +290,17 @@ def _tunnel(via: _Hop, hop: _Hop):
     import paramiko
 
     try:
-        return via.conn.transport.open_channel("direct-tcpip", (hop.conn.host, int(hop.conn.port)), ("", 0),
-                                               timeout=hop.timeout)
+        return via.conn.transport.open_channel(
+            "direct-tcpip", (hop.conn.host, int(hop.conn.port)), ("", 0), timeout=hop.timeout
+        )
     except paramiko.ChannelException as exc:
-        raise ConnectError(f"{hop.label}: jump host {via.conn.host} cannot reach {hop.where}: "
-                           f"{exc.text or exc}") from None
+        raise ConnectError(
+            f"{hop.label}: jump host {via.conn.host} cannot reach {hop.where}: {exc.text or exc}"
+        ) from None
     except (paramiko.SSHException, OSError, EOFError) as exc:
-        raise ConnectError(f"{hop.label}: jump host {via.conn.host} cannot reach {hop.where}: "
-                           f"{exc or type(exc).__name__}") from None
+        raise ConnectError(
+            f"{hop.label}: jump host {via.conn.host} cannot reach {hop.where}: {exc or type(exc).__name__}"
+        ) from None
 
 
 def _leave_rekeying_to_the_host(transport) -> None:
@@ -291,9 +328,12 @@ def _open_hop(hop: _Hop) -> None:
         raise
     except paramiko.BadHostKeyException as exc:
         line = hop.known.revoked_line(exc.hostname, exc.key) if hop.known else None
-        if line is not None:  # a known key of another type, and this one revoked
-            raise HostKeyError(f"{label}: host key for {where} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
-                               f"REVOKED ({hop.known_hosts}:{line}, @revoked); refusing to connect") from None
+        # a known key of another type, and this one revoked
+        if line is not None:
+            raise HostKeyError(
+                f"{label}: host key for {where} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+                f"REVOKED ({hop.known_hosts}:{line}, @revoked); refusing to connect"
+            ) from None
         raise HostKeyError(
             f"{label}: host key for {where} CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}); "
             f"refusing to connect. If the host was reinstalled, remove its old line from {hop.known_hosts}"
@@ -304,6 +344,8 @@ def _open_hop(hop: _Hop) -> None:
         raise ConnectError(f"{label}: cannot reach {where}: no answer within {hop.timeout:g} s") from None
     except paramiko.ssh_exception.NoValidConnectionsError as exc:
         reason = next(iter(exc.errors.values()), exc)
-        raise ConnectError(f"{label}: cannot reach {where}: {getattr(reason, 'strerror', None) or reason}") from None
+        raise ConnectError(
+            f"{label}: cannot reach {where}: {getattr(reason, 'strerror', None) or reason}"
+        ) from None
     except (paramiko.SSHException, OSError, EOFError) as exc:
         raise ConnectError(f"{label}: cannot connect to {where}: {exc or type(exc).__name__}") from None

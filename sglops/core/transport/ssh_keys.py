@@ -1,4 +1,5 @@
-"""Host keys: never silently accepted. OpenSSH-style fingerprints, the known_hosts file, the unknown-key policy."""
+"""Host keys: never silently accepted. OpenSSH-style
+fingerprints, the known_hosts file, the unknown-key policy."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ def fingerprint(key) -> str:
 
 
 def known_hosts_path(host: Host) -> Path:
-    return Path(os.path.expanduser(host.known_hosts or os.environ.get("SGLOPS_KNOWN_HOSTS") or "~/.ssh/known_hosts"))
+    return Path(
+        os.path.expanduser(host.known_hosts or os.environ.get("SGLOPS_KNOWN_HOSTS") or "~/.ssh/known_hosts")
+    )
 
 
 class KnownHosts:
-    """A known_hosts file read as OpenSSH reads it: plain lines are trusted keys; `@revoked` lines name keys that
-    are refused for the hosts they match (even when another line trusts them); `@cert-authority` lines trust a
-    CA for host certificates, which sglops never uses, so they are skipped; a line that does not parse is skipped
-    (as ssh does) rather than failing every host in the file."""
+    """A known_hosts file read as OpenSSH reads it: plain lines are trusted keys; `@revoked` lines name keys
+    that are refused for the hosts they match (even when another line trusts them); `@cert-authority` lines
+    trust a CA for host certificates, which sglops never uses, so they are skipped; a line that does not parse
+    is skipped (as ssh does) rather than failing every host in the file."""
 
     def __init__(self, path: Path, data: bytes | None = None) -> None:
         from paramiko.hostkeys import HostKeyEntry
@@ -43,12 +46,16 @@ class KnownHosts:
         try:
             text = (path.read_bytes() if data is None else data).decode("utf-8")
         except IsADirectoryError:
-            raise ConfigError(f"known_hosts {path} is a folder, not a file; point known_hosts at a file") from None
+            raise ConfigError(
+                f"known_hosts {path} is a folder, not a file; point known_hosts at a file"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"cannot read known_hosts {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
             line = exc.object[: exc.start].count(b"\n") + 1
-            raise ConfigError(f"{path}:{line}: known_hosts is not UTF-8 text (byte 0x{exc.object[exc.start]:02x})") from None
+            raise ConfigError(
+                f"{path}:{line}: known_hosts is not UTF-8 text (byte 0x{exc.object[exc.start]:02x})"
+            ) from None
         for lineno, raw in enumerate(text.splitlines(), 1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -57,7 +64,8 @@ class KnownHosts:
             if line.startswith("@"):
                 marker, _, line = line.partition(" ")
                 line = line.strip()
-                if marker != "@revoked":  # @cert-authority (no certificates here) or a marker ssh does not know
+                # @cert-authority (no certificates here) or a marker ssh does not know
+                if marker != "@revoked":
                     continue
             entry = _entry(line, lineno)
             if entry is None:
@@ -76,14 +84,18 @@ class KnownHosts:
 
     def load_into(self, host_keys, names: tuple[str, ...] | None = None) -> None:  # noqa: ANN001 - paramiko.HostKeys
         """Add the trusted entries to a client's keys, leaving out any key that a revoked line names (for
-        one of its hosts), so paramiko asks our policy about it instead of trusting it. `names`: only the entries
-        for these names (paramiko looks a host's key up by `addr` or `[addr]:port`, plain or hashed, never by a
-        wildcard): each add walks the keys added before, so a whole file of N hosts was N^2 work per connection."""
+        one of its hosts), so paramiko asks our policy about it instead of trusting it. `names`: only the
+        entries for these names (paramiko looks a host's key up by `addr` or `[addr]:port`, plain or hashed,
+        never by a wildcard): each add walks the keys added before, so a whole file of N hosts was N^2 work
+        per connection."""
         for entry in self.entries:
             for name in entry.hostnames:
                 if names is not None and not _named(name, names):
                     continue
-                if not any(r.key.asbytes() == entry.key.asbytes() and _matches(name, r.hostnames) for _, r in self.revoked):
+                if not any(
+                    r.key.asbytes() == entry.key.asbytes() and _matches(name, r.hostnames)
+                    for _, r in self.revoked
+                ):
                     host_keys.add(name, entry.key.get_name(), entry.key)
 
 
@@ -93,12 +105,13 @@ _read_lock = threading.Lock()
 
 def read_known_hosts(path: Path) -> KnownHosts:
     """KnownHosts(path), parsed once per process while the file holds the same bytes: every host of a fan-out
-    checks its key against the same file (a key accepted on the way changes it, and it is parsed again). Reading
-    it is cheap; parsing every line into a key for every host was the cost."""
+    checks its key against the same file (a key accepted on the way changes it, and it is parsed again).
+    Reading it is cheap; parsing every line into a key for every host was the cost."""
     try:
         data = path.read_bytes()
     except OSError:
-        return KnownHosts(path)  # no file (nothing known), or one that cannot be read: its own error
+        # no file (nothing known), or one that cannot be read: its own error
+        return KnownHosts(path)
     with _read_lock:
         kept = _read.get(path)
     if kept is not None and kept[0] == data:
@@ -110,7 +123,8 @@ def read_known_hosts(path: Path) -> KnownHosts:
 
 
 def lookup_names(address: str, port: int) -> tuple[str, ...]:
-    """The names paramiko looks a host's key up by (`addr` on port 22, else `[addr]:port`): both, to be sure."""
+    """The names paramiko looks a host's key up by (`addr`
+    on port 22, else `[addr]:port`): both, to be sure."""
     return (address, f"[{address}]:{port}")
 
 
@@ -128,7 +142,8 @@ def _entry(line: str, lineno: int):  # noqa: ANN202 - paramiko.hostkeys.HostKeyE
 
     try:
         return HostKeyEntry.from_line(line, lineno)
-    except Exception:  # InvalidHostKey, SSHException, ValueError from a damaged key: ssh skips the line too
+    # InvalidHostKey, SSHException, ValueError from a damaged key: ssh skips the line too
+    except Exception:
         return None
 
 
@@ -155,7 +170,8 @@ def _matches(hostname: str, patterns: list[str]) -> bool:
 
 
 class _VerifyPolicy:
-    """Unknown key: refuse with its fingerprint, or with --accept-new-host-key save it. A revoked key: refused."""
+    """Unknown key: refuse with its fingerprint, or with
+    --accept-new-host-key save it. A revoked key: refused."""
 
     def __init__(self, path: Path, accept_new: bool, label: str, known: KnownHosts | None = None) -> None:
         self.path, self.accept_new, self.label = path, accept_new, label
@@ -165,8 +181,10 @@ class _VerifyPolicy:
         fp = fingerprint(key)
         line = self.known.revoked_line(hostname, key) if self.known else None
         if line is not None:
-            raise HostKeyError(f"{self.label}: host key for {hostname} ({key.get_name()} {fp}) is REVOKED "
-                               f"({self.path}:{line}, @revoked); refusing to connect")
+            raise HostKeyError(
+                f"{self.label}: host key for {hostname} ({key.get_name()} {fp}) is REVOKED "
+                f"({self.path}:{line}, @revoked); refusing to connect"
+            )
         if not self.accept_new:
             raise HostKeyError(
                 f"{self.label}: unknown host key for {hostname} ({key.get_name()} {fp}); "

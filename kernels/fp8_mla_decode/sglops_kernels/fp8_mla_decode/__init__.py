@@ -10,8 +10,8 @@ work is bound by the MMA rate and neither beats FlashInfer's BF16 kernel on gath
 BF16 q [B, H, 576], pool [rows, 1, 576] FP8 e4m3 (or its uint8 view; [pages, P, 576] for pages),
 kv_indptr/kv_indices as FlashInfer's CSR plan takes them (int32, on the device), a per-tensor
 kv_scale, page size 1 or P. The CUDA kernel schedules by length on the device (every CTA of one static wave
-reads the same number of rows whatever the mix of lengths; graph-safe). Matches fp32 attention over the dequantised rows to BF16 rounding (not
-bit-equal to FlashInfer).
+reads the same number of rows whatever the mix of lengths; graph-safe). Matches fp32 attention over the
+dequantised rows to BF16 rounding (not bit-equal to FlashInfer).
 """
 
 from __future__ import annotations
@@ -22,12 +22,32 @@ import torch
 
 from ._picks import beats_gather_cast
 
-__all__ = ["beats_gather_cast", "implementation", "mla_decode", "reference", "rows_of", "splits_for", "workspace"]
+__all__ = [
+    "beats_gather_cast",
+    "implementation",
+    "mla_decode",
+    "reference",
+    "rows_of",
+    "splits_for",
+    "workspace",
+]
 __version__ = "0.6.1"
 
 
-def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
-               page_size=1, kv_lens=None, config=None):
+def mla_decode(
+    q,
+    pool,
+    kv_indptr,
+    kv_indices,
+    sm_scale,
+    kv_scale=1.0,
+    n_splits=16,
+    out=None,
+    workspace=None,
+    page_size=1,
+    kv_lens=None,
+    config=None,
+):
     """softmax(q . k * sm_scale) . k[:, :512] per request over its rows, k = fp8 rows x kv_scale.
 
     page_size 1: kv_indices are pool rows, kv_indptr counts them. page_size P: kv_indices are page
@@ -36,8 +56,20 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     CUDA kernel schedules its own splits from kv_indptr on the device and ignores it);
     workspace = `workspace(batch, heads, n_splits, device)` to reuse the partials' buffers."""
     impl = implementation() if config is None else _impl_of_config(config)
-    return impl.mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale, n_splits, out, workspace,
-                           page_size, kv_lens, config)
+    return impl.mla_decode(
+        q,
+        pool,
+        kv_indptr,
+        kv_indices,
+        sm_scale,
+        kv_scale,
+        n_splits,
+        out,
+        workspace,
+        page_size,
+        kv_lens,
+        config,
+    )
 
 
 def implementation():
@@ -63,8 +95,9 @@ def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict
     from sglops_kernels.fp8_mla_decode import _cuda, _triton
 
     if config is None and implementation() is _cuda:
-        # the CUDA kernel splits by its own schedule (one wave of CTAs sharing the batch's rows); this count sizes
-        # the workspace a caller allocates as batch x heads x splits: the schedule's slots per head, at least
+        # the CUDA kernel splits by its own schedule (one wave of CTAs sharing the batch's rows); this count
+        # sizes the workspace a caller allocates as batch x heads x splits: the schedule's slots per head, at
+        # least
         name = _cuda.config_for(heads, batch=batch)["kernel"]
         return max(2, -(-_cuda.slots_for(batch, name, sm_count, heads) // max(1, batch)))
     return _triton.splits_for(batch, heads, max_len, sm_count, config)
@@ -77,13 +110,15 @@ def workspace(batch: int, heads: int, n_splits: int, device):
 
     if implementation() is _cuda:
         name = _cuda.config_for(heads, batch=batch)["kernel"]
-        n_splits = max(int(n_splits), -(-_cuda.slots_for(batch, name, _cuda.sm_count(device), heads) // max(1, batch)))
+        n_splits = max(
+            int(n_splits), -(-_cuda.slots_for(batch, name, _cuda.sm_count(device), heads) // max(1, batch))
+        )
     return _triton.workspace(batch, heads, n_splits, device)
 
 
 def rows_of(kv_indptr, kv_indices, b, page_size=1, kv_lens=None):
     """Pool rows of request b (page_size > 1: pages expanded, cut to kv_lens[b] tokens)."""
-    ids = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+    ids = kv_indices[int(kv_indptr[b]) : int(kv_indptr[b + 1])].long()
     if page_size == 1:
         return ids
     rows = (ids[:, None] * page_size + torch.arange(page_size, device=ids.device)[None, :]).reshape(-1)

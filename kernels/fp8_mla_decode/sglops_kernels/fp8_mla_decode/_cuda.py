@@ -1,6 +1,6 @@
-"""The CUDA C++ FP8 MLA decode (fp8_mla_decode.cu beside this file): built with the host's nvcc for its SM, loaded and
-launched through the CUDA driver API (cuda-python, which SGLang installs), on PyTorch's current stream so
-that a CUDA graph captures it like any PyTorch kernel.
+"""The CUDA C++ FP8 MLA decode (fp8_mla_decode.cu beside this file): built with the host's nvcc for its SM,
+loaded and launched through the CUDA driver API (cuda-python, which SGLang installs), on PyTorch's current
+stream so that a CUDA graph captures it like any PyTorch kernel.
 
 Why CUDA beside the Triton kernel: Triton converted each FP8 byte three times (twice through a scalar
 f16 -> bf16 step), staged the transposed operand one byte at a time and left the tile load synchronous
@@ -26,26 +26,33 @@ from ._picks import DEFAULT, SHIPPED, SMALL_BATCH, kernel_name  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fp8_mla_decode.cu"
-ROW_BYTES = 592  # the padded shared-memory row of the .cu file
-# kernel name -> rows per tile, ring depth, CTAs per SM its registers are bounded for (the .cu's DEFINE_DECODE).
-# Only the kernels the package launches; the research variants and their record: lab/fp8_mla_decode/.
+# the padded shared-memory row of the .cu file
+ROW_BYTES = 592
+# kernel name -> rows per tile, ring depth, CTAs per SM its registers are bounded for (the .cu's
+# DEFINE_DECODE). Only the kernels the package launches; the research variants and their record:
+# lab/fp8_mla_decode/.
 KERNELS = {
-    "n64_s2_b2_1b_lz_x2": (64, 2, 2),  # sm90: one CTA barrier per tile, lazy rescale, each warp's softmax on its rows
-    "n32_s2_b2_tma4": (32, 2, 2),  # sm120: two CTAs fit its ~100 KB of shared memory, no register cap to spill
+    # sm90: one CTA barrier per tile, lazy rescale, each warp's softmax on its rows
+    "n64_s2_b2_1b_lz_x2": (64, 2, 2),
+    # sm120: two CTAs fit its ~100 KB of shared memory, no register cap to spill
+    "n32_s2_b2_tma4": (32, 2, 2),
 }
-MERGE = "merge"  # the split merge (fp8_mla_merge), in every cubin
+# the split merge (fp8_mla_merge), in every cubin
+MERGE = "merge"
 THREADS = 128
-# Launch the merge with programmatic dependent launch (sm_90+): its CTAs start while the decode runs and wait in
-# griddepcontrol.wait, so the kernel boundary could cost less at small batches. Opt-in (SGLOPS_FP8_MLA_PDL=1): on
-# the H100 it gained 2-3.5% where the merge is short and lost 5-10% where it is long (1 x 32K; BENCH.md v0.6.1).
+# Launch the merge with programmatic dependent launch (sm_90+): its CTAs start while the decode runs and wait
+# in griddepcontrol.wait, so the kernel boundary could cost less at small batches. Opt-in
+# (SGLOPS_FP8_MLA_PDL=1): on the H100 it gained 2-3.5% where the merge is short and lost 5-10% where it is
+# long (1 x 32K; BENCH.md v0.6.1).
 PDL = os.environ.get("SGLOPS_FP8_MLA_PDL") == "1"
-XCH_BYTES = 4096  # the .cu's XCH area: row maxima / sums and P fragments (_x2)
+# the .cu's XCH area: row maxima / sums and P fragments (_x2)
+XCH_BYTES = 4096
 
 
 def smem_bytes(block_n: int, stages: int, pipe: int = 0) -> int:
     """Dynamic shared memory of one CTA: the ring of padded rows, the partial S tiles (pipe 0: one padded
-    [4 warps][16][block_n + 8] fp32 buffer; pipe 1: two [4 warps][block_n / 8][32 lanes] float4 buffers) and the
-    stages' mbarriers (64 B; pipe 1: 128 B)."""
+    [4 warps][16][block_n + 8] fp32 buffer; pipe 1: two [4 warps][block_n / 8][32 lanes] float4 buffers) and
+    the stages' mbarriers (64 B; pipe 1: 128 B)."""
     sx = 4 * 16 * (block_n + 8) * 4 + 64 if pipe == 0 else 2 * 4 * (block_n // 8) * 32 * 16 + 128
     return stages * block_n * ROW_BYTES + sx
 
@@ -71,16 +78,17 @@ def kernel_smem(name: str) -> int:
 
 
 def ctas_for(name: str, sm_count: int, heads: int = 16, batch: int = 0) -> int:
-    """The decode grid's CTAs per head block (static; the schedule inside the kernel shares any batch's rows among
-    them): one wave over the head blocks (the kernel's CTAs per SM on every SM, divided among the blocks of 16
-    heads), and at least one per request, so that the per-request form of the schedule can give every request a CTA
-    of its own (128 heads x 64 requests x 8K: 512 CTAs reading a request each, no merge, as v0.5 did)."""
+    """The decode grid's CTAs per head block (static; the schedule inside the kernel shares any batch's rows
+    among them): one wave over the head blocks (the kernel's CTAs per SM on every SM, divided among the blocks
+    of 16 heads), and at least one per request, so that the per-request form of the schedule can give every
+    request a CTA of its own (128 heads x 64 requests x 8K: 512 CTAs reading a request each, no merge, as v0.5
+    did)."""
     return max(KERNELS[name][2] * sm_count // -(-heads // 16), batch, 1)
 
 
 def arch_of(cc: tuple[int, int]) -> str:
-    """The nvcc target for a compute capability: Hopper gets sm_90a (this kernel uses only mma.sync, but the 'a'
-    target is what the rest of the host's kernels are built for)."""
+    """The nvcc target for a compute capability: Hopper gets sm_90a (this kernel uses only mma.sync, but the
+    'a' target is what the rest of the host's kernels are built for)."""
     major, minor = cc
     return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
@@ -101,8 +109,21 @@ def compile_cubin(arch: str, dest: Path, nvcc: str | None = None) -> str:
     """nvcc the .cu into `dest` for `arch` (sm_90a, sm_120, ...), atomically; returns ptxas's -v report."""
     num = arch.removeprefix("sm_")
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-    proc = subprocess.run([nvcc or find_nvcc(), "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", "-O3",
-                           "-Xptxas", "-v", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            nvcc or find_nvcc(),
+            "-cubin",
+            f"-gencode=arch=compute_{num},code=sm_{num}",
+            "-O3",
+            "-Xptxas",
+            "-v",
+            "-o",
+            str(tmp),
+            str(SOURCE),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"nvcc failed for {arch}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
@@ -124,8 +145,10 @@ def build(arch: str, dest_dir: Path, nvcc: str | None = None) -> tuple[Path, str
 
 
 # per target: shared memory per SM and per block (bytes), per-CTA reservation, registers per SM
-LIMITS = {"sm_90a": {"smem_sm": 233472, "smem_block": 232448, "reserved": 1024, "regs_sm": 65536},
-          "sm_120": {"smem_sm": 102400, "smem_block": 101376, "reserved": 1024, "regs_sm": 65536}}
+LIMITS = {
+    "sm_90a": {"smem_sm": 233472, "smem_block": 232448, "reserved": 1024, "regs_sm": 65536},
+    "sm_120": {"smem_sm": 102400, "smem_block": 101376, "reserved": 1024, "regs_sm": 65536},
+}
 
 
 def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
@@ -146,7 +169,9 @@ def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
             continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m:
-            out[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+            out[current].update(
+                stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3))
+            )
         m = re.search(r"Used (\d+) registers", line)
         if m:
             out[current]["registers"] = int(m.group(1))
@@ -158,10 +183,13 @@ def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
         by_regs = 0
         while -(-(by_regs + 1) * warps // 4) * per_warp <= lim["regs_sm"] // 4:
             by_regs += 1
-        r.update(smem=smem, ctas_by_regs=by_regs,
-                 ctas_by_smem=lim["smem_sm"] // (smem + lim["reserved"]) if fits_block(name, arch) else 0,
-                 wanted_ctas=KERNELS[name][2])
-        r["fits"] = (r.get("spill_stores", 0) == 0 and r["ctas_by_smem"] >= 1)
+        r.update(
+            smem=smem,
+            ctas_by_regs=by_regs,
+            ctas_by_smem=lim["smem_sm"] // (smem + lim["reserved"]) if fits_block(name, arch) else 0,
+            wanted_ctas=KERNELS[name][2],
+        )
+        r["fits"] = r.get("spill_stores", 0) == 0 and r["ctas_by_smem"] >= 1
         r["ctas_per_sm"] = min(r["ctas_by_regs"], r["ctas_by_smem"])
     return out
 
@@ -169,7 +197,8 @@ def resources(ptxas_text: str, arch: str) -> dict[str, dict]:
 def _driver():
     try:
         from cuda.bindings import driver
-    except ImportError:  # cuda-python < 12.6
+    # cuda-python < 12.6
+    except ImportError:
         from cuda import cuda as driver
     return driver
 
@@ -187,9 +216,10 @@ def family_of(arch: str) -> str:
 
 
 def fits_block(name: str, arch: str) -> bool:
-    """Whether kernel `name`'s dynamic shared memory fits one block of `arch` (unknown targets: assumed to). Every
-    cubin holds both families' picks, and the sm90 pick's 112,768 B exceed sm_120's 101,376: raising that kernel's
-    limit fails on an SM120 GPU, so it is left unloaded there instead of failing the whole module."""
+    """Whether kernel `name`'s dynamic shared memory fits one block of `arch` (unknown targets: assumed to).
+    Every cubin holds both families' picks, and the sm90 pick's 112,768 B exceed sm_120's 101,376: raising
+    that kernel's limit fails on an SM120 GPU, so it is left unloaded there instead of failing the whole
+    module."""
     limit = LIMITS.get(arch, {}).get("smem_block")
     return limit is None or kernel_smem(name) <= limit
 
@@ -200,13 +230,14 @@ def required_kernels(arch: str) -> list[str]:
 
 
 class Module:
-    """One loaded cubin: its decode kernels with their dynamic shared memory limits raised (those that fit this GPU)
-    and the merge."""
+    """One loaded cubin: its decode kernels with their dynamic shared memory limits raised (those that fit
+    this GPU) and the merge."""
 
     def __init__(self, cubin: Path, arch: str | None = None):
         cu = _driver()
         torch.cuda.init()
-        torch.empty(1, device="cuda")  # makes PyTorch's primary context current on this thread
+        # makes PyTorch's primary context current on this thread
+        torch.empty(1, device="cuda")
         self._cu = cu
         self._image = cubin.read_bytes()
         self._module = _check(cu.cuModuleLoadData(self._image))
@@ -222,21 +253,31 @@ class Module:
         self.functions[MERGE] = _check(cu.cuModuleGetFunction(self._module, f"fp8_mla_{MERGE}".encode()))
         missing = [n for n in required_kernels(arch) if n not in self.functions]
         if missing:
-            raise RuntimeError(f"{cubin} lacks the shipped kernel(s) {', '.join(missing)}: built from another source?")
+            raise RuntimeError(
+                f"{cubin} lacks the shipped kernel(s) {', '.join(missing)}: built from another source?"
+            )
 
-    def launch(self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple, pdl: bool = False) -> None:
-        """pdl: the launch may begin before the kernel before it on the stream ends (the kernel waits for it in
-        griddepcontrol.wait); graph capture keeps the programmatic edge."""
+    def launch(
+        self, name: str, grid: tuple[int, int, int], args: tuple, types: tuple, pdl: bool = False
+    ) -> None:
+        """pdl: the launch may begin before the kernel before it on the stream ends (the kernel waits for it
+        in griddepcontrol.wait); graph capture keeps the programmatic edge."""
         if name not in self.functions:
-            raise RuntimeError(f"kernel {name} is not loaded: a kernel whose shared memory exceeds this GPU's block "
-                               f"({kernel_smem(name)} B) is left out")
+            raise RuntimeError(
+                f"kernel {name} is not loaded: a kernel whose shared memory exceeds this GPU's block "
+                f"({kernel_smem(name)} B) is left out"
+            )
         cu = self._cu
         stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
         smem = 0 if name == MERGE else kernel_smem(name)
         if not pdl:
-            _check(cu.cuLaunchKernel(self.functions[name], *grid, THREADS, 1, 1, smem, stream, (args, types), 0))
+            _check(
+                cu.cuLaunchKernel(self.functions[name], *grid, THREADS, 1, 1, smem, stream, (args, types), 0)
+            )
             return
-        _check(cu.cuLaunchKernelEx(pdl_config(cu, grid, smem, stream), self.functions[name], (args, types), 0))
+        _check(
+            cu.cuLaunchKernelEx(pdl_config(cu, grid, smem, stream), self.functions[name], (args, types), 0)
+        )
 
 
 def pdl_config(cu, grid: tuple[int, int, int], smem: int, stream):
@@ -273,12 +314,14 @@ def available() -> bool:
     arch = arch_of(cc)
     if arch not in _AVAILABLE:
         try:
-            _driver()  # cuda-python launches it: without it the Triton kernel serves
+            # cuda-python launches it: without it the Triton kernel serves
+            _driver()
         except ImportError:
             _AVAILABLE[arch] = False
             return False
-        ok = cc >= (9, 0) and (arch in _MODULES or packaged_cubin(arch).exists()
-                               or bool(os.environ.get("SGLOPS_FP8_MLA_CUBIN")))
+        ok = cc >= (9, 0) and (
+            arch in _MODULES or packaged_cubin(arch).exists() or bool(os.environ.get("SGLOPS_FP8_MLA_CUBIN"))
+        )
         if cc >= (9, 0) and not ok:
             try:
                 find_nvcc()
@@ -300,7 +343,9 @@ def module(cache_dir: Path | None = None) -> Module:
         elif packaged_cubin(arch).exists():
             cubin = packaged_cubin(arch)
         else:
-            cache = cache_dir or Path(os.environ.get("SGLOPS_KERNEL_CACHE", Path.home() / ".cache" / "sglops-kernels"))
+            cache = cache_dir or Path(
+                os.environ.get("SGLOPS_KERNEL_CACHE", Path.home() / ".cache" / "sglops-kernels")
+            )
             cubin, _ = build(arch, cache)
         _MODULES[arch] = Module(cubin, arch)
     return _MODULES[arch]
@@ -312,35 +357,45 @@ def config_for(heads: int, family: str | None = None, batch: int | None = None) 
 
 
 def config_of(name: str, min_rows: int = 256) -> dict:
-    """The launch config of kernel `name`, in the shape splits_for reads (16 heads per CTA at any head count)."""
+    """The launch config of kernel `name`, in the shape
+    splits_for reads (16 heads per CTA at any head count)."""
     block_n, _, per_sm = KERNELS[name]
-    return {"kernel": name, "block_h": 16, "block_n": block_n, "programs_per_sm": per_sm, "min_rows": min_rows}
+    return {
+        "kernel": name,
+        "block_h": 16,
+        "block_n": block_n,
+        "programs_per_sm": per_sm,
+        "min_rows": min_rows,
+    }
 
 
 def min_rows_for(max_len: int) -> int:
-    """Rows per split at least for the Triton kernel's per-request splits (splits_for): 256, down to 64 for short
-    contexts."""
+    """Rows per split at least for the Triton kernel's per-request splits (splits_for): 256, down to 64 for
+    short contexts."""
     return max(64, min(256, -(-max_len // 64)))
 
 
-# Rows per CTA at least, whatever the batch (the .cu's sched_chunk): each chunk costs a prologue (q, the ring's
-# fill) and a 32 KB partial per 16 heads that the merge reads back, so a small batch is cut into chunks of at least
-# this many rows rather than one per CTA of the wave. 128: H200/H100 sweep, BENCH.md v0.6.
+# Rows per CTA at least, whatever the batch (the .cu's sched_chunk): each chunk costs a prologue (q, the
+# ring's fill) and a 32 KB partial per 16 heads that the merge reads back, so a small batch is cut into chunks
+# of at least this many rows rather than one per CTA of the wave. 128: H200/H100 sweep, BENCH.md v0.6.
 MIN_ROWS = 128
-# Rows each request is charged on top of its own (the .cu's ovh): a segment's fixed cost (q, the ring's fill, the
-# partial) in rows, so that CTAs meeting many short requests read fewer rows. H100 sweep, BENCH.md v0.6.
+# Rows each request is charged on top of its own (the .cu's ovh): a segment's fixed cost (q, the ring's fill,
+# the partial) in rows, so that CTAs meeting many short requests read fewer rows. H100 sweep, BENCH.md v0.6.
 OVH_ROWS = 256
-MAX_CTAS = 2048  # the merge's shared weights (MERGE_MAX_SLOTS)
+# the merge's shared weights (MERGE_MAX_SLOTS)
+MAX_CTAS = 2048
 
 
-MERGE_CTAS = 2048  # the merge's grid, at most (merge_grid); H100 sweep, BENCH.md v0.6
+# the merge's grid, at most (merge_grid); H100 sweep, BENCH.md v0.6
+MERGE_CTAS = 2048
 
 
 def merge_grid(batch: int, heads: int) -> tuple[int, int]:
-    """The merge's grid beyond the requests: (head groups, dim groups). A few requests: every head its own CTAs and
-    up to 8 per head (512 / 8 output dims each): a small batch's request has up to a CTA per slot to combine, and more
-    CTAs keep more loads in flight. Many requests: one CTA per request and group of heads, at most MERGE_CTAS in all
-    (most of them find their request written whole and return: launching more costs time)."""
+    """The merge's grid beyond the requests: (head groups, dim groups). A few requests: every head its own
+    CTAs and up to 8 per head (512 / 8 output dims each): a small batch's request has up to a CTA per slot to
+    combine, and more CTAs keep more loads in flight. Many requests: one CTA per request and group of heads,
+    at most MERGE_CTAS in all (most of them find their request written whole and return: launching more costs
+    time)."""
     z = 8
     while z > 1 and batch * heads * z > MERGE_CTAS:
         z //= 2
@@ -361,18 +416,33 @@ def sm_count(device=None) -> int:
 
 
 def slots_for(batch: int, name: str, sms: int, heads: int = 16) -> int:
-    """Partial slots per head the workspace must hold: a CTA per slot plus one per request (slot c + b), and 4 more
-    for the schedule's form that the decode leaves for the merge (3 ints after the slots' log-sum-exps)."""
+    """Partial slots per head the workspace must hold: a CTA per slot plus one per request (slot c + b), and 4
+    more for the schedule's form that the decode leaves for the merge (3 ints after the slots'
+    log-sum-exps)."""
     return ctas_for(name, sms, heads, batch) + batch + 4
 
 
-def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
-               page_size=1, kv_lens=None, config=None, min_rows=None, ovh=None):
+def mla_decode(
+    q,
+    pool,
+    kv_indptr,
+    kv_indices,
+    sm_scale,
+    kv_scale=1.0,
+    n_splits=16,
+    out=None,
+    workspace=None,
+    page_size=1,
+    kv_lens=None,
+    config=None,
+    min_rows=None,
+    ovh=None,
+):
     """The same contract as the Triton kernel's mla_decode (q [B, H, 576] BF16, pool FP8 [N, 1, 576] or
     [pages, P, 576], kv_indptr/kv_indices as SGLang plans FlashInfer MLA, out [B, H, 512] BF16). The split
     count is the kernel's own (one wave of CTAs sharing the batch's rows evenly, on the device); n_splits is
-    accepted for the common contract and unused. workspace: (part, lse) of at least slots_for(...) x heads x 512 /
-    x heads fp32 (larger is fine; smaller, or none: fresh buffers)."""
+    accepted for the common contract and unused. workspace: (part, lse) of at least slots_for(...) x heads x
+    512 / x heads fp32 (larger is fine; smaller, or none: fresh buffers)."""
     batch, heads, d = q.shape
     if d != 576:
         raise ValueError(f"q's last dim is {d}; this kernel is for MLA's 512 + 64")
@@ -402,7 +472,8 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     ovh = int(ovh if ovh is not None else cfg.get("sched_ovh", OVH_ROWS))
     if not 1 <= ctas <= MAX_CTAS:
         raise ValueError(f"{ctas} CTAs per head block: the merge takes 1 to {MAX_CTAS}")
-    need = (ctas + batch + 4) * heads  # slots_for: the slots, then the schedule's form (3 ints) in lse
+    # slots_for: the slots, then the schedule's form (3 ints) in lse
+    need = (ctas + batch + 4) * heads
     if workspace is not None and workspace[0].numel() >= need * 512 and workspace[1].numel() >= need:
         part, lse = workspace
     else:
@@ -411,14 +482,46 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     lens = kv_lens if kv_lens is not None else kv_indptr
     qk_scale = float(sm_scale) * float(kv_scale) * 1.4426950408889634
     vp, f32, i32, i64 = ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_longlong
-    args = (q.data_ptr(), raw.data_ptr(), kv_indptr.data_ptr(), kv_indices.data_ptr(), lens.data_ptr(),
-            part.data_ptr(), lse.data_ptr(), out.data_ptr(), qk_scale, float(kv_scale), heads, raw.stride(0),
-            q.stride(0), q.stride(1), out.stride(0), out.stride(1), batch, int(page_size), rows, ovh)
+    args = (
+        q.data_ptr(),
+        raw.data_ptr(),
+        kv_indptr.data_ptr(),
+        kv_indices.data_ptr(),
+        lens.data_ptr(),
+        part.data_ptr(),
+        lse.data_ptr(),
+        out.data_ptr(),
+        qk_scale,
+        float(kv_scale),
+        heads,
+        raw.stride(0),
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        batch,
+        int(page_size),
+        rows,
+        ovh,
+    )
     types = (vp, vp, vp, vp, vp, vp, vp, vp, f32, f32, i32, i64, i64, i64, i64, i64, i32, i32, i32, i32)
     mod = module()
     mod.launch(name, ((heads + 15) // 16, ctas, 1), args, types)
-    margs = (kv_indptr.data_ptr(), part.data_ptr(), lse.data_ptr(), out.data_ptr(), heads, out.stride(0),
-             out.stride(1), batch, int(page_size), ctas, rows, KERNELS[name][0], ovh)
+    margs = (
+        kv_indptr.data_ptr(),
+        part.data_ptr(),
+        lse.data_ptr(),
+        out.data_ptr(),
+        heads,
+        out.stride(0),
+        out.stride(1),
+        batch,
+        int(page_size),
+        ctas,
+        rows,
+        KERNELS[name][0],
+        ovh,
+    )
     mtypes = (vp, vp, vp, vp, i32, i64, i64, i32, i32, i32, i32, i32, i32)
     mod.launch(MERGE, (batch, *merge_grid(batch, heads)), margs, mtypes, pdl=PDL)
     return out

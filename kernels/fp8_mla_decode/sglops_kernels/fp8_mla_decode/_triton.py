@@ -56,18 +56,46 @@ MAX_SPLITS = 256
 # per (head count class) launch configuration; the H200 sweep (benchmarks/gpu_fp8_mla_decode.py) set these
 CONFIGS = {
     "sm90": {
-        16: {"block_h": 16, "block_n": 32, "warps": 8, "stages": 3, "trans": 0, "programs_per_sm": 2,
-             "min_rows": 256},
-        128: {"block_h": 64, "block_n": 32, "warps": 16, "stages": 2, "trans": 0, "programs_per_sm": 1,
-              "min_rows": 256},
+        16: {
+            "block_h": 16,
+            "block_n": 32,
+            "warps": 8,
+            "stages": 3,
+            "trans": 0,
+            "programs_per_sm": 2,
+            "min_rows": 256,
+        },
+        128: {
+            "block_h": 64,
+            "block_n": 32,
+            "warps": 16,
+            "stages": 2,
+            "trans": 0,
+            "programs_per_sm": 1,
+            "min_rows": 256,
+        },
     },
     # sm_120 (RTX PRO 6000 class): no wgmma, 99 KB shared memory per block, mma.sync only; the AOT
     # resource report (kernels/fp8_mla_decode/aot.py --cc 120) checks these fit
     "sm120": {
-        16: {"block_h": 16, "block_n": 32, "warps": 8, "stages": 2, "trans": 0, "programs_per_sm": 2,
-             "min_rows": 256},
-        128: {"block_h": 32, "block_n": 32, "warps": 8, "stages": 2, "trans": 0, "programs_per_sm": 1,
-              "min_rows": 256},
+        16: {
+            "block_h": 16,
+            "block_n": 32,
+            "warps": 8,
+            "stages": 2,
+            "trans": 0,
+            "programs_per_sm": 2,
+            "min_rows": 256,
+        },
+        128: {
+            "block_h": 32,
+            "block_n": 32,
+            "warps": 8,
+            "stages": 2,
+            "trans": 0,
+            "programs_per_sm": 1,
+            "min_rows": 256,
+        },
     },
 }
 
@@ -84,10 +112,33 @@ def config_for(heads: int, family: str | None = None) -> dict:
 
 
 @triton.jit(do_not_specialize=["n_splits", "heads"])
-def _split_kernel(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_ptr, out_ptr,
-                  sm_scale, kv_scale, heads, pool_stride, q_sb, q_sh, o_sb, o_sh, n_splits,
-                  PAGE: tl.constexpr, CKV: tl.constexpr, KPE: tl.constexpr, BLOCK_H: tl.constexpr,
-                  BLOCK_N: tl.constexpr, DOT: tl.constexpr, TRANS: tl.constexpr, DIRECT: tl.constexpr):
+def _split_kernel(
+    q_ptr,
+    pool_ptr,
+    indptr_ptr,
+    ids_ptr,
+    lens_ptr,
+    part_ptr,
+    lse_ptr,
+    out_ptr,
+    sm_scale,
+    kv_scale,
+    heads,
+    pool_stride,
+    q_sb,
+    q_sh,
+    o_sb,
+    o_sh,
+    n_splits,
+    PAGE: tl.constexpr,
+    CKV: tl.constexpr,
+    KPE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT: tl.constexpr,
+    TRANS: tl.constexpr,
+    DIRECT: tl.constexpr,
+):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -114,8 +165,10 @@ def _split_kernel(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_
         acc = tl.zeros([BLOCK_H, CKV], tl.float32)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    qk_scale = sm_scale * kv_scale * 1.4426950408889634  # log2(e): exp2 below
-    for n0 in range(lo, hi, BLOCK_N):  # software-pipelined num_stages deep (launch option)
+    # log2(e): exp2 below
+    qk_scale = sm_scale * kv_scale * 1.4426950408889634
+    # software-pipelined num_stages deep (launch option)
+    for n0 in range(lo, hi, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         nm = n < hi
         if PAGE == 1:
@@ -128,7 +181,8 @@ def _split_kernel(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_
         k_pe = tl.load(base[:, None] + cp[None, :], mask=nm[:, None], other=0)
         k_nope = k_nope.to(tl.float8e4nv, bitcast=True).to(DOT)
         k_pe = k_pe.to(tl.float8e4nv, bitcast=True).to(DOT)
-        v = k_nope  # V is the first 512 columns of the same rows: no second read
+        # V is the first 512 columns of the same rows: no second read
+        v = k_nope
         if TRANS:
             st = tl.dot(k_nope, qt_nope)
             st = tl.dot(k_pe, qt_pe, acc=st)
@@ -153,14 +207,21 @@ def _split_kernel(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_
     empty = l_i == 0.0
     inv = kv_scale / tl.where(empty, 1.0, l_i)
     lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    if DIRECT:  # one split: this is the answer (an empty request gives zeros)
+    # one split: this is the answer (an empty request gives zeros)
+    if DIRECT:
         orow = b.to(tl.int64) * o_sb + h.to(tl.int64) * o_sh
         if TRANS:
-            tl.store(out_ptr + orow[None, :] + cv[:, None], (acc * inv[None, :]).to(out_ptr.dtype.element_ty),
-                     mask=hm[None, :])
+            tl.store(
+                out_ptr + orow[None, :] + cv[:, None],
+                (acc * inv[None, :]).to(out_ptr.dtype.element_ty),
+                mask=hm[None, :],
+            )
         else:
-            tl.store(out_ptr + orow[:, None] + cv[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
-                     mask=hm[:, None])
+            tl.store(
+                out_ptr + orow[:, None] + cv[None, :],
+                (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
+                mask=hm[:, None],
+            )
     else:
         prow = (b * heads + h).to(tl.int64) * n_splits + s
         if TRANS:
@@ -171,8 +232,9 @@ def _split_kernel(q_ptr, pool_ptr, indptr_ptr, ids_ptr, lens_ptr, part_ptr, lse_
 
 
 @triton.jit(do_not_specialize=["n_splits", "heads"])
-def _merge_kernel(part_ptr, lse_ptr, out_ptr, heads, o_sb, o_sh, n_splits, CKV: tl.constexpr,
-                  SPLITS: tl.constexpr):
+def _merge_kernel(
+    part_ptr, lse_ptr, out_ptr, heads, o_sb, o_sh, n_splits, CKV: tl.constexpr, SPLITS: tl.constexpr
+):
     """out = sum_s w_s part_s, w = softmax over the splits' log2-sum-exps; empty splits (-inf) are
     skipped without a load; a request with no rows at all gives zeros."""
     bh = tl.program_id(0).to(tl.int64)
@@ -189,7 +251,8 @@ def _merge_kernel(part_ptr, lse_ptr, out_ptr, heads, o_sb, o_sh, n_splits, CKV: 
         li = tl.load(lse_ptr + bh * n_splits + i)
         live = li > float("-inf")
         w = tl.exp2(li - mx) / total
-        width = tl.where(live, CKV, 0)  # an empty split's row is never loaded
+        # an empty split's row is never loaded
+        width = tl.where(live, CKV, 0)
         acc += w * tl.load(part_ptr + (bh * n_splits + i) * CKV + cv, mask=cv < width, other=0.0)
     tl.store(out_ptr + b * o_sb + hh * o_sh + cv, acc.to(out_ptr.dtype.element_ty))
 
@@ -207,14 +270,17 @@ def splits_for(batch: int, heads: int, max_len: int, sm_count: int, config: dict
 
 def workspace(batch: int, heads: int, n_splits: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Partial outputs and log-sum-exps for n_splits > 1 (fp32), to reuse across calls/graphs."""
-    return (torch.empty(batch * heads * n_splits * 512, dtype=torch.float32, device=device),
-            torch.empty(batch * heads * n_splits, dtype=torch.float32, device=device))
+    return (
+        torch.empty(batch * heads * n_splits * 512, dtype=torch.float32, device=device),
+        torch.empty(batch * heads * n_splits, dtype=torch.float32, device=device),
+    )
 
 
 def split_buffers(batch: int, heads: int, n_splits: int, out, buffers=None):
-    """(n_splits clamped to 1..MAX_SPLITS, direct, partials, log-sum-exps): one split writes `out` directly (the
-    buffers are then unused); several need `buffers` (a `workspace(...)`, checked for size) or fresh ones.
-    Shared by every implementation, whose partials all use this layout and this module's merge kernel."""
+    """(n_splits clamped to 1..MAX_SPLITS, direct, partials, log-sum-exps): one split writes `out` directly
+    (the buffers are then unused); several need `buffers` (a `workspace(...)`, checked for size) or fresh
+    ones. Shared by every implementation, whose partials all use this layout and this module's merge
+    kernel."""
     n_splits = max(1, min(int(n_splits), MAX_SPLITS))
     if n_splits == 1:
         return n_splits, True, out, out
@@ -227,14 +293,27 @@ def split_buffers(batch: int, heads: int, n_splits: int, out, buffers=None):
     return n_splits, False, part, lse
 
 
-def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=16, out=None, workspace=None,
-               page_size=1, kv_lens=None, config=None):
+def mla_decode(
+    q,
+    pool,
+    kv_indptr,
+    kv_indices,
+    sm_scale,
+    kv_scale=1.0,
+    n_splits=16,
+    out=None,
+    workspace=None,
+    page_size=1,
+    kv_lens=None,
+    config=None,
+):
     batch, heads, d = q.shape
     ckv, kpe = 512, d - 512
     if q.stride(-1) != 1:
         q = q.contiguous()
     raw = pool.view(torch.uint8)
-    if raw.dim() == 3 and raw.shape[1] != 1:  # [pages, P, 576] -> rows
+    # [pages, P, 576] -> rows
+    if raw.dim() == 3 and raw.shape[1] != 1:
         raw = raw.reshape(-1, 1, d)
     if out is None:
         out = torch.empty(batch, heads, ckv, dtype=q.dtype, device=q.device)
@@ -245,11 +324,45 @@ def mla_decode(q, pool, kv_indptr, kv_indices, sm_scale, kv_scale=1.0, n_splits=
     bh = cfg["block_h"]
     lens = kv_lens if kv_lens is not None else kv_indptr
     _split_kernel[(triton.cdiv(heads, bh), n_splits, batch)](
-        q, raw, kv_indptr, kv_indices, lens, part, lse, out, float(sm_scale), float(kv_scale), heads,
-        raw.stride(0), q.stride(0), q.stride(1), out.stride(0), out.stride(1), n_splits,
-        PAGE=page_size, CKV=ckv, KPE=kpe, BLOCK_H=bh, BLOCK_N=cfg["block_n"], DOT=_DOT, TRANS=cfg["trans"],
-        DIRECT=direct, num_warps=cfg["warps"], num_stages=cfg["stages"])
+        q,
+        raw,
+        kv_indptr,
+        kv_indices,
+        lens,
+        part,
+        lse,
+        out,
+        float(sm_scale),
+        float(kv_scale),
+        heads,
+        raw.stride(0),
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        n_splits,
+        PAGE=page_size,
+        CKV=ckv,
+        KPE=kpe,
+        BLOCK_H=bh,
+        BLOCK_N=cfg["block_n"],
+        DOT=_DOT,
+        TRANS=cfg["trans"],
+        DIRECT=direct,
+        num_warps=cfg["warps"],
+        num_stages=cfg["stages"],
+    )
     if not direct:
-        _merge_kernel[(batch * heads,)](part, lse, out, heads, out.stride(0), out.stride(1), n_splits, CKV=ckv,
-                                        SPLITS=MAX_SPLITS, num_warps=4)
+        _merge_kernel[(batch * heads,)](
+            part,
+            lse,
+            out,
+            heads,
+            out.stride(0),
+            out.stride(1),
+            n_splits,
+            CKV=ckv,
+            SPLITS=MAX_SPLITS,
+            num_warps=4,
+        )
     return out

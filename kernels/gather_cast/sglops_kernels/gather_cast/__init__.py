@@ -36,7 +36,8 @@ __all__ = ["gather_cast", "cast_live_rows", "backend", "torch_gather_cast", "tor
 __version__ = "1.1.0"
 
 _FP8 = torch.float8_e4m3fn
-_triton_impl = None  # the module, once imported; False when it cannot be
+# the module, once imported; False when it cannot be
+_triton_impl = None
 
 
 def _as_fp8(pool: torch.Tensor) -> torch.Tensor:
@@ -60,8 +61,10 @@ def _load_triton():
     if _triton_impl is None:
         try:
             from sglops_kernels.gather_cast import _triton as impl
+
             _triton_impl = impl
-        except Exception:  # no triton, or a triton without this GPU
+        # no triton, or a triton without this GPU
+        except Exception:
             _triton_impl = False
     return _triton_impl
 
@@ -75,13 +78,18 @@ def backend(pool: torch.Tensor) -> str:
     """Which path gather_cast takes for this pool: 'triton' or 'torch'."""
     if os.environ.get("SGLOPS_GATHER_CAST", "").lower() == "torch" or not pool.is_cuda:
         return "torch"
-    if _capability(pool.device.index) < (8, 9):  # no e4m3 conversion before Ada
+    # no e4m3 conversion before Ada
+    if _capability(pool.device.index) < (8, 9):
         return "torch"
     return "triton" if _load_triton() else "torch"
 
 
-def gather_cast(pool: torch.Tensor, idx: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16,
-                scale: float | torch.Tensor | None = None) -> torch.Tensor:
+def gather_cast(
+    pool: torch.Tensor,
+    idx: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    scale: float | torch.Tensor | None = None,
+) -> torch.Tensor:
     """pool[idx] dequantised to out_dtype (times scale), in one pass on CUDA.
 
     A pool that is not FP8 (a BF16 KV cache) is gathered by torch: there is nothing to dequantise.
@@ -121,9 +129,15 @@ def torch_cast_live_rows(pool, ids, live, cap=None, out_dtype=torch.bfloat16, sc
     return out
 
 
-def cast_live_rows(pool: torch.Tensor, ids: torch.Tensor, live: int | torch.Tensor, cap: int | None = None,
-                   out_dtype: torch.dtype = torch.bfloat16, scale: float | torch.Tensor | None = None,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
+def cast_live_rows(
+    pool: torch.Tensor,
+    ids: torch.Tensor,
+    live: int | torch.Tensor,
+    cap: int | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    scale: float | torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """A pool-shaped buffer whose rows ids[:n] hold pool's rows dequantised (module docstring)."""
     if ids.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"cast_live_rows: ids must be int32 or int64, not {ids.dtype}")
@@ -131,7 +145,9 @@ def cast_live_rows(pool: torch.Tensor, ids: torch.Tensor, live: int | torch.Tens
         raise ValueError(f"cast_live_rows: ids is on {ids.device}, pool on {pool.device}")
     if isinstance(live, torch.Tensor):
         if live.numel() != 1 or live.dtype not in (torch.int32, torch.int64) or live.device != pool.device:
-            raise ValueError("cast_live_rows: live must be an int or a one-element int32/int64 tensor on pool's device")
+            raise ValueError(
+                "cast_live_rows: live must be an int or a one-element int32/int64 tensor on pool's device"
+            )
     cap = ids.numel() if cap is None else cap
     if pool.dtype not in (_FP8, torch.uint8) or backend(pool) == "torch":
         if pool.dtype not in (_FP8, torch.uint8):

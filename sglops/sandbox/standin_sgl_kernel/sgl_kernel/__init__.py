@@ -12,23 +12,34 @@ import ctypes
 
 import torch
 
-STANDIN = True  # sglops facts report this package as a stand-in
+# sglops facts report this package as a stand-in
+STANDIN = True
 
 
-def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                                 start_offset: torch.Tensor, end_offset: torch.Tensor,
-                                 out_cache_loc: torch.Tensor, pool_len: int) -> None:
-    """For each request i: req_to_token[req_pool_indices[i], start[i]:end[i]] = the next slots of out_cache_loc."""
-    del pool_len  # the row width; req_to_token's shape carries it
+def assign_req_to_token_pool_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
+    """For each request i: req_to_token[req_pool_indices[i],
+    start[i]:end[i]] = the next slots of out_cache_loc."""
+    # the row width; req_to_token's shape carries it
+    del pool_len
     taken = 0
-    for row, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True):
+    for row, start, end in zip(
+        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
+    ):
         n = end - start
-        req_to_token[row, start:end] = out_cache_loc[taken:taken + n].to(req_to_token.dtype)
+        req_to_token[row, start:end] = out_cache_loc[taken : taken + n].to(req_to_token.dtype)
         taken += n
 
 
-def copy_all_layer_kv_cache_cpu(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor,
-                                src_loc: torch.Tensor) -> None:
+def copy_all_layer_kv_cache_cpu(
+    data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor, src_loc: torch.Tensor
+) -> None:
     """For every layer buffer (base address, row size in bytes): copy row src_loc[j] to row tgt_loc[j].
 
     All source rows are read before any target row is written, so overlapping moves are safe.
@@ -46,8 +57,10 @@ def __getattr__(name: str):
         raise AttributeError(name)
 
     def missing(*args, **kwargs):
-        raise NotImplementedError(f"sgl_kernel.{name}: not provided by the sglops CPU stand-in of sgl-kernel "
-                                  "(only assign_req_to_token_pool_cpu and copy_all_layer_kv_cache_cpu are)")
+        raise NotImplementedError(
+            f"sgl_kernel.{name}: not provided by the sglops CPU stand-in of sgl-kernel "
+            "(only assign_req_to_token_pool_cpu and copy_all_layer_kv_cache_cpu are)"
+        )
 
     missing.__name__ = name
     return missing
