@@ -6,10 +6,11 @@ sglops/probe/launch_path.py answers each case. No release
 is special-cased: the same probes and rules run on all.
 
     python3 benchmarks/attention_path_table.py                 # the markdown tables and probe times
-    python3 benchmarks/attention_path_table.py --history       # also rewrite playbooks/attention_backend_history.json
+    # also rewrite playbooks/attention_backend_history.json
+    python3 benchmarks/attention_path_table.py --history
     python3 benchmarks/attention_path_table.py --versions 0.5.17,0.5.23
-    python3 benchmarks/attention_path_table.py --ssh 3       # also: the scan over SSH to a sandbox host holding
-                                                             # each release (a git checkout), median of 3 cold trips
+    # also: the scan over SSH to a sandbox host holding each release (a git checkout), median of 3 cold trips
+    python3 benchmarks/attention_path_table.py --ssh 3
 """
 
 from __future__ import annotations

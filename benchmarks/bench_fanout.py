@@ -1,18 +1,21 @@
-"""Benchmark: one question to N hosts at once: sglops vs pyinfra, Ansible and `xargs -P ssh`, same remote work.
+"""Benchmark: one question to N hosts at once: sglops vs
+pyinfra, Ansible and `xargs -P ssh`, same remote work.
 
-N real sshd sandbox hosts on loopback (each a release checkout of sglang 0.5.23, shared read-only). Every tool runs
-the same command on every host: the host script sglops runs (`facts`, `probe_scan`) started the way sglops starts
-it, `python3 -c BOOTSTRAP`, with the bundle and arguments sglops sends (the peers read them from a file on the host,
-sglops writes them to stdin). So the host does the same work and the tools differ only in how they reach the hosts.
-pyinfra (`pyinfra INVENTORY exec`) and ansible-core (`ansible all -m command`, forks = N) each run from a venv of
-its own under ~/.cache/sglops (made with `pip install pyinfra` / `pip install ansible-core`, never the project's
-dependencies): pass --pyinfra / --ansible. `xargs -P N ssh` is the floor: OpenSSH, one process per host.
+N real sshd sandbox hosts on loopback (each a release checkout of sglang 0.5.23, shared read-only). Every tool
+runs the same command on every host: the host script sglops runs (`facts`, `probe_scan`) started the way
+sglops starts it, `python3 -c BOOTSTRAP`, with the bundle and arguments sglops sends (the peers read them from
+a file on the host, sglops writes them to stdin). So the host does the same work and the tools differ only in
+how they reach the hosts. pyinfra (`pyinfra INVENTORY exec`) and ansible-core (`ansible all -m command`, forks
+= N) each run from a venv of its own under ~/.cache/sglops (made with `pip install pyinfra` / `pip install
+ansible-core`, never the project's dependencies): pass --pyinfra / --ansible. `xargs -P N ssh` is the floor:
+OpenSSH, one process per host.
 
-Per run: wall time; client CPU (the tool's process tree); host CPU (every sandbox sshd's own and reaped children's
-CPU: the sessions and the host scripts); peak RSS of the tool's largest process. The probe runs with each host's
-tree cache emptied before every run (`--cold`, the greps run every time) or kept (a repeat probe).
-Interleaved (every tool once per round), medians, the load stated.
-Run: python3 benchmarks/bench_fanout.py --hosts 1,4,16 --repeats 3 --pyinfra ~/.cache/sglops/bench-pyinfra/bin \
+Per run: wall time; client CPU (the tool's process tree); host CPU (every sandbox sshd's own and reaped
+children's CPU: the sessions and the host scripts); peak RSS of the tool's largest process. The probe runs
+with each host's tree cache emptied before every run (`--cold`, the greps run every time) or kept (a repeat
+probe). Interleaved (every tool once per round), medians, the load stated.
+Run: python3 benchmarks/bench_fanout.py --hosts 1,4,16
+--repeats 3 --pyinfra ~/.cache/sglops/bench-pyinfra/bin \\
      --ansible ~/.cache/sglops/bench-ansible/bin [--cold] [--out benchmarks/results/fanout.json]
 `--before DIR` adds sglops as an earlier commit has it (`git archive COMMIT | tar -x -C DIR`), in the same rounds
 ("sglops-before"); `--tools sglops,pyinfra` runs only those.

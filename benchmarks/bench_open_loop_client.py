@@ -25,7 +25,8 @@ starved by the shared machine), the server side or the machine when requests lef
 >= 1,000 offered: the cost rises with the threads in flight) is the client's ceiling on one free core.
 
     python3 benchmarks/bench_open_loop_client.py --rates 100,250,500,750,1000,1500,2000,3000 --seconds 2
-    python3 benchmarks/bench_open_loop_client.py --profile 1000 --seconds 2   # cProfile (CPU time), every thread
+    # cProfile (CPU time), every thread
+    python3 benchmarks/bench_open_loop_client.py --profile 1000 --seconds 2
 """
 
 from __future__ import annotations

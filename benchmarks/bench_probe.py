@@ -5,9 +5,9 @@ per file), sampled and extrapolated.
 Real sshd sandbox host on loopback. Cold = a fresh SSH connection per measurement, as a task and as
 `ssh host true` do; warm = one open connection (one extra exec). Interleaved, medians.
 Run: python3 benchmarks/bench_probe.py [--repeats 7] [--sample 40] [--out results.json]
-     python3 benchmarks/bench_probe.py --host-cpu [--repeats 5]: the host's CPU for one probe (the script and the
-     rg and git it starts) before the linear import scan and the tree cache, now (a miss, a hit), and the same
-     greps run alone.
+     python3 benchmarks/bench_probe.py --host-cpu [--repeats 5]: the host's CPU for one probe (the script
+     and the rg and git it starts) before the linear import scan and the tree cache, now (a miss, a hit), and
+     the same greps run alone.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""Trace analysis speed against Holistic Trace Analysis, as a library call and as a command; peak memory on 1 GB.
+"""Trace analysis speed against Holistic Trace Analysis (library call and command); peak memory on 1 GB.
 
     python3 benchmarks/bench_trace.py command --hta-python PY [--trace T ...] [--repeats 7]
-    python3 benchmarks/bench_trace.py cpu [--repeats 9]      # the real SGLang CPU trace, analysis only, in-process
-    python3 benchmarks/bench_trace.py speed  [--repeats 5]   # needs `pip install .[bench]` (HTA) in this python
-    python3 benchmarks/bench_trace.py memory [--size-gb 1.0] [--gzip]  # makes /tmp/sglops-bench-<size>g.trace.json
+    # the real SGLang CPU trace, analysis only, in-process
+    python3 benchmarks/bench_trace.py cpu [--repeats 9]
+    # needs `pip install .[bench]` (HTA) in this python
+    python3 benchmarks/bench_trace.py speed  [--repeats 5]
+    # makes /tmp/sglops-bench-<size>g.trace.json
+    python3 benchmarks/bench_trace.py memory [--size-gb 1.0] [--gzip]
 
 command: what a user waits for. `python -m invoke analyze-trace TRACE --json --out DIR` against
 `PY benchmarks/hta_breakdown.py TRACE --json` (a plain HTA script: kernel breakdown, idle time, CPU ops and

@@ -1,9 +1,13 @@
 """The cost of Python stacks in a trace: parse time and memory of a stack trace vs the same workload without.
 
-    python3 benchmarks/bench_trace_stack.py capture [--out DIR] [--steps 20]   # real SGLang CPU server, 2 traces
-    python3 benchmarks/bench_trace_stack.py measure [--repeats 5] [--a T --b T]  # parse + analyse each, own process
-    python3 benchmarks/bench_trace_stack.py big [--size-gb 1.0] [--gzip] [--layout compact|indent]  # stack vs not, 1 GB
-    python3 benchmarks/bench_trace_stack.py stages TRACE                           # memory per stage of one analysis
+    # real SGLang CPU server, 2 traces
+    python3 benchmarks/bench_trace_stack.py capture [--out DIR] [--steps 20]
+    # parse + analyse each, own process
+    python3 benchmarks/bench_trace_stack.py measure [--repeats 5] [--a T --b T]
+    # stack vs not, 1 GB
+    python3 benchmarks/bench_trace_stack.py big [--size-gb 1.0] [--gzip] [--layout compact|indent]
+    # memory per stage of one analysis
+    python3 benchmarks/bench_trace_stack.py stages TRACE
 
 capture: starts the real SGLang 0.5.23 CPU server (sglops.sandbox.sglang_cpu, loopback only), then twice the
 same workload: `POST /start_profile {"activities": ["CPU"], "num_steps": N, "with_stack": S, "record_shapes":

@@ -9,13 +9,15 @@ tokenizer the model folder holds, offline), ignore_eos on, temperature 0, one wa
 Reported per tool: the median over rounds of each figure, the tool's spread against itself over the rounds
 ((max - min) / median), and sglops / bench_serving. On a machine whose speed swings between runs (2 cores
 shared with other work), each run is also set against the server's own decode rate over the same window (its
-"gen throughput" log lines per running request): `decode_vs_server` = the tool's decode tok/s / that rate. Definitions (both read from the sources):
+"gen throughput" log lines per running request): `decode_vs_server` = the tool's decode tok/s / that rate.
+Definitions (both read from the sources):
 - TTFT, TPOT ((e2e - TTFT) / (n - 1)), e2e, output tok/s (all tokens / wall time): the same definitions.
 - decode tok/s: sglops' per-request (n - first chunk's tokens) / (e2e - TTFT), median over requests;
   bench_serving has no such figure, its column is 1000 / median TPOT (equal when the first chunk carries one
   token and the request count is odd).
-- ITL: per token on both for /generate (a chunk's gap spread over its tokens); on /v1/completions bench_serving
-  records one ITL per text chunk (merged chunks count once), sglops per token (from per-chunk usage).
+- ITL: per token on both for /generate (a chunk's gap spread over its tokens); on /v1/completions
+  bench_serving records one ITL per text chunk (merged chunks count once), sglops per token (from per-chunk
+  usage).
 - TTFT on /v1/completions: bench_serving waits for the first chunk with text; sglops for the first chunk that
   raises completion_tokens (a token ending mid-character sends no text). And bench_serving refuses
   `--tokenize-prompt` with `--backend sglang-oai`: its prompt is the ids decoded to text, re-tokenized by the
@@ -26,14 +28,14 @@ shared with other work), each run is also set against the server's own decode ra
 On a server that is already running (the GPU tier: sglang 0.5.17 on an H200, started by `inv restart` or the
 play), with that server's python for bench_serving and its model folder for the tokenizer:
 
-    . /tmp/gpu-tier/env.sh && python3 benchmarks/bench_vs_bench_serving.py --port 30000 --python python3 \
-        --model /tmp/gpu-tier/tiny-mla --apis sglang --concurrency 1,8 --rounds 4 --requests 9 \
+    . /tmp/gpu-tier/env.sh && python3 benchmarks/bench_vs_bench_serving.py --port 30000 --python python3 \\
+        --model /tmp/gpu-tier/tiny-mla --apis sglang --concurrency 1,8 --rounds 4 --requests 9 \\
         --input-len 128 --output-len 64 --json $OUT/bench_vs_bench_serving.json
 
-bench_serving's module is `sglang.benchmark.serving` since 0.5.17 (`sglang.bench_serving` is its deprecated alias,
-and the only name before): the new path is asked first, the old one on releases without it (issue 25 item 5).
-The summary gives, per figure, the paired per-round ratio sglops / bench_serving (median, range, spread): the
-range is the floor of agreement that server allows, whatever either tool does.
+bench_serving's module is `sglang.benchmark.serving` since 0.5.17 (`sglang.bench_serving` is its deprecated
+alias, and the only name before): the new path is asked first, the old one on releases without it (issue 25
+item 5). The summary gives, per figure, the paired per-round ratio sglops / bench_serving (median, range,
+spread): the range is the floor of agreement that server allows, whatever either tool does.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ _FIND = """
 import importlib.util, os, sys
 spec = importlib.util.find_spec("sglang")
 where = list(spec.submodule_search_locations or []) if spec else []
-for rel, name in (("benchmark/serving.py", "sglang.benchmark.serving"), ("bench_serving.py", "sglang.bench_serving")):
+for rel, name in (("benchmark/serving.py", "sglang.benchmark.serving"),
+                  ("bench_serving.py", "sglang.bench_serving")):
     if where and os.path.isfile(os.path.join(where[0], rel)):
         print(name)
         sys.exit(0)

@@ -1,24 +1,26 @@
-"""Figures for docs/bench.md's production loads (issue 40): trace-replay send lag, the max-rate search, the GPU
-telemetry sampler's cost.
+"""Figures for docs/bench.md's production loads: trace-replay send lag, the max-rate search, the GPU
+telemetry sampler's cost (issue 40).
 
-`lag`: a trace of constant gaps at 10, 50 and 200 req/s (tests/data/workloads-shaped, made here) replayed by the
-host client (`inv bench --dataset trace:...`, the real path: run_bench -> the host script on --host local) against
-the stand-in server and the real SGLang 0.5.23 CPU server, levels interleaved; per rate: send lag (actual - scheduled
-send time) p50/p99 and the host client's CPU seconds per request (its process time while measuring / requests), with
-the client's GIL hand-over interval at its own 0.5 ms and at python's 5 ms default, interleaved.
+`lag`: a trace of constant gaps at 10, 50 and 200 req/s (tests/data/workloads-shaped, made here) replayed by
+the host client (`inv bench --dataset trace:...`, the real path: run_bench -> the host script on --host local)
+against the stand-in server and the real SGLang 0.5.23 CPU server, levels interleaved; per rate: send lag
+(actual - scheduled send time) p50/p99 and the host client's CPU seconds per request (its process time while
+measuring / requests), with the client's GIL hand-over interval at its own 0.5 ms and at python's 5 ms
+default, interleaved.
 
     python3 benchmarks/bench_workloads.py lag --seconds 4 --json benchmarks/results/workloads_send_lag.json
 
-`maxrate`: `inv bench --host local --max-rate --slo ... --goodput 0.9` (the CLI itself, a subprocess) against the real
-SGLang 0.5.23 CPU server; every probed level (its own run) and the answer, from the recorded bench.json.
+`maxrate`: `inv bench --host local --max-rate --slo ... --goodput 0.9` (the CLI itself, a subprocess) against
+the real SGLang 0.5.23 CPU server; every probed level (its own run) and the answer, from the recorded
+bench.json.
 
-    python3 benchmarks/bench_workloads.py maxrate --slo ttft=1000,tpot=150 --requests 12 --start 1 \
+    python3 benchmarks/bench_workloads.py maxrate --slo ttft=1000,tpot=150 --requests 12 --start 1 \\
         --json benchmarks/results/workloads_max_rate.json
 
 `telemetry`: the GPU sampler (sglops/host/telemetry.py) alone for N seconds at 500 and 100 ms: CPU seconds per
 second of the nvidia-smi process and of the reader thread, on this machine's stand-in nvidia-smi.
 
-    python3 benchmarks/bench_workloads.py telemetry --seconds 10 --rounds 2 \
+    python3 benchmarks/bench_workloads.py telemetry --seconds 10 --rounds 2 \\
         --json benchmarks/results/workloads_telemetry.json
 """
 

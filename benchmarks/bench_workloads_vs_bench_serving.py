@@ -1,4 +1,4 @@
-"""`inv bench`'s trace replay and multi-turn sessions vs SGLang's own bench_serving, one real server, alternated
+"""`inv bench`'s trace replay and multi-turn sessions vs SGLang's bench_serving, one real server, alternated
 (issue 40 item 6).
 
 The model is benchmarks/bench_vs_bench_serving.py (its helpers are imported): per round and workload both
@@ -46,8 +46,9 @@ log lines: new + cached tokens, warm-ups included: they differ by the warm-ups' 
 is the same size. sglops asks for the chosen tokens' logprobs unless `--no-logprobs` and samples GPU telemetry
 on the host every 500 ms unless `--telemetry-interval 0` (bench_serving does neither).
 
-    python3 benchmarks/bench_workloads_vs_bench_serving.py --rounds 2 --trace-requests 6 --sessions 2,2,32,16,8 \\
-        --session-concurrency 2                                   # the real CPU server (started here)
+    # the real CPU server (started here)
+    python3 benchmarks/bench_workloads_vs_bench_serving.py --rounds 2 --trace-requests 6 \\
+        --sessions 2,2,32,16,8 --session-concurrency 2
 
 On the GPU tier (a server started with `--chat-template benchmarks/results/workloads-agreement-2026-12-06/
 concat.jinja`), with that server's python for bench_serving and its model folder for the tokenizer:
@@ -144,9 +145,10 @@ out = {}
 for seed in map(int, sys.argv[7:]):
     random.seed(seed)
     np.random.seed(seed)
-    rows = sample_generated_shared_prefix_requests(num_groups=1, prompts_per_group=p, system_prompt_len=s,
-                                                   question_len=q, output_len=o, range_ratio=1.0, tokenizer=tok,
-                                                   seed=seed, num_turns=t)
+    rows = sample_generated_shared_prefix_requests(
+        num_groups=1, prompts_per_group=p, system_prompt_len=s, question_len=q, output_len=o,
+        range_ratio=1.0, tokenizer=tok, seed=seed, num_turns=t,
+    )
     turns = [r.prompt if isinstance(r.prompt, list) else [r.prompt] for r in rows]
     out[seed] = [[len(tok.encode(x, add_special_tokens=False)) for x in conv] for conv in turns]
 print(json.dumps(out))

@@ -1,4 +1,4 @@
-"""The FP8 MLA decode table of record (kernels/fp8_mla_decode/BENCH.md, docs/patches.md) from one H200 variants run.
+"""The FP8 MLA decode table of record (kernels/fp8_mla_decode/BENCH.md, docs/patches.md) from an H200 run.
 
 Why: BENCH.md's table is what the issue's goals are judged on; it must come from a results JSON by a rule, not
 be typed. Per cell it takes the kernel the package would launch on sm90 (its own rule, `_picks.kernel_name`:
@@ -7,7 +7,8 @@ unless --pick names one per head class, and prints (f) us, TB/s of FP8 read, % o
 the same run, (f)/(e), (f)/(c), and the goals: >= 80% of copy and <= 0.6x (e) at cells with >= 1M live rows,
 never slower than (c).
 
-    python3 benchmarks/fp8_mla_table.py benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-fp8_mla_variants.json
+    python3 benchmarks/fp8_mla_table.py \\
+        benchmarks/results/fp8-mla-decode-h200/cuda-2026-12-03/round7c-fp8_mla_variants.json
     python3 benchmarks/fp8_mla_table.py RUN.json --pick 16=n32_s3_b3_1b,128=n32_s4_b2_1b
 
 Since v0.6 the harness of record is benchmarks/gpu_fp8_mla_record.py (distinct rows, NaN poison, ragged and

@@ -12,7 +12,8 @@ fast_mla_decode_plan).
     --sweep   the cast kernel's launch configurations (rows per block, warps, programs per SM)
     --table   per-layer times under CUDA graphs (and eager) for the issue's grid
 
-    PYTHONPATH=kernels/gather_cast python benchmarks/gpu_flashinfer_mla.py --helpers H.py --out OUT --check --table
+    PYTHONPATH=kernels/gather_cast python benchmarks/gpu_flashinfer_mla.py --helpers H.py --out OUT \\
+        --check --table
 """
 
 from __future__ import annotations

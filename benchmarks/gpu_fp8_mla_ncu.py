@@ -1,21 +1,25 @@
 """One launch of the CUDA FP8 MLA decode kernel at a large cell, for Nsight Compute (stall reasons, pipe use).
 
-Why: the variants that leave stages out (BENCH.md v0.3) say loads alone reach 81% of copy and the products alone
-take 57% of the whole kernel's time, but not why the two overlap poorly; the hardware counters can.
+Why: the variants that leave stages out (BENCH.md v0.3) say loads alone reach 81% of copy and the products
+alone take 57% of the whole kernel's time, but not why the two overlap poorly; the hardware counters can.
 Run on the device machine (repo root, `export PATH=/usr/local/cuda/bin:$PATH`):
-    PYTHONPATH=kernels/fp8_mla_decode ncu --clock-control none --kernel-name regex:fp8_mla_ --launch-skip 1 \
-        --launch-count 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
-        --section MemoryWorkloadAnalysis --section Occupancy python3 benchmarks/gpu_fp8_mla_ncu.py [KERNEL]
+    PYTHONPATH=kernels/fp8_mla_decode ncu --clock-control none --kernel-name regex:fp8_mla_ \\
+        --launch-skip 1 --launch-count 1 --section WarpStateStats --section SchedulerStats \\
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \\
+        python3 benchmarks/gpu_fp8_mla_ncu.py [KERNEL]
 It runs the kernel twice (the first launch loads the module), checks nothing, prints the time of a third.
-Other shapes: `--heads 128 --bs 64 --ctx 8192` (the 128-head cell of record), `--bs 1 --ctx 4096` (a small batch:
-the decode and its merge, `--launch-skip 4 --launch-count 2`); the pool holds max(495,000, 1.25 x the live rows).
-`--small` runs the record's small cells one after another, each three times (decode + merge per call, in launch
-order), for `--metrics gpu__time_duration.sum` over every launch: each kernel's own time, caches flushed by ncu.
-Which line stalls (round 6 on, NOTES.md): build with source lines kept and add the SourceCounters section,
-    SGLOPS_FP8_MLA_LINEINFO=1 PYTHONPATH=kernels/fp8_mla_decode ncu --clock-control none --kernel-name regex:fp8_mla_ \
-        --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters \
+Other shapes: `--heads 128 --bs 64 --ctx 8192` (the 128-head cell of record), `--bs 1 --ctx 4096` (a small
+batch: the decode and its merge, `--launch-skip 4 --launch-count 2`); the pool holds max(495,000, 1.25 x the
+live rows). `--small` runs the record's small cells one after another, each three times (decode + merge per
+call, in launch order), for `--metrics gpu__time_duration.sum` over every launch: each kernel's own time,
+caches flushed by ncu. Which line stalls (round 6 on, NOTES.md): build with source lines kept and add the
+SourceCounters section,
+    SGLOPS_FP8_MLA_LINEINFO=1 PYTHONPATH=kernels/fp8_mla_decode ncu --clock-control none \\
+        --kernel-name regex:fp8_mla_ --launch-skip 1 --launch-count 1 --section WarpStateStats \\
+        --section SourceCounters \\
         --import-source yes -o $OUT/ncu python3 benchmarks/gpu_fp8_mla_ncu.py n32_s3_b3_1b
-    ncu --import $OUT/ncu.ncu-rep --page source --csv --print-source sass > $OUT/ncu_source.csv   # not yet run here
+    # not yet run here
+    ncu --import $OUT/ncu.ncu-rep --page source --csv --print-source sass > $OUT/ncu_source.csv
 """
 
 from __future__ import annotations

@@ -12,13 +12,16 @@ $OUT/fp8_mla_variants.json and prints a table.
 
 Environment: exactly kernels/fp8_mla_decode/h200_run.sh's (carry [".whl"]; its pip install, FlashInfer
 tarball and exports), from the repository root on the device machine:
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl && mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi && \
-    export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \
-        FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm CUDA_HOME=$(readlink -f /usr/local/cuda) && \
-    timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 > $OUT/variants.txt 2>&1; \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
+        .whl/*.whl && mkdir -p /tmp/fi && tar -xJf .whl/flashinfer-0.7.2-mla.tar.xz -C /tmp/fi && \\
+    export PYTHONPATH=/tmp/fi:/tmp/site:$PWD/kernels/fp8_mla_decode:$PWD/kernels/gather_cast \\
+        FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm \\
+        CUDA_HOME=$(readlink -f /usr/local/cuda) && \\
+    timeout 220 python3 benchmarks/gpu_fp8_mla_variants.py --out $OUT --budget 190 \\
+        > $OUT/variants.txt 2>&1; \\
     tail -60 $OUT/variants.txt
-`--list` prints each variant's resolved configuration per head count without a GPU (tests/test_fp8_mla_decode.py).
+`--list` prints each variant's resolved configuration per
+head count without a GPU (tests/test_fp8_mla_decode.py).
 """
 
 from __future__ import annotations
@@ -173,7 +176,8 @@ for line in sys.argv[1:]:
     try:
         for s in (1, 3):
             V.mla_decode_variant(j["name"], q, pool, indptr, ids, 0.1, 1.0, s, config=j["cfg"])
-            V.mla_decode_variant(j["name"], q, pool.view(64, 64, 576), indptr, ids % 60, 0.1, 1.0, s, config=j["cfg"],
+            paged = pool.view(64, 64, 576)
+            V.mla_decode_variant(j["name"], q, paged, indptr, ids % 60, 0.1, 1.0, s, config=j["cfg"],
                                  page_size=64, kv_lens=indptr[1:] - indptr[:-1])
         torch.cuda.synchronize()
     except Exception as exc:

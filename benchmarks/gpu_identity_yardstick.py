@@ -1,7 +1,8 @@
 """How far apart the FP8 attention paths' outputs are, against a yardstick: the table of the GPU tier's
 `inv play gpu-fp8-identity` (playbooks/gpu-fp8-identity.yaml) from its records.
 
-    python3 benchmarks/gpu_identity_yardstick.py DIR      # DIR: what `scripts/gpu-tier.sh collect` brought back
+    # DIR: what `scripts/gpu-tier.sh collect` brought back
+    python3 benchmarks/gpu_identity_yardstick.py DIR
 
 Per run against gather-cast (the baseline: bit-exact to stock FlashInfer by construction): prompts whose
 greedy outputs are identical, where they part, the median and max |dlogprob| on the tokens chosen alike before

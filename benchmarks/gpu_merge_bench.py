@@ -1,5 +1,5 @@
-"""fp8_mla_decode's split merge on the GPU: a chunked merge (16 splits' rows as one tile) against the package's
-serial loop, one run.
+"""fp8_mla_decode's split merge on the GPU: a chunked merge (16 splits' rows as one tile) against the
+package's serial loop, one run.
 
 Why: a CUDA graph captured for a long context keeps dozens of splits per request whatever the live length (66
 at bs 1 for a 32K context on an H200), and the GPU tier's server profile put the merge at 5.5 µs per layer
@@ -10,7 +10,8 @@ of 20 launches, outputs compared), so the ratio needs no second call. Measured 2
 candidate lost where it mattered (x1.04 at 66 splits with 1 live, x1.5-1.7 at 4 splits) and won only with
 every split live (x0.86), so the package kept its loop.
 
-    python3 benchmarks/gpu_merge_bench.py --out DIR     # on the device machine; PYTHONPATH has kernels/fp8_mla_decode
+    # on the device machine; PYTHONPATH has kernels/fp8_mla_decode
+    python3 benchmarks/gpu_merge_bench.py --out DIR
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Both restart shapes, against the suite's own dockerd and the real server environment, bind-mounted read-only
 at the same paths (nothing big is copied into an image):
-(a) `container_restart: exec` (the default): a long-running container; sglops starts the server process inside
-    it as on a host (`inv restart PROFILE --host H --container C`), then benches, reads its status and stops it;
+(a) `container_restart: exec` (the default): a long-running container; sglops starts the server process
+    inside it as on a host (`inv restart PROFILE --host H --container C`), then benches, reads its status and
+    stops it;
 (b) `container_restart: entrypoint`: the container's command IS the server; a restart is `docker restart` +
     a health wait from inside + the crash named from `docker logs`.
 One container and one server per shape for the whole module (a real start takes 20-60 s here).

@@ -97,8 +97,10 @@ def test_an_sm120_gpu_loads_its_own_picks_and_leaves_out_kernels_too_big_for_its
     GPUs (RTX PRO 6000)."""
     got = run("""import json
 from sglops_kernels.fp8_mla_decode import _cuda
-print(json.dumps({a: {"required": _cuda.required_kernels(a), "fits": {n: _cuda.fits_block(n, a) for n in _cuda.SHIPPED},
-                      "family": _cuda.family_of(a)} for a in ("sm_90a", "sm_120")}))""")
+print(json.dumps({
+    a: {"required": _cuda.required_kernels(a), "fits": {n: _cuda.fits_block(n, a) for n in _cuda.SHIPPED},
+        "family": _cuda.family_of(a)}
+    for a in ("sm_90a", "sm_120")}))""")
     assert got["sm_120"]["required"] == ["n32_s2_b2_tma4"] and got["sm_90a"]["required"] == [
         "n64_s2_b2_1b_lz_x2"
     ]
@@ -192,8 +194,10 @@ def test_the_pick_follows_heads_and_batch_and_short_contexts_get_shorter_splits(
     got = run("""import json
 from sglops_kernels.fp8_mla_decode import _cuda
 print(json.dumps({
-  "16": _cuda.config_for(16, "sm90")["kernel"], "128_bs8": _cuda.config_for(128, "sm90", batch=8)["kernel"],
-  "128_bs64": _cuda.config_for(128, "sm90", batch=64)["kernel"], "120": _cuda.config_for(16, "sm120")["kernel"],
+  "16": _cuda.config_for(16, "sm90")["kernel"],
+  "128_bs8": _cuda.config_for(128, "sm90", batch=8)["kernel"],
+  "128_bs64": _cuda.config_for(128, "sm90", batch=64)["kernel"],
+  "120": _cuda.config_for(16, "sm120")["kernel"],
   "min_rows": [_cuda.min_rows_for(n) for n in (100, 4096, 8192, 32768, 131072)]}))""")
     assert got["16"] == got["128_bs8"] == got["128_bs64"] == "n64_s2_b2_1b_lz_x2"
     assert got["120"] == "n32_s2_b2_tma4"

@@ -328,8 +328,10 @@ def kv_row(get):  # embedding -> input_layernorm -> kv_a_proj_with_mqa -> kv_a_l
 g = torch.Generator().manual_seed(0)
 dummy = lambda name: torch.empty(w[name].shape).uniform_(-1e-3, 1e-3, generator=g)  # --load-format dummy
 ours, zeros = kv_row(lambda name: w[name].float()), kv_row(dummy)
-print(json.dumps({"ours_zero_share": (ours == 0).float().mean().item(), "ours_rms": ours.pow(2).mean().sqrt().item(),
-                  "dummy_zero_share": (zeros == 0).float().mean().item(), "dtypes": sorted({str(t.dtype) for t in w.values()}),
+print(json.dumps({"ours_zero_share": (ours == 0).float().mean().item(),
+                  "ours_rms": ours.pow(2).mean().sqrt().item(),
+                  "dummy_zero_share": (zeros == 0).float().mean().item(),
+                  "dtypes": sorted({str(t.dtype) for t in w.values()}),
                   "norm_gains": w["model.norm.weight"].float().unique().tolist(),
                   "std": w["model.layers.0.mlp.up_proj.weight"].float().std().item(), "names": len(w)}))
 """

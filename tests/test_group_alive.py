@@ -106,7 +106,8 @@ if pid == 0:
     block = bytearray(512 << 20)
     for i in range(0, len(block), 4096):
         block[i] = 1
-    os.write(1, b"ready\\n")  # one write each (atomic on a pipe): print's could interleave as "readyready" (CI)
+    # one write each (atomic on a pipe): print's could interleave as "readyready" (CI)
+    os.write(1, b"ready\\n")
     time.sleep(60)
     os._exit(0)
 print(pid, flush=True)

@@ -12,9 +12,11 @@ A case:
       files: {inv.yaml: "hosts: ..."}       # under {tmp}; a value may be {bytes: latin-1 text},
                                             # {parts: [[text, times], ...]} or {folder: true}
       env: {SGLOPS_INVENTORY: "{tmp}/inv.yaml"}
-      server: endless-tokens                # optional: a hostile HTTP server on loopback (tests/hostile_server.py)
-      owner: {what: ab, who: live}          # optional: another operator's ab/sweep journal on gpu-a first
-                                            # (who: live = a live process of this machine, far = another machine's)
+      # optional: a hostile HTTP server on loopback (tests/hostile_server.py)
+      server: endless-tokens
+      # optional: another operator's ab/sweep journal on gpu-a first
+      # (who: live = a live process of this machine, far = another machine's)
+      owner: {what: ab, who: live}
       exit: usage                           # usage | connect | timeout | remote | refused | failed
       says: "inv.yaml:2: port"              # or matches: REGEX
 Placeholders in argv, env and files: {tmp}, {port:HOST}, {keyline:HOST} (its known_hosts line), {hostkey:HOST}

@@ -35,7 +35,9 @@ steps:
   - {id: restart, do: restart, with: {profile: sandbox}}
   - {id: trace, do: profile, with: {steps: 2}}
   - {id: ab, do: ab, with: {a: sandbox, b: sandbox+gather-cast, rounds: 1, output_len: 16, warmup: 0}}
-  - {id: sweep, do: sweep, with: {profile: sandbox, patches: [none, gather-cast], output_len: 16, runs: 1, warmup: 0}}
+  - id: sweep
+    do: sweep
+    with: {profile: sandbox, patches: [none, gather-cast], output_len: 16, runs: 1, warmup: 0}
 """
 
 

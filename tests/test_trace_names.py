@@ -39,7 +39,8 @@ def _full(prefix: str) -> str:
 CASES = [
     (
         (
-            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda()#3}::operator()()"
             " const::{lambda()#12}"
         ),
         72,
@@ -47,7 +48,8 @@ CASES = [
     ),
     (
         (
-            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda()#3}::operator()()"
             " const::{lambda()#7}"
         ),
         72,
@@ -55,7 +57,8 @@ CASES = [
     ),
     (
         (
-            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda()#3}::operator()()"
             " const::{lambda()#12}"
         ),
         40,
@@ -63,7 +66,8 @@ CASES = [
     ),
     (
         (
-            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda()#3}::operator()()"
             " const::{lambda()#12}"
         ),
         60,

@@ -206,7 +206,8 @@ def _gpu_trace(path: Path, frame: str, launch: str = "cudaLaunchKernel") -> Path
             "ph": X,
             "cat": "kernel",
             "name": (
-                "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+                "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+                "at::TensorIteratorBase&)::{lambda()#3}::operator()()"
                 " const::{lambda(c10::BFloat16)#1}>(int)"
             ),
             "pid": 0,

@@ -38,12 +38,16 @@ pods=__PODS__
 echo "$1 $3" >> "$pods/calls.log"
 case "$1" in
 exec)
-  if [ "$2" != -i ] || [ "$4" != -c ] || [ "$6" != -- ]; then echo "error: expected exec -i POD -c C -- CMD" >&2; exit 2; fi
+  if [ "$2" != -i ] || [ "$4" != -c ] || [ "$6" != -- ]; then
+    echo "error: expected exec -i POD -c C -- CMD" >&2; exit 2
+  fi
   root="$pods/$3/$5"; shift 6
   if [ ! -d "$root" ]; then echo "Error from server (NotFound): pods \"$3\" not found" >&2; exit 1; fi
   cd "$root" && exec env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$root" "$@" ;;
 get)
-  if [ "$2" != pod ] || [ "$4" != -o ]; then echo "error: expected get pod POD -o jsonpath=..." >&2; exit 2; fi
+  if [ "$2" != pod ] || [ "$4" != -o ]; then
+    echo "error: expected get pod POD -o jsonpath=..." >&2; exit 2
+  fi
   if [ ! -d "$pods/$3" ]; then echo "Error from server (NotFound): pods \"$3\" not found" >&2; exit 1; fi
   cat "$pods/$3/identity" ;;
 *) echo "error: unknown command \"$1\" for \"kubectl\"" >&2; exit 1 ;;

@@ -5,7 +5,8 @@ TTGIR/PTX/SASS to --dump. The evidence behind NOTES.md, "Why v0.2 is slow".
 
     PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py base --dump /tmp/k
     PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py f16pf --warps 8 --stages 1
-    PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py cpa_vm --block-h 32   # 128 heads
+    # 128 heads
+    PYTHONPATH=kernels/fp8_mla_decode python kernels/fp8_mla_decode/asm_report.py cpa_vm --block-h 32
 
 Besides the whole-kernel SASS counts it reports the KV loop's TTGIR (synchronous tt.load vs
 async_copy_global_to_local, and the depth of the FP8 byte rings the pipeliner allocated), per-row

@@ -5,7 +5,8 @@ a variant spills, how many CTAs fit, and what one tile costs in each pipe (HMMA,
 work, shared loads, barriers). Counts are static, per thread, of the body of the longest backward branch (the
 KV loop; for a warp-specialised kernel, the consumers' loop).
 
-    python3 kernels/fp8_mla_decode/cu_report.py --arch sm_90a [--kernels n32_s3_b3_tma4,n32_s3_b3_1b] [--json F]
+    python3 kernels/fp8_mla_decode/cu_report.py --arch sm_90a \\
+        [--kernels n32_s3_b3_tma4,n32_s3_b3_1b] [--json F]
 """
 
 from __future__ import annotations

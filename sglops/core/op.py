@@ -6,8 +6,9 @@ type: the view follows from it), what a dry run does, what is recorded and a one
 read those declarations: `tasks.py` (the Invoke tasks, sglops.cli.tasks) and the play engine
 (sglops.play.steps), and run an operation through `perform`. Nothing here knows Invoke or a terminal.
 
-    Op("bench", bench_op, "Decode figures measured ON the host ...", (TARGETS, JSON, Param("runs", Int(1, 1000, 5),
-       "repeats (default {default})"), ...), step="bench", plan=bench_plan, live=Live.BENCH)
+    Op("bench", bench_op, "Decode figures measured ON the host ...",
+       (TARGETS, JSON, Param("runs", Int(1, 1000, 5), "repeats (default {default})"), ...),
+       step="bench", plan=bench_plan, live=Live.BENCH)
 
     def bench_op(ctx: Context, **options) -> BenchResult: ...
 

@@ -200,10 +200,14 @@ def choose(patch: Patch, state: dict, forced: str | None = None) -> tuple[Trial,
     if not trials:
         raise PatchRefused(f"patch {patch.name} has no variants")
     return trials[0], f"no variant targets {where}; none applies: " + "; ".join(
-        f"{t.variant.name}:"
-        f" {t.conflicts[0].reason if t.conflicts and not t.conflicts[0].hunk else f'{len(t.conflicts)} hunk(s) fail'}"
-        for t in trials
+        f"{t.variant.name}: {_why_not(t)}" for t in trials
     )
+
+
+def _why_not(trial: Trial) -> str:
+    """A failed variant's reason: its conflict's own words, else how many hunks failed."""
+    conflicts = trial.conflicts
+    return conflicts[0].reason if conflicts and not conflicts[0].hunk else f"{len(conflicts)} hunk(s) fail"
 
 
 def conflict_message(patch: Patch, t: Trial, how: str) -> str:

@@ -176,7 +176,8 @@ def crash_log(kind: str, args: dict) -> str:
     if kind == "static_assert":
         return (
             "[2026-01-01 00:00:05 TP0] Capture cuda graph begin. This can take up to several"
-            " minutes.\n/root/.cache/flashinfer/generated/batch_mla_attention/include/flashinfer/mma.cuh(523):"
+            " minutes.\n/root/.cache/flashinfer/generated/"
+            "batch_mla_attention/include/flashinfer/mma.cuh(523):"
             ' error: static assertion failed with "sizeof(DType) == 2"\n    static_assert(sizeof(DType) =='
             ' 2);\n          detected during instantiation of "void'
             ' flashinfer::mma::m16k16_rowsum_f16f16f32<DType>(float *, DType *) [with DType=__nv_fp8_e4m3]"'

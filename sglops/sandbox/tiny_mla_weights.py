@@ -1,4 +1,4 @@
-"""Give a GPU-tier tiny MLA model weights of a trained model's magnitudes, made on the GPU machine from a seed.
+"""Give a GPU-tier tiny MLA model weights of a trained model's magnitudes (made on the GPU machine, seeded).
 
 Why: SGLang's `--load-format dummy` fills every tensor, RMSNorm gains included, from U(-1e-3, 1e-3). The
 latent KV rows then have magnitudes ~1e-6, below FP8 e4m3's smallest subnormal (2^-9): the whole FP8 pool
@@ -9,7 +9,8 @@ of ~1: two attention kernels that round differently can give different logprobs,
 means something. Weights are not carried (400 MB for 4 layers): this runs on the GPU machine in seconds, the
 same bytes for the same seed.
 
-    python3 -m sglops.sandbox.tiny_mla_weights SRC DEST [--seed 0]   # SRC: a tiny-mla dir (config + tokenizer)
+    # SRC: a tiny-mla dir (config + tokenizer)
+    python3 -m sglops.sandbox.tiny_mla_weights SRC DEST [--seed 0]
 """
 
 from __future__ import annotations

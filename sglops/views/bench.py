@@ -525,9 +525,7 @@ def markdown_loads(doc: dict) -> list[str]:
     gpu = [(lv, gpu_line(lv.get("gpu"))) for lv in levels if lv.get("gpu")]
     if gpu:
         out += ["", "GPU telemetry per level (host sampler):", ""] + [
-            f"- {lv.get('trace_speed') and 'trace' or lv.get('request_rate') or 'C=' + str(lv.get('concurrency'))}:"
-            f" {line}"
-            for lv, line in gpu
+            f"- {_level_name(lv)}: {line}" for lv, line in gpu
         ]
     chart = (doc.get("telemetry") or {}).get("chart")
     if chart:
@@ -555,6 +553,11 @@ def markdown_loads(doc: dict) -> list[str]:
     if sweep.get("chart"):
         out += ["", f"![sweep]({sweep['chart']})"]
     return out
+
+
+def _level_name(lv: dict) -> str:
+    """A level as the telemetry list names it: a trace, its request rate or its concurrency."""
+    return lv.get("trace_speed") and "trace" or lv.get("request_rate") or "C=" + str(lv.get("concurrency"))
 
 
 def _markdown_turns(levels: list[dict]) -> list[str]:

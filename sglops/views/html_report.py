@@ -30,17 +30,19 @@ from sglops.views.report import render
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1180px;padding:16px 24px;
-color:#1b1f24;background:#fff}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1180px;
+padding:16px 24px;color:#1b1f24;background:#fff}
 h1{font-size:22px;border-bottom:2px solid #d0d7de;padding-bottom:6px}h2{font-size:18px;margin-top:28px}
 h3{font-size:15px}code{background:#f2f4f6;padding:1px 4px;border-radius:3px;font-size:12.5px}
 pre{background:#f6f8fa;padding:10px;overflow-x:auto;font-size:12px}pre code{background:none}
-table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}th,td{border:1px solid #d0d7de;padding:4px 8px;
-text-align:left;vertical-align:top}th{background:#f6f8fa}tr.standin td{background:#fff4d6}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+tr.standin td{background:#fff4d6}
 .badge{display:inline-block;background:#b35900;color:#fff;font-size:10.5px;font-weight:600;padding:0 5px;
 border-radius:3px;margin-right:6px;letter-spacing:.02em}
-.identity td:first-child{font-weight:600;white-space:nowrap}.note{background:#fff4d6;border-left:4px solid #b35900;
-padding:6px 10px}figure{margin:12px 0}figure svg{max-width:100%;height:auto}figcaption{font-size:12px;color:#57606a}
+.identity td:first-child{font-weight:600;white-space:nowrap}
+.note{background:#fff4d6;border-left:4px solid #b35900;padding:6px 10px}figure{margin:12px 0}
+figure svg{max-width:100%;height:auto}figcaption{font-size:12px;color:#57606a}
 .missing{color:#a40e26}
 """
 

@@ -126,7 +126,8 @@ def status_table(r: ServerStatus) -> RenderableType:
                     "running, /health 200"
                     if alive
                     else n.get("note")
-                    or f"{'running' if n.get('running') else 'NOT running'}, /health {n.get('health') or 'no answer'}"
+                    or f"{'running' if n.get('running') else 'NOT running'}, "
+                    f"/health {n.get('health') or 'no answer'}"
                 ),
                 style="green" if alive else "bold red",
             ),

@@ -8,8 +8,8 @@
     ssh_keys.py     host keys: fingerprints, known_hosts, the unknown-key policy
     ssh_connect.py  SSH connect: every hop (ProxyJump, inventory gateway) opened and checked in turn
     ssh_channel.py  SSHRemote: one exec channel per command, stdin in one write, both streams read to EOF
-    spec.py         Transport, TargetKind: what each declares (which hosts it takes, how it opens, its inventory
-                    fields with their kinds)
+    spec.py         Transport, TargetKind: what each declares (which hosts it takes, how it opens, its
+                    inventory fields with their kinds)
     registry.py     TRANSPORTS and TARGETS: `connect()` and the inventory's fields come from here
 
 A target that is not the host itself (a container: `sglops/core/container.py`) is a Remote that WRAPS one of
