@@ -281,7 +281,7 @@ def test_a_dead_server_is_named_dead_with_its_logs_cause(tmp_path, monkeypatch):
 
 def test_a_native_crash_is_named_by_its_fatal_signal_and_frame(tmp_path):
     # a REAL SGLang 0.5.23 CPU server's log (verbatim): the torch profiler segfaulted stopping a by-stage
-    # DECODE profile (a busy suite, 2026-12-04). A native crash prints no exception line; the fatal signal and
+    # DECODE profile (docs/trace.md's record). A native crash prints no exception line; the fatal signal and
     # the crashing thread's innermost Python frame are what a person would quote.
     ns = _host_script()
     log = Path(__file__).parent / "data" / "runtime_logs" / "profiler_segfault--by-stage-decode-stop.log"

@@ -70,8 +70,8 @@ def test_profile_the_real_server_end_to_end(make_sandbox, real_server, tmp_path)
 
 
 # torch's profiler itself can segfault when SGLang stops a by-stage DECODE profile right after the EXTEND one
-# on a busy machine (tests/data/runtime_logs/profiler_segfault--*.log: 2 of 2 full local suites on 2026-12-04;
-# `inv profile` then names the crash in one line and exits 5). Only that upstream crash earns another try, on
+# on a busy machine (tests/data/runtime_logs/profiler_segfault--*.log, docs/trace.md's record; `inv profile`
+# then names the crash in one line and exits 5). Only that upstream crash earns another try, on
 # a fresh server (cpu_server restarts a dead one).
 @pytest.mark.flaky(reruns=2, only_rerun=[r"Fatal Python error: Segmentation fault \(in [^)]*profiler"])
 def test_profile_by_stage_writes_one_file_per_stage(make_sandbox, real_server, tmp_path):

@@ -51,11 +51,10 @@ SERVER_FLAGS = (
     "--mem-fraction-static",
     "0.05",
 )
-# SGLang's scheduler otherwise polls its sockets in a busy loop, a whole core per idle server (10.2 CPU-s in
-# 10 s idle, 0.19 with it; 2026-12-03, 0.5.23): on a shared 2-core host that halves what the rest can use.
-# Outputs are the same; a request wakes the poll at once. The servers whose stream timing tests assert on
-# leave it out (two of their requests came back as one burst in a suite run with it; not reproduced alone, not
-# ruled out).
+# SGLang's scheduler otherwise polls its sockets in a busy loop, a whole core per idle server
+# (docs/launch.md): on a shared 2-core host that halves what the rest can use. Outputs are the same; a request
+# wakes the poll at once. The servers whose stream timing tests assert on leave it out (a burst seen with it:
+# docs/launch.md's record).
 IDLE_FLAGS = ("--sleep-on-idle",)
 # The model every server of ours serves is a Llama: at start, SGLang's model registry need not import its ~270
 # other model modules (SGLANG_DISABLED_MODEL_ARCHS, which sglang/srt/models/registry.py honours; module
