@@ -62,7 +62,8 @@ def scrape(host, port, timeout=5.0):
     _fetch.ANSWER_MAX bytes (a scrape never holds a level's end)."""
     try:
         status, body = _fetch.get(port, "/metrics", timeout=timeout, host=host, headers=AUTH)
-    except Exception as exc:  # noqa: BLE001 (no answer in time, too large, cut, refused: "unreachable", and why)
+    # no answer in time, too large, cut, refused: "unreachable", and why
+    except Exception as exc:  # noqa: BLE001
         return None, f"/metrics unreachable: {type(exc).__name__}"
     if status != 200:
         return None, f"/metrics answered HTTP {status} (SGLang serves it with --enable-metrics)"

@@ -124,7 +124,8 @@ def one_request(
             error=f"no finish within {limit_s:g} s (the request's deadline: {why}), "
             f"{state['last_n']} tokens by then",
         )
-    except (TimeoutError, socket.timeout):  # noqa: UP041 (python 3.8 on a host: socket.timeout is no TimeoutError)
+    # python 3.8 on a host: socket.timeout is no TimeoutError
+    except (TimeoutError, socket.timeout):  # noqa: UP041
         rec.update(outcome="timeout", error=f"no data for {timeout:g} s")
     except RecursionError:
         rec.update(outcome="error", error="server sent JSON nested too deep to read")

@@ -35,7 +35,8 @@ def _vget(url, timeout=5.0):
         parts = urlsplit(url)
         status, body = _fetch.get(parts.port, parts.path, timeout=timeout, host=parts.hostname)
         return status, body.decode(errors="replace") if status == 200 else ""
-    except Exception as exc:  # noqa: BLE001 (any failure to read is "no answer": OSError, HTTPException, TooLarge)
+    # any failure to read is "no answer": OSError, HTTPException, TooLarge
+    except Exception as exc:  # noqa: BLE001
         return None, str(exc) or type(exc).__name__
 
 
