@@ -14,11 +14,11 @@ Per run: wall time; client CPU (the tool's process tree); host CPU (every sandbo
 children's CPU: the sessions and the host scripts); peak RSS of the tool's largest process. The probe runs
 with each host's tree cache emptied before every run (`--cold`, the greps run every time) or kept (a repeat
 probe). Interleaved (every tool once per round), medians, the load stated.
-Run: python3 benchmarks/bench_fanout.py --hosts 1,4,16
---repeats 3 --pyinfra ~/.cache/sglops/bench-pyinfra/bin \\
-     --ansible ~/.cache/sglops/bench-ansible/bin [--cold] [--out benchmarks/results/fanout.json]
-`--before DIR` adds sglops as an earlier commit has it (`git archive COMMIT | tar -x -C DIR`), in the same rounds
-("sglops-before"); `--tools sglops,pyinfra` runs only those.
+Run: python3 benchmarks/bench_fanout.py --hosts 1,4,16 --repeats 3 \\
+     --pyinfra ~/.cache/sglops/bench-pyinfra/bin --ansible ~/.cache/sglops/bench-ansible/bin \\
+     [--cold] [--out benchmarks/results/fanout.json]
+`--before DIR` adds sglops as an earlier commit has it (`git archive COMMIT | tar -x -C DIR`), in the same
+rounds ("sglops-before"); `--tools sglops,pyinfra` runs only those.
 """
 
 from __future__ import annotations

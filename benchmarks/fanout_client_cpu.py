@@ -65,7 +65,8 @@ except SystemExit:
     pass
 time.sleep(0.3)
 hosts = max(calls.values() or [1])
-sys.stderr.write(f"@@ process CPU {time.process_time():.3f} s ({time.process_time() - start:.3f} s from the task's start)\n")
+cpu = time.process_time()
+sys.stderr.write(f"@@ process CPU {cpu:.3f} s ({cpu - start:.3f} s from the task's start)\n")
 for label, s in spent.items():
     sys.stderr.write(f"@@ {s * 1000 / hosts:7.1f} ms a host  {label}\n")
 """
