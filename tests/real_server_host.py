@@ -126,10 +126,10 @@ def server_processes(pid: int) -> dict[int, str]:
         kids = [c for c, (ppid, _, _) in stats.items() if ppid == p and c not in found]
         found |= set(kids) | ({p} if p in stats else set())
         todo += kids
-    return {p: _cmdline(p) or stats[p][2] for p in found if p in stats}
+    return {p: process_cmdline(p) or stats[p][2] for p in found if p in stats}
 
 
-def _cmdline(pid: int) -> str:
+def process_cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
     except OSError:

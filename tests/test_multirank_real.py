@@ -122,7 +122,7 @@ def test_stop_leaves_no_process_by_group_or_by_mark(real):
         for p in before
         if Path(f"/proc/{p}").exists()
         and server_common.start_ticks(p) is not None
-        and server_common.process_role(server_common._cmdline(p))[0] != "other"
+        and server_common.process_role(server_common.process_cmdline(p))[0] != "other"
     ]
     assert port_free(st.port) and not launch.status(remote).running
 

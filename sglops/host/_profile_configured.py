@@ -22,8 +22,8 @@ from ._profile_request import (
     wait_for_traces,
 )
 from ._server_engine import logged_info
-from ._server_proc import _environ, death_cause, server_api_key
-from .server_common import _cmdline, http_get, local_url, read_since
+from ._server_proc import death_cause, process_environ, server_api_key
+from .server_common import http_get, local_url, process_cmdline, read_since
 from .telemetry import Sampler
 
 
@@ -69,7 +69,7 @@ def trace_dir(pid, argv, prof):
             "files sglops reads"
         )
     if folder.startswith("~"):
-        home = _environ(pid).get("HOME") or os.path.expanduser("~")
+        home = process_environ(pid).get("HOME") or os.path.expanduser("~")
         folder = home + folder[1:]
     if not os.path.isabs(folder):
         try:
@@ -137,7 +137,7 @@ def capture(args, found):
             f"the {title} server on {host}:{port} (pid {pid}) is not healthy (/health: "
             f"{health or 'no answer'}); see `inv server-status`"
         )
-    out_dir = trace_dir(pid, _cmdline(pid), prof)
+    out_dir = trace_dir(pid, process_cmdline(pid), prof)
     log_path = found.get("log")
     lines = read_since(log_path, int(found.get("log_offset") or 0)) if log_path else []
 

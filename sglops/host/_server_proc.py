@@ -61,7 +61,7 @@ def stdio_log(pid):
     return None
 
 
-def _environ(pid):
+def process_environ(pid):
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             items = fh.read().split(b"\0")
@@ -99,7 +99,7 @@ def process_info(pid):
             argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
     except OSError:
         return None
-    env = _environ(pid)
+    env = process_environ(pid)
     log = None
     try:
         target = os.readlink(f"/proc/{pid}/fd/1")

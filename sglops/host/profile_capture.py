@@ -24,7 +24,15 @@ from ._profile_request import (
 )
 from ._server_info import kept_fields
 from ._server_proc import listening_pid, server_api_key, stdio_log
-from .server_common import _cmdline, flag_value, http_get, local_url, our_server, read_json_file, state_paths
+from .server_common import (
+    flag_value,
+    http_get,
+    local_url,
+    our_server,
+    process_cmdline,
+    read_json_file,
+    state_paths,
+)
 from .telemetry import Sampler
 
 # GPU samples during the profiled request (a few seconds: every 100 ms)
@@ -35,7 +43,7 @@ def own_ranks(root):
     """The TP ranks the server sglops started here runs (its launch command): all of them on one host, this
     node's share of a server over several (node_rank k of n holds ranks k*tp/n .. (k+1)*tp/n - 1)."""
     info = our_server(state_paths(root, create=False)) if root else None
-    argv = _cmdline(info["pid"]) if info else []
+    argv = process_cmdline(info["pid"]) if info else []
     if not argv:
         raise UserError("no server sglops started runs on this host: nothing to collect traces of")
 

@@ -263,7 +263,7 @@ def marked_processes(server_id, titles=DEFAULT_TITLES, marks=()):
                     continue
         except OSError:
             continue
-        argv = _cmdline(name)
+        argv = process_cmdline(name)
         fields = _stat_fields(f"/proc/{name}/stat")
         if fields is None or _has_exited(fields, name):
             continue
@@ -470,7 +470,7 @@ def append_record(paths, record):
 _INITS = ("docker-init", "tini", "dumb-init", "catatonit")
 
 
-def _cmdline(pid):
+def process_cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
@@ -503,12 +503,12 @@ def entrypoint_server():
     """The server that is this container's own command (PID 1, or the child of an init such as docker-init):
     restart shape (b), where the engine, not sglops, starts it. None when PID 1 is no server (a host, or a
     long-running container sglops starts servers in)."""
-    first = _cmdline(1)
+    first = process_cmdline(1)
     pid = 1
     if first and os.path.basename(first[0]) in _INITS:
         kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == 1]
         pid = min(kids) if kids else 1
-        first = _cmdline(pid)
+        first = process_cmdline(pid)
     if not first or not is_server_argv(first):
         return None
     return {

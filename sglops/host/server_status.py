@@ -7,13 +7,13 @@ import time
 
 from ._common import UserError, progress
 from .server_common import (
-    _cmdline,
     classify,
     entrypoint_server,
     http_get,
     local_url,
     marked_processes,
     our_server,
+    process_cmdline,
     process_role,
     process_tree,
     read_json_file,
@@ -35,7 +35,7 @@ def server_processes(info):
     pids += [p for p in marked_processes(info.get("server_id"), titles, marks) if p not in pids]
     out = []
     for pid in pids:
-        argv = _cmdline(pid)
+        argv = process_cmdline(pid)
         if not argv:
             continue
         role, ranks = process_role(argv, titles, marks)

@@ -22,7 +22,7 @@ from sglops.core.errors import ConfigError, ConnectError, HostKeyError
 from sglops.core.ssh_config import ssh_config_path
 from sglops.core.transport.ssh_keys import (
     KnownHosts,
-    _VerifyPolicy,
+    VerifyPolicy,
     fingerprint,
     known_hosts_path,
     lookup_names,
@@ -164,7 +164,7 @@ def _hops(
         hop.known = read_known_hosts(hop.known_hosts)
         hop.known.load_into(client.get_host_keys(), lookup_names(hop.conn.host, int(hop.conn.port)))
         client.set_missing_host_key_policy(
-            _VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known)
+            VerifyPolicy(hop.known_hosts, hop.accept_new, hop.label, hop.known)
         )
     return chain
 

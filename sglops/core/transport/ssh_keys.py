@@ -169,7 +169,7 @@ def _matches(hostname: str, patterns: list[str]) -> bool:
     return hit
 
 
-class _VerifyPolicy:
+class VerifyPolicy:
     """Unknown key: refuse with its fingerprint, or with
     --accept-new-host-key save it. A revoked key: refused."""
 
