@@ -30,6 +30,7 @@ from sglops_kernels.fp8_mla_decode import _triton as impl
 torch.manual_seed(1)
 failures = []
 
+
 def check(label, out, ref, tol):
     if torch.isnan(out.float()).any():
         failures.append(f"{label}: unwritten (NaN) outputs")
@@ -38,6 +39,7 @@ def check(label, out, ref, tol):
     err = float((out.float() - ref).abs().max())
     if err > tol:
         failures.append(f"{label}: max abs err {err:.3g} > {tol} (rel {rel:.3g})")
+
 
 ROWS = 700
 pool = (torch.randn(ROWS, 1, 576) * 0.5).to(torch.float8_e4m3fn)
@@ -53,32 +55,55 @@ plens = torch.tensor([50, 0, 129], dtype=torch.int32)
 
 for heads, bh in ((16, 16), (128, 64)):
     q = torch.randn(3, heads, 576).to(torch.bfloat16)
-    for page in ((1, 64) if heads == 16 else (1,)):  # 128 heads: page 64 is the same indexing
+    for page in (1, 64) if heads == 16 else (1,):  # 128 heads: page 64 is the same indexing
         if page == 1:
             args, kw = (indptr, ids), {}
             ref = reference(q, pool, indptr, ids, 0.07, 0.5)
         else:
             args, kw = (pindptr, pids), {"page_size": 64, "kv_lens": plens}
             ref = reference(q, pool, pindptr, pids, 0.07, 0.5, page_size=64, kv_lens=plens)
-        for trans in ((0, 1) if heads == 16 else (0,)):  # 128 heads: the interpreter is slow, one pass
+        for trans in (0, 1) if heads == 16 else (0,):  # 128 heads: the interpreter is slow, one pass
             cfg = dict(impl.config_for(heads), block_h=bh, block_n=32 if trans == 0 else 64, trans=trans)
-            for splits in ((1, 3) if heads == 16 else (3,)):
+            for splits in (1, 3) if heads == 16 else (3,):
                 out = torch.full((3, heads, 512), float("nan"), dtype=torch.float32)
                 ws = workspace(3, heads, splits, "cpu") if splits > 1 else None
-                mla_decode(q, pool.view(torch.uint8), *args, 0.07, 0.5, n_splits=splits, out=out, workspace=ws,
-                           config=cfg, **kw)
+                mla_decode(
+                    q,
+                    pool.view(torch.uint8),
+                    *args,
+                    0.07,
+                    0.5,
+                    n_splits=splits,
+                    out=out,
+                    workspace=ws,
+                    config=cfg,
+                    **kw,
+                )
                 check(f"heads={heads} page={page} trans={trans} splits={splits}", out, ref, 2e-5)
-# a graph captured for a long context: far more splits than rows (most of them empty), over several merge chunks
-q = torch.randn(3, 16, 576, generator=torch.Generator().manual_seed(37)).to(torch.bfloat16)  # leaves the global draw
+# a graph captured for a long context: far more splits than rows (most of them empty), over several
+# merge chunks
+q = torch.randn(3, 16, 576, generator=torch.Generator().manual_seed(37)).to(
+    torch.bfloat16
+)  # leaves the global draw
 out = torch.full((3, 16, 512), float("nan"), dtype=torch.float32)
-mla_decode(q, pool.view(torch.uint8), indptr, ids, 0.07, 0.5, n_splits=37, out=out, workspace=workspace(3, 16, 37, "cpu"),
-           config=dict(impl.config_for(16), block_h=16, block_n=32, trans=0))
+mla_decode(
+    q,
+    pool.view(torch.uint8),
+    indptr,
+    ids,
+    0.07,
+    0.5,
+    n_splits=37,
+    out=out,
+    workspace=workspace(3, 16, 37, "cpu"),
+    config=dict(impl.config_for(16), block_h=16, block_n=32, trans=0),
+)
 check("heads=16 splits=37 (mostly empty)", out, reference(q, pool, indptr, ids, 0.07, 0.5), 2e-5)
 # BF16 output (the production dtype): within bf16 rounding of fp32
 q = torch.randn(3, 16, 576).to(torch.bfloat16)
 out = mla_decode(q, pool, indptr, ids, 0.07, 1.0, n_splits=2)
 ref = reference(q, pool, indptr, ids, 0.07, 1.0)
-check("bf16 out", out, ref, float(ref.abs().max()) * 2 ** -8 + 1e-6)
+check("bf16 out", out, ref, float(ref.abs().max()) * 2**-8 + 1e-6)
 # split policy: never more than the rows allow, fills the GPU at small batches
 assert splits_for(1, 16, 131072, 132) >= 100, splits_for(1, 16, 131072, 132)
 assert splits_for(64, 16, 4096, 132) <= 8
@@ -107,18 +132,39 @@ def one(name, heads, page, splits):
     else:
         indptr = torch.tensor([0, 1, 1, 4], dtype=torch.int32)
         ids = torch.tensor([3, 0, 7, 5, 10**7], dtype=torch.int32)
-        args, kw = (indptr, ids), {"page_size": 64, "kv_lens": torch.tensor([50, 0, 129], dtype=torch.int32)}
+        args, kw = (
+            (indptr, ids),
+            {"page_size": 64, "kv_lens": torch.tensor([50, 0, 129], dtype=torch.int32)},
+        )
     q = torch.randn(3, heads, 576).to(torch.bfloat16)
     ref = reference(q, pool, *args, 0.07, 0.5, **kw)
-    cfg = {"block_h": 16 if heads == 16 else 64, "block_n": 32, "warps": 4, "stages": 1, "trans": 0,
-           "programs_per_sm": 1, "min_rows": 256}
+    cfg = {
+        "block_h": 16 if heads == 16 else 64,
+        "block_n": 32,
+        "warps": 4,
+        "stages": 1,
+        "trans": 0,
+        "programs_per_sm": 1,
+        "min_rows": 256,
+    }
     out = torch.full((3, heads, 512), float("nan"), dtype=torch.float32)
     ws = workspace(3, heads, splits, "cpu") if splits > 1 else None
-    V.mla_decode_variant(name, q, pool.view(torch.uint8), *args, 0.07, 0.5, n_splits=splits, out=out, workspace=ws,
-                         config=cfg, **kw)
+    V.mla_decode_variant(
+        name,
+        q,
+        pool.view(torch.uint8),
+        *args,
+        0.07,
+        0.5,
+        n_splits=splits,
+        out=out,
+        workspace=ws,
+        config=cfg,
+        **kw,
+    )
     err = float((out - ref).abs().max())
     # q and p are rounded to the variant's 16-bit MMA type (the interpreter multiplies in fp32)
-    tol = float(ref.abs().max()) * 2 ** -7
+    tol = float(ref.abs().max()) * 2**-7
     return "ok" if not torch.isnan(out).any() and err <= tol else f"err {err:.3g} > {tol:.3g}"
 
 
@@ -204,9 +250,11 @@ def test_split_kv_decode_matches_fp32_attention_in_the_interpreter():
 
 PATCH_SCRIPT = r"""
 import sys, types, torch
+
 ns = {"torch": torch}
 exec(compile(open(sys.argv[1]).read(), "fp8-mla-native helpers", "exec"), ns)
 from sglops_kernels.fp8_mla_decode import reference
+
 assert ns["_sglops_mla_decode"] is not None
 ns["_SGLOPS_SMS"][torch.device("cpu")] = 4  # no CUDA here: the split policy needs an SM count
 torch.manual_seed(3)
@@ -217,43 +265,64 @@ layer = types.SimpleNamespace(scaling=0.08)
 q = torch.randn(3, 16, 576).to(torch.bfloat16)
 ref = reference(q, pool, indptr, ids, 0.08)
 bad = []
+
+
 def close(label, got):
     if got is None:
         bad.append(label + ": stock path taken")
-    elif float((got.float() - ref).abs().max()) > float(ref.abs().max()) * 2 ** -7:
+    elif float((got.float() - ref).abs().max()) > float(ref.abs().max()) * 2**-7:
         bad.append(f"{label}: max abs err {float((got.float() - ref).abs().max()):.3g}")
+
+
 # eager plan: this plan's indptr/indices; q as the two halves of one tensor, and as two tensors
 w = types.SimpleNamespace()
 ns["_sglops_native_record"](w, indptr, ids, 140, 16, True)
 out = torch.empty(3, 16, 512, dtype=torch.bfloat16)
 close("eager halves", ns["_sglops_native_decode"](w, q[:, :, :512], q[:, :, 512:], pool, layer, out))
-close("eager split q", ns["_sglops_native_decode"](w, q[:, :, :512].contiguous(), q[:, :, 512:].contiguous(), pool,
-                                                    layer, torch.empty_like(out)))
+close(
+    "eager split q",
+    ns["_sglops_native_decode"](
+        w, q[:, :, :512].contiguous(), q[:, :, 512:].contiguous(), pool, layer, torch.empty_like(out)
+    ),
+)
 # graph wrapper: the tag's buffer is read (the plan's kv_indices are a temporary), stale tail wild
 buf = torch.full((4096,), 10**8, dtype=torch.int32)
 buf[:140] = ids
 g = types.SimpleNamespace(_use_cuda_graph=True)
 g._sglops_native_graph = ns["_sglops_native_graph"](buf, 1024)
 ns["_sglops_native_record"](g, indptr, torch.zeros(140, dtype=torch.int32), 140, 16, True)
-close("graph", ns["_sglops_native_decode"](g, q[:, :, :512], q[:, :, 512:], pool, layer, torch.empty_like(out)))
+close(
+    "graph",
+    ns["_sglops_native_decode"](g, q[:, :, :512], q[:, :, 512:], pool, layer, torch.empty_like(out)),
+)
 # untagged graph wrapper (verify/draft), disabled plans, a BF16 pool: the stock path
 u = types.SimpleNamespace(_use_cuda_graph=True)
 ns["_sglops_native_record"](u, indptr, ids, 140, 16, True)
 d = types.SimpleNamespace()
 ns["_sglops_native_record"](d, indptr, ids, 140, 16, False)
-for label, wr, p in (("untagged graph", u, pool), ("disabled", d, pool), ("bf16 pool", w, pool.to(torch.bfloat16))):
+for label, wr, p in (
+    ("untagged graph", u, pool),
+    ("disabled", d, pool),
+    ("bf16 pool", w, pool.to(torch.bfloat16)),
+):
     if ns["_sglops_native_decode"](wr, q[:, :, :512], q[:, :, 512:], p, layer, out) is not None:
         bad.append(label + ": took the kernel")
     if ns["_sglops_native_kv_buffer"](p, wr, torch.bfloat16).dtype != torch.bfloat16:
         bad.append(label + ": stock buffer not bf16")
 # 16 heads: no live-row buffer, the stock run (if ever taken) casts the whole pool
-if ns["_sglops_native_kv_buffer"](pool, w, torch.bfloat16).shape != pool.shape or w._sglops_native_rows is not None:
+if (
+    ns["_sglops_native_kv_buffer"](pool, w, torch.bfloat16).shape != pool.shape
+    or w._sglops_native_rows is not None
+):
     bad.append("16 heads: a live-row buffer")
-# more than 16 heads per GPU: gather-cast measured faster, so the plan records its rows and the stock run reads a
-# pool-shaped buffer whose live rows hold exactly the whole-pool cast's bytes (eager, and a graph's tagged buffer)
+# more than 16 heads per GPU: gather-cast measured faster, so the plan records its rows and the stock run
+# reads a pool-shaped buffer whose live rows hold exactly the whole-pool cast's bytes (eager, and a graph's
+# tagged buffer)
 whole = pool.to(torch.bfloat16)
 q128 = torch.randn(3, 128, 576).to(torch.bfloat16)
-old = torch.randint(0, 300, (4096,), dtype=torch.int32)  # a graph's stale tail: older slot ids (cast, never read)
+old = torch.randint(
+    0, 300, (4096,), dtype=torch.int32
+)  # a graph's stale tail: older slot ids (cast, never read)
 old[:140] = ids
 for label, wr, live_ids in (("eager 128", types.SimpleNamespace(), ids), ("graph 128", None, ids)):
     if wr is None:
@@ -262,19 +331,31 @@ for label, wr, live_ids in (("eager 128", types.SimpleNamespace(), ids), ("graph
         ns["_sglops_native_record"](wr, indptr, torch.zeros(140, dtype=torch.int32), 140, 128, True)
     else:
         ns["_sglops_native_record"](wr, indptr, ids, 140, 128, True)
-    if ns["_sglops_native_decode"](wr, q128[:, :, :512], q128[:, :, 512:], pool, layer,
-                                   torch.empty(3, 128, 512, dtype=torch.bfloat16)) is not None:
+    if (
+        ns["_sglops_native_decode"](
+            wr,
+            q128[:, :, :512],
+            q128[:, :, 512:],
+            pool,
+            layer,
+            torch.empty(3, 128, 512, dtype=torch.bfloat16),
+        )
+        is not None
+    ):
         bad.append(label + ": took the kernel where gather-cast is faster")
     kv = ns["_sglops_native_kv_buffer"](pool, wr, torch.bfloat16)
     rows = live_ids.long()
     if kv.shape != pool.shape or not torch.equal(kv[rows].view(torch.int16), whole[rows].view(torch.int16)):
         bad.append(label + ": live rows differ from the whole-pool cast")
-# a paged prefill (an extend with a prefix): FlashInfer's BF16 prefill reads the pool, so only the plan's rows are
-# cast; a disabled plan (speculative, DCP, a BF16 pool) and a graph-captured prefill keep the stock whole-pool cast
+# a paged prefill (an extend with a prefix): FlashInfer's BF16 prefill reads the pool, so only the plan's
+# rows are cast; a disabled plan (speculative, DCP, a BF16 pool) and a graph-captured prefill keep the stock
+# whole-pool cast
 ext_ids = torch.randint(0, 300, (90,), dtype=torch.int32)
-for label, wr, enable, whole_pool in (("extend", types.SimpleNamespace(), True, False),
-                                      ("extend disabled", types.SimpleNamespace(), False, True),
-                                      ("extend in a graph", types.SimpleNamespace(_use_cuda_graph=True), True, True)):
+for label, wr, enable, whole_pool in (
+    ("extend", types.SimpleNamespace(), True, False),
+    ("extend disabled", types.SimpleNamespace(), False, True),
+    ("extend in a graph", types.SimpleNamespace(_use_cuda_graph=True), True, True),
+):
     wr._sglops_native_rows = ("stale", 1, 1)  # a wrapper's earlier plan
     ns["_sglops_native_record_extend"](wr, ext_ids, enable)
     kv = ns["_sglops_native_kv_buffer"](pool, wr, torch.bfloat16)
