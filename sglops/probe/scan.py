@@ -79,7 +79,7 @@ def scan(
 
 def _engine_probe_sets() -> dict:
     """{engine name: its probe set's path} of the engines that have one of their own."""
-    from sglops.core.paths import REPO_ROOT
+    from sglops.core.paths import shipped
     from sglops.engine import ENGINES as SERVING
 
-    return {e.name: REPO_ROOT / "playbooks" / e.probe_set for e in SERVING.values() if e.probe_set}
+    return {e.name: shipped(f"playbooks/{e.probe_set}") for e in SERVING.values() if e.probe_set}

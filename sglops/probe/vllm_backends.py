@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglops.core import paths
 from sglops.core.errors import ConfigError
-from sglops.core.paths import REPO_ROOT
 from sglops.core.result import Observation
 from sglops.core.yamlio import check_fields, load_yaml
 
-PROBES = REPO_ROOT / "playbooks" / "probes-vllm.yaml"
+PROBES = paths.shipped("playbooks/probes-vllm.yaml")
 PROBE_FIELDS = {"id", "regex", "capture", "fact", "hit", "miss", "follow"}
 
 
