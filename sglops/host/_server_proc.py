@@ -46,12 +46,12 @@ def listening_pid(port):
     return None
 
 
-def stdio_log(pid):
+def stdio_log(pid, fds=(2, 1)):
     """The file a server's stderr (or stdout) goes to, when it is a plain file: the log of a server sglops did
     not start (a `nohup ... > server.log 2>&1` launch), read for the cause when it dies."""
     if not pid:
         return None
-    for fd in (2, 1):
+    for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
@@ -100,18 +100,11 @@ def process_info(pid):
     except OSError:
         return None
     env = process_environ(pid)
-    log = None
-    try:
-        target = os.readlink(f"/proc/{pid}/fd/1")
-        if target.startswith("/") and not target.startswith("/dev/") and os.path.isfile(target):
-            log = target
-    except OSError:
-        pass
     return {
         "pid": pid,
         "argv": argv[:40],
         "python": _interpreter(pid, argv, env),
-        "log": log,
+        "log": stdio_log(pid, fds=(1,)),
         "pythonpath": env.get("PYTHONPATH"),
         "virtual_env": env.get("VIRTUAL_ENV"),
         "hf_env": {k: env[k] for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k)},
