@@ -532,3 +532,30 @@ def test_the_documented_call_fits_with_this_tree_and_the_last_builds_parts(tmp_p
     plan = gpu_tier.carry(dest)
     assert len(plan["calls"]) == 1, gpu_tier.carry_table(plan)
     assert plan["tree"] < 10 * 2**20, "the tree a device call copies grew past 10 MiB"
+
+
+def test_the_native_play_plans_ragged_contexts_on_the_made_weights_model(tier):
+    """Issue 37's end-to-end check: the same play with ragged prompt lengths at C=8 and C=16 on the 32-layer
+    made-weights profile; the dry run plans the bench with the ranged dataset and the requests asked for."""
+    proc = inv_cmd(
+        "play",
+        "gpu-fp8-native",
+        "--host",
+        "local",
+        "--sglang-root",
+        str(tier["site"]),
+        "--var",
+        "profile=h200-tiny-mla-fp8-l32-rw",
+        "--var",
+        "dataset=random:input=512-16384,output=256",
+        "--var",
+        "concurrency=[8,16]",
+        "--var",
+        "requests=32",
+        "--dry-run",
+        env=tier["run_env"],
+    )
+    out = proc.stdout + proc.stderr
+    line = next(ln for ln in out.splitlines() if ln.startswith("[5/13] gather-bench (bench) ok"))
+    assert "bench 3 repeats of 32 requests" in line
+    assert "input 512-16384 / output 256-256 tokens, levels C=8, C=16" in out

@@ -25,6 +25,11 @@ from sglops.views.files import draw
 
 
 def _summary(kind: str, doc: dict) -> str:
+    """The step's one line: a planned (dry-run) step says what it would do, never a measured step's summary
+    of a result it does not have."""
+    plan = doc.get("plan")
+    if STEPS[kind].plan is not None and doc.get("dry_run") and isinstance(plan, list) and plan:
+        return "; ".join(str(p) for p in plan)
     fn = STEPS[kind].step_summary
     if fn:
         try:
