@@ -181,9 +181,6 @@ class ContainerRemote(Remote):
         if progress:
             progress(len(data), len(data))
 
-    def open_early(self) -> None:
-        self.transport.open_early()
-
     def _close(self) -> None:
         self.transport.close()
 

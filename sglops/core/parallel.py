@@ -99,8 +99,6 @@ def on_hosts(
 
     def work(host: Host) -> Any:
         with connect(host, accept_new_host_key=accept_new_host_key, inventory=inventory) as remote:
-            # the handshake runs while the step imports and builds its first command
-            remote.open_early()
             return step(remote)
 
     if len(hosts) <= 1:

@@ -73,10 +73,6 @@ class Remote:
     def _close(self) -> None:
         pass
 
-    def open_early(self) -> None:
-        """Start opening the connection now, beside the caller's own set-up (a transport without one: no-op);
-        its first command waits for it, and a failure is raised there."""
-
     def host_side(self) -> Remote:
         """Who runs the host's own commands (`run_py(on_host=True)`):
         this remote, or the one a target wraps."""

@@ -8,10 +8,8 @@ place on arrival.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,35 +36,14 @@ class SSHRemote(Remote):
         self._conn = None
         # the jump hosts' connections, first hop first
         self._jumps: list[Any] = []
-        self._opening: _Opening | None = None
 
     # -- connection -----------------------------------------------------------------------
-    def open_early(self) -> None:
-        """Open the connection in a thread of its own: the TCP connect, Fabric's and Paramiko's imports and
-        the handshake (the host's sshd working on the other side) run while the task imports and builds
-        its first command."""
-        if self._conn is None and self._opening is None:
-            self._opening = _Opening(
-                lambda: open_connection(self.host, self.accept_new_host_key, self._inventory)
-            )
-
     def _connection(self):
         if self._conn is None:
-            if self._opening is not None:
-                opening, self._opening = self._opening, None
-                self._conn, self._jumps = opening.result()
-            else:
-                self._conn, self._jumps = open_connection(
-                    self.host, self.accept_new_host_key, self._inventory
-                )
+            self._conn, self._jumps = open_connection(self.host, self.accept_new_host_key, self._inventory)
         return self._conn
 
     def _close(self) -> None:
-        if self._opening is not None:
-            # never used: the connection (if it opened) is closed like any other
-            opening, self._opening = self._opening, None
-            with contextlib.suppress(Exception):
-                self._conn, self._jumps = opening.result()
         if self._conn is not None:
             conns, self._conn, self._jumps = [*self._jumps, self._conn], None, []
             close_all(conns)
@@ -133,28 +110,6 @@ class SSHRemote(Remote):
             tmp.unlink(missing_ok=True)
             raise RemoteError(f"{self.name}: download of {remote} failed: {exc}") from None
         os.replace(tmp, local)
-
-
-class _Opening:
-    """work() running in a daemon thread; result() waits for it and returns its value or raises its error."""
-
-    def __init__(self, work: Callable[[], Any]) -> None:
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(work,), name="ssh-open", daemon=True)
-        self._thread.start()
-
-    def _run(self, work: Callable[[], Any]) -> None:
-        try:
-            self._value = work()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            self._error = exc
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def _read_to_eof(chan, deadline: float, on_output: Callable[[str], None] | None) -> tuple[bytes, bytes]:
