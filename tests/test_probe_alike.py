@@ -85,3 +85,29 @@ def test_the_split_is_the_view(sandbox4, env, monkeypatch, options):
     assert alike(reps["al-old"], **options).key != split.key
     changed = dataclasses.replace(rep, flags=[*rep.flags, "one more flag"])
     assert alike(changed, **options).key != split.key
+
+
+def test_a_broken_split_is_that_hosts_bug(env, monkeypatch, capsys):
+    from inproc import run_inv
+
+    from sglops.core.errors import EXIT_BUG
+    from sglops.views import show
+
+    real = show.alike
+
+    def broken(result, **options):
+        if result.host == "al-2":
+            # stands for a bug in one host's split
+            raise ValueError("split broke")
+        return real(result, **options)
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(show, "alike", broken)
+    code, out, err = run_inv(capsys, "probe-backends", "--hosts", "al-1,al-2,al-3")
+    assert code == EXIT_BUG
+    assert (
+        "probe-backends: al-1, al-3 (sglang 0.5.23" in out
+        and "probe-backends: 2 ok, 1 failed (al-2: bug)" in out
+    )
+    assert "error: [al-2] internal error (a bug in sglops): ValueError: split broke" in err

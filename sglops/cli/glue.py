@@ -113,7 +113,10 @@ def per_host(
         if doc is not None and not json:
             split = guard(out.host, lambda: alike(value)) if alike else None
             answer = split.value if split is not None and split.ok else None
-            if answer is not None:
+            if split is not None and not split.ok:
+                # a split that broke is this host's bug, as a view that broke
+                drawn, shown = split, True
+            elif answer is not None:
                 with lock:
                     first = answer.key not in bodies
                     bodies.setdefault(answer.key, None)
