@@ -2,7 +2,7 @@
 pyinfra, Ansible and `xargs -P ssh`, same remote work.
 
 N real sshd sandbox hosts on loopback (each a release checkout of sglang 0.5.23, shared read-only). Every tool
-runs the same command on every host: the host script sglops runs (`facts`, `probe_scan`) started the way
+runs the same command on every host: the host script sglops runs (`facts`, `engine_probe`) started the way
 sglops starts it, `python3 -c BOOTSTRAP`, with the bundle and arguments sglops sends (the peers read them from
 a file on the host, sglops writes them to stdin). So the host does the same work and the tools differ only in
 how they reach the hosts. pyinfra (`pyinfra INVENTORY exec`) and ansible-core (`ansible all -m command`, forks
@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sglops.core.host_bundle import BOOTSTRAP, payload  # noqa: E402
+from sglops.probe.scan import request  # noqa: E402
 from sglops.probe.spec import load_probe_set  # noqa: E402
 from sglops.sandbox import trees  # noqa: E402
 from sglops.sandbox.sshd import HOST_PYTHON, LOOPBACK, Sandbox  # noqa: E402
@@ -188,18 +189,8 @@ def main() -> None:  # noqa: C901 - one linear script: set-up, the command lines
             ps = load_probe_set()
             payloads = {
                 "facts": lambda h: payload("facts", {"sglang_root": str(h.sglang_root), "port": None}),
-                "probe-backends": lambda h: payload(
-                    "probe_scan",
-                    {
-                        "sglang_root": str(h.sglang_root),
-                        "engine": "auto",
-                        "backends": {"files": ps.backend_files},
-                        "probes": [p.to_wire() for p in ps.probes],
-                        "model_path": None,
-                        "gpus": False,
-                        "cache": True,
-                    },
-                ),
+                # what `inv probe-backends` sends: the probe behind the check of which engine serves there
+                "probe-backends": lambda h: payload(*request(str(h.sglang_root), ps, other_engines=True)),
             }
             # the peers' stdin, as a file on the host
             for h in sb.hosts:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from sglops.core.host_bundle import BOOTSTRAP, payload  # noqa: E402
 from sglops.core.transport.command import shell_command  # noqa: E402
+from sglops.probe.scan import request  # noqa: E402
 from sglops.probe.spec import load_probe_set  # noqa: E402
 from sglops.sandbox import trees  # noqa: E402
 from sglops.sandbox.sshd import HOST_PYTHON, Sandbox  # noqa: E402
@@ -129,22 +130,15 @@ def main() -> None:
                 shell_command([HOST_PYTHON, "-c", BOOTSTRAP], timeout=300),
             ]
             ps = load_probe_set()
-            probe_args = {
-                "sglang_root": str(h.sglang_root),
-                "engine": "auto",
-                "backends": {"files": ps.backend_files},
-                "probes": [p.to_wire() for p in ps.probes],
-                "model_path": None,
-                "gpus": False,
-                "cache": True,
-            }
+            # what `inv probe-backends` sends: the probe behind the check of which engine serves there
+            probe_request = request(str(h.sglang_root), ps, other_engines=True)
             cache = h.home / ".cache" / "sglops" / "probe-scan"
             cases = {
                 "facts": (
                     ["facts", "--host", "h0"],
                     payload("facts", {"sglang_root": str(h.sglang_root), "port": None}),
                 ),
-                "probe-backends": (["probe-backends", "--host", "h0"], payload("probe_scan", probe_args)),
+                "probe-backends": (["probe-backends", "--host", "h0"], payload(*probe_request)),
             }
             inv = [sys.executable, "-m", "invoke"]
             before = str(Path(args.before).resolve()) if args.before else None

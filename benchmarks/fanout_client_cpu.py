@@ -46,6 +46,8 @@ wrap("sglops.core.op", "perform", "step (run, parse, record)")
 wrap("sglops.core.transport.base", "Remote.run_py", "  of which: host round trip (send, read, parse JSON)")
 wrap("sglops.core.artifacts", "keep", "  of which: the record (masking, JSON, files)")
 wrap("sglops.views.show", "laid_out", "result's layout (rich)")
+wrap("sglops.views.show", "alike", "the answer's key (hosts of one answer print it once)")
+wrap("sglops.views.alike", "Alike.body_text", "the answer's layout (rich), once an answer")
 import paramiko
 orig_run = paramiko.Transport.run
 def run(self):

@@ -6,6 +6,7 @@ operations that touch no host); this is the only place besides it that knows Inv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,7 @@ def per_host(
     check: Callable[[Any], None] | None = None,
     max_workers: int | None = None,
     lay_out: Callable[[Any], str | None] | None = None,
+    alike: Callable[[Any], Any] | None = None,
 ) -> list[Any]:
     """Run step on every target in parallel, save and print each result, recap, exit with the failures' class.
 
@@ -90,25 +92,45 @@ def per_host(
     `lay_out(value)`: the text `show` would print (None: show prints it); with several hosts each host's
     result is then checked and laid out in its own worker as soon as it is there, while the other hosts still
     work, and only written here, in the hosts' order.
+    `alike(value)`: the result split into a key, a heading and a body (sglops.views.alike.Alike, or None);
+    with several hosts, the hosts whose keys are equal print the body once, laid out by the first of them to
+    answer, under a heading naming them all, where the first of them stands; a line then says which hosts
+    gave which answer. JSON stays one document per host.
     """
     inventory, targets = hosts
     many = len(targets) > 1
-    # id(host) -> checked, JSON, text, shown
-    early: dict[int, tuple[Outcome, dict | None, str | None, bool]] = {}
+    # id(host) -> checked, JSON, text, shown, answer
+    early: dict[int, tuple[Outcome, dict | None, str | None, bool, Any]] = {}
+    # an answer's key -> its body's text (None: not laid out, or its view broke)
+    bodies: dict[Any, str | None] = {}
+    lock = threading.Lock()
 
     def step_and_lay_out(remote: Remote) -> Any:
         value = step(remote)
         out = Outcome(remote.host, value)
         doc = _result_document(out, run_id, artifact, check)
-        text, shown = None, False
+        text, shown, answer = None, False, None
         if doc is not None and not json:
-            drawn = guard(out.host, lambda: lay_out(value))
-            text = drawn.value if drawn.ok else None
-            # a view that broke is this host's bug, not shown again
-            shown = text is not None or not drawn.ok
-            if not drawn.ok and out.ok:
+            split = guard(out.host, lambda: alike(value)) if alike else None
+            answer = split.value if split is not None and split.ok else None
+            if split is not None and not split.ok:
+                # a split that broke is this host's bug, as a view that broke
+                drawn, shown = split, True
+            elif answer is not None:
+                with lock:
+                    first = answer.key not in bodies
+                    bodies.setdefault(answer.key, None)
+                drawn = guard(out.host, answer.body_text) if first else None
+                if drawn is not None and drawn.ok:
+                    bodies[answer.key] = drawn.value
+            else:
+                drawn = guard(out.host, lambda: lay_out(value))
+                text = drawn.value if drawn.ok else None
+                # a view that broke is this host's bug, not shown again
+                shown = text is not None or not drawn.ok
+            if drawn is not None and not drawn.ok and out.ok:
                 out.fail_from(drawn)
-        early[id(remote.host)] = (out, doc, text, shown)
+        early[id(remote.host)] = (out, doc, text, shown, answer)
         return value
 
     early_work = many and lay_out is not None
@@ -119,14 +141,23 @@ def per_host(
         inventory=inventory,
         **({"max_workers": max_workers} if max_workers else {}),
     )
+    groups = _answers(outcomes, early, bodies)
+    heads = {key: _group_head(early[id(group[0].host)][4], group) for key, group in groups.items()}
+    # a heading that broke: each host of that answer prints its own view
+    groups = {key: group for key, group in groups.items() if heads[key] is not None}
     documents = []
     for out in outcomes:
         done = early.get(id(out.host)) if out.ok else None
         text, shown = None, False
         if done is not None:
-            checked, doc, text, shown = done
+            checked, doc, text, shown, answer = done
             if not checked.ok:
                 out.fail_from(checked)
+            group = groups.get(answer.key) if answer is not None and out.ok else None
+            if group is not None:
+                shown = True
+                if group[0] is out:
+                    text = heads[answer.key] + bodies[answer.key]
         else:
             doc = _result_document(out, run_id, artifact, check) if out.ok else None
         if text is not None:
@@ -146,6 +177,8 @@ def per_host(
     if json:
         print_json(documents if many else documents[0])
     failed = [o for o in outcomes if not o.ok]
+    if groups:
+        console.print(_answers_line(task, list(groups.values())))
     if many and not json:
         console.print(
             styled((task, "bold"), f": {len(outcomes) - len(failed)} ok, {len(failed)} failed")
@@ -157,6 +190,42 @@ def per_host(
     if code:
         raise Exit(code=code)
     return [o.value for o in outcomes]
+
+
+def _answers(
+    outcomes: list[Outcome], early: dict[int, tuple], bodies: dict[Any, str | None]
+) -> dict[Any, list[Outcome]]:
+    """The hosts that succeeded, grouped by answer, in the hosts' order (an answer whose body could not be
+    laid out is left to each host's own view)."""
+    groups: dict[Any, list[Outcome]] = {}
+    for out in outcomes:
+        done = early.get(id(out.host)) if out.ok else None
+        answer = done[4] if done is not None and done[0].ok else None
+        if answer is not None and bodies.get(answer.key) is not None:
+            groups.setdefault(answer.key, []).append(out)
+    return groups
+
+
+def _group_head(answer: Any, group: list[Outcome]) -> str | None:
+    """The heading naming a group's hosts; None where it broke."""
+    head = guard(group[0].host, lambda: answer.head_text([o.value for o in group]))
+    return head.value if head.ok else None
+
+
+def _answers_line(task: str, groups: list[list[Outcome]]) -> Text:
+    """Which hosts gave which answer, one line: a group of many by its first host and its size."""
+
+    def named(group: list[Outcome]) -> str:
+        names = [o.host.name for o in group]
+        return ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} others"
+
+    total = sum(len(g) for g in groups)
+    if len(groups) == 1:
+        return styled((task, "bold"), f": one answer from {'both' if total == 2 else f'all {total}'} hosts")
+    return styled(
+        (task, "bold"),
+        f": {len(groups)} different answers from {total} hosts: " + "; ".join(map(named, groups)),
+    )
 
 
 def _result_document(

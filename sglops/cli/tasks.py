@@ -155,6 +155,7 @@ def _on_hosts(op: Op, targets: Targets, run_id: str, dry_run: bool, json: bool, 
                 check=lambda r: op.checked(r, opts),
                 max_workers=len(hosts) if op.together else None,
                 lay_out=_lay_out(op, opts) if op.live is None else None,
+                alike=_alike(op, opts) if op.live is None else None,
             )
         finally:
             from sglops.core import meet
@@ -173,6 +174,18 @@ def _lay_out(op: Op, opts: dict) -> Any:
         return laid_out(result, **options)
 
     return lay_out
+
+
+def _alike(op: Op, opts: dict) -> Any:
+    """The task's result split for a fan-out (sglops.views.show.alike): hosts of one answer print it once."""
+    options = {k: opts[k] for k in op.view_options}
+
+    def alike(result: Any) -> Any:
+        from sglops.views.show import alike
+
+        return alike(result, **options)
+
+    return alike
 
 
 def _show(op: Op, opts: dict) -> Any:

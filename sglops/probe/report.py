@@ -149,9 +149,14 @@ class ProbeReport(Observation):
             fact = probe.fact or probe.id
             if probe.scope == "backend":
                 follows = res.get("follows") or {}
+                hits = res.get("hits", [])
+                # each file's hits by position: a row takes its files' hits in the answer's order
+                at: dict[str, list[int]] = {}
+                for i, h in enumerate(hits):
+                    at.setdefault(h["file"], []).append(i)
                 for row in rows.values():
                     mine = {row.file, *follows.get(row.file or "", [])}
-                    row.hits[fact] = [h for h in res.get("hits", []) if h["file"] in mine]
+                    row.hits[fact] = [hits[i] for i in sorted(i for f in mine for i in at.get(f, ()))]
             # attribute: backends -> a guard that names the backend nearby
             elif probe.window is not None:
                 for row in rows.values():

@@ -42,8 +42,41 @@ def scan(
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
     probe_set = probe_set or load_probe_set()
+    script, args = request(
+        remote.host.sglang_root,
+        probe_set,
+        engine=engine,
+        model_path=model_path,
+        gpus=gpus,
+        cache=cache,
+        other_engines=other_engines,
+    )
+    raw = remote.run_py(script, args, timeout=SCAN_TIMEOUT_S)
+    if "engine_tree" in raw:
+        from sglops.probe.vllm_backends import scan_files
+
+        found = raw["engine_tree"]
+        report = scan_files(raw["files"], remote.name, found, _engine_probe_sets()[found["engine"]])
+        report.seconds = raw.get("seconds")
+        return report
+    report = ProbeReport.build(remote.name, probe_set, raw)
+    report.extra = {k: raw[k] for k in ("model", "gpus") if k in raw}
+    return report
+
+
+def request(
+    sglang_root: str | None,
+    probe_set: ProbeSet,
+    *,
+    engine: str = "auto",
+    model_path: str | None = None,
+    gpus: bool = False,
+    cache: bool = True,
+    other_engines: bool = False,
+) -> tuple[str, dict]:
+    """(host script, its arguments): what one probe sends the host (the benchmarks send the peers it too)."""
     args = {
-        "sglang_root": remote.host.sglang_root,
+        "sglang_root": sglang_root,
         "engine": engine,
         "backends": {"files": probe_set.backend_files},
         "probes": [p.to_wire() for p in probe_set.probes],
@@ -52,29 +85,16 @@ def scan(
         "cache": cache,
     }
     sets = _engine_probe_sets() if other_engines else {}
-    if sets:
-        from sglops.engine import host_specs
-        from sglops.probe.vllm_backends import files_read, scan_files
+    if not sets:
+        return "probe_scan", args
+    from sglops.engine import host_specs
+    from sglops.probe.vllm_backends import files_read
 
-        raw = remote.run_py(
-            "engine_probe",
-            {
-                **args,
-                "engines": host_specs(),
-                "engine_probes": {name: files_read(path) for name, path in sets.items()},
-            },
-            timeout=SCAN_TIMEOUT_S,
-        )
-        if "engine_tree" in raw:
-            found = raw["engine_tree"]
-            report = scan_files(raw["files"], remote.name, found, sets[found["engine"]])
-            report.seconds = raw.get("seconds")
-            return report
-    else:
-        raw = remote.run_py("probe_scan", args, timeout=SCAN_TIMEOUT_S)
-    report = ProbeReport.build(remote.name, probe_set, raw)
-    report.extra = {k: raw[k] for k in ("model", "gpus") if k in raw}
-    return report
+    return "engine_probe", {
+        **args,
+        "engines": host_specs(),
+        "engine_probes": {name: files_read(path) for name, path in sets.items()},
+    }
 
 
 def _engine_probe_sets() -> dict:

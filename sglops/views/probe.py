@@ -10,6 +10,8 @@ cell's fold, so it is never split.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -17,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sglops.probe.report import CAST_FLAG, fp8_read_mode
+from sglops.views.alike import Alike
 from sglops.views.probe_wide import backend_blocks, hit_lines
 
 if TYPE_CHECKING:
@@ -30,15 +33,53 @@ def probe_view(rep: ProbeReport, show_hits: bool = False, wide: bool = False) ->
 
     wide (and show_hits, which lists everything): every backend's file:line evidence, a block each, instead of
     the compact table."""
+    return Group(probe_title([rep]), *(_drawn(p) for p in _parts(rep, show_hits, wide)))
+
+
+def probe_alike(rep: ProbeReport, show_hits: bool = False, wide: bool = False) -> Alike:
+    """The report split for a fan-out: hosts whose title facts and drawn parts are equal print one body.
+
+    The key is what the body is drawn from (each table's rows, each line's text and styles), so two hosts
+    share a body only when theirs would be the same text."""
+    parts = _parts(rep, show_hits, wide)
+    f = rep.facts
+    key = (
+        f["sglang_version"],
+        f.get("sglang_commit"),
+        f["sglang_kind"],
+        rep.engine,
+        tuple(_part_key(p) for p in parts),
+    )
+    return Alike(key, probe_title, lambda: Group(*(_drawn(p) for p in parts)))
+
+
+def probe_title(reps: list[ProbeReport]) -> Text:
+    """The heading of the reports of one answer: their hosts, the release, the engine, the seconds taken."""
+    rep = reps[0]
     f = rep.facts
     ver = f"sglang {f['sglang_version'] or '?'}"
     if f.get("sglang_commit"):
         ver += f" @ {f['sglang_commit'][:12]}"
-    title = f"probe-backends: {rep.host} ({ver}, {f['sglang_kind']}; {rep.engine}, {rep.seconds:.2f} s)"
-    parts: list[Any] = [Text(title, style="bold")]
+    low, high = min(r.seconds for r in reps), max(r.seconds for r in reps)
+    took = f"{low:.2f} s" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f} s"
+    hosts = ", ".join(r.host for r in reps)
+    return Text(f"probe-backends: {hosts} ({ver}, {f['sglang_kind']}; {rep.engine}, {took})", style="bold")
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A table's rows; `table` makes the empty table they are drawn into."""
+
+    table: Callable[[], Table]
+    rows: tuple[tuple[str | Text, ...], ...]
+
+
+def _parts(rep: ProbeReport, show_hits: bool, wide: bool) -> list[Text | _Rows]:
+    """What the report's body draws, in order: lines of text and tables' rows."""
+    parts: list[Text | _Rows | None] = []
     if any(b.hits for b in rep.backends):
-        parts += backend_blocks(rep) if wide or show_hits else [_backend_table(rep), _LEGEND]
-    parts += [_summary(rep), _global_table(rep)]
+        parts += backend_blocks(rep) if wide or show_hits else [_backend_rows(rep), _LEGEND]
+    parts += [_summary_rows(rep), _global_rows(rep)]
     for flag in rep.flags:
         parts.append(Text(f"FLAG: {flag}", style="bold yellow"))
     for u in rep.unreadable:
@@ -67,7 +108,28 @@ def probe_view(rep: ProbeReport, show_hits: bool = False, wide: bool = False) ->
             parts.append(Text(line, style=style))
     if show_hits:
         parts += hit_lines(rep)
-    return Group(*[p for p in parts if p is not None])
+    return [p for p in parts if p is not None]
+
+
+def _drawn(part: Text | _Rows) -> Text | Table:
+    if isinstance(part, Text):
+        return part
+    t = part.table()
+    for row in part.rows:
+        t.add_row(*row)
+    return t
+
+
+def _part_key(part: Text | _Rows) -> Hashable:
+    if isinstance(part, Text):
+        return _text_key(part)
+    return part.table.__name__, tuple(tuple(_text_key(c) for c in row) for row in part.rows)
+
+
+def _text_key(text: str | Text) -> Hashable:
+    if isinstance(text, str):
+        return text
+    return text.plain, str(text.style), tuple((s.start, s.end, str(s.style)) for s in text.spans)
 
 
 _LEGEND = Text(
@@ -77,10 +139,7 @@ _LEGEND = Text(
 )
 
 
-def _backend_table(rep: ProbeReport) -> Table:
-    """Per attention backend, one short row: FP8-native,
-    whole-pool cast, arch guard, NSA/DSA, a short verdict."""
-    f = rep.facts
+def _backend_table() -> Table:
     t = Table(
         title="attention backends (srt/layers/attention/*_backend.py)",
         title_justify="left",
@@ -92,29 +151,41 @@ def _backend_table(rep: ProbeReport) -> Table:
     for col in ("FP8", "cast", "arch", "DSA"):
         t.add_column(col, no_wrap=True)
     t.add_column("verdict")
+    return t
+
+
+def _backend_rows(rep: ProbeReport) -> _Rows:
+    """Per attention backend, one short row: FP8-native,
+    whole-pool cast, arch guard, NSA/DSA, a short verdict."""
+    f = rep.facts
+    rows: list[tuple[str | Text, ...]] = []
     for b in rep.backends:
         if not b.exists or b.unreadable:
             mark = "-" if not b.exists else "?"
-            t.add_row(
-                b.name,
-                mark,
-                mark,
-                mark,
-                mark,
-                Text("absent" if not b.exists else "unreadable", style="dim" if not b.exists else "red"),
+            rows.append(
+                (
+                    b.name,
+                    mark,
+                    mark,
+                    mark,
+                    mark,
+                    Text("absent" if not b.exists else "unreadable", style="dim" if not b.exists else "red"),
+                )
             )
             continue
         casts = b.has("casts_whole_pool")
         style = "bold red" if casts and not b.has("fp8_native") else ""
-        t.add_row(
-            b.name,
-            _yes(b, "fp8_native"),
-            Text(_yes(b, "casts_whole_pool"), style=style),
-            _yes(b, "arch_guard", "arch_guard_args"),
-            _yes(b, "nsa_dsa"),
-            Text(short_verdict(b, f), style=style),
+        rows.append(
+            (
+                b.name,
+                _yes(b, "fp8_native"),
+                Text(_yes(b, "casts_whole_pool"), style=style),
+                _yes(b, "arch_guard", "arch_guard_args"),
+                _yes(b, "nsa_dsa"),
+                Text(short_verdict(b, f), style=style),
+            )
         )
-    return t
+    return _Rows(_backend_table, tuple(rows))
 
 
 def _yes(b: Any, *facts: str) -> str:
@@ -151,33 +222,37 @@ def short_verdict(b: Any, facts: dict[str, Any]) -> str:
     return text
 
 
-def _global_table(rep: ProbeReport) -> Table | None:
-    """The probes that grep the whole tree rather than one backend."""
-    rows = [r for r in rep.results if r["id"] in rep.global_greps]
-    if not rows:
-        return None
+def _global_table() -> Table:
     t = Table(title="other probes", title_justify="left", box=None, pad_edge=False, header_style="bold")
     for col in ("probe", "hits", "meaning"):
         t.add_column(col, overflow="fold")
-    for r in rows:
-        hit, miss = rep.meanings.get(r["id"], ("found", "not found"))
-        if r.get("missing_root"):
-            t.add_row(r["id"], "-", f"{r['root']} not found on the host")
-        elif not r.get("files"):
-            t.add_row(r["id"], "-", f"no file matched the probe's globs under {r['root']}")
-        else:
-            n, files = len(r["hits"]), len({h["file"] for h in r["hits"]})
-            t.add_row(
-                r["id"],
-                f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
-                hit if n else miss,
-            )
     return t
 
 
-def _summary(rep: ProbeReport) -> Table | None:
-    """Server-argument choices and FlashInfer's MLA FP8 capability, from the facts."""
-    f = rep.facts
+def _global_rows(rep: ProbeReport) -> _Rows | None:
+    """The probes that grep the whole tree rather than one backend."""
+    rows: list[tuple[str | Text, ...]] = []
+    for r in rep.results:
+        if r["id"] not in rep.global_greps:
+            continue
+        hit, miss = rep.meanings.get(r["id"], ("found", "not found"))
+        if r.get("missing_root"):
+            rows.append((r["id"], "-", f"{r['root']} not found on the host"))
+        elif not r.get("files"):
+            rows.append((r["id"], "-", f"no file matched the probe's globs under {r['root']}"))
+        else:
+            n, files = len(r["hits"]), len({h["file"] for h in r["hits"]})
+            rows.append(
+                (
+                    r["id"],
+                    f"{n} in {files} of {r['files']} files" if n else f"0 in {r['files']} files",
+                    hit if n else miss,
+                )
+            )
+    return _Rows(_global_table, tuple(rows)) if rows else None
+
+
+def _summary_table() -> Table:
     s = Table(
         show_header=False,
         title="server arguments and FlashInfer",
@@ -187,9 +262,16 @@ def _summary(rep: ProbeReport) -> Table | None:
     )
     s.add_column(style="bold")
     s.add_column(overflow="fold")
+    return s
+
+
+def _summary_rows(rep: ProbeReport) -> _Rows | None:
+    """Server-argument choices and FlashInfer's MLA FP8 capability, from the facts."""
+    f = rep.facts
+    rows: list[tuple[str | Text, ...]] = []
     if "attention_backends.flag" in f:
         ab = f.get("attention_backends")
-        s.add_row("--attention-backend", ", ".join(ab) if ab else "no --attention-backend option found")
+        rows.append(("--attention-backend", ", ".join(ab) if ab else "no --attention-backend option found"))
     for key, label in (("dsa_prefill_backends", "prefill"), ("dsa_decode_backends", "decode")):
         if f"{key}.flag" not in f:
             continue
@@ -201,7 +283,7 @@ def _summary(rep: ProbeReport) -> Table | None:
         )
         if dep:
             text += f" (deprecated alias {', '.join(dep)})"
-        s.add_row(f"NSA/DSA {label}", text)
+        rows.append((f"NSA/DSA {label}", text))
     if "flashinfer_mla_fp8_repack" in f:
         if f.get("flashinfer_version") or f.get("flashinfer_location"):
             fp8 = {
@@ -209,13 +291,15 @@ def _summary(rep: ProbeReport) -> Table | None:
                 False: "MLA kernel cannot take FP8 KV",
                 None: "MLA FP8 capability unknown",
             }[f.get("flashinfer_mla_fp8")]
-            s.add_row(
-                "flashinfer",
-                f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})",
+            rows.append(
+                (
+                    "flashinfer",
+                    f"{f.get('flashinfer_version') or '?'}: {fp8} ({f.get('flashinfer_mla_fp8_reason')})",
+                )
             )
         else:
-            s.add_row("flashinfer", "not installed for the host python (no FlashInfer facts)")
-    return s if s.row_count else None
+            rows.append(("flashinfer", "not installed for the host python (no FlashInfer facts)"))
+    return _Rows(_summary_table, tuple(rows)) if rows else None
 
 
 def facts_table(fx: Facts) -> Table:

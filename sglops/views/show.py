@@ -28,6 +28,7 @@ import sglops.probe
 import sglops.trace
 from sglops.core import result as core_result
 from sglops.core.console import console
+from sglops.views.alike import text_of
 
 
 def _registered(cls: type) -> bool:
@@ -73,9 +74,19 @@ def laid_out(result: Any, **options: Any) -> str | None:
     _registered(type(result))
     if show.dispatch(type(result)) is not _plain:
         return None
-    with console.capture() as captured:
-        console.print(render(result, **options))
-    return captured.get()
+    return text_of(render(result, **options))
+
+
+def alike(result: Any, **options: Any) -> Any:
+    """The result split for a fan-out (sglops.views.alike.Alike), None for a result whose view has no such
+    split."""
+    _registered(type(result))
+    split = _ALIKE.get(type(result))
+    return split(result, **options) if split else None
+
+
+# result class -> its Alike (views that print one body for the hosts of one answer)
+_ALIKE: dict[type, Callable[..., Any]] = {}
 
 
 def every_view() -> None:
@@ -165,6 +176,7 @@ def _probe() -> None:
 
     render.register(Facts, probe.facts_table)
     render.register(ProbeReport, lambda r, show_hits=False, wide=False: probe.probe_view(r, show_hits, wide))
+    _ALIKE[ProbeReport] = lambda r, show_hits=False, wide=False: probe.probe_alike(r, show_hits, wide)
     render.register(VllmProbeReport, vllm_probe.vllm_probe_view)
 
 
