@@ -678,10 +678,13 @@ def save(a: argparse.Namespace, runs: list[dict]) -> None:
     """--json: every pair so far, the summary and the verdict lines (a run cut short keeps its rounds)."""
     if a.json:
         rows = summarise(runs)
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()}
+        config = dict(vars(a))
+        # paths (the trace, the sessions' text files) as text
         a.json.write_text(
             json.dumps(
-                {"config": config, "runs": runs, "summary": rows, "verdicts": verdicts(rows)}, indent=1
+                {"config": config, "runs": runs, "summary": rows, "verdicts": verdicts(rows)},
+                indent=1,
+                default=str,
             )
         )
 
