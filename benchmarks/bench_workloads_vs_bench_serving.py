@@ -31,13 +31,20 @@ and how sglops' side is shaped to the same work:
   system prompt (S random tokens decoded to text), "\\n\\n" and a question (Q tokens), later turns a new
   question each, and every turn sends the whole conversation with the server's previous answers (as text); O
   output tokens per turn (ignore_eos, temperature 0), `--max-concurrency C` sessions at once, turns
-  sequential. sglops: `sessions:count=P,turns=T,system=S,new=Q` with `--output-len O --concurrency C` (G = 1:
-  sglops' system prompt is shared by every session). The server must apply a chat template that adds nothing
-  (`--chat-template` with CONCAT_TEMPLATE: the messages' contents back to back), so a turn's prompt is history
-  + answers + question on both sides. What stays different: bench_serving sends text (the server tokenizes it:
-  the random text re-tokenizes to about, not exactly, S and Q tokens, and an answer's text to about O) through
-  the chat endpoint; sglops sends token ids (its answer ids carried exactly) through `--api` (default openai:
-  the /v1/completions path, the nearest to the chat endpoint's; /generate with `--session-api sglang`).
+  sequential. sglops (default `--session-api openai-chat`): `--api openai-chat` with
+  `sessions:texts=FILE,count=P,turns=T`, FILE holding bench_serving's own texts of that round's seed
+  (generated here by its generator, in its order): the same user messages (the first one system text +
+  "\\n\\n" + question, no system message, as bench_serving sends it), the server's answers carried as
+  assistant messages (their text, as bench_serving carries them), `--output-len O --concurrency C`, streamed
+  on the same endpoint. So
+  both tools give the server the same conversations; each request's prompt length (the server's count:
+  bench_serving's `--output-details` input_lens, sglops' usage) is compared per round (`same_prompt_lens`).
+  What stays different on this path: sglops asks for per-chunk usage (continuous_usage_stats), the chosen
+  tokens' logprobs (unless --no-logprobs) and SGLang's `sglext` output ids and cache counts at the end. With
+  a template that adds nothing (`--chat-template` CONCAT_TEMPLATE: the contents back to back), the old paths
+  stay: `--session-api openai` (/v1/completions) or `sglang` (/generate) send `sessions:count=P,turns=T,
+  system=S,new=Q` as token ids shaped to bench_serving's sizes (its random text re-tokenizes to about, not
+  exactly, S and Q tokens), the answers' ids carried exactly: the same sizes, not the same endpoint.
 
 Both tools send one warm-up (sglops: C random prompts; bench_serving: the first session / a 512-"hi" prompt)
 and bench_serving flushes the cache after it (`--flush-cache`); this script flushes before each tool's run, so
@@ -46,7 +53,7 @@ log lines: new + cached tokens, warm-ups included: they differ by the warm-ups' 
 is the same size. sglops asks for the chosen tokens' logprobs unless `--no-logprobs` and samples GPU telemetry
 on the host every 500 ms unless `--telemetry-interval 0` (bench_serving does neither).
 
-    # the real CPU server (started here)
+    # the real CPU server (started here, with --chat-template CONCAT_TEMPLATE)
     python3 benchmarks/bench_workloads_vs_bench_serving.py --rounds 2 --trace-requests 6 \\
         --sessions 2,2,32,16,8 --session-concurrency 2
 
@@ -56,6 +63,12 @@ concat.jinja`), with that server's python for bench_serving and its model folder
     . /tmp/gpu-tier/env.sh && python3 benchmarks/bench_workloads_vs_bench_serving.py --port 30000 \\
         --server-log /tmp/gpu-tier/server.log --python python3 --model /tmp/gpu-tier/tiny-mla --rounds 4 \\
         --trace-client overlay --json $OUT/workloads_vs_bench_serving.json
+
+    # the sessions alone, both tools on the chat endpoint (the default --session-api openai-chat)
+    . /tmp/gpu-tier/env.sh && python3 benchmarks/bench_workloads_vs_bench_serving.py --port 30000 \\
+        --server-log /tmp/gpu-tier/server.log --python python3 --model /tmp/gpu-tier/tiny-mla \\
+        --workloads sessions --rounds 4 --no-logprobs --telemetry-interval 0 \\
+        --json $OUT/sessions_chat_vs_bench_serving.json
 
 (`overlay/sglang/benchmark/`: 0.5.23's installed folder, copied unmodified; the device call and its figures:
 benchmarks/results/workloads-agreement-2026-12-06/README.md.)
@@ -131,9 +144,9 @@ asyncio.run(main())
 """
 
 # Run in bench_serving's python: its own generated-shared-prefix sessions for each seed (seeded as its
-# run_benchmark seeds random and numpy), each turn's new text tokenized as the server's chat path tokenizes
-# the rendered template (no special tokens). Prints {seed: [first turn tokens, question tokens of later
-# turns...] per session}.
+# run_benchmark seeds random and numpy), in the order it sends them, each turn's new text tokenized as the
+# server's chat path tokenizes the rendered template (no special tokens). Prints {seed: {"tokens": [first
+# turn tokens, question tokens of later turns...] per session, "texts": [the turns' texts] per session}}.
 _GSP = """
 import json, random, sys
 import numpy as np
@@ -150,7 +163,10 @@ for seed in map(int, sys.argv[7:]):
         range_ratio=1.0, tokenizer=tok, seed=seed, num_turns=t,
     )
     turns = [r.prompt if isinstance(r.prompt, list) else [r.prompt] for r in rows]
-    out[seed] = [[len(tok.encode(x, add_special_tokens=False)) for x in conv] for conv in turns]
+    out[seed] = {
+        "tokens": [[len(tok.encode(x, add_special_tokens=False)) for x in conv] for conv in turns],
+        "texts": turns,
+    }
 print(json.dumps(out))
 """
 
@@ -210,9 +226,10 @@ def derive_trace(a: argparse.Namespace) -> Path:
 
 
 def derive_sessions(a: argparse.Namespace) -> None:
-    """sglops' session shape per round from bench_serving's own sessions of that round's seed: system = the
-    first turn's tokens less its question's, new = the median question's tokens (the random text re-tokenizes
-    to about, not exactly, --gsp-system-prompt-len and --gsp-question-len)."""
+    """bench_serving's own sessions of each round's seed: their texts (a `sessions:texts=` file per seed: what
+    sglops sends on the chat endpoint) and, for the ids paths, sglops' session shape: system = the first
+    turn's tokens less its question's, new = the median question's tokens (the random text re-tokenizes to
+    about, not exactly, --gsp-system-prompt-len and --gsp-question-len)."""
     p, t, s, q, o = a.session_shape
     proc = subprocess.run(
         [
@@ -235,8 +252,14 @@ def derive_sessions(a: argparse.Namespace) -> None:
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"deriving bench_serving's sessions failed: {proc.stderr.strip()[-1500:]}")
-    a.session_tokens = {}
-    for seed, convs in json.loads(lines[-1]).items():
+    a.session_tokens, a.session_texts = {}, {}
+    folder = Path(tempfile.mkdtemp(prefix="workloads-sessions-"))
+    for seed, got in json.loads(lines[-1]).items():
+        convs = got["tokens"]
+        # bench_serving's messages as they are: the first user turn holds the system text (no system message)
+        texts = folder / f"seed{seed}.json"
+        texts.write_text(json.dumps({"system": "", "sessions": got["texts"]}))
+        a.session_texts[int(seed)] = texts
         questions = [n for conv in convs for n in conv[1:]]
         new = round(stats.median(questions)) if questions else q
         system = round(stats.median([conv[0] - new for conv in convs]))
@@ -293,7 +316,11 @@ def run_sglops(remote, port: int, workload: str, a: argparse.Namespace, seed: in
         res = bench.run_bench(
             remote,
             runs=1,
-            dataset=f"sessions:count={p},turns={t},system={s},new={q}",
+            dataset=(
+                f"sessions:texts={a.session_texts[seed]},count={p},turns={t}"
+                if a.session_api == "openai-chat"
+                else f"sessions:count={p},turns={t},system={s},new={q}"
+            ),
             output_len=o,
             input_len=q,
             concurrency=str(a.session_concurrency),
@@ -314,6 +341,8 @@ def run_sglops(remote, port: int, workload: str, a: argparse.Namespace, seed: in
         "e2e_ms": lv.e2e_ms["median"],
         "requests": lv.requests_total,
         "prompt_tokens": (lv.prompt or {}).get("tokens"),
+        "prompt_lens": sorted(rec["prompt_tokens"] or 0 for rep in res.raw for rec in rep["requests"]),
+        "cached_tokens_per_turn": [t.get("cached_tokens") for t in lv.turns or []],
         "cache_hit": (lv.prompt or {}).get("cached_share"),
         "send_lag_ms_p99": (lv.send_lag_ms or {}).get("p99"),
         "suspect": lv.suspect,
@@ -383,6 +412,7 @@ def run_bench_serving(port: int, workload: str, a: argparse.Namespace, seed: int
             str(a.session_concurrency),
             "--request-rate",
             "inf",
+            "--output-details",
         ]
     client = (
         ["-c", _OVERLAY, str(a.trace_client)]
@@ -403,16 +433,26 @@ def run_bench_serving(port: int, workload: str, a: argparse.Namespace, seed: int
     doc = json.loads(out.read_text().strip().splitlines()[-1])
     if doc["completed"] != n:
         raise SystemExit(f"bench_serving {workload} completed {doc['completed']} of {n} requests")
+    # --output-details: each request's prompt length (0.5.23: the server's count, per round)
+    lens = doc.get("input_lens")
     return {
         "ttft_ms": doc["median_ttft_ms"],
         "tpot_ms": doc["median_tpot_ms"],
         "e2e_ms": doc["median_e2e_latency_ms"],
         "requests": doc["completed"],
         "prompt_tokens": doc.get("total_input_tokens") or None,
+        "prompt_lens": sorted(lens) if isinstance(lens, list) else None,
         "cache_hit": None,
         "send_lag_ms_p99": None,
         "suspect": None,
     }
+
+
+def same_prompts(row: dict) -> bool | None:
+    """Whether both tools' requests had the same prompt lengths (sorted; the server's counts): the same
+    texts and the same answers carried. None where bench_serving gave none."""
+    mine, theirs = row["sglops"].get("prompt_lens"), row["bench_serving"].get("prompt_lens")
+    return None if not mine or not theirs else mine == theirs
 
 
 def summarise(runs: list[dict]) -> list[dict]:
@@ -520,7 +560,16 @@ def main() -> None:
         help="sessions,turns,system,question,output (default 8,3,256,64,32)",
     )
     ap.add_argument("--session-concurrency", type=int, default=4)
-    ap.add_argument("--session-api", choices=("openai", "sglang"), default="openai")
+    ap.add_argument(
+        "--session-api",
+        choices=("openai-chat", "openai", "sglang"),
+        default="openai-chat",
+        help=(
+            "sglops' sessions on the chat endpoint with bench_serving's own texts (default: the same "
+            "messages as bench_serving), or the ids paths shaped to its sizes: openai (/v1/completions), "
+            "sglang (/generate)"
+        ),
+    )
     ap.add_argument(
         "--no-logprobs",
         action="store_true",
@@ -605,10 +654,12 @@ def main() -> None:
                             log, mark
                         )
                     runs.append(row)
+                    row["same_prompt_lens"] = same_prompts(row)
                     print(
                         f"round {rnd} {w}: TTFT sglops {row['sglops']['ttft_ms']:.2f} / bench_serving "
                         f"{row['bench_serving']['ttft_ms']:.2f} ms, TPOT {row['sglops']['tpot_ms']:.3f} / "
-                        f"{row['bench_serving']['tpot_ms']:.3f} ms (order {' -> '.join(order)})",
+                        f"{row['bench_serving']['tpot_ms']:.3f} ms (order {' -> '.join(order)}); every "
+                        f"request's prompt tokens the same on both sides: {row['same_prompt_lens']}",
                         flush=True,
                     )
                     save(a, runs)
@@ -627,10 +678,13 @@ def save(a: argparse.Namespace, runs: list[dict]) -> None:
     """--json: every pair so far, the summary and the verdict lines (a run cut short keeps its rounds)."""
     if a.json:
         rows = summarise(runs)
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()}
+        config = dict(vars(a))
+        # paths (the trace, the sessions' text files) as text
         a.json.write_text(
             json.dumps(
-                {"config": config, "runs": runs, "summary": rows, "verdicts": verdicts(rows)}, indent=1
+                {"config": config, "runs": runs, "summary": rows, "verdicts": verdicts(rows)},
+                indent=1,
+                default=str,
             )
         )
 

@@ -19,7 +19,11 @@ from sglops.sandbox.sshd import free_port
 # of starting one of its own (a start is 40-100 s of CPU). The readers' other proofs do not depend on it; a
 # server compared with this one for its config (test_bench_real's bf16 KV server) is started with the same
 # flags.
-SHARED_FLAGS = ("--enable-metrics",)
+# --chat-template: the tiny model's tokenizer has none (SGLang's chat endpoint then answers 400);
+# test_bench_workloads_real sends sessions over /v1/chat/completions. The template puts the messages' contents
+# back to back; /generate and /v1/completions do not read it.
+CHAT_TEMPLATE = Path(__file__).parent / "data" / "chat_concat.jinja"
+SHARED_FLAGS = ("--enable-metrics", "--chat-template", str(CHAT_TEMPLATE))
 
 
 def healthy(server: CpuServer, timeout: float = 5.0) -> bool:

@@ -30,10 +30,11 @@ RANGE = {"test_token_range": [3, 1000]}
 def standin(use_sandbox, tmp_path):
     servers: list[StandinProcess] = []
 
-    def start(tps: float = 400.0, **knobs) -> int:
+    def start(tps: float = 400.0, args: tuple[str, ...] = (), **knobs) -> int:
         server = start_standin(
             "--model-path",
             "m",
+            *args,
             knobs={"TPS": tps, "TTFT_MS": 5, "STARTUP_S": 0.1, **knobs},
             sglang_python=use_sandbox.host("gpu-a").sglang_root / "python",
             log=tmp_path / f"standin-{len(servers)}.log",
@@ -148,6 +149,92 @@ def test_each_turn_carries_the_history_and_the_servers_own_answer(standin, remot
     assert recs[3]["start_s"] < recs[2]["start_s"]
     assert [t["turn"] for t in lv.turns] == [1, 2, 3] and all(t["requests"] == 3 for t in lv.turns)
     assert lv.turns[2]["prompt_tokens"] is None or lv.turns[2]["prompt_tokens"] > lv.turns[0]["prompt_tokens"]
+
+
+def test_chat_sessions_send_messages_with_the_servers_answers_and_report_cached_tokens(standin, remote_a):
+    port = standin()
+    r = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=port,
+        with_facts=False,
+        concurrency=2,
+        output_len=5,
+        api="openai-chat",
+        dataset="sessions:count=3,turns=3,system=6,new=4",
+        test_options=RANGE,
+    )
+    assert r.status == "ok", r.problems()
+    (lv,) = r.levels
+    outs = {(o["n"] // 3, o["n"] % 3): o for o in r.outputs}
+    for s in range(3):
+        first, second, third = (outs[s, t]["input_ids"] for t in range(3))
+        # a system message (the stand-in's text of the 6 system ids: a word each), then user / assistant
+        assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
+        assert len(first[0]["content"].split()) == 6 and len(first[1]["content"].split()) == 4
+        assert first[0] == outs[0, 0]["input_ids"][0]
+        # the history as sent, then the server's own answer (its text) as the assistant's message
+        assert second[:2] == first and second[2] == {"role": "assistant", "content": outs[s, 0]["text"]}
+        assert third[:4] == second and third[4]["content"] == outs[s, 1]["text"]
+        # SGLang's sglext output ids, kept for identity
+        assert len(outs[s, 0]["ids"]) == 5
+    turns = {t["turn"]: t for t in lv.turns}
+    # no --enable-cache-report: the server's count from sglext.cached_tokens_details, its prefix cache served
+    # the history of later turns (the stand-in's cache, in words)
+    assert turns[1]["cached_tokens"] is not None and turns[3]["cache_hit"] > turns[1]["cache_hit"]
+    assert turns[3]["cache_hit"] > 0.6 and turns[2]["tpot_ms"]["n"] == 3
+    # the same seed: the same texts
+    again = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=port,
+        with_facts=False,
+        concurrency=2,
+        output_len=5,
+        api="openai-chat",
+        dataset="sessions:count=3,turns=3,system=6,new=4",
+        test_options=RANGE,
+    )
+    assert [o["input_ids"] for o in again.outputs] == [o["input_ids"] for o in r.outputs]
+
+
+def test_chat_sessions_send_a_files_texts_as_given(standin, remote_a, tmp_path):
+    port = standin(args=("--enable-cache-report",))
+    texts = tmp_path / "texts.json"
+    texts.write_text(json.dumps({"sessions": [["sys a b\n\nq1", "q2 c"], ["sys a b\n\nq3", "q4 d e"]]}))
+    r = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=port,
+        with_facts=False,
+        output_len=3,
+        api="openai-chat",
+        dataset=f"sessions:texts={texts}",
+        test_options=RANGE,
+    )
+    assert r.status == "ok", r.problems()
+    sent = [o["input_ids"] for o in r.outputs]
+    assert sent[0] == [{"role": "user", "content": "sys a b\n\nq1"}]
+    assert sent[3][0]["content"] == "sys a b\n\nq3" and sent[3][2] == {"role": "user", "content": "q4 d e"}
+    assert r.levels[0].requests_total == 4
+    # usage.prompt_tokens_details (--enable-cache-report): the second turn's history came from the cache
+    assert r.levels[0].turns[1]["cached_tokens"] > 0
+
+
+def test_the_chat_api_takes_text_and_texts_take_the_chat_api(tmp_path):
+    with pytest.raises(ConfigError, match="--api openai-chat sends chat messages"):
+        plan_bench({"api": "openai-chat"})
+    texts = tmp_path / "t.json"
+    texts.write_text(json.dumps({"sessions": [["a", "b"]]}))
+    with pytest.raises(ConfigError, match="needs --api openai-chat"):
+        plan_bench({"dataset": f"sessions:texts={texts}"})
+    with pytest.raises(ConfigError, match="holds 1 sessions"):
+        plan_bench({"dataset": f"sessions:texts={texts},count=2", "api": "openai-chat"})
+    texts.write_text(json.dumps({"sessions": [["a", 3]]}))
+    with pytest.raises(ConfigError, match="every session a non-empty list of texts"):
+        plan_bench({"dataset": f"sessions:texts={texts}", "api": "openai-chat"})
+    ok = plan_bench({"dataset": "sessions:count=2,turns=2,new=4", "api": "openai-chat"})
+    assert ok.dataset["count"] == 2
 
 
 def test_a_bad_sessions_spec_is_one_line():

@@ -63,3 +63,33 @@ def test_later_turns_of_a_session_are_served_from_the_servers_prefix_cache(serve
     # answer token) came from the cache, as the server says
     assert turns[2]["cache_hit"] > 0.6 and turns[3]["cache_hit"] > 0.7, lv.turns
     assert turns[1]["ttft_ms"]["n"] == 2 and turns[3]["ttft_ms"]["n"] == 2
+
+
+def test_sessions_over_the_chat_endpoint_carry_the_answers_and_report_cached_tokens(server, remote_a):
+    r = bench.run_bench(
+        remote_a,
+        runs=1,
+        port=server.port,
+        with_facts=False,
+        concurrency=2,
+        output_len=8,
+        api="openai-chat",
+        dataset="sessions:count=2,turns=3,system=16,new=8",
+    )
+    assert r.status == "ok", r.problems()
+    (lv,) = r.levels
+    outs = {(o["n"] // 3, o["n"] % 3): o for o in r.outputs}
+    for s in range(2):
+        third = outs[s, 2]["input_ids"]
+        assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
+        # the server's own answers, as it streamed them, carried into the next turn
+        assert third[2]["content"] == outs[s, 0]["text"] and third[4]["content"] == outs[s, 1]["text"]
+        # SGLang's output ids (sglext), eight per turn
+        assert all(len(outs[s, t]["ids"]) == 8 for t in range(3))
+    turns = {t["turn"]: t for t in lv.turns}
+    # the conversation grows by an answer and a question per turn (the server's count, its chat template)
+    assert turns[1]["prompt_tokens"] < turns[2]["prompt_tokens"] < turns[3]["prompt_tokens"]
+    # without --enable-cache-report: sglext.cached_tokens_details; the history of turns 2 and 3 came from the
+    # prefix cache (re-tokenized answers may differ at their edges: not all of it)
+    assert turns[2]["cache_hit"] > 0.5 and turns[3]["cache_hit"] > 0.6, lv.turns
+    assert turns[3]["tpot_ms"]["n"] == 2 and turns[3]["ttft_ms"]["n"] == 2

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sglops.bench import session_texts
 from sglops.core.errors import ConfigError
 from sglops.core.values import MAX_TOKENS
 
@@ -212,17 +213,22 @@ SESSION_KEYS = {
 def _sessions(spec: str, rest: str) -> dict:
     """`sessions:count=8,turns=4,new=32[,system=256][,output=16-64][,think=500]`: count conversations of
     `turns` turns; each turn sends the whole history (system prompt, earlier turns and the server's own
-    answers) plus `new` fresh ids; `think` ms between a session's turns."""
+    answers) plus `new` fresh ids; `think` ms between a session's turns. `texts=PATH` (the chat API only):
+    the sessions' own texts instead of drawn ids (session_texts.read)."""
     out: dict[str, Any] = {"kind": "sessions", "system": 0, "think_ms": 0}
+    texts = None
     for item in [x.strip() for x in rest.split(",") if x.strip()]:
         key, sep, value = item.partition("=")
-        if not sep or key not in {*SESSION_KEYS, "output"}:
+        if not sep or key not in {*SESSION_KEYS, "output", "texts"}:
             raise ConfigError(
                 f"--dataset sessions: unknown or malformed {item!r} (keys: count, turns, new, system, "
-                f"output, think)"
+                f"output, think, texts)"
             )
         if key == "output":
             out["output"] = _span(value, "output", 2)
+            continue
+        if key == "texts":
+            texts = session_texts.read(value)
             continue
         lo, hi = SESSION_KEYS[key]
         if not value.isdigit() or not lo <= int(value) <= hi:
@@ -230,6 +236,8 @@ def _sessions(spec: str, rest: str) -> dict:
                 f"--dataset sessions {key} must be a whole number from {lo} to {hi} (got {value!r})"
             )
         out["think_ms" if key == "think" else key] = int(value)
+    if texts is not None:
+        return session_texts.fitted(out, texts)
     if not {"count", "turns", "new"} <= set(out):
         raise ConfigError(
             f"--dataset sessions needs count=N, turns=T and new=M (e.g. sessions:count=8,turns=4,new=32; "
@@ -342,6 +350,12 @@ def describe(dataset: dict, input_len: int, output_len: int) -> str:
         return (
             f"{len(dataset['items'])} prompts from {dataset.get('source')} (output {output_len} unless given)"
         )
+    if kind == "sessions" and dataset.get("texts"):
+        return (
+            f"{dataset['count']} sessions x {dataset['turns']} turns of {dataset.get('source')}'s texts: "
+            f"history + the server's answers + the turn's text, output "
+            f"{'-'.join(map(str, dataset['output'])) if dataset.get('output') else output_len} tokens"
+        )
     if kind == "sessions":
         return (
             f"{dataset['count']} sessions x {dataset['turns']} turns: history + the server's answers + "
@@ -354,3 +368,19 @@ def describe(dataset: dict, input_len: int, output_len: int) -> str:
             + lens
         )
     return "random ordinary token ids below the model's vocabulary (input_ids), " + lens
+
+
+def check_api(api: str, dataset: dict) -> None:
+    """The chat API sends text messages: sessions (their text: the server's decoding of the drawn ids, or a
+    texts file) or a file's text prompts; a texts file is text, so only the chat API sends it."""
+    kind = dataset.get("kind", "random")
+    if kind == "sessions" and dataset.get("texts") and api != "openai-chat":
+        raise ConfigError("--dataset sessions:texts=PATH holds chat texts: it needs --api openai-chat")
+    if api != "openai-chat" or kind == "sessions":
+        return
+    if kind == "prompts" and all(item.get("text") is not None for item in dataset.get("items") or []):
+        return
+    raise ConfigError(
+        "--api openai-chat sends chat messages (text): use it with --dataset sessions:... or a jsonl file of "
+        "text prompts, not token ids"
+    )

@@ -19,8 +19,9 @@ CONCURRENCY = Param(
 )
 API = Param(
     "api",
-    Choice(("sglang", "openai"), "sglang"),
-    "sglang (native /generate, the default) or openai (/v1/completions, e.g. for vLLM)",
+    Choice(("sglang", "openai", "openai-chat"), "sglang"),
+    "sglang (native /generate, the default), openai (/v1/completions, e.g. for vLLM) or openai-chat "
+    "(/v1/chat/completions: text messages, with --dataset sessions or jsonl text prompts)",
 )
 PORT = Param(
     "port", Port(), "the server's port on the host (default: the server sglops started there, else 30000)"

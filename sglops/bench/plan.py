@@ -92,6 +92,7 @@ def plan_bench(options: Mapping[str, Any], *, checked: bool = False) -> BenchPla
         raise ConfigError(
             "--max-rate needs --slo (e.g. --slo ttft=500,tpot=50): the rate is the highest that meets it"
         )
+    loads.check_api(flags["api"], dataset)
     if flags["max_rate"] and (flags["sweep"] or dataset.get("kind") in ("trace", "sessions")):
         raise ConfigError("--max-rate probes open-loop rates: not with --sweep, a trace or sessions")
     return BenchPlan(flags, tuple(levels), dataset, slo)

@@ -339,8 +339,8 @@ def _repeat_figures(r: dict, ms: Sequence[dict], slo: dict[str, float] | None, p
 
 
 def _turns(recs: Sequence[dict]) -> list[dict] | None:
-    """Multi-turn sessions, per turn (1-based): requests, TTFT over its sound requests, the prompt it sent and
-    the share the server says its prefix cache served (`cached_tokens`; None where the server reports
+    """Multi-turn sessions, per turn (1-based): requests, TTFT and TPOT over its sound requests, the prompt it
+    sent and the share the server says its prefix cache served (`cached_tokens`; None where the server reports
     none)."""
     if not any("turn" in rec for rec in recs):
         return None
@@ -355,6 +355,7 @@ def _turns(recs: Sequence[dict]) -> list[dict] | None:
                 "requests": len(mine),
                 "ok": sum(rec["outcome"] == "ok" for rec in mine),
                 "ttft_ms": stats.summary([m["ttft_ms"] for m in ms]),
+                "tpot_ms": stats.summary([m["tpot_ms"] for m in ms if m.get("tpot_ms") is not None]),
                 "prompt_tokens": p.get("tokens"),
                 "cached_tokens": p.get("cached_tokens"),
                 "cache_hit": p.get("cached_share"),

@@ -70,11 +70,15 @@ class Prompts:
         n = int(self.d.get("system") or 0)
         return self._prefix(0)[:n] if n else []
 
+    def turn_len(self, s, t):
+        """Session s's turn t's output length."""
+        rng = random.Random(self.level_seed * 31 + s * 4099 + t)
+        return _length(rng, self.out_len, self.d.get("output"))
+
     def turn(self, s, t):
         """Session s's turn t: its new ids (its own, per repeat) and its output length."""
-        rng = random.Random(self.level_seed * 31 + s * 4099 + t)
         ids = self.draw(self.level_seed * 1000003 + 60000013 + s * 4099 + t, int(self.d["new"]))
-        return ids, _length(rng, self.out_len, self.d.get("output"))
+        return ids, self.turn_len(s, t)
 
     def _trace_item(self, i):
         items = self.d["items"]

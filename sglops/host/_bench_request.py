@@ -11,6 +11,7 @@ import threading
 import time
 
 from . import _fetch
+from ._bench_chat import CHAT, chat_body
 from ._bench_server import AUTH
 from ._bench_stream import checked, error_text, prompt_hash, read_events, settle
 
@@ -35,6 +36,8 @@ def make_body(api, model, ids, out_len, override=None, logprobs=True):
         if logprobs:
             body["return_logprob"] = True
         return "/generate", body
+    if api == CHAT:
+        return chat_body(model, ids, out_len, logprobs)
     body = {
         "model": model,
         "prompt": ids,

@@ -1,9 +1,11 @@
-# Stream parsing: the `data:` events of one streamed answer (/generate or /v1/completions) into the request's
-# record: the (arrival, cumulative count) timeline, the outputs, the finish and the outcome. No I/O here.
+# Stream parsing: the `data:` events of one streamed answer (/generate, /v1/completions or the chat endpoint)
+# into the request's record: the (arrival, cumulative count) timeline, the outputs, the finish and the
+# outcome. No I/O here.
 import hashlib
 import json
 import re
 
+from ._bench_chat import chat_outputs, sglext
 from ._server_info import MAX_COUNT, count_or_none, seconds_or_none
 
 _META = b'"meta_info":'
@@ -103,6 +105,9 @@ def prompt_hash(prompt):
     text can never share a key with ids)."""
     if isinstance(prompt, str):
         return "t" + hashlib.sha256(prompt.encode()).hexdigest()[:15]
+    if prompt and isinstance(prompt[0], dict):
+        # chat messages
+        return "m" + hashlib.sha256(json.dumps(prompt, sort_keys=True).encode()).hexdigest()[:15]
     return ids_hash(prompt)
 
 
@@ -178,8 +183,9 @@ def _finish(value):
 
 
 def _openai_chunk(data, rec, state):
-    """The cumulative usage.completion_tokens of one /v1/completions chunk, _SKIP, _TEXT (a text chunk without
-    per-chunk usage) or None: stop (rec says why). The final usage chunk's count goes to state["final_n"]."""
+    """The cumulative usage.completion_tokens of one /v1/completions or chat chunk, _SKIP, _TEXT (a text
+    chunk without per-chunk usage) or None: stop (rec says why). The final usage chunk's count goes to
+    state["final_n"]."""
     obj = json.loads(data)
     if not isinstance(obj, dict) or obj.get("error") or obj.get("object") == "error":
         rec.update(
@@ -198,23 +204,30 @@ def _openai_chunk(data, rec, state):
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and details.get("cached_tokens") is not None:
         rec["cached_tokens"] = details["cached_tokens"]
-    # the final usage chunk (or a keep-alive)
+    # the final usage chunk, SGLang's chat `sglext` chunk (or a keep-alive)
     if not choices or not isinstance(choices[0], dict):
         if n is not None:
             state["final_n"] = n
+        if obj.get("sglext") is not None:
+            sglext(obj, rec)
         return _SKIP
-    _openai_outputs(choices[0], rec)
-    if choices[0].get("finish_reason"):
-        rec["finish"] = choices[0]["finish_reason"]
+    choice = choices[0]
+    if "delta" in choice:
+        texted = chat_outputs(choice, rec)
+    else:
+        _openai_outputs(choice, rec)
+        texted = bool(choice.get("text"))
+    if choice.get("finish_reason"):
+        rec["finish"] = choice["finish_reason"]
     if n is None:
-        return _TEXT if choices[0].get("text") else _SKIP
+        return _TEXT if texted else _SKIP
     return n
 
 
 def settle(rec, api, done, final_n, last_n, out_len):
     """The request's outcome once its stream ended: tokens counted, finished, of the length asked."""
     rec["tokens"] = final_n if final_n is not None else last_n
-    if api == "openai" and final_n is None and rec["outcome"] == "ok" and rec["chunk_t"]:
+    if api != "sglang" and final_n is None and rec["outcome"] == "ok" and rec["chunk_t"]:
         rec.update(
             outcome="error",
             error="server sent no usage (stream_options.include_usage ignored?); cannot count tokens",

@@ -3,7 +3,7 @@
 #
 # It measures and returns raw per-request timings; the laptop computes the statistics.
 # Tokens are counted from the server's own fields (meta_info.completion_tokens on /generate,
-# usage.completion_tokens on /v1/completions), never guessed from text.
+# usage.completion_tokens on /v1/completions and the chat endpoint), never guessed from text.
 # It also keeps what each request answered: the output token ids and the chosen tokens' logprobs
 # (return_logprob on /generate, logprobs=0 + return_token_ids on /v1/completions), so two runs can be
 # checked for identical outputs.
@@ -18,6 +18,7 @@ import time
 from types import SimpleNamespace
 
 from . import _bench_metrics
+from ._bench_chat import CHAT, detokenize
 from ._bench_load import Prompts, gaps, trace_gaps
 from ._bench_request import LIMIT, Counter, run_batch, run_closed, run_open
 from ._bench_server import (
@@ -225,6 +226,8 @@ def _warm_up(s, srv):
             prompts = [
                 prompt_ids(srv.space, -(s.seed * 7919 + c * 131 + w * 17 + i + 1), s.in_len) for i in range(c)
             ]
+            if s.api == CHAT:
+                prompts = [_text_of(srv, ids) for ids in prompts]
             recs, _ = run_batch(
                 srv.port,
                 s.api,
@@ -241,6 +244,11 @@ def _warm_up(s, srv):
             _warm_failed(recs, srv)
             warm.extend({"concurrency": c, "outcome": r["outcome"], "error": r["error"]} for r in recs)
     return warm
+
+
+def _text_of(srv, ids):
+    """The chat API's text for drawn prompt ids: the server's own decoding of them."""
+    return detokenize(srv.port, srv.model, ids, AUTH)
 
 
 def _warm_failed(recs, srv):
@@ -294,7 +302,17 @@ def _level(s, srv, k, rep, lv, counter):
         )
     elif s.dataset["kind"] == "sessions":
         recs, wall = run_sessions(
-            srv.port, s.api, srv.model, prompts, c, s.timeout, counter, s.logprobs, srv.incremental, deadline
+            srv.port,
+            s.api,
+            srv.model,
+            prompts,
+            c,
+            s.timeout,
+            counter,
+            s.logprobs,
+            srv.incremental,
+            deadline,
+            lambda ids: _text_of(srv, ids),
         )
     else:
         recs, wall = run_closed(

@@ -2,7 +2,8 @@
 """STAND-IN for `python -m sglang.launch_server` (no GPU): for sglops tests and the demo only.
 
 It accepts launch_server's arguments and speaks the part of SGLang's HTTP API that sglops
-uses (/health, /get_server_info, /generate, /v1/completions, /start_profile, /stop_profile),
+uses (/health, /get_server_info, /generate, /v1/completions, /v1/chat/completions, /detokenize,
+/start_profile, /stop_profile),
 with exactly paced decode so benchmarks measure what the stand-in was told to produce.
 Standard library only: it runs under a bare host's /usr/bin/python3.
 
@@ -96,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     a("--dist-init-addr", default=None)
     a("--trust-remote-code", action="store_true")
     a("--enable-metrics", action="store_true")
+    a("--enable-cache-report", action="store_true")
     a("--enable-dp-attention", action="store_true")
     a("--log-level", default="info")
     a("--random-seed", type=int, default=None)
@@ -242,6 +244,7 @@ class State:
         diverge = os.environ.get("SGLOPS_STANDIN_DIVERGE_AT")
         self.diverge_at = int(diverge) if diverge else None
         self.logprob_noise = float(os.environ.get("SGLOPS_STANDIN_LOGPROB_NOISE") or 0)
+        self.cache = StandinCache()
 
     def token(self, seed: int, k: int) -> tuple[int, float]:
         """The stand-in's k-th output token of a prompt (seed: the sum of its ids) and a made-up logprob."""
@@ -422,6 +425,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._generate(body)
         if path in ("/v1/completions",):
             return self._completions(body)
+        if path in ("/v1/chat/completions",):
+            return self._chat(body)
+        if path in ("/detokenize", "/v1/detokenize"):
+            return self._json(200, {"text": standin_text(body.get("tokens") or [])})
         return self._json(404, {"detail": "Not Found"})
 
     # profiler
@@ -655,6 +662,96 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + json.dumps(last).encode() + b"\n\n")
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
+
+    def _chat(self, body: dict):
+        """A streamed chat completion in SGLang's layout: a role chunk, one delta per token (usage in each
+        with continuous_usage_stats), the usage chunk, SGLang's `sglext` output ids when asked. The prompt is
+        the messages' contents joined by newlines (the stand-in's own template); its cached tokens are the
+        stand-in's prefix cache (StandinCache), in usage only with --enable-cache-report (as SGLang), in
+        `sglext` when asked."""
+        st = self.state
+        messages = body.get("messages") or []
+        prompt = "\n".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
+        words = prompt.split()
+        ptoks, cached = max(1, len(words)), st.cache.hit(words)
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        cid, seed = "chatcmpl-" + uuid.uuid4().hex, self._seed(prompt)
+        model = body.get("model") or st.args["served_model_name"]
+        options = body.get("stream_options") or {}
+        want_lp = bool(body.get("logprobs"))
+
+        def usage(k: int) -> dict:
+            out = {"prompt_tokens": ptoks, "completion_tokens": k, "total_tokens": ptoks + k}
+            if st.args.get("enable_cache_report"):
+                out["prompt_tokens_details"] = {"cached_tokens": cached}
+            return out
+
+        def send(choices: list, **extra) -> None:
+            chunk = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": choices,
+                **extra,
+            }
+            self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+        self._start_stream()
+        send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        ids: list[int] = []
+        for k in self._paced(n):
+            tid, lp = st.token(seed, k)
+            ids.append(tid)
+            choice = {
+                "index": 0,
+                "delta": {"content": VOCAB[tid]},
+                "logprobs": {"content": [{"token": VOCAB[tid], "logprob": lp, "top_logprobs": []}]}
+                if want_lp
+                else None,
+                "finish_reason": "length" if k == n - 1 else None,
+            }
+            send([choice], **({"usage": usage(k + 1)} if options.get("continuous_usage_stats") else {}))
+        if options.get("include_usage"):
+            send([], usage=usage(len(ids)))
+        ext = {"output_ids": [ids]} if body.get("return_output_ids_in_sglext") else {}
+        if body.get("return_cached_tokens_details"):
+            ext["cached_tokens_details"] = {"device": cached, "host": 0}
+        if ext:
+            send([], sglext=ext)
+        st.cache.add(words)
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+
+def standin_text(ids: list) -> str:
+    """The stand-in's text of token ids: one word per id (its chat prompts count a word a token)."""
+    return " ".join(f"w{int(i)}" for i in ids if isinstance(i, int))
+
+
+class StandinCache:
+    """The stand-in's prefix cache of chat prompts (words): a prompt's cached tokens are its longest common
+    prefix with one seen before, as a radix cache serves a conversation's earlier turns."""
+
+    MOST = 4096
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[list[str]] = []
+
+    def hit(self, words: list[str]) -> int:
+        with self.lock:
+            return max((_common(words, old) for old in self.seen), default=0)
+
+    def add(self, words: list[str]) -> None:
+        with self.lock:
+            self.seen = (self.seen + [words])[-self.MOST :]
+
+
+def _common(a: list[str], b: list[str]) -> int:
+    n, most = 0, min(len(a), len(b))
+    while n < most and a[n] == b[n]:
+        n += 1
+    return n
 
 
 # -- start-up ------------------------------------------------------------------------------------

@@ -561,22 +561,25 @@ def _level_name(lv: dict) -> str:
 
 
 def _markdown_turns(levels: list[dict]) -> list[str]:
-    """Multi-turn sessions: per level and turn, TTFT and the
+    """Multi-turn sessions: per level and turn, TTFT, TPOT and the
     share of the prompt the server's prefix cache served."""
     rows = [(lv, t) for lv in levels for t in lv.get("turns") or []]
     if not rows:
         return []
     out = [
         "",
-        "| level | turn | requests | TTFT median ms | TTFT p99 ms | prompt tokens | cache hit |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| level | turn | requests | TTFT median ms | TTFT p99 ms | TPOT median ms | prompt tokens "
+        "| cache hit |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for lv, t in rows:
         ttft = t.get("ttft_ms") or {}
+        tpot = (t.get("tpot_ms") or {}).get("median")
         hit = f"{t['cache_hit']:.1%}" if t.get("cache_hit") is not None else "not reported"
         out.append(
             f"| C={lv.get('concurrency')} | {t['turn']} | {t['requests']} | {ttft.get('median', 0):.2f} | "
-            f"{ttft.get('p99', 0):.2f} | {t.get('prompt_tokens') or '-'} | {hit} |"
+            f"{ttft.get('p99', 0):.2f} | {'-' if tpot is None else f'{tpot:.3f}'} | "
+            f"{t.get('prompt_tokens') or '-'} | {hit} |"
         )
     return out
 
