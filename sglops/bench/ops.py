@@ -75,8 +75,9 @@ def _bench_plan(ctx: Context, plan: BenchPlan, **_flags: Any) -> str:
             f"a max-rate search from {plan.request_rate or 1:g} req/s (goodput >= {plan.goodput:.0%} within "
             f"{plan.slo}; at most 8 levels, each a run)"
         )
+    api = plan.api or "the serving engine's"
     return (
-        f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {plan.api} API on "
+        f"bench {plan.runs} repeats, {plan.describe()}, levels {where}, {api} API on "
         f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run"
     )
 

@@ -19,8 +19,9 @@ CONCURRENCY = Param(
 )
 API = Param(
     "api",
-    Choice(("sglang", "openai"), "sglang"),
-    "sglang (native /generate, the default) or openai (/v1/completions, e.g. for vLLM)",
+    Choice(("sglang", "openai")),
+    "sglang (native /generate) or openai (/v1/completions); default: the serving engine's own (SGLang: "
+    "sglang, vLLM: openai, as the host finds its server)",
 )
 PORT = Param(
     "port", Port(), "the server's port on the host (default: the server sglops started there, else 30000)"
