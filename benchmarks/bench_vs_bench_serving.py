@@ -103,6 +103,7 @@ def run_sglops(remote, port: int, api: str, c: int, a: argparse.Namespace) -> di
         requests=a.requests,
         warmup=1,
         with_facts=False,
+        no_logprobs=getattr(a, "no_logprobs", False),
     )
     lv = res.levels[0]
     if lv.status != "ok":
@@ -224,27 +225,30 @@ def spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / stats.median(values) if len(values) > 1 else None
 
 
-def summarise(runs: list[dict]) -> list[dict]:
+def summarise(runs: list[dict], other: str = "bench_serving") -> list[dict]:
+    """Per (api, C, figure): each tool's median over rounds, their ratio, the paired per-round ratios and each
+    tool's spread against itself. `other`: the reference tool's key in a run (bench_vllm_agreement: vllm);
+    its columns keep the names bench_serving_* whichever tool it is."""
     rows = []
     keys = sorted({(r["api"], r["c"]) for r in runs})
     for api, c in keys:
         for fig in FIGURES:
             mine = [
-                r["sglops"][fig]
+                r["sglops"].get(fig)
                 for r in runs
-                if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] is not None
+                if (r["api"], r["c"]) == (api, c) and r["sglops"].get(fig) is not None
             ]
             theirs = [
-                r["bench_serving"][fig]
+                r[other].get(fig)
                 for r in runs
-                if (r["api"], r["c"]) == (api, c) and r["bench_serving"][fig] is not None
+                if (r["api"], r["c"]) == (api, c) and r[other].get(fig) is not None
             ]
             if not mine or not theirs:
                 continue
             paired = [
-                r["sglops"][fig] / r["bench_serving"][fig]
+                r["sglops"][fig] / r[other][fig]
                 for r in runs
-                if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] and r["bench_serving"][fig]
+                if (r["api"], r["c"]) == (api, c) and r["sglops"].get(fig) and r[other].get(fig)
             ]
             rows.append(
                 {
@@ -264,15 +268,17 @@ def summarise(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def floor_lines(rows: list[dict]) -> list[str]:
+def floor_lines(
+    rows: list[dict], other: str = "bench_serving", figures=("tpot_ms", "decode_tok_s")
+) -> list[str]:
     """Per level, the agreement on TPOT and decode tok/s this
     server allows: the paired per-round ratios' range."""
     out = []
     for r in rows:
-        if r["figure"] in ("tpot_ms", "decode_tok_s") and r["paired_ratios"]:
+        if r["figure"] in figures and r["paired_ratios"]:
             lo, hi = min(r["paired_ratios"]), max(r["paired_ratios"])
             out.append(
-                f"{r['api']} C={r['c']} {r['figure']}: sglops / bench_serving paired per round median "
+                f"{r['api']} C={r['c']} {r['figure']}: sglops / {other} paired per round median "
                 f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} round(s) "
                 + (f"(spread {r['paired_spread']:.2%})" if r["paired_spread"] is not None else "(one round)")
                 + ": within 1% "
