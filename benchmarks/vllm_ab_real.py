@@ -97,9 +97,9 @@ def run_tp2(env: dict, name: str) -> dict:
     try:
         code, doc, err, took = inv(env, "profile", "--host", "vllm-a")
         out["profile"] = {"exit": code, "seconds": took, "doc": doc, "stderr": err[-600:] if code else None}
-        run_id = (doc or {}).get("run_id")
-        if run_id:
-            code, adoc, err, took = inv(env, "analyze-trace", run_id)
+        traces = (doc or {}).get("traces") or []
+        if traces:
+            code, adoc, err, took = inv(env, "analyze-trace", ",".join(traces))
             out["analyze"] = {"exit": code, "seconds": took, "stderr": err[-600:] if code else None}
             out["analyze"]["verdict"] = ((adoc or {}).get("cpu") or {}).get("verdict")
             out["analyze"]["names_cpu_attention"] = "cpu_attention_with_kv_cache" in json.dumps(adoc)
