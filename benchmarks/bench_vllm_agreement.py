@@ -205,6 +205,10 @@ def main() -> None:
                 row["load"] = os.getloadavg()[0]
                 loads.append(row["load"])
                 runs.append(row)
+                # every round on record as it ends: a run cut short keeps its rounds
+                if a.out:
+                    a.out.parent.mkdir(parents=True, exist_ok=True)
+                    a.out.write_text(json.dumps({"runs": runs, "partial": True}, indent=1) + "\n")
                 print(
                     f"round {rnd}: TPOT sglops {row['sglops']['tpot_ms']:.3f} ms, vLLM "
                     f"{row['vllm']['tpot_ms']:.3f} ms; TTFT {row['sglops']['ttft_ms']:.1f} / "

@@ -222,7 +222,10 @@ def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: 
 
 
 def spread(values: list[float]) -> float | None:
-    return (max(values) - min(values)) / stats.median(values) if len(values) > 1 else None
+    """(max - min) / median; None for one value or a zero median (an ITL of tokens that came in one chunk)."""
+    if len(values) < 2 or not stats.median(values):
+        return None
+    return (max(values) - min(values)) / stats.median(values)
 
 
 def summarise(runs: list[dict], other: str = "bench_serving") -> list[dict]:
@@ -257,7 +260,7 @@ def summarise(runs: list[dict], other: str = "bench_serving") -> list[dict]:
                     "figure": fig,
                     "sglops": stats.median(mine),
                     "bench_serving": stats.median(theirs),
-                    "ratio": stats.median(mine) / stats.median(theirs),
+                    "ratio": stats.median(mine) / stats.median(theirs) if stats.median(theirs) else None,
                     "paired_ratios": paired,
                     "paired_median": stats.median(paired) if paired else None,
                     "paired_spread": spread(paired) if paired else None,
@@ -304,9 +307,10 @@ def print_table(rows: list[dict]) -> None:
     print("-" * len(head))
     for r in rows:
         pr = f"{min(r['paired_ratios']):.3f}-{max(r['paired_ratios']):.3f}" if r["paired_ratios"] else "-"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
         print(
             f"{r['api']:7} {r['c']:>2} {r['figure']:24} {r['sglops']:>10.2f} {r['bench_serving']:>13.2f} "
-            f"{r['ratio']:>7.3f} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}"
+            f"{ratio:>7} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}"
         )
 
 
