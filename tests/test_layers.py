@@ -39,7 +39,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "trace": {"core", "engine"},
     "kernel": {"core", "probe"},
     "patch": {"core", "probe"},
-    "bench": {"core", "probe"},
+    # engine: the specs the host reads its server's engine by (bench API, where it says its config)
+    "bench": {"core", "probe", "engine"},
     # ab, sweep: restarts, patches, profiles
     "experiment": {"core", "bench", "launch", "patch", "probe", "trace", "engine"},
     # the catalogue: every domain's ops.py

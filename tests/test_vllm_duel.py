@@ -118,3 +118,28 @@ def test_each_sides_profile_names_its_top_cost_and_a_failed_one_is_named_not_fat
         "; top cost: sglang profile failed: no trace files; vllm _C::cpu_attention_with_kv_cache "
         "30.0% of CPU self time (3 calls)"
     ), line
+
+
+def test_the_gpu_shape_sizes_vllms_fp8_mla_pool_by_the_latent_row():
+    """The GPU tier's tiny MLA model (make_tiny_mla.config: 4 layers, kv_lora_rank 512 + rope 64): both
+    engines cache one 576-wide latent row per token and layer, one byte each in FP8, so SGLang's 1M-token pool
+    is 4 x 576 x 1 = 2,304 bytes per token in vLLM's --kv-cache-memory-bytes (K and V per head: 14x that)."""
+    from sglops.sandbox.make_tiny_mla import config
+
+    gpu = {
+        "model_dir": "/t/tiny-mla",
+        "vllm_python": "/py",
+        "pythonpath": "/s",
+        "jit_dir": "/j",
+        "trace_dir": "/tr",
+    }
+    a = load_profile("h200-tiny-mla-fp8-duel").with_vars(gpu, "h")
+    b = load_profile("h200-tiny-mla-fp8-vllm").with_vars(gpu, "h")
+    p = plan(a, b, config())
+    assert p.bytes_per_token == 2304 == kv_bytes_per_token(config(), 1)
+    extra = p.b.extra_args
+    assert extra[extra.index("--kv-cache-memory-bytes") + 1] == str(1048576 * 2304)
+    assert p.b.args["kv_cache_dtype"] == "fp8" and p.b.args["attention_backend"] == "FLASHMLA"
+    assert p.b.args["model_path"] == a.args["model_path"] == "/t/tiny-mla-rw"
+    how = {r["knob"]: r["how"] for r in p.rows}
+    assert how["KV cache dtype"] == how["context length"] == how["eager (no graphs / no compile)"] == "equal"

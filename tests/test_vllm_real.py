@@ -30,6 +30,8 @@ from sglops.sandbox import vllm_cpu
 from sglops.sandbox.sshd import Sandbox
 
 PROFILE = "sandbox-vllm-cpu"
+# the sweep's served candidate's bench run: ab's config guard is checked against the shared server's bench
+SWEPT: dict[str, str] = {}
 LOGS = REPO / "tests" / "data" / "server_logs" / "vllm"
 REAL_LOGS = sorted(LOGS.glob("*.log"))
 
@@ -100,8 +102,9 @@ def vllm_host(vllm_sandbox):
 
 def test_a_sweep_over_one_vllm_argument_serves_one_and_names_the_other_crash(vllm_sandbox):
     """The sweep runs before the module's shared server (nothing runs: the restore is a stop), so it costs one
-    start and one refused one: max_model_len 2048 serves (benched, profiled: its top cost named), 8192 is past
-    the model's 4096 positions and vLLM refuses it at start, named from its own log line."""
+    start and one refused one: max_num_seqs 8 serves (benched, profiled: its top cost named; its bench is the
+    other side of the config-guard test below), max_model_len 8192 is past the model's 4096 positions and
+    vLLM refuses it at start, named from its own log line. No --api: vLLM is benched on /v1/completions."""
     import json
     import subprocess
     import sys
@@ -119,9 +122,7 @@ def test_a_sweep_over_one_vllm_argument_serves_one_and_names_the_other_crash(vll
             "--profile",
             PROFILE,
             "--candidates",
-            "context_length=2048;context_length=8192",
-            "--api",
-            "openai",
+            "max_running_requests=8;context_length=8192",
             "--runs",
             "2",
             "--input-len",
@@ -157,6 +158,7 @@ def test_a_sweep_over_one_vllm_argument_serves_one_and_names_the_other_crash(vll
     assert proc.returncode == 0, proc.stderr[-3000:]
     served, refused = rows
     assert served["status"] == "started" and served["decode_tok_s"] > 0, served
+    SWEPT["run_id"] = served["run_id"]
     assert served["top_cost"] and not served["top_cost"].startswith(("profile failed", "execute_")), served
     # vLLM refuses it while building its config: `ValidationError:
     # 1 validation error for ModelConfig` (max_model_len)
@@ -218,7 +220,7 @@ def test_status_names_vllms_processes_and_logs_show_its_start(vllm_host):
     assert any("non-default args" in ln for ln in lines)
 
 
-def test_bench_on_the_openai_api_and_the_native_one_refused_in_one_line(vllm_host):
+def test_bench_picks_the_openai_api_records_the_config_and_the_native_one_is_refused(vllm_host):
     remote, res, _ = vllm_host
     # vocab_size: sglops' prompt ids need the model's vocabulary, which vLLM names nowhere it asks (no
     # /model_info). 64 tokens: at 16, a loaded machine's vLLM sent all of a request's tokens in one chunk (no
@@ -229,12 +231,20 @@ def test_bench_on_the_openai_api_and_the_native_one_refused_in_one_line(vllm_hos
         input_len=16,
         output_len=64,
         concurrency="1,2",
-        api="openai",
         port=res.port,
         with_facts=False,
         vocab_size=1024,
     )
     assert result.status == "ok", result.problems()
+    # no --api: the host found a vLLM server and benched its OpenAI API
+    assert result.config["api"] == "openai"
+    # its configuration as the server says it (arguments line, resolved config, /v1/models), in the
+    # profile's names: what ab's and compare's config guard read
+    info = result.server_info
+    assert info["context_length"] == 2048 and info["max_running_requests"] == 16, info
+    assert info["kv_cache_dtype"] == "auto" and info["disable_cuda_graph"] is True and info["tp_size"] == 1
+    assert info["version"] == vllm_cpu.VLLM_VERSION and info["device"] == "cpu"
+    SWEPT["shared"] = result
     one, two = result.levels
     assert one.outcomes == {"ok": 2} and two.outcomes == {"ok": 4}
     assert one.decode_tok_s["median"] > 0 and two.output_tok_s["median"] > 0
@@ -261,6 +271,25 @@ def test_bench_on_the_openai_api_and_the_native_one_refused_in_one_line(vllm_hos
         said = str(exc)
     print(f"\n--api sglang on vLLM: {said[:300]}")
     assert "404" in said or "generate" in said
+
+
+def test_the_config_guard_compares_two_vllm_starts_differing_in_one_setting(vllm_host):
+    """ab's and compare's guard on two real vLLM starts: the sweep's max_num_seqs 8 and the shared server's
+    16, no other start. Named as the variable, the difference is intended; unnamed, it is refused."""
+    from sglops.bench import runconfig
+    from sglops.bench.record import Run, load_run
+
+    if "run_id" not in SWEPT or "shared" not in SWEPT:
+        pytest.skip("needs the sweep's and the shared server's benches (run the whole module)")
+    swept = load_run(SWEPT["run_id"])
+    shared = SWEPT["shared"]
+    shared = Run(run_id="shared", host="vllm-a", path=Path("."), doc=shared.to_json())
+    named = runconfig.config_diff(shared, swept, "max_running_requests")
+    print(f"\nvLLM config guard: {named.line()}")
+    assert named.line() == "config differs only as intended (max_running_requests)", named.rows()
+    assert [(d.a, d.b) for d in named.differences] == [(16, 8)]
+    unnamed = runconfig.config_diff(shared, swept)
+    assert unnamed.line().startswith("1 UNINTENDED config difference: max_running_requests 16 -> 8")
 
 
 def test_facts_name_the_serving_vllm_its_release_and_platform(vllm_host):

@@ -76,8 +76,9 @@ def _bench_plan(ctx: Context, plan: BenchPlan, **_flags: Any) -> str:
             f"{plan.slo}; at most 8 levels, each a run)"
         )
     per = f"{plan.requests} requests" if plan.requests else "one request per stream"
+    api = plan.api or "the serving engine's"
     return (
-        f"bench {plan.runs} repeats of {per}, {plan.describe()}, levels {where}, {plan.api} API on "
+        f"bench {plan.runs} repeats of {per}, {plan.describe()}, levels {where}, {api} API on "
         f"127.0.0.1:{plan.port or 'the running server'}; recorded as a run"
     )
 

@@ -19,9 +19,10 @@ CONCURRENCY = Param(
 )
 API = Param(
     "api",
-    Choice(("sglang", "openai", "openai-chat"), "sglang"),
-    "sglang (native /generate, the default), openai (/v1/completions, e.g. for vLLM) or openai-chat "
-    "(/v1/chat/completions: text messages, with --dataset sessions or jsonl text prompts)",
+    Choice(("sglang", "openai", "openai-chat")),
+    "sglang (native /generate), openai (/v1/completions) or openai-chat (/v1/chat/completions: text "
+    "messages, with --dataset sessions or jsonl text prompts); default: the serving engine's own (SGLang: "
+    "sglang, vLLM: openai, as the host finds its server)",
 )
 PORT = Param(
     "port", Port(), "the server's port on the host (default: the server sglops started there, else 30000)"

@@ -32,6 +32,7 @@ from sglops.core.errors import Failed
 from sglops.core.op import Curves, RateSearch, Telemetry
 from sglops.core.remote import Remote
 from sglops.core.result import Observation
+from sglops.engine import host_specs
 
 # what a request answered: moved from the raw records to outputs.json (bench.json keeps timings and hashes)
 OUTPUT_FIELDS = ("ids", "logprobs", "text", "tokens_text", "input_ids")
@@ -661,6 +662,8 @@ def run_bench(
     args = {
         **plan.host_args(),
         "sglang_root": remote.host.sglang_root,
+        # the host finds its server's engine (its bench API, where it says its configuration)
+        "engines": host_specs(),
         "request_timeout": float(request_timeout),
         "seed": seed,
         **(test_options or {}),
@@ -723,7 +726,8 @@ def _config(raw: dict, plan: BenchPlan, seed: int) -> dict:
     """bench.json's `config`: what was asked and how the host script read it (port, model, levels)."""
     open_loop = plan.open_loop
     return {
-        "api": plan.api,
+        # the one the host used: --api, else the serving engine's
+        "api": raw["api"],
         "port": raw["port"],
         "port_from": raw.get("port_from"),
         "model": raw["model"],

@@ -220,12 +220,16 @@ class ConfigDiff:
 
 def passed_flags(argv: Iterable[str] | None) -> set[str] | None:
     """The launch arguments a command line set explicitly, as server-info keys (`--page-size 64` ->
-    page_size); None when the run recorded no command line."""
+    page_size), each also under the profile's name an engine reports it by (vLLM's `--max-num-seqs` is
+    max_running_requests in its recorded config); None when the run recorded no command line."""
     if argv is None:
         return None
-    return {
+    from sglops.engine import ENGINES
+
+    keys = {
         a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")
     }
+    return keys | {e.config_names[k] for e in ENGINES.values() for k in keys if k in e.config_names}
 
 
 def diff_effective(

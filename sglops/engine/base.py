@@ -94,6 +94,14 @@ class Engine:
     platform_default: str | None = None
     # playbooks/<file>: the probes of its tree when it serves a host (probe-backends)
     probe_set: str | None = None
+    # the API `inv bench` uses on its server when none is asked (sglang: /generate, openai: /v1/completions)
+    bench_api: str = "sglang"
+    # For an engine with no info endpoint, what a bench records as its server's configuration: a start-up log
+    # line with its resolved config (regex, group 1 `key=value, ...`), fields of /v1/models' first entry, and
+    # reported name -> the profile's name for it (`--variable max_running_requests` names it on every engine)
+    config_log: str | None = None
+    model_fields: tuple[str, ...] = ()
+    config_names: dict[str, str] = field(default_factory=dict)
 
     def launcher(self, python: str) -> list[str]:
         return [python, "-m", self.launch_module]
@@ -122,6 +130,10 @@ class Engine:
             "platform_log": self.platform_log,
             "platform_marks": [list(m) for m in self.platform_marks],
             "platform_default": self.platform_default,
+            "bench_api": self.bench_api,
+            "config_log": self.config_log,
+            "model_fields": list(self.model_fields),
+            "config_names": dict(self.config_names),
         }
 
 

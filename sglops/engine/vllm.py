@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sglops.core.errors import ConfigError
-from sglops.engine.base import Engine, flag_values
+from sglops.engine.base import Engine, dest_name, flag_values
 
 # Profile field (SGLang's name, the profile's vocabulary) -> vLLM's flag for the same thing.
 FLAGS = {
@@ -46,6 +46,21 @@ NO_FLAG = {
     "nnodes": "a vLLM server over several hosts runs on Ray or --data-parallel-address: not driven by sglops",
     "node_rank": "see nnodes",
     "dist_init_addr": "see nnodes",
+}
+
+
+# What the server reports (its arguments line, its resolved-config line) -> the profile's field, so a bench's
+# recorded config reads in the profile's vocabulary: the inverse of FLAGS, then the resolved config's names.
+CONFIG_NAMES = {
+    **{dest_name(flag): key for key, flag in FLAGS.items()},
+    "max_seq_len": "context_length",
+    "cache_dtype": "kv_cache_dtype",
+    "enforce_eager": "disable_cuda_graph",
+    "device_config": "device",
+    "max_cudagraph_capture_size": "cuda_graph_max_bs",
+    "cudagraph_capture_sizes": "cuda_graph_bs",
+    # temperature 0 draws nothing: the seed is noise to a comparison, as SGLang's random_seed is
+    "seed": "random_seed",
 }
 
 
@@ -167,4 +182,12 @@ VLLM = Engine(
     probe_set="probes-vllm.yaml",
     platform_marks=(("cpu", "cpu"), ("rocm", "rocm"), ("xpu", "xpu"), ("tpu", "tpu")),
     platform_default="cuda",
+    # vLLM serves no /generate
+    bench_api="openai",
+    # the engine core's resolved config (defaults included: kv_cache_dtype, enforce_eager, max_seq_len, ...),
+    # beside the arguments line (non-default ones only: max_num_seqs is there alone) and /v1/models'
+    # max_model_len (what serves)
+    config_log=r"Initializing a V1 LLM engine \(v[^)]*\) with config: (.*)$",
+    model_fields=("max_model_len",),
+    config_names=CONFIG_NAMES,
 )

@@ -56,8 +56,17 @@ class DuelPlan:
     vocab_size: int | None = None
 
 
+# bytes per KV element of a (neutral) KV dtype
+DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
 def kv_bytes_per_token(config: dict, dtype_bytes: int = 2) -> int:
-    """Bytes one token's K and V take over all layers (a plain attention model's config.json)."""
+    """Bytes one token's KV takes over all layers, from the model's config.json: K and V per KV head for plain
+    attention; one latent row (kv_lora_rank + qk_rope_head_dim: 576 for DeepSeek-V2/V3 and GLM-5) for MLA,
+    which both engines cache instead of K and V."""
+    if config.get("kv_lora_rank"):
+        latent = int(config["kv_lora_rank"]) + int(config.get("qk_rope_head_dim") or 0)
+        return int(config["num_hidden_layers"]) * latent * dtype_bytes
     heads = int(config.get("num_attention_heads") or 1)
     head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
     kv_heads = int(config.get("num_key_value_heads") or heads)
@@ -119,7 +128,8 @@ def plan(a: Any, b: Any, model_config: dict) -> DuelPlan:
             "how": "equal" if eager_a == eager_b else f"{b.name} set to {a.name}'s",
         }
     )
-    per = out.bytes_per_token = kv_bytes_per_token(model_config)
+    dtype_a = KV_DTYPES.get(a.args.get("kv_cache_dtype"), "auto")
+    per = out.bytes_per_token = kv_bytes_per_token(model_config, DTYPE_BYTES.get(dtype_a, 2))
     tokens_a, tokens_b = kv_pool_tokens(a, per), kv_pool_tokens(b, per)
     if tokens_a is None:
         refusals.append(

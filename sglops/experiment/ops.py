@@ -33,7 +33,7 @@ AB_BENCH = {
     "input_len": {"help": "prompt tokens (default {default})"},
     "output_len": {"help": "tokens to generate (default {default})"},
     "concurrency": {"help": "streams in flight, e.g. 1,4 (default 1)"},
-    "api": {"help": "sglang (default) or openai"},
+    "api": {"help": "sglang or openai (default: the serving engine's: openai for vLLM)"},
     "requests": {"help": "requests per repeat and level"},
     "warmup": {"help": "warm-up rounds per level (default {default})"},
     "vocab_size": {"help": "the model's vocabulary when the host cannot read its config.json"},

@@ -9,9 +9,12 @@ import time
 
 from . import _fetch
 from ._common import UserError, sglops_dir, sha256_file, tree_path
+from ._engine_here import serving_server
 from ._fetch import LOOPBACK
+from ._server_engine import engine_config
 from ._server_info import kept_fields
 from ._server_proc import death_cause, listening_pid
+from .server_common import read_since
 
 # the Authorization header the server's own --api-key asks for (set once per run: bench_client)
 AUTH = {}
@@ -40,8 +43,39 @@ def check_health(port):
         raise UserError(f"server on {LOOPBACK}:{port} is not healthy: /health answered HTTP {status}{why}")
 
 
-def server_info(port):
-    """The effective launch arguments (SGLang /server_info, older /get_server_info); None for vLLM."""
+def serving(args, port):
+    """The server on port as sglops knows its engine (host/_engine_here.serving_server) when that engine is
+    not the default one and it runs; None otherwise (the default engine's, or a server nothing describes)."""
+    if len(args.get("engines") or []) < 2:
+        return None
+    found = serving_server({**args, "port": port})
+    return found if found and (found.get("proc") or {}).get("pid") and found["port"] == port else None
+
+
+def bench_api(args, found):
+    """The API asked (--api), else the serving engine's own (vLLM serves no /generate), else the default
+    engine's."""
+    if args.get("api"):
+        return args["api"]
+    engines = args.get("engines") or [{}]
+    return (found or {}).get("spec", {}).get("bench_api") or engines[0].get("bench_api") or "sglang"
+
+
+def _get_json(port, path):
+    try:
+        status, body = get(port, path, limit=_fetch.INFO_MAX)
+        return json.loads(body) if status == 200 else None
+    except (OSError, ValueError, RecursionError, http.client.HTTPException):
+        return None
+
+
+def server_info(port, found=None):
+    """The effective launch arguments: SGLang's /server_info (older /get_server_info); for an engine that
+    keeps none (`found`: serving()), what its start-up log and endpoints say (engine_config); None when
+    nothing says."""
+    if found and not found["spec"].get("info_paths"):
+        lines = read_since(found["log"], int(found.get("log_offset") or 0)) if found.get("log") else []
+        return kept_fields(engine_config(found["spec"], lambda path: _get_json(port, path), lines))
     for path in ("/server_info", "/get_server_info"):
         try:
             status, body = get(port, path, limit=_fetch.INFO_MAX)
@@ -161,11 +195,11 @@ def down_line(port, down):
 _VOLATILE = {"last_gen_throughput", "status", "internal_states"}
 
 
-def config_changed(port, before, proc):
+def config_changed(port, before, proc, found=None):
     """After measuring: did another server (or another configuration) answer than the one recorded before?
     A restart mid-run mixes two servers in one figure. Returns what differs, or None."""
     out = []
-    after = server_info(port)
+    after = server_info(port, found)
     if before is not None and after is not None:
         for key in sorted(set(before) | set(after)):
             if key not in _VOLATILE and before.get(key) != after.get(key):

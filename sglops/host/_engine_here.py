@@ -49,6 +49,15 @@ def _script_python(script_path, spec):
 def serving_engine(args):
     """{spec, tree, python, port, port_from, proc, root, source} of the host's server when its engine is not
     the default one (engines[0]); None when it is the default's (or no other engine is known here)."""
+    found = serving_server(args)
+    if found is None:
+        return None
+    found["tree"] = find_tree(found["spec"], None, found["python"])
+    return found
+
+
+def serving_server(args):
+    """serving_engine's answer without the tree (nothing is run): what a bench needs to read the server."""
     engines = args.get("engines") or []
     if len(engines) < 2:
         return None
@@ -74,10 +83,8 @@ def serving_engine(args):
     python = (
         (proc or {}).get("python") or (_script_python(script, spec) if script else None) or args.get("python")
     )
-    tree = find_tree(spec, None, python)
     return {
         "spec": spec,
-        "tree": tree,
         "python": python,
         "port": port,
         "port_from": port_from,

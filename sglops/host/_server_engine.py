@@ -101,3 +101,71 @@ def logged_info(spec, fetch_json, log_lines):
         if isinstance(doc, dict) and isinstance(doc.get("version"), str):
             info["version"] = doc["version"]
     return info or None
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _top_level(text):
+    """`a=1, b=X(c=2, d=[3, 4]), e='f, g'` -> ["a=1", "b=X(c=2, d=[3, 4])", "e='f, g'"]: split at the commas
+    outside brackets and quotes."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _config_logged(log_lines, pattern):
+    """The last resolved-config line (`key=value, ...`) as a dict: literal values as read (2048, True, None,
+    'x'), others as their text (`torch.bfloat16`, `auto`, a nested config's repr); {} when none."""
+    rx = re.compile(pattern)
+    for line in reversed(log_lines):
+        m = rx.search(line)
+        if not m:
+            continue
+        out = {}
+        for part in _top_level(m.group(1).rstrip().rstrip(",")):
+            key, eq, value = part.partition("=")
+            if not eq or not re.fullmatch(r"\w+", key.strip()):
+                continue
+            try:
+                out[key.strip()] = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                out[key.strip()] = value.strip()
+        return out
+    return {}
+
+
+def engine_config(spec, fetch_json, log_lines):
+    """What a bench records as the configuration of a server that keeps no /server_info: its arguments line
+    (the non-default ones), its resolved-config line (defaults included) and /v1/models' fields over it (what
+    serves), its version; every key under the profile's name for it (spec["config_names"]). None when the
+    server says nothing."""
+    names = spec.get("config_names") or {}
+    info = {}
+    sources = [_arg_logged(log_lines, spec["args_log"]) if spec.get("args_log") else {}]
+    sources.append(_config_logged(log_lines, spec["config_log"]) if spec.get("config_log") else {})
+    if spec.get("model_fields"):
+        doc = fetch_json("/v1/models")
+        data = doc.get("data") if isinstance(doc, dict) else None
+        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+        sources.append({k: first[k] for k in spec["model_fields"] if k in first})
+    for source in sources:
+        for key, value in source.items():
+            info[names.get(key, key)] = value
+    if spec.get("version_path"):
+        doc = fetch_json(spec["version_path"])
+        if isinstance(doc, dict) and isinstance(doc.get("version"), str):
+            info["version"] = doc["version"]
+    return info or None

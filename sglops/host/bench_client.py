@@ -24,12 +24,14 @@ from ._bench_request import LIMIT, Counter, run_batch, run_closed, run_open
 from ._bench_server import (
     AUTH,
     applied_patches,
+    bench_api,
     check_health,
     config_changed,
     down_line,
     served_model,
     server_down,
     server_info,
+    serving,
 )
 from ._bench_sessions import run_sessions
 from ._common import UserError, progress, server_port, try_find_sglang
@@ -106,7 +108,9 @@ def _inspect(srv, args, interval):
         AUTH["Authorization"] = "Bearer " + key
     _bench_metrics.AUTH.clear()
     _bench_metrics.AUTH.update(AUTH)
-    srv.info = info = server_info(port)
+    # a server of an engine that keeps no /server_info says its configuration in its log and endpoints
+    srv.found = serving(args, port)
+    srv.info = info = server_info(port, srv.found)
     srv.model = args.get("model") or served_model(port, info)
     srv.proc = proc = server_process(port, srv.root)
     if proc and proc.get("python"):
@@ -363,7 +367,7 @@ def _measure(s, srv, plan, progress, counter):
 
 def _answer(s, srv, warm, repeats, down, cpu):
     """The JSON the laptop reads (sglops.bench.run): raw records, the server as found, what changed since."""
-    changed = None if down else config_changed(srv.port, srv.info, srv.proc)
+    changed = None if down else config_changed(srv.port, srv.info, srv.proc, srv.found)
     space = srv.space if isinstance(srv.space, dict) else {"test_range": srv.space}
     return {
         "api": s.api,
@@ -415,6 +419,7 @@ def main(args):
     s = _settings(args)
     LIMIT["s"] = s.limit_s
     _inspect(srv, args, s.interval)
+    s.api = bench_api(args, srv.found)
     plan = _plan(s)
     counter = Counter()
     progress = _Progress(plan, s, counter).start()
