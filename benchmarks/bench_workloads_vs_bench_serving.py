@@ -77,6 +77,7 @@ benchmarks/results/workloads-agreement-2026-12-06/README.md.)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -433,8 +434,10 @@ def run_bench_serving(port: int, workload: str, a: argparse.Namespace, seed: int
     doc = json.loads(out.read_text().strip().splitlines()[-1])
     if doc["completed"] != n:
         raise SystemExit(f"bench_serving {workload} completed {doc['completed']} of {n} requests")
-    # --output-details: each request's prompt length (0.5.23: the server's count, per round)
-    lens = doc.get("input_lens")
+    # --output-details: each request's prompt length; the server's count only where this bench_serving records
+    # it (0.5.23's _record_server_prompt_len): 0.5.17's is each dataset row's length, the first turn's for
+    # every turn of a session (serving.py:120), so it cannot say whether the conversations were the same
+    lens = doc.get("input_lens") if counts_server_lens(a.python, client) else None
     return {
         "ttft_ms": doc["median_ttft_ms"],
         "tpot_ms": doc["median_tpot_ms"],
@@ -446,6 +449,30 @@ def run_bench_serving(port: int, workload: str, a: argparse.Namespace, seed: int
         "send_lag_ms_p99": None,
         "suspect": None,
     }
+
+
+_SERVER_LENS = """
+import importlib, sys
+name = sys.argv[1]
+print(hasattr(importlib.import_module(name), "_record_server_prompt_len"))
+"""
+
+
+@functools.cache
+def _counts_server_lens(python: str, client: tuple[str, ...]) -> bool:
+    if client[0] == "-c":
+        # the overlay's serving module: read its source rather than run the overlay twice
+        return "_record_server_prompt_len" in (Path(client[2]) / "sglang/benchmark/serving.py").read_text()
+    proc = subprocess.run(
+        [python, "-c", _SERVER_LENS, client[1]], capture_output=True, text=True, env={**os.environ, **OFFLINE}
+    )
+    return proc.stdout.strip() == "True"
+
+
+def counts_server_lens(python: str, client: list[str]) -> bool:
+    """Whether this bench_serving's --output-details input_lens are the server's prompt counts (probed in its
+    own python, never assumed from a version)."""
+    return _counts_server_lens(python, tuple(client))
 
 
 def same_prompts(row: dict) -> bool | None:
