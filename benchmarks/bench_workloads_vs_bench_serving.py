@@ -20,7 +20,8 @@ and how sglops' side is shaped to the same work:
   therefore runs bench_serving's own generator (imported from the installed sglang, in bench_serving's python,
   unmodified, with no sleeping) over the trace, tokenizes each prompt with the model's tokenizer exactly as
   the server's /generate does (`tokenizer.encode(text)`) and writes the same requests as a `timed_trace` file
-  with `prompt_ids` (timestamps in ms, `unit=ms`): sglops replays THAT with `--trace-speed 1/F` on /generate.
+  with `prompt` (the same text; `--trace-prompts ids`: `prompt_ids`, the tokenizer's ids) (timestamps in ms,
+  `unit=ms`): sglops replays THAT with `--trace-speed 1/F` on /generate.
   Same timestamps, same prompt tokens, same output lengths, same prefix sharing. bench_serving 0.5.17 (the GPU
   tier's release) cannot replay a mooncake trace at all: `benchmark()` reads `input_requests[0].prompt` to
   detect multi-turn before it knows the rows are the trace's raw dicts (serving.py:1354, AttributeError before
@@ -139,7 +140,7 @@ async def main():
     async for row in get_mooncake_request_over_time(records, tok, 0.0, 1):
         ids = tok.encode(row.prompt)
         print(json.dumps({"timestamp": times[k], "input_length": len(ids), "output_length": row.output_len,
-                          "prompt_ids": ids, "text_chars": len(row.prompt)}))
+                          "prompt_ids": ids, "prompt": row.prompt}))
         k += 1
 asyncio.run(main())
 """
@@ -213,9 +214,9 @@ def derive_trace(a: argparse.Namespace) -> Path:
     if proc.returncode != 0 or not rows:
         raise SystemExit(f"deriving bench_serving's mooncake prompts failed: {proc.stderr.strip()[-1500:]}")
     out = Path(tempfile.mkdtemp(prefix="workloads-trace-")) / "derived.jsonl"
-    out.write_text(
-        "".join(json.dumps({k: v for k, v in r.items() if k != "text_chars"}) + "\n" for r in rows)
-    )
+    # sglops sends what bench_serving sends: the text (the server tokenizes it inside TTFT), or the ids
+    drop = "prompt_ids" if a.trace_prompts == "text" else "prompt"
+    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != drop}) + "\n" for r in rows))
     a.derived_stats = {
         "requests": len(rows),
         "prompt_tokens": sum(r["input_length"] for r in rows),
@@ -576,6 +577,13 @@ def main() -> None:
             "sglang/benchmark/, laid over the installed sglang for the trace's bench_serving (0.5.17's "
             "mooncake mode does not run: see _OVERLAY)"
         ),
+    )
+    ap.add_argument(
+        "--trace-prompts",
+        choices=("text", "ids"),
+        default="text",
+        help="sglops replays bench_serving's prompts as their text (default: the server tokenizes them, as "
+        "for bench_serving) or as the ids the model's tokenizer gives them",
     )
     ap.add_argument("--make-trace", type=Path, help="write the synthetic mooncake trace here and exit")
     ap.add_argument("--trace-rate", type=float, default=5.0, help="with --make-trace: requests per second")

@@ -113,6 +113,30 @@ def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_shared_blocks(st
     assert r.config["flags"]["trace_speed"] == 2.0 and r.config["loop"] == "open"
 
 
+def test_a_trace_with_its_prompts_text_sends_the_text_for_the_server_to_tokenize(standin, remote_a, tmp_path):
+    """A timed_trace whose records carry `prompt` (text) is replayed as text (/generate's `text`): the server
+    tokenizes it inside TTFT, as for a client that sends text; records with ids keep their ids."""
+    trace = tmp_path / "text_trace.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 6, "output_length": 4, "prompt": "hello there, the first request"},
+        {"timestamp": 0.1, "input_length": 3, "output_length": 4, "prompt_ids": [7, 8, 9]},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = plan_bench({"dataset": f"trace:{trace}"}).dataset
+    assert d["layout"] == "timed_trace" and d["items"][0]["ids"] == "hello there, the first request"
+    port = standin()
+    r = bench.run_bench(
+        remote_a, runs=1, port=port, with_facts=False, dataset=f"trace:{trace}", test_options=RANGE
+    )
+    assert r.status == "ok", r.problems()
+    # what each request sent, as recorded for output identity
+    assert [o["input_ids"] for o in r.outputs] == ["hello there, the first request", [7, 8, 9]]
+    both = tmp_path / "both.jsonl"
+    both.write_text(json.dumps({**rows[0], "prompt_ids": [1, 2]}) + "\n")
+    with pytest.raises(ConfigError, match="prompt and prompt_ids both given"):
+        plan_bench({"dataset": f"trace:{both}"})
+
+
 # -- multi-turn sessions
 # --------------------------------------------------------------------------------------
 def test_each_turn_carries_the_history_and_the_servers_own_answer(standin, remote_a):
@@ -417,7 +441,8 @@ def test_inv_bench_max_rate_records_every_probe_and_one_table_and_chart(standin,
     # a loaded machine can make the stand-in burst its tokens (suspect requests count against goodput)
     else:
         assert search["bound_req_s"] == min(p["rate"] for p in probes if not p["met"])
-    assert [lv["request_rate"] for lv in doc["levels"]] == [p["rate"] for p in search["probes"]]
+    # the record's levels in rate order, the probes in the order searched (a miss then bisects below it)
+    assert [lv["request_rate"] for lv in doc["levels"]] == sorted(p["rate"] for p in search["probes"])
     # each level a normal record of its own
     for p in search["probes"]:
         probe = json.loads((artifacts.find_run(p["run_id"]) / "bench.json").read_text())

@@ -92,4 +92,6 @@ def test_sessions_over_the_chat_endpoint_carry_the_answers_and_report_cached_tok
     # without --enable-cache-report: sglext.cached_tokens_details; the history of turns 2 and 3 came from the
     # prefix cache (re-tokenized answers may differ at their edges: not all of it)
     assert turns[2]["cache_hit"] > 0.5 and turns[3]["cache_hit"] > 0.6, lv.turns
-    assert turns[3]["tpot_ms"]["n"] == 2 and turns[3]["ttft_ms"]["n"] == 2
+    # per turn, per session; a turn whose 8 tokens the loaded server sent in one chunk has no TPOT
+    assert turns[3]["ttft_ms"]["n"] == 2
+    assert turns[3]["tpot_ms"] is None or 1 <= turns[3]["tpot_ms"]["n"] <= 2

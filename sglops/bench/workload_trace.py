@@ -7,11 +7,12 @@ Two layouts (docs/bench.md, samples in tests/data/workloads/):
   prompt tokens; two requests naming the same ids share that prefix);
 - `timed_trace` (vLLM's `bench serve --dataset-name timed_trace`, which also replays Alibaba's Bailian
   traces): the same keys, timestamps in seconds unless `unit=ms`, blocks of 16 tokens unless `block=N`, and
-  `prompt_ids` (the prompt's own token ids) where a trace carries them.
+  `prompt_ids` (the prompt's own token ids) where a trace carries them, or `prompt` (its text, sent as text:
+  the server tokenizes it, as a client replaying text would have it do inside TTFT).
 
-No token text travels: the host draws each block's ids from the model's vocabulary as the other datasets do,
-the same ids for the same hash id within a repeat (the trace's prefix sharing is kept) and for the same seed
-across runs (output identity across runs is kept).
+Otherwise no token text travels: the host draws each block's ids from the model's vocabulary as the
+other datasets do, the same ids for the same hash id within a repeat (the trace's prefix sharing is kept)
+and for the same seed across runs (output identity across runs is kept).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ MAX_REQUESTS = 100_000
 MAX_ID = (1 << 31) - 1
 # a trace longer than a week is a unit mistake, not a replay
 MAX_SPAN_S = 7 * 86400
+# a prompt's text: a few bytes a token at most
+MAX_PROMPT_CHARS = 16 * MAX_TOKENS
 
 
 def parse(spec: str) -> dict:
@@ -48,7 +51,9 @@ def parse(spec: str) -> dict:
     if len(rows) > MAX_REQUESTS:
         raise ConfigError(f"--dataset trace: more than {MAX_REQUESTS} requests in {path}")
     layout = opts.get("layout") or (
-        "timed_trace" if any(r["prompt_ids"] is not None for _, r in rows) else "mooncake"
+        "timed_trace"
+        if any(r["prompt_ids"] is not None or r["prompt"] is not None for _, r in rows)
+        else "mooncake"
     )
     unit = opts.get("unit") or LAYOUTS[layout]["unit"]
     block = int(opts.get("block") or LAYOUTS[layout]["block"])
@@ -122,6 +127,17 @@ def _ids(obj: dict, key: str, where: str) -> list[int] | None:
     return ids
 
 
+def _text(obj: dict, key: str, where: str) -> str | None:
+    text = obj.get(key)
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text or len(text) > MAX_PROMPT_CHARS:
+        raise ConfigError(
+            f"{where}: {key} must be a non-empty string of at most {MAX_PROMPT_CHARS} characters"
+        )
+    return text
+
+
 def _line(where: str, line: str) -> dict:
     try:
         obj = json.loads(line)
@@ -138,6 +154,7 @@ def _line(where: str, line: str) -> dict:
         "output_length": _whole(obj, "output_length", where, 1),
         "hash_ids": _ids(obj, "hash_ids", where),
         "prompt_ids": _ids(obj, "prompt_ids", where),
+        "prompt": _text(obj, "prompt", where),
     }
 
 
@@ -149,7 +166,11 @@ def _item(where: str, no: int, r: dict, unit_s: float, block: int) -> dict[str, 
         "out": max(2, r["output_length"]),
         "line": no,
     }
-    if r["prompt_ids"] is not None:
+    if r["prompt"] is not None:
+        if r["prompt_ids"] is not None:
+            raise ConfigError(f"{where}: prompt and prompt_ids both given: give the text or the ids")
+        item["ids"] = r["prompt"]
+    elif r["prompt_ids"] is not None:
         if len(r["prompt_ids"]) != r["input_length"]:
             raise ConfigError(
                 f"{where}: prompt_ids holds {len(r['prompt_ids'])} ids, input_length says {r['input_length']}"

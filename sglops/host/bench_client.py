@@ -135,7 +135,9 @@ def _check_dataset_ids(dataset, space):
         return
     high = space["high"]
     for no, item in enumerate(dataset.get("items") or [], 1):
-        bad = next((i for i in item.get("input_ids") or item.get("ids") or [] if not 0 <= i < high), None)
+        ids = item.get("input_ids") or item.get("ids") or []
+        # a prompt's text is the server's to tokenize
+        bad = None if isinstance(ids, str) else next((i for i in ids if not 0 <= i < high), None)
         if bad is not None:
             where = item.get("line") or f"prompt {no}"
             raise UserError(
