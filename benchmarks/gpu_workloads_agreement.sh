@@ -11,6 +11,7 @@
 #   (bench/ from .gpu-bench/bench.tar.xz's datasets, dill, multiprocess; overlay/ from an installed 0.5.23)
 #
 #   bash benchmarks/gpu_workloads_agreement.sh start [ROUNDS]   # up, server, both workloads detached; waits
+#   (WORKLOADS="trace" for one of them)
 #   bash benchmarks/gpu_workloads_agreement.sh wait [SECONDS]   # the next call (machine still warm)
 # Results: $OUT/sessions.json, $OUT/trace.json, their logs and the server's prefill lines.
 set -uo pipefail
@@ -54,10 +55,13 @@ case "${1:-}" in
     echo "w40: server healthy in $((SECONDS - t0)) s" | tee "$JOB/start.txt"
     common="--port 30000 --server-log $ROOT/server.log --python python3 --model $ROOT/tiny-mla --rounds $rounds"
     common="$common --no-logprobs --telemetry-interval 0"
-    setsid bash -c "python3 benchmarks/bench_workloads_vs_bench_serving.py $common --workloads sessions \
-        --json $JOB/sessions.json > $JOB/sessions_log.txt 2>&1; \
-      python3 benchmarks/bench_workloads_vs_bench_serving.py $common --workloads trace --trace-client $ROOT/overlay \
-        --json $JOB/trace.json > $JOB/trace_log.txt 2>&1; touch $JOB/done" < /dev/null > /dev/null 2>&1 &
+    job=""
+    for w in ${WORKLOADS:-sessions trace}; do
+      extra=""; [ "$w" = trace ] && extra="--trace-client $ROOT/overlay"
+      job="$job python3 benchmarks/bench_workloads_vs_bench_serving.py $common --workloads $w $extra"
+      job="$job --json $JOB/$w.json > $JOB/${w}_log.txt 2>&1;"
+    done
+    setsid bash -c "$job touch $JOB/done" < /dev/null > /dev/null 2>&1 &
     wait_job "${WAIT_S:-420}" ;;
   wait)
     wait_job "${2:-540}" ;;
