@@ -244,7 +244,8 @@ def derive_sessions(a: argparse.Namespace) -> None:
             str(s),
             str(q),
             str(o),
-            *map(str, range(a.rounds)),
+            # the measured rounds' seeds, then the warm-up rounds'
+            *map(str, range(a.rounds + a.warm_rounds)),
         ],
         capture_output=True,
         text=True,
@@ -558,6 +559,12 @@ def shape(text: str) -> tuple[int, ...]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--warm-rounds",
+        type=int,
+        default=1,
+        help="rounds of both tools run first and not kept (a fresh server's first shapes compile)",
+    )
     ap.add_argument("--workloads", default="trace,sessions")
     ap.add_argument(
         "--trace", type=Path, default=DEFAULT_TRACE, help="a mooncake-layout trace (bench_serving's)"
@@ -670,10 +677,23 @@ def main() -> None:
     runs: list[dict] = []
     try:
         with connect(local_host(load_inventory(REPO / "no-inventory.yaml"))) as remote:
-            for rnd in range(a.rounds):
+            # warm-up rounds first (negative numbers, not kept): a fresh server compiles kernels for the
+            # shapes it meets first, and the tool that runs first would pay for it
+            for rnd in range(-a.warm_rounds, a.rounds):
                 for k, w in enumerate(workloads):
                     order = ("sglops", "bench_serving") if (rnd + k) % 2 == 0 else ("bench_serving", "sglops")
                     row: dict = {"round": rnd, "workload": w, "order": list(order)}
+                    if rnd < 0:
+                        for tool in order:
+                            flush(port)
+                            seed = a.rounds - 1 - rnd
+                            _ = (
+                                run_sglops(remote, port, w, a, seed=seed)
+                                if tool == "sglops"
+                                else run_bench_serving(port, w, a, seed=seed)
+                            )
+                        print(f"warm-up round {rnd} {w}: both tools ran, not kept", flush=True)
+                        continue
                     for tool in order:
                         flush(port)
                         mark = log.stat().st_size if log else 0
