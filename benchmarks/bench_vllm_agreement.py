@@ -218,12 +218,13 @@ def main() -> None:
         profiled = profile_once(server.url, traces, work) if a.profile else None
     finally:
         server.stop()
+    summary = summarise(runs, other="vllm")
     rows = [
         {k.replace("bench_serving", "vllm"): v for k, v in r.items()}
-        for r in summarise(runs, other="vllm")
+        for r in summary
         if r["figure"] in FIGURES
     ]
-    floor = floor_lines(summarise(runs, other="vllm"), other="vllm", figures=FIGURES)
+    floor = floor_lines(summary, other="vllm", figures=FIGURES)
     print("\n".join(floor))
     doc = {
         "what": "sglops bench vs vLLM's own benchmarks.serve on one real vLLM CPU server, paired rounds",

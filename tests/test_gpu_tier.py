@@ -228,11 +228,9 @@ def test_up_seeds_flashinfer_with_modules_an_earlier_call_built_for_this_version
     assert gpu_tier.seed_jit_modules(tmp_path / "absent.tar.gz", site) == []
 
 
-def test_the_native_play_dry_run_counts_the_kernel_its_earlier_step_would_build(tier):
-    """fp8-mla-native requires fp8_mla_decode built for this GPU; in the play's dry run the build step before
-    it would build it, so the requirement is judged on that planned build (not "unknown": nothing is
-    installed). This CPU machine has no GPU, so the build is planned for arch "none" and the plan stops there,
-    with the GPU's SM."""
+def _native_play_dry_run(tier, *variables: str) -> str:
+    """What `inv play gpu-fp8-native --dry-run` prints against the 0.5.17 tree, with these --var settings."""
+    given = [arg for v in variables for arg in ("--var", v)]
     proc = inv_cmd(
         "play",
         "gpu-fp8-native",
@@ -240,10 +238,19 @@ def test_the_native_play_dry_run_counts_the_kernel_its_earlier_step_would_build(
         "local",
         "--sglang-root",
         str(tier["site"]),
+        *given,
         "--dry-run",
         env=tier["run_env"],
     )
-    out = proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_the_native_play_dry_run_counts_the_kernel_its_earlier_step_would_build(tier):
+    """fp8-mla-native requires fp8_mla_decode built for this GPU; in the play's dry run the build step before
+    it would build it, so the requirement is judged on that planned build (not "unknown": nothing is
+    installed). This CPU machine has no GPU, so the build is planned for arch "none" and the plan stops there,
+    with the GPU's SM."""
+    out = _native_play_dry_run(tier)
     assert "[2/13] kernel-native (build-kernel) ok" in out and "would-build" in out
     assert "[7/13] gather-unpatch (revert-patch) ok" in out
     assert "native-patch" in out and "gpu_sm is None, needs in ['sm90', 'sm120']" in out
@@ -537,25 +544,13 @@ def test_the_documented_call_fits_with_this_tree_and_the_last_builds_parts(tmp_p
 def test_the_native_play_plans_ragged_contexts_on_the_made_weights_model(tier):
     """Issue 37's end-to-end check: the same play with ragged prompt lengths at C=8 and C=16 on the 32-layer
     made-weights profile; the dry run plans the bench with the ranged dataset and the requests asked for."""
-    proc = inv_cmd(
-        "play",
-        "gpu-fp8-native",
-        "--host",
-        "local",
-        "--sglang-root",
-        str(tier["site"]),
-        "--var",
+    out = _native_play_dry_run(
+        tier,
         "profile=h200-tiny-mla-fp8-l32-rw",
-        "--var",
         "dataset=random:input=512-16384,output=256",
-        "--var",
         "concurrency=[8,16]",
-        "--var",
         "requests=32",
-        "--dry-run",
-        env=tier["run_env"],
     )
-    out = proc.stdout + proc.stderr
     line = next(ln for ln in out.splitlines() if ln.startswith("[5/13] gather-bench (bench) ok"))
     assert "bench 3 repeats of 32 requests" in line
     assert "input 512-16384 / output 256-256 tokens, levels C=8, C=16" in out

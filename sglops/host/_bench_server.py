@@ -77,12 +77,9 @@ def server_info(port, found=None):
         lines = read_since(found["log"], int(found.get("log_offset") or 0)) if found.get("log") else []
         return kept_fields(engine_config(found["spec"], lambda path: _get_json(port, path), lines))
     for path in ("/server_info", "/get_server_info"):
-        try:
-            status, body = get(port, path, limit=_fetch.INFO_MAX)
-            if status == 200:
-                return kept_fields(json.loads(body))
-        except (OSError, ValueError, RecursionError, http.client.HTTPException):
-            pass
+        doc = _get_json(port, path)
+        if doc is not None:
+            return kept_fields(doc)
     return None
 
 

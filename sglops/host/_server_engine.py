@@ -92,15 +92,20 @@ def _literal_pairs(text):
     return out
 
 
-def logged_info(spec, fetch_json, log_lines):
-    """What an engine whose server keeps no /server_info says about itself: its start-up arguments line and
-    its version endpoint. fetch_json(path) -> dict or None."""
-    info = dict(_arg_logged(log_lines, spec["args_log"])) if spec.get("args_log") else {}
+def _with_version(info, spec, fetch_json):
+    """info with the version the engine's version endpoint answers, where it has one; None when empty."""
     if spec.get("version_path"):
         doc = fetch_json(spec["version_path"])
         if isinstance(doc, dict) and isinstance(doc.get("version"), str):
             info["version"] = doc["version"]
     return info or None
+
+
+def logged_info(spec, fetch_json, log_lines):
+    """What an engine whose server keeps no /server_info says about itself: its start-up arguments line and
+    its version endpoint. fetch_json(path) -> dict or None."""
+    info = dict(_arg_logged(log_lines, spec["args_log"])) if spec.get("args_log") else {}
+    return _with_version(info, spec, fetch_json)
 
 
 _OPEN, _CLOSE = "([{", ")]}"
@@ -164,8 +169,4 @@ def engine_config(spec, fetch_json, log_lines):
     for source in sources:
         for key, value in source.items():
             info[names.get(key, key)] = value
-    if spec.get("version_path"):
-        doc = fetch_json(spec["version_path"])
-        if isinstance(doc, dict) and isinstance(doc.get("version"), str):
-            info["version"] = doc["version"]
-    return info or None
+    return _with_version(info, spec, fetch_json)
